@@ -1,0 +1,61 @@
+"""mdrag: local-first retrieval and question answering over your documentation.
+
+>>> import mdrag                                                   # doctest: +SKIP
+>>> with mdrag.open_index() as index:
+...     index.update(["docs"])
+...     hits = index.search("how do I configure the cache?", k=5)
+
+Heavy libraries (torch, pymilvus) load only when first used.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from mdrag.errors import (
+    ConfigError,
+    EmbeddingError,
+    MdragError,
+    ModelMismatchError,
+    ParseError,
+    StoreError,
+    StoreUnavailableError,
+    UnsupportedFormatError,
+)
+from mdrag.types import Chunk, Document, SearchResult, Section
+
+if TYPE_CHECKING:
+    from mdrag.config import Config, load_config
+    from mdrag.index import Index, open_index
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Chunk",
+    "Config",
+    "ConfigError",
+    "Document",
+    "EmbeddingError",
+    "Index",
+    "MdragError",
+    "ModelMismatchError",
+    "ParseError",
+    "SearchResult",
+    "Section",
+    "StoreError",
+    "StoreUnavailableError",
+    "UnsupportedFormatError",
+    "__version__",
+    "load_config",
+    "open_index",
+]
+
+_LAZY = {"Index": "mdrag.index", "open_index": "mdrag.index", "Config": "mdrag.config", "load_config": "mdrag.config"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'mdrag' has no attribute {name!r}")

@@ -1,0 +1,297 @@
+"""Sections to chunks: headings first, then size with overlap, then the model's window.
+
+Pure functions, no I/O. A chunk never crosses a heading. Inside a section,
+paragraphs, tables and fenced code blocks are packed greedily up to
+``size``; consecutive chunks share up to ``overlap`` of trailing text. A code
+block or table that fits in one chunk is never cut. Finally, a chunk whose
+embedded text (heading context + body) is longer than the embedder's window is
+split again, because the model silently drops everything past it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+from mdrag.errors import ConfigError
+from mdrag.types import FRONTMATTER_FIELDS, Block, Chunk, Document
+
+__all__ = ["ChunkSettings", "chunk_document", "chunk_id", "content_hash", "split_text"]
+
+TokenCounter = Callable[[Sequence[str]], list[int]]
+
+# Separators tried in order when text must be cut: paragraph, line, sentence, word, character.
+_SEPARATORS = ("\n\n", "\n", ". ", " ", "")
+_MAX_CONTEXT_CHARS = 200  # a heading trail longer than this is shortened
+
+
+@dataclass(frozen=True)
+class ChunkSettings:
+    """How documents are cut. Stored in the manifest: a change means a re-chunk."""
+
+    size: int = 1000
+    overlap: int = 200
+    unit: Literal["chars", "tokens"] = "chars"
+
+    def __post_init__(self) -> None:
+        if self.size < 50:
+            raise ConfigError(f"chunk.size must be at least 50, got {self.size}")
+        if not 0 <= self.overlap < self.size // 2 + 1:
+            raise ConfigError(
+                f"chunk.overlap must be between 0 and half of chunk.size ({self.size}), got {self.overlap}"
+            )
+        if self.unit not in ("chars", "tokens"):
+            raise ConfigError(f"chunk.unit must be 'chars' or 'tokens', got {self.unit!r}")
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def chunk_id(root: str, rel_path: str, position: int) -> str:
+    """Stable id of the ``position``-th chunk of a file: same file, same ids."""
+    return hashlib.sha256(f"{root}\x00{rel_path}\x00{position}".encode()).hexdigest()[:32]
+
+
+def content_hash(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+@dataclass
+class _Unit:
+    text: str
+    atomic: bool  # code block or table: not cut if it fits, not used as overlap
+    line_start: int | None
+    line_end: int | None
+
+
+def _units(blocks: Sequence[Block]) -> list[_Unit]:
+    """Paragraphs of text blocks, and whole code blocks and tables."""
+    out: list[_Unit] = []
+    for b in blocks:
+        if b.kind != "text":
+            out.append(_Unit(b.text, True, b.line_start, b.line_end))
+            continue
+        line = b.line_start
+        for para in b.text.split("\n\n"):
+            n_lines = para.count("\n") + 1
+            if para.strip():
+                end = line + n_lines - 1 if line is not None else None
+                out.append(_Unit(para.strip("\n"), False, line, end))
+            if line is not None:
+                line += n_lines + 1
+    return out
+
+
+def split_text(
+    text: str, limit: int, overlap: int = 0, measure: Callable[[str], int] = len
+) -> list[str]:
+    """Cut ``text`` into pieces of at most ``limit`` (as ``measure`` counts),
+    preferring paragraph, then line, sentence and word boundaries, with about
+    ``overlap`` of shared text between neighbours."""
+    if measure(text) <= limit:
+        return [text]
+    for sep in _SEPARATORS:
+        parts = text.split(sep) if sep else list(text)
+        parts = [p + sep for p in parts[:-1]] + [parts[-1]] if sep else parts
+        parts = [p for p in parts if p]
+        if len(parts) > 1:
+            break
+    pieces: list[str] = []
+    window: list[tuple[str, int]] = []  # parts of the piece being built, with their sizes
+    total = 0
+    for part in parts:
+        size = measure(part)
+        if size > limit:  # a part too big for any piece: flush, then cut it finer
+            if window:
+                pieces.append("".join(p for p, _ in window))
+                window, total = [], 0
+            pieces.extend(split_text(part, limit, overlap, measure))
+            continue
+        if total + size > limit and window:
+            pieces.append("".join(p for p, _ in window))
+            while window and (total > overlap or total + size > limit):
+                total -= window.pop(0)[1]
+            if not window and overlap:  # parts longer than the overlap: share its last words
+                tail = _word_tail(pieces[-1], min(overlap, limit - size), measure)
+                if tail:
+                    window, total = [(tail + " ", measure(tail + " "))], measure(tail + " ")
+        window.append((part, size))
+        total += size
+    if window:
+        pieces.append("".join(p for p, _ in window))
+    # Measures that are not additive (tokens) can overshoot: check and cut again.
+    out: list[str] = []
+    for p in pieces:
+        p = p.strip()
+        if not p:
+            continue
+        out.extend([p] if measure(p) <= limit or len(p) <= 1 else split_text(p, limit, 0, measure))
+    return out
+
+
+def _pack(units: list[_Unit], size: int, overlap: int, measure: Callable[[str], int]) -> list[_Unit]:
+    """Greedy packing of units into chunk-sized units, with text overlap."""
+    flat: list[_Unit] = []
+    for u in units:
+        if measure(u.text) <= size:
+            flat.append(u)
+        else:
+            pieces = split_text(u.text, size, 0 if u.atomic else overlap, measure)
+            flat.extend(_Unit(p, False, u.line_start, u.line_end) for p in pieces)
+    chunks: list[_Unit] = []
+    cur: list[_Unit] = []
+    cur_size = 0
+    for u in flat:
+        u_size = measure(u.text)
+        if cur and cur_size + 2 + u_size > size:
+            chunks.append(_join(cur))
+            tail = _overlap_tail(cur, overlap, size - u_size - 2, measure)
+            cur = [tail] if tail else []
+            cur_size = measure(tail.text) if tail else 0
+        cur.append(u)
+        cur_size += u_size + (2 if len(cur) > 1 else 0)
+    if cur:
+        chunks.append(_join(cur))
+    return chunks
+
+
+def _word_tail(text: str, budget: int, measure: Callable[[str], int]) -> str:
+    """The last words of ``text`` that fit in ``budget``."""
+    words = text.split()
+    tail: list[str] = []
+    for w in reversed(words):
+        if measure(" ".join([w, *tail])) > budget:
+            break
+        tail.insert(0, w)
+    return " ".join(tail) if len(tail) < len(words) else ""
+
+
+def _overlap_tail(units: list[_Unit], overlap: int, room: int, measure: Callable[[str], int]) -> _Unit | None:
+    """The end of the previous chunk's last text unit, cut at a word boundary."""
+    budget = min(overlap, room)
+    last = units[-1]
+    if budget <= 0 or last.atomic:
+        return None
+    text = _word_tail(last.text, budget, measure)  # a whole paragraph is not repeated
+    if not text:
+        return None
+    return _Unit(text, False, last.line_end, last.line_end)
+
+
+def _join(units: list[_Unit]) -> _Unit:
+    starts = [u.line_start for u in units if u.line_start is not None]
+    ends = [u.line_end for u in units if u.line_end is not None]
+    return _Unit(
+        "\n\n".join(u.text for u in units),
+        False,
+        min(starts) if starts else None,
+        max(ends) if ends else None,
+    )
+
+
+def _context(title: str | None, heading_path: list[str]) -> str:
+    trail = list(heading_path)
+    if title and (not trail or trail[0].strip().lower() != title.strip().lower()):
+        trail.insert(0, title)
+    ctx = " > ".join(t.strip() for t in trail if t and t.strip())
+    return ctx if len(ctx) <= _MAX_CONTEXT_CHARS else ctx[: _MAX_CONTEXT_CHARS - 1] + "…"
+
+
+def _frontmatter_fields(metadata: dict[str, Any], title: str | None) -> dict[str, Any]:
+    out = {k: metadata[k] for k in FRONTMATTER_FIELDS if metadata.get(k) not in (None, "", [], {})}
+    for k in ("tags", "topics", "keywords"):
+        v = out.get(k)
+        if isinstance(v, str):
+            out[k] = [s.strip() for s in v.split(",") if s.strip()]
+        elif isinstance(v, list):
+            out[k] = [str(s).strip() for s in v if str(s).strip()]
+    if title and "title" not in out:
+        out["title"] = title
+    return out
+
+
+def chunk_document(
+    doc: Document,
+    root: str,
+    rel_path: str,
+    settings: ChunkSettings | None = None,
+    count_tokens: TokenCounter | None = None,
+    max_tokens: int | None = None,
+) -> list[Chunk]:
+    """Cut a parsed document into chunks.
+
+    ``count_tokens``/``max_tokens`` come from the embedder: with them, no chunk's
+    embedded text is longer than the model's window, and ``settings.unit ==
+    "tokens"`` counts sizes in the model's tokens.
+    """
+    settings = settings or ChunkSettings()
+    if settings.unit == "tokens" and count_tokens is None:
+        raise ConfigError("chunk.unit 'tokens' needs an embedder that can count tokens")
+
+    def tokens(text: str) -> int:
+        assert count_tokens is not None
+        return count_tokens([text])[0]
+
+    measure: Callable[[str], int] = tokens if settings.unit == "tokens" else len
+    meta = _frontmatter_fields(doc.metadata, doc.title)
+    pieces: list[tuple[int, _Unit]] = []  # (section index, unit)
+    for si, section in enumerate(doc.sections):
+        for u in _pack(_units(section.blocks), settings.size, settings.overlap, measure):
+            if u.text.strip():
+                pieces.append((si, u))
+
+    if count_tokens is not None and max_tokens is not None:
+        pieces = _fit_window(doc, pieces, count_tokens, max_tokens)
+
+    chunks: list[Chunk] = []
+    for si, u in pieces:
+        section = doc.sections[si]
+        ctx = _context(doc.title, section.heading_path)
+        position = len(chunks)
+        embed = f"{ctx}\n\n{u.text}" if ctx else u.text
+        chunks.append(
+            Chunk(
+                id=chunk_id(root, rel_path, position),
+                text=u.text,
+                context=ctx,
+                path=doc.path,
+                rel_path=rel_path,
+                root=root,
+                heading_path=list(section.heading_path),
+                level=section.level,
+                position=position,
+                content_hash=content_hash(embed),
+                page=section.page,
+                line_start=u.line_start,
+                line_end=u.line_end,
+                metadata=dict(meta),
+            )
+        )
+    return chunks
+
+
+def _fit_window(
+    doc: Document, pieces: list[tuple[int, _Unit]], count_tokens: TokenCounter, max_tokens: int
+) -> list[tuple[int, _Unit]]:
+    """Split every piece whose embedded text exceeds the model's window."""
+    contexts = [_context(doc.title, doc.sections[si].heading_path) for si, _ in pieces]
+    embeds = [f"{c}\n\n{u.text}" if c else u.text for c, (_, u) in zip(contexts, pieces)]
+    counts = count_tokens(embeds) if embeds else []
+    out: list[tuple[int, _Unit]] = []
+    for (si, u), ctx, n in zip(pieces, contexts, counts):
+        if n <= max_tokens:
+            out.append((si, u))
+            continue
+        # Room left for the body: the window less the context line and a margin
+        # for tokens that merge or split at the seam.
+        ctx_tokens = count_tokens([ctx])[0] - 2 if ctx else 0
+        room = max(16, max_tokens - 2 - ctx_tokens - 4)
+
+        def body_tokens(text: str) -> int:
+            return count_tokens([text])[0] - 2
+
+        for part in split_text(u.text, room, 0, body_tokens):
+            out.append((si, _Unit(part, False, u.line_start, u.line_end)))
+    return out

@@ -1,0 +1,174 @@
+"""The `mdrag` command line: the only module that knows about argv and exit codes.
+
+Exit codes: 0 ok, 1 error, 2 usage or configuration error. Progress and logs
+go to stderr, data to stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from mdrag import __version__
+from mdrag.errors import ConfigError, MdragError
+
+__all__ = ["main"]
+
+log = logging.getLogger("mdrag")
+
+EXAMPLES = {
+    "index": "example: mdrag index ./docs ./notes   (again later: only changes are re-embedded)",
+    "search": 'example: mdrag search "how do I define a custom output format" -k 5 --json',
+    "status": "example: mdrag status --json",
+}
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--index", metavar="NAME", help="index name (default: 'default'; setting: index)")
+    p.add_argument("--milvus-uri", metavar="URI", help="Milvus Lite file or http://host:19530 (setting: milvus_uri)")
+    p.add_argument("-v", "--verbose", action="count", default=0, help="more log output (-vv for debug)")
+    p.add_argument("-q", "--quiet", action="store_true", help="only errors on stderr")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="mdrag",
+        description="Local-first retrieval over Markdown, PDF, DOCX and HTML documentation.",
+        epilog="Settings: $MDRAG_HOME/config.yaml (default ~/.md-qa), MARKDOWN_QA_* variables, flags.",
+    )
+    parser.add_argument("--version", action="version", version=f"mdrag {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    p = sub.add_parser("index", help="index folders (incrementally)", epilog=EXAMPLES["index"])
+    p.add_argument("folders", nargs="*", metavar="DIR", help="folders to index (default: setting folders, ./markdown)")
+    p.add_argument("--rebuild", action="store_true", help="drop the index and build it again")
+    p.add_argument("--chunk-size", type=int, metavar="N", help="chunk size (default 1000; setting chunk.size)")
+    p.add_argument("--chunk-overlap", type=int, metavar="N", help="overlap (default 200; setting chunk.overlap)")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    _common(p)
+
+    p = sub.add_parser("search", help="search the index", epilog=EXAMPLES["search"])
+    p.add_argument("query", help="what to look for, in plain words")
+    p.add_argument("-k", type=int, metavar="N", help="number of results (default 10; setting search.k)")
+    p.add_argument("--threshold", type=float, metavar="S", help="minimum score 0..1 (setting search.threshold)")
+    p.add_argument("--path", metavar="PREFIX", help="only files under this path (relative or absolute)")
+    p.add_argument("--tag", action="append", metavar="TAG", help="only files with this frontmatter tag (repeatable)")
+    p.add_argument("--json", action="store_true", help="print results as JSON")
+    _common(p)
+
+    p = sub.add_parser("status", help="show what the index holds", epilog=EXAMPLES["status"])
+    p.add_argument("--json", action="store_true", help="print as JSON")
+    _common(p)
+    return parser
+
+
+def _setup_logging(args: argparse.Namespace) -> None:
+    level = logging.ERROR if args.quiet else (logging.WARNING, logging.INFO, logging.DEBUG)[min(args.verbose, 2)]
+    logging.basicConfig(level=level, stream=sys.stderr, format="mdrag: %(levelname)s: %(message)s")
+    # pymilvus logs every failed RPC with a traceback; mdrag reports the error itself.
+    logging.getLogger("pymilvus").setLevel(logging.CRITICAL if args.verbose < 2 else logging.DEBUG)
+    for noisy in ("sentence_transformers", "transformers", "httpx", "pypdf"):
+        logging.getLogger(noisy).setLevel(max(level, logging.WARNING) if args.verbose < 2 else logging.DEBUG)
+
+
+def _overrides(args: argparse.Namespace) -> dict[str, Any]:
+    o: dict[str, Any] = {}
+    for attr, key in (
+        ("index", "index"),
+        ("milvus_uri", "milvus_uri"),
+        ("chunk_size", "chunk.size"),
+        ("chunk_overlap", "chunk.overlap"),
+        ("k", "search.k"),
+        ("threshold", "search.threshold"),
+    ):
+        v = getattr(args, attr, None)
+        if v is not None:
+            o[key] = v
+    return o
+
+
+def _cmd_index(args: argparse.Namespace, index: Any) -> int:
+    summary = index.update(args.folders or None, rebuild=args.rebuild, progress=not args.quiet)
+    if args.json:
+        print(json.dumps(summary.to_dict(), indent=2))
+    else:
+        s = summary
+        if s.rebuild:
+            print(f"full re-index: {s.rebuild}")
+        if s.repaired:
+            print("repaired an interrupted previous run")
+        print(
+            f"files: {s.added} added, {s.modified} modified, {s.deleted} deleted, "
+            f"{s.unchanged} unchanged, {s.skipped} skipped"
+        )
+        print(
+            f"chunks: {s.chunks_embedded} embedded, {s.chunks_reused} already embedded, "
+            f"{s.chunks_deleted} deleted, {s.chunks_total} in the index"
+        )
+        for path, reason in s.skipped_files:
+            print(f"skipped {path}: {reason}")
+        print(f"done in {s.seconds:.2f} s")
+    return 0
+
+
+def _cmd_search(args: argparse.Namespace, index: Any) -> int:
+    filters: dict[str, Any] = {}
+    if args.path:
+        filters["path_prefix"] = args.path
+    if args.tag:
+        filters["tags"] = args.tag
+    results = index.search(args.query, filters=filters or None)
+    if args.json:
+        print(json.dumps([r.to_dict() for r in results], indent=2, ensure_ascii=False))
+        return 0
+    if not results:
+        print("no results above the threshold (try --threshold 0, or other words)")
+    for i, r in enumerate(results, 1):
+        where = r.rel_path + (f" p.{r.page}" if r.page else "") + (f":{r.line_start}" if r.line_start else "")
+        print(f"{i:2}. {r.score:.3f}  {where}" + (f"  [{r.heading}]" if r.heading else ""))
+        snippet = " ".join(r.text.split())
+        print(f"    {snippet[:200]}{'…' if len(snippet) > 200 else ''}")
+    return 0
+
+
+def _cmd_status(args: argparse.Namespace, index: Any) -> int:
+    st = index.status()
+    if args.json:
+        print(json.dumps(st, indent=2))
+        return 0
+    last = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(st["last_indexed"])) if st["last_indexed"] else "never"
+    print(f"index:        {st['index']}")
+    print(f"store:        {st['store_uri']}" + ("" if st["exists"] else "  (empty: run `mdrag index DIR`)"))
+    print(f"model:        {st['model'].get('model')} ({st['model'].get('dimension')}-d)")
+    print(f"folders:      {', '.join(st['folders']) or '-'}")
+    print(f"files:        {st['files']}")
+    print(f"chunks:       {st['chunks']}")
+    print(f"last indexed: {last}" + ("  (interrupted: the next `mdrag index` repairs it)" if st["interrupted"] else ""))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    _setup_logging(args)
+    from mdrag.config import load_config
+    from mdrag.index import Index
+
+    try:
+        config = load_config(_overrides(args))
+        with Index(config) as index:
+            return {"index": _cmd_index, "search": _cmd_search, "status": _cmd_status}[args.command](args, index)
+    except ConfigError as e:
+        print(f"mdrag: configuration error: {e}", file=sys.stderr)
+        return 2
+    except MdragError as e:
+        print(f"mdrag: error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("mdrag: interrupted (the next `mdrag index` repairs the index)", file=sys.stderr)
+        return 130

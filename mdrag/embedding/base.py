@@ -1,0 +1,67 @@
+"""The embedder interface every backend fills in."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+
+import numpy as np
+
+__all__ = ["Embedder"]
+
+
+class Embedder(ABC):
+    """Turns texts into L2-normalized float32 vectors of a fixed dimension.
+
+    ``model_id`` names the model and is recorded with the index: vectors of two
+    different ``model_id`` values are never mixed in one index.
+    """
+
+    model_id: str  # e.g. "sentence-transformers/all-MiniLM-L6-v2"
+    batch_size: int = 32  # texts per call to the backend
+
+    @property
+    @abstractmethod
+    def dimension(self) -> int:
+        """Length of each vector."""
+
+    @property
+    def max_tokens(self) -> int | None:
+        """Longest input the model reads (special tokens included), or None if unknown."""
+        return None
+
+    def count_tokens(self, texts: Sequence[str]) -> list[int]:
+        """Tokens per text as the model counts them (special tokens included).
+
+        Backends without a tokenizer estimate four characters per token.
+        """
+        return [len(t) // 4 + 2 for t in texts]
+
+    @abstractmethod
+    def embed_batch(self, texts: Sequence[str]) -> np.ndarray:
+        """Embed at most ``batch_size`` texts; returns an (n, dimension) float32 array."""
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """Embed any number of texts in batches of ``batch_size``."""
+        if not texts:
+            return np.zeros((0, self.dimension), dtype=np.float32)
+        parts = [
+            self.embed_batch(texts[i : i + self.batch_size])
+            for i in range(0, len(texts), self.batch_size)
+        ]
+        return _normalize(np.vstack(parts).astype(np.float32, copy=False))
+
+    def embed_query(self, text: str) -> np.ndarray:
+        """Embed one query; returns a (dimension,) vector."""
+        return self.embed([text])[0]
+
+    @property
+    def identity(self) -> dict[str, object]:
+        """What the index records about the model that wrote its vectors."""
+        return {"model": self.model_id, "dimension": self.dimension}
+
+
+def _normalize(v: np.ndarray) -> np.ndarray:
+    norms = np.linalg.norm(v, axis=1, keepdims=True)
+    norms[norms == 0] = 1.0
+    return v / norms

@@ -1,0 +1,59 @@
+"""Exceptions raised by mdrag.
+
+Every error a user can see derives from :class:`MdragError` and says what went
+wrong and what to do next::
+
+    MdragError
+    ├── ConfigError (also ValueError)         invalid setting; the key is named
+    ├── UnsupportedFormatError (also ValueError)  no parser for an extension
+    ├── ParseError                            a file could not be parsed
+    ├── EmbeddingError                        the embedder failed
+    │   └── ModelMismatchError                index built with another model
+    └── StoreError                            the vector store failed
+        └── StoreUnavailableError (also ConnectionError)
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ConfigError",
+    "EmbeddingError",
+    "MdragError",
+    "ModelMismatchError",
+    "ParseError",
+    "StoreError",
+    "StoreUnavailableError",
+    "UnsupportedFormatError",
+]
+
+
+class MdragError(Exception):
+    """Root of all mdrag errors."""
+
+
+class ConfigError(MdragError, ValueError):
+    """A configuration value is missing or invalid."""
+
+
+class UnsupportedFormatError(MdragError, ValueError):
+    """No parser is registered for a file's extension."""
+
+
+class ParseError(MdragError):
+    """A file could not be read or parsed; the indexer skips it."""
+
+
+class EmbeddingError(MdragError):
+    """The embedding backend failed (model load, HTTP error, bad response)."""
+
+
+class ModelMismatchError(EmbeddingError):
+    """The index was built with another embedding model or dimension."""
+
+
+class StoreError(MdragError):
+    """The vector store failed."""
+
+
+class StoreUnavailableError(StoreError, ConnectionError):
+    """The vector store cannot be reached."""

@@ -1,0 +1,156 @@
+"""The `Index`: one named index, its store and embedder, updated and searched."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from mdrag.chunking import ChunkSettings
+from mdrag.config import Config, load_config
+from mdrag.embedding.base import Embedder
+from mdrag.errors import ConfigError, MdragError
+from mdrag.indexer import IndexSummary, update_index
+from mdrag.manifest import Manifest
+from mdrag.store.milvus import MilvusStore
+from mdrag.types import SearchResult
+
+__all__ = ["Index", "make_embedder", "open_index"]
+
+log = logging.getLogger(__name__)
+
+
+def make_embedder(config: Config) -> Embedder:
+    """The embedder the configuration asks for (nothing is loaded yet)."""
+    provider = config["embedding.provider"]
+    if provider == "openai":
+        from mdrag.embedding.openai_compat import OpenAIEmbedder
+
+        base_url = config["embedding.base_url"] or config["api.base_url"]
+        if not base_url:
+            raise ConfigError(
+                "embedding.provider is 'openai' but no base URL is set: set embedding.base_url "
+                "or MARKDOWN_QA_API_BASE_URL"
+            )
+        return OpenAIEmbedder(
+            base_url,
+            api_key=config["embedding.api_key"] or config["api.api_key"],
+            model=config["embedding.model"] or "text-embedding-3-small",
+            batch_size=max(config["embedding.batch_size"], 1),
+        )
+    from mdrag.embedding.local import DEFAULT_MODEL, LocalEmbedder
+
+    return LocalEmbedder(
+        config["embedding.model"] or DEFAULT_MODEL,
+        batch_size=config["embedding.batch_size"],
+        device=config["embedding.device"],
+    )
+
+
+class Index:
+    """A named index: ``update()`` keeps it in line with folders, ``search()`` queries it.
+
+    >>> with open_index() as idx:                                  # doctest: +SKIP
+    ...     idx.update(["docs"])
+    ...     for r in idx.search("how do I install it?", k=5):
+    ...         print(r.score, r.rel_path, r.heading)
+    """
+
+    def __init__(self, config: Config | None = None, embedder: Embedder | None = None) -> None:
+        self.config = config or load_config()  # resolved settings
+        self.name: str = self.config["index"]  # index (collection) name
+        self.embedder = embedder or make_embedder(self.config)  # loads its model lazily
+        self.settings = ChunkSettings(
+            self.config["chunk.size"], self.config["chunk.overlap"], self.config["chunk.unit"]
+        )  # how files are cut; a change re-chunks everything
+        self.store = MilvusStore(
+            self.config.milvus_uri, self.name, self.embedder.identity, self.config["milvus_token"]
+        )  # opened on first use
+        self._opened = False  # the store is connected and its collection loaded
+        self._exists = False  # the collection exists
+
+    @property
+    def manifest_path(self) -> Path:
+        return self.config.manifest_path(self.name)
+
+    def _open(self, create: bool) -> bool:
+        if not self._opened or (create and not self._exists):
+            self._exists = self.store.open(create=create, replace_mismatch=create)
+            self._opened = True
+        return self._exists
+
+    def update(
+        self, folders: Sequence[str | Path] | None = None, rebuild: bool = False, progress: bool = False
+    ) -> IndexSummary:
+        """Index ``folders`` (default: the configured ones) incrementally."""
+        folders = list(folders) if folders else list(self.config["folders"])
+        self._open(create=True)
+        return update_index(
+            self.store, self.embedder, self.manifest_path, self.name, folders, self.settings, rebuild, progress
+        )
+
+    def search(
+        self,
+        query: str,
+        k: int | None = None,
+        threshold: float | None = None,
+        filters: Mapping[str, Any] | None = None,
+    ) -> list[SearchResult]:
+        """Ranked results for ``query``; ``threshold`` defaults to ``search.threshold``."""
+        from mdrag.search import search
+
+        if not self._open(create=False):
+            raise MdragError(
+                f"index {self.name!r} does not exist in {self.store.uri}: "
+                "run `mdrag index DIR` first"
+            )
+        return search(
+            self.store,
+            self.embedder,
+            query,
+            k or self.config["search.k"],
+            self.config["search.threshold"] if threshold is None else threshold,
+            filters,
+        )
+
+    def status(self) -> dict[str, Any]:
+        """Name, store, model, files, chunks and last run of the index (JSON-ready)."""
+        m = Manifest.load(self.manifest_path)
+        exists = self._open(create=False)
+        return {
+            "index": self.name,
+            "store_uri": self.store.uri,
+            "exists": exists,
+            "model": (m.model if m else self.embedder.identity),
+            "folders": m.roots if m else [],
+            "files": len(m.files) if m else 0,
+            "chunks": self.store.count() if exists else 0,
+            "last_indexed": m.last_indexed if m else None,
+            "interrupted": bool(m and m.dirty),
+            "chunking": m.chunking if m else self.settings.as_dict(),
+            "manifest": str(self.manifest_path),
+        }
+
+    def close(self) -> None:
+        self.store.close()
+        self._opened = False
+
+    def __enter__(self) -> Index:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def open_index(name: str | None = None, config: Config | None = None, **settings: Any) -> Index:
+    """Open (or prepare to create) an index.
+
+    ``settings`` are dotted config keys with ``.`` written as ``__``, e.g.
+    ``open_index("docs", chunk__size=800, search__threshold=0.4)``.
+    """
+    overrides = {k.replace("__", "."): v for k, v in settings.items()}
+    if name:
+        overrides["index"] = name
+    config = config.with_overrides(overrides) if config else load_config(overrides)
+    return Index(config)

@@ -1,0 +1,311 @@
+"""Keep an index current: scan -> diff -> parse -> chunk -> embed -> store.
+
+Crash safety comes from the order of writes. Before the store is touched the
+manifest is saved with ``dirty = True``; chunks are upserted under ids
+derived from their position (so a repeated write replaces, never duplicates)
+and flushed before the manifest records them; stale ids are deleted after
+their replacements are stored. A run that is killed at any point leaves
+``dirty = True``, and the next run compares the store's ids with the
+manifest's and deletes any orphans, and re-indexes any file whose chunks are
+missing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from mdrag.chunking import ChunkSettings, chunk_document
+from mdrag.embedding.base import Embedder
+from mdrag.errors import ParseError, UnsupportedFormatError
+from mdrag.manifest import FileState, Manifest, diff
+from mdrag.parsers import parse_file, supported_extensions
+from mdrag.store.milvus import MilvusStore
+from mdrag.types import Chunk
+
+__all__ = ["IndexSummary", "scan", "update_index"]
+
+log = logging.getLogger(__name__)
+
+_BATCH_CHUNKS = 512  # chunks per embed + upsert round
+_SAVE_EVERY_S = 5.0  # how often a long run records its progress in the manifest
+_SKIP_DIRS = {"node_modules", "__pycache__"}
+
+
+@dataclass
+class IndexSummary:
+    """What one run did; ``to_dict()`` is the JSON shape of the CLI summary."""
+
+    added: int = 0
+    modified: int = 0
+    deleted: int = 0
+    unchanged: int = 0  # same mtime and size, or touched with the same content
+    skipped: int = 0
+    chunks_embedded: int = 0
+    chunks_reused: int = 0  # content already embedded: vector taken from the store
+    chunks_deleted: int = 0
+    chunks_total: int = 0
+    seconds: float = 0.0
+    rebuild: str | None = None  # why the whole corpus was re-chunked, if it was
+    repaired: bool = False  # a previous run was interrupted and its leftovers were cleaned
+    skipped_files: list[tuple[str, str]] = field(default_factory=list)  # (path, reason)
+    warnings: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, object]:
+        d = dict(self.__dict__)
+        d["skipped_files"] = [{"path": p, "reason": r} for p, r in self.skipped_files]
+        return d
+
+
+def _file_hash(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def scan(folders: Sequence[str | Path], summary: IndexSummary | None = None) -> dict[str, tuple[str, str, int, int]]:
+    """Supported files under ``folders``: abs path -> (root, rel_path, mtime_ns, size).
+
+    Hidden folders and files are left out. A missing or empty folder is a
+    warning, never an error. A file under two given folders belongs to the first.
+    """
+    exts = set(supported_extensions())
+    out: dict[str, tuple[str, str, int, int]] = {}
+    for folder in folders:
+        root = Path(folder).expanduser().resolve()
+        if not root.is_dir():
+            _warn(summary, f"folder {folder} does not exist or is not a folder: skipped")
+            continue
+        before = len(out)
+        for dirpath, dirnames, filenames in os.walk(root):
+            dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d not in _SKIP_DIRS)
+            for name in sorted(filenames):
+                if name.startswith(".") or Path(name).suffix.lower() not in exts:
+                    continue
+                p = Path(dirpath) / name
+                try:
+                    st = p.stat()
+                except OSError as e:
+                    _warn(summary, f"cannot stat {p}: {e}")
+                    continue
+                if not p.is_file():
+                    continue
+                out.setdefault(str(p), (str(root), p.relative_to(root).as_posix(), st.st_mtime_ns, st.st_size))
+        if len(out) == before:
+            _warn(summary, f"folder {folder} has no supported files ({', '.join(sorted(exts))})")
+    return out
+
+
+def _warn(summary: IndexSummary | None, msg: str) -> None:
+    log.warning("%s", msg)
+    if summary is not None:
+        summary.warnings.append(msg)
+
+
+def update_index(
+    store: MilvusStore,
+    embedder: Embedder,
+    manifest_path: Path,
+    index_name: str,
+    folders: Sequence[str | Path],
+    settings: ChunkSettings,
+    rebuild: bool = False,
+    progress: bool = False,
+) -> IndexSummary:
+    """Bring the store in line with ``folders``; returns what was done.
+
+    ``store`` must be open. ``rebuild`` drops the collection and starts over.
+    """
+    t0 = time.perf_counter()
+    summary = IndexSummary()
+    roots = [str(Path(f).expanduser().resolve()) for f in folders]
+    chunking = {**settings.as_dict(), "max_tokens": embedder.max_tokens}
+    old = None if rebuild else Manifest.load(manifest_path)
+    if rebuild:
+        summary.rebuild = "requested (--rebuild)"
+    elif old is None:
+        summary.rebuild = "no manifest" if not manifest_path.exists() else "manifest unreadable"
+    elif old.model != embedder.identity:
+        summary.rebuild = f"embedding model changed from {old.model.get('model')} to {embedder.model_id}"
+    elif old.store_uri != store.uri:
+        summary.rebuild = "the store URI changed"
+    elif old.chunking != chunking:
+        summary.rebuild = "chunk settings changed"
+    if rebuild:
+        store.drop()
+        store.open(create=True)
+    if summary.rebuild:
+        log.info("full re-index: %s", summary.rebuild)
+
+    m = Manifest(index=index_name, store_uri=store.uri, model=embedder.identity, chunking=chunking, roots=roots)
+    if old is not None and summary.rebuild is None:
+        m.files = old.files
+        m.dirty = old.dirty
+    if not m.dirty and m.files and store.count() != m.chunk_count:
+        log.warning("index %r: the store and the manifest disagree", index_name)
+        m.dirty = True
+    repair = summary.rebuild is not None or m.dirty
+    if m.dirty:
+        summary.repaired = True
+        log.warning("the previous run of index %r did not finish: repairing", index_name)
+        _drop_incomplete(store, m)
+
+    found = scan(roots, summary)
+    d = diff(m.files, {p: (mt, sz) for p, (_, _, mt, sz) in found.items()})
+    # A file now found under another root gets new chunk ids: re-chunk it.
+    moved = [p for p in d.unchanged if (m.files[p].root, m.files[p].rel_path) != found[p][:2]]
+    d.unchanged = [p for p in d.unchanged if p not in set(moved)]
+    summary.unchanged = len(d.unchanged)
+
+    todo: list[tuple[str, bytes | None, str | None]] = [(p, None, None) for p in d.added + moved]
+    for p in d.stat_changed:  # mtime or size differ: the content hash decides
+        try:
+            data = Path(p).read_bytes()
+        except OSError as e:
+            todo.append((p, None, f"cannot read: {e}"))
+            continue
+        h = _file_hash(data)
+        state = m.files[p]
+        if h == state.hash and (state.root, state.rel_path) == found[p][:2]:
+            state.mtime_ns, state.size = found[p][2], found[p][3]
+            summary.unchanged += 1
+            log.debug("%s touched, content unchanged: already embedded", p)
+        else:
+            todo.append((p, data, None))
+
+    writes = bool(todo or d.removed or repair)
+    if writes:
+        m.dirty = True
+        m.save(manifest_path)
+
+    last_save = time.monotonic()
+    batch: list[tuple[str, FileState, list[Chunk]]] = []
+    batch_chunks = 0
+    for path, data, err in _progress(todo, progress):
+        is_new = path not in m.files
+        root, rel, mtime_ns, size = found[path]
+        state, chunks, err = (None, [], err) if err else _parse(path, data, root, rel, mtime_ns, size, embedder, settings)
+        if state is None:
+            summary.skipped += 1
+            summary.skipped_files.append((path, err or "unknown error"))
+            log.warning("skipped %s: %s", path, err)
+            if not is_new:  # its old content is stale: remove it, retry next run
+                stale = m.files.pop(path).chunks
+                store.delete_ids(stale)
+                summary.chunks_deleted += len(stale)
+            continue
+        if is_new:
+            summary.added += 1
+        else:
+            summary.modified += 1
+        batch.append((path, state, chunks))
+        batch_chunks += len(chunks)
+        if batch_chunks >= _BATCH_CHUNKS:
+            _write_batch(store, embedder, m, batch, summary)
+            batch, batch_chunks = [], 0
+            if time.monotonic() - last_save > _SAVE_EVERY_S:
+                m.save(manifest_path)
+                last_save = time.monotonic()
+    if batch:
+        _write_batch(store, embedder, m, batch, summary)
+
+    # Files gone from disk: their chunks go, after the new files could reuse their vectors.
+    gone = [cid for p in d.removed for cid in m.files[p].chunks]
+    store.delete_ids(gone)
+    summary.chunks_deleted += len(gone)
+    summary.deleted = len(d.removed)
+    for p in d.removed:
+        del m.files[p]
+
+    if repair:
+        orphans = store.all_ids() - m.chunk_ids()
+        if orphans:
+            log.info("deleting %d orphan chunks", len(orphans))
+            store.delete_ids(orphans)
+            summary.chunks_deleted += len(orphans)
+    if writes or old is None or old.roots != roots:
+        m.mark_finished()
+        m.save(manifest_path)
+    summary.chunks_total = m.chunk_count
+    summary.seconds = round(time.perf_counter() - t0, 3)
+    return summary
+
+
+def _progress(items: list[tuple[str, bytes | None, str | None]], show: bool) -> Iterator[tuple[str, bytes | None, str | None]]:
+    if not show or len(items) < 20:
+        yield from items
+        return
+    from tqdm import tqdm
+
+    yield from tqdm(items, desc="indexing", unit="file", leave=False)
+
+
+def _parse(
+    path: str,
+    data: bytes | None,
+    root: str,
+    rel: str,
+    mtime_ns: int,
+    size: int,
+    embedder: Embedder,
+    settings: ChunkSettings,
+) -> tuple[FileState | None, list[Chunk], str | None]:
+    try:
+        if data is None:
+            data = Path(path).read_bytes()
+        doc = parse_file(path, data)
+    except (ParseError, UnsupportedFormatError) as e:
+        return None, [], str(e)
+    except OSError as e:
+        return None, [], f"cannot read: {e}"
+    for w in doc.warnings:
+        log.warning("%s", w)
+    chunks = chunk_document(doc, root, rel, settings, embedder.count_tokens, embedder.max_tokens)
+    state = FileState(root=root, rel_path=rel, mtime_ns=mtime_ns, size=size, hash=_file_hash(data))
+    state.chunks = [c.id for c in chunks]
+    return state, chunks, None
+
+
+def _write_batch(
+    store: MilvusStore,
+    embedder: Embedder,
+    m: Manifest,
+    batch: list[tuple[str, FileState, list[Chunk]]],
+    summary: IndexSummary,
+) -> None:
+    """Embed what is new, upsert, flush, delete stale ids, then record the files."""
+    chunks = [c for _, _, cs in batch for c in cs]
+    known = store.vectors_by_hash(c.content_hash for c in chunks)
+    todo: dict[str, str] = {}  # content hash -> text, each new text embedded once
+    for c in chunks:
+        if c.content_hash not in known:
+            todo.setdefault(c.content_hash, c.embed_text)
+    if todo:
+        vecs = embedder.embed(list(todo.values()))
+        known.update(zip(todo.keys(), vecs))
+    summary.chunks_embedded += len(todo)
+    summary.chunks_reused += len(chunks) - len(todo)
+    if chunks:
+        store.upsert(chunks, np.vstack([known[c.content_hash] for c in chunks]))
+    stale: list[str] = []
+    for path, state, _ in batch:
+        prev = m.files.get(path)
+        if prev is not None:
+            stale.extend(set(prev.chunks) - set(state.chunks))
+    store.delete_ids(stale)
+    summary.chunks_deleted += len(stale)
+    for path, state, _ in batch:
+        m.files[path] = state
+
+
+def _drop_incomplete(store: MilvusStore, m: Manifest) -> None:
+    """After a crash: forget files whose chunks are not all in the store."""
+    present = store.all_ids()
+    for path in [p for p, s in m.files.items() if not set(s.chunks) <= present]:
+        log.info("re-indexing %s: its chunks are incomplete", path)
+        del m.files[path]

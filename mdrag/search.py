@@ -1,0 +1,86 @@
+"""Query -> ranked results: embed, nearest neighbours in the store, threshold, filters."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from mdrag.embedding.base import Embedder
+from mdrag.errors import ConfigError
+from mdrag.store import filters as f
+from mdrag.store.milvus import MilvusStore
+from mdrag.types import SearchResult
+
+__all__ = ["FILTER_KEYS", "build_filter", "search"]
+
+#: Filters that `search` understands, and what they match.
+FILTER_KEYS = {
+    "path_prefix": "files whose path starts with this (absolute, or relative to the indexed folder)",
+    "tags": "files whose frontmatter tags contain this tag (a list: all of them)",
+    "root": "files found under this indexed folder (absolute path)",
+}
+
+
+def build_filter(filters: Mapping[str, Any] | None) -> str:
+    """A Milvus expression for ``filters``; values are quoted, never pasted."""
+    if not filters:
+        return ""
+    unknown = set(filters) - set(FILTER_KEYS)
+    if unknown:
+        raise ConfigError(f"unknown search filter {sorted(unknown)}: use {', '.join(FILTER_KEYS)}")
+    exprs: list[str] = []
+    prefix = filters.get("path_prefix")
+    if prefix:
+        if not isinstance(prefix, str):
+            raise ConfigError("filter path_prefix must be a string")
+        field = "path" if prefix.startswith("/") else "rel_path"
+        exprs.append(f.like_prefix(field, prefix.removeprefix("./")))
+    tags = filters.get("tags")
+    if tags:
+        for tag in [tags] if isinstance(tags, str) else list(tags):
+            exprs.append(f.json_contains("metadata", "tags", str(tag)))
+    root = filters.get("root")
+    if root:
+        exprs.append(f.eq("root", str(root)))
+    return f.and_(*exprs)
+
+
+def search(
+    store: MilvusStore,
+    embedder: Embedder,
+    query: str,
+    k: int = 10,
+    threshold: float | None = None,
+    filters: Mapping[str, Any] | None = None,
+) -> list[SearchResult]:
+    """The ``k`` chunks most similar to ``query`` whose score is at least ``threshold``.
+
+    Scores are cosine similarities clipped to 0..1 (MiniLM vectors are normalized).
+    """
+    if not query or not query.strip():
+        raise ConfigError("the search query is empty: give some words to search for")
+    if k < 1:
+        raise ConfigError(f"k must be at least 1, got {k}")
+    expr = build_filter(filters)
+    vector = embedder.embed_query(query)
+    rows = store.search(vector, k, expr)
+    results = []
+    for r in rows:
+        score = min(1.0, max(0.0, r["score"]))
+        if threshold is not None and score < threshold:
+            continue
+        results.append(
+            SearchResult(
+                text=r["text"],
+                path=r["path"],
+                rel_path=r["rel_path"],
+                score=round(score, 6),
+                heading_path=list(r.get("headings") or []),
+                chunk_id=r["id"],
+                page=r.get("page") or None,
+                line_start=r.get("line_start") or None,
+                line_end=r.get("line_end") or None,
+                metadata=dict(r.get("metadata") or {}),
+            )
+        )
+    return results

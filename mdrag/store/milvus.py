@@ -1,0 +1,311 @@
+"""Chunks and vectors in Milvus: a Milvus Lite file by default, or a server URI.
+
+One collection per index. The model that wrote the vectors is recorded in the
+collection's properties, and a store opened with another model refuses to
+work. Every write batch is flushed (a search right after unflushed inserts is
+~100x slower), and the collection is loaded on open (a reopened Milvus Lite
+collection is "released" until loaded).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from mdrag.errors import ModelMismatchError, StoreError, StoreUnavailableError
+from mdrag.store import filters
+from mdrag.types import Chunk
+
+__all__ = ["MilvusStore", "collection_name"]
+
+log = logging.getLogger(__name__)
+
+_IDENTITY_KEY = "mdrag.identity"
+_TEXT_MAX = 65535  # VARCHAR limit in bytes
+_PATH_MAX = 4096
+_QUERY_BATCH = 1000  # ids or hashes per `in [...]` expression
+_OUTPUT = [
+    "text", "context", "path", "rel_path", "root", "headings", "level",
+    "position", "page", "line_start", "line_end", "content_hash", "metadata",
+]  # fmt: skip
+_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")
+
+
+def _pymilvus() -> Any:
+    """Import pymilvus and quiet its own log handlers: mdrag reports store errors
+    itself, with the URI and what to do, instead of pymilvus's RPC tracebacks."""
+    import pymilvus
+
+    # grpc._server: Milvus Lite's in-process server logs a harmless "AllocTimestamp
+    # not implemented" traceback each time a collection is created.
+    for name in ("pymilvus", "pymilvus.milvus_client", "pymilvus.bulk_writer", "grpc._server"):
+        logging.getLogger(name).setLevel(logging.CRITICAL)
+    return pymilvus
+
+
+def collection_name(index: str) -> str:
+    """The collection of index ``index``; names are checked, never pasted."""
+    if not _NAME.match(index):
+        raise StoreError(
+            f"invalid index name {index!r}: use a letter, then letters, digits or '_' (64 at most)"
+        )
+    return f"mdrag_{index}"
+
+
+def _is_remote(uri: str) -> bool:
+    return uri.startswith(("http://", "https://", "tcp://", "grpc://", "unix:"))
+
+
+def _clip(s: str, limit: int) -> str:
+    b = s.encode("utf-8", "surrogatepass")
+    return s if len(b) <= limit else b[:limit].decode("utf-8", "ignore")
+
+
+class MilvusStore:
+    """The vector store of one index (one collection)."""
+
+    query_limit = 16384  # most rows one Milvus query returns
+
+    def __init__(self, uri: str, index: str, identity: dict[str, Any], token: str | None = None) -> None:
+        self.uri = uri  # Milvus Lite file path, or http(s):// server URI
+        self.collection = collection_name(index)  # collection holding this index
+        self.identity = identity  # {"model": ..., "dimension": ...} of the embedder
+        self._token = token  # server credentials; never logged
+        self._client: Any = None  # pymilvus.MilvusClient, connected in open()
+
+    # -- connection -------------------------------------------------------
+    def open(self, create: bool = True, replace_mismatch: bool = False) -> bool:
+        """Connect, check the model identity, load the collection.
+
+        Returns False when the collection does not exist and ``create`` is False.
+        A collection written by another model raises ModelMismatchError, or with
+        ``replace_mismatch`` (an indexing run) is dropped and created anew.
+        """
+        MilvusClient = _pymilvus().MilvusClient
+
+        if not _is_remote(self.uri):
+            Path(self.uri).expanduser().parent.mkdir(parents=True, exist_ok=True)
+        try:
+            kwargs: dict[str, Any] = {"timeout": 10}
+            if self._token:
+                kwargs["token"] = self._token
+            self._client = MilvusClient(self.uri, **kwargs)
+            exists = self._client.has_collection(self.collection)
+        except Exception as e:
+            raise StoreUnavailableError(
+                f"Cannot reach the Milvus store at {self.uri}: {_reason(e)}. "
+                + (
+                    "Start the Milvus server or fix milvus_uri."
+                    if _is_remote(self.uri)
+                    else "Check that the file is not open in another mdrag process and that its folder is writable."
+                )
+            ) from e
+        if not exists:
+            if not create:
+                return False
+            self._create()
+        else:
+            try:
+                self._check_identity()
+            except ModelMismatchError as e:
+                if not replace_mismatch:
+                    raise
+                log.warning("%s Rebuilding it now.", e)
+                self.drop()
+                self._create()
+        self._ensure_loaded()
+        return True
+
+    def close(self) -> None:
+        if self._client is not None:
+            try:
+                self._client.close()
+            finally:
+                self._client = None
+
+    @property
+    def client(self) -> Any:
+        if self._client is None:
+            raise StoreError("the store is not open")
+        return self._client
+
+    def _create(self) -> None:
+        from pymilvus import DataType, MilvusClient
+
+        dim = int(self.identity["dimension"])
+        s = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False)
+        s.add_field("id", DataType.VARCHAR, is_primary=True, max_length=64)
+        # enable_analyzer lets a BM25 function be added on `text` without a migration.
+        s.add_field("text", DataType.VARCHAR, max_length=_TEXT_MAX, enable_analyzer=True)
+        s.add_field("context", DataType.VARCHAR, max_length=1024)
+        s.add_field("path", DataType.VARCHAR, max_length=_PATH_MAX)
+        s.add_field("rel_path", DataType.VARCHAR, max_length=_PATH_MAX)
+        s.add_field("root", DataType.VARCHAR, max_length=_PATH_MAX)
+        s.add_field("headings", DataType.JSON)
+        s.add_field("level", DataType.INT64)
+        s.add_field("position", DataType.INT64)
+        s.add_field("page", DataType.INT64)  # 0 when the format has no pages
+        s.add_field("line_start", DataType.INT64)  # 0 when unknown
+        s.add_field("line_end", DataType.INT64)
+        s.add_field("content_hash", DataType.VARCHAR, max_length=64)
+        s.add_field("metadata", DataType.JSON)
+        s.add_field("vector", DataType.FLOAT_VECTOR, dim=dim)
+        ip = self.client.prepare_index_params()
+        ip.add_index("vector", index_type="AUTOINDEX", metric_type="COSINE")
+        self.client.create_collection(
+            self.collection,
+            schema=s,
+            index_params=ip,
+            properties={_IDENTITY_KEY: json.dumps(self.identity, sort_keys=True)},
+        )
+        log.info("created collection %s (%d-d) in %s", self.collection, dim, self.uri)
+
+    def stored_identity(self) -> dict[str, Any] | None:
+        props = self.client.describe_collection(self.collection).get("properties") or {}
+        raw = props.get(_IDENTITY_KEY)
+        try:
+            return json.loads(raw) if raw else None
+        except ValueError:
+            return None
+
+    def _check_identity(self) -> None:
+        stored = self.stored_identity()
+        if stored is None:
+            raise ModelMismatchError(
+                f"Collection {self.collection} in {self.uri} was not written by mdrag (no model "
+                "identity). Use another index name (--index), or rebuild it with `mdrag index --rebuild`."
+            )
+        if stored.get("model") != self.identity.get("model") or int(stored.get("dimension", -1)) != int(
+            self.identity["dimension"]
+        ):
+            raise ModelMismatchError(
+                f"Index {self.collection[6:]!r} was built with {stored.get('model')} "
+                f"({stored.get('dimension')}-d) but the configured embedding model is "
+                f"{self.identity.get('model')} ({self.identity['dimension']}-d). Rebuild it with "
+                "`mdrag index --rebuild DIR ...`, or set embedding.model back, or use another --index name."
+            )
+
+    def _ensure_loaded(self) -> None:
+        state = str(self.client.get_load_state(self.collection).get("state", ""))
+        if "Loaded" not in state:
+            self.client.load_collection(self.collection)
+
+    def drop(self) -> None:
+        """Delete the whole collection (a rebuild with another model)."""
+        if self.client.has_collection(self.collection):
+            self.client.drop_collection(self.collection)
+
+    # -- writes ------------------------------------------------------------
+    def upsert(self, chunks: Sequence[Chunk], vectors: np.ndarray) -> None:
+        """Insert or replace chunks by id, then flush."""
+        if not chunks:
+            return
+        rows = [_row(c, v) for c, v in zip(chunks, vectors)]
+        self._call("upsert", lambda: self.client.upsert(self.collection, rows))
+        self.flush()
+
+    def delete_ids(self, ids: Iterable[str], flush: bool = True) -> None:
+        ids = list(ids)
+        for i in range(0, len(ids), _QUERY_BATCH):
+            expr = filters.in_("id", ids[i : i + _QUERY_BATCH])
+            self._call("delete", lambda: self.client.delete(self.collection, filter=expr))
+        if ids and flush:
+            self.flush()
+
+    def flush(self) -> None:
+        self._call("flush", lambda: self.client.flush(self.collection))
+
+    # -- reads -------------------------------------------------------------
+    def vectors_by_hash(self, hashes: Iterable[str]) -> dict[str, np.ndarray]:
+        """Stored vectors for these content hashes: the embedding cache."""
+        hashes = sorted(set(hashes))
+        found: dict[str, np.ndarray] = {}
+        for i in range(0, len(hashes), _QUERY_BATCH):
+            expr = filters.in_("content_hash", hashes[i : i + _QUERY_BATCH])
+            rows = self._call(
+                "query",
+                lambda: self.client.query(self.collection, filter=expr, output_fields=["content_hash", "vector"]),
+            )
+            for r in rows:
+                found.setdefault(r["content_hash"], np.asarray(r["vector"], dtype=np.float32))
+        return found
+
+    def all_ids(self, prefix: str = "") -> set[str]:
+        """Every chunk id in the collection (used to repair after a crash).
+
+        Ids are hex digests, so the collection is read in buckets by id prefix,
+        each split 16 ways while it is larger than one query may return
+        (Milvus caps a query at 16,384 rows; Milvus Lite has no query iterator).
+        """
+        limit = self.query_limit
+        expr = filters.like_prefix("id", prefix) if prefix else ""
+        rows = self._call(
+            "query", lambda: self.client.query(self.collection, filter=expr, output_fields=["id"], limit=limit)
+        )
+        if len(rows) < limit:
+            return {r["id"] for r in rows}
+        return set().union(*(self.all_ids(prefix + c) for c in "0123456789abcdef"))
+
+    def count(self) -> int:
+        rows = self._call(
+            "count", lambda: self.client.query(self.collection, filter="", output_fields=["count(*)"])
+        )
+        return int(rows[0]["count(*)"]) if rows else 0
+
+    def search(self, vector: np.ndarray, k: int, expr: str = "") -> list[dict[str, Any]]:
+        """The ``k`` nearest chunks as row dicts with a ``score`` (cosine)."""
+        res = self._call(
+            "search",
+            lambda: self.client.search(
+                self.collection,
+                data=[vector.astype(np.float32).tolist()],
+                limit=k,
+                filter=expr,
+                output_fields=_OUTPUT,
+                search_params={"metric_type": "COSINE"},
+            ),
+        )
+        out = []
+        for hit in res[0] if res else []:
+            row = dict(hit["entity"])
+            row["id"] = hit["id"]
+            row["score"] = float(hit["distance"])
+            out.append(row)
+        return out
+
+    def _call(self, what: str, fn: Any) -> Any:
+        try:
+            return fn()
+        except Exception as e:
+            raise StoreError(f"Milvus {what} on {self.collection} at {self.uri} failed: {_reason(e)}") from e
+
+
+def _row(c: Chunk, v: np.ndarray) -> dict[str, Any]:
+    return {
+        "id": c.id,
+        "text": _clip(c.text, _TEXT_MAX),
+        "context": _clip(c.context, 1024),
+        "path": _clip(c.path, _PATH_MAX),
+        "rel_path": _clip(c.rel_path, _PATH_MAX),
+        "root": _clip(c.root, _PATH_MAX),
+        "headings": list(c.heading_path),
+        "level": c.level,
+        "position": c.position,
+        "page": c.page or 0,
+        "line_start": c.line_start or 0,
+        "line_end": c.line_end or 0,
+        "content_hash": c.content_hash,
+        "metadata": c.metadata,
+        "vector": np.asarray(v, dtype=np.float32).tolist(),
+    }
+
+
+def _reason(e: Exception) -> str:
+    msg = getattr(e, "message", None) or str(e)
+    return msg.strip().splitlines()[0][:300] if msg else type(e).__name__

@@ -1,0 +1,103 @@
+"""Plain data passed between the parts of mdrag: no I/O here."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+__all__ = ["Block", "Chunk", "Document", "SearchResult", "Section", "FRONTMATTER_FIELDS"]
+
+#: Frontmatter fields that every chunk carries (markdown-rag-milvus.md FR-005).
+FRONTMATTER_FIELDS = ("title", "description", "tags", "topics", "keywords", "summary", "llm_hints")
+
+BlockKind = Literal["text", "code", "table"]
+
+
+@dataclass
+class Block:
+    """A run of body text, a fenced code block or a table inside a section.
+
+    Code blocks keep their fences (```lang ... ```) in ``text`` so that a chunk
+    shows them as the source did; the chunker never cuts one that fits.
+    """
+
+    text: str
+    kind: BlockKind = "text"
+    language: str | None = None
+    line_start: int | None = None  # 1-based first line in the source file, if known
+    line_end: int | None = None  # 1-based last line in the source file, if known
+
+
+@dataclass
+class Section:
+    """The content under one heading (or before the first heading: level 0)."""
+
+    heading_path: list[str]  # titles from the top heading down to this one
+    level: int  # heading level 1-6; 0 for text before any heading
+    blocks: list[Block] = field(default_factory=list)
+    page: int | None = None  # 1-based page number (PDF)
+
+    @property
+    def text(self) -> str:
+        return "\n\n".join(b.text for b in self.blocks)
+
+
+@dataclass
+class Document:
+    """A parsed file: frontmatter/metadata plus its sections in reading order."""
+
+    path: str  # absolute path of the source file
+    sections: list[Section]
+    metadata: dict[str, Any] = field(default_factory=dict)  # frontmatter or format metadata
+    title: str | None = None
+    warnings: list[str] = field(default_factory=list)  # non-fatal problems, logged by the indexer
+
+
+@dataclass
+class Chunk:
+    """One indexed unit of text with everything needed to cite and filter it."""
+
+    id: str  # stable: derived from root, relative path and position
+    text: str  # body text shown to users
+    context: str  # "title > heading > subheading", embedded with the text
+    path: str  # absolute file path
+    rel_path: str  # path relative to its root folder, with forward slashes
+    root: str  # the indexed folder the file was found under
+    heading_path: list[str]
+    level: int
+    position: int  # 0-based index of the chunk within its file
+    content_hash: str  # sha256 of embed_text: equal text means equal vector
+    page: int | None = None
+    line_start: int | None = None
+    line_end: int | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)  # the FRONTMATTER_FIELDS present
+
+    @property
+    def embed_text(self) -> str:
+        """The text the embedder sees: the heading context, then the body."""
+        return f"{self.context}\n\n{self.text}" if self.context else self.text
+
+
+@dataclass
+class SearchResult:
+    """One ranked hit; ``to_dict()`` is the JSON shape of `mdrag search --json`."""
+
+    text: str
+    path: str
+    rel_path: str
+    score: float  # cosine similarity clipped to 0..1
+    heading_path: list[str]
+    chunk_id: str
+    page: int | None = None
+    line_start: int | None = None
+    line_end: int | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def heading(self) -> str:
+        return " > ".join(self.heading_path)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["heading"] = self.heading
+        return d

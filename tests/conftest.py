@@ -1,0 +1,141 @@
+"""Shared fixtures: a private mdrag home per test, the real model, Milvus Lite and a Milvus server."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mdrag.embedding.base import Embedder
+
+SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    """The real test files in ../shared/data (relative to the repository root)."""
+    if not SHARED_DATA.is_dir():
+        pytest.skip(f"shared test data not found at {SHARED_DATA} (see shared/data/README.md)")
+    return SHARED_DATA
+
+
+@pytest.fixture(autouse=True)
+def mdrag_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Every test gets its own mdrag home (config file and cache) and no MARKDOWN_QA_* variables."""
+    home = tmp_path / "mdrag-home"
+    home.mkdir()
+    monkeypatch.setenv("MDRAG_HOME", str(home))
+    for var in list(os.environ):
+        if var.startswith("MARKDOWN_QA_"):
+            monkeypatch.delenv(var)
+    return home
+
+
+class HashEmbedder(Embedder):
+    """A small deterministic embedder for tests of indexing logic.
+
+    Words are hashed into 64 buckets, so texts that share words are close; every
+    call is counted so tests can assert what was (not) embedded.
+    """
+
+    model_id = "test:hash-64"
+
+    def __init__(self, dim: int = 64, max_tokens: int | None = None) -> None:
+        self._dim = dim
+        self._max = max_tokens
+        self.embedded: list[str] = []  # every text ever embedded
+
+    @property
+    def dimension(self) -> int:
+        return self._dim
+
+    @property
+    def max_tokens(self) -> int | None:
+        return self._max
+
+    def count_tokens(self, texts: Sequence[str]) -> list[int]:
+        return [len(t.split()) + 2 for t in texts]
+
+    def embed_batch(self, texts: Sequence[str]) -> np.ndarray:
+        self.embedded.extend(texts)
+        out = np.zeros((len(texts), self._dim), dtype=np.float32)
+        for i, t in enumerate(texts):
+            for w in t.lower().split():
+                out[i, int(hashlib.md5(w.encode()).hexdigest(), 16) % self._dim] += 1.0
+            out[i, 0] += 1e-3
+        return out
+
+
+@pytest.fixture
+def hash_embedder() -> HashEmbedder:
+    return HashEmbedder()
+
+
+@pytest.fixture(scope="session")
+def minilm() -> Embedder:
+    """The real all-MiniLM-L6-v2, loaded once for the whole run."""
+    from mdrag.embedding.local import LocalEmbedder
+
+    return LocalEmbedder()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def milvus_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real Milvus gRPC server (`milvus-lite server`) on 127.0.0.1; yields its URI."""
+    exe = shutil.which("milvus-lite") or str(Path(sys.executable).parent / "milvus-lite")
+    if not Path(exe).exists():
+        pytest.skip("milvus-lite's server command is not installed")
+    data = tmp_path_factory.mktemp("milvus-server")
+    port = _free_port()
+    log = open(data / "server.log", "wb")  # noqa: SIM115 - closed below
+    proc = subprocess.Popen(
+        [exe, "server", "--data-dir", str(data / "db"), "--host", "127.0.0.1", "--port", str(port)],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            pytest.fail(f"milvus-lite server exited: {(data / 'server.log').read_text()[-2000:]}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                break
+        except OSError:
+            time.sleep(0.2)
+    else:
+        proc.kill()
+        pytest.fail("milvus-lite server did not start in 60 s")
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+
+
+@pytest.fixture(params=["lite", "server"])
+def store_uri(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Each store test runs on a Milvus Lite file and on a Milvus server."""
+    if request.param == "lite":
+        return str(tmp_path / "store" / "milvus.db")
+    return str(request.getfixturevalue("milvus_server"))

@@ -1,0 +1,153 @@
+"""The chunker is pure: these tests need no model, no store and no files but shared data."""
+
+from __future__ import annotations
+
+import pytest
+
+from mdrag.chunking import ChunkSettings, chunk_document, split_text
+from mdrag.errors import ConfigError
+from mdrag.types import Block, Document, Section
+
+
+def _doc(*sections: Section, title: str | None = "Guide", metadata: dict | None = None) -> Document:
+    return Document(path="/docs/guide.md", sections=list(sections), metadata=metadata or {}, title=title)
+
+
+def _para(n: int, word: str = "lorem") -> str:
+    return " ".join(f"{word}{i}" for i in range(n))
+
+
+def test_split_text_respects_limit_and_overlaps() -> None:
+    text = ". ".join(_para(12, f"s{j}w") for j in range(30))
+    pieces = split_text(text, 300, 60)
+    assert len(pieces) > 3
+    assert all(len(p) <= 300 for p in pieces)
+    for a, b in zip(pieces, pieces[1:]):
+        # the next piece starts with text from the end of the previous one
+        assert b.split()[0] in a
+
+
+def test_split_text_hard_cuts_a_word_longer_than_the_limit() -> None:
+    pieces = split_text("x" * 1000, 300)
+    assert [len(p) for p in pieces] == [300, 300, 300, 100]
+
+
+def test_sections_become_chunks_with_heading_paths_and_metadata() -> None:
+    doc = _doc(
+        Section([], 0, [Block("Intro text.", line_start=3, line_end=3)]),
+        Section(["Install"], 1, [Block("Run the installer.", line_start=5, line_end=5)]),
+        Section(["Install", "Linux"], 2, [Block("Use apt.", line_start=9, line_end=9)]),
+        metadata={"title": "Guide", "tags": ["setup", " "], "keywords": "a, b", "other": 1},
+    )
+    chunks = chunk_document(doc, "/docs", "guide.md")
+    assert [c.heading_path for c in chunks] == [[], ["Install"], ["Install", "Linux"]]
+    assert [c.level for c in chunks] == [0, 1, 2]
+    assert [c.line_start for c in chunks] == [3, 5, 9]
+    assert chunks[2].context == "Guide > Install > Linux"
+    assert chunks[2].embed_text == "Guide > Install > Linux\n\nUse apt."
+    assert chunks[0].metadata == {"title": "Guide", "tags": ["setup"], "keywords": ["a", "b"]}
+    assert [c.position for c in chunks] == [0, 1, 2]
+    assert chunks[0].rel_path == "guide.md" and chunks[0].root == "/docs"
+
+
+def test_title_is_not_repeated_when_it_is_the_first_heading() -> None:
+    doc = _doc(Section(["Guide", "Usage"], 2, [Block("text")]))
+    assert chunk_document(doc, "/r", "g.md")[0].context == "Guide > Usage"
+
+
+def test_ids_are_stable_and_distinct() -> None:
+    doc = _doc(Section(["A"], 1, [Block(_para(400))]))
+    a = chunk_document(doc, "/docs", "guide.md")
+    b = chunk_document(doc, "/docs", "guide.md")
+    assert [c.id for c in a] == [c.id for c in b]
+    assert len({c.id for c in a}) == len(a) > 1
+    other_root = chunk_document(doc, "/other", "guide.md")
+    other_path = chunk_document(doc, "/docs", "guide2.md")
+    assert not {c.id for c in a} & {c.id for c in other_root}
+    assert not {c.id for c in a} & {c.id for c in other_path}
+    assert [c.content_hash for c in a] == [c.content_hash for c in other_root]
+
+
+def test_size_limit_and_overlap_between_chunks_of_a_long_section() -> None:
+    paras = [Block(_para(40, f"p{i}w")) for i in range(20)]
+    chunks = chunk_document(_doc(Section(["Long"], 1, paras)), "/r", "l.md", ChunkSettings(1000, 200))
+    assert len(chunks) > 4
+    assert all(len(c.text) <= 1000 for c in chunks)
+    for a, b in zip(chunks, chunks[1:]):
+        assert b.text.split()[0] in a.text.split(), "consecutive chunks share text"
+
+
+def test_code_block_that_fits_is_never_cut() -> None:
+    code = "```python\n" + "\n".join(f"print({i})  # line {i}" for i in range(30)) + "\n```"
+    assert 600 < len(code) < 1000
+    blocks = [Block(_para(80, "before")), Block(code, kind="code", language="python"), Block(_para(30, "after"))]
+    chunks = chunk_document(_doc(Section(["Code"], 1, blocks)), "/r", "c.md")
+    holders = [c for c in chunks if "print(0)" in c.text]
+    assert len(holders) == 1 and code in holders[0].text
+
+
+def test_code_block_larger_than_a_chunk_is_split_on_lines() -> None:
+    code = "```\n" + "\n".join(f"line {i} " + "x" * 40 for i in range(100)) + "\n```"
+    chunks = chunk_document(_doc(Section(["Code"], 1, [Block(code, kind="code")])), "/r", "c.md")
+    assert len(chunks) > 4
+    assert all(len(c.text) <= 1000 for c in chunks)
+    assert all(line in "\n".join(c.text for c in chunks) for line in code.splitlines()[1:-1])
+
+
+def test_no_empty_chunks_and_no_frontmatter_only_chunks() -> None:
+    doc = _doc(Section(["Empty"], 1, [Block("   "), Block("\n\n")]), metadata={"title": "Only frontmatter"})
+    assert chunk_document(doc, "/r", "e.md") == []
+    assert chunk_document(_doc(), "/r", "e.md") == []
+
+
+def test_window_splits_chunks_too_long_for_the_model() -> None:
+    # "Words" are tokens here: a 1000-character chunk of 1-char words is ~500 tokens.
+    def count(texts):
+        return [len(t.split()) + 2 for t in texts]
+
+    text = " ".join("a" for _ in range(499))
+    doc = _doc(Section(["H"], 1, [Block(text)]))
+    chunks = chunk_document(doc, "/r", "w.md", count_tokens=count, max_tokens=64)
+    assert len(chunks) >= 8
+    assert all(count([c.embed_text])[0] <= 64 for c in chunks)
+    assert sum(len(c.text.split()) for c in chunks) == 499, "nothing is lost"
+
+
+def test_token_unit_counts_sizes_in_tokens() -> None:
+    def count(texts):
+        return [len(t.split()) + 2 for t in texts]
+
+    doc = _doc(Section(["H"], 1, [Block(_para(20, f"b{i}w")) for i in range(10)]))
+    chunks = chunk_document(doc, "/r", "t.md", ChunkSettings(60, 10, "tokens"), count_tokens=count)
+    assert len(chunks) >= 4
+    assert all(count([c.text])[0] <= 60 for c in chunks)
+
+
+def test_invalid_settings_are_reported_with_their_key() -> None:
+    with pytest.raises(ConfigError, match="chunk.overlap"):
+        ChunkSettings(1000, 900)
+    with pytest.raises(ConfigError, match="chunk.size"):
+        ChunkSettings(10, 0)
+    with pytest.raises(ConfigError, match="chunk.unit"):
+        ChunkSettings(1000, 200, "lines")  # type: ignore[arg-type]
+
+
+def test_real_docs_never_exceed_the_minilm_window(shared_data) -> None:
+    """65% of 1000-character chunks of real docs are longer than MiniLM's 256 word pieces."""
+    from mdrag.embedding.local import LocalEmbedder
+    from mdrag.parsers import parse_file
+
+    emb = LocalEmbedder()  # the tokenizer only: no model is loaded
+    files = sorted((shared_data / "markdown_hugo_docs").rglob("*.md"))[:150]
+    over_before = total = 0
+    for path in files:
+        doc = parse_file(path)
+        plain = chunk_document(doc, str(shared_data), path.name)
+        counts = emb.count_tokens([c.embed_text for c in plain])
+        over_before += sum(n > 256 for n in counts)
+        chunks = chunk_document(doc, str(shared_data), path.name, count_tokens=emb.count_tokens, max_tokens=256)
+        total += len(chunks)
+        assert all(n <= 256 for n in emb.count_tokens([c.embed_text for c in chunks])), path
+        assert all(c.text.strip() for c in chunks)
+    assert total > 300
+    assert over_before > 50, "the corpus really has chunks over the window"

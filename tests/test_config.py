@@ -1,0 +1,85 @@
+"""Settings: flags > file > environment > defaults; invalid values name their key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from mdrag.config import DEFAULTS, load_config
+from mdrag.errors import ConfigError
+
+
+def test_defaults(mdrag_home: Path) -> None:
+    c = load_config()
+    assert c["index"] == "default" and c["chunk.size"] == 1000 and c["chunk.overlap"] == 200
+    assert c["llm.model"] == "qwen-flash" and c["server.port"] == 8765 and c["server.reload_interval"] == 300
+    assert c.milvus_uri == str(mdrag_home / "cache" / "milvus.db")
+    assert c.manifest_path().parent == mdrag_home / "cache" / "manifests"
+
+
+def test_precedence_flags_over_file_over_env(mdrag_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MARKDOWN_QA_LLM_MODEL", "from-env")
+    monkeypatch.setenv("MARKDOWN_QA_API_BASE_URL", "http://env:1/v1")
+    assert load_config()["llm.model"] == "from-env"
+    (mdrag_home / "config.yaml").write_text("llm:\n  model: from-file\nchunk:\n  size: 800\n")
+    c = load_config()
+    assert c["llm.model"] == "from-file" and c.sources["llm.model"] == "file"
+    assert c["api.base_url"] == "http://env:1/v1" and c.sources["api.base_url"] == "env"
+    c = load_config({"llm.model": "from-flag"})
+    assert c["llm.model"] == "from-flag" and c["chunk.size"] == 800
+
+
+def test_toml_file(mdrag_home: Path) -> None:
+    (mdrag_home / "config.toml").write_text('index = "notes"\n[search]\nthreshold = 0.5\n')
+    c = load_config()
+    assert c["index"] == "notes" and c["search.threshold"] == 0.5
+
+
+@pytest.mark.parametrize(
+    ("text", "key"),
+    [
+        ("chunk:\n  size: big\n", "chunk.size"),
+        ("search:\n  threshold: 3\n", "search.threshold"),
+        ("embedding:\n  provider: cloud\n", "embedding.provider"),
+        ("folders: 3\n", "folders"),
+        ("server:\n  port: 70000\n", "server.port"),
+    ],
+)
+def test_invalid_values_name_their_key(mdrag_home: Path, text: str, key: str) -> None:
+    (mdrag_home / "config.yaml").write_text(text)
+    with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+        load_config()
+
+
+def test_invalid_yaml_names_the_file_and_line(mdrag_home: Path) -> None:
+    (mdrag_home / "config.yaml").write_text("chunk:\n  size: [1,\n")
+    with pytest.raises(ConfigError, match=r"(?s)config.yaml.*line 3"):
+        load_config()
+
+
+def test_invalid_env_value(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MARKDOWN_QA_EMBEDDING_PROVIDER", "nope")
+    with pytest.raises(ConfigError, match="embedding.provider.*environment"):
+        load_config()
+
+
+def test_unknown_keys_are_warned_not_fatal(mdrag_home: Path, caplog) -> None:
+    (mdrag_home / "config.yaml").write_text("colour: blue\nchunk:\n  size: 900\n")
+    assert load_config()["chunk.size"] == 900
+    assert "colour" in caplog.text
+    with pytest.raises(ConfigError, match="unknown setting"):
+        load_config({"colour": "red"})
+
+
+def test_secrets_are_redacted(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MARKDOWN_QA_API_KEY", "sk-very-secret")
+    c = load_config()
+    assert c["api.api_key"] == "sk-very-secret"
+    assert "sk-very-secret" not in repr(c.redacted())
+
+
+def test_every_setting_is_documented() -> None:
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    missing = [k for k in DEFAULTS if f"`{k}`" not in readme]
+    assert not missing, f"settings missing from README.md: {missing}"

@@ -1,0 +1,218 @@
+"""The incremental indexer on a real Milvus Lite file (and a Milvus server), with a
+small deterministic embedder that counts what it embeds."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+from mdrag.config import load_config
+from mdrag.index import Index
+from tests.conftest import HashEmbedder
+
+DOC = """---
+title: Install guide
+tags: [setup, linux]
+---
+# Install
+
+Download the archive and unpack it.
+
+## Linux
+
+Use the package manager: `apt install tool`.
+
+## Windows
+
+Run the installer and follow the steps.
+"""
+
+
+def _index(embedder: HashEmbedder, uri: str | None = None, **overrides) -> Index:
+    o = {"index": "t" + os.urandom(4).hex(), **overrides}
+    if uri:
+        o["milvus_uri"] = uri
+    return Index(load_config(o), embedder=embedder)
+
+
+def _corpus(tmp_path: Path, n: int = 5) -> Path:
+    root = tmp_path / "docs"
+    (root / "sub").mkdir(parents=True)
+    (root / "install.md").write_text(DOC)
+    for i in range(n):
+        (root / "sub" / f"page{i}.md").write_text(f"# Page {i}\n\nTopic {i} words here.\n\n## Details\n\nMore {i}.\n")
+    return root
+
+
+def _consistent(idx: Index) -> None:
+    """No orphan and no missing chunk: store ids == manifest ids."""
+    from mdrag.manifest import Manifest
+
+    m = Manifest.load(idx.manifest_path)
+    assert m is not None and not m.dirty
+    assert idx.store.all_ids() == m.chunk_ids()
+    assert idx.store.count() == m.chunk_count
+
+
+@pytest.mark.slow
+def test_incremental_runs_embed_only_what_changed(tmp_path: Path, store_uri: str) -> None:
+    root = _corpus(tmp_path)
+    emb = HashEmbedder()
+    idx = _index(emb, store_uri)
+    s = idx.update([root])
+    assert (s.added, s.modified, s.deleted, s.skipped) == (6, 0, 0, 0)
+    assert s.chunks_embedded == s.chunks_total > 6
+    _consistent(idx)
+
+    s = idx.update([root])  # nothing changed
+    assert (s.added, s.modified, s.unchanged, s.chunks_embedded) == (0, 0, 6, 0)
+
+    f = root / "install.md"
+    os.utime(f, ns=(time.time_ns(), time.time_ns() + 10**9))  # touched, same content
+    s = idx.update([root])
+    assert s.chunks_embedded == 0 and s.unchanged == 6 and s.modified == 0
+
+    f.write_text(DOC.replace("Run the installer and follow the steps.", "Double-click setup.exe."))
+    n_before = len(emb.embedded)
+    s = idx.update([root])
+    assert s.modified == 1 and s.chunks_embedded == 1, "only the edited section is embedded"
+    assert "setup.exe" in emb.embedded[n_before]
+    assert idx.search("setup.exe double-click", k=1, threshold=0)[0].heading_path == ["Install", "Windows"]
+    _consistent(idx)
+
+    (root / "sub" / "page3.md").unlink()
+    s = idx.update([root])
+    assert s.deleted == 1 and s.chunks_embedded == 0
+    assert not [r for r in idx.search("Topic 3 words", k=50, threshold=0) if r.rel_path == "sub/page3.md"]
+    _consistent(idx)
+    idx.close()
+
+
+@pytest.mark.slow
+def test_moved_file_reuses_its_vectors(tmp_path: Path) -> None:
+    root = _corpus(tmp_path)
+    emb = HashEmbedder()
+    idx = _index(emb)
+    idx.update([root])
+    (root / "sub" / "page1.md").rename(root / "page1-moved.md")
+    s = idx.update([root])
+    assert (s.added, s.deleted, s.chunks_embedded) == (1, 1, 0)
+    assert s.chunks_reused > 0
+    _consistent(idx)
+
+
+def test_several_folders_one_index_and_bad_folders_warn(tmp_path: Path) -> None:
+    a = _corpus(tmp_path / "a", 2)
+    b = _corpus(tmp_path / "b", 3)
+    (tmp_path / "empty").mkdir()
+    idx = _index(HashEmbedder())
+    s = idx.update([a, b, tmp_path / "missing", tmp_path / "empty"])
+    assert s.added == 3 + 4
+    assert any("missing" in w and "does not exist" in w for w in s.warnings)
+    assert any("empty" in w and "no supported files" in w for w in s.warnings)
+    roots = {r.path.split("/docs/")[0] for r in idx.search("Topic words", k=50, threshold=0)}
+    assert roots == {str(tmp_path / "a"), str(tmp_path / "b")}
+    _consistent(idx)
+
+
+def test_unparsable_files_are_skipped_and_the_run_goes_on(tmp_path: Path, caplog) -> None:
+    root = _corpus(tmp_path, 2)
+    (root / "broken.pdf").write_bytes(b"%PDF-1.4 this is not really a pdf")
+    (root / "broken.docx").write_bytes(b"not a zip file")
+    idx = _index(HashEmbedder())
+    s = idx.update([root])
+    assert s.added == 3 and s.skipped == 2
+    assert {Path(p).name for p, _ in s.skipped_files} == {"broken.pdf", "broken.docx"}
+    assert all(reason for _, reason in s.skipped_files)
+    assert "broken.pdf" in caplog.text
+    # still skipped, not lost, on the next run; fixed files are picked up
+    s = idx.update([root])
+    assert s.skipped == 2 and s.chunks_embedded == 0
+    _consistent(idx)
+
+
+def test_corrupt_manifest_falls_back_to_a_rebuild_without_duplicates(tmp_path: Path) -> None:
+    root = _corpus(tmp_path)
+    emb = HashEmbedder()
+    idx = _index(emb)
+    first = idx.update([root])
+    idx.manifest_path.write_text("{ not json")
+    s = idx.update([root])
+    assert s.rebuild == "manifest unreadable"
+    assert s.chunks_embedded == 0 and s.chunks_reused == first.chunks_total, "vectors come from the store"
+    assert s.chunks_total == first.chunks_total
+    _consistent(idx)
+    idx.manifest_path.unlink()
+    s = idx.update([root])
+    assert s.rebuild == "no manifest" and s.chunks_total == first.chunks_total
+    _consistent(idx)
+
+
+def test_chunk_settings_change_rechunks_everything(tmp_path: Path) -> None:
+    root = _corpus(tmp_path)
+    emb = HashEmbedder()
+    idx = _index(emb)
+    idx.update([root])
+    idx2 = Index(idx.config.with_overrides({"chunk.size": 60, "chunk.overlap": 10}), embedder=emb)
+    s = idx2.update([root])
+    assert s.rebuild == "chunk settings changed" and s.added == 6 and s.chunks_embedded == 0
+    _consistent(idx2)
+
+
+def test_model_change_rebuilds_and_search_with_the_old_model_is_refused(tmp_path: Path) -> None:
+    from mdrag.errors import ModelMismatchError
+
+    root = _corpus(tmp_path)
+    idx = _index(HashEmbedder())
+    idx.update([root])
+    idx.close()
+    other = HashEmbedder(dim=32)
+    other.model_id = "test:hash-32"
+    idx2 = Index(idx.config, embedder=other)
+    s = idx2.update([root])
+    assert s.rebuild and "model changed" in s.rebuild
+    assert s.chunks_embedded == s.chunks_total
+    idx2.close()
+    with pytest.raises(ModelMismatchError, match="mdrag index --rebuild"):
+        Index(idx.config, embedder=HashEmbedder()).search("install")
+
+
+def test_store_emptied_behind_the_manifest_is_repaired(tmp_path: Path) -> None:
+    root = _corpus(tmp_path)
+    idx = _index(HashEmbedder())
+    first = idx.update([root])
+    idx.store.delete_ids(list(idx.store.all_ids())[:3])
+    s = idx.update([root])
+    assert s.repaired and s.chunks_total == first.chunks_total
+    _consistent(idx)
+
+
+def test_shared_corpus_formats_parse_or_skip(tmp_path: Path, shared_data: Path) -> None:
+    """Every PDF, DOCX and HTML file under shared data is indexed or skipped with a reason."""
+    root = tmp_path / "mixed"
+    root.mkdir()
+    picks = [
+        *sorted((shared_data / "pdf_py-pdf_sample-files").rglob("*.pdf"))[:12],
+        *sorted((shared_data / "docx_mammoth").rglob("*.docx"))[:8],
+        *sorted((shared_data / "html_readability_pages").rglob("source.html"))[:8],
+    ]
+    for i, p in enumerate(picks):
+        shutil.copy(p, root / f"{i:02d}-{p.parent.name}-{p.name}")
+    idx = _index(HashEmbedder())
+    s = idx.update([root])
+    assert s.added + s.skipped == len(picks)
+    assert all(reason for _, reason in s.skipped_files)
+    pages = [r.page for r in idx.search("the", k=100, threshold=0) if r.path.endswith(".pdf")]
+    assert pages and all(isinstance(p, int) and p >= 1 for p in pages)
+    _consistent(idx)
+
+
+def test_summary_is_json_serializable(tmp_path: Path) -> None:
+    idx = _index(HashEmbedder())
+    s = idx.update([_corpus(tmp_path, 1)])
+    assert json.loads(json.dumps(s.to_dict()))["added"] == 2

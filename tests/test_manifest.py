@@ -1,0 +1,71 @@
+"""Manifest: pure diff, atomic save, corrupt files become a rebuild."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from mdrag.manifest import FileState, Manifest, diff
+
+
+def _state(mtime: int = 1, size: int = 10, chunks: list[str] | None = None) -> FileState:
+    return FileState(root="/r", rel_path="a.md", mtime_ns=mtime, size=size, hash="h", chunks=chunks or ["c1"])
+
+
+def test_diff_finds_added_changed_removed_unchanged() -> None:
+    known = {"/r/a.md": _state(), "/r/b.md": _state(), "/r/gone.md": _state()}
+    found = {"/r/a.md": (1, 10), "/r/b.md": (2, 10), "/r/new.md": (5, 5)}
+    d = diff(known, found)
+    assert d.added == ["/r/new.md"]
+    assert d.stat_changed == ["/r/b.md"]
+    assert d.removed == ["/r/gone.md"]
+    assert d.unchanged == ["/r/a.md"]
+
+
+def test_size_change_with_same_mtime_is_a_change() -> None:
+    assert diff({"/a": _state(1, 10)}, {"/a": (1, 11)}).stat_changed == ["/a"]
+
+
+def _manifest() -> Manifest:
+    m = Manifest(index="default", store_uri="/s.db", model={"model": "m", "dimension": 4}, chunking={"size": 1})
+    m.files["/r/a.md"] = _state(chunks=["x", "y"])
+    return m
+
+
+def test_save_and_load_round_trip(tmp_path: Path) -> None:
+    path = tmp_path / "m" / "default.json"
+    m = _manifest()
+    m.save(path)
+    loaded = Manifest.load(path)
+    assert loaded == m
+    assert loaded is not None and loaded.chunk_ids() == {"x", "y"} and loaded.chunk_count == 2
+    assert [p.name for p in path.parent.iterdir()] == ["default.json"], "no temp files left"
+
+
+def test_missing_or_corrupt_manifest_loads_as_none(tmp_path: Path, caplog) -> None:
+    path = tmp_path / "default.json"
+    assert Manifest.load(path) is None
+    path.write_text('{"index": "default", "files": {')
+    assert Manifest.load(path) is None
+    assert "corrupt" in caplog.text
+    path.write_text(json.dumps({"version": 99}))
+    assert Manifest.load(path) is None
+
+
+def test_failed_save_keeps_the_old_manifest(tmp_path: Path, monkeypatch) -> None:
+    path = tmp_path / "manifests" / "default.json"
+    m = _manifest()
+    m.save(path)
+    before = path.read_text()
+    m.files["/r/b.md"] = _state()
+
+    def boom(*a, **k):
+        raise OSError("disk full")
+
+    monkeypatch.setattr("os.fsync", boom)
+    try:
+        m.save(path)
+    except OSError:
+        pass
+    assert path.read_text() == before
+    assert [p.name for p in path.parent.iterdir()] == ["default.json"]

@@ -1,0 +1,134 @@
+"""The Milvus store, on a Milvus Lite file and on a Milvus server (`milvus-lite server`)."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import numpy as np
+import pytest
+
+from mdrag.errors import ModelMismatchError, StoreError, StoreUnavailableError
+from mdrag.store.milvus import MilvusStore, collection_name
+from mdrag.types import Chunk
+
+IDENTITY = {"model": "test:model", "dimension": 8}
+
+
+def _name() -> str:
+    return "t" + uuid.uuid4().hex[:12]
+
+
+def _chunks(n: int, path: str = "/r/a.md") -> tuple[list[Chunk], np.ndarray]:
+    rng = np.random.default_rng(n)
+    chunks = [
+        Chunk(
+            id=f"{uuid.uuid4().hex}",
+            text=f"text {i} of {path}",
+            context="Doc > Part",
+            path=path,
+            rel_path=path.rsplit("/", 1)[-1],
+            root="/r",
+            heading_path=["Doc", "Part"],
+            level=2,
+            position=i,
+            content_hash=f"{path}-{i}".encode().hex()[:64],
+            page=i + 1 if i % 2 else None,
+            line_start=i + 1,
+            line_end=i + 2,
+            metadata={"tags": ["x"], "title": "Doc"},
+        )
+        for i in range(n)
+    ]
+    v = rng.normal(size=(n, 8)).astype(np.float32)
+    return chunks, v / np.linalg.norm(v, axis=1, keepdims=True)
+
+
+@pytest.mark.slow
+def test_write_search_delete_round_trip(store_uri: str) -> None:
+    s = MilvusStore(store_uri, _name(), IDENTITY)
+    assert s.open(create=True)
+    chunks, vecs = _chunks(20)
+    s.upsert(chunks, vecs)
+    assert s.count() == 20
+    hits = s.search(vecs[3], 5)
+    assert hits[0]["id"] == chunks[3].id and hits[0]["score"] == pytest.approx(1.0, abs=1e-4)
+    assert hits[0]["headings"] == ["Doc", "Part"] and hits[0]["metadata"]["tags"] == ["x"]
+    assert hits[0]["page"] == 4 and hits[0]["line_start"] == 4
+    # upsert by id replaces, never duplicates
+    s.upsert(chunks[:5], vecs[:5])
+    assert s.count() == 20
+    cached = s.vectors_by_hash([chunks[0].content_hash, "missing"])
+    assert list(cached) == [chunks[0].content_hash]
+    np.testing.assert_allclose(cached[chunks[0].content_hash], vecs[0], atol=1e-6)
+    s.delete_ids([c.id for c in chunks[:10]])
+    assert s.count() == 10
+    assert s.all_ids() == {c.id for c in chunks[10:]}
+    s.close()
+
+
+@pytest.mark.slow
+def test_reopened_collection_is_loaded_and_searchable(store_uri: str) -> None:
+    name = _name()
+    s = MilvusStore(store_uri, name, IDENTITY)
+    s.open()
+    chunks, vecs = _chunks(5)
+    s.upsert(chunks, vecs)
+    s.close()
+    s2 = MilvusStore(store_uri, name, IDENTITY)
+    assert s2.open(create=False)
+    assert "Loaded" in str(s2.client.get_load_state(s2.collection)["state"])
+    assert s2.search(vecs[0], 1)[0]["id"] == chunks[0].id
+    s2.close()
+
+
+@pytest.mark.slow
+def test_another_model_is_refused_or_replaced(store_uri: str) -> None:
+    name = _name()
+    s = MilvusStore(store_uri, name, IDENTITY)
+    s.open()
+    s.upsert(*_chunks(3))
+    s.close()
+    other = MilvusStore(store_uri, name, {"model": "other", "dimension": 16})
+    with pytest.raises(ModelMismatchError, match="rebuild"):
+        other.open()
+    assert other.open(create=True, replace_mismatch=True)
+    assert other.count() == 0 and other.stored_identity() == {"model": "other", "dimension": 16}
+    other.close()
+
+
+@pytest.mark.slow
+def test_all_ids_reads_past_the_query_limit(store_uri: str) -> None:
+    s = MilvusStore(store_uri, _name(), IDENTITY)
+    s.open()
+    chunks, vecs = _chunks(300)
+    s.upsert(chunks, vecs)
+    s.query_limit = 50  # force the split into id-prefix buckets
+    assert s.all_ids() == {c.id for c in chunks}
+    s.close()
+
+
+def test_missing_collection_is_not_created_on_read(tmp_path) -> None:
+    s = MilvusStore(str(tmp_path / "m.db"), "nothing", IDENTITY)
+    assert s.open(create=False) is False
+    s.close()
+
+
+def test_unreachable_server_fails_fast_naming_the_uri() -> None:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    uri = f"http://127.0.0.1:{port}"
+    t = time.monotonic()
+    with pytest.raises(StoreUnavailableError, match=f"127.0.0.1:{port}"):
+        MilvusStore(uri, "x", IDENTITY).open()
+    assert time.monotonic() - t < 15
+
+
+def test_index_names_are_checked() -> None:
+    assert collection_name("docs_v2") == "mdrag_docs_v2"
+    for bad in ("", "1abc", "a-b", "x; drop", "a" * 80):
+        with pytest.raises(StoreError, match="invalid index name"):
+            collection_name(bad)
