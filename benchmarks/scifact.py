@@ -1,0 +1,141 @@
+"""SciFact (BEIR test): mdrag's dense pipeline against the published all-MiniLM-L6-v2 figures.
+
+Each abstract becomes a Markdown file (``# title`` + text) and goes through the
+real pipeline: parser, chunker, MiniLM, Milvus Lite. A document's score is its
+best chunk's score. The baseline in the same run is the textbook evaluation:
+each whole document (title + text, truncated by the model at 256 word pieces)
+embedded once and ranked by exact cosine in numpy.
+
+    python benchmarks/scifact.py [--limit-queries N] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import math
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT.parent / "shared" / "data"
+PUBLISHED = {"ndcg@10": 0.645, "recall@10": 0.783, "recall@100": 0.925}  # ../shared/data/baselines
+
+
+def ndcg_at_k(ranked: list[str], gold: dict[str, int], k: int = 10) -> float:
+    dcg = sum(gold.get(d, 0) / math.log2(i + 2) for i, d in enumerate(ranked[:k]))
+    ideal = sorted(gold.values(), reverse=True)[:k]
+    idcg = sum(g / math.log2(i + 2) for i, g in enumerate(ideal))
+    return dcg / idcg if idcg else 0.0
+
+
+def recall_at_k(ranked: list[str], gold: dict[str, int], k: int) -> float:
+    rel = {d for d, g in gold.items() if g > 0}
+    return len(rel & set(ranked[:k])) / len(rel) if rel else 0.0
+
+
+def evaluate(runs: dict[str, list[str]], qrels: dict[str, dict[str, int]]) -> dict[str, float]:
+    qs = [q for q in qrels if q in runs]
+    return {
+        "ndcg@10": float(np.mean([ndcg_at_k(runs[q], qrels[q]) for q in qs])),
+        "recall@10": float(np.mean([recall_at_k(runs[q], qrels[q], 10) for q in qs])),
+        "recall@100": float(np.mean([recall_at_k(runs[q], qrels[q], 100) for q in qs])),
+        "queries": len(qs),
+    }
+
+
+def load(limit: int | None) -> tuple[list[dict], dict[str, str], dict[str, dict[str, int]]]:
+    with gzip.open(DATA / "scifact" / "corpus.jsonl.gz", "rt") as f:
+        corpus = [json.loads(line) for line in f]
+    queries = {}
+    for line in (DATA / "scifact" / "queries.test.tsv").read_text().splitlines():
+        qid, text = line.split("\t", 1)
+        queries[qid] = text
+    qrels: dict[str, dict[str, int]] = {}
+    for line in (DATA / "scifact" / "qrels" / "test.tsv").read_text().splitlines()[1:]:
+        qid, did, score = line.split("\t")
+        qrels.setdefault(qid, {})[did] = int(score)
+    if limit:
+        keep = sorted(qrels)[:limit]
+        qrels = {q: qrels[q] for q in keep}
+    return corpus, queries, qrels
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--limit-queries", type=int)
+    ap.add_argument("--json", type=Path, help="write the figures here too")
+    args = ap.parse_args()
+    if not DATA.is_dir():
+        sys.exit(f"shared data not found at {DATA}")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    corpus, queries, qrels = load(args.limit_queries)
+
+    from mdrag.config import load_config
+    from mdrag.index import Index
+
+    with tempfile.TemporaryDirectory() as tmp:
+        docs = Path(tmp) / "scifact"
+        docs.mkdir()
+        for d in corpus:
+            (docs / f"{d['_id']}.md").write_text(f"# {d['title']}\n\n{d['text']}\n", encoding="utf-8")
+        os.environ["MDRAG_HOME"] = str(Path(tmp) / "home")
+        index = Index(load_config({"index": "scifact"}))
+        t = time.perf_counter()
+        summary = index.update([docs])
+        t_index = time.perf_counter() - t
+        print(f"indexed {len(corpus)} abstracts into {summary.chunks_total} chunks in {t_index:.1f} s", file=sys.stderr)
+
+        runs: dict[str, list[str]] = {}
+        lat = []
+        for qid in qrels:
+            t = time.perf_counter()
+            hits = index.search(queries[qid], k=300, threshold=0)
+            lat.append(time.perf_counter() - t)
+            ranked: list[str] = []
+            for h in hits:  # best chunk per document, in rank order
+                did = Path(h.rel_path).stem
+                if did not in ranked:
+                    ranked.append(did)
+            runs[qid] = ranked
+        ours = evaluate(runs, qrels)
+
+        # Baseline: whole documents, exact cosine, same model, same process.
+        emb = index.embedder
+        t = time.perf_counter()
+        dvec = emb.embed([f"{d['title']} {d['text']}" for d in corpus])
+        t_base = time.perf_counter() - t
+        ids = [d["_id"] for d in corpus]
+        qvec = emb.embed([queries[q] for q in qrels])
+        base_runs = {}
+        for q, v in zip(qrels, qvec):
+            order = np.argsort(-(dvec @ v))[:100]
+            base_runs[q] = [ids[i] for i in order]
+        base = evaluate(base_runs, qrels)
+        index.close()
+
+    out = {
+        "mdrag_dense": ours,
+        "baseline_whole_docs_exact": base,
+        "published": PUBLISHED,
+        "chunks": summary.chunks_total,
+        "index_seconds": round(t_index, 1),
+        "baseline_embed_seconds": round(t_base, 1),
+        "search_ms_p50": round(1000 * float(np.percentile(lat, 50)), 2),
+    }
+    print(f"{'metric':<12}{'mdrag':>9}{'baseline':>10}{'published':>11}{'mdrag-published':>17}")
+    for m in ("ndcg@10", "recall@10", "recall@100"):
+        print(f"{m:<12}{ours[m]:>9.4f}{base[m]:>10.4f}{PUBLISHED[m]:>11.3f}{ours[m] - PUBLISHED[m]:>+17.4f}")
+    print(f"ratio mdrag/baseline nDCG@10: {ours['ndcg@10'] / base['ndcg@10']:.3f}")
+    if args.json:
+        args.json.write_text(json.dumps(out, indent=2))
+
+
+if __name__ == "__main__":
+    main()

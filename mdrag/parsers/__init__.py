@@ -1,0 +1,183 @@
+"""Parser registry: file extension -> ``parse(data, path) -> Document``.
+
+A parser is any callable taking the file's bytes and its absolute path and
+returning a :class:`~mdrag.types.Document`; it raises
+:class:`~mdrag.errors.ParseError` naming the reason when the file cannot be
+parsed. The built-in parsers (Markdown, PDF, DOCX, HTML) are registered with
+the same table third-party ones use, through small wrappers that import the
+parser module (and its heavy library) only when a file of that kind is first
+parsed, so ``import mdrag.parsers`` stays cheap.
+
+Third-party parsers are found through the ``mdrag.parsers`` entry-point group::
+
+    [project.entry-points."mdrag.parsers"]
+    rst = "mdrag_rst:parser"   # the name is ignored
+
+where ``parser`` is callable as a parser and has an ``extensions`` attribute
+(an iterable of strings such as ``[".rst"]``). Entry points are loaded once, on
+the first lookup; one that fails to load is logged and skipped.
+
+Precedence, lowest first: built-ins, entry points, :func:`register_parser`
+calls. Within each, a later registration overrides an earlier one.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import logging
+import os
+import threading
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+from mdrag.errors import ParseError, UnsupportedFormatError
+from mdrag.types import Document
+
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "Parser",
+    "get_parser",
+    "parse_file",
+    "register_parser",
+    "supported_extensions",
+]
+
+logger = logging.getLogger(__name__)
+
+#: The entry-point group third-party parsers register under.
+ENTRY_POINT_GROUP = "mdrag.parsers"
+
+#: ``parse(data, path) -> Document``; raises ParseError when the file cannot be parsed.
+Parser = Callable[[bytes, str], Document]
+
+_registry: dict[str, Parser] = {}  # normalized extension (".md") -> parser
+_entry_points_loaded = False  # set once the entry-point group has been read
+_lock = threading.RLock()  # guards the one-time entry-point load
+
+
+def _normalize_extension(ext: str) -> str:
+    ext = ext.strip().lower()
+    if not ext or ext == ".":
+        raise ValueError(f"invalid file extension: {ext!r}")
+    return ext if ext.startswith(".") else "." + ext
+
+
+def _add(extensions: Iterable[str] | str, parser: Parser) -> None:
+    """Register ``parser`` for ``extensions`` without loading entry points first."""
+    if not callable(parser):
+        raise TypeError(f"parser must be callable, not {type(parser).__name__}")
+    exts = [extensions] if isinstance(extensions, str) else list(extensions)
+    if not exts:
+        raise ValueError("a parser needs at least one file extension")
+    normalized = [_normalize_extension(e) for e in exts]  # validate all before adding any
+    with _lock:
+        for ext in normalized:
+            _registry[ext] = parser
+
+
+def register_parser(extensions: Iterable[str], parser: Parser) -> None:
+    """Register ``parser`` for ``extensions`` (".md" or "md", any case).
+
+    A later registration for the same extension overrides an earlier one,
+    including the built-ins and those from entry points.
+    """
+    _load_entry_points()  # so that entry points cannot override this call later
+    _add(extensions, parser)
+
+
+def _load_entry_points() -> None:
+    global _entry_points_loaded
+    with _lock:
+        if _entry_points_loaded:
+            return
+        _entry_points_loaded = True
+        try:
+            eps = list(importlib.metadata.entry_points(group=ENTRY_POINT_GROUP))
+        except Exception:
+            logger.warning("cannot list %r entry points", ENTRY_POINT_GROUP, exc_info=True)
+            return
+        for ep in eps:
+            try:
+                obj = ep.load()
+                _add(obj.extensions, obj)
+            except Exception as exc:
+                logger.warning(
+                    "skipping parser entry point %r (%s): %s: %s",
+                    getattr(ep, "name", "?"),
+                    getattr(ep, "value", "?"),
+                    type(exc).__name__,
+                    exc,
+                )
+            else:
+                logger.debug("loaded parser entry point %s for %s", ep.value, obj.extensions)
+
+
+def supported_extensions() -> list[str]:
+    """All registered extensions, sorted (e.g. ``[".docx", ".htm", ...]``)."""
+    _load_entry_points()
+    with _lock:
+        return sorted(_registry)
+
+
+def get_parser(path: str | os.PathLike[str]) -> Parser:
+    """The parser for ``path``'s extension (the longest registered suffix wins).
+
+    Raises UnsupportedFormatError naming the file and the supported extensions.
+    """
+    _load_entry_points()
+    name = Path(path).name.lower()
+    with _lock:
+        matches = [ext for ext in _registry if name.endswith(ext)]
+        if matches:
+            return _registry[max(matches, key=len)]
+        supported = ", ".join(sorted(_registry))
+    raise UnsupportedFormatError(f"no parser for {os.fspath(path)!r}: supported extensions are {supported}")
+
+
+def parse_file(path: str | os.PathLike[str], data: bytes | None = None) -> Document:
+    """Parse one file; reads it when ``data`` is None.
+
+    Raises UnsupportedFormatError when no parser handles the extension, and
+    ParseError (message starting with the path) for anything else that goes
+    wrong: unreadable file, a parser's own ParseError, or any unexpected
+    exception from a parser.
+    """
+    abspath = os.path.abspath(os.fspath(path))
+    parser = get_parser(abspath)
+    if data is None:
+        try:
+            data = Path(abspath).read_bytes()
+        except OSError as exc:
+            raise ParseError(f"{abspath}: cannot read file: {exc.strerror or exc}") from exc
+    try:
+        doc = parser(data, abspath)
+    except ParseError as exc:
+        raise ParseError(f"{abspath}: {exc}") from exc
+    except Exception as exc:
+        raise ParseError(f"{abspath}: {type(exc).__name__}: {exc}") from exc
+    if not isinstance(doc, Document):
+        raise ParseError(f"{abspath}: parser returned {type(doc).__name__}, not a Document")
+    return doc
+
+
+def _lazy(module: str, requirement: str) -> Parser:
+    """A parser that imports ``mdrag.parsers.<module>`` on its first call."""
+
+    def parse(data: bytes, path: str) -> Document:
+        try:
+            mod = importlib.import_module(f"{__name__}.{module}")
+        except ModuleNotFoundError as exc:
+            raise ParseError(f"the {module} parser needs {requirement} ({exc}); install it to index this file") from exc
+        result: Document = mod.parse(data, path)
+        return result
+
+    parse.__name__ = parse.__qualname__ = f"parse_{module}"
+    parse.__doc__ = f"Parse with mdrag.parsers.{module} (imported on first use)."
+    return parse
+
+
+_add([".md", ".markdown"], _lazy("markdown", "markdown-it-py and python-frontmatter"))
+_add([".pdf"], _lazy("pdf", "pypdf"))
+_add([".docx"], _lazy("docx", "python-docx"))
+_add([".html", ".htm"], _lazy("html", "beautifulsoup4"))

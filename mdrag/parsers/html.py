@@ -1,0 +1,236 @@
+"""HTML parser (beautifulsoup4, stdlib "html.parser"): h1-h6 start sections.
+
+Removed before reading text: script, style, noscript, template, svg, canvas,
+iframe, object, embed, select (never prose), nav and footer (site chrome:
+menus, copyright lines), anything ``hidden``, ``aria-hidden="true"`` or
+``role="navigation"``. Kept on purpose: ``header`` (often holds the page's
+h1) and ``aside`` (documentation sites put notes and warnings there).
+
+Data tables become "table" blocks (one line per row, cells joined by " | ");
+a table holding headings or other tables is treated as layout and read like a
+div. ``pre`` becomes a fenced "code" block.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import Any
+
+from bs4 import BeautifulSoup, NavigableString, Tag
+from bs4.dammit import EncodingDetector
+from bs4.element import CData
+
+from mdrag.errors import ParseError
+from mdrag.types import Block, Document, Section
+
+__all__ = ["parse"]
+
+logger = logging.getLogger(__name__)
+
+_REMOVED = {"script", "style", "noscript", "template", "svg", "canvas", "iframe", "object",
+            "embed", "select", "nav", "footer", "head"}  # fmt: skip
+_HEADINGS = {"h1", "h2", "h3", "h4", "h5", "h6"}
+# Elements that end a paragraph (blank line) or a line of text.
+_PARAGRAPH = {"p", "div", "section", "article", "main", "header", "aside", "blockquote", "ul",
+              "ol", "dl", "figure", "details", "address", "hr", "form", "fieldset", "table",
+              "center", "body"}  # fmt: skip
+_LINE = {"li", "dt", "dd", "tr", "td", "th", "figcaption", "summary", "caption", "legend",
+         "option", "label"}  # fmt: skip
+_LANGUAGE = re.compile(r"^(?:language|lang)-([\w+#.-]+)$")
+_SPACE = re.compile(r"\s+")
+_PARA_BREAK = "\x00P"  # markers in the text buffer; real text never holds NUL
+_LINE_BREAK = "\x00L"
+
+
+def _clean(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _decode(data: bytes) -> str | bytes:
+    """Text decoded by BOM, declared charset or UTF-8; the bytes if none fits (bs4 guesses)."""
+    if data.startswith(b"\xef\xbb\xbf"):
+        return data[3:].decode("utf-8", errors="replace")
+    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
+        return data  # UTF-16: bs4 sniffs the BOM
+    declared = EncodingDetector.find_declared_encoding(data, is_html=True)
+    if declared and declared.lower() in ("iso-8859-1", "latin-1", "latin1", "ascii", "us-ascii"):
+        declared = "windows-1252"  # what browsers do
+    for encoding in (declared, "utf-8"):
+        if encoding:
+            try:
+                return data.decode(encoding)
+            except (LookupError, UnicodeDecodeError):
+                continue
+    return data
+
+
+def _text(tag: Tag) -> str:
+    """Tag text on one line: inline elements run together, block elements and br part words."""
+    parts: list[str] = []
+    for node in tag.descendants:
+        if isinstance(node, Tag):
+            if node.name in ("br", "img") or node.name in _PARAGRAPH or node.name in _LINE:
+                parts.append(" ")
+        elif type(node) is NavigableString or isinstance(node, CData):
+            parts.append(str(node))
+    return _clean("".join(parts))
+
+
+def _is_hidden(tag: Tag) -> bool:
+    attrs = tag.attrs or {}
+    return (
+        "hidden" in attrs
+        or str(attrs.get("aria-hidden", "")).lower() == "true"
+        or str(attrs.get("role", "")).lower() == "navigation"
+    )
+
+
+def _is_data_table(table: Tag) -> bool:
+    return table.find(["table", *_HEADINGS]) is None and str(table.get("role", "")) != "presentation"
+
+
+def _table_text(table: Tag) -> str:
+    lines = []
+    for row in table.find_all("tr"):
+        cells = [_text(cell) for cell in row.find_all(["td", "th"])]
+        if any(cells):
+            lines.append(" | ".join(cells))
+    return "\n".join(lines)
+
+
+def _code_block(pre: Tag) -> Block | None:
+    code = pre.get_text().strip("\n").rstrip()
+    if not code.strip():
+        return None
+    language = None
+    for tag in (pre, pre.find("code")):
+        for cls in (tag.get("class") or []) if isinstance(tag, Tag) else []:
+            match = _LANGUAGE.match(cls)
+            if match and language is None:
+                language = match.group(1)
+    fence = "```"
+    while fence in code:
+        fence += "`"
+    return Block(f"{fence}{language or ''}\n{code}\n{fence}", kind="code", language=language)
+
+
+def _meta(soup: BeautifulSoup, *names: str) -> str | None:
+    for name in names:
+        tag = soup.find("meta", attrs={"name": name}) or soup.find("meta", attrs={"property": name})
+        if isinstance(tag, Tag) and isinstance(tag.get("content"), str) and tag["content"].strip():
+            return _clean(str(tag["content"]))
+    return None
+
+
+class _Builder:
+    """Collects sections while the tree is walked in document order."""
+
+    def __init__(self) -> None:
+        self.sections: list[Section] = []  # finished sections with blocks
+        self.stack: list[tuple[int, str]] = []  # (level, title) of the open headings
+        self.current = Section(heading_path=[], level=0)  # the section being filled
+        self.buf: list[str] = []  # text pieces and break markers since the last flush
+        self.first_h1: str | None = None  # fallback title
+
+    def flush(self) -> None:
+        text = "".join(self.buf).replace(_LINE_BREAK, "\n")
+        self.buf.clear()
+        for para in text.split(_PARA_BREAK):
+            lines = [_clean(line) for line in para.split("\n")]
+            lines = [line for line in lines if line and line != "-"]
+            if lines:
+                self.current.blocks.append(Block("\n".join(lines)))
+
+    def add_block(self, block: Block | None) -> None:
+        self.flush()
+        if block is not None and block.text.strip():
+            self.current.blocks.append(block)
+
+    def heading(self, level: int, title: str) -> None:
+        self.flush()
+        if level == 1 and title and self.first_h1 is None:
+            self.first_h1 = title
+        if self.current.blocks:
+            self.sections.append(self.current)
+        while self.stack and self.stack[-1][0] >= level:
+            self.stack.pop()
+        self.stack.append((level, title))
+        self.current = Section(heading_path=[t for _, t in self.stack if t], level=level)
+
+    def finish(self) -> list[Section]:
+        self.flush()
+        if self.current.blocks:
+            self.sections.append(self.current)
+        return self.sections
+
+    def walk(self, root: Tag) -> None:
+        """Iterative pre-order walk (deeply nested pages would exhaust recursion)."""
+        todo: list[Any] = [root]  # nodes, or break markers to emit after a tag's children
+        while todo:
+            node = todo.pop()
+            if isinstance(node, str) and not isinstance(node, NavigableString):
+                self.buf.append(node)  # a break marker
+            elif isinstance(node, NavigableString):
+                if type(node) is NavigableString or isinstance(node, CData):
+                    # NUL would clash with the break markers; comments and doctypes are skipped
+                    self.buf.append(_SPACE.sub(" ", str(node).replace("\x00", "")))
+            elif isinstance(node, Tag):
+                self.visit(node, todo)
+
+    def visit(self, tag: Tag, todo: list[Any]) -> None:
+        name = tag.name.lower()
+        if name in _HEADINGS:
+            self.heading(int(name[1]), _text(tag))
+        elif name == "pre":
+            self.add_block(_code_block(tag))
+        elif name == "table" and _is_data_table(tag):
+            text = _table_text(tag)
+            self.add_block(Block(text, kind="table") if text else None)
+        elif name == "br":
+            self.buf.append(_LINE_BREAK)
+        else:
+            marker = _PARA_BREAK if name in _PARAGRAPH else _LINE_BREAK if name in _LINE else ""
+            if marker:
+                self.buf.append(marker)
+                todo.append(marker)
+            todo.extend(reversed(tag.contents))
+            if name == "li":
+                self.buf.append("- ")
+
+
+def parse(data: bytes, path: str) -> Document:
+    """Parse an HTML file's bytes."""
+    try:
+        soup = BeautifulSoup(_decode(data), "html.parser")
+    except Exception as exc:  # html.parser is lenient; this is a last resort
+        raise ParseError(f"not parseable as HTML: {type(exc).__name__}: {exc}") from exc
+    title_tag = next((t for t in soup.find_all("title") if t.find_parent("svg") is None), None)
+    title = _clean(title_tag.get_text()) if title_tag is not None else ""
+    metadata: dict[str, Any] = {}
+    if description := _meta(soup, "description", "og:description"):
+        metadata["description"] = description
+    if keywords := _meta(soup, "keywords"):
+        metadata["keywords"] = [k.strip() for k in keywords.split(",") if k.strip()]
+    html_tag = soup.find("html")
+    if isinstance(html_tag, Tag) and isinstance(html_tag.get("lang"), str):
+        metadata["lang"] = str(html_tag["lang"]).strip()
+    title = title or _meta(soup, "og:title") or ""
+
+    for tag in soup.find_all(True):
+        if not tag.decomposed and (tag.name in _REMOVED or _is_hidden(tag)):
+            tag.decompose()
+    builder = _Builder()
+    body = soup.find("body")
+    builder.walk(body if isinstance(body, Tag) else soup)
+    sections = builder.finish()
+    warnings = [] if sections else [f"{path}: the page has no text"]
+    if title:
+        metadata["title"] = title
+    return Document(
+        path=path,
+        sections=sections,
+        metadata=metadata,
+        title=title or builder.first_h1,
+        warnings=warnings,
+    )

@@ -1,0 +1,633 @@
+"""Tests for mdrag.parsers: the registry and the Markdown, PDF, DOCX and HTML parsers.
+
+Small inputs written here pin exact behaviour; the real files in
+../shared/data (fixture ``shared_data``) check robustness.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import mdrag.parsers as parsers
+from mdrag.errors import ParseError, UnsupportedFormatError
+from mdrag.parsers import get_parser, parse_file, register_parser, supported_extensions
+from mdrag.types import Block, Document, Section
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def md(text: str | bytes, path: str = "/docs/page.md") -> Document:
+    data = text.encode() if isinstance(text, str) else text
+    return get_parser(path)(data, path)
+
+
+def paths(doc: Document) -> list[tuple[list[str], int]]:
+    return [(s.heading_path, s.level) for s in doc.sections]
+
+
+@pytest.fixture
+def registry(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Give a test its own copy of the registry; entry points not loaded yet."""
+    monkeypatch.setattr(parsers, "_registry", dict(parsers._registry))
+    monkeypatch.setattr(parsers, "_entry_points_loaded", False)
+    monkeypatch.setattr(parsers.importlib.metadata, "entry_points", lambda **kw: [])
+
+
+# --- Markdown ---------------------------------------------------------------
+
+MD_DOC = """\
+---
+title: Front Title
+date: 2024-01-02
+updated: 2024-01-02T03:04:05Z
+tags: [a, b]
+nested: {when: 2020-05-06, n: 1}
+---
+Intro line one
+intro line two.
+
+# **Bold** title with `code` and [link](x) {#anchor}
+
+First paragraph.
+
+Second paragraph.
+
+### Skipped to three
+
+```python title="x"
+def f():
+
+    return 1
+```
+
+Setext two
+----------
+
+| a | b |
+|---|---|
+| 1 | 2 |
+
+## Empty heading
+
+#### Child of empty
+
+- item
+- item
+
+Para after list.
+
+    indented code
+
+# Second top
+text
+"""
+
+
+def test_markdown_frontmatter_becomes_json_metadata() -> None:
+    doc = md(MD_DOC)
+    assert doc.metadata == {
+        "title": "Front Title",
+        "date": "2024-01-02",
+        "updated": "2024-01-02T03:04:05+00:00",
+        "tags": ["a", "b"],
+        "nested": {"when": "2020-05-06", "n": 1},
+    }
+    json.dumps(doc.metadata)
+    assert doc.title == "Front Title"
+    assert doc.warnings == []
+
+
+def test_markdown_heading_tree() -> None:
+    doc = md(MD_DOC)
+    h1 = "Bold title with code and link"
+    assert paths(doc) == [
+        ([], 0),
+        ([h1], 1),
+        ([h1, "Skipped to three"], 3),
+        ([h1, "Setext two"], 2),  # a new h2 pops the h3
+        ([h1, "Empty heading", "Child of empty"], 4),  # the empty h2 stays in the path
+        (["Second top"], 1),
+    ]
+
+
+def test_markdown_blocks_and_line_numbers_count_frontmatter() -> None:
+    doc = md(MD_DOC)
+    lines = MD_DOC.split("\n")
+    got = [(b.kind, b.language, b.line_start, b.line_end) for s in doc.sections for b in s.blocks]
+    assert got == [
+        ("text", None, 8, 9),
+        ("text", None, 13, 13),
+        ("text", None, 15, 15),
+        ("code", "python", 19, 23),
+        ("table", None, 28, 30),
+        ("text", None, 36, 37),
+        ("text", None, 39, 39),
+        ("code", None, 41, 41),
+        ("text", None, 44, 44),
+    ]
+    for section in doc.sections:
+        for b in section.blocks:  # each block is the source text of its lines
+            assert b.text == "\n".join(lines[b.line_start - 1 : b.line_end])
+    code = doc.sections[2].blocks[0].text
+    assert code.startswith('```python title="x"\n') and code.endswith("\n```")
+    assert "\n\n    return 1" in code  # the blank line inside stays: one block
+    assert not any(b.text.lstrip().startswith("#") for s in doc.sections for b in s.blocks)
+
+
+def test_markdown_pre_heading_text_and_title_fallbacks() -> None:
+    doc = md("Just text.\n\n## Sub\n\nmore\n\n# Real title\n")
+    assert paths(doc) == [([], 0), (["Sub"], 2)]  # "Real title" has no blocks
+    assert doc.title == "Real title"
+    assert md("no headings at all\n").title is None
+    assert md("---\ntitle: [not, a, string]\n---\n# H\nx\n").title == "H"
+    assert md(b"").sections == []
+
+
+def test_markdown_bom_crlf_and_bad_utf8() -> None:
+    doc = md(b"\xef\xbb\xbf---\r\ntitle: T\r\n---\r\n# Head\r\n\r\nbody \xff text\r\n")
+    assert doc.metadata == {"title": "T"}
+    assert paths(doc) == [(["Head"], 1)]
+    block = doc.sections[0].blocks[0]
+    assert block.text == "body \ufffd text"
+    assert (block.line_start, block.line_end) == (6, 6)
+
+
+def test_markdown_invalid_yaml_keeps_body_and_warns() -> None:
+    text = "---\ntitle: [unclosed\nx: y\n---\n\n# Body\n\ncontent\n"
+    doc = md(text, "/docs/bad.md")
+    assert doc.metadata == {}
+    assert paths(doc) == [(["Body"], 1)]
+    assert doc.sections[0].blocks[0].line_start == 8
+    (warning,) = doc.warnings
+    assert "/docs/bad.md" in warning and "not valid" in warning
+    assert "\n" not in warning  # only the YAML error's first line
+
+
+def test_markdown_non_mapping_frontmatter_warns() -> None:
+    doc = md("---\n- a\n- b\n---\ntext\n", "/docs/list.md")
+    assert doc.metadata == {} and "not a mapping" in doc.warnings[0]
+    assert doc.sections[0].blocks[0].text == "text"
+
+
+def test_markdown_toml_frontmatter_and_unclosed_delimiter() -> None:
+    doc = md('+++\ntitle = "Toml"\nweight = 3\n+++\n\nbody\n')
+    assert doc.metadata == {"title": "Toml", "weight": 3}
+    assert doc.sections[0].blocks[0].line_start == 6
+    doc = md("---\n\nnot frontmatter, no closing line\n")  # a thematic break, then text
+    assert doc.metadata == {} and doc.warnings == []
+    assert doc.sections[0].blocks[0].text == "not frontmatter, no closing line"
+
+
+def test_markdown_shortcodes_stay_as_text() -> None:
+    doc = md("# H\n\n{{< note >}}\nBe careful.\n{{< /note >}}\n")
+    assert doc.sections[0].blocks[0].text == "{{< note >}}\nBe careful.\n{{< /note >}}"
+
+
+# The OpenTelemetry files whose frontmatter block is empty ("---\n---"): YAML
+# reads it as null, not a mapping (shared/data/README.md counts them as rejected).
+OTEL_EMPTY_FRONTMATTER = [
+    "_includes/otel-does-not-validate-3rd-pty-distros.md",
+    "_includes/page-drifted-msg.md",
+    "_includes/page-not-translated-msg.md",
+    "docs/collector/components/_includes/unmaintained-components-msg.md",
+    "docs/languages/_includes/index-intro.md",
+    "docs/languages/_includes/instrumentation-intro.md",
+    "docs/languages/_includes/native-lib-alert.md",
+    "docs/languages/_includes/propagation.md",
+    "docs/languages/js/_includes/browser-instrumentation-warning.md",
+    "docs/languages/js/_includes/esm-support-note.md",
+    "ecosystem/_includes/keep-up-to-date.md",
+]
+
+
+def test_otel_files_with_unusable_frontmatter_keep_their_body(shared_data: Path) -> None:
+    root = shared_data / "markdown_otel_docs" / "content" / "en"
+    warned = set()
+    for path in root.rglob("*.md"):
+        if any("frontmatter" in w for w in parse_file(path).warnings):
+            warned.add(path.relative_to(root).as_posix())
+    assert warned == set(OTEL_EMPTY_FRONTMATTER)
+    for rel in OTEL_EMPTY_FRONTMATTER:
+        doc = parse_file(root / rel)
+        assert doc.metadata == {}
+        assert doc.sections and all(s.blocks for s in doc.sections)
+        assert str(root / rel) in doc.warnings[0]
+
+
+def test_every_shared_markdown_file_parses(shared_data: Path) -> None:
+    files = [
+        p
+        for folder in ("markdown_hugo_docs", "markdown_otel_docs", "markdown_cncf_glossary")
+        for p in sorted((shared_data / folder).rglob("*.md"))
+    ]
+    assert len(files) > 1800
+    start = time.perf_counter()
+    for path in files:
+        doc = parse_file(path)
+        json.dumps(doc.metadata)
+        lines = path.read_bytes().decode("utf-8", "replace").removeprefix("\ufeff")
+        lines = lines.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+        for section in doc.sections:
+            assert section.blocks and 0 <= section.level <= 6
+            for b in section.blocks:
+                assert b.text.strip()
+                expected = "\n".join(x.rstrip() for x in lines[b.line_start - 1 : b.line_end])
+                assert b.text == expected, (path, b.line_start)
+    elapsed = time.perf_counter() - start
+    assert elapsed < 60, f"{len(files)} Markdown files took {elapsed:.1f} s"
+
+
+# --- registry ---------------------------------------------------------------
+
+
+def _fake_parser(data: bytes, path: str) -> Document:
+    return Document(path=path, sections=[Section([], 0, [Block(data.decode())])], title="fake")
+
+
+def test_builtin_extensions_registered() -> None:
+    assert {".md", ".markdown", ".pdf", ".docx", ".html", ".htm"} <= set(supported_extensions())
+    assert supported_extensions() == sorted(supported_extensions())
+    assert get_parser("/x/README.MD") is get_parser("a.md")
+
+
+@pytest.mark.usefixtures("registry")
+def test_register_custom_extension_and_parse(tmp_path: Path) -> None:
+    register_parser([".TXT", "rst"], _fake_parser)
+    assert {".txt", ".rst"} <= set(supported_extensions())
+    file = tmp_path / "notes.Txt"
+    file.write_text("hello")
+    doc = parse_file(file)
+    assert doc.title == "fake" and doc.sections[0].text == "hello"
+    assert doc.path == str(file.resolve())
+    assert parse_file(tmp_path / "other.rst", data=b"given").sections[0].text == "given"
+
+
+@pytest.mark.usefixtures("registry")
+def test_later_registration_overrides_and_longest_suffix_wins() -> None:
+    register_parser([".md"], _fake_parser)
+    assert get_parser("a.md") is _fake_parser
+    other = _lazy_named("other")
+    register_parser([".tar.md"], other)
+    assert get_parser("x.tar.md") is other and get_parser("x.md") is _fake_parser
+
+
+def _lazy_named(name: str) -> Any:
+    def parse(data: bytes, path: str) -> Document:
+        return Document(path=path, sections=[], title=name)
+
+    return parse
+
+
+def test_unsupported_extension_names_file_and_supported() -> None:
+    with pytest.raises(UnsupportedFormatError) as info:
+        get_parser("/data/archive.xyz")
+    message = str(info.value)
+    assert "/data/archive.xyz" in message and ".md" in message and ".pdf" in message
+    with pytest.raises(UnsupportedFormatError):
+        parse_file("/data/Makefile")
+
+
+@pytest.mark.usefixtures("registry")
+def test_parse_file_turns_every_failure_into_parse_error(tmp_path: Path) -> None:
+    def boom(data: bytes, path: str) -> Document:
+        raise RuntimeError("kaputt")
+
+    register_parser([".boom"], boom)
+    with pytest.raises(ParseError, match=r"x\.boom: RuntimeError: kaputt"):
+        parse_file(tmp_path / "x.boom", data=b"")
+    register_parser([".none"], lambda data, path: None)  # type: ignore[arg-type, return-value]
+    with pytest.raises(ParseError, match="not a Document"):
+        parse_file(tmp_path / "x.none", data=b"")
+    with pytest.raises(ParseError, match="cannot read file"):
+        parse_file(tmp_path / "missing.md")
+
+
+class _EntryPoint:
+    def __init__(self, name: str, target: Any) -> None:
+        self.name, self.value, self.group = name, f"fake:{name}", "mdrag.parsers"
+        self._target = target
+
+    def load(self) -> Any:
+        if isinstance(self._target, Exception):
+            raise self._target
+        return self._target
+
+
+class _RstParser:
+    extensions = [".rst", ".rest"]
+
+    def __call__(self, data: bytes, path: str) -> Document:
+        return Document(path=path, sections=[], title="rst")
+
+
+@pytest.mark.usefixtures("registry")
+def test_entry_points_load_lazily_once_and_skip_broken(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    calls: list[dict[str, Any]] = []
+
+    def entry_points(**kwargs: Any) -> list[_EntryPoint]:
+        calls.append(kwargs)
+        return [
+            _EntryPoint("broken", ImportError("no module named mdrag_broken")),
+            _EntryPoint("no_extensions", lambda data, path: None),
+            _EntryPoint("rst", _RstParser()),
+        ]
+
+    monkeypatch.setattr(parsers.importlib.metadata, "entry_points", entry_points)
+    assert calls == []  # nothing loaded until the first lookup
+    with caplog.at_level(logging.WARNING, logger="mdrag.parsers"):
+        assert get_parser("a.rst")(b"", "/a.rst").title == "rst"
+    assert calls == [{"group": "mdrag.parsers"}]
+    assert ".rest" in supported_extensions() and ".md" in supported_extensions()
+    assert len(calls) == 1  # loaded once
+    skipped = [r.getMessage() for r in caplog.records]
+    assert any("broken" in m and "ImportError" in m for m in skipped)
+    assert any("no_extensions" in m and "AttributeError" in m for m in skipped)
+
+
+@pytest.mark.usefixtures("registry")
+def test_entry_points_override_builtins_but_not_explicit_registrations(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    class MdParser(_RstParser):
+        extensions = [".md"]
+
+    monkeypatch.setattr(parsers.importlib.metadata, "entry_points", lambda **kw: [_EntryPoint("md", MdParser())])
+    register_parser([".html"], _fake_parser)  # loads the entry points first
+    assert isinstance(get_parser("a.md"), MdParser)
+    assert get_parser("a.html") is _fake_parser
+
+
+def test_import_is_cheap() -> None:
+    code = (
+        "import sys, mdrag.parsers\n"
+        "heavy = {'pypdf', 'docx', 'bs4', 'markdown_it', 'frontmatter'} & set(sys.modules)\n"
+        "assert not heavy, heavy\n"
+    )
+    subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True)
+
+
+# --- PDF --------------------------------------------------------------------
+
+
+def _all_pdfs(shared_data: Path) -> list[Path]:
+    files = sorted(shared_data.glob("pdf_*/**/*.pdf"))
+    assert len(files) > 90
+    return files
+
+
+def test_every_shared_pdf_parses_or_raises_parse_error(shared_data: Path) -> None:
+    parsed = failed = 0
+    level = logging.getLogger("pypdf").level
+    for path in _all_pdfs(shared_data):
+        start = time.perf_counter()
+        try:
+            doc = parse_file(path)
+        except ParseError as exc:
+            assert str(path) in str(exc)
+            failed += 1
+        else:
+            parsed += 1
+            pages = [s.page for s in doc.sections]
+            assert pages == sorted(set(pages)) and all(s.text.strip() for s in doc.sections)
+        elapsed = time.perf_counter() - start
+        assert elapsed < 10, f"{path} took {elapsed:.1f} s"
+    assert parsed >= 60 and failed >= 1
+    assert logging.getLogger("pypdf").level == level  # quieted only while parsing
+
+
+def test_encrypted_pdfs_without_password_raise(shared_data: Path) -> None:
+    folder = shared_data / "pdf_py-pdf_sample-files"
+    listed = json.loads((folder / "files.json").read_text())["data"]
+    encrypted = [folder / e["path"] for e in listed if e["encrypted"]]
+    encrypted += sorted((shared_data / "pdf_pypdf_resources").rglob("*-user-password.pdf"))
+    assert len(encrypted) >= 5
+    for path in encrypted:
+        with pytest.raises(ParseError, match="encrypted"):
+            parse_file(path)
+    # RC4 with an empty user password opens without one
+    resources = shared_data / "pdf_pypdf_resources" / "resources" / "encryption"
+    assert "pdf encryption test" in parse_file(resources / "r3-empty-password.pdf").sections[0].text
+
+
+def test_multipage_pdf_has_one_section_per_page(shared_data: Path) -> None:
+    doc = parse_file(shared_data / "pdf_py-pdf_sample-files/004-pdflatex-4-pages/pdflatex-4-pages.pdf")
+    assert [s.page for s in doc.sections] == [1, 2, 3, 4]
+    assert all(s.heading_path == [] and s.level == 0 for s in doc.sections)
+    assert doc.metadata["pages"] == 4
+    assert all(line == line.rstrip() for s in doc.sections for line in s.text.split("\n"))
+
+
+def test_pdf_text_matches_pypdf_expected_output(shared_data: Path) -> None:
+    resources = shared_data / "pdf_pypdf_resources" / "resources"
+    expected = (resources / "crazyones.txt").read_text(encoding="utf-8")
+    doc = parse_file(resources / "crazyones.pdf")
+
+    def norm(text: str) -> str:
+        return " ".join(text.split())
+
+    assert norm(expected) in norm(doc.sections[0].text) or norm(doc.sections[0].text) in norm(expected)
+    assert "The Crazy Ones" in doc.sections[0].text
+
+
+def test_pdf_titles_and_failures(shared_data: Path) -> None:
+    samples = shared_data / "pdf_py-pdf_sample-files"
+    doc = parse_file(samples / "011-google-doc-document/google-doc-document.pdf")
+    assert doc.title == "PDF Example Document"
+    assert parse_file(samples / "007-imagemagick-images/imagemagick-images.pdf").title == "imagemagick-images"
+    assert parse_file(samples / "008-reportlab-inline-image/inline-image.pdf").title is None  # "untitled"
+    with pytest.raises(ParseError, match="no extractable text"):
+        parse_file(samples / "019-grayscale-image/grayscale-image.pdf")
+
+
+def test_pdf_garbage_raises_parse_error() -> None:
+    with pytest.raises(ParseError):
+        parse_file("/nowhere/x.pdf", data=b"this is not a PDF at all")
+    with pytest.raises(ParseError):
+        parse_file("/nowhere/x.pdf", data=b"")
+
+
+# --- DOCX -------------------------------------------------------------------
+
+
+def _built_docx() -> bytes:
+    import docx
+
+    d = docx.Document()
+    d.core_properties.title = ""
+    d.add_heading("Doc Title", 0)
+    d.add_paragraph("Intro para.")
+    d.add_heading("Chapter", 1)
+    d.add_paragraph("Body one.")
+    d.add_paragraph("")
+    d.add_paragraph("item a", style="List Bullet")
+    d.add_paragraph("item b", style="List Bullet")
+    d.add_heading("Deep", 3)
+    table = d.add_table(rows=2, cols=3)
+    for r, row in enumerate([["key", "value", "note"], ["a", "1", ""]]):
+        for c, text in enumerate(row):
+            table.cell(r, c).text = text
+    d.add_paragraph("After table.")
+    d.add_heading("Empty", 2)
+    d.add_heading("Child", 3)
+    d.add_paragraph("child text")
+    buf = io.BytesIO()
+    d.save(buf)
+    return buf.getvalue()
+
+
+def test_docx_sections_paths_and_table() -> None:
+    doc = get_parser("x.docx")(_built_docx(), "/x.docx")
+    assert doc.title == "Doc Title"
+    assert paths(doc) == [
+        (["Doc Title"], 1),
+        (["Chapter"], 1),
+        (["Chapter", "Deep"], 3),
+        (["Chapter", "Empty", "Child"], 3),
+    ]
+    assert [(b.kind, b.text) for b in doc.sections[1].blocks] == [
+        ("text", "Body one."),
+        ("text", "- item a\n- item b"),
+    ]
+    assert [(b.kind, b.text) for b in doc.sections[2].blocks] == [
+        ("table", "key | value | note\na | 1 | "),
+        ("text", "After table."),
+    ]
+
+
+def test_docx_every_shared_file_parses_or_raises(shared_data: Path) -> None:
+    files = sorted(shared_data.glob("docx_*/**/*.docx"))
+    assert len(files) >= 60
+    failed = []
+    for path in files:
+        try:
+            parse_file(path)
+        except ParseError:
+            failed.append(path.name)
+    assert failed == ["strict-format.docx"]  # ISO "strict" OOXML: python-docx cannot open it
+
+
+def test_docx_empty_document_has_no_sections(shared_data: Path) -> None:
+    doc = parse_file(shared_data / "docx_mammoth/tests/test-data/empty.docx")
+    assert doc.sections == [] and "no text" in doc.warnings[0]
+
+
+def test_docx_shared_files_content(shared_data: Path) -> None:
+    base = shared_data / "docx_python-docx"
+    doc = parse_file(base / "tests/test_files/blk-inner-content.docx")
+    assert [b.kind for s in doc.sections for b in s.blocks] == ["text", "table", "text"]
+    doc = parse_file(base / "features/steps/test_files/doc-coreprops.docx")
+    assert doc.title == "Title" and doc.metadata["author"]
+
+
+def test_docx_garbage_raises_parse_error() -> None:
+    with pytest.raises(ParseError, match="not a readable DOCX"):
+        parse_file("/nowhere/x.docx", data=b"PK\x03\x04 not really a zip")
+
+
+# --- HTML -------------------------------------------------------------------
+
+HTML_PAGE = """<!DOCTYPE html>
+<html lang="en"><head>
+<title>  Page
+ Title </title>
+<meta name="description" content="About things.">
+<style>body { color: red }</style>
+<script>var secret = "script text";</script>
+</head>
+<body>
+<nav><a href="/">Home</a> <a href="/x">Menu item</a></nav>
+<p>Before any <b>heading</b>,
+   text.</p>
+<!-- a comment -->
+<h1>Main <code>title</code></h1>
+<p>Intro paragraph.</p>
+<div hidden>hidden text</div>
+<h3>Skipped level</h3>
+<ul><li>one</li><li>two</li></ul>
+<h2>Second</h2>
+<table><tr><th>k</th><th>v</th></tr><tr><td>a</td><td><a href="#">1</a></td></tr></table>
+<pre><code class="language-python">def f():
+    return 1
+</code></pre>
+<noscript>enable js</noscript>
+<footer>Copyright</footer>
+</body></html>
+"""
+
+
+def test_html_structure_and_removed_elements() -> None:
+    doc = get_parser("p.html")(HTML_PAGE.encode(), "/p.html")
+    assert doc.title == "Page Title"
+    assert doc.metadata == {"description": "About things.", "lang": "en", "title": "Page Title"}
+    assert paths(doc) == [
+        ([], 0),
+        (["Main title"], 1),
+        (["Main title", "Skipped level"], 3),
+        (["Main title", "Second"], 2),
+    ]
+    texts = [(b.kind, b.text) for s in doc.sections for b in s.blocks]
+    assert texts == [
+        ("text", "Before any heading, text."),
+        ("text", "Intro paragraph."),
+        ("text", "- one\n- two"),
+        ("table", "k | v\na | 1"),
+        ("code", "```python\ndef f():\n    return 1\n```"),
+    ]
+    assert doc.sections[3].blocks[1].language == "python"
+    everything = " ".join(t for _, t in texts)
+    for gone in ("secret", "color", "Menu item", "hidden text", "comment", "enable js", "Copyright"):
+        assert gone not in everything
+
+
+def test_html_charset_and_title_fallback() -> None:
+    page = '<html><head><meta charset="iso-8859-1"></head><body><h1>Caf\xe9</h1><p>x</p></body></html>'
+    doc = get_parser("a.htm")(page.encode("latin-1"), "/a.htm")
+    assert doc.title == "Café" and doc.sections[0].heading_path == ["Café"]
+    doc = get_parser("a.htm")(b"<p>\xe2\x82\xac 5</p>", "/a.htm")  # undeclared: UTF-8
+    assert doc.sections[0].blocks[0].text == "€ 5" and doc.title is None
+    assert get_parser("a.htm")(b"", "/a.htm").sections == []
+
+
+def test_html_layout_table_is_read_as_text() -> None:
+    page = "<table><tr><td><h1>Inside</h1><p>para one</p></td></tr></table>"
+    doc = get_parser("a.html")(page.encode(), "/a.html")
+    assert paths(doc) == [(["Inside"], 1)]
+    assert doc.sections[0].blocks[0] == Block("para one")
+
+
+def test_html_readability_pages(shared_data: Path) -> None:
+    pages = sorted((shared_data / "html_readability_pages").glob("*/source.html"))
+    assert len(pages) == 130
+    with_title = matching = without_text = 0
+    for page in pages:
+        doc = parse_file(page)  # ParseError would fail the test: none is expected
+        expected = json.loads((page.parent / "expected-metadata.json").read_text())["title"]
+        if not doc.sections:  # e.g. lazy-image-3: headings and images only
+            assert "no text" in doc.warnings[0]
+            without_text += 1
+        if expected:
+            assert doc.title, page
+            with_title += 1
+            matching += " ".join(expected.split()) in doc.title
+    assert with_title >= 120 and without_text <= 3
+    assert matching >= 0.8 * with_title  # readability sometimes prefers other metadata
+
+
+def test_html_wikipedia_page(shared_data: Path) -> None:
+    doc = parse_file(shared_data / "html_readability_pages/wikipedia/source.html")
+    assert doc.title == "Mozilla - Wikipedia"
+    assert any(s.heading_path[:1] == ["Mozilla"] and s.level == 2 for s in doc.sections)
+    tables = [b.text for s in doc.sections for b in s.blocks if b.kind == "table"]
+    assert any(re.search(r"^Founded \| February 28, 1998", t, re.M) for t in tables)
