@@ -84,9 +84,7 @@ def _units(blocks: Sequence[Block]) -> list[_Unit]:
     return out
 
 
-def split_text(
-    text: str, limit: int, overlap: int = 0, measure: Callable[[str], int] = len
-) -> list[str]:
+def split_text(text: str, limit: int, overlap: int = 0, measure: Callable[[str], int] = len) -> list[str]:
     """Cut ``text`` into pieces of at most ``limit`` (as ``measure`` counts),
     preferring paragraph, then line, sentence and word boundaries, with about
     ``overlap`` of shared text between neighbours."""

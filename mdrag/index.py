@@ -101,10 +101,7 @@ class Index:
         from mdrag.search import search
 
         if not self._open(create=False):
-            raise MdragError(
-                f"index {self.name!r} does not exist in {self.store.uri}: "
-                "run `mdrag index DIR` first"
-            )
+            raise MdragError(f"index {self.name!r} does not exist in {self.store.uri}: run `mdrag index DIR` first")
         return search(
             self.store,
             self.embedder,

@@ -189,7 +189,9 @@ def update_index(
     for path, data, err in _progress(todo, progress):
         is_new = path not in m.files
         root, rel, mtime_ns, size = found[path]
-        state, chunks, err = (None, [], err) if err else _parse(path, data, root, rel, mtime_ns, size, embedder, settings)
+        state, chunks, err = (
+            (None, [], err) if err else _parse(path, data, root, rel, mtime_ns, size, embedder, settings)
+        )
         if state is None:
             summary.skipped += 1
             summary.skipped_files.append((path, err or "unknown error"))
@@ -236,7 +238,9 @@ def update_index(
     return summary
 
 
-def _progress(items: list[tuple[str, bytes | None, str | None]], show: bool) -> Iterator[tuple[str, bytes | None, str | None]]:
+def _progress(
+    items: list[tuple[str, bytes | None, str | None]], show: bool
+) -> Iterator[tuple[str, bytes | None, str | None]]:
     if not show or len(items) < 20:
         yield from items
         return

@@ -42,9 +42,7 @@ def expected(texts: list[str]) -> np.ndarray:
     return v / np.linalg.norm(v, axis=1, keepdims=True)
 
 
-def error_json(
-    status: int, message: str, headers: dict[str, str] | None = None
-) -> Reply:
+def error_json(status: int, message: str, headers: dict[str, str] | None = None) -> Reply:
     body = json.dumps({"error": {"message": message, "type": "invalid_request_error"}})
     return status, dict(headers or {}), body.encode()
 
@@ -100,9 +98,7 @@ def make_handler(state: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
             raw = self.rfile.read(int(self.headers.get("Content-Length", "0")))
             body = json.loads(raw)
             with state.lock:
-                state.requests.append(
-                    Recorded(self.path, dict(self.headers.items()), body)
-                )
+                state.requests.append(Recorded(self.path, dict(self.headers.items()), body))
             status, headers, payload = state.reply(body)
             try:
                 self.send_response(status)
@@ -134,9 +130,7 @@ def server() -> Iterator[FakeOpenAI]:
     state = FakeOpenAI()
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), make_handler(state))
     httpd.daemon_threads = True
-    thread = threading.Thread(
-        target=httpd.serve_forever, kwargs={"poll_interval": 0.01}
-    )
+    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.01})
     thread.start()
     state.url = f"http://127.0.0.1:{httpd.server_address[1]}/v1"
     try:
@@ -273,19 +267,13 @@ def test_dimension_mismatch_is_an_error(server: FakeOpenAI) -> None:
 
 
 @pytest.mark.parametrize("status", [429, 500, 502, 503, 504])
-def test_retry_then_success(
-    server: FakeOpenAI, status: int, caplog: pytest.LogCaptureFixture
-) -> None:
+def test_retry_then_success(server: FakeOpenAI, status: int, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.DEBUG)
     server.script = [error_json(status, "busy"), error_json(status, "busy")]
     vectors = embedder(server).embed(["a", "b"])
     np.testing.assert_allclose(vectors, expected(["a", "b"]), rtol=1e-6)
     assert len(server.requests) == 3
-    warnings = [
-        r
-        for r in caplog.records
-        if r.levelno == logging.WARNING and r.name == openai_compat.__name__
-    ]
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING and r.name == openai_compat.__name__]
     assert len(warnings) == 2
     assert f"HTTP {status}" in warnings[0].getMessage()
     assert_no_key(None, caplog)
@@ -299,9 +287,7 @@ def test_retry_after_zero_beats_a_long_backoff(server: FakeOpenAI) -> None:
     assert len(server.requests) == 3
 
 
-def test_backoff_doubles_honors_retry_after_and_is_capped(
-    server: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_backoff_doubles_honors_retry_after_and_is_capped(server: FakeOpenAI, monkeypatch: pytest.MonkeyPatch) -> None:
     waits: list[float] = []
     monkeypatch.setattr(openai_compat, "_sleep", waits.append)
     server.script = [
@@ -318,9 +304,7 @@ def test_backoff_doubles_honors_retry_after_and_is_capped(
     assert len(server.requests) == 8
 
 
-def test_retries_exhausted(
-    server: FakeOpenAI, caplog: pytest.LogCaptureFixture
-) -> None:
+def test_retries_exhausted(server: FakeOpenAI, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.DEBUG)
     server.always(error_json(503, "model is loading"))
     exc = raised(lambda: embedder(server, max_retries=2).embed(["a"]))
@@ -356,9 +340,7 @@ def test_rejected_key_is_not_retried_and_not_shown(
     assert_no_key(exc, caplog)
 
 
-def test_bad_request_quotes_the_server_message(
-    server: FakeOpenAI, caplog: pytest.LogCaptureFixture
-) -> None:
+def test_bad_request_quotes_the_server_message(server: FakeOpenAI, caplog: pytest.LogCaptureFixture) -> None:
     server.always(error_json(400, "This model's maximum context length is 8192 tokens"))
     exc = raised(lambda: embedder(server).embed(["a"]))
     assert len(server.requests) == 1
@@ -410,30 +392,22 @@ MALFORMED: dict[str, Callable[[dict[str, Any]], Reply]] = {
     "index 0 appears twice": lambda body: (
         200,
         {},
-        json.dumps(
-            {"data": [{"index": 0, "embedding": [1.0] * DIM}] * len(body["input"])}
-        ).encode(),
+        json.dumps({"data": [{"index": 0, "embedding": [1.0] * DIM}] * len(body["input"])}).encode(),
     ),
     "has index 5": lambda body: (
         200,
         {},
-        json.dumps(
-            {"data": [{"index": i * 5, "embedding": [1.0] * DIM} for i in range(2)]}
-        ).encode(),
+        json.dumps({"data": [{"index": i * 5, "embedding": [1.0] * DIM} for i in range(2)]}).encode(),
     ),
     "different lengths": lambda body: (
         200,
         {},
-        json.dumps(
-            {"data": [{"index": i, "embedding": [1.0] * (DIM + i)} for i in range(2)]}
-        ).encode(),
+        json.dumps({"data": [{"index": i, "embedding": [1.0] * (DIM + i)} for i in range(2)]}).encode(),
     ),
     "not a list of numbers": lambda body: (
         200,
         {},
-        json.dumps(
-            {"data": [{"index": i, "embedding": "AAAA"} for i in range(2)]}
-        ).encode(),
+        json.dumps({"data": [{"index": i, "embedding": "AAAA"} for i in range(2)]}).encode(),
     ),
     "has no 'embedding'": lambda body: (
         200,
@@ -443,17 +417,13 @@ MALFORMED: dict[str, Callable[[dict[str, Any]], Reply]] = {
     "non-finite": lambda body: (
         200,
         {},
-        json.dumps(
-            {"data": [{"index": i, "embedding": [None] * DIM} for i in range(2)]}
-        ).encode(),
+        json.dumps({"data": [{"index": i, "embedding": [None] * DIM} for i in range(2)]}).encode(),
     ),
 }
 
 
 @pytest.mark.parametrize("what", list(MALFORMED))
-def test_malformed_response_names_the_problem(
-    server: FakeOpenAI, what: str, caplog: pytest.LogCaptureFixture
-) -> None:
+def test_malformed_response_names_the_problem(server: FakeOpenAI, what: str, caplog: pytest.LogCaptureFixture) -> None:
     server.always(MALFORMED[what])
     exc = raised(lambda: embedder(server).embed(["a", "b"]))
     assert "malformed" in str(exc)
@@ -467,9 +437,7 @@ def test_missing_index_falls_back_to_position(server: FakeOpenAI) -> None:
         lambda body: (
             200,
             {},
-            json.dumps(
-                {"data": [{"embedding": fake_vector(t)} for t in body["input"]]}
-            ).encode(),
+            json.dumps({"data": [{"embedding": fake_vector(t)} for t in body["input"]]}).encode(),
         )
     )
     vectors = embedder(server).embed(["a", "b"])
@@ -500,9 +468,7 @@ def test_connection_refused_fails_fast_with_the_url(
     assert_no_key(exc, caplog)
 
 
-def test_timeout_is_retried_then_reported(
-    server: FakeOpenAI, caplog: pytest.LogCaptureFixture
-) -> None:
+def test_timeout_is_retried_then_reported(server: FakeOpenAI, caplog: pytest.LogCaptureFixture) -> None:
     def slow(body: dict[str, Any]) -> Reply:
         server.release.wait(1.0)
         return server.ok(body)

@@ -45,10 +45,7 @@ class Embedder(ABC):
         """Embed any number of texts in batches of ``batch_size``."""
         if not texts:
             return np.zeros((0, self.dimension), dtype=np.float32)
-        parts = [
-            self.embed_batch(texts[i : i + self.batch_size])
-            for i in range(0, len(texts), self.batch_size)
-        ]
+        parts = [self.embed_batch(texts[i : i + self.batch_size]) for i in range(0, len(texts), self.batch_size)]
         return _normalize(np.vstack(parts).astype(np.float32, copy=False))
 
     def embed_query(self, text: str) -> np.ndarray:

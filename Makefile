@@ -1,0 +1,39 @@
+# mdrag: `make demo` installs and runs mdrag on examples/docs; `make test` installs and runs the tests.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+export HF_HUB_OFFLINE := 1
+DEMO := MDRAG_HOME=.mdrag-demo $(BIN)/mdrag
+
+.PHONY: setup demo test test-fast lint bench clean
+
+setup: $(VENV)/.installed
+
+# torch first, pinned to the CPU build: a bare `torch` requirement pulls a multi-GB CUDA build.
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet torch==2.13.0
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $@
+
+demo: setup
+	$(DEMO) index examples/docs
+	$(DEMO) search "how do I change the chunk size?" -k 3
+	$(DEMO) search "what happens when indexing is interrupted" -k 2
+	$(DEMO) status
+
+test: setup
+	$(BIN)/python -m pytest -q
+
+test-fast: setup
+	$(BIN)/python -m pytest -q -m "not slow"
+
+lint: setup
+	$(BIN)/ruff check mdrag tests benchmarks
+	$(BIN)/ruff format --check mdrag tests benchmarks
+
+bench: setup
+	$(BIN)/python benchmarks/run.py
+
+clean:
+	rm -rf .mdrag-demo .pytest_cache .ruff_cache

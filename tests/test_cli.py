@@ -1,0 +1,137 @@
+"""The `mdrag` command end to end: real MiniLM, real Milvus Lite, real Hugo docs."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mdrag.cli import main
+
+REPO = Path(__file__).resolve().parents[1]
+
+HUGO_PICK = [
+    "configuration/output-formats.md",
+    "configuration/outputs.md",
+    "configuration/media-types.md",
+    "templates/lookup-order.md",
+    "templates/introduction.md",
+    "templates/shortcode.md",
+    "content-management/front-matter.md",
+    "content-management/urls.md",
+    "getting-started/quick-start.md",
+    "installation/linux.md",
+    "functions/strings/Replace.md",
+    "hugo-pipes/minification.md",
+]
+
+
+@pytest.fixture(scope="module")
+def hugo_docs(tmp_path_factory: pytest.TempPathFactory, shared_data: Path) -> Path:
+    src = shared_data / "markdown_hugo_docs" / "content" / "en"
+    root = tmp_path_factory.mktemp("hugo") / "docs"
+    for rel in HUGO_PICK:
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(src / rel, root / rel)
+    return root
+
+
+def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.mark.slow
+def test_index_search_status_and_incremental_runs(
+    hugo_docs: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    docs = tmp_path / "docs"
+    shutil.copytree(hugo_docs, docs)
+    code, out, _ = _run(capsys, "index", str(docs), "--json", "-q")
+    assert code == 0
+    first = json.loads(out)
+    assert first["added"] == len(HUGO_PICK) and first["chunks_embedded"] > 50 and first["skipped"] == 0
+
+    code, out, _ = _run(capsys, "search", "how do I define a custom output format", "--json")
+    assert code == 0
+    results = json.loads(out)
+    assert 0 < len(results) <= 10
+    assert [r["score"] for r in results] == sorted((r["score"] for r in results), reverse=True)
+    assert all(0 <= r["score"] <= 1 and r["path"] and "heading_path" in r for r in results)
+    assert any(r["rel_path"] == "configuration/output-formats.md" for r in results[:5])
+
+    code, out, _ = _run(capsys, "search", "output format", "-k", "3", "--path", "templates/", "--json")
+    assert code == 0 and json.loads(out) and all(r["rel_path"].startswith("templates/") for r in json.loads(out))
+
+    code, out, _ = _run(capsys, "index", str(docs), "--json", "-q")  # nothing changed
+    s = json.loads(out)
+    assert s["chunks_embedded"] == 0 and s["unchanged"] == len(HUGO_PICK)
+
+    target = docs / "installation" / "linux.md"
+    os.utime(target)  # touched, same content
+    assert json.loads(_run(capsys, "index", str(docs), "--json", "-q")[1])["chunks_embedded"] == 0
+
+    text = target.read_text()
+    target.write_text(text + "\n## Nix flakes\n\nInstall Hugo with a Nix flake: `nix profile install nixpkgs#hugo`.\n")
+    s = json.loads(_run(capsys, "index", str(docs), "--json", "-q")[1])
+    assert s["modified"] == 1 and s["chunks_embedded"] == 1
+    out = _run(capsys, "search", "install hugo with nix flake", "-k", "1", "--json")[1]
+    assert json.loads(out)[0]["heading_path"][-1] == "Nix flakes"
+
+    code, out, _ = _run(capsys, "status", "--json")
+    st = json.loads(out)
+    assert code == 0 and st["files"] == len(HUGO_PICK) and st["chunks"] == s["chunks_total"]
+    assert st["model"]["model"] == "sentence-transformers/all-MiniLM-L6-v2" and st["model"]["dimension"] == 384
+
+    (docs / "templates" / "shortcode.md").unlink()
+    s = json.loads(_run(capsys, "index", str(docs), "--json", "-q")[1])
+    assert s["deleted"] == 1 and s["chunks_deleted"] > 0
+    out = _run(capsys, "search", "shortcode", "-k", "50", "--threshold", "0", "--json")[1]
+    assert not [r for r in json.loads(out) if r["rel_path"] == "templates/shortcode.md"]
+    assert json.loads(_run(capsys, "status", "--json")[1])["chunks"] == s["chunks_total"]
+
+    code, out, _ = _run(capsys, "status")
+    assert "sentence-transformers/all-MiniLM-L6-v2" in out and "files:" in out
+
+
+def test_exit_codes_and_messages(tmp_path: Path, mdrag_home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = _run(capsys, "search", "anything")
+    assert code == 1 and "does not exist" in err and "mdrag index" in err
+    (mdrag_home / "config.yaml").write_text("chunk:\n  size: huge\n")
+    code, _, err = _run(capsys, "index", str(tmp_path))
+    assert code == 2 and "chunk.size" in err
+    with pytest.raises(SystemExit) as e:
+        main(["search"])
+    assert e.value.code == 2
+
+
+def test_unreachable_milvus_server_is_one_clear_line(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = _run(capsys, "status", "--milvus-uri", "http://127.0.0.1:9")
+    assert code == 1 and "127.0.0.1:9" in err and "Traceback" not in err
+
+
+def test_python_dash_m_and_help_examples() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "mdrag", "index", "--help"], capture_output=True, text=True, cwd=REPO, check=True
+    ).stdout
+    assert "example: mdrag index" in out
+    for cmd in ("search", "status"):
+        out = subprocess.run([sys.executable, "-m", "mdrag", cmd, "--help"], capture_output=True, text=True).stdout
+        assert f"example: mdrag {cmd}" in out
+
+
+def test_core_imports_stay_light() -> None:
+    """Importing the library loads neither torch nor pymilvus nor any front end."""
+    code = (
+        "import sys, mdrag, mdrag.search, mdrag.index, mdrag.indexer, mdrag.parsers;"
+        "heavy = [m for m in ('torch', 'sentence_transformers', 'pymilvus', 'websockets', 'mcp')"
+        " if m in sys.modules]; print(heavy)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
