@@ -65,6 +65,7 @@ def pct(xs: list[float], q: float) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--keep", type=Path, help="keep the mdrag home (index) here, for benchmarks/threshold.py")
     args = ap.parse_args()
     out: dict[str, object] = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -143,6 +144,9 @@ def main() -> None:
         raw = len(texts) / (time.perf_counter() - t)
         out["baseline_model_only_chunks_per_s"] = round(raw, 1)
         index.close()
+        if args.keep:
+            shutil.rmtree(args.keep, ignore_errors=True)
+            shutil.copytree(home, args.keep)
 
     idx = out["index"]
     print(

@@ -132,3 +132,26 @@ def test_index_names_are_checked() -> None:
     for bad in ("", "1abc", "a-b", "x; drop", "a" * 80):
         with pytest.raises(StoreError, match="invalid index name"):
             collection_name(bad)
+
+
+def test_lite_file_held_by_another_process_is_reported_as_in_use(tmp_path) -> None:
+    import subprocess
+    import sys
+
+    uri = str(tmp_path / "busy.db")
+    first = MilvusStore(uri, "x", IDENTITY)
+    first.open()  # create it, then let go
+    first.close()
+    holder = subprocess.Popen(
+        [sys.executable, "-c", f"from pymilvus import MilvusClient; MilvusClient({uri!r}); print('up', flush=True); input()"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "up"
+        with pytest.raises(StoreUnavailableError, match="in use by another process"):
+            MilvusStore(uri, "x", IDENTITY).open()
+    finally:
+        holder.kill()
+        holder.wait()

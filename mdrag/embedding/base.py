@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
@@ -41,12 +41,24 @@ class Embedder(ABC):
     def embed_batch(self, texts: Sequence[str]) -> np.ndarray:
         """Embed at most ``batch_size`` texts; returns an (n, dimension) float32 array."""
 
-    def embed(self, texts: Sequence[str]) -> np.ndarray:
-        """Embed any number of texts in batches of ``batch_size``."""
+    def embed(self, texts: Sequence[str], progress: bool = False) -> np.ndarray:
+        """Embed any number of texts in batches of ``batch_size``.
+
+        Texts are batched by length (less padding per batch) and returned in
+        the order given. ``progress`` shows a bar on stderr for large inputs.
+        """
         if not texts:
             return np.zeros((0, self.dimension), dtype=np.float32)
-        parts = [self.embed_batch(texts[i : i + self.batch_size]) for i in range(0, len(texts), self.batch_size)]
-        return _normalize(np.vstack(parts).astype(np.float32, copy=False))
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        starts: Iterable[int] = range(0, len(texts), self.batch_size)
+        if progress and len(texts) >= 8 * self.batch_size:
+            from tqdm import tqdm
+
+            starts = tqdm(starts, desc="embedding", unit="batch", leave=False)
+        parts = [self.embed_batch([texts[i] for i in order[s : s + self.batch_size]]) for s in starts]
+        out = np.empty((len(texts), parts[0].shape[1]), dtype=np.float32)
+        out[order] = np.vstack(parts)
+        return _normalize(out)
 
     def embed_query(self, text: str) -> np.ndarray:
         """Embed one query; returns a (dimension,) vector."""

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
+import threading
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -36,6 +38,12 @@ _OUTPUT = [
 ]  # fmt: skip
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")
 
+# Milvus Lite runs in process and holds a lock on its file until released: count
+# the open stores per file, and release the file when the last one closes, so
+# that another process can open it.
+_lite_users: dict[str, int] = {}
+_lite_lock = threading.Lock()
+
 
 def _pymilvus() -> Any:
     """Import pymilvus and quiet its own log handlers: mdrag reports store errors
@@ -44,7 +52,7 @@ def _pymilvus() -> Any:
 
     # grpc._server: Milvus Lite's in-process server logs a harmless "AllocTimestamp
     # not implemented" traceback each time a collection is created.
-    for name in ("pymilvus", "pymilvus.milvus_client", "pymilvus.bulk_writer", "grpc._server"):
+    for name in ("pymilvus", "pymilvus.milvus_client", "pymilvus.bulk_writer", "grpc._server", "milvus_lite"):
         logging.getLogger(name).setLevel(logging.CRITICAL)
     return pymilvus
 
@@ -85,17 +93,16 @@ class MilvusStore:
         A collection written by another model raises ModelMismatchError, or with
         ``replace_mismatch`` (an indexing run) is dropped and created anew.
         """
-        MilvusClient = _pymilvus().MilvusClient
-
-        if not _is_remote(self.uri):
-            Path(self.uri).expanduser().parent.mkdir(parents=True, exist_ok=True)
         try:
-            kwargs: dict[str, Any] = {"timeout": 10}
-            if self._token:
-                kwargs["token"] = self._token
-            self._client = MilvusClient(self.uri, **kwargs)
-            exists = self._client.has_collection(self.collection)
+            if self._client is None:
+                self._connect()
+            exists = self.client.has_collection(self.collection)
         except Exception as e:
+            if not _is_remote(self.uri) and _lite_locked(self.uri):
+                raise StoreUnavailableError(
+                    f"The Milvus Lite file {self.uri} is in use by another process (a running "
+                    "`mdrag index` or `mdrag serve`?). Wait for it to finish, or stop it, and try again."
+                ) from e
             raise StoreUnavailableError(
                 f"Cannot reach the Milvus store at {self.uri}: {_reason(e)}. "
                 + (
@@ -120,12 +127,28 @@ class MilvusStore:
         self._ensure_loaded()
         return True
 
+    def _connect(self) -> None:
+        MilvusClient = _pymilvus().MilvusClient
+        if not _is_remote(self.uri):
+            Path(self.uri).expanduser().parent.mkdir(parents=True, exist_ok=True)
+        kwargs: dict[str, Any] = {"timeout": 10}
+        if self._token:
+            kwargs["token"] = self._token
+        self._client = MilvusClient(self.uri, **kwargs)
+        if not _is_remote(self.uri):
+            with _lite_lock:
+                _lite_users[_lite_key(self.uri)] = _lite_users.get(_lite_key(self.uri), 0) + 1
+
     def close(self) -> None:
-        if self._client is not None:
-            try:
-                self._client.close()
-            finally:
-                self._client = None
+        """Disconnect; a Milvus Lite file is released when its last store closes."""
+        if self._client is None:
+            return
+        try:
+            self._client.close()
+        finally:
+            self._client = None
+            if not _is_remote(self.uri):
+                _lite_release(self.uri)
 
     @property
     def client(self) -> Any:
@@ -294,6 +317,42 @@ def _row(c: Chunk, v: np.ndarray) -> dict[str, Any]:
         "metadata": c.metadata,
         "vector": np.asarray(v, dtype=np.float32).tolist(),
     }
+
+
+def _lite_key(uri: str) -> str:
+    return os.path.abspath(os.path.expanduser(uri))
+
+
+def _lite_release(uri: str) -> None:
+    key = _lite_key(uri)
+    with _lite_lock:
+        _lite_users[key] = _lite_users.get(key, 1) - 1
+        if _lite_users[key] > 0:
+            return
+        del _lite_users[key]
+    try:
+        from milvus_lite.server_manager import server_manager_instance
+    except ImportError:
+        return
+    server_manager_instance.release_server(key)
+
+
+def _lite_locked(uri: str) -> bool:
+    """Whether another process holds the Milvus Lite file's lock (pymilvus hides the cause)."""
+    lock = Path(uri).expanduser() / "LOCK"  # milvus_lite's lock file inside the database folder
+    if not lock.is_file():
+        return False
+    try:
+        import fcntl
+    except ImportError:  # Windows: no way to tell
+        return False
+    with open(lock, "rb") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return True
+        fcntl.flock(fh, fcntl.LOCK_UN)
+    return False
 
 
 def _reason(e: Exception) -> str:
