@@ -62,7 +62,8 @@ def main() -> None:
     neg = np.asarray(m["unanswerable_top1"])
     rows = []
     for t in np.round(np.arange(0.0, 0.75, 0.05), 2):
-        rows.append({"threshold": float(t), "gold_kept": float((gold >= t).mean()), "unanswerable_emptied": float((neg < t).mean())})
+        kept, emptied = float((gold >= t).mean()), float((neg < t).mean())
+        rows.append({"threshold": float(t), "gold_kept": kept, "unanswerable_emptied": emptied})
     chosen = max(r["threshold"] for r in rows if r["gold_kept"] >= 0.95)
     spec = next(r for r in rows if r["threshold"] == 0.7)
     pick = next(r for r in rows if r["threshold"] == chosen)

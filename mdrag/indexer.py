@@ -264,7 +264,7 @@ def _parse(
             data = Path(path).read_bytes()
         doc = parse_file(path, data)
     except (ParseError, UnsupportedFormatError) as e:
-        return None, [], str(e)
+        return None, [], str(e).removeprefix(f"{path}: ")
     except OSError as e:
         return None, [], f"cannot read: {e}"
     for w in doc.warnings:

@@ -35,7 +35,7 @@ DRIVER = textwrap.dedent(
     mdrag.indexer._SAVE_EVERY_S = 0.0
     class Slow(HashEmbedder):
         def embed_batch(self, texts):
-            time.sleep(0.02)
+            time.sleep(0.1)
             return super().embed_batch(texts)
     Index(load_config({{"index": "crash"}}), embedder=Slow()).update([sys.argv[1]])
     print("finished")
@@ -66,26 +66,46 @@ def _check(home: Path, root: Path) -> set[str]:
     return ids
 
 
+def _mutate(root: Path, round_: int) -> None:
+    """Give the next run work to do: edit some files, add one, delete one."""
+    files = sorted(root.rglob("*.md"))
+    for p in files[round_::9][:8]:
+        p.write_text(p.read_text() + f"\n\n## Round {round_}\n\nEdited in round {round_} of the crash test.\n")
+    (root / f"new-{round_}.md").write_text(f"# New {round_}\n\nA page added before round {round_}.\n")
+    files[-1 - round_].unlink()
+
+
+def _wait_until_writing(proc: subprocess.Popen, manifest: Path, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and proc.poll() is None:
+        m = Manifest.load(manifest) if manifest.exists() else None
+        if m is not None and m.dirty:
+            return
+        time.sleep(0.01)
+
+
 @pytest.mark.slow
 def test_kill_9_at_many_points_then_repair(tmp_path: Path, shared_data: Path, mdrag_home: Path) -> None:
+    import random
+
+    rng = random.Random(7)
     root = _corpus(tmp_path, shared_data)
     script = tmp_path / "driver.py"
     script.write_text(DRIVER.format(repo=str(REPO)))
     env = {**os.environ, "MDRAG_HOME": str(mdrag_home)}
+    manifest = mdrag_home / "cache" / "manifests" / "crash.json"
     kills = 0
-    for delay in (0.6, 1.2, 1.8, 2.4, 3.0, 3.6):
+    for round_ in range(8):
+        if round_:
+            _mutate(root, round_)
         proc = subprocess.Popen([sys.executable, str(script), str(root)], env=env, stdout=subprocess.PIPE)
-        time.sleep(delay)
+        _wait_until_writing(proc, manifest)
+        time.sleep(rng.uniform(0.0, 0.5))  # somewhere in parse / embed / upsert / delete / save
         if proc.poll() is None:
             proc.send_signal(signal.SIGKILL)
             kills += 1
         proc.wait()
-        if delay == 1.8:  # change the corpus between crashes, too
-            next(root.rglob("*.md")).unlink()
-            (root / "new.md").write_text("# New\n\nA page added between two crashes.\n")
-    assert kills >= 3, "the kills must land while indexing runs"
-    m = Manifest.load(mdrag_home / "cache" / "manifests" / "crash.json")
-    assert m is None or m.dirty or m.files, "a state was left behind"
+    assert kills >= 5, "the kills must land while indexing runs"
     repaired = _check(mdrag_home, root)
     # The same corpus indexed cleanly gives exactly the same chunks.
     clean_home = tmp_path / "clean-home"

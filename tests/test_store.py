@@ -142,8 +142,9 @@ def test_lite_file_held_by_another_process_is_reported_as_in_use(tmp_path) -> No
     first = MilvusStore(uri, "x", IDENTITY)
     first.open()  # create it, then let go
     first.close()
+    hold = f"from pymilvus import MilvusClient; MilvusClient({uri!r}); print('up', flush=True); input()"
     holder = subprocess.Popen(
-        [sys.executable, "-c", f"from pymilvus import MilvusClient; MilvusClient({uri!r}); print('up', flush=True); input()"],
+        [sys.executable, "-c", hold],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
