@@ -6,7 +6,8 @@ gold-file hit in the top 10) still passes, and the share of unanswerable
 questions left with no result at all. The default is the highest threshold that
 keeps at least 95% of the gold hits. Baseline in the same run: the spec's fixed 0.7.
 
-    python benchmarks/threshold.py --home DIR   # an mdrag home whose default index holds the Hugo docs
+    python benchmarks/threshold.py --home DIR [--index NAME] [--qa FILE]
+    (DIR: an mdrag home whose index holds the Hugo docs, e.g. from hugo_index.py --keep)
 """
 
 from __future__ import annotations
@@ -21,6 +22,11 @@ import numpy as np
 QA = Path(__file__).resolve().parent / "data" / "hugo_qa.jsonl"
 
 
+def _same(rel_path: str, gold: str) -> bool:
+    """A hit's path relative to its indexed folder against a gold path relative to the corpus."""
+    return rel_path == gold or gold.endswith("/" + rel_path) or rel_path.endswith("/" + gold)
+
+
 def measure(index, qa: list[dict]) -> dict:
     gold_scores, top1_unanswerable, ranks = [], [], []
     for q in qa:
@@ -29,7 +35,7 @@ def measure(index, qa: list[dict]) -> dict:
             top1_unanswerable.append(hits[0].score if hits else 0.0)
             continue
         gold = set(q["gold"])
-        pos = [i for i, h in enumerate(hits) if any(h.rel_path.endswith(g.removeprefix("content/en/")) for g in gold)]
+        pos = [i for i, h in enumerate(hits) if any(_same(h.rel_path, g) for g in gold)]
         ranks.append(pos[0] + 1 if pos else None)
         if pos:
             gold_scores.append(hits[pos[0]].score)
@@ -47,6 +53,8 @@ def measure(index, qa: list[dict]) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--home", type=Path, required=True)
+    ap.add_argument("--qa", type=Path, default=QA, help="questions: JSON Lines with question, gold (paths)")
+    ap.add_argument("--index", default="default")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     os.environ["MDRAG_HOME"] = str(args.home)
@@ -54,8 +62,8 @@ def main() -> None:
     from mdrag.config import load_config
     from mdrag.index import Index
 
-    qa = [json.loads(line) for line in QA.read_text().splitlines() if line.strip()]
-    index = Index(load_config())
+    qa = [json.loads(line) for line in args.qa.read_text().splitlines() if line.strip()]
+    index = Index(load_config({"index": args.index}))
     m = measure(index, qa)
     index.close()
     gold = np.asarray(m["gold_scores"])

@@ -105,7 +105,9 @@ def _cmd_index(args: argparse.Namespace, index: Any) -> int:
             print("repaired an interrupted previous run")
         print(
             f"files: {s.added} added, {s.modified} modified, {s.deleted} deleted, "
-            f"{s.unchanged} unchanged, {s.skipped} skipped"
+            f"{s.unchanged} unchanged"
+            + (f" ({s.touched} touched, already embedded)" if s.touched else "")
+            + f", {s.skipped} skipped"
         )
         print(
             f"chunks: {s.chunks_embedded} embedded, {s.chunks_reused} already embedded, "

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,7 +40,7 @@ DEFAULTS: dict[str, tuple[type | tuple[type, ...], Any]] = {
     "chunk.overlap": (int, 200),
     "chunk.unit": (str, "chars"),  # chars | tokens
     "search.k": (int, 10),
-    "search.threshold": ((int, float), 0.3),
+    "search.threshold": ((int, float), 0.4),
     "llm.base_url": (str, None),
     "llm.api_key": (str, None),
     "llm.model": (str, "qwen-flash"),
@@ -59,6 +60,7 @@ ENV_VARS = {
     "MARKDOWN_QA_INDEX": "index",
 }
 
+_INDEX_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")  # also a collection and a file name
 _CHOICES = {"embedding.provider": ("local", "openai"), "chunk.unit": ("chars", "tokens")}
 _SECRETS = {"milvus_token", "api.api_key", "embedding.api_key", "llm.api_key"}
 
@@ -145,6 +147,11 @@ def _check(values: Mapping[str, Any], origin: str) -> dict[str, Any]:
             raise ConfigError(f"{key} must be a {names}, got {value!r} (from the {origin})")
         if typ is list and not all(isinstance(x, str) for x in value):
             raise ConfigError(f"{key} must be a list of strings, got {value!r} (from the {origin})")
+        if key == "index" and not _INDEX_NAME.match(value):
+            raise ConfigError(
+                f"index must start with a letter and hold only letters, digits and '_' (64 at most), "
+                f"got {value!r} (from the {origin})"
+            )
         if key in _CHOICES and value not in _CHOICES[key]:
             raise ConfigError(f"{key} must be one of {', '.join(_CHOICES[key])}, got {value!r} (from the {origin})")
         if key == "search.threshold" and not 0 <= value <= 1:

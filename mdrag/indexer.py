@@ -47,6 +47,7 @@ class IndexSummary:
     modified: int = 0
     deleted: int = 0
     unchanged: int = 0  # same mtime and size, or touched with the same content
+    touched: int = 0  # of the unchanged: mtime or size changed, content did not ("already embedded")
     skipped: int = 0
     chunks_embedded: int = 0
     chunks_reused: int = 0  # content already embedded: vector taken from the store
@@ -162,21 +163,22 @@ def update_index(
     d.unchanged = [p for p in d.unchanged if p not in set(moved)]
     summary.unchanged = len(d.unchanged)
 
-    todo: list[tuple[str, bytes | None, str | None]] = [(p, None, None) for p in d.added + moved]
+    todo: list[tuple[str, str | None]] = [(p, None) for p in d.added + moved]  # (path, error)
     for p in d.stat_changed:  # mtime or size differ: the content hash decides
         try:
             data = Path(p).read_bytes()
         except OSError as e:
-            todo.append((p, None, f"cannot read: {e}"))
+            todo.append((p, f"cannot read: {e}"))
             continue
         h = _file_hash(data)
         state = m.files[p]
         if h == state.hash and (state.root, state.rel_path) == found[p][:2]:
             state.mtime_ns, state.size = found[p][2], found[p][3]
             summary.unchanged += 1
-            log.debug("%s touched, content unchanged: already embedded", p)
+            summary.touched += 1
+            log.info("%s: touched, content unchanged: already embedded", p)
         else:
-            todo.append((p, data, None))
+            todo.append((p, None))  # read again when parsed: memory stays bounded
 
     writes = bool(todo or d.removed or repair)
     if writes:
@@ -186,12 +188,10 @@ def update_index(
     last_save = time.monotonic()
     batch: list[tuple[str, FileState, list[Chunk]]] = []
     batch_chunks = 0
-    for path, data, err in _progress(todo, progress):
+    for path, err in _progress(todo, progress):
         is_new = path not in m.files
         root, rel, mtime_ns, size = found[path]
-        state, chunks, err = (
-            (None, [], err) if err else _parse(path, data, root, rel, mtime_ns, size, embedder, settings)
-        )
+        state, chunks, err = (None, [], err) if err else _parse(path, root, rel, mtime_ns, size, embedder, settings)
         if state is None:
             summary.skipped += 1
             summary.skipped_files.append((path, err or "unknown error"))
@@ -251,7 +251,6 @@ def _progress(
 
 def _parse(
     path: str,
-    data: bytes | None,
     root: str,
     rel: str,
     mtime_ns: int,
@@ -260,8 +259,7 @@ def _parse(
     settings: ChunkSettings,
 ) -> tuple[FileState | None, list[Chunk], str | None]:
     try:
-        if data is None:
-            data = Path(path).read_bytes()
+        data = Path(path).read_bytes()
         doc = parse_file(path, data)
     except (ParseError, UnsupportedFormatError) as e:
         return None, [], str(e).removeprefix(f"{path}: ")

@@ -44,6 +44,7 @@ def test_toml_file(mdrag_home: Path) -> None:
         ("embedding:\n  provider: cloud\n", "embedding.provider"),
         ("folders: 3\n", "folders"),
         ("server:\n  port: 70000\n", "server.port"),
+        ("index: ../../etc/x\n", "index"),
     ],
 )
 def test_invalid_values_name_their_key(mdrag_home: Path, text: str, key: str) -> None:

@@ -75,7 +75,7 @@ def test_incremental_runs_embed_only_what_changed(tmp_path: Path, store_uri: str
     f = root / "install.md"
     os.utime(f, ns=(time.time_ns(), time.time_ns() + 10**9))  # touched, same content
     s = idx.update([root])
-    assert s.chunks_embedded == 0 and s.unchanged == 6 and s.modified == 0
+    assert s.chunks_embedded == 0 and s.unchanged == 6 and s.touched == 1 and s.modified == 0
 
     f.write_text(DOC.replace("Run the installer and follow the steps.", "Double-click setup.exe."))
     n_before = len(emb.embedded)
