@@ -31,6 +31,7 @@ test-fast: setup
 lint: setup
 	$(BIN)/ruff check mdrag tests benchmarks
 	$(BIN)/ruff format --check mdrag tests benchmarks
+	$(BIN)/mypy mdrag --ignore-missing-imports
 
 bench: setup
 	$(BIN)/python benchmarks/run.py

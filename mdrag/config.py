@@ -145,23 +145,30 @@ def _check(values: Mapping[str, Any], origin: str) -> dict[str, Any]:
         if isinstance(value, bool) or not isinstance(value, typ):
             names = "number" if typ == (int, float) else getattr(typ, "__name__", str(typ))
             raise ConfigError(f"{key} must be a {names}, got {value!r} (from the {origin})")
-        if typ is list and not all(isinstance(x, str) for x in value):
-            raise ConfigError(f"{key} must be a list of strings, got {value!r} (from the {origin})")
-        if key == "index" and not _INDEX_NAME.match(value):
-            raise ConfigError(
-                f"index must start with a letter and hold only letters, digits and '_' (64 at most), "
-                f"got {value!r} (from the {origin})"
-            )
-        if key in _CHOICES and value not in _CHOICES[key]:
-            raise ConfigError(f"{key} must be one of {', '.join(_CHOICES[key])}, got {value!r} (from the {origin})")
-        if key == "search.threshold" and not 0 <= value <= 1:
-            raise ConfigError(f"search.threshold must be between 0 and 1, got {value!r} (from the {origin})")
-        if key in ("server.port",) and not 0 <= value <= 65535:
-            raise ConfigError(f"server.port must be between 0 and 65535, got {value!r} (from the {origin})")
-        if key in ("embedding.batch_size", "search.k", "server.reload_interval") and value < 1:
-            raise ConfigError(f"{key} must be at least 1, got {value!r} (from the {origin})")
+        value = _range_check(key, value, origin)
         out[key] = value
     return out
+
+
+def _range_check(key: str, value: Any, origin: str) -> Any:
+    """Checks beyond the type: allowed values and ranges."""
+    typ = DEFAULTS[key][0]
+    if typ is list and not all(isinstance(x, str) for x in value):
+        raise ConfigError(f"{key} must be a list of strings, got {value!r} (from the {origin})")
+    if key == "index" and not _INDEX_NAME.match(value):
+        raise ConfigError(
+            f"index must start with a letter and hold only letters, digits and '_' (64 at most), "
+            f"got {value!r} (from the {origin})"
+        )
+    if key in _CHOICES and value not in _CHOICES[key]:
+        raise ConfigError(f"{key} must be one of {', '.join(_CHOICES[key])}, got {value!r} (from the {origin})")
+    if key == "search.threshold" and not 0 <= value <= 1:
+        raise ConfigError(f"search.threshold must be between 0 and 1, got {value!r} (from the {origin})")
+    if key in ("server.port",) and not 0 <= value <= 65535:
+        raise ConfigError(f"server.port must be between 0 and 65535, got {value!r} (from the {origin})")
+    if key in ("embedding.batch_size", "search.k", "server.reload_interval") and value < 1:
+        raise ConfigError(f"{key} must be at least 1, got {value!r} (from the {origin})")
+    return value
 
 
 def _read_file(path: Path) -> dict[str, Any]:
@@ -174,7 +181,7 @@ def _read_file(path: Path) -> dict[str, Any]:
             try:
                 import tomllib
             except ImportError:  # Python 3.10
-                import tomli as tomllib
+                import tomli as tomllib  # type: ignore[no-redef]
 
             data: Any = tomllib.loads(raw)
         else:

@@ -171,9 +171,9 @@ def update_index(
             todo.append((p, f"cannot read: {e}"))
             continue
         h = _file_hash(data)
-        state = m.files[p]
-        if h == state.hash and (state.root, state.rel_path) == found[p][:2]:
-            state.mtime_ns, state.size = found[p][2], found[p][3]
+        known = m.files[p]
+        if h == known.hash and (known.root, known.rel_path) == found[p][:2]:
+            known.mtime_ns, known.size = found[p][2], found[p][3]
             summary.unchanged += 1
             summary.touched += 1
             log.info("%s: touched, content unchanged: already embedded", p)
@@ -191,6 +191,7 @@ def update_index(
     for path, err in _progress(todo, progress):
         is_new = path not in m.files
         root, rel, mtime_ns, size = found[path]
+        state: FileState | None
         state, chunks, err = (None, [], err) if err else _parse(path, root, rel, mtime_ns, size, embedder, settings)
         if state is None:
             summary.skipped += 1
@@ -238,9 +239,7 @@ def update_index(
     return summary
 
 
-def _progress(
-    items: list[tuple[str, bytes | None, str | None]], show: bool
-) -> Iterator[tuple[str, bytes | None, str | None]]:
+def _progress(items: list[tuple[str, str | None]], show: bool) -> Iterator[tuple[str, str | None]]:
     if not show or len(items) < 20:
         yield from items
         return

@@ -162,5 +162,5 @@ def parse(data: bytes, path: str) -> Document:
         sections.append(current)
     if not sections:
         warnings.append(f"{path}: the document has no text")
-    title = metadata.get("title") or style_title or first_heading
-    return Document(path=path, sections=sections, metadata=metadata, title=title, warnings=warnings)
+    doc_title: str | None = metadata.get("title") or style_title or first_heading
+    return Document(path=path, sections=sections, metadata=metadata, title=doc_title, warnings=warnings)

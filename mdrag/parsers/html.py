@@ -118,8 +118,9 @@ def _code_block(pre: Tag) -> Block | None:
 def _meta(soup: BeautifulSoup, *names: str) -> str | None:
     for name in names:
         tag = soup.find("meta", attrs={"name": name}) or soup.find("meta", attrs={"property": name})
-        if isinstance(tag, Tag) and isinstance(tag.get("content"), str) and tag["content"].strip():
-            return _clean(str(tag["content"]))
+        content = tag.get("content") if isinstance(tag, Tag) else None
+        if isinstance(content, str) and content.strip():
+            return _clean(content)
     return None
 
 

@@ -163,5 +163,5 @@ def parse(data: bytes, path: str) -> Document:
         sections.append(current)
 
     fm_title = metadata.get("title")
-    title = fm_title.strip() if isinstance(fm_title, str) and fm_title.strip() else first_h1
-    return Document(path=path, sections=sections, metadata=metadata, title=title, warnings=warnings)
+    doc_title = fm_title.strip() if isinstance(fm_title, str) and fm_title.strip() else first_h1
+    return Document(path=path, sections=sections, metadata=metadata, title=doc_title, warnings=warnings)

@@ -107,7 +107,7 @@ def _metadata(reader: PdfReader, doc_warnings: list[str], path: str) -> dict[str
         return meta
     for key, name in _INFO_FIELDS.items():
         try:
-            value = info.get(key)
+            value: Any = info.get(key)
             value = value.get_object() if hasattr(value, "get_object") else value
         except Exception:
             continue
