@@ -509,3 +509,23 @@ def test_base_url_trailing_slash_is_tolerated() -> None:
     a = OpenAIEmbedder("https://api.example.com/v1/")
     b = OpenAIEmbedder("https://api.example.com/v1")
     assert a.url == b.url == "https://api.example.com/v1/embeddings"
+
+
+def test_an_index_built_through_the_api(server: FakeOpenAI, tmp_path, monkeypatch) -> None:
+    """Configured by settings alone: provider openai, base URL and key from the environment."""
+    from mdrag.config import load_config
+    from mdrag.index import Index
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.md").write_text("# Alpha\n\nThe alpha section talks about rockets.\n")
+    (docs / "b.md").write_text("# Beta\n\nThe beta section talks about gardens.\n")
+    monkeypatch.setenv("MARKDOWN_QA_API_BASE_URL", server.url)
+    monkeypatch.setenv("MARKDOWN_QA_API_KEY", "sk-index-test")
+    index = Index(load_config({"embedding.provider": "openai", "embedding.model": "test-embed"}))
+    summary = index.update([docs])
+    assert summary.chunks_embedded == 2
+    assert index.status()["model"] == {"model": "openai:test-embed", "dimension": 8}
+    assert server.requests and all(r.headers.get("Authorization") == "Bearer sk-index-test" for r in server.requests)
+    assert index.search("Alpha rockets", k=1, threshold=0)[0].rel_path == "a.md"
+    index.close()
