@@ -135,3 +135,16 @@ def test_core_imports_stay_light() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+@pytest.mark.slow
+def test_default_folder_is_markdown_in_the_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    code, out, _ = _run(capsys, "index", "--json")
+    assert code == 0 and any("markdown" in w and "does not exist" in w for w in json.loads(out)["warnings"])
+    (tmp_path / "markdown").mkdir()
+    (tmp_path / "markdown" / "note.md").write_text("# Note\n\nThe default folder is ./markdown.\n")
+    code, out, _ = _run(capsys, "index", "--json", "-q")
+    assert code == 0 and json.loads(out)["added"] == 1
