@@ -49,9 +49,14 @@ class ChunkSettings:
         return asdict(self)
 
 
-def chunk_id(root: str, rel_path: str, position: int) -> str:
-    """Stable id of the ``position``-th chunk of a file: same file, same ids."""
-    return hashlib.sha256(f"{root}\x00{rel_path}\x00{position}".encode()).hexdigest()[:32]
+def chunk_id(root: str, rel_path: str, position: int, text_hash: str) -> str:
+    """Stable id of the ``position``-th chunk of a file: an unchanged file keeps its ids.
+
+    The chunk's content hash is part of the id, so an edited chunk gets a new
+    id: the old one stays searchable until the new state is committed, which
+    lets a reload switch atomically (the indexer deletes replaced ids last).
+    """
+    return hashlib.sha256(f"{root}\x00{rel_path}\x00{position}\x00{text_hash}".encode()).hexdigest()[:32]
 
 
 def content_hash(text: str) -> str:
@@ -249,9 +254,10 @@ def chunk_document(
         ctx = _context(doc.title, section.heading_path)
         position = len(chunks)
         embed = f"{ctx}\n\n{u.text}" if ctx else u.text
+        text_hash = content_hash(embed)
         chunks.append(
             Chunk(
-                id=chunk_id(root, rel_path, position),
+                id=chunk_id(root, rel_path, position, text_hash),
                 text=u.text,
                 context=ctx,
                 path=doc.path,
@@ -260,7 +266,7 @@ def chunk_document(
                 heading_path=list(section.heading_path),
                 level=section.level,
                 position=position,
-                content_hash=content_hash(embed),
+                content_hash=text_hash,
                 page=section.page,
                 line_start=u.line_start,
                 line_end=u.line_end,

@@ -9,8 +9,10 @@ wrong and what to do next::
     ├── ParseError                            a file could not be parsed
     ├── EmbeddingError                        the embedder failed
     │   └── ModelMismatchError                index built with another model
-    └── StoreError                            the vector store failed
-        └── StoreUnavailableError (also ConnectionError)
+    ├── StoreError                            the vector store failed
+    │   └── StoreUnavailableError (also ConnectionError)
+    ├── ProtocolError (also ValueError)       a malformed WebSocket message
+    └── LLMError                              the chat model failed or timed out
 """
 
 from __future__ import annotations
@@ -20,7 +22,9 @@ __all__ = [
     "EmbeddingError",
     "MdragError",
     "ModelMismatchError",
+    "LLMError",
     "ParseError",
+    "ProtocolError",
     "StoreError",
     "StoreUnavailableError",
     "UnsupportedFormatError",
@@ -57,3 +61,11 @@ class StoreError(MdragError):
 
 class StoreUnavailableError(StoreError, ConnectionError):
     """The vector store cannot be reached."""
+
+
+class ProtocolError(MdragError, ValueError):
+    """A client sent a message the server cannot use; the text is sent back."""
+
+
+class LLMError(MdragError):
+    """The chat completions endpoint failed, refused the key, or timed out."""

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import threading
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -69,6 +71,13 @@ class Index:
         )  # opened on first use
         self._opened = False  # the store is connected and its collection loaded
         self._exists = False  # the collection exists
+        # Committed chunk ids: search returns only these, so a running update is
+        # invisible until it commits, then visible all at once. None: no filter.
+        self._visible: frozenset[str] | None = None
+        self._pending = 0  # chunks written by a running update and not yet committed
+        self._generation = 0  # bumped at each commit
+        self._readers: Counter[int] = Counter()  # searches running, by the generation they read
+        self._cond = threading.Condition()  # guards the three above
 
     @property
     def manifest_path(self) -> Path:
@@ -86,9 +95,41 @@ class Index:
         """Index ``folders`` (default: the configured ones) incrementally."""
         folders = list(folders) if folders else list(self.config["folders"])
         self._open(create=True)
-        return update_index(
-            self.store, self.embedder, self.manifest_path, self.name, folders, self.settings, rebuild, progress
-        )
+        self._load_visible()
+
+        def upserted(n: int) -> None:
+            with self._cond:
+                self._pending += n
+
+        def commit(ids: set[str]) -> None:
+            with self._cond:
+                old = self._generation
+                self._visible, self._pending = frozenset(ids), 0
+                self._generation += 1
+                # The replaced chunks are deleted when this returns: let the
+                # searches that still read the old state finish first.
+                self._cond.wait_for(lambda: self._readers[old] == 0, timeout=60)
+
+        try:
+            return update_index(
+                self.store,
+                self.embedder,
+                self.manifest_path,
+                self.name,
+                folders,
+                self.settings,
+                rebuild,
+                progress,
+                on_upsert=upserted,
+                on_commit=commit,
+            )
+        finally:
+            self._pending = 0
+
+    def _load_visible(self) -> None:
+        if self._visible is None:
+            m = Manifest.load(self.manifest_path)
+            self._visible = frozenset(m.chunk_ids()) if m is not None and m.files else None
 
     def search(
         self,
@@ -102,14 +143,25 @@ class Index:
 
         if not self._open(create=False):
             raise MdragError(f"index {self.name!r} does not exist in {self.store.uri}: run `mdrag index DIR` first")
-        return search(
-            self.store,
-            self.embedder,
-            query,
-            k or self.config["search.k"],
-            self.config["search.threshold"] if threshold is None else threshold,
-            filters,
-        )
+        self._load_visible()
+        with self._cond:
+            generation, visible, pending = self._generation, self._visible, self._pending
+            self._readers[generation] += 1
+        try:
+            return search(
+                self.store,
+                self.embedder,
+                query,
+                k or self.config["search.k"],
+                self.config["search.threshold"] if threshold is None else threshold,
+                filters,
+                visible=visible,
+                extra=pending,
+            )
+        finally:
+            with self._cond:
+                self._readers[generation] -= 1
+                self._cond.notify_all()
 
     def status(self) -> dict[str, Any]:
         """Name, store, model, files, chunks and last run of the index (JSON-ready)."""

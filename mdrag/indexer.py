@@ -2,12 +2,14 @@
 
 Crash safety comes from the order of writes. Before the store is touched the
 manifest is saved with ``dirty = True``; chunks are upserted under ids
-derived from their position (so a repeated write replaces, never duplicates)
-and flushed before the manifest records them; stale ids are deleted after
-their replacements are stored. A run that is killed at any point leaves
-``dirty = True``, and the next run compares the store's ids with the
-manifest's and deletes any orphans, and re-indexes any file whose chunks are
-missing.
+derived from their position and content (so a repeated write replaces, never
+duplicates) and flushed before the manifest records them. Ids that the new
+state no longer uses (edited chunks, deleted files) are deleted last, after
+``on_commit`` has been told the new set of ids: a reader that searches only
+the committed ids (`Index` does) sees the old state until then and the new
+one after, never a mix. A run that is killed at any point leaves ``dirty =
+True``, and the next run compares the store's ids with the manifest's,
+deletes any orphans, and re-indexes any file whose chunks are missing.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import hashlib
 import logging
 import os
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -117,10 +119,15 @@ def update_index(
     settings: ChunkSettings,
     rebuild: bool = False,
     progress: bool = False,
+    on_upsert: Callable[[int], None] | None = None,
+    on_commit: Callable[[set[str]], None] | None = None,
 ) -> IndexSummary:
     """Bring the store in line with ``folders``; returns what was done.
 
     ``store`` must be open. ``rebuild`` drops the collection and starts over.
+    ``on_upsert(n)`` is called after n chunks with new ids are written (not yet
+    committed); ``on_commit(ids)`` with the new state's chunk ids, before the
+    ids it replaces are deleted.
     """
     t0 = time.perf_counter()
     summary = IndexSummary()
@@ -186,6 +193,7 @@ def update_index(
         m.save(manifest_path)
 
     last_save = time.monotonic()
+    retired: list[str] = []  # ids the new state no longer uses: deleted after the commit
     batch: list[tuple[str, FileState, list[Chunk]]] = []
     batch_chunks = 0
     for path, err in _progress(todo, progress):
@@ -198,9 +206,7 @@ def update_index(
             summary.skipped_files.append((path, err or "unknown error"))
             log.warning("skipped %s: %s", path, err)
             if not is_new:  # its old content is stale: remove it, retry next run
-                stale = m.files.pop(path).chunks
-                store.delete_ids(stale)
-                summary.chunks_deleted += len(stale)
+                retired.extend(m.files.pop(path).chunks)
             continue
         if is_new:
             summary.added += 1
@@ -209,28 +215,30 @@ def update_index(
         batch.append((path, state, chunks))
         batch_chunks += len(chunks)
         if batch_chunks >= _BATCH_CHUNKS:
-            _write_batch(store, embedder, m, batch, summary)
+            retired += _write_batch(store, embedder, m, batch, summary, on_upsert)
             batch, batch_chunks = [], 0
             if time.monotonic() - last_save > _SAVE_EVERY_S:
                 m.save(manifest_path)
                 last_save = time.monotonic()
     if batch:
-        _write_batch(store, embedder, m, batch, summary)
+        retired += _write_batch(store, embedder, m, batch, summary, on_upsert)
 
     # Files gone from disk: their chunks go, after the new files could reuse their vectors.
-    gone = [cid for p in d.removed for cid in m.files[p].chunks]
-    store.delete_ids(gone)
-    summary.chunks_deleted += len(gone)
-    summary.deleted = len(d.removed)
     for p in d.removed:
-        del m.files[p]
+        retired.extend(m.files.pop(p).chunks)
+    summary.deleted = len(d.removed)
 
+    if writes:
+        m.save(manifest_path)  # still dirty: a crash from here on is repaired
+    live = m.chunk_ids()
+    if on_commit is not None:
+        on_commit(live)
     if repair:
-        orphans = store.all_ids() - m.chunk_ids()
-        if orphans:
-            log.info("deleting %d orphan chunks", len(orphans))
-            store.delete_ids(orphans)
-            summary.chunks_deleted += len(orphans)
+        retired.extend(store.all_ids() - live)
+    retired = sorted(set(retired) - live)
+    if retired:
+        store.delete_ids(retired)
+        summary.chunks_deleted += len(retired)
     if writes or old is None or old.roots != roots:
         m.mark_finished()
         m.save(manifest_path)
@@ -278,9 +286,12 @@ def _write_batch(
     m: Manifest,
     batch: list[tuple[str, FileState, list[Chunk]]],
     summary: IndexSummary,
-) -> None:
-    """Embed what is new, upsert, flush, delete stale ids, then record the files."""
-    chunks = [c for _, _, cs in batch for c in cs]
+    on_upsert: Callable[[int], None] | None,
+) -> list[str]:
+    """Embed what is new, upsert and flush, record the files; returns the ids they replaced."""
+    stored = {cid for path, _, _ in batch if path in m.files for cid in m.files[path].chunks}
+    all_chunks = [c for _, _, cs in batch for c in cs]
+    chunks = [c for c in all_chunks if c.id not in stored]  # same id: same text, already stored
     known = store.vectors_by_hash(c.content_hash for c in chunks)
     todo: dict[str, str] = {}  # content hash -> text, each new text embedded once
     for c in chunks:
@@ -290,18 +301,18 @@ def _write_batch(
         vecs = embedder.embed(list(todo.values()))
         known.update(zip(todo.keys(), vecs))
     summary.chunks_embedded += len(todo)
-    summary.chunks_reused += len(chunks) - len(todo)
+    summary.chunks_reused += len(all_chunks) - len(todo)
     if chunks:
         store.upsert(chunks, np.vstack([known[c.content_hash] for c in chunks]))
-    stale: list[str] = []
+        if on_upsert is not None:
+            on_upsert(len(chunks))
+    replaced: list[str] = []
     for path, state, _ in batch:
         prev = m.files.get(path)
         if prev is not None:
-            stale.extend(set(prev.chunks) - set(state.chunks))
-    store.delete_ids(stale)
-    summary.chunks_deleted += len(stale)
-    for path, state, _ in batch:
+            replaced.extend(set(prev.chunks) - set(state.chunks))
         m.files[path] = state
+    return replaced
 
 
 def _drop_incomplete(store: MilvusStore, m: Manifest) -> None:

@@ -52,10 +52,14 @@ def search(
     k: int = 10,
     threshold: float | None = None,
     filters: Mapping[str, Any] | None = None,
+    visible: frozenset[str] | None = None,
+    extra: int = 0,
 ) -> list[SearchResult]:
     """The ``k`` chunks most similar to ``query`` whose score is at least ``threshold``.
 
     Scores are cosine similarities clipped to 0..1 (MiniLM vectors are normalized).
+    With ``visible``, only those chunk ids are returned; ``extra`` more are
+    fetched to make up for chunks written but not yet visible.
     """
     if not query or not query.strip():
         raise ConfigError("the search query is empty: give some words to search for")
@@ -63,9 +67,11 @@ def search(
         raise ConfigError(f"k must be at least 1, got {k}")
     expr = build_filter(filters)
     vector = embedder.embed_query(query)
-    rows = store.search(vector, k, expr)
+    rows = store.search(vector, min(k + max(extra, 0), 16384), expr)
+    if visible is not None:
+        rows = [r for r in rows if r["id"] in visible]
     results = []
-    for r in rows:
+    for r in rows[:k]:
         score = min(1.0, max(0.0, r["score"]))
         if threshold is not None and score < threshold:
             continue

@@ -216,3 +216,45 @@ def test_summary_is_json_serializable(tmp_path: Path) -> None:
     idx = _index(HashEmbedder())
     s = idx.update([_corpus(tmp_path, 1)])
     assert json.loads(json.dumps(s.to_dict()))["added"] == 2
+
+
+def test_searches_during_an_update_see_the_old_or_the_new_state_never_a_mix(tmp_path: Path, monkeypatch) -> None:
+    import threading
+
+    import mdrag.indexer
+
+    root = tmp_path / "docs"
+    root.mkdir()
+    for i in range(30):
+        (root / f"f{i}.md").write_text(f"# File {i}\n\nversion one of marker text number {i}\n")
+
+    class Slow(HashEmbedder):
+        def embed_batch(self, texts):
+            time.sleep(0.05)
+            return super().embed_batch(texts)
+
+    idx = _index(Slow())
+    idx.update([root])
+    for i in range(30):
+        (root / f"f{i}.md").write_text(f"# File {i}\n\nversion two of marker text number {i}\n")
+    monkeypatch.setattr(mdrag.indexer, "_BATCH_CHUNKS", 3)  # many small writes
+    done = threading.Event()
+    seen: list[tuple[int, int]] = []
+
+    def search_loop() -> None:
+        while not done.is_set():
+            hits = idx.search("marker text number version", k=100, threshold=0)
+            seen.append((sum("version one" in h.text for h in hits), sum("version two" in h.text for h in hits)))
+
+    t = threading.Thread(target=search_loop)
+    t.start()
+    try:
+        s = idx.update([root])
+    finally:
+        done.set()
+        t.join()
+    assert s.modified == 30
+    assert len(seen) >= 3
+    assert set(seen) <= {(30, 0), (0, 30)}, f"mixed states seen: {sorted(set(seen))}"
+    assert idx.search("marker text number version", k=100, threshold=0)[0].text.startswith("version two")
+    _consistent(idx)
