@@ -25,6 +25,8 @@ EXAMPLES = {
     "index": "example: mdrag index ./docs ./notes   (again later: only changes are re-embedded)",
     "search": 'example: mdrag search "how do I define a custom output format" -k 5 --json',
     "status": "example: mdrag status --json",
+    "serve": 'example: mdrag serve ./docs --port 8765   (then, elsewhere: mdrag ask "how do I ...?")',
+    "ask": 'example: mdrag ask "How do I create a custom shortcode?"   (no question: interactive)',
 }
 
 
@@ -60,10 +62,31 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--path", metavar="PREFIX", help="only files under this path (relative or absolute)")
     p.add_argument("--tag", action="append", metavar="TAG", help="only files with this frontmatter tag (repeatable)")
     p.add_argument("--json", action="store_true", help="print results as JSON")
+    p.add_argument("--server", metavar="URL", help="the `mdrag serve` to ask when it owns the index")
     _common(p)
 
     p = sub.add_parser("status", help="show what the index holds", epilog=EXAMPLES["status"])
     p.add_argument("--json", action="store_true", help="print as JSON")
+    p.add_argument("--server", metavar="URL", help="the `mdrag serve` to ask when it owns the index")
+    _common(p)
+
+    p = sub.add_parser("serve", help="run the WebSocket Q&A server", epilog=EXAMPLES["serve"])
+    p.add_argument("folders", nargs="*", metavar="DIR", help="folders to index and watch (default: setting folders)")
+    p.add_argument(
+        "--host",
+        help="address to bind (default 127.0.0.1: this machine only; 0.0.0.0 exposes your documents "
+        "to the network and needs --token)",
+    )
+    p.add_argument("--port", type=int, help="port (default 8765; 0 picks a free one)")
+    p.add_argument("--reload-interval", type=int, metavar="S", help="seconds between rescans (default 300)")
+    p.add_argument("--token", help="require this token from clients (setting server.token)")
+    p.add_argument("--allow-origin", action="append", metavar="ORIGIN", help="a browser origin to allow (repeatable)")
+    _common(p)
+
+    p = sub.add_parser("ask", help="ask the server a question", epilog=EXAMPLES["ask"])
+    p.add_argument("question", nargs="?", help="the question; none: interactive prompt")
+    p.add_argument("--server", metavar="URL", help="server address (default ws://localhost:PORT from server.port)")
+    p.add_argument("--token", help="the server's token (setting server.token)")
     _common(p)
     return parser
 
@@ -86,6 +109,11 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
         ("chunk_overlap", "chunk.overlap"),
         ("k", "search.k"),
         ("threshold", "search.threshold"),
+        ("host", "server.host"),
+        ("port", "server.port"),
+        ("reload_interval", "server.reload_interval"),
+        ("token", "server.token"),
+        ("allow_origin", "server.allowed_origins"),
     ):
         v = getattr(args, attr, None)
         if v is not None:
@@ -119,28 +147,72 @@ def _cmd_index(args: argparse.Namespace, index: Any) -> int:
     return 0
 
 
+def _server_url(config: Any) -> str:
+    host = config["server.host"]
+    host = "localhost" if host in ("127.0.0.1", "0.0.0.0", "::", "") else host
+    return f"ws://{host}:{config['server.port']}"
+
+
+def _through_server(config: Any, message: dict[str, Any], why: Exception, url: str | None) -> dict[str, Any]:
+    """While `mdrag serve` owns the index, read it through the server."""
+    from mdrag.client import Client, ServerUnavailableError
+
+    url = url or _server_url(config)
+    try:
+        with Client(url, token=config["server.token"]) as client:
+            return client.request(message)
+    except ServerUnavailableError:
+        raise MdragError(f"{why} No mdrag server answers at {url} either.") from why
+
+
 def _cmd_search(args: argparse.Namespace, index: Any) -> int:
+    from mdrag.errors import StoreUnavailableError
+
     filters: dict[str, Any] = {}
     if args.path:
         filters["path_prefix"] = args.path
     if args.tag:
         filters["tags"] = args.tag
-    results = index.search(args.query, filters=filters or None)
+    try:
+        results = [r.to_dict() for r in index.search(args.query, filters=filters or None)]
+    except StoreUnavailableError as e:
+        if "in use" not in str(e):
+            raise
+        msg = {"type": "search", "query": args.query, "k": index.config["search.k"], "filters": filters}
+        msg["threshold"] = index.config["search.threshold"]
+        results = _through_server(index.config, msg, e, args.server)["results"]
     if args.json:
-        print(json.dumps([r.to_dict() for r in results], indent=2, ensure_ascii=False))
+        print(json.dumps(results, indent=2, ensure_ascii=False))
         return 0
     if not results:
         print("no results above the threshold (try --threshold 0, or other words)")
     for i, r in enumerate(results, 1):
-        where = r.rel_path + (f" p.{r.page}" if r.page else "") + (f":{r.line_start}" if r.line_start else "")
-        print(f"{i:2}. {r.score:.3f}  {where}" + (f"  [{r.heading}]" if r.heading else ""))
-        snippet = " ".join(r.text.split())
+        where = r["rel_path"] + (f" p.{r['page']}" if r["page"] else "")
+        where += f":{r['line_start']}" if r["line_start"] else ""
+        print(f"{i:2}. {r['score']:.3f}  {where}" + (f"  [{r['heading']}]" if r["heading"] else ""))
+        snippet = " ".join(r["text"].split())
         print(f"    {snippet[:200]}{'…' if len(snippet) > 200 else ''}")
     return 0
 
 
 def _cmd_status(args: argparse.Namespace, index: Any) -> int:
-    st = index.status()
+    from mdrag.errors import StoreUnavailableError
+
+    try:
+        st = index.status()
+    except StoreUnavailableError as e:
+        if "in use" not in str(e):
+            raise
+        reply = _through_server(index.config, {"type": "status"}, e, args.server)
+        st = {"served_by": args.server or _server_url(index.config), **reply}
+        if args.json:
+            print(json.dumps(st, indent=2))
+        else:
+            print(
+                f"index {st['index']} is served by {st['served_by']}: {st['state']}, "
+                f"{st['files']} files, {st['chunks']} chunks"
+            )
+        return 0
     if args.json:
         print(json.dumps(st, indent=2))
         return 0
@@ -155,14 +227,57 @@ def _cmd_status(args: argparse.Namespace, index: Any) -> int:
     return 0
 
 
+def _cmd_serve(args: argparse.Namespace, config: Any) -> int:
+    import asyncio
+    from pathlib import Path
+
+    from mdrag.server import QAServer
+
+    folders = args.folders or [f for f in config["folders"] if Path(f).is_dir()]
+
+    async def run() -> None:
+        server = QAServer(config, folders, overrides=_overrides(args))
+        await server.start()
+        print(f"mdrag: listening on {server.url} (index {config['index']!r}); loading...", file=sys.stderr, flush=True)
+        try:
+            await server.ready.wait()
+            print(
+                f"mdrag: ready: {server.files} files, {server.chunks} chunks"
+                + ("" if server.chunks else " (no indexed content: give folders to index)"),
+                file=sys.stderr,
+                flush=True,
+            )
+            await server.wait_closed()
+        finally:
+            await server.stop()
+
+    try:
+        asyncio.run(run())
+    except KeyboardInterrupt:
+        print("mdrag: server stopped", file=sys.stderr)
+    return 0
+
+
+def _cmd_ask(args: argparse.Namespace, config: Any) -> int:
+    from mdrag.client import run_ask
+
+    url = args.server or _server_url(config)
+    return run_ask(args.question, url, sys.stdout, sys.stderr, token=config["server.token"], index=args.index)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     _setup_logging(args)
     from mdrag.config import load_config
-    from mdrag.index import Index
 
     try:
         config = load_config(_overrides(args))
+        if args.command == "serve":
+            return _cmd_serve(args, config)
+        if args.command == "ask":
+            return _cmd_ask(args, config)
+        from mdrag.index import Index
+
         with Index(config) as index:
             return {"index": _cmd_index, "search": _cmd_search, "status": _cmd_status}[args.command](args, index)
     except ConfigError as e:

@@ -44,9 +44,14 @@ DEFAULTS: dict[str, tuple[type | tuple[type, ...], Any]] = {
     "llm.base_url": (str, None),
     "llm.api_key": (str, None),
     "llm.model": (str, "qwen-flash"),
+    "llm.timeout": ((int, float), 60),
     "server.host": (str, "127.0.0.1"),
     "server.port": (int, 8765),
     "server.reload_interval": (int, 300),
+    "server.token": (str, None),  # required when server.host is not a loopback address
+    "server.allowed_origins": (list, []),  # browser origins allowed besides loopback pages
+    "server.max_message_bytes": (int, 65536),
+    "server.max_pending": (int, 8),  # requests waiting on one connection
 }
 
 #: md-qa environment variables and the settings they provide.
@@ -62,7 +67,7 @@ ENV_VARS = {
 
 _INDEX_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")  # also a collection and a file name
 _CHOICES = {"embedding.provider": ("local", "openai"), "chunk.unit": ("chars", "tokens")}
-_SECRETS = {"milvus_token", "api.api_key", "embedding.api_key", "llm.api_key"}
+_SECRETS = {"milvus_token", "api.api_key", "embedding.api_key", "llm.api_key", "server.token"}
 
 
 def home_dir() -> Path:
@@ -166,8 +171,12 @@ def _range_check(key: str, value: Any, origin: str) -> Any:
         raise ConfigError(f"search.threshold must be between 0 and 1, got {value!r} (from the {origin})")
     if key in ("server.port",) and not 0 <= value <= 65535:
         raise ConfigError(f"server.port must be between 0 and 65535, got {value!r} (from the {origin})")
-    if key in ("embedding.batch_size", "search.k", "server.reload_interval") and value < 1:
+    if key in ("embedding.batch_size", "search.k", "server.reload_interval", "server.max_pending") and value < 1:
         raise ConfigError(f"{key} must be at least 1, got {value!r} (from the {origin})")
+    if key in ("llm.timeout",) and not value > 0:
+        raise ConfigError(f"{key} must be more than 0, got {value!r} (from the {origin})")
+    if key == "server.max_message_bytes" and not 1024 <= value <= (1 << 20):
+        raise ConfigError(f"{key} must be between 1024 and 1048576, got {value!r} (from the {origin})")
     return value
 
 

@@ -1,0 +1,356 @@
+"""`mdrag serve`: a WebSocket server around protocol + search + answer + reload.
+
+The server owns its index for the whole run: it loads it (or builds it) in
+the background while already accepting connections, answers queries from
+the open index, and keeps it current with a file watcher and a periodic
+rescan, both running the incremental indexer in a worker thread. Searches
+read only committed chunks, so a reload switches atomically.
+
+Each connection's messages are answered one at a time, in order (answers
+stream over several frames and the protocol has no request ids); at most
+``server.max_pending`` wait. A client that disconnects cancels its work,
+including the LLM request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import ipaddress
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from http import HTTPStatus
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from mdrag import protocol
+from mdrag.answer import LLMSettings, answer_stream, sources
+from mdrag.config import Config, load_config
+from mdrag.errors import ConfigError, LLMError, MdragError, ProtocolError
+from mdrag.index import Index
+
+__all__ = ["QAServer", "is_loopback", "llm_settings"]
+
+log = logging.getLogger(__name__)
+
+_HARD_MAX_FRAME = 1 << 20  # frames over 1 MiB close the connection; over max_message_bytes get an error
+_LOOPBACK_NAMES = {"localhost", "localhost.", "ip6-localhost"}
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (a name or address) only reaches this machine."""
+    host = host.strip("[]").lower()
+    if host in _LOOPBACK_NAMES or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def llm_settings(config: Config) -> LLMSettings:
+    return LLMSettings(
+        base_url=config["llm.base_url"] or config["api.base_url"],
+        api_key=config["llm.api_key"] or config["api.api_key"],
+        model=config["llm.model"],
+        timeout=float(config["llm.timeout"]),
+    )
+
+
+class QAServer:
+    """The Q&A server: ``await start()``, then ``await wait_closed()`` or ``await stop()``."""
+
+    def __init__(
+        self,
+        config: Config,
+        folders: Sequence[str | Path] = (),
+        overrides: dict[str, Any] | None = None,
+        index: Index | None = None,
+    ) -> None:
+        self.config = config  # current settings; replaced when the config file changes
+        self.overrides = dict(overrides or {})  # command-line settings, kept across config reloads
+        self.folders = [str(Path(f).expanduser().resolve()) for f in folders]  # watched and indexed
+        self.index = index  # the open index (created in _load when None)
+        self.state = "loading"  # loading | ready | empty
+        self.files = 0  # indexed files, for status messages
+        self.chunks = 0  # indexed chunks, for status messages
+        self.host = ""  # bound address, known after start()
+        self.port = 0  # bound port, known after start() (useful with port 0)
+        self.reloads = 0  # finished reloads, for tests and logs
+        self._reload_lock = asyncio.Lock()  # one indexer run at a time
+        self._server: Any = None  # websockets Server
+        self._tasks: set[asyncio.Task[Any]] = set()  # background tasks, cancelled on stop
+        self._stop = asyncio.Event()  # stops the file watchers
+        self.ready = asyncio.Event()  # set once the index is loaded (or known to be empty)
+
+    # -- lifecycle ---------------------------------------------------------
+    async def start(self) -> None:
+        from websockets.asyncio.server import serve
+
+        host, port = self.config["server.host"], self.config["server.port"]
+        if not is_loopback(host) and not self.config["server.token"]:
+            raise ConfigError(
+                f"binding to {host} exposes your documents to the network: set a token with "
+                "--token (setting server.token), or bind to 127.0.0.1"
+            )
+        self._server = await serve(
+            self._handle,
+            host,
+            port,
+            process_request=self._check_request,
+            max_size=_HARD_MAX_FRAME,
+            ping_interval=20,
+            server_header=None,
+        )
+        sock = self._server.sockets[0].getsockname()
+        self.host, self.port = sock[0], sock[1]
+        self._spawn(self._load())
+        self._spawn(self._watch_config())
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"ws://{host}:{self.port}"
+
+    async def wait_closed(self) -> None:
+        await self._server.wait_closed()
+
+    async def stop(self) -> None:
+        self._stop.set()
+        for t in list(self._tasks):
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+        async with self._reload_lock:  # let a running indexer thread finish before closing the store
+            if self.index is not None:
+                self.index.close()
+
+    def _spawn(self, coro: Awaitable[Any]) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # -- loading and reloading --------------------------------------------
+    async def _load(self) -> None:
+        t0 = time.monotonic()
+        what = ", ".join(self.folders) or "from the cache"
+        slow = asyncio.get_running_loop().call_later(
+            2.0, lambda: log.warning("still loading index %r (%s)...", self.config["index"], what)
+        )
+        try:
+            if self.index is None:
+                self.index = Index(self.config)
+            await self._reload("startup")
+        finally:
+            slow.cancel()
+        log.info(
+            "index %r %s: %d files, %d chunks (%.1f s); serving on %s",
+            self.config["index"],
+            "ready" if self.state == "ready" else "has no indexed content",
+            self.files,
+            self.chunks,
+            time.monotonic() - t0,
+            self.url,
+        )
+        self.ready.set()
+        if self.folders:
+            self._spawn(self._watch_files())
+            self._spawn(self._periodic())
+
+    async def _reload(self, why: str) -> None:
+        """Run the incremental indexer in a thread; queries go on meanwhile."""
+        assert self.index is not None
+        async with self._reload_lock:
+            index = self.index
+            try:
+                if self.folders:
+                    summary = await asyncio.to_thread(index.update, self.folders)
+                    if summary.added or summary.modified or summary.deleted:
+                        log.info(
+                            "reload (%s): %d added, %d modified, %d deleted; %d chunks embedded",
+                            why,
+                            summary.added,
+                            summary.modified,
+                            summary.deleted,
+                            summary.chunks_embedded,
+                        )
+                st = await asyncio.to_thread(index.status)
+            except MdragError as e:
+                if self.state == "loading" and not self.folders:
+                    raise
+                log.error("reload (%s) failed: %s", why, e)
+                return
+            self.files, self.chunks = st["files"], st["chunks"]
+            self.state = "ready" if self.chunks else "empty"
+            self.reloads += 1
+
+    async def _periodic(self) -> None:
+        while True:
+            await asyncio.sleep(self.config["server.reload_interval"])
+            await self._reload("periodic rescan")
+
+    async def _watch_files(self) -> None:
+        from watchfiles import awatch
+
+        from mdrag.parsers import supported_extensions
+
+        roots = [f for f in self.folders if Path(f).is_dir()]
+        if not roots:
+            return
+        exts = tuple(supported_extensions())
+
+        def relevant(change: Any, path: str) -> bool:
+            return path.lower().endswith(exts) and "/." not in path
+
+        async for _changes in awatch(*roots, watch_filter=relevant, debounce=500, stop_event=self._stop):
+            await self._reload("files changed")
+
+    async def _watch_config(self) -> None:
+        from watchfiles import awatch
+
+        home = self.config.home
+        if not home.is_dir():
+            return
+        names = {"config.yaml", "config.yml", "config.toml"}
+        async for _changes in awatch(
+            home, watch_filter=lambda c, p: Path(p).name in names, debounce=300, stop_event=self._stop, recursive=False
+        ):
+            self.reload_config()
+
+    def reload_config(self) -> bool:
+        """Re-read the config file, keeping command-line overrides; a bad file changes nothing."""
+        try:
+            new = load_config(self.overrides, home=self.config.home)
+        except ConfigError as e:
+            log.error("config file change ignored: %s (the previous settings stay)", e)
+            return False
+        restart = [
+            k
+            for k in ("index", "milvus_uri", "embedding.provider", "embedding.model", "chunk.size", "server.port")
+            if new[k] != self.config[k]
+        ]
+        if restart:
+            log.warning("config change needs a restart to apply: %s", ", ".join(restart))
+        self.config = new
+        if self.index is not None:
+            self.index.config = new  # search settings (k, threshold) apply at once
+        log.info("configuration reloaded from %s", new.file)
+        return True
+
+    # -- connections --------------------------------------------------------
+    def _check_request(self, connection: Any, request: Any) -> Any:
+        """Refuse browser pages from other origins, and clients without the token."""
+        origin = request.headers.get("Origin")
+        if origin is not None and not self._origin_allowed(origin):
+            log.warning("refused a connection from origin %s", origin[:200])
+            return connection.respond(HTTPStatus.FORBIDDEN, "Origin not allowed: mdrag serves local pages only.\n")
+        token = self.config["server.token"]
+        if token:
+            given = ""
+            auth = request.headers.get("Authorization", "")
+            if auth.lower().startswith("bearer "):
+                given = auth[7:].strip()
+            else:
+                given = parse_qs(urlsplit(request.path).query).get("token", [""])[0]
+            if not hmac.compare_digest(given.encode(), token.encode()):
+                return connection.respond(HTTPStatus.UNAUTHORIZED, "A valid token is required.\n")
+        return None
+
+    def _origin_allowed(self, origin: str) -> bool:
+        if origin in self.config["server.allowed_origins"]:
+            return True
+        parts = urlsplit(origin)
+        return parts.scheme in ("http", "https") and is_loopback(parts.hostname or "")
+
+    def _status(self) -> dict[str, Any]:
+        messages = {
+            "loading": "loading the index: not ready yet, retry shortly",
+            "ready": "ready",
+            "empty": "no indexed content: start the server with folders (mdrag serve DIR)",
+        }
+        return protocol.status(self.state, self.config["index"], self.files, self.chunks, messages[self.state])
+
+    async def _handle(self, ws: Any) -> None:
+        from websockets.exceptions import ConnectionClosed
+
+        queue: asyncio.Queue[Any] = asyncio.Queue(maxsize=self.config["server.max_pending"])
+        worker = asyncio.ensure_future(self._work(ws, queue))
+        try:
+            await ws.send(protocol.encode(self._status()))
+            async for frame in ws:
+                limit = self.config["server.max_message_bytes"]
+                size = len(frame.encode() if isinstance(frame, str) else frame)
+                try:
+                    if size > limit:
+                        raise ProtocolError(f"message too large ({size} bytes, at most {limit})")
+                    item: Any = protocol.parse(frame)
+                except ProtocolError as e:
+                    item = e
+                try:
+                    queue.put_nowait(item)
+                except asyncio.QueueFull:
+                    await ws.send(
+                        protocol.encode(
+                            protocol.error(
+                                f"too many requests waiting on this connection (at most {queue.maxsize}); "
+                                "wait for the answers"
+                            )
+                        )
+                    )
+        except ConnectionClosed:
+            pass
+        finally:
+            worker.cancel()  # a disconnect cancels the running answer and its LLM request
+            with contextlib.suppress(asyncio.CancelledError, ConnectionClosed):
+                await worker
+
+    async def _work(self, ws: Any, queue: asyncio.Queue[Any]) -> None:
+        while True:
+            await self._respond(ws, await queue.get())
+
+    async def _respond(self, ws: Any, item: Any) -> None:
+        async def send(msg: dict[str, Any]) -> None:
+            await ws.send(protocol.encode(msg))
+
+        if isinstance(item, ProtocolError):
+            await send(protocol.error(str(item)))
+            return
+        if isinstance(item, protocol.StatusRequest):
+            await send(self._status())
+            return
+        if getattr(item, "index", None) not in (None, self.config["index"]):
+            await send(protocol.error(f"unknown index {item.index!r}: this server serves {self.config['index']!r}"))
+            return
+        if self.state == "loading":
+            await send(self._status())  # "not ready": the client retries
+            return
+        try:
+            if isinstance(item, protocol.SearchRequest):
+                await self._search(item, send)
+            else:
+                await self._query(item, send)
+        except (MdragError, LLMError) as e:
+            await send(protocol.error(str(e)))
+        except Exception:
+            log.exception("unexpected error while answering")
+            await send(protocol.error("internal error while answering; see the server log"))
+
+    async def _search(self, req: protocol.SearchRequest, send: Callable[[dict[str, Any]], Awaitable[None]]) -> None:
+        assert self.index is not None
+        results = await asyncio.to_thread(self.index.search, req.query, req.k, req.threshold, req.filters or None)
+        await send(protocol.search_results(req.query, [r.to_dict() for r in results]))
+
+    async def _query(self, req: protocol.QueryRequest, send: Callable[[dict[str, Any]], Awaitable[None]]) -> None:
+        assert self.index is not None
+        results = [] if self.state == "empty" else await asyncio.to_thread(self.index.search, req.question)
+        await send(protocol.stream_start())
+        stream = answer_stream(req.question, results, llm_settings(self.config))
+        async with contextlib.aclosing(stream):
+            async for piece in stream:
+                await send(protocol.stream_chunk(piece))
+        await send(protocol.stream_end(sources(results)))

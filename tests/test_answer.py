@@ -1,0 +1,417 @@
+"""mdrag.answer: prompts, extractive answers, and streaming from a real OpenAI-style server on loopback."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import socket
+import threading
+import time
+import traceback
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+from mdrag import answer
+from mdrag.answer import NO_RELEVANT, LLMSettings, answer_stream, build_messages, sources
+from mdrag.errors import LLMError
+from mdrag.types import SearchResult
+
+KEY = "sk-test-SECRET-5f1d-answer-9a7b"  # distinctive, so a leak is easy to spot
+QUESTION = "How do I rotate the signing keys?"
+
+
+def result(n: int, text: str | None = None, path: str | None = None) -> SearchResult:
+    """The n-th ranked search result, with a distinct path, heading and text."""
+    return SearchResult(
+        text=text if text is not None else f"Passage number {n} says: run `keys rotate --id {n}`.",
+        path=path or f"/docs/guide/file{n}.md",
+        rel_path=(path or f"/docs/guide/file{n}.md").removeprefix("/docs/"),
+        score=1.0 - n / 100,
+        heading_path=["Guide", f"Section {n}"],
+        chunk_id=f"chunk-{n}",
+    )
+
+
+RESULTS = [result(1), result(2), result(3)]
+
+
+# -- the fake LLM server ------------------------------------------------------------
+
+
+@dataclass
+class Script:
+    """What the fake LLM does with the next requests, and what it saw."""
+
+    tokens: list[str] = field(default_factory=lambda: ["Hel", "lo", ", ", "world", " [1]", "."])
+    delay: float = 0.0  # seconds between tokens
+    status: int = 200  # anything else: an error response with error_body
+    error_body: bytes = b""
+    hang: str | None = None  # "before_headers" or "after_first": go silent until the test ends
+    malformed: bool = False  # send an event that is not JSON after the first token
+    as_json: bool = False  # answer with one non-streaming JSON completion
+    role_first: bool = True  # start with a role-only delta, as OpenAI does
+    requests: list[dict[str, Any]] = field(default_factory=list)  # {"path", "headers", "body"}
+    disconnected: threading.Event = field(default_factory=threading.Event)  # a write failed
+    finished: threading.Event = field(default_factory=threading.Event)  # the whole stream was written
+    stop: threading.Event = field(default_factory=threading.Event)  # set at teardown: end all waits
+
+
+def sse(obj: Any) -> bytes:
+    return b"data: " + json.dumps(obj).encode() + b"\n\n"
+
+
+class Handler(BaseHTTPRequestHandler):
+    """Speaks the OpenAI chat completions format, as the server's Script says."""
+
+    protocol_version = "HTTP/1.1"
+    server: FakeServer
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
+        pass
+
+    def do_POST(self) -> None:  # noqa: N802 - the base class's name
+        script = self.server.script
+        length = int(self.headers.get("Content-Length") or 0)
+        body = json.loads(self.rfile.read(length)) if length else None
+        script.requests.append({"path": self.path, "headers": dict(self.headers.items()), "body": body})
+        if script.hang == "before_headers":
+            script.stop.wait(10)
+            return
+        if script.status != 200:
+            self.send_response(script.status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(script.error_body)))
+            self.end_headers()
+            self.wfile.write(script.error_body)
+            return
+        if script.as_json:
+            payload = json.dumps(
+                {"choices": [{"index": 0, "message": {"role": "assistant", "content": "".join(script.tokens)}}]}
+            ).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream; charset=utf-8")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        events = [b": keep-alive comment\n\n"]
+        if script.role_first:
+            events.append(b"event: message\n" + sse({"choices": [{"index": 0, "delta": {"role": "assistant"}}]}))
+        for i, token in enumerate(script.tokens):
+            events.append(sse({"choices": [{"index": 0, "delta": {"content": token}, "finish_reason": None}]}))
+            if i == 0 and script.malformed:
+                events.append(b"data: {this is not json\n\n")
+        events.append(sse({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}))
+        events.append(b"data: [DONE]\n\n")
+        tokens_sent = 0
+        for event in events:
+            if not self._chunk(event):
+                return
+            if b'"content"' in event:
+                tokens_sent += 1
+                if tokens_sent == 1 and script.hang == "after_first":
+                    script.stop.wait(10)
+                    return
+                if script.delay and script.stop.wait(script.delay):
+                    return
+        if self._chunk(b""):
+            script.finished.set()
+
+    def _chunk(self, data: bytes) -> bool:
+        """Write one chunk of a chunked body (b"" ends it); False once the client has gone."""
+        try:
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+            self.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError, ConnectionAbortedError):
+            self.server.script.disconnected.set()
+            self.close_connection = True
+            return False
+        return True
+
+
+class FakeServer(ThreadingHTTPServer):
+    daemon_threads = True
+    script: Script
+
+
+@dataclass
+class LLM:
+    """The fixture's handle: the running server's URL and its script."""
+
+    base_url: str
+    script: Script
+
+    def settings(self, **kw: Any) -> LLMSettings:
+        kw.setdefault("api_key", KEY)
+        kw.setdefault("model", "test-model")
+        kw.setdefault("timeout", 5.0)
+        return LLMSettings(self.base_url, **kw)
+
+
+@pytest.fixture
+def llm(monkeypatch: pytest.MonkeyPatch) -> Iterator[LLM]:
+    """A fake OpenAI-compatible chat server on 127.0.0.1 (a free port)."""
+    for var in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
+        monkeypatch.delenv(var, raising=False)
+    server = FakeServer(("127.0.0.1", 0), Handler)
+    server.script = Script()
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        yield LLM(f"http://127.0.0.1:{server.server_address[1]}/v1", server.script)
+    finally:
+        server.script.stop.set()
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+
+
+def collect(question: str, results: list[SearchResult], settings: LLMSettings | None) -> list[str]:
+    """Every piece of the answer, in order."""
+
+    async def run() -> list[str]:
+        return [piece async for piece in answer_stream(question, results, settings)]
+
+    return asyncio.run(run())
+
+
+def failure(settings: LLMSettings, results: list[SearchResult] | None = None) -> tuple[LLMError, list[str]]:
+    """The LLMError that streaming raises, and the pieces that arrived before it."""
+    got: list[str] = []
+
+    async def run() -> None:
+        async for piece in answer_stream(QUESTION, RESULTS if results is None else results, settings):
+            got.append(piece)
+
+    with pytest.raises(LLMError) as info:
+        asyncio.run(run())
+    return info.value, got
+
+
+def assert_no_key(exc: BaseException, caplog: pytest.LogCaptureFixture) -> None:
+    """The key is in no message, repr, traceback or log record."""
+    assert KEY not in str(exc)
+    assert KEY not in repr(exc)
+    assert KEY not in "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    assert KEY not in caplog.text
+    assert KEY not in "".join(repr(r.args) + r.getMessage() for r in caplog.records)
+
+
+# -- prompt and sources, no I/O -------------------------------------------------------
+
+
+def test_build_messages_numbers_sources_and_asks_the_question() -> None:
+    messages = build_messages(QUESTION, RESULTS)
+    assert [m["role"] for m in messages] == ["system", "user"]
+    system = messages[0]["content"]
+    assert "ONLY" in system and "[1]" in system and "do not" in system.lower()
+    user = messages[1]["content"]
+    for n, r in enumerate(RESULTS, start=1):
+        assert f"[{n}] {r.rel_path} — {r.heading}\n{r.text}" in user
+    assert user.index("[1]") < user.index("[2]") < user.index("[3]") < user.index(QUESTION)
+    assert user.rstrip().endswith(QUESTION)
+
+
+def test_build_messages_caps_sources_by_dropping_the_lowest_ranked_whole() -> None:
+    big = [result(n, text=f"text{n} " + "x" * 5000 + f" end{n}") for n in range(1, 6)]
+    user = build_messages(QUESTION, big)[1]["content"]
+    # 12,000 characters hold two 5,000-character sources; both are whole, the rest are gone.
+    assert "end1" in user and "end2" in user
+    assert "text3" not in user and "[3]" not in user and "[5]" not in user
+    small_cap = build_messages(QUESTION, big, max_chars=100)[1]["content"]
+    assert "end1" in small_cap and "[2]" not in small_cap  # the best source is kept whole even if too long
+    assert len(build_messages(QUESTION, RESULTS, max_chars=10**6)[1]["content"]) < 2000
+
+
+def test_sources_are_deduplicated_in_rank_order() -> None:
+    results = [result(2), result(1), result(3, path="/docs/guide/file2.md"), result(1), result(4)]
+    assert sources(results) == ["/docs/guide/file2.md", "/docs/guide/file1.md", "/docs/guide/file4.md"]
+    assert sources([]) == []
+
+
+def test_settings_repr_hides_the_key() -> None:
+    s = LLMSettings("http://user:pw@127.0.0.1:9/v1/", api_key=KEY)
+    assert KEY not in repr(s) and "pw" not in repr(s) and "api_key=set" in repr(s)
+    assert s.configured and s.url == "http://user:pw@127.0.0.1:9/v1/chat/completions"
+    assert not LLMSettings(None).configured and not LLMSettings("  ").configured
+    assert LLMSettings("http://h/v1/chat/completions").url == "http://h/v1/chat/completions"
+
+
+def test_event_decoder_joins_data_lines_and_skips_other_fields() -> None:
+    d = answer._EventDecoder()
+    fed = [d.feed(line) for line in [": comment", "event: x", "id: 1", "data: a", "data:b", "retry: 5", ""]]
+    assert fed == [None] * 6 + ["a\nb"]
+    assert d.feed("") is None and d.events == 1
+    assert d.feed("data: [DONE]") is None and d.end() == "[DONE]"
+
+
+# -- answers without an LLM -------------------------------------------------------------
+
+
+def test_no_results_answers_no_relevant_without_asking(llm: LLM) -> None:
+    assert collect(QUESTION, [], llm.settings()) == [NO_RELEVANT]
+    assert collect(QUESTION, [], None) == [NO_RELEVANT]
+    assert llm.script.requests == []
+
+
+def test_extractive_answer_without_llm(llm: LLM) -> None:
+    many = [result(n) for n in range(1, 8)]
+    for settings in (None, LLMSettings(None), LLMSettings("", api_key=KEY)):
+        pieces = collect(QUESTION, many, settings)
+        assert len(pieces) == 6  # the note, then five passages
+        assert "no llm" in pieces[0].lower()
+        assert "llm.base_url" in pieces[0] and "MARKDOWN_QA_API_BASE_URL" in pieces[0]
+        for n, (piece, r) in enumerate(zip(pieces[1:], many), start=1):
+            assert piece == f"\n\n[{n}] Guide > Section {n} ({r.rel_path})\n{r.text}"
+        assert "Section 6" not in "".join(pieces)
+        assert collect(QUESTION, many, settings) == pieces  # deterministic
+    assert llm.script.requests == []
+
+
+# -- answers from the LLM ----------------------------------------------------------------
+
+
+def test_streams_tokens_in_order_and_sends_the_request(llm: LLM, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    pieces = collect(QUESTION, RESULTS, llm.settings(max_tokens=200))
+    assert pieces == llm.script.tokens
+    assert "".join(pieces) == "Hello, world [1]."
+    assert llm.script.finished.is_set()
+    [req] = llm.script.requests
+    assert req["path"] == "/v1/chat/completions"
+    assert req["headers"]["Authorization"] == f"Bearer {KEY}"
+    body = req["body"]
+    assert body["model"] == "test-model" and body["stream"] is True and body["max_tokens"] == 200
+    assert body["messages"] == build_messages(QUESTION, RESULTS)
+    user = body["messages"][-1]["content"]
+    assert "[1] guide/file1.md — Guide > Section 1" in user and "[3]" in user and QUESTION in user
+    assert KEY not in caplog.text
+
+
+def test_trailing_slash_no_key_no_max_tokens(llm: LLM) -> None:
+    settings = LLMSettings(llm.base_url + "/", model="m", timeout=5.0)
+    llm.script.role_first = False
+    assert collect(QUESTION, RESULTS, settings) == llm.script.tokens
+    [req] = llm.script.requests
+    assert req["path"] == "/v1/chat/completions"
+    assert "Authorization" not in req["headers"] and "max_tokens" not in req["body"]
+
+
+def test_non_streaming_json_answer_is_one_piece(llm: LLM) -> None:
+    llm.script.as_json = True
+    assert collect(QUESTION, RESULTS, llm.settings()) == ["Hello, world [1]."]
+
+
+def test_rejected_key(llm: LLM, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    llm.script.status = 401
+    llm.script.error_body = json.dumps({"error": {"message": f"Incorrect API key provided: {KEY}"}}).encode()
+    exc, got = failure(llm.settings())
+    assert got == []
+    assert "rejected the API key (HTTP 401)" in str(exc)
+    assert "llm.api_key" in str(exc) and "MARKDOWN_QA_API_KEY" in str(exc)
+    assert "Incorrect API key provided: ***" in str(exc)  # the echoed key is redacted
+    assert_no_key(exc, caplog)
+
+
+def test_server_error_quotes_the_message(llm: LLM, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    llm.script.status = 500
+    llm.script.error_body = json.dumps({"error": {"message": "model crashed " + "z" * 1000}}).encode()
+    exc, _ = failure(llm.settings())
+    assert "HTTP 500" in str(exc) and "model crashed" in str(exc)
+    assert llm.base_url in str(exc)
+    assert len(str(exc)) < 500  # the server's text is cut to 300 characters
+    assert_no_key(exc, caplog)
+
+
+def test_connection_refused(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    url = f"http://127.0.0.1:{port}/v1"
+    exc, _ = failure(LLMSettings(url, api_key=KEY, timeout=2.0))
+    assert str(exc).startswith(f"cannot reach the LLM at {url}/chat/completions: ")
+    assert_no_key(exc, caplog)
+
+
+@pytest.mark.parametrize("hang", ["before_headers", "after_first"])
+def test_timeout_when_the_server_goes_silent(llm: LLM, hang: str, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    llm.script.hang = hang
+    started = time.monotonic()
+    exc, got = failure(llm.settings(timeout=0.5))
+    assert time.monotonic() - started < 2.0
+    assert "did not answer within 0.5 s" in str(exc) and "llm.timeout" in str(exc)
+    assert got == ([] if hang == "before_headers" else ["Hel"])
+    assert_no_key(exc, caplog)
+
+
+def test_malformed_event_raises(llm: LLM, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    llm.script.malformed = True
+    exc, got = failure(llm.settings())
+    assert got == ["Hel"]
+    assert "malformed" in str(exc) and "not JSON" in str(exc)
+    assert_no_key(exc, caplog)
+
+
+def test_invalid_base_url(caplog: pytest.LogCaptureFixture) -> None:
+    exc, _ = failure(LLMSettings("ftp://example.invalid/v1", api_key=KEY))
+    assert "llm.base_url" in str(exc)
+    assert_no_key(exc, caplog)
+
+
+# -- a client that goes away -------------------------------------------------------------
+
+
+def test_cancelling_the_consumer_closes_the_request(llm: LLM) -> None:
+    llm.script.tokens = [f"t{i} " for i in range(50)]
+    llm.script.delay = 0.2
+
+    async def run() -> list[str]:
+        got: list[str] = []
+        first = asyncio.Event()
+
+        async def consume() -> None:
+            async for piece in answer_stream(QUESTION, RESULTS, llm.settings()):
+                got.append(piece)
+                first.set()
+
+        task = asyncio.create_task(consume())
+        await asyncio.wait_for(first.wait(), 2)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        # Checked while the loop still runs: asyncio.run()'s final clean-up must not be what closes it.
+        assert await asyncio.to_thread(llm.script.disconnected.wait, 2), "the server kept streaming"
+        return got
+
+    assert asyncio.run(run()) == ["t0 "]
+    assert not llm.script.finished.is_set()
+
+
+def test_aclose_closes_the_request(llm: LLM) -> None:
+    llm.script.tokens = [f"t{i} " for i in range(50)]
+    llm.script.delay = 0.2
+
+    async def run() -> str:
+        gen = answer_stream(QUESTION, RESULTS, llm.settings())
+        first = await gen.__anext__()
+        await gen.aclose()
+        assert await asyncio.to_thread(llm.script.disconnected.wait, 2), "the server kept streaming"
+        return first
+
+    assert asyncio.run(run()) == "t0 "
+    assert not llm.script.finished.is_set()
