@@ -139,3 +139,6 @@ def store_uri(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "lite":
         return str(tmp_path / "store" / "milvus.db")
     return str(request.getfixturevalue("milvus_server"))
+
+
+from tests.fake_llm import llm  # noqa: E402,F401 - the stand-in LLM fixture, for every test module

@@ -6,13 +6,8 @@ import asyncio
 import json
 import logging
 import socket
-import threading
 import time
 import traceback
-from collections.abc import Iterator
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
 
 import pytest
 
@@ -20,8 +15,8 @@ from mdrag import answer
 from mdrag.answer import NO_RELEVANT, LLMSettings, answer_stream, build_messages, sources
 from mdrag.errors import LLMError
 from mdrag.types import SearchResult
+from tests.fake_llm import KEY, LLM
 
-KEY = "sk-test-SECRET-5f1d-answer-9a7b"  # distinctive, so a leak is easy to spot
 QUESTION = "How do I rotate the signing keys?"
 
 
@@ -41,139 +36,6 @@ RESULTS = [result(1), result(2), result(3)]
 
 
 # -- the fake LLM server ------------------------------------------------------------
-
-
-@dataclass
-class Script:
-    """What the fake LLM does with the next requests, and what it saw."""
-
-    tokens: list[str] = field(default_factory=lambda: ["Hel", "lo", ", ", "world", " [1]", "."])
-    delay: float = 0.0  # seconds between tokens
-    status: int = 200  # anything else: an error response with error_body
-    error_body: bytes = b""
-    hang: str | None = None  # "before_headers" or "after_first": go silent until the test ends
-    malformed: bool = False  # send an event that is not JSON after the first token
-    as_json: bool = False  # answer with one non-streaming JSON completion
-    role_first: bool = True  # start with a role-only delta, as OpenAI does
-    requests: list[dict[str, Any]] = field(default_factory=list)  # {"path", "headers", "body"}
-    disconnected: threading.Event = field(default_factory=threading.Event)  # a write failed
-    finished: threading.Event = field(default_factory=threading.Event)  # the whole stream was written
-    stop: threading.Event = field(default_factory=threading.Event)  # set at teardown: end all waits
-
-
-def sse(obj: Any) -> bytes:
-    return b"data: " + json.dumps(obj).encode() + b"\n\n"
-
-
-class Handler(BaseHTTPRequestHandler):
-    """Speaks the OpenAI chat completions format, as the server's Script says."""
-
-    protocol_version = "HTTP/1.1"
-    server: FakeServer
-
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
-        pass
-
-    def do_POST(self) -> None:  # noqa: N802 - the base class's name
-        script = self.server.script
-        length = int(self.headers.get("Content-Length") or 0)
-        body = json.loads(self.rfile.read(length)) if length else None
-        script.requests.append({"path": self.path, "headers": dict(self.headers.items()), "body": body})
-        if script.hang == "before_headers":
-            script.stop.wait(10)
-            return
-        if script.status != 200:
-            self.send_response(script.status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(script.error_body)))
-            self.end_headers()
-            self.wfile.write(script.error_body)
-            return
-        if script.as_json:
-            payload = json.dumps(
-                {"choices": [{"index": 0, "message": {"role": "assistant", "content": "".join(script.tokens)}}]}
-            ).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(payload)))
-            self.end_headers()
-            self.wfile.write(payload)
-            return
-        self.send_response(200)
-        self.send_header("Content-Type", "text/event-stream; charset=utf-8")
-        self.send_header("Cache-Control", "no-cache")
-        self.send_header("Transfer-Encoding", "chunked")
-        self.end_headers()
-        events = [b": keep-alive comment\n\n"]
-        if script.role_first:
-            events.append(b"event: message\n" + sse({"choices": [{"index": 0, "delta": {"role": "assistant"}}]}))
-        for i, token in enumerate(script.tokens):
-            events.append(sse({"choices": [{"index": 0, "delta": {"content": token}, "finish_reason": None}]}))
-            if i == 0 and script.malformed:
-                events.append(b"data: {this is not json\n\n")
-        events.append(sse({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}))
-        events.append(b"data: [DONE]\n\n")
-        tokens_sent = 0
-        for event in events:
-            if not self._chunk(event):
-                return
-            if b'"content"' in event:
-                tokens_sent += 1
-                if tokens_sent == 1 and script.hang == "after_first":
-                    script.stop.wait(10)
-                    return
-                if script.delay and script.stop.wait(script.delay):
-                    return
-        if self._chunk(b""):
-            script.finished.set()
-
-    def _chunk(self, data: bytes) -> bool:
-        """Write one chunk of a chunked body (b"" ends it); False once the client has gone."""
-        try:
-            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
-            self.wfile.flush()
-        except (BrokenPipeError, ConnectionResetError, ConnectionAbortedError):
-            self.server.script.disconnected.set()
-            self.close_connection = True
-            return False
-        return True
-
-
-class FakeServer(ThreadingHTTPServer):
-    daemon_threads = True
-    script: Script
-
-
-@dataclass
-class LLM:
-    """The fixture's handle: the running server's URL and its script."""
-
-    base_url: str
-    script: Script
-
-    def settings(self, **kw: Any) -> LLMSettings:
-        kw.setdefault("api_key", KEY)
-        kw.setdefault("model", "test-model")
-        kw.setdefault("timeout", 5.0)
-        return LLMSettings(self.base_url, **kw)
-
-
-@pytest.fixture
-def llm(monkeypatch: pytest.MonkeyPatch) -> Iterator[LLM]:
-    """A fake OpenAI-compatible chat server on 127.0.0.1 (a free port)."""
-    for var in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
-        monkeypatch.delenv(var, raising=False)
-    server = FakeServer(("127.0.0.1", 0), Handler)
-    server.script = Script()
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    try:
-        yield LLM(f"http://127.0.0.1:{server.server_address[1]}/v1", server.script)
-    finally:
-        server.script.stop.set()
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
 
 
 def collect(question: str, results: list[SearchResult], settings: LLMSettings | None) -> list[str]:

@@ -1,0 +1,416 @@
+"""`mdrag serve` over real sockets on 127.0.0.1, with a real loopback LLM stand-in."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import shutil
+import sys
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import InvalidStatus
+
+from mdrag.answer import NO_RELEVANT
+from mdrag.config import Config, load_config
+from mdrag.embedding.base import Embedder
+from mdrag.errors import ConfigError
+from mdrag.index import Index
+from mdrag.server import QAServer, is_loopback
+from tests.conftest import HashEmbedder
+from tests.fake_llm import LLM
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _config(**overrides: Any) -> Config:
+    return load_config({"index": "s" + os.urandom(4).hex(), "server.port": 0, **overrides})
+
+
+def _docs(tmp_path: Path, n: int = 6) -> Path:
+    root = tmp_path / "docs"
+    root.mkdir(exist_ok=True)
+    (root / "install.md").write_text("# Install\n\nRun the installer, then restart the service.\n")
+    for i in range(n):
+        (root / f"topic{i}.md").write_text(f"# Topic {i}\n\nTopic {i} explains feature{i} and its options.\n")
+    return root
+
+
+@contextlib.asynccontextmanager
+async def serving(
+    config: Config, folders: list[Path], embedder: Embedder | None = None, wait: bool = True
+) -> AsyncIterator[QAServer]:
+    index = Index(config, embedder=embedder or HashEmbedder())
+    server = QAServer(config, folders, overrides={"server.port": 0, "index": config["index"]}, index=index)
+    await server.start()
+    try:
+        if wait:
+            await asyncio.wait_for(server.ready.wait(), 300)
+        yield server
+    finally:
+        await server.stop()
+
+
+async def recv(ws: ClientConnection, timeout: float = 30) -> dict[str, Any]:
+    return dict(json.loads(await asyncio.wait_for(ws.recv(), timeout)))
+
+
+async def ask(ws: ClientConnection, question: str, **extra: Any) -> tuple[str, list[str], list[dict[str, Any]]]:
+    """Send a query; return the streamed text, the sources and every message received."""
+    await ws.send(json.dumps({"type": "query", "question": question, **extra}))
+    messages = []
+    while True:
+        msg = await recv(ws)
+        messages.append(msg)
+        if msg["type"] in ("stream_end", "error") or (msg["type"] == "status" and len(messages) == 1):
+            break
+    text = "".join(m["chunk"] for m in messages if m["type"] == "stream_chunk")
+    return text, messages[-1].get("sources", []), messages
+
+
+async def opened(server: QAServer, **kw: Any) -> ClientConnection:
+    ws = await connect(server.url, **kw)
+    hello = await recv(ws)
+    assert hello["type"] == "status"
+    return ws
+
+
+@pytest.mark.slow
+def test_answers_stream_from_the_llm_with_sources_or_extractively(
+    tmp_path: Path, shared_data: Path, minilm: Embedder, llm: LLM
+) -> None:
+    """The real model on real Hugo pages; the stand-in LLM's tokens are the answer."""
+    src = shared_data / "markdown_hugo_docs" / "content" / "en"
+    root = tmp_path / "hugo"
+    for rel in (
+        "templates/shortcode.md",
+        "content-management/shortcodes.md",
+        "templates/partial-decorators.md",
+        "configuration/output-formats.md",
+        "getting-started/quick-start.md",
+        "functions/strings/Replace.md",
+    ):
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(src / rel, root / rel)
+    llm.script.tokens = ["Create ", "a file in ", "layouts/_shortcodes ", "[1]."]
+
+    async def scenario() -> None:
+        config = _config(**{"llm.base_url": llm.base_url, "llm.api_key": "sk-x"})
+        async with serving(config, [root], minilm) as server:
+            ws = await opened(server)
+            text, sources, messages = await ask(ws, "How do I create a custom shortcode?")
+            assert messages[0] == {"type": "stream_start"}
+            assert [m["chunk"] for m in messages if m["type"] == "stream_chunk"] == llm.script.tokens
+            assert text == "Create a file in layouts/_shortcodes [1]."
+            assert any(s.endswith("templates/shortcode.md") for s in sources)
+            assert len(sources) == len(set(sources))
+            prompt = llm.script.requests[0]["body"]["messages"][-1]["content"]
+            assert "[1]" in prompt and "How do I create a custom shortcode?" in prompt
+            assert llm.script.requests[0]["body"]["stream"] is True
+            await ws.close()
+
+        config = _config()  # no LLM configured: an extractive answer that says so
+        async with serving(config, [root], minilm) as server:
+            ws = await opened(server)
+            text, sources, _ = await ask(ws, "How do I create a custom shortcode?")
+            assert "No LLM is configured" in text
+            assert any(s.endswith("templates/shortcode.md") for s in sources)
+            await ws.close()
+
+    asyncio.run(scenario())
+
+
+def test_bad_messages_get_errors_and_the_connection_stays_open(tmp_path: Path) -> None:
+    root = _docs(tmp_path)
+
+    async def scenario() -> None:
+        async with serving(_config(), [root]) as server:
+            ws = await opened(server)
+            bad = [
+                ("{not json", "invalid JSON"),
+                (json.dumps({"type": "dance"}), "unknown message type"),
+                (json.dumps({"question": "no type"}), '"type"'),
+                (json.dumps({"type": "query"}), '"question"'),
+                (json.dumps({"type": "query", "question": 5}), "non-empty string"),
+                (json.dumps({"type": "query", "question": "x", "index": "nope"}), "unknown index 'nope'"),
+                (json.dumps({"type": "search", "query": "x", "k": 0}), '"k"'),
+                (json.dumps([1, 2]), "JSON object"),
+                (json.dumps({"type": "query", "question": "x" * 70_000}), "too large"),
+            ]
+            for frame, expected in bad:
+                await ws.send(frame)
+                reply = await recv(ws)
+                assert reply["type"] == "error" and expected in reply["message"], (frame[:40], reply)
+            text, sources, _ = await ask(ws, "Topic 3 feature3 options")
+            assert any(s.endswith("topic3.md") for s in sources) and "No LLM is configured" in text
+
+            await ws.send(json.dumps({"type": "search", "query": "feature2 options", "k": 3, "threshold": 0}))
+            reply = await recv(ws)
+            assert reply["type"] == "search_results" and len(reply["results"]) == 3
+            top = reply["results"][0]
+            assert top["rel_path"] == "topic2.md" and top["heading_path"] == ["Topic 2"] and 0 <= top["score"] <= 1
+            await ws.send(json.dumps({"type": "status"}))
+            st = await recv(ws)
+            assert st["type"] == "status" and st["state"] == "ready" and st["files"] == 7 and st["chunks"] == 7
+            await ws.close()
+
+    asyncio.run(scenario())
+
+
+def test_not_ready_while_loading_then_answers(tmp_path: Path) -> None:
+    root = _docs(tmp_path, 20)
+
+    class Slow(HashEmbedder):
+        def embed_batch(self, texts):  # type: ignore[no-untyped-def]
+            time.sleep(1.5)
+            return super().embed_batch(texts)
+
+    async def scenario() -> None:
+        async with serving(_config(), [root], Slow(), wait=False) as server:
+            ws = await connect(server.url)
+            hello = await recv(ws)
+            assert hello["state"] == "loading" and "not ready" in hello["message"]
+            _, _, messages = await ask(ws, "Topic 1")
+            assert messages == [{**messages[0], "type": "status", "state": "loading"}]
+            await asyncio.wait_for(server.ready.wait(), 60)
+            text, sources, _ = await ask(ws, "Topic 1 feature1")
+            assert sources
+            await ws.close()
+
+    asyncio.run(scenario())
+
+
+def test_no_relevant_information_does_not_call_the_llm(tmp_path: Path, llm: LLM) -> None:
+    root = _docs(tmp_path)
+
+    async def scenario() -> None:
+        config = _config(**{"llm.base_url": llm.base_url, "search.threshold": 0.99})
+        async with serving(config, [root]) as server:
+            ws = await opened(server)
+            text, sources, _ = await ask(ws, "completely unrelated words about volcanoes")
+            assert text == NO_RELEVANT and sources == []
+            assert llm.script.requests == []
+            await ws.close()
+
+    asyncio.run(scenario())
+
+
+def test_llm_errors_become_error_messages_and_the_connection_goes_on(tmp_path: Path, llm: LLM) -> None:
+    root = _docs(tmp_path)
+
+    async def scenario() -> None:
+        config = _config(**{"llm.base_url": llm.base_url, "llm.api_key": "sk-LEAKCHECK", "search.threshold": 0})
+        async with serving(config, [root]) as server:
+            ws = await opened(server)
+            llm.script.status, llm.script.error_body = 500, b'{"error": {"message": "model overloaded"}}'
+            _, _, messages = await ask(ws, "Topic 2")
+            assert messages[-1]["type"] == "error" and "overloaded" in messages[-1]["message"]
+            assert "sk-LEAKCHECK" not in json.dumps(messages)
+            llm.script.status = 200
+            text, sources, _ = await ask(ws, "Topic 2")
+            assert text == "".join(llm.script.tokens) and sources
+            await ws.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_client_that_disconnects_mid_answer_cancels_the_llm_request(tmp_path: Path, llm: LLM) -> None:
+    root = _docs(tmp_path)
+    llm.script.tokens = [f"t{i} " for i in range(60)]
+    llm.script.delay = 0.1
+
+    async def scenario() -> None:
+        config = _config(**{"llm.base_url": llm.base_url, "search.threshold": 0})
+        async with serving(config, [root]) as server:
+            ws = await opened(server)
+            await ws.send(json.dumps({"type": "query", "question": "Topic 1"}))
+            assert (await recv(ws))["type"] == "stream_start"
+            assert (await recv(ws))["type"] == "stream_chunk"
+            await ws.close()
+            deadline = time.monotonic() + 5
+            while not llm.script.disconnected.is_set() and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+            assert llm.script.disconnected.is_set(), "the LLM request was not cancelled"
+            assert not llm.script.finished.is_set()
+            ws2 = await opened(server)  # the server goes on
+            text, _, _ = await ask(ws2, "Topic 2")
+            assert text.startswith("t0 ")
+            await ws2.close()
+
+    asyncio.run(scenario())
+
+
+def test_origin_token_and_bind_checks(tmp_path: Path) -> None:
+    root = _docs(tmp_path, 1)
+
+    async def scenario() -> None:
+        async with serving(_config(), [root]) as server:
+            with pytest.raises(InvalidStatus) as e:
+                await connect(server.url, origin="http://evil.example")  # type: ignore[arg-type]
+            assert e.value.response.status_code == 403
+            for ok in ("http://localhost:3000", "http://127.0.0.1:8080", "http://[::1]"):
+                ws = await opened(server, origin=ok)
+                await ws.close()
+        config = _config(**{"server.token": "tok-123", "server.allowed_origins": ["https://docs.example"]})
+        async with serving(config, [root]) as server:
+            with pytest.raises(InvalidStatus) as e:
+                await connect(server.url)
+            assert e.value.response.status_code == 401
+            with pytest.raises(InvalidStatus):
+                await connect(server.url, additional_headers={"Authorization": "Bearer wrong"})
+            ws = await opened(server, additional_headers={"Authorization": "Bearer tok-123"})
+            await ws.close()
+            ws = await connect(server.url + "/?token=tok-123")
+            await ws.close()
+            ws = await connect(server.url + "/?token=tok-123", origin="https://docs.example")  # type: ignore[arg-type]
+            await ws.close()
+        with pytest.raises(ConfigError, match="token"):
+            await QAServer(_config(**{"server.host": "0.0.0.0"}), [root], index=Index(_config())).start()
+
+    asyncio.run(scenario())
+    assert is_loopback("localhost") and is_loopback("127.0.0.2") and is_loopback("::1")
+    assert not is_loopback("0.0.0.0") and not is_loopback("example.com") and not is_loopback("10.0.0.1")
+
+
+def test_too_many_waiting_requests_are_refused(tmp_path: Path, llm: LLM) -> None:
+    root = _docs(tmp_path, 2)
+    llm.script.tokens = ["slow ", "answer"]
+    llm.script.delay = 0.3
+
+    async def scenario() -> None:
+        config = _config(**{"llm.base_url": llm.base_url, "search.threshold": 0, "server.max_pending": 2})
+        async with serving(config, [root]) as server:
+            ws = await opened(server)
+            for i in range(8):
+                await ws.send(json.dumps({"type": "query", "question": f"Topic {i}"}))
+            replies = []
+            while sum(m["type"] in ("stream_end", "error") for m in replies) < 8:
+                replies.append(await recv(ws))
+            errors = [m for m in replies if m["type"] == "error"]
+            assert errors and all("too many requests waiting" in m["message"] for m in errors)
+            assert sum(m["type"] == "stream_end" for m in replies) >= 2
+            await ws.close()
+
+    asyncio.run(scenario())
+
+
+def test_reloads_while_queries_run_and_a_saved_file_is_found(tmp_path: Path) -> None:
+    root = _docs(tmp_path, 10)
+
+    async def client_loop(server: QAServer, stop: asyncio.Event, errors: list[Any], done: list[int]) -> None:
+        ws = await opened(server)
+        while not stop.is_set():
+            _, _, messages = await ask(ws, "Topic feature options")
+            if messages[-1]["type"] != "stream_end":
+                errors.append(messages[-1])
+            done.append(1)
+        await ws.close()
+
+    async def scenario() -> None:
+        async with serving(_config(**{"search.threshold": 0}), [root]) as server:
+            stop, errors, done = asyncio.Event(), [], []
+            clients = [asyncio.ensure_future(client_loop(server, stop, errors, done)) for _ in range(4)]
+            before = server.reloads
+            for i in range(4):  # edits while the clients query: each triggers a reload
+                (root / f"topic{i}.md").write_text(f"# Topic {i}\n\nEdited topic {i}, round two.\n")
+                await asyncio.sleep(0.8)
+            (root / "saved.md").write_text("# Saved later\n\nThe zanzibarquux setting lives here.\n")
+            ws = await opened(server)
+            found = False
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and not found:
+                await ws.send(json.dumps({"type": "search", "query": "zanzibarquux setting", "k": 1, "threshold": 0}))
+                reply = await recv(ws)
+                found = bool(reply["results"]) and reply["results"][0]["rel_path"] == "saved.md"
+                await asyncio.sleep(0.3)
+            stop.set()
+            await asyncio.gather(*clients)
+            await ws.close()
+            assert found, "a saved file is searchable within 30 s"
+            assert server.reloads > before
+            assert errors == [] and len(done) > 8
+
+    asyncio.run(scenario())
+
+
+def test_periodic_rescan_and_config_file_changes(tmp_path: Path, mdrag_home: Path) -> None:
+    root = _docs(tmp_path, 1)
+
+    async def scenario() -> None:
+        config = _config(**{"server.reload_interval": 1})
+        async with serving(config, [root]) as server:
+            server.overrides["llm.model"] = "from-the-command-line"
+            before = server.reloads
+            await asyncio.sleep(2.5)
+            assert server.reloads >= before + 1, "the periodic rescan runs"
+
+            (mdrag_home / "config.yaml").write_text("search:\n  threshold: 0.9\nllm:\n  model: from-file\n")
+            deadline = time.monotonic() + 10
+            while server.config["search.threshold"] != 0.9 and time.monotonic() < deadline:
+                await asyncio.sleep(0.1)
+            assert server.config["search.threshold"] == 0.9
+            assert server.index is not None and server.index.config["search.threshold"] == 0.9
+            assert server.config["llm.model"] == "from-the-command-line", "command-line overrides stay"
+
+            (mdrag_home / "config.yaml").write_text("search:\n  threshold: [broken\n")
+            await asyncio.sleep(1.5)
+            assert server.config["search.threshold"] == 0.9, "an invalid file keeps the old settings"
+
+    asyncio.run(scenario())
+
+
+def test_interactive_ask_through_its_prompt(tmp_path: Path) -> None:
+    root = _docs(tmp_path, 3)
+
+    async def scenario() -> None:
+        async with serving(_config(**{"search.threshold": 0}), [root]) as server:
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-m",
+                "mdrag",
+                "ask",
+                "--server",
+                server.url,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                cwd=REPO,
+            )
+            out, err = await asyncio.wait_for(proc.communicate(b"Topic 1 feature1\n\nTopic 2 feature2\nquit\n"), 60)
+            assert proc.returncode == 0, err.decode()
+            text = out.decode()
+            assert text.count("question> ") >= 3
+            assert text.count("Sources:") == 2 and "topic1.md" in text and "topic2.md" in text
+            assert "connected to" in err.decode()
+
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "mdrag", "ask", "Topic 2", "--server", server.url,
+                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, cwd=REPO,
+            )  # fmt: skip
+            out, _ = await asyncio.wait_for(proc.communicate(), 60)
+            assert proc.returncode == 0 and "topic2.md" in out.decode()
+
+    asyncio.run(scenario())
+
+
+def test_ask_with_no_server_is_one_line_and_exit_1() -> None:
+    import socket
+    import subprocess
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    p = subprocess.run(
+        [sys.executable, "-m", "mdrag", "ask", "hello?", "--server", f"ws://127.0.0.1:{port}"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=60,
+    )
+    assert p.returncode == 1 and "mdrag serve" in p.stderr and len(p.stderr.strip().splitlines()) == 1
