@@ -26,6 +26,7 @@ def main() -> None:
     home = OUT / "hugo-home"
     run("benchmarks/hugo_index.py", "--json", str(OUT / "hugo_index.json"), "--keep", str(home))
     run("benchmarks/threshold.py", "--home", str(home), "--json", str(OUT / "threshold.json"))
+    run("benchmarks/server_load.py", "--home", str(home), "--json", str(OUT / "server_load.json"))
     run("benchmarks/scifact.py", "--json", str(OUT / "scifact.json"))
 
 

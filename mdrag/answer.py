@@ -167,8 +167,12 @@ async def answer_stream(
     question: str,
     results: Sequence[SearchResult],
     llm: LLMSettings | None,
+    client: httpx.AsyncClient | None = None,
 ) -> AsyncGenerator[str, None]:
     """Yield the answer to ``question`` piece by piece.
+
+    ``client`` is an HTTP client to reuse (a server keeps one, so answers reuse
+    connections); by default each answer opens its own.
 
     With no ``results`` the answer is :data:`NO_RELEVANT` and no model is
     contacted. With no LLM configured (``llm`` is None or has no base URL) it
@@ -187,7 +191,7 @@ async def answer_stream(
         for piece in _extractive(results):
             yield piece
         return
-    async with contextlib.aclosing(_stream_llm(question, results, llm)) as pieces:
+    async with contextlib.aclosing(_stream_llm(question, results, llm, client)) as pieces:
         async for piece in pieces:
             yield piece
 
@@ -264,7 +268,9 @@ class _Call:
         )
 
 
-async def _stream_llm(question: str, results: Sequence[SearchResult], llm: LLMSettings) -> AsyncGenerator[str, None]:
+async def _stream_llm(
+    question: str, results: Sequence[SearchResult], llm: LLMSettings, client: httpx.AsyncClient | None = None
+) -> AsyncGenerator[str, None]:
     """Stream the answer from ``POST {base_url}/chat/completions``."""
     call = _Call(llm)
     call.check()
@@ -278,10 +284,12 @@ async def _stream_llm(question: str, results: Sequence[SearchResult], llm: LLMSe
     started = time.monotonic()
     pieces = 0
     try:
-        async with (
-            httpx.AsyncClient(timeout=httpx.Timeout(llm.timeout), follow_redirects=False) as client,
-            client.stream("POST", llm.url, json=body, headers=headers) as response,
-        ):
+        async with contextlib.AsyncExitStack() as stack:
+            if client is None:
+                client = await stack.enter_async_context(httpx.AsyncClient(follow_redirects=False))
+            response = await stack.enter_async_context(
+                client.stream("POST", llm.url, json=body, headers=headers, timeout=httpx.Timeout(llm.timeout))
+            )
             if not response.is_success:
                 raise await _http_error(call, response)
             ctype = response.headers.get("content-type", "").split(";")[0].strip().lower()

@@ -84,10 +84,12 @@ class QAServer:
         self._server: Any = None  # websockets Server
         self._tasks: set[asyncio.Task[Any]] = set()  # background tasks, cancelled on stop
         self._stop = asyncio.Event()  # stops the file watchers
+        self._http: Any = None  # httpx.AsyncClient shared by LLM requests (keep-alive connections)
         self.ready = asyncio.Event()  # set once the index is loaded (or known to be empty)
 
     # -- lifecycle ---------------------------------------------------------
     async def start(self) -> None:
+        import httpx
         from websockets.asyncio.server import serve
 
         host, port = self.config["server.host"], self.config["server.port"]
@@ -96,6 +98,7 @@ class QAServer:
                 f"binding to {host} exposes your documents to the network: set a token with "
                 "--token (setting server.token), or bind to 127.0.0.1"
             )
+        self._http = httpx.AsyncClient(follow_redirects=False, limits=httpx.Limits(max_connections=64))
         self._server = await serve(
             self._handle,
             host,
@@ -126,6 +129,8 @@ class QAServer:
         if self._server is not None:
             self._server.close()
             await self._server.wait_closed()
+        if self._http is not None:
+            await self._http.aclose()
         async with self._reload_lock:  # let a running indexer thread finish before closing the store
             if self.index is not None:
                 self.index.close()
@@ -349,7 +354,7 @@ class QAServer:
         assert self.index is not None
         results = [] if self.state == "empty" else await asyncio.to_thread(self.index.search, req.question)
         await send(protocol.stream_start())
-        stream = answer_stream(req.question, results, llm_settings(self.config))
+        stream = answer_stream(req.question, results, llm_settings(self.config), self._http)
         async with contextlib.aclosing(stream):
             async for piece in stream:
                 await send(protocol.stream_chunk(piece))

@@ -115,6 +115,7 @@ class Handler(BaseHTTPRequestHandler):
 
 class FakeServer(ThreadingHTTPServer):
     daemon_threads = True
+    request_queue_size = 256  # the default backlog of 5 resets connections under load
     script: Script
 
 
