@@ -49,6 +49,11 @@ def pct(xs: list[float], q: float) -> float:
     return round(float(np.percentile(np.asarray(xs) * 1000, q)), 2)
 
 
+def spread(xs: list[float]) -> dict[str, float]:
+    """p50 and p95 in milliseconds."""
+    return {"p50": pct(xs, 50), "p95": pct(xs, 95)}
+
+
 def start_llm() -> tuple[str, object]:
     from tests.fake_llm import FakeServer, Handler, Script
 
@@ -171,11 +176,11 @@ def main() -> None:
     out = {
         "server_ready_s": round(boot_s, 2),
         "sequential": {
-            "to_stream_start_ms": {"p50": pct([r[0] for r in sequential], 50), "p95": pct([r[0] for r in sequential], 95)},
-            "to_first_chunk_ms": {"p50": pct([r[1] for r in sequential], 50), "p95": pct([r[1] for r in sequential], 95)},
-            "to_stream_end_ms": {"p50": pct([r[2] for r in sequential], 50), "p95": pct([r[2] for r in sequential], 95)},
+            "to_stream_start_ms": spread([r[0] for r in sequential]),
+            "to_first_chunk_ms": spread([r[1] for r in sequential]),
+            "to_stream_end_ms": spread([r[2] for r in sequential]),
         },
-        "baseline_in_process_search_ms": {"p50": pct(base, 50), "p95": pct(base, 95)},
+        "baseline_in_process_search_ms": spread(base),
         "load": {
             "clients": args.clients,
             "queries_each": args.queries,
@@ -183,23 +188,30 @@ def main() -> None:
             "errors": len(loaded) - len(ok),
             "seconds": round(load_s, 2),
             "queries_per_s": round(len(loaded) / load_s, 1),
-            "to_first_chunk_ms": {"p50": pct([r[1] for r in ok], 50), "p95": pct([r[1] for r in ok], 95)},
-            "to_stream_end_ms": {"p50": pct([r[2] for r in ok], 50), "p95": pct([r[2] for r in ok], 95)},
+            "to_first_chunk_ms": spread([r[1] for r in ok]),
+            "to_stream_end_ms": spread([r[2] for r in ok]),
         },
         "server_rss_mb": {"idle": round(idle_rss), "after_load": round(rss), "peak": round(peak)},
     }
     s = out["sequential"]
     print(f"server ready from a cached index in {out['server_ready_s']} s")
-    print(f"one client, 100 queries: stream_start p50 {s['to_stream_start_ms']['p50']} ms "
-          f"p95 {s['to_stream_start_ms']['p95']} ms; first chunk p50 {s['to_first_chunk_ms']['p50']} ms "
-          f"p95 {s['to_first_chunk_ms']['p95']} ms")
+    print(
+        f"one client, 100 queries: stream_start p50 {s['to_stream_start_ms']['p50']} ms "
+        f"p95 {s['to_stream_start_ms']['p95']} ms; first chunk p50 {s['to_first_chunk_ms']['p50']} ms "
+        f"p95 {s['to_first_chunk_ms']['p95']} ms"
+    )
     b = out["baseline_in_process_search_ms"]
-    print(f"baseline in-process search p50 {b['p50']} ms p95 {b['p95']} ms; "
-          f"ratio first chunk / search p50: {s['to_first_chunk_ms']['p50'] / b['p50']:.2f}")
+    print(
+        f"baseline in-process search p50 {b['p50']} ms p95 {b['p95']} ms; "
+        f"ratio first chunk / search p50: {s['to_first_chunk_ms']['p50'] / b['p50']:.2f}"
+    )
     ld = out["load"]
-    print(f"{ld['clients']} clients x {ld['queries_each']} queries: {ld['errors']} errors, {ld['queries_per_s']} queries/s, "
-          f"first chunk p50 {ld['to_first_chunk_ms']['p50']} ms p95 {ld['to_first_chunk_ms']['p95']} ms, "
-          f"end p95 {ld['to_stream_end_ms']['p95']} ms")
+    print(
+        f"{ld['clients']} clients x {ld['queries_each']} queries: {ld['errors']} errors, "
+        f"{ld['queries_per_s']} queries/s, "
+        f"first chunk p50 {ld['to_first_chunk_ms']['p50']} ms p95 {ld['to_first_chunk_ms']['p95']} ms, "
+        f"end p95 {ld['to_stream_end_ms']['p95']} ms"
+    )
     print(f"server memory: {out['server_rss_mb']}")
     for e in sorted(set(ERRORS)):
         print(f"error x{ERRORS.count(e)}: {e}")
