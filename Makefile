@@ -3,7 +3,6 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 export HF_HUB_OFFLINE := 1
-DEMO := MDRAG_HOME=.mdrag-demo $(BIN)/mdrag
 
 .PHONY: setup demo test test-fast lint bench clean
 
@@ -17,10 +16,7 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 demo: setup
-	$(DEMO) index examples/docs
-	$(DEMO) search "how do I change the chunk size?" -k 3
-	$(DEMO) search "what happens when indexing is interrupted" -k 2
-	$(DEMO) status
+	BIN=$(BIN) bash examples/demo.sh
 
 test: setup
 	$(BIN)/python -m pytest -q
