@@ -12,13 +12,15 @@ wrong and what to do next::
     ├── StoreError                            the vector store failed
     │   └── StoreUnavailableError (also ConnectionError)
     ├── ProtocolError (also ValueError)       a malformed WebSocket message
-    └── LLMError                              the chat model failed or timed out
+    ├── LLMError                              the chat model failed or timed out
+    └── DocsetError                           .knowledge config, docsets, web sources
 """
 
 from __future__ import annotations
 
 __all__ = [
     "ConfigError",
+    "DocsetError",
     "EmbeddingError",
     "MdragError",
     "ModelMismatchError",
@@ -69,3 +71,7 @@ class ProtocolError(MdragError, ValueError):
 
 class LLMError(MdragError):
     """The chat completions endpoint failed, refused the key, or timed out."""
+
+
+class DocsetError(MdragError):
+    """A docset problem: no .knowledge/config.yaml, an unknown docset, a failed git source."""
