@@ -85,7 +85,8 @@ class QAServer:
         self._tasks: set[asyncio.Task[Any]] = set()  # background tasks, cancelled on stop
         self._stop = asyncio.Event()  # stops the file watchers
         self._http: Any = None  # httpx.AsyncClient shared by LLM requests (keep-alive connections)
-        self.ready = asyncio.Event()  # set once the index is loaded (or known to be empty)
+        self.ready = asyncio.Event()  # set once the index is loaded (or known to be empty), or loading failed
+        self.failed: str | None = None  # why loading the index failed; the server must then stop
 
     # -- lifecycle ---------------------------------------------------------
     async def start(self) -> None:
@@ -150,7 +151,12 @@ class QAServer:
         try:
             if self.index is None:
                 self.index = Index(self.config)
-            await self._reload("startup")
+            await self._reload("startup", raise_errors=True)
+        except MdragError as e:
+            self.failed = str(e)
+            log.error("could not load index %r: %s", self.config["index"], e)
+            self.ready.set()
+            return
         finally:
             slow.cancel()
         log.info(
@@ -167,7 +173,7 @@ class QAServer:
             self._spawn(self._watch_files())
             self._spawn(self._periodic())
 
-    async def _reload(self, why: str) -> None:
+    async def _reload(self, why: str, raise_errors: bool = False) -> None:
         """Run the incremental indexer in a thread; queries go on meanwhile."""
         assert self.index is not None
         async with self._reload_lock:
@@ -186,9 +192,9 @@ class QAServer:
                         )
                 st = await asyncio.to_thread(index.status)
             except MdragError as e:
-                if self.state == "loading" and not self.folders:
+                if raise_errors:
                     raise
-                log.error("reload (%s) failed: %s", why, e)
+                log.error("reload (%s) failed: %s (the index stays as it was)", why, e)
                 return
             self.files, self.chunks = st["files"], st["chunks"]
             self.state = "ready" if self.chunks else "empty"

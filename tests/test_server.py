@@ -414,3 +414,15 @@ def test_ask_with_no_server_is_one_line_and_exit_1() -> None:
         timeout=60,
     )
     assert p.returncode == 1 and "mdrag serve" in p.stderr and len(p.stderr.strip().splitlines()) == 1
+
+
+def test_a_failing_load_is_reported_and_stops_the_server(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """An index built by another model cannot be served: `mdrag serve` says so and exits 1."""
+    from mdrag.cli import main
+
+    root = _docs(tmp_path, 1)
+    config = _config()
+    Index(config, embedder=HashEmbedder()).update([root])  # built with the test embedder
+    code = main(["serve", "--index", config["index"], "--port", "0"])  # the CLI uses MiniLM: no folders, cache only
+    err = capsys.readouterr().err
+    assert code == 1 and "could not load the index" in err and "mdrag index --rebuild" in err
