@@ -27,6 +27,8 @@ EXAMPLES = {
     "status": "example: mdrag status --json",
     "serve": 'example: mdrag serve ./docs --port 8765   (then, elsewhere: mdrag ask "how do I ...?")',
     "ask": 'example: mdrag ask "How do I create a custom shortcode?"   (no question: interactive)',
+    "mcp": "example: register `mdrag mcp` (or `agentic-knowledge-mcp`) as a stdio server in your MCP client",
+    "knowledge": "example: mdrag knowledge init react   |   mdrag knowledge refresh   |   mdrag knowledge status",
 }
 
 
@@ -88,6 +90,27 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--server", metavar="URL", help="server address (default ws://localhost:PORT from server.port)")
     p.add_argument("--token", help="the server's token (setting server.token)")
     _common(p)
+
+    p = sub.add_parser("mcp", help="run the MCP server for AI assistants (stdio)", epilog=EXAMPLES["mcp"])
+    p.add_argument("-v", "--verbose", action="count", default=0, help="more log output on stderr")
+    p.add_argument("-q", "--quiet", action="store_true", help="only errors on stderr")
+
+    p = sub.add_parser("knowledge", help="manage docsets (.knowledge/config.yaml)", epilog=EXAMPLES["knowledge"])
+    ks = p.add_subparsers(dest="action", metavar="ACTION")
+    ks.required = True
+    for name, text in (
+        ("init", "download a docset's web sources"),
+        ("refresh", "update web sources (all docsets, or one)"),
+        ("status", "show when each web source was last updated"),
+    ):
+        kp = ks.add_parser(name, help=text, epilog=EXAMPLES["knowledge"])
+        if name == "init":
+            kp.add_argument("docset", help="the docset id from .knowledge/config.yaml")
+        elif name == "refresh":
+            kp.add_argument("docset", nargs="?", help="only this docset")
+        kp.add_argument("--json", action="store_true", help="print the result as JSON")
+        kp.add_argument("-v", "--verbose", action="count", default=0, help="more log output")
+        kp.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     return parser
 
 
@@ -241,6 +264,8 @@ def _cmd_serve(args: argparse.Namespace, config: Any) -> int:
         print(f"mdrag: listening on {server.url} (index {config['index']!r}); loading...", file=sys.stderr, flush=True)
         try:
             await server.ready.wait()
+            if server.failed:
+                raise MdragError(f"could not load the index: {server.failed}")
             print(
                 f"mdrag: ready: {server.files} files, {server.chunks} chunks"
                 + ("" if server.chunks else " (no indexed content: give folders to index)"),
@@ -265,12 +290,78 @@ def _cmd_ask(args: argparse.Namespace, config: Any) -> int:
     return run_ask(args.question, url, sys.stdout, sys.stderr, token=config["server.token"], index=args.index)
 
 
+def _cmd_mcp(args: argparse.Namespace) -> int:
+    from mdrag.mcp import run_stdio
+
+    run_stdio()
+    return 0
+
+
+def _cmd_knowledge(args: argparse.Namespace) -> int:
+    from mdrag import knowledge as k
+
+    kb = k.KnowledgeBase()
+
+    def progress(message: str) -> None:
+        if not args.quiet:
+            print(f"mdrag: {message}", file=sys.stderr, flush=True)
+
+    if args.action == "status":
+        rows = k.status(kb)
+        if args.json:
+            print(json.dumps(rows, indent=2))
+        elif not rows:
+            print("no docset has web sources")
+        for row in [] if args.json else rows:
+            last = row.get("last_fetched") or "never (run `mdrag knowledge init " + str(row.get("id")) + "`)"
+            print(f"{row.get('id')}: {row.get('url')}\n    last updated: {last}; files: {row.get('files', 0)}")
+        return 0
+    if args.action == "init":
+        results = {args.docset: k.init_docset(kb, args.docset, progress)}
+    else:
+        results = k.refresh(kb, args.docset, progress)
+    failed = 0
+    out: dict[str, Any] = {}
+    for docset, sources in results.items():
+        out[docset] = [s.__dict__ for s in sources]
+        for s in sources:
+            if not s.ok:
+                failed += 1
+            if not args.json:
+                if s.ok:
+                    print(
+                        f"{docset}: {s.url}: {len(s.files)} files ({len(s.added)} added, "
+                        f"{len(s.changed)} changed, {len(s.removed)} removed)"
+                    )
+                else:
+                    print(f"{docset}: {s.url}: failed: {s.error}")
+                if s.warning:
+                    print(f"{docset}: {s.url}: warning: {s.warning}")
+    if args.json:
+        print(json.dumps(out, indent=2, default=str))
+    return 1 if failed else 0
+
+
+def agentic_knowledge_main() -> int:
+    """`agentic-knowledge init | refresh | status`: the spec's command names."""
+    return main(["knowledge", *sys.argv[1:]])
+
+
+def agentic_knowledge_mcp_main() -> int:
+    """`agentic-knowledge-mcp`: the spec's MCP server command."""
+    return main(["mcp", *sys.argv[1:]])
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     _setup_logging(args)
     from mdrag.config import load_config
 
     try:
+        if args.command == "mcp":
+            return _cmd_mcp(args)
+        if args.command == "knowledge":
+            return _cmd_knowledge(args)
         config = load_config(_overrides(args))
         if args.command == "serve":
             return _cmd_serve(args, config)
