@@ -27,10 +27,10 @@ def _same(rel_path: str, gold: str) -> bool:
     return rel_path == gold or gold.endswith("/" + rel_path) or rel_path.endswith("/" + gold)
 
 
-def measure(index, qa: list[dict]) -> dict:
+def measure(index, qa: list[dict], mode: str | None = None) -> dict:
     gold_scores, top1_unanswerable, ranks = [], [], []
     for q in qa:
-        hits = index.search(q["question"], k=10, threshold=0)
+        hits = index.search(q["question"], k=10, threshold=0, mode=mode)
         if not q["gold"]:
             top1_unanswerable.append(hits[0].score if hits else 0.0)
             continue
@@ -55,6 +55,7 @@ def main() -> None:
     ap.add_argument("--home", type=Path, required=True)
     ap.add_argument("--qa", type=Path, default=QA, help="questions: JSON Lines with question, gold (paths)")
     ap.add_argument("--index", default="default")
+    ap.add_argument("--mode", choices=["dense", "bm25", "hybrid"], help="ranking mode (default: the setting)")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     os.environ["MDRAG_HOME"] = str(args.home)
@@ -64,7 +65,11 @@ def main() -> None:
 
     qa = [json.loads(line) for line in args.qa.read_text().splitlines() if line.strip()]
     index = Index(load_config({"index": args.index}))
-    m = measure(index, qa)
+    if not args.mode:
+        for mode in ("dense", "bm25", "hybrid"):
+            r = measure(index, qa, mode)
+            print(f"{mode:>6}: hit@5 {r['hit@5']:.3f}, hit@10 {r['hit@10']:.3f}, MRR@10 {r['mrr@10']:.3f}")
+    m = measure(index, qa, args.mode)
     index.close()
     gold = np.asarray(m["gold_scores"])
     neg = np.asarray(m["unanswerable_top1"])

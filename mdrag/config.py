@@ -41,6 +41,9 @@ DEFAULTS: dict[str, tuple[type | tuple[type, ...], Any]] = {
     "chunk.unit": (str, "chars"),  # chars | tokens
     "search.k": (int, 10),
     "search.threshold": ((int, float), 0.4),
+    "search.mode": (str, "dense"),  # dense | bm25 | hybrid (see README "Search modes")
+    "search.fusion": (str, "rrf"),  # rrf | weighted (hybrid mode)
+    "search.dense_weight": ((int, float), 0.5),  # weighted fusion: share of the dense score
     "llm.base_url": (str, None),
     "llm.api_key": (str, None),
     "llm.model": (str, "qwen-flash"),
@@ -66,7 +69,12 @@ ENV_VARS = {
 }
 
 _INDEX_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")  # also a collection and a file name
-_CHOICES = {"embedding.provider": ("local", "openai"), "chunk.unit": ("chars", "tokens")}
+_CHOICES = {
+    "embedding.provider": ("local", "openai"),
+    "chunk.unit": ("chars", "tokens"),
+    "search.mode": ("dense", "bm25", "hybrid"),
+    "search.fusion": ("rrf", "weighted"),
+}
 _SECRETS = {"milvus_token", "api.api_key", "embedding.api_key", "llm.api_key", "server.token"}
 
 
@@ -167,8 +175,8 @@ def _range_check(key: str, value: Any, origin: str) -> Any:
         )
     if key in _CHOICES and value not in _CHOICES[key]:
         raise ConfigError(f"{key} must be one of {', '.join(_CHOICES[key])}, got {value!r} (from the {origin})")
-    if key == "search.threshold" and not 0 <= value <= 1:
-        raise ConfigError(f"search.threshold must be between 0 and 1, got {value!r} (from the {origin})")
+    if key in ("search.threshold", "search.dense_weight") and not 0 <= value <= 1:
+        raise ConfigError(f"{key} must be between 0 and 1, got {value!r} (from the {origin})")
     if key in ("server.port",) and not 0 <= value <= 65535:
         raise ConfigError(f"server.port must be between 0 and 65535, got {value!r} (from the {origin})")
     if key in ("embedding.batch_size", "search.k", "server.reload_interval", "server.max_pending") and value < 1:

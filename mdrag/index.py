@@ -137,8 +137,9 @@ class Index:
         k: int | None = None,
         threshold: float | None = None,
         filters: Mapping[str, Any] | None = None,
+        mode: str | None = None,
     ) -> list[SearchResult]:
-        """Ranked results for ``query``; ``threshold`` defaults to ``search.threshold``."""
+        """Ranked results for ``query``; ``threshold`` and ``mode`` default to the settings."""
         from mdrag.search import search
 
         if not self._open(create=False):
@@ -157,6 +158,9 @@ class Index:
                 filters,
                 visible=visible,
                 extra=pending,
+                mode=mode or self.config["search.mode"],
+                fusion=self.config["search.fusion"],
+                dense_weight=self.config["search.dense_weight"],
             )
         finally:
             with self._cond:

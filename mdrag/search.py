@@ -54,12 +54,16 @@ def search(
     filters: Mapping[str, Any] | None = None,
     visible: frozenset[str] | None = None,
     extra: int = 0,
+    mode: str = "dense",
+    fusion: str = "rrf",
+    dense_weight: float = 0.5,
 ) -> list[SearchResult]:
     """The ``k`` chunks most similar to ``query`` whose score is at least ``threshold``.
 
     Scores are cosine similarities clipped to 0..1 (MiniLM vectors are normalized).
     With ``visible``, only those chunk ids are returned; ``extra`` more are
-    fetched to make up for chunks written but not yet visible.
+    fetched to make up for chunks written but not yet visible. ``mode`` picks
+    the ranking (dense, bm25 or hybrid); the score is the cosine in every mode.
     """
     if not query or not query.strip():
         raise ConfigError("the search query is empty: give some words to search for")
@@ -67,7 +71,9 @@ def search(
         raise ConfigError(f"k must be at least 1, got {k}")
     expr = build_filter(filters)
     vector = embedder.embed_query(query)
-    rows = store.search(vector, min(k + max(extra, 0), 16384), expr)
+    rows = store.search(
+        vector, min(k + max(extra, 0), 16384), expr, mode=mode, text=query, fusion=fusion, dense_weight=dense_weight
+    )
     if visible is not None:
         rows = [r for r in rows if r["id"] in visible]
     results = []
@@ -87,6 +93,7 @@ def search(
                 line_start=r.get("line_start") or None,
                 line_end=r.get("line_end") or None,
                 metadata=dict(r.get("metadata") or {}),
+                rank_score=round(r.get("rank_score", score), 6),
             )
         )
     return results

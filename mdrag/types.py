@@ -85,13 +85,14 @@ class SearchResult:
     text: str
     path: str
     rel_path: str
-    score: float  # cosine similarity clipped to 0..1
+    score: float  # cosine similarity clipped to 0..1, in every mode (the threshold applies to it)
     heading_path: list[str]
     chunk_id: str
     page: int | None = None
     line_start: int | None = None
     line_end: int | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
+    rank_score: float | None = None  # what ranked it: cosine (dense), BM25, or the fused score (hybrid)
 
     @property
     def heading(self) -> str:

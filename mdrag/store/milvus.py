@@ -84,6 +84,7 @@ class MilvusStore:
         self.identity = identity  # {"model": ..., "dimension": ...} of the embedder
         self._token = token  # server credentials; never logged
         self._client: Any = None  # pymilvus.MilvusClient, connected in open()
+        self.has_bm25 = True  # the collection has the BM25 sparse field (collections before 0.1 do not)
 
     # -- connection -------------------------------------------------------
     def open(self, create: bool = True, replace_mismatch: bool = False) -> bool:
@@ -124,6 +125,7 @@ class MilvusStore:
                 log.warning("%s Rebuilding it now.", e)
                 self.drop()
                 self._create()
+        self._check_fields()
         self._ensure_loaded()
         return True
 
@@ -131,7 +133,12 @@ class MilvusStore:
         MilvusClient = _pymilvus().MilvusClient
         if not _is_remote(self.uri):
             Path(self.uri).expanduser().parent.mkdir(parents=True, exist_ok=True)
-        kwargs: dict[str, Any] = {"timeout": 10}
+        # pymilvus pings every 10 s even when idle; gRPC servers with default
+        # settings (milvus-lite, in process or as a server) answer that with
+        # GOAWAY "too many pings" and the next call fails. Ping only during calls,
+        # and no more often than those servers accept (5 minutes).
+        grpc_options = {"grpc.keepalive_time_ms": 300_000, "grpc.keepalive_permit_without_calls": 0}
+        kwargs: dict[str, Any] = {"timeout": 10, "grpc_options": grpc_options}
         if self._token:
             kwargs["token"] = self._token
         self._client = MilvusClient(self.uri, **kwargs)
@@ -157,7 +164,7 @@ class MilvusStore:
         return self._client
 
     def _create(self) -> None:
-        from pymilvus import DataType, MilvusClient
+        from pymilvus import DataType, Function, FunctionType, MilvusClient
 
         dim = int(self.identity["dimension"])
         s = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False)
@@ -177,8 +184,21 @@ class MilvusStore:
         s.add_field("content_hash", DataType.VARCHAR, max_length=64)
         s.add_field("metadata", DataType.JSON)
         s.add_field("vector", DataType.FLOAT_VECTOR, dim=dim)
+        # Full-text search: Milvus computes BM25 term weights from bm25_text (the
+        # heading context and the chunk text) into `sparse` on insert.
+        s.add_field("bm25_text", DataType.VARCHAR, max_length=_TEXT_MAX, enable_analyzer=True)
+        s.add_field("sparse", DataType.SPARSE_FLOAT_VECTOR)
+        s.add_function(
+            Function(
+                name="bm25",
+                function_type=FunctionType.BM25,
+                input_field_names=["bm25_text"],
+                output_field_names=["sparse"],
+            )
+        )
         ip = self.client.prepare_index_params()
         ip.add_index("vector", index_type="AUTOINDEX", metric_type="COSINE")
+        ip.add_index("sparse", index_type="SPARSE_INVERTED_INDEX", metric_type="BM25")
         self.client.create_collection(
             self.collection,
             schema=s,
@@ -212,6 +232,16 @@ class MilvusStore:
                 "`mdrag index --rebuild DIR ...`, or set embedding.model back, or use another --index name."
             )
 
+    def _check_fields(self) -> None:
+        fields = {f["name"] for f in self.client.describe_collection(self.collection).get("fields", [])}
+        self.has_bm25 = "sparse" in fields
+        if not self.has_bm25:
+            log.warning(
+                "index %r has no full-text (BM25) field: searches are dense only; "
+                "rebuild it with `mdrag index --rebuild DIR` for hybrid search",
+                self.collection[6:],
+            )
+
     def _ensure_loaded(self) -> None:
         state = str(self.client.get_load_state(self.collection).get("state", ""))
         if "Loaded" not in state:
@@ -227,7 +257,7 @@ class MilvusStore:
         """Insert or replace chunks by id, then flush."""
         if not chunks:
             return
-        rows = [_row(c, v) for c, v in zip(chunks, vectors)]
+        rows = [_row(c, v, self.has_bm25) for c, v in zip(chunks, vectors)]
         self._call("upsert", self.collection, rows)
         self.flush()
 
@@ -272,22 +302,68 @@ class MilvusStore:
         rows = self._call("query", self.collection, filter="", output_fields=["count(*)"])
         return int(rows[0]["count(*)"]) if rows else 0
 
-    def search(self, vector: np.ndarray, k: int, expr: str = "") -> list[dict[str, Any]]:
-        """The ``k`` nearest chunks as row dicts with a ``score`` (cosine)."""
-        res = self._call(
-            "search",
-            self.collection,
-            data=[vector.astype(np.float32).tolist()],
-            limit=k,
-            filter=expr,
-            output_fields=_OUTPUT,
-            search_params={"metric_type": "COSINE"},
-        )
+    def search(
+        self,
+        vector: np.ndarray,
+        k: int,
+        expr: str = "",
+        mode: str = "dense",
+        text: str = "",
+        fusion: str = "rrf",
+        dense_weight: float = 0.5,
+    ) -> list[dict[str, Any]]:
+        """The ``k`` best chunks as row dicts, best first.
+
+        ``mode`` "dense" ranks by cosine; "bm25" by BM25 on the text; "hybrid"
+        fuses both (``fusion`` "rrf", or "weighted" with ``dense_weight``).
+        Every row's ``score`` is its cosine similarity to ``vector``, whatever
+        ranked it, so one threshold means the same in every mode; ``rank_score``
+        is the ranking mode's own score.
+        """
+        if mode != "dense" and not self.has_bm25:
+            mode = "dense"
+        q = vector.astype(np.float32).tolist()
+        if mode == "dense":
+            res = self._call(
+                "search",
+                self.collection,
+                data=[q],
+                limit=k,
+                filter=expr,
+                output_fields=_OUTPUT,
+                search_params={"metric_type": "COSINE"},
+            )
+        elif mode == "bm25":
+            res = self._call(
+                "search",
+                self.collection,
+                data=[text],
+                anns_field="sparse",
+                limit=k,
+                filter=expr,
+                output_fields=[*_OUTPUT, "vector"],
+                search_params={"metric_type": "BM25"},
+            )
+        else:
+            from pymilvus import AnnSearchRequest, RRFRanker, WeightedRanker
+
+            depth = max(k * 3, 30)  # candidates from each side before fusion
+            reqs = [
+                AnnSearchRequest([q], "vector", {"metric_type": "COSINE"}, limit=depth, expr=expr),
+                AnnSearchRequest([text], "sparse", {"metric_type": "BM25"}, limit=depth, expr=expr),
+            ]
+            ranker = RRFRanker(60) if fusion == "rrf" else WeightedRanker(dense_weight, 1 - dense_weight)
+            res = self._call(
+                "hybrid_search", self.collection, reqs, ranker=ranker, limit=k, output_fields=[*_OUTPUT, "vector"]
+            )
         out = []
         for hit in res[0] if res else []:
             row = dict(hit["entity"])
             row["id"] = hit["id"]
-            row["score"] = float(hit["distance"])
+            # Milvus Lite reports BM25 as a negative distance: rank_score is the score itself.
+            row["rank_score"] = abs(float(hit["distance"])) if mode == "bm25" else float(hit["distance"])
+            stored = row.pop("vector", None)
+            row["score"] = float(np.dot(np.asarray(stored, dtype=np.float32), vector)) if stored else row["rank_score"]
             out.append(row)
         return out
 
@@ -299,8 +375,8 @@ class MilvusStore:
             raise StoreError(f"Milvus {method} on {self.collection} at {self.uri} failed: {_reason(e)}") from e
 
 
-def _row(c: Chunk, v: np.ndarray) -> dict[str, Any]:
-    return {
+def _row(c: Chunk, v: np.ndarray, bm25: bool) -> dict[str, Any]:
+    row = {
         "id": c.id,
         "text": _clip(c.text, _TEXT_MAX),
         "context": _clip(c.context, 1024),
@@ -317,6 +393,9 @@ def _row(c: Chunk, v: np.ndarray) -> dict[str, Any]:
         "metadata": c.metadata,
         "vector": np.asarray(v, dtype=np.float32).tolist(),
     }
+    if bm25:
+        row["bm25_text"] = _clip(c.embed_text, _TEXT_MAX)
+    return row
 
 
 def _lite_key(uri: str) -> str:

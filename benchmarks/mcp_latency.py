@@ -1,0 +1,316 @@
+"""MCP tool latency: search_docs and list_docsets (REQ-9: 10 ms and 5 ms), and the `search` tool on the Hugo docs.
+
+Figures:
+
+- search_docs and list_docsets in process (``KnowledgeTools.call``, the
+  ``tools/call`` handler without the protocol), p50/p95 over 1,000 calls
+  after the config is loaded;
+- the same over the stdio transport, through the MCP SDK's client
+  (``stdio_client`` + ``ClientSession``), 200 calls each;
+- the `search` tool over stdio on the Hugo docs as a local docset: the first
+  call (indexing), then 50 warm queries p50/p95; search_docs while the index
+  is open (ranked sections within the budget); the first `search` after a
+  restart (nothing re-embedded).
+
+Baselines in the same run: a bare ``kb.instructions(...)`` call for the tool
+latencies, and ``Index.search`` in process on the same index and queries for
+the `search` tool. ``--limit-files N`` indexes only N Hugo pages (a quick
+check; the full corpus embeds ~3,600 chunks, ~80 s on 2 cores).
+
+    python benchmarks/mcp_latency.py [--limit-files 40] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+HUGO = ROOT.parent / "shared" / "data" / "markdown_hugo_docs" / "content" / "en"
+SERVE = "from mdrag.mcp import run_stdio; run_stdio()"
+QUERIES = [
+    "How do I create a custom shortcode?",
+    "how do I define a custom output format",
+    "build drafts and future content",
+    "configure pagination page size",
+    "image processing resize in page bundle",
+    "what is a taxonomy",
+    "deploy to GitHub Pages",
+    "how to use partial templates with context",
+    "syntax highlighting code block options",
+    "menu configuration in front matter",
+    "hugo modules mount a theme",
+    "shortcode with named parameters",
+    "multilingual site language configuration",
+    "minify css with hugo pipes",
+    "render hook for links",
+    "sort pages by date descending",
+    "install hugo on linux",
+    "what does the where function do",
+    "related content configuration",
+    "how to create a section list page",
+]
+SEARCH_DOCS = {
+    "docset": "hugo",
+    "keywords": ["custom shortcode", "shortcode template"],
+    "generalized_keywords": ["templates"],
+}
+
+
+def ms(xs: list[float], q: float) -> float:
+    return round(float(np.percentile(np.asarray(xs) * 1000, q)), 3)
+
+
+def spread(xs: list[float]) -> dict[str, float]:
+    """p50 and p95 in milliseconds."""
+    return {"p50": ms(xs, 50), "p95": ms(xs, 95), "n": len(xs)}
+
+
+def show(label: str, fig: dict[str, Any], base: dict[str, Any] | None = None, limit: float | None = None) -> None:
+    line = f"{label:<52} p50 {fig['p50']:>9.3f} ms  p95 {fig['p95']:>9.3f} ms"
+    if base is not None:
+        fig["ratio_p50"] = round(fig["p50"] / base["p50"], 2) if base["p50"] else None
+        line += f"  x{fig['ratio_p50']} of baseline p50 {base['p50']:.3f} ms"
+    if limit is not None:
+        fig["limit_ms"] = limit
+        fig["within_limit_p95"] = fig["p95"] <= limit
+        line += f"  (limit {limit:g} ms: {'ok' if fig['p95'] <= limit else 'OVER'})"
+    print(line, flush=True)
+
+
+def timed_sync(fn: Callable[[], object], n: int) -> list[float]:
+    out = []
+    for _ in range(n):
+        t = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - t)
+    return out
+
+
+async def timed(fn: Callable[[], Awaitable[object]], n: int) -> list[float]:
+    out = []
+    for _ in range(n):
+        t = time.perf_counter()
+        await fn()
+        out.append(time.perf_counter() - t)
+    return out
+
+
+def make_project(tmp: Path, limit_files: int | None) -> tuple[Path, Path, int]:
+    """A project with a `hugo` docset: the Hugo pages (all, or a copy of ``limit_files`` of them)."""
+    if limit_files:
+        docs = tmp / "hugo"
+        pages = sorted(HUGO.rglob("*.md"))
+        first = HUGO / "templates" / "shortcode.md"  # the page the first query is about
+        picked = [first] + [p for p in pages if p != first][: limit_files - 1]
+        for p in picked:
+            (docs / p.relative_to(HUGO)).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(p, docs / p.relative_to(HUGO))
+    else:
+        docs = HUGO
+    files = sum(1 for _ in docs.rglob("*.md"))
+    project = tmp / "project"
+    (project / ".knowledge").mkdir(parents=True)
+    (project / ".knowledge" / "config.yaml").write_text(
+        "docsets:\n"
+        "  - id: hugo\n    name: Hugo\n    version: '0.150'\n    aliases: [gohugo]\n"
+        f"    local_path: {docs.as_posix()}\n"
+        "  - id: react\n    name: React\n    version: '18.2'\n"
+    )
+    return project, docs, files
+
+
+def in_process(project: Path, n: int) -> dict[str, Any]:
+    from mdrag.knowledge import KnowledgeBase
+    from mdrag.mcp import KnowledgeTools
+
+    kb = KnowledgeBase(project)
+    kb.config()  # REQ-9 counts from after the config load
+    out: dict[str, Any] = {}
+    base = spread(
+        timed_sync(
+            lambda: kb.instructions(
+                SEARCH_DOCS["docset"], SEARCH_DOCS["keywords"], SEARCH_DOCS["generalized_keywords"]
+            ),
+            n,
+        )
+    )
+    out["baseline_kb_instructions_ms"] = base
+    show("baseline: kb.instructions() in process", base)
+    out["kb_list_docsets_ms"] = spread(timed_sync(kb.list_docsets, n))
+    show("kb.list_docsets() in process", out["kb_list_docsets_ms"], base)
+    tools = KnowledgeTools(kb)
+
+    async def run() -> None:
+        result = await tools.call("search_docs", SEARCH_DOCS)
+        assert not result.is_error, result
+        out["search_docs_ms"] = spread(await timed(lambda: tools.call("search_docs", SEARCH_DOCS), n))
+        out["list_docsets_ms"] = spread(await timed(lambda: tools.call("list_docsets", {}), n))
+
+    anyio.run(run)
+    show("search_docs, in process (tools/call handler)", out["search_docs_ms"], base, 10)
+    show("list_docsets, in process (tools/call handler)", out["list_docsets_ms"], base, 5)
+    return out
+
+
+def server_params(project: Path, home: Path) -> Any:
+    from mcp import StdioServerParameters
+
+    return StdioServerParameters(
+        command=sys.executable,
+        args=["-c", SERVE],
+        cwd=project,
+        env={"MDRAG_HOME": str(home), "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)},
+    )
+
+
+def text_of(result: Any) -> str:
+    if result.is_error:
+        raise SystemExit(f"tool error: {result.content[0].text}")
+    return str(result.content[0].text)
+
+
+async def over_stdio(project: Path, home: Path, n: int, search: bool, base: dict[str, Any]) -> dict[str, Any]:
+    from mcp import ClientSession, stdio_client
+
+    out: dict[str, Any] = {}
+    params = server_params(project, home)
+    with open(home / "server.log", "a") as err:
+        t = time.perf_counter()
+        async with stdio_client(params, errlog=err) as (read, write), ClientSession(read, write) as s:
+            await s.initialize()
+            out["startup_initialize_ms"] = round((time.perf_counter() - t) * 1000, 1)
+            for _ in range(10):  # warm-up
+                text_of(await s.call_tool("search_docs", SEARCH_DOCS))
+                text_of(await s.call_tool("list_docsets", {}))
+            out["search_docs_ms"] = spread(await timed(lambda: s.call_tool("search_docs", SEARCH_DOCS), n))
+            out["list_docsets_ms"] = spread(await timed(lambda: s.call_tool("list_docsets", {}), n))
+            show("search_docs, over stdio (SDK client)", out["search_docs_ms"], base, 10)
+            show("list_docsets, over stdio (SDK client)", out["list_docsets_ms"], base, 5)
+            if not search:
+                return out
+
+            t = time.perf_counter()
+            first = json.loads(text_of(await s.call_tool("search", {"query": QUERIES[0], "docset": "hugo", "k": 5})))
+            wall = time.perf_counter() - t
+            state = first["indexed"]["hugo"]
+            out["search_first_call"] = {
+                "wall_s": round(wall, 2),
+                "chunks_embedded": state["chunks_embedded"],
+                "chunks_total": state["chunks_total"],
+                "update_s": state["seconds"],
+                "chunks_per_s": round(state["chunks_total"] / wall, 1),
+                "top5": [r["rel_path"] for r in first["results"]],
+            }
+            print(
+                f"{'search, first call (indexes the docset)':<52} {wall:.2f} s: {state['chunks_embedded']} chunks "
+                f"embedded of {state['chunks_total']}; top 5: {out['search_first_call']['top5']}",
+                flush=True,
+            )
+            queries = [QUERIES[i % len(QUERIES)] for i in range(50)]
+            it = iter(queries)
+            warm = await timed(lambda: s.call_tool("search", {"query": next(it), "docset": "hugo", "k": 5}), 50)
+            out["search_warm_ms"] = spread(warm)
+
+            hinted = 0
+            times = []
+            for i in range(n):
+                args = {**SEARCH_DOCS, "keywords": [QUERIES[i % len(QUERIES)]]}
+                t = time.perf_counter()
+                got = text_of(await s.call_tool("search_docs", args))
+                times.append(time.perf_counter() - t)
+                hinted += "Top sections from mdrag's index" in got
+            out["search_docs_index_open_ms"] = spread(times)
+            out["search_docs_index_open_ms"]["with_sections"] = hinted
+    return out
+
+
+def search_baseline(home: Path) -> dict[str, Any]:
+    """Index.search in process on the index the server built (after it exited: Milvus Lite is one process's)."""
+    os.environ["MDRAG_HOME"] = str(home)
+    from mdrag.config import load_config
+    from mdrag.index import Index
+    from mdrag.mcp import index_name
+
+    base = load_config()
+    index = Index(load_config({"index": index_name("hugo"), "milvus_uri": str(base.cache_dir / "docsets.db")}))
+    for q in QUERIES[:5]:  # warm-up
+        index.search(q, k=5)
+    queries = [QUERIES[i % len(QUERIES)] for i in range(50)]
+    it = iter(queries)
+    fig = spread(timed_sync(lambda: index.search(next(it), k=5), 50))
+    index.close()
+    return fig
+
+
+async def restart(project: Path, home: Path) -> dict[str, Any]:
+    from mcp import ClientSession, stdio_client
+
+    params = server_params(project, home)
+    with open(home / "server.log", "a") as err:
+        t = time.perf_counter()
+        async with stdio_client(params, errlog=err) as (read, write), ClientSession(read, write) as s:
+            await s.initialize()
+            got = json.loads(text_of(await s.call_tool("search", {"query": QUERIES[0], "docset": "hugo", "k": 5})))
+            wall = time.perf_counter() - t
+    state = got["indexed"]["hugo"]
+    return {"wall_s": round(wall, 2), "chunks_embedded": state["chunks_embedded"], "update_s": state["seconds"]}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--json", type=Path, help="write the figures here")
+    ap.add_argument("--limit-files", type=int, help="index only this many Hugo pages (a quick check)")
+    ap.add_argument("--calls", type=int, default=1000, help="in-process calls per tool")
+    ap.add_argument("--stdio-calls", type=int, default=200, help="calls per tool over stdio")
+    ap.add_argument("--no-search", action="store_true", help="skip the `search` tool (no model, no index)")
+    args = ap.parse_args()
+    if not HUGO.is_dir():
+        raise SystemExit(f"the Hugo docs are missing: {HUGO}")
+
+    out: dict[str, Any] = {"python": sys.version.split()[0], "cpus": os.cpu_count()}
+    with tempfile.TemporaryDirectory() as tmp_name:
+        tmp = Path(tmp_name)
+        home = tmp / "home"
+        home.mkdir()
+        os.environ["MDRAG_HOME"] = str(home)
+        project, docs, files = make_project(tmp, args.limit_files)
+        out["hugo_files"] = files
+        out["in_process"] = in_process(project, args.calls)
+        base = out["in_process"]["baseline_kb_instructions_ms"]
+        out["stdio"] = anyio.run(over_stdio, project, home, args.stdio_calls, not args.no_search, base)
+        if not args.no_search:
+            s = out["stdio"]
+            out["index_search_in_process_ms"] = search_baseline(home)
+            show("baseline: Index.search in process, k=5", out["index_search_in_process_ms"])
+            show("search, warm, over stdio, k=5", s["search_warm_ms"], out["index_search_in_process_ms"])
+            show("search_docs over stdio, docset index open", s["search_docs_index_open_ms"], base, 10)
+            print(
+                f"{'':<52} {s['search_docs_index_open_ms']['with_sections']} of {args.stdio_calls} "
+                "calls carried ranked sections",
+                flush=True,
+            )
+            out["restart_first_search"] = r = anyio.run(restart, project, home)
+            print(
+                f"{'search, first call after a restart':<52} {r['wall_s']:.2f} s (model load included), "
+                f"{r['chunks_embedded']} chunks embedded, update {r['update_s']:.2f} s",
+                flush=True,
+            )
+    if args.json:
+        args.json.write_text(json.dumps(out, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,403 @@
+"""The MCP server, driven by the MCP SDK's own client over a real stdio transport.
+
+Each test starts ``python -c "from mdrag.mcp import run_stdio; run_stdio()"`` in a
+project folder holding ``.knowledge/config.yaml``, as an assistant would, and
+talks to it with ``mcp.ClientSession`` over ``mcp.client.stdio.stdio_client``.
+One test writes raw bytes to the server's stdin (malformed JSON-RPC); the
+refresh logic is also checked in process (``mcp.Client(server)``) with a small
+deterministic embedder.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from mcp import ClientSession, MCPError, StdioServerParameters, stdio_client, types
+
+import mdrag
+from mdrag.knowledge import MAX_KEYWORDS, KnowledgeBase
+from mdrag.mcp import KnowledgeTools, index_name
+
+ROOT = Path(__file__).resolve().parents[1]
+SERVE = "from mdrag.mcp import run_stdio; run_stdio()"
+TEMPLATE = (
+    "Search for '{keywords}' in folder {local_path}. Use your normal text search tools to do this. "
+    "If the search results don't help you, try to find '{generalized_keywords}'. "
+    "If this still doesn't help, ask the user to rephrase it."
+)
+CONFIG = """\
+docsets:
+  - id: react
+    name: React
+    version: "18.2"
+    aliases: [reactjs]
+  - id: hugo
+    name: Hugo
+    version: "0.150"
+    aliases: [gohugo]
+"""
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def make_project(tmp_path: Path, config: str | None = CONFIG) -> Path:
+    project = tmp_path / "project"
+    (project / ".knowledge").mkdir(parents=True)
+    if config is not None:
+        (project / ".knowledge" / "config.yaml").write_text(config, encoding="utf-8")
+    return project
+
+
+def server_env(home: Path) -> dict[str, str]:
+    path = os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
+    return {"MDRAG_HOME": str(home), "HF_HUB_OFFLINE": "1", "PYTHONPATH": path}
+
+
+@asynccontextmanager
+async def connect(cwd: Path, home: Path, errlog: Path) -> AsyncIterator[ClientSession]:
+    """An initialized MCP client session with a new server process."""
+    params = StdioServerParameters(command=sys.executable, args=["-c", SERVE], cwd=cwd, env=server_env(home))
+    with open(errlog, "a", encoding="utf-8") as err:
+        async with stdio_client(params, errlog=err) as (read, write), ClientSession(read, write) as session:
+            await session.initialize()
+            yield session
+
+
+def text(result: types.CallToolResult) -> str:
+    assert len(result.content) == 1
+    block = result.content[0]
+    assert isinstance(block, types.TextContent)
+    return block.text
+
+
+def ok(result: types.CallToolResult) -> str:
+    assert not result.is_error, text(result)
+    return text(result)
+
+
+def error(result: types.CallToolResult) -> str:
+    assert result.is_error, text(result)
+    return text(result)
+
+
+async def docsets(session: ClientSession) -> dict[str, dict[str, Any]]:
+    listed = json.loads(ok(await session.call_tool("list_docsets", {})))
+    return {d["id"]: d for d in listed["docsets"]}
+
+
+@pytest.mark.anyio
+async def test_tools_listed_with_schemas(tmp_path: Path, mdrag_home: Path) -> None:
+    project = make_project(tmp_path)
+    with anyio.fail_after(60):
+        async with connect(project, mdrag_home, tmp_path / "err.log") as s:
+            assert s.server_info is not None
+            assert (s.server_info.name, s.server_info.version) == ("agentic-knowledge", mdrag.__version__)
+            tools = {t.name: t for t in (await s.list_tools()).tools}
+    assert set(tools) == {"search_docs", "list_docsets", "search"}
+    for t in tools.values():
+        assert t.description and len(t.description) > 80
+        assert t.input_schema["type"] == "object"
+    sd = tools["search_docs"].input_schema
+    assert sd["required"] == ["docset", "keywords", "generalized_keywords"]
+    assert sd["properties"]["docset"]["type"] == "string"
+    for key in ("keywords", "generalized_keywords"):
+        prop = sd["properties"][key]
+        assert (prop["type"], prop["items"]["type"], prop["minItems"]) == ("array", "string", 1)
+        assert prop["maxItems"] == MAX_KEYWORDS
+        assert prop["description"]
+    assert "list_docsets" in tools["search_docs"].description and "grep" in tools["search_docs"].description
+    assert "first" in tools["list_docsets"].description
+    sq = tools["search"].input_schema
+    assert sq["required"] == ["query"]
+    assert (sq["properties"]["k"]["type"], sq["properties"]["k"]["default"]) == ("integer", 5)
+    assert "search_docs" in tools["search"].description
+
+
+@pytest.mark.anyio
+async def test_list_docsets_and_search_docs_text(tmp_path: Path, mdrag_home: Path) -> None:
+    project = make_project(tmp_path)
+    with anyio.fail_after(60):
+        async with connect(project, mdrag_home, tmp_path / "err.log") as s:
+            listed = await docsets(s)
+            react = listed["react"]
+            args = {"docset": "react", "keywords": ["useEffect", "cleanup"], "generalized_keywords": ["hooks"]}
+            instructions = ok(await s.call_tool("search_docs", args))
+            by_alias = ok(await s.call_tool("search_docs", {**args, "docset": "reactjs"}))
+    assert set(listed) == {"react", "hugo"}
+    assert (react["name"], react["version"], react["aliases"]) == ("React", "18.2", ["reactjs"])
+    local = react["local_path"]
+    assert local.endswith("/react-18.2/") and "\\" not in local and Path(local).is_absolute()
+    assert Path(local).resolve() == (project / ".knowledge" / "docs" / "react-18.2").resolve()
+    assert instructions == TEMPLATE.format(
+        keywords="useEffect, cleanup", local_path=local, generalized_keywords="hooks"
+    )
+    assert by_alias == instructions
+
+
+@pytest.mark.anyio
+async def test_no_docsets_is_an_empty_list(tmp_path: Path, mdrag_home: Path) -> None:
+    project = make_project(tmp_path, "docsets: []\n")
+    with anyio.fail_after(60):
+        async with connect(project, mdrag_home, tmp_path / "err.log") as s:
+            assert json.loads(ok(await s.call_tool("list_docsets", {}))) == {"docsets": []}
+            found = json.loads(ok(await s.call_tool("search", {"query": "anything"})))
+    assert found["results"] == []
+
+
+@pytest.mark.anyio
+async def test_errors_are_tool_errors(tmp_path: Path, mdrag_home: Path) -> None:
+    project = make_project(tmp_path)
+    good = {"docset": "react", "keywords": ["hooks"], "generalized_keywords": ["state"]}
+    with anyio.fail_after(60):
+        async with connect(project, mdrag_home, tmp_path / "err.log") as s:
+            unknown = error(await s.call_tool("search_docs", {**good, "docset": "vue"}))
+            bad_chars = error(await s.call_tool("search_docs", {**good, "docset": "../../etc/passwd"}))
+            empty = error(await s.call_tool("search_docs", {**good, "keywords": []}))
+            blank = error(await s.call_tool("search_docs", {**good, "keywords": [""]}))
+            many = error(await s.call_tool("search_docs", {**good, "keywords": [f"k{i}" for i in range(1000)]}))
+            not_strings = error(await s.call_tool("search_docs", {**good, "keywords": [1, 2]}))
+            missing = error(await s.call_tool("search_docs", {"docset": "react", "keywords": ["x"]}))
+            bad_k = error(await s.call_tool("search", {"query": "x", "docset": "react", "k": 0}))
+            no_folder = error(await s.call_tool("search", {"query": "x", "docset": "react"}))
+            search_unknown = error(await s.call_tool("search", {"query": "x", "docset": "vue"}))
+            with pytest.raises(MCPError) as exc_info:
+                await s.call_tool("no_such_tool", {})
+            # the session still works after every error
+            assert "react" in await docsets(s)
+    assert "vue" in unknown and "react" in unknown and "hugo" in unknown
+    assert "react" in search_unknown and "hugo" in search_unknown
+    assert "../../etc/passwd" in bad_chars
+    assert "keyword" in empty.lower() and "keyword" in blank.lower()
+    assert "keyword" in many.lower()
+    assert "keywords" in not_strings and "array of strings" in not_strings
+    assert "generalized_keywords" in missing
+    assert "'k'" in bad_k
+    assert "mdrag knowledge init react" in no_folder and "react-18.2" in no_folder
+    assert exc_info.value.code == types.METHOD_NOT_FOUND == -32601
+    assert "no_such_tool" in exc_info.value.message and "search_docs" in exc_info.value.message
+
+
+def test_malformed_json_rpc_gets_a_parse_error(tmp_path: Path, mdrag_home: Path) -> None:
+    project = make_project(tmp_path)
+    initialize = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": types.LATEST_PROTOCOL_VERSION,
+            "capabilities": {},
+            "clientInfo": {"name": "raw", "version": "0"},
+        },
+    }
+    lines = [
+        b'{"jsonrpc": "2.0", "id": 7, "method": "tools/list"',  # cut short: not JSON
+        b"\xff\xfe not even text",
+        b'{"hello": "world"}',  # JSON, but not JSON-RPC
+        json.dumps(initialize).encode(),
+        b'{"jsonrpc": "2.0", "method": "notifications/initialized"}',
+        b'{"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "nope", "arguments": {}}}',
+        b'{"jsonrpc": "2.0", "id": 3, "method": "ping"}',
+    ]
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SERVE],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=project,
+        env={**os.environ, **server_env(mdrag_home)},
+    )
+    watchdog = threading.Timer(60, proc.kill)
+    watchdog.start()
+    try:
+        assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+        proc.stdin.write(b"\n".join(lines) + b"\n")
+        proc.stdin.flush()
+        replies = [json.loads(proc.stdout.readline()) for _ in range(6)]  # the server keeps going
+        proc.stdin.close()
+        assert proc.wait() == 0  # and stops at the end of its input
+        stderr = proc.stderr.read()
+    finally:
+        watchdog.cancel()
+        proc.kill()
+    errors = [r for r in replies if r.get("id") is None]
+    assert [e["error"]["code"] for e in errors] == [-32700, -32700, -32600]
+    assert all(e["jsonrpc"] == "2.0" and "Parse error" in e["error"]["message"] for e in errors[:2])
+    by_id = {r["id"]: r for r in replies if r.get("id") is not None}
+    assert by_id[1]["result"]["serverInfo"]["name"] == "agentic-knowledge"
+    assert by_id[2]["error"]["code"] == -32601
+    assert by_id[3]["result"] == {}
+    assert b"Parse error" in stderr  # logged on stderr; stdout holds only the protocol
+
+
+@pytest.mark.anyio
+async def test_config_changes_are_picked_up(tmp_path: Path, mdrag_home: Path) -> None:
+    project = make_project(tmp_path)
+    config = project / ".knowledge" / "config.yaml"
+    with anyio.fail_after(60):
+        async with connect(project, mdrag_home, tmp_path / "err.log") as s:
+            assert set(await docsets(s)) == {"react", "hugo"}
+            config.write_text(CONFIG + '  - id: vue\n    name: Vue\n    version: "3.4"\n', encoding="utf-8")
+            assert set(await docsets(s)) == {"react", "hugo", "vue"}
+            args = {"docset": "vue", "keywords": ["ref"], "generalized_keywords": ["reactivity"]}
+            assert "/vue-3.4/" in ok(await s.call_tool("search_docs", args))
+            config.write_text("docsets: [\n  - id: broken\n", encoding="utf-8")
+            broken = error(await s.call_tool("list_docsets", {}))
+            config.write_text(CONFIG, encoding="utf-8")
+            assert set(await docsets(s)) == {"react", "hugo"}
+    assert "line" in broken.lower()
+
+
+@pytest.mark.anyio
+async def test_no_config_is_a_tool_error(tmp_path: Path, mdrag_home: Path) -> None:
+    project = make_project(tmp_path, config=None)
+    args = {"docset": "react", "keywords": ["hooks"], "generalized_keywords": ["state"]}
+    with anyio.fail_after(60):
+        async with connect(project, mdrag_home, tmp_path / "err.log") as s:
+            listed = error(await s.call_tool("list_docsets", {}))
+            instructions = error(await s.call_tool("search_docs", args))
+            found = error(await s.call_tool("search", {"query": "hooks"}))
+            # a config created while the server runs is used by the next call
+            (project / ".knowledge" / "config.yaml").write_text(CONFIG, encoding="utf-8")
+            assert "react" in await docsets(s)
+    for message in (listed, instructions, found):
+        assert ".knowledge/config.yaml" in message
+
+
+def test_index_names() -> None:
+    assert index_name("react") == "docset_react"
+    assert index_name("my-docs.v2") == "docset_my_docs_v2"
+    long = index_name("x" * 100)
+    assert len(long) == 64 and long != index_name("x" * 99)
+    from mdrag.config import load_config
+
+    for name in ("react", "a-b.c", "1st", "x" * 100):
+        load_config({"index": index_name(name)})  # accepted by mdrag's index-name rule
+
+
+# -- search over mdrag's index ---------------------------------------------------
+
+
+def copy_hugo_subset(shared_data: Path, dest: Path) -> list[str]:
+    """~40 Hugo pages: the template pages (with templates/shortcode.md), the shortcodes, some content pages."""
+    src = shared_data / "markdown_hugo_docs" / "content" / "en"
+    picked = sorted(src.glob("templates/*.md")) + sorted(src.glob("shortcodes/*.md"))
+    cm = sorted(src.glob("content-management/*.md"))
+    picked += [p for p in cm if p.name == "shortcodes.md"] + [p for p in cm if p.name != "shortcodes.md"][:13]
+    for p in picked:
+        target = dest / p.relative_to(src)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(p, target)
+    return [p.relative_to(src).as_posix() for p in picked]
+
+
+@pytest.mark.slow
+@pytest.mark.anyio
+async def test_search_hugo_docs(tmp_path: Path, mdrag_home: Path, shared_data: Path) -> None:
+    project = make_project(tmp_path)
+    question = {"query": "How do I create a custom shortcode?", "docset": "hugo", "k": 5}
+    err = tmp_path / "err.log"
+    with anyio.fail_after(600):
+        async with connect(project, mdrag_home, err) as s:
+            local = Path((await docsets(s))["hugo"]["local_path"])
+            files = copy_hugo_subset(shared_data, local)
+            assert len(files) == 40 and "templates/shortcode.md" in files
+            first = json.loads(ok(await s.call_tool("search", question)))
+            second = json.loads(ok(await s.call_tool("search", question)))
+            # search over every docset: react has no folder and is skipped, hugo answers
+            everywhere = json.loads(ok(await s.call_tool("search", {"query": question["query"]})))
+            # search_docs now adds ranked sections from the open index, once the lookup fits its budget
+            args = {"docset": "hugo", "keywords": ["custom shortcode"], "generalized_keywords": ["templates"]}
+            for _ in range(50):
+                hinted = ok(await s.call_tool("search_docs", args))
+                if "Top sections" in hinted:
+                    break
+                await anyio.sleep(0.1)
+        # a new server process on the same home re-embeds nothing
+        async with connect(project, mdrag_home, err) as s:
+            restarted = json.loads(ok(await s.call_tool("search", question)))
+
+    ranked = [r["rel_path"] for r in first["results"]]
+    assert "templates/shortcode.md" in ranked, ranked
+    assert len(ranked) == 5
+    top = first["results"][0]
+    assert set(top) >= {"docset", "text", "path", "rel_path", "heading_path", "score"}
+    assert top["docset"] == "hugo" and Path(top["path"]).is_file() and top["text"]
+    scores = [r["score"] for r in first["results"]]
+    assert scores == sorted(scores, reverse=True) and all(0 < x <= 1 for x in scores)
+
+    state = first["indexed"]["hugo"]
+    assert state["index"] == "docset_hugo" and state["refreshed"]
+    assert state["chunks_embedded"] == state["chunks_total"] > 40
+    assert (mdrag_home / "cache" / "docsets.db").exists()
+
+    assert second["results"] == first["results"]
+    assert second["indexed"]["hugo"]["refreshed"] is False and second["indexed"]["hugo"]["chunks_embedded"] == 0
+
+    assert [r["rel_path"] for r in everywhere["results"]] == ranked
+    assert "react" in everywhere["skipped"] and "mdrag knowledge init react" in everywhere["skipped"]["react"]
+
+    expected = TEMPLATE.format(
+        keywords="custom shortcode", local_path=f"{local.as_posix()}/", generalized_keywords="templates"
+    )
+    assert hinted.startswith(expected + "\n\nTop sections from mdrag's index:\n"), hinted
+    lines = hinted.split("Top sections from mdrag's index:\n")[1].splitlines()
+    assert 1 <= len(lines) <= 3 and all(line.startswith("- ") and "(score 0." in line for line in lines)
+    assert any("shortcode" in line for line in lines)
+
+    again = restarted["indexed"]["hugo"]
+    assert again["refreshed"] and again["chunks_embedded"] == 0 and again["chunks_total"] == state["chunks_total"]
+    assert [r["rel_path"] for r in restarted["results"]] == ranked
+
+
+# -- in process: refresh and incremental updates --------------------------------
+
+
+@pytest.mark.anyio
+async def test_refresh_embeds_only_changes(
+    tmp_path: Path, mdrag_home: Path, hash_embedder: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With refresh_interval=0 every `search` refreshes the index: only changed files are embedded."""
+    from mcp import Client
+
+    monkeypatch.setattr("mdrag.index.make_embedder", lambda config: hash_embedder)
+    (mdrag_home / "config.yaml").write_text("search:\n  threshold: 0.0\n")  # the user's settings apply
+    project = make_project(tmp_path)
+    kb = KnowledgeBase(project)
+    local = Path(kb.resolve("react").local_path)
+    local.mkdir(parents=True)
+    (local / "hooks.md").write_text("# Hooks\n\nuseEffect runs after render.\n\n## Cleanup\n\nReturn a function.\n")
+    (local / "state.md").write_text("# State\n\nuseState keeps a value between renders.\n")
+    question = {"query": "useEffect cleanup function", "docset": "react"}
+    tools = KnowledgeTools(kb, refresh_interval=0)
+    with anyio.fail_after(120):
+        async with Client(tools.server()) as client:
+            first = json.loads(ok(await client.call_tool("search", question)))
+            unchanged = json.loads(ok(await client.call_tool("search", question)))
+            (local / "state.md").write_text("# State\n\nuseState keeps a value. useReducer for complex state.\n")
+            changed = json.loads(ok(await client.call_tool("search", question)))
+            (local / "state.md").unlink()
+            removed = json.loads(ok(await client.call_tool("search", question)))
+            shutil.rmtree(local)
+            gone = error(await client.call_tool("search", question))
+    assert first["indexed"]["react"]["chunks_embedded"] == first["indexed"]["react"]["chunks_total"] == 3
+    assert first["results"][0]["rel_path"] == "hooks.md"
+    assert unchanged["indexed"]["react"]["refreshed"] and unchanged["indexed"]["react"]["chunks_embedded"] == 0
+    assert changed["indexed"]["react"]["chunks_embedded"] == 1
+    assert removed["indexed"]["react"]["chunks_deleted"] == 1 and removed["indexed"]["react"]["chunks_total"] == 2
+    assert "mdrag knowledge init react" in gone
+    chunks = [t for t in hash_embedder.embedded if t != question["query"]]
+    assert len(chunks) == 3 + 1  # the first index, then the changed file only
