@@ -768,3 +768,47 @@ def test_git_timeout_kills_the_process(monkeypatch: pytest.MonkeyPatch) -> None:
 )
 def test_redact(url: str, shown: str) -> None:
     assert knowledge._redact(url) == shown
+
+
+# --------------------------------------------------------------------------- the command line
+
+
+def test_cli_init_refresh_status(tmp_path: Path, project: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    """`mdrag knowledge` (also installed as `agentic-knowledge`) end to end on a local repository."""
+    from mdrag.cli import main
+
+    work, bare = make_repo(tmp_path, DOCS)
+    web_config(project, bare)
+    monkeypatch.chdir(project)
+    assert main(["knowledge", "init", "lib", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)["lib"][0]
+    assert result["ok"] and sorted(result["files"]) == ["README.md", "docs/api.md", "docs/intro.md"]
+    local = project / ".knowledge" / "docsets" / "lib"
+    assert (local / "docs" / "intro.md").is_file() and not (local / "main.py").exists()
+    assert json.loads((local / ".agentic-metadata.json").read_text())["sources"]
+    assert "docsets/" in (project / ".knowledge" / ".gitignore").read_text()
+
+    push_commit(work, bare, {"docs/api.md": "# API\n\nChanged.\n"})
+    assert main(["knowledge", "refresh"]) == 0
+    out = capsys.readouterr().out
+    assert "0 added, 1 changed, 0 removed" in out
+
+    assert main(["knowledge", "status"]) == 0
+    out = capsys.readouterr().out
+    assert "last updated:" in out and "never" not in out
+
+    web_config(project, tmp_path / "missing.git")
+    assert main(["knowledge", "refresh", "lib", "-q"]) == 1, "a failing source makes the exit code 1"
+    assert "failed" in capsys.readouterr().out
+
+
+def test_agentic_knowledge_console_script(project: Path) -> None:
+    import shutil
+    import sys
+
+    exe = shutil.which("agentic-knowledge") or str(Path(sys.executable).parent / "agentic-knowledge")
+    if not Path(exe).exists():
+        pytest.skip("the package is not installed with its console scripts")
+    write_config(project, "docsets:\n  - id: react\n    version: '18.2'\n")
+    p = subprocess.run([exe, "status"], cwd=project, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0 and "no docset has web sources" in p.stdout
