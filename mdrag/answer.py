@@ -36,6 +36,7 @@ from typing import Any, cast
 import httpx
 
 from mdrag.errors import LLMError
+from mdrag.httperrors import MAX_SERVER_MESSAGE, server_message
 from mdrag.types import SearchResult
 
 __all__ = [
@@ -63,7 +64,6 @@ NO_LLM_NOTE = (
 
 MAX_SOURCE_CHARS = 12_000  # characters of numbered sources put in the prompt
 MAX_EXTRACTIVE = 5  # passages quoted by an extractive answer
-MAX_SERVER_MESSAGE = 300  # characters of a server's error text we quote
 MAX_ERROR_BODY = 64 * 1024  # bytes of an error response we read
 
 SYSTEM_PROMPT = (
@@ -361,21 +361,7 @@ async def _server_message(call: _Call, response: httpx.Response) -> str:
                 break
     except httpx.HTTPError:
         pass  # what arrived is still worth quoting
-    text = raw[:MAX_ERROR_BODY].decode("utf-8", errors="replace").strip()
-    try:
-        data = json.loads(text)
-    except ValueError:
-        data = None
-    if isinstance(data, dict):
-        err = data.get("error", data.get("detail", data.get("message")))
-        if isinstance(err, dict):
-            err = err.get("message", err)
-        if err is not None:
-            text = err if isinstance(err, str) else json.dumps(err)
-    text = " ".join(call.redact(text).split())
-    if len(text) > MAX_SERVER_MESSAGE:
-        text = text[: MAX_SERVER_MESSAGE - 3] + "..."
-    return text
+    return server_message(raw[:MAX_ERROR_BODY], call.redact)
 
 
 def _parse_completion(call: _Call, raw: bytes) -> str:

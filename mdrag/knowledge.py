@@ -33,6 +33,7 @@ from urllib.parse import unquote, urlsplit
 import yaml
 
 from mdrag.errors import DocsetError
+from mdrag.manifest import write_atomic
 
 __all__ = [
     "DEFAULT_TEMPLATE",
@@ -890,18 +891,8 @@ def _safe_rel(p: Any) -> bool:
 
 
 def _write_metadata(folder: Path, sources: dict[str, dict[str, Any]]) -> None:
-    path = folder / METADATA_FILE
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".agentic-metadata.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump({"version": 1, "sources": sources}, f, indent=2, sort_keys=True)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    text = json.dumps({"version": 1, "sources": sources}, indent=2, sort_keys=True) + "\n"
+    write_atomic(folder / METADATA_FILE, text)
 
 
 def _ensure_gitignore(root: Path) -> None:

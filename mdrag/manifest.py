@@ -16,11 +16,37 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Diff", "FileState", "Manifest", "diff"]
+__all__ = ["Diff", "FileState", "Manifest", "diff", "write_atomic"]
 
 log = logging.getLogger(__name__)
 
 VERSION = 1
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Replace ``path`` with ``text`` atomically: a temp file beside it, fsync, rename.
+
+    A crash leaves the old file or the new one, never half of one.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    try:  # make the rename itself durable
+        dfd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+    except OSError:
+        pass
 
 
 @dataclass
@@ -94,27 +120,8 @@ class Manifest:
             return None
 
     def save(self, path: Path) -> None:
-        """Write atomically: a temp file beside ``path``, fsync, rename."""
-        path.parent.mkdir(parents=True, exist_ok=True)
-        data = json.dumps(self.to_json(), ensure_ascii=False, separators=(",", ":"))
-        fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-        try:  # make the rename itself durable
-            dfd = os.open(path.parent, os.O_RDONLY)
-            try:
-                os.fsync(dfd)
-            finally:
-                os.close(dfd)
-        except OSError:
-            pass
+        """Write atomically (see :func:`write_atomic`)."""
+        write_atomic(path, json.dumps(self.to_json(), ensure_ascii=False, separators=(",", ":")))
 
     def mark_finished(self) -> None:
         self.dirty = False

@@ -26,6 +26,7 @@ import numpy as np
 
 from mdrag.embedding.base import Embedder
 from mdrag.errors import EmbeddingError
+from mdrag.httperrors import server_message
 
 __all__ = ["OpenAIEmbedder"]
 
@@ -33,7 +34,6 @@ logger = logging.getLogger(__name__)
 
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})  # worth another try
 MAX_DELAY = 30.0  # seconds; no single wait between retries is longer
-MAX_SERVER_MESSAGE = 300  # characters of a server's error text we quote
 DIMENSION_PROBE = "dimension probe"  # text embedded to learn the dimension
 
 _sleep = time.sleep  # indirection so tests can record the waits
@@ -231,21 +231,7 @@ class OpenAIEmbedder(Embedder):
             raw = exc.read(64 * 1024)
         except (OSError, http.client.HTTPException):
             return ""
-        text = raw.decode("utf-8", errors="replace").strip()
-        try:
-            data = json.loads(text)
-        except ValueError:
-            data = None
-        if isinstance(data, dict):
-            err = data.get("error", data.get("detail", data.get("message")))
-            if isinstance(err, dict):
-                err = err.get("message", err)
-            if err is not None:
-                text = err if isinstance(err, str) else json.dumps(err)
-        text = " ".join(self._redact(text).split())
-        if len(text) > MAX_SERVER_MESSAGE:
-            text = text[: MAX_SERVER_MESSAGE - 3] + "..."
-        return text
+        return server_message(raw, self._redact)
 
     def _redact(self, text: str) -> str:
         """Remove the API key should a server echo it back."""

@@ -1,0 +1,34 @@
+"""What an OpenAI-compatible API said when it refused a request, made fit to show.
+
+Shared by the embedding client and the chat client: both quote the server's
+own error message (OpenAI's ``{"error": {"message": ...}}``, FastAPI's
+``{"detail": ...}``, or plain text), with secrets removed, on one line.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+__all__ = ["MAX_SERVER_MESSAGE", "server_message"]
+
+MAX_SERVER_MESSAGE = 300  # characters of a server's error text we quote
+
+
+def server_message(raw: bytes, redact: Callable[[str], str]) -> str:
+    """The error text in a response body: one line, secrets redacted, at most 300 characters."""
+    text = raw.decode("utf-8", errors="replace").strip()
+    try:
+        data = json.loads(text)
+    except ValueError:
+        data = None
+    if isinstance(data, dict):
+        err = data.get("error", data.get("detail", data.get("message")))
+        if isinstance(err, dict):
+            err = err.get("message", err)
+        if err is not None:
+            text = err if isinstance(err, str) else json.dumps(err)
+    text = " ".join(redact(text).split())
+    if len(text) > MAX_SERVER_MESSAGE:
+        text = text[: MAX_SERVER_MESSAGE - 3] + "..."
+    return text
