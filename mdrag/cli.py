@@ -29,6 +29,8 @@ EXAMPLES = {
     "ask": 'example: mdrag ask "How do I create a custom shortcode?"   (no question: interactive)',
     "mcp": "example: register `mdrag mcp` (or `agentic-knowledge-mcp`) as a stdio server in your MCP client",
     "knowledge": "example: mdrag knowledge init react   |   mdrag knowledge refresh   |   mdrag knowledge status",
+    "eval": "example: mdrag eval benchmarks/data/hugo_qa.jsonl --index hugo   "
+    "(BEIR: mdrag eval --queries queries.tsv --qrels qrels/test.tsv --doc-id stem)",
 }
 
 
@@ -89,6 +91,15 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("question", nargs="?", help="the question; none: interactive prompt")
     p.add_argument("--server", metavar="URL", help="server address (default ws://localhost:PORT from server.port)")
     p.add_argument("--token", help="the server's token (setting server.token)")
+    _common(p)
+
+    p = sub.add_parser("eval", help="measure retrieval quality on known questions", epilog=EXAMPLES["eval"])
+    p.add_argument("questions", nargs="?", help="JSON Lines: question, gold (list of paths)")
+    p.add_argument("--queries", help="BEIR queries (JSON Lines or TSV), with --qrels")
+    p.add_argument("--qrels", help="BEIR qrels TSV (query-id, corpus-id, score)")
+    p.add_argument("--doc-id", choices=["path", "stem"], default="path", help="match gold by path or by file stem")
+    p.add_argument("--mode", choices=["dense", "bm25", "hybrid", "all"], default="all", help="ranking mode(s)")
+    p.add_argument("--json", action="store_true", help="print the figures as JSON")
     _common(p)
 
     p = sub.add_parser("mcp", help="run the MCP server for AI assistants (stdio)", epilog=EXAMPLES["mcp"])
@@ -290,6 +301,35 @@ def _cmd_ask(args: argparse.Namespace, config: Any) -> int:
     return run_ask(args.question, url, sys.stdout, sys.stderr, token=config["server.token"], index=args.index)
 
 
+def _cmd_eval(args: argparse.Namespace, index: Any) -> int:
+    from pathlib import Path
+
+    from mdrag import evaluate as ev
+
+    if args.qrels or args.queries:
+        if not (args.qrels and args.queries):
+            raise ConfigError("BEIR evaluation needs both --queries and --qrels")
+        questions = ev.load_beir(Path(args.queries), Path(args.qrels))
+    elif args.questions:
+        questions = ev.load_questions(Path(args.questions))
+    else:
+        raise ConfigError("give a questions file, or --queries and --qrels")
+    modes = ev.MODES if args.mode == "all" else (args.mode,)
+    result = ev.evaluate(index.search, questions, modes, doc_key=args.doc_id)
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return 0
+    print(f"{result['questions']} questions ({result['without_gold']} without gold left out)")
+    print(f"{'mode':<8}{'nDCG@10':>9}{'R@10':>8}{'R@100':>8}{'MRR':>8}{'Hit@5':>8}")
+    for mode in modes:
+        m = result[mode]
+        print(
+            f"{mode:<8}{m['ndcg@10']:>9.4f}{m['recall@10']:>8.4f}{m['recall@100']:>8.4f}"
+            f"{m['mrr']:>8.4f}{m['hit@5']:>8.4f}"
+        )
+    return 0
+
+
 def _cmd_mcp(args: argparse.Namespace) -> int:
     from mdrag.mcp import run_stdio
 
@@ -370,7 +410,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         from mdrag.index import Index
 
         with Index(config) as index:
-            return {"index": _cmd_index, "search": _cmd_search, "status": _cmd_status}[args.command](args, index)
+            commands = {"index": _cmd_index, "search": _cmd_search, "status": _cmd_status, "eval": _cmd_eval}
+            return commands[args.command](args, index)
     except ConfigError as e:
         print(f"mdrag: configuration error: {e}", file=sys.stderr)
         return 2
