@@ -65,6 +65,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--threshold", type=float, metavar="S", help="minimum score 0..1 (setting search.threshold)")
     p.add_argument("--path", metavar="PREFIX", help="only files under this path (relative or absolute)")
     p.add_argument("--tag", action="append", metavar="TAG", help="only files with this frontmatter tag (repeatable)")
+    p.add_argument(
+        "--mode", dest="search_mode", choices=["dense", "bm25", "hybrid"], help="ranking (setting search.mode)"
+    )
     p.add_argument("--json", action="store_true", help="print results as JSON")
     p.add_argument("--server", metavar="URL", help="the `mdrag serve` to ask when it owns the index")
     _common(p)
@@ -148,6 +151,7 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
         ("reload_interval", "server.reload_interval"),
         ("token", "server.token"),
         ("allow_origin", "server.allowed_origins"),
+        ("search_mode", "search.mode"),
     ):
         v = getattr(args, attr, None)
         if v is not None:

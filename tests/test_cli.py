@@ -70,6 +70,10 @@ def test_index_search_status_and_incremental_runs(
     code, out, _ = _run(capsys, "search", "output format", "-k", "3", "--path", "templates/", "--json")
     assert code == 0 and json.loads(out) and all(r["rel_path"].startswith("templates/") for r in json.loads(out))
 
+    for mode in ("bm25", "hybrid"):
+        code, out, _ = _run(capsys, "search", "custom output format", "--mode", mode, "--json")
+        assert code == 0 and any(r["rel_path"] == "configuration/output-formats.md" for r in json.loads(out)), mode
+
     code, out, _ = _run(capsys, "index", str(docs), "--json", "-q")  # nothing changed
     s = json.loads(out)
     assert s["chunks_embedded"] == 0 and s["unchanged"] == len(HUGO_PICK)
