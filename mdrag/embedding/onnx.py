@@ -1,0 +1,355 @@
+"""all-MiniLM-L6-v2 (or another local sentence-transformers model) run by onnxruntime.
+
+The same weights as :class:`~mdrag.embedding.local.LocalEmbedder`, exported once
+to ONNX and cached under ``<cache>/models/``; after that, embedding needs only
+``tokenizers`` and ``onnxruntime``: torch is not imported. The vectors equal the
+torch ones within float tolerance, so the two backends share one ``model_id``
+and an index built with either keeps working with the other.
+
+The graph ends at ``last_hidden_state``; mean pooling (with the attention mask)
+is done here in numpy, and the base class normalizes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import logging
+import os
+import re
+import tempfile
+import threading
+import warnings
+from collections.abc import Sequence
+from functools import cached_property, lru_cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from mdrag.embedding.base import Embedder
+from mdrag.embedding.local import _ALIASES, DEFAULT_MODEL, resolve_model_dir
+from mdrag.errors import EmbeddingError
+
+__all__ = ["OnnxEmbedder", "export_onnx", "onnx_available", "onnx_model_path"]
+
+log = logging.getLogger(__name__)
+
+OPSET = 17
+_EXPORT_VERSION = "1"  # part of the cache key: bump when the export itself changes
+_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+_OUTPUT = "last_hidden_state"
+_SUPPORTED_MODULES = {
+    "sentence_transformers.models.Transformer",
+    "sentence_transformers.models.Pooling",
+    "sentence_transformers.models.Normalize",
+}
+
+_sessions: dict[tuple[str, int], Any] = {}  # (onnx file, threads) -> InferenceSession, one per process
+_sessions_lock = threading.Lock()  # also serializes exports within a process
+
+
+def onnx_available() -> bool:
+    """Whether onnxruntime can be imported (the ONNX backend is usable)."""
+    try:
+        import onnxruntime  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+@lru_cache(maxsize=32)
+def _cached_sha256(path: str, size: int, mtime_ns: int) -> str:
+    return _sha256(Path(path))
+
+
+def _weights_hash(model_dir: Path) -> str:
+    h = hashlib.sha256(f"mdrag-onnx-{_EXPORT_VERSION}-opset{OPSET}".encode())
+    for name in ("config.json", "model.safetensors", "pytorch_model.bin"):
+        f = model_dir / name
+        if f.is_file():
+            st = f.stat()
+            h.update(f"{name}:{_cached_sha256(str(f.resolve()), st.st_size, st.st_mtime_ns)}".encode())
+    return h.hexdigest()[:12]
+
+
+def onnx_model_path(model_dir: Path, cache_dir: Path, name: str | None = None) -> Path:
+    """Where the ONNX export of ``model_dir`` is cached.
+
+    ``<cache_dir>/models/<name>-<hash>/model.onnx``: the hash covers the
+    weights and config, so changed weights get a fresh export. ``name``
+    defaults to the model folder's name.
+    """
+    label = re.sub(r"[^A-Za-z0-9._-]+", "_", name or model_dir.name).strip("._") or "model"
+    return Path(cache_dir) / "models" / f"{label}-{_weights_hash(Path(model_dir))}" / "model.onnx"
+
+
+def _sidecar(out: Path) -> Path:
+    return out.with_name(out.name + ".sha256")
+
+
+def _checksum_ok(out: Path) -> bool:
+    """True when ``out`` exists and matches the sha256 written beside it at export time."""
+    side = _sidecar(out)
+    if not out.is_file() or not side.is_file():
+        return False
+    words = side.read_text().split()
+    return bool(words) and _sha256(out) == words[0]
+
+
+def export_onnx(model_dir: Path, out: Path) -> Path:
+    """Export the transformer in ``model_dir`` to ONNX at ``out``; needs torch and transformers.
+
+    Inputs ``input_ids``, ``attention_mask``, ``token_type_ids`` (int64, dynamic
+    batch and sequence axes); output ``last_hidden_state``. Written to a
+    temporary file, checked against torch on another shape, then renamed into
+    place, with its sha256 in ``<out>.sha256``. Returns ``out``.
+    """
+    model_dir, out = Path(model_dir), Path(out)
+    try:
+        import torch
+        from transformers import AutoModel
+    except ImportError as e:
+        raise EmbeddingError(
+            f"The ONNX model for {model_dir} has not been exported yet, and the one-time export needs torch "
+            "and transformers: run `pip install torch transformers` once (the export is cached), "
+            "or set embedding.backend=torch."
+        ) from e
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    log.info("exporting %s to ONNX at %s (once)", model_dir, out)
+    try:
+        model = AutoModel.from_pretrained(str(model_dir), local_files_only=True, attn_implementation="eager")
+    except Exception as e:
+        raise EmbeddingError(f"Could not load the model in {model_dir} for the ONNX export: {e}") from e
+    model.eval()
+
+    class _Encoder(torch.nn.Module):
+        """Positional inputs in a fixed order; returns only the token states."""
+
+        def __init__(self, inner: torch.nn.Module) -> None:
+            super().__init__()
+            self.inner = inner  # the transformers model
+
+        def forward(self, input_ids: Any, attention_mask: Any, token_type_ids: Any) -> Any:
+            return self.inner(
+                input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids
+            ).last_hidden_state
+
+    def sample(batch: int, seq: int) -> tuple[Any, Any, Any]:
+        gen = torch.Generator().manual_seed(batch * 1000 + seq)
+        ids = torch.randint(1000, 2000, (batch, seq), generator=gen, dtype=torch.long)
+        mask = torch.ones((batch, seq), dtype=torch.long)
+        mask[-1, seq // 2 :] = 0  # one padded row, as in real batches
+        return ids, mask, torch.zeros((batch, seq), dtype=torch.long)
+
+    kwargs: dict[str, Any] = {
+        "input_names": list(_INPUTS),
+        "output_names": [_OUTPUT],
+        "dynamic_axes": {k: {0: "batch", 1: "sequence"} for k in (*_INPUTS, _OUTPUT)},
+        "opset_version": OPSET,
+        "do_constant_folding": True,
+    }
+    params = inspect.signature(torch.onnx.export).parameters
+    if "dynamo" in params:
+        kwargs["dynamo"] = False  # the TorchScript exporter: no onnxscript needed, dynamic axes as given
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=".export-", suffix=".onnx", dir=out.parent)
+    os.close(fd)
+    tmp = Path(tmp_name)
+    try:
+        wrapper = _Encoder(model).eval()
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # tracer and deprecation chatter
+            torch.onnx.export(wrapper, sample(2, 16), str(tmp), **kwargs)
+            check = sample(3, 23)  # another shape: the axes must really be dynamic
+            expected = wrapper(*check).numpy()
+        if onnx_available():
+            got = _new_session(tmp, 1).run([_OUTPUT], dict(zip(_INPUTS, (t.numpy() for t in check))))[0]
+            err = float(np.abs(got - expected).max())
+            if err > 1e-3:
+                raise EmbeddingError(f"The ONNX export of {model_dir} differs from torch (max error {err:.2g}).")
+        digest = _sha256(tmp)
+        os.replace(tmp, out)
+        side_tmp = out.with_name(f".{out.name}.{os.getpid()}.sha256")
+        side_tmp.write_text(f"{digest}  {out.name}\n")
+        os.replace(side_tmp, _sidecar(out))  # last: a file without its sidecar is an unfinished export
+    except EmbeddingError:
+        raise
+    except Exception as e:
+        raise EmbeddingError(f"Exporting {model_dir} to ONNX failed: {e}; set embedding.backend=torch.") from e
+    finally:
+        tmp.unlink(missing_ok=True)
+    log.info("exported %s (%.0f MB)", out, out.stat().st_size / 1e6)
+    return out
+
+
+def _new_session(path: Path, threads: int) -> Any:
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    opts.inter_op_num_threads = 1
+    opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    opts.log_severity_level = 3  # errors only
+    return ort.InferenceSession(str(path), sess_options=opts, providers=["CPUExecutionProvider"])
+
+
+class OnnxEmbedder(Embedder):
+    """A sentence-transformers model exported to ONNX and run by onnxruntime on the CPU."""
+
+    def __init__(
+        self,
+        model: str = DEFAULT_MODEL,
+        batch_size: int = 32,
+        cache_dir: Path | None = None,
+        threads: int | None = None,
+    ) -> None:
+        self.model_dir = resolve_model_dir(model)  # where the weights and tokenizer live
+        self.model_id = DEFAULT_MODEL if model in _ALIASES else model  # same identity as the torch backend
+        self.batch_size = batch_size  # texts per session run
+        if cache_dir is None:
+            from mdrag.config import home_dir
+
+            cache_dir = home_dir() / "cache"
+        self.cache_dir = Path(cache_dir)  # the export lives under <cache_dir>/models/
+        self.threads = threads or os.cpu_count() or 1  # onnxruntime intra-op threads
+        self._check_pipeline()
+
+    def _check_pipeline(self) -> None:
+        """Refuse models whose sentence-transformers pipeline does more than transformer + pooling."""
+        modules = self.model_dir / "modules.json"
+        if modules.is_file():
+            extra = {m["type"] for m in json.loads(modules.read_text())} - _SUPPORTED_MODULES
+            if extra:
+                raise EmbeddingError(
+                    f"The ONNX backend does not support {sorted(extra)} in {self.model_id}: "
+                    "set embedding.backend=torch."
+                )
+        if self._pooling_mode not in ("mean", "cls"):
+            raise EmbeddingError(
+                f"The ONNX backend does not support {self._pooling_mode} pooling: set embedding.backend=torch."
+            )
+
+    @cached_property
+    def _pooling(self) -> dict[str, Any]:
+        for cfg in sorted(self.model_dir.glob("*_Pooling/config.json")):
+            return dict(json.loads(cfg.read_text()))
+        return {}
+
+    @cached_property
+    def _pooling_mode(self) -> str:
+        """'mean' or 'cls' (the two done here), else the names of the unsupported modes."""
+        flags = self._pooling.items()
+        on = sorted(k.removeprefix("pooling_mode_") for k, v in flags if k.startswith("pooling_mode_") and v)
+        if not on or on == ["mean_tokens"]:
+            return "mean"
+        return "cls" if on == ["cls_token"] else "+".join(on)
+
+    @cached_property
+    def _st_config(self) -> dict[str, Any]:
+        cfg = self.model_dir / "sentence_bert_config.json"
+        return dict(json.loads(cfg.read_text())) if cfg.is_file() else {}
+
+    @property
+    def dimension(self) -> int:
+        if "word_embedding_dimension" in self._pooling:
+            return int(self._pooling["word_embedding_dimension"])
+        return int(json.loads((self.model_dir / "config.json").read_text())["hidden_size"])
+
+    @property
+    def max_tokens(self) -> int | None:
+        return int(self._st_config.get("max_seq_length", 512))
+
+    def _load_tokenizer(self) -> Any:
+        from tokenizers import Tokenizer
+
+        return Tokenizer.from_file(str(self.model_dir / "tokenizer.json"))
+
+    @cached_property
+    def _counter(self) -> Any:
+        tok = self._load_tokenizer()
+        # The packaged tokenizer.json truncates (and pads) at 128: count every token instead.
+        tok.no_truncation()
+        tok.no_padding()
+        return tok
+
+    @cached_property
+    def _encoder(self) -> Any:
+        tok = self._load_tokenizer()
+        pad = tok.padding or {}
+        tok.enable_truncation(max_length=int(self.max_tokens or 512))
+        tok.enable_padding(  # to the longest text of the batch, not a fixed length
+            pad_id=int(pad.get("pad_id", 0)),
+            pad_type_id=int(pad.get("pad_type_id", 0)),
+            pad_token=str(pad.get("pad_token", "[PAD]")),
+        )
+        return tok
+
+    def count_tokens(self, texts: Sequence[str]) -> list[int]:
+        if not texts:
+            return []
+        return [len(e.ids) for e in self._counter.encode_batch(list(texts))]
+
+    @property
+    def onnx_path(self) -> Path:
+        """The cached export this embedder runs."""
+        return onnx_model_path(self.model_dir, self.cache_dir, self.model_id.rsplit("/", 1)[-1])
+
+    @property
+    def session(self) -> Any:
+        """The onnxruntime session, created once per process and model file (exporting first if needed)."""
+        if not onnx_available():
+            raise EmbeddingError(
+                "onnxruntime is not installed: run `pip install onnxruntime`, or set embedding.backend=torch."
+            )
+        path = self.onnx_path
+        key = (str(path), self.threads)
+        with _sessions_lock:
+            if key not in _sessions:
+                _sessions[key] = self._open(path)
+            return _sessions[key]
+
+    def _open(self, path: Path) -> Any:
+        if not _checksum_ok(path):
+            if path.is_file():
+                log.warning("%s does not match its checksum (corrupt or unfinished): exporting it again", path)
+            export_onnx(self.model_dir, path)
+        try:
+            session = _new_session(path, self.threads)
+        except Exception as e:  # a file that passed its checksum but does not load: export once more
+            log.warning("could not load %s (%s): exporting it again", path, e)
+            export_onnx(self.model_dir, path)
+            session = _new_session(path, self.threads)
+        names = {i.name for i in session.get_inputs()}
+        if not names <= set(_INPUTS) or [o.name for o in session.get_outputs()] != [_OUTPUT]:
+            raise EmbeddingError(f"{path} is not an mdrag export (inputs {sorted(names)}): delete it to export again.")
+        return session
+
+    def embed_batch(self, texts: Sequence[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.dimension), dtype=np.float32)
+        session = self.session
+        enc = self._encoder.encode_batch(list(texts))
+        ids = np.array([e.ids for e in enc], dtype=np.int64)
+        mask = np.array([e.attention_mask for e in enc], dtype=np.int64)
+        feed = {"input_ids": ids, "attention_mask": mask}
+        if "token_type_ids" in {i.name for i in session.get_inputs()}:  # BERT-style models only
+            feed["token_type_ids"] = np.array([e.type_ids for e in enc], dtype=np.int64)
+        hidden: np.ndarray = np.asarray(session.run([_OUTPUT], feed)[0], dtype=np.float32)
+        if self._pooling_mode == "cls":
+            return np.ascontiguousarray(hidden[:, 0], dtype=np.float32)
+        weights = mask[:, :, None].astype(np.float32)
+        pooled: np.ndarray = (hidden * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)
+        return pooled.astype(np.float32)
