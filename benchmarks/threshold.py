@@ -27,10 +27,10 @@ def _same(rel_path: str, gold: str) -> bool:
     return rel_path == gold or gold.endswith("/" + rel_path) or rel_path.endswith("/" + gold)
 
 
-def measure(index, qa: list[dict], mode: str | None = None) -> dict:
+def measure(index, qa: list[dict], mode: str | None = None, collapse: str | None = None) -> dict:
     gold_scores, top1_unanswerable, ranks = [], [], []
     for q in qa:
-        hits = index.search(q["question"], k=10, threshold=0, mode=mode)
+        hits = index.search(q["question"], k=10, threshold=0, mode=mode, collapse=collapse)
         if not q["gold"]:
             top1_unanswerable.append(hits[0].score if hits else 0.0)
             continue
@@ -67,8 +67,12 @@ def main() -> None:
     index = Index(load_config({"index": args.index}))
     if not args.mode:
         for mode in ("dense", "bm25", "hybrid"):
-            r = measure(index, qa, mode)
-            print(f"{mode:>6}: hit@5 {r['hit@5']:.3f}, hit@10 {r['hit@10']:.3f}, MRR@10 {r['mrr@10']:.3f}")
+            for collapse in ("none", "section", "file"):
+                r = measure(index, qa, mode, collapse)
+                print(
+                    f"{mode:>6} collapse={collapse:<7}: hit@5 {r['hit@5']:.3f}, hit@10 {r['hit@10']:.3f}, "
+                    f"MRR@10 {r['mrr@10']:.3f}"
+                )
     m = measure(index, qa, args.mode)
     index.close()
     gold = np.asarray(m["gold_scores"])

@@ -44,6 +44,7 @@ DEFAULTS: dict[str, tuple[type | tuple[type, ...], Any]] = {
     "search.mode": (str, "dense"),  # dense | bm25 | hybrid (see README "Search modes")
     "search.fusion": (str, "rrf"),  # rrf | weighted (hybrid mode)
     "search.dense_weight": ((int, float), 0.5),  # weighted fusion: share of the dense score
+    "search.collapse": (str, "section"),  # none | section | file: best chunk per section or file
     "llm.base_url": (str, None),
     "llm.api_key": (str, None),
     "llm.model": (str, "qwen-flash"),
@@ -74,6 +75,7 @@ _CHOICES = {
     "chunk.unit": ("chars", "tokens"),
     "search.mode": ("dense", "bm25", "hybrid"),
     "search.fusion": ("rrf", "weighted"),
+    "search.collapse": ("none", "section", "file"),
 }
 _SECRETS = {"milvus_token", "api.api_key", "embedding.api_key", "llm.api_key", "server.token"}
 

@@ -138,6 +138,7 @@ class Index:
         threshold: float | None = None,
         filters: Mapping[str, Any] | None = None,
         mode: str | None = None,
+        collapse: str | None = None,
     ) -> list[SearchResult]:
         """Ranked results for ``query``; ``threshold`` and ``mode`` default to the settings."""
         from mdrag.search import search
@@ -161,6 +162,7 @@ class Index:
                 mode=mode or self.config["search.mode"],
                 fusion=self.config["search.fusion"],
                 dense_weight=self.config["search.dense_weight"],
+                collapse=self.config["search.collapse"] if collapse is None else collapse,
             )
         finally:
             with self._cond:

@@ -57,6 +57,7 @@ def search(
     mode: str = "dense",
     fusion: str = "rrf",
     dense_weight: float = 0.5,
+    collapse: str = "none",
 ) -> list[SearchResult]:
     """The ``k`` chunks most similar to ``query`` whose score is at least ``threshold``.
 
@@ -64,6 +65,8 @@ def search(
     With ``visible``, only those chunk ids are returned; ``extra`` more are
     fetched to make up for chunks written but not yet visible. ``mode`` picks
     the ranking (dense, bm25 or hybrid); the score is the cosine in every mode.
+    ``collapse`` keeps only the best chunk of each "section" or "file", so one
+    long section or file cannot fill every place.
     """
     if not query or not query.strip():
         raise ConfigError("the search query is empty: give some words to search for")
@@ -71,11 +74,21 @@ def search(
         raise ConfigError(f"k must be at least 1, got {k}")
     expr = build_filter(filters)
     vector = embedder.embed_query(query)
+    fetch = k * 4 if collapse != "none" else k  # room for the chunks that collapse away
     rows = store.search(
-        vector, min(k + max(extra, 0), 16384), expr, mode=mode, text=query, fusion=fusion, dense_weight=dense_weight
+        vector, min(fetch + max(extra, 0), 16384), expr, mode=mode, text=query, fusion=fusion, dense_weight=dense_weight
     )
     if visible is not None:
         rows = [r for r in rows if r["id"] in visible]
+    if collapse != "none":
+        seen: set[tuple[str, ...]] = set()
+        kept = []
+        for r in rows:
+            key = (r["path"],) if collapse == "file" else (r["path"], *(r.get("headings") or []))
+            if key not in seen:
+                seen.add(key)
+                kept.append(r)
+        rows = kept
     results = []
     for r in rows[:k]:
         score = min(1.0, max(0.0, r["score"]))

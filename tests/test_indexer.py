@@ -258,3 +258,22 @@ def test_searches_during_an_update_see_the_old_or_the_new_state_never_a_mix(tmp_
     assert set(seen) <= {(30, 0), (0, 30)}, f"mixed states seen: {sorted(set(seen))}"
     assert idx.search("marker text number version", k=100, threshold=0)[0].text.startswith("version two")
     _consistent(idx)
+
+
+def test_collapse_keeps_the_best_chunk_per_section_or_file(tmp_path: Path) -> None:
+    root = tmp_path / "docs"
+    root.mkdir()
+    long = "\n\n".join(f"Paragraph {i} about widgets and gadgets, part {i}." * 8 for i in range(12))
+    (root / "big.md").write_text(f"# Big\n\n## Widgets\n\n{long}\n\n## Gadgets\n\nGadgets and widgets together.\n")
+    (root / "small.md").write_text("# Small\n\nA short note on widgets and gadgets.\n")
+    idx = _index(HashEmbedder())
+    idx.update([root])
+    q = "widgets and gadgets"
+    plain = idx.search(q, k=10, threshold=0, collapse="none")
+    assert sum(r.heading_path == ["Big", "Widgets"] for r in plain) > 2, "one long section fills the list"
+    sections = idx.search(q, k=10, threshold=0, collapse="section")
+    keys = [(r.path, tuple(r.heading_path)) for r in sections]
+    assert len(keys) == len(set(keys)) == 3
+    files = idx.search(q, k=10, threshold=0, collapse="file")
+    assert sorted(r.rel_path for r in files) == ["big.md", "small.md"]
+    assert idx.config["search.collapse"] == "section"
