@@ -28,12 +28,13 @@ def _same(rel_path: str, gold: str) -> bool:
 
 
 def measure(index, qa: list[dict], mode: str | None = None, collapse: str | None = None) -> dict:
-    gold_scores, top1_unanswerable, ranks = [], [], []
+    gold_scores, top1_unanswerable, top1_answerable, ranks = [], [], [], []
     for q in qa:
         hits = index.search(q["question"], k=10, threshold=0, mode=mode, collapse=collapse)
         if not q["gold"]:
             top1_unanswerable.append(hits[0].score if hits else 0.0)
             continue
+        top1_answerable.append(hits[0].score if hits else 0.0)
         gold = set(q["gold"])
         pos = [i for i, h in enumerate(hits) if any(_same(h.rel_path, g) for g in gold)]
         ranks.append(pos[0] + 1 if pos else None)
@@ -47,6 +48,7 @@ def measure(index, qa: list[dict], mode: str | None = None, collapse: str | None
         "mrr@10": sum(1 / r for r in found) / len(ranks),
         "gold_scores": gold_scores,
         "unanswerable_top1": top1_unanswerable,
+        "answerable_top1": top1_answerable,
     }
 
 
@@ -95,6 +97,11 @@ def main() -> None:
         f"{pick['unanswerable_emptied']:.0%} of unanswerable; spec's 0.7 keeps {spec['gold_kept']:.0%} "
         f"(ratio chosen/spec gold kept: {pick['gold_kept'] / max(spec['gold_kept'], 1e-9):.1f}x)"
     )
+    # Refusing to answer ("no relevant information") looks at the best score only.
+    pos = np.asarray(m["answerable_top1"])
+    print(f"{'refuse below':>12} {'answerable refused':>19} {'unanswerable refused':>21}")
+    for t in np.round(np.arange(0.30, 0.61, 0.025), 3):
+        print(f"{t:>12.3f} {(pos < t).mean():>19.2%} {(neg < t).mean():>21.2%}")
     if args.json:
         m.update({"table": rows, "chosen": chosen})
         args.json.write_text(json.dumps(m, indent=2))

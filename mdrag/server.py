@@ -359,6 +359,8 @@ class QAServer:
     async def _query(self, req: protocol.QueryRequest, send: Callable[[dict[str, Any]], Awaitable[None]]) -> None:
         assert self.index is not None
         results = [] if self.state == "empty" else await asyncio.to_thread(self.index.search, req.question)
+        if results and max(r.score for r in results) < self.config["answer.min_score"]:
+            results = []  # nothing relevant enough to answer from: say so, do not ask the LLM
         await send(protocol.stream_start())
         stream = answer_stream(req.question, results, llm_settings(self.config), self._http)
         async with contextlib.aclosing(stream):

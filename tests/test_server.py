@@ -201,6 +201,22 @@ def test_no_relevant_information_does_not_call_the_llm(tmp_path: Path, llm: LLM)
     asyncio.run(scenario())
 
 
+def test_a_weak_best_match_is_refused_without_calling_the_llm(tmp_path: Path, llm: LLM) -> None:
+    root = _docs(tmp_path)
+
+    async def scenario() -> None:
+        config = _config(**{"llm.base_url": llm.base_url, "search.threshold": 0, "answer.min_score": 0.99})
+        async with serving(config, [root]) as server:
+            ws = await opened(server)
+            text, sources, _ = await ask(ws, "Topic 1 feature1")
+            assert text == NO_RELEVANT and sources == [] and llm.script.requests == []
+            await ws.send(json.dumps({"type": "search", "query": "Topic 1 feature1"}))
+            assert (await recv(ws))["results"], "search still lists results"
+            await ws.close()
+
+    asyncio.run(scenario())
+
+
 def test_llm_errors_become_error_messages_and_the_connection_goes_on(tmp_path: Path, llm: LLM) -> None:
     root = _docs(tmp_path)
 
