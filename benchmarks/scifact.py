@@ -72,6 +72,7 @@ def main() -> None:
     ap.add_argument("--limit-queries", type=int)
     ap.add_argument("--json", type=Path, help="write the figures here too")
     ap.add_argument("--modes", default="dense,bm25,hybrid", help="search modes to evaluate")
+    ap.add_argument("--stemming", action="store_true", help="stem the BM25 text and queries (search.stemming)")
     args = ap.parse_args()
     if not DATA.is_dir():
         sys.exit(f"shared data not found at {DATA}")
@@ -87,7 +88,7 @@ def main() -> None:
         for d in corpus:
             (docs / f"{d['_id']}.md").write_text(f"# {d['title']}\n\n{d['text']}\n", encoding="utf-8")
         os.environ["MDRAG_HOME"] = str(Path(tmp) / "home")
-        index = Index(load_config({"index": "scifact"}))
+        index = Index(load_config({"index": "scifact", "search.stemming": args.stemming}))
         t = time.perf_counter()
         summary = index.update([docs])
         t_index = time.perf_counter() - t

@@ -44,6 +44,7 @@ DEFAULTS: dict[str, tuple[type | tuple[type, ...], Any]] = {
     "search.mode": (str, "dense"),  # dense | bm25 | hybrid (see README "Search modes")
     "search.fusion": (str, "rrf"),  # rrf | weighted (hybrid mode)
     "search.dense_weight": ((int, float), 0.5),  # weighted fusion: share of the dense score
+    "search.stemming": (bool, False),  # stem BM25 text and queries (English); a change re-indexes
     "search.collapse": (str, "section"),  # none | section | file: best chunk per section or file
     "llm.base_url": (str, None),
     "llm.api_key": (str, None),
@@ -158,7 +159,13 @@ def _check(values: Mapping[str, Any], origin: str) -> dict[str, Any]:
                 value = float(value)
             except ValueError:
                 raise ConfigError(f"{key} must be a number, got {value!r} (from the {origin})") from None
-        if isinstance(value, bool) or not isinstance(value, typ):
+        if typ is bool and isinstance(value, str) and from_text:
+            if value.lower() not in ("1", "0", "true", "false", "yes", "no", "on", "off"):
+                raise ConfigError(f"{key} must be true or false, got {value!r} (from the {origin})")
+            value = value.lower() in ("1", "true", "yes", "on")
+        if typ is bool and not isinstance(value, bool):
+            raise ConfigError(f"{key} must be true or false, got {value!r} (from the {origin})")
+        if typ is not bool and (isinstance(value, bool) or not isinstance(value, typ)):
             names = "number" if typ == (int, float) else getattr(typ, "__name__", str(typ))
             raise ConfigError(f"{key} must be a {names}, got {value!r} (from the {origin})")
         value = _range_check(key, value, origin)

@@ -66,8 +66,13 @@ class Index:
         self.settings = ChunkSettings(
             self.config["chunk.size"], self.config["chunk.overlap"], self.config["chunk.unit"]
         )  # how files are cut; a change re-chunks everything
+        stem = None
+        if self.config["search.stemming"]:
+            from mdrag.stemming import stemmer
+
+            stem = stemmer()
         self.store = MilvusStore(
-            self.config.milvus_uri, self.name, self.embedder.identity, self.config["milvus_token"]
+            self.config.milvus_uri, self.name, self.embedder.identity, self.config["milvus_token"], stem
         )  # opened on first use
         self._opened = False  # the store is connected and its collection loaded
         self._exists = False  # the collection exists

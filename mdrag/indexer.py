@@ -132,7 +132,9 @@ def update_index(
     t0 = time.perf_counter()
     summary = IndexSummary()
     roots = [str(Path(f).expanduser().resolve()) for f in folders]
+    # What decides the stored chunks: a change re-chunks (vectors are reused by content hash).
     chunking = {**settings.as_dict(), "max_tokens": embedder.max_tokens}
+    chunking["bm25_stemming"] = store.prepare_text is not None
     old = None if rebuild else Manifest.load(manifest_path)
     if rebuild:
         summary.rebuild = "requested (--rebuild)"

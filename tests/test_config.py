@@ -30,6 +30,12 @@ def test_precedence_flags_over_file_over_env(mdrag_home: Path, monkeypatch: pyte
     assert c["llm.model"] == "from-flag" and c["chunk.size"] == 800
 
 
+def test_booleans(mdrag_home: Path) -> None:
+    (mdrag_home / "config.yaml").write_text("search:\n  stemming: true\n")
+    assert load_config()["search.stemming"] is True
+    assert load_config({"search.stemming": "off"})["search.stemming"] is False
+
+
 def test_toml_file(mdrag_home: Path) -> None:
     (mdrag_home / "config.toml").write_text('index = "notes"\n[search]\nthreshold = 0.5\n')
     c = load_config()
@@ -45,6 +51,7 @@ def test_toml_file(mdrag_home: Path) -> None:
         ("folders: 3\n", "folders"),
         ("server:\n  port: 70000\n", "server.port"),
         ("index: ../../etc/x\n", "index"),
+        ("search:\n  stemming: maybe\n", "search.stemming"),
     ],
 )
 def test_invalid_values_name_their_key(mdrag_home: Path, text: str, key: str) -> None:

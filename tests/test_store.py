@@ -179,3 +179,21 @@ def test_bm25_and_hybrid_search_rank_by_terms_and_score_by_cosine(store_uri: str
     filtered = s.search(query, 5, expr='rel_path == "nothing.md"', mode="hybrid", text="zephyrine")
     assert filtered == []
     s.close()
+
+
+def test_stemming_matches_word_forms(tmp_path) -> None:
+    from mdrag.stemming import stemmer
+
+    s = MilvusStore(str(tmp_path / "stem.db"), "stem", IDENTITY, prepare_text=stemmer())
+    s.open()
+    chunks, vecs = _chunks(6)
+    chunks[4].text = "Configuring the caches of running servers."
+    s.upsert(chunks, vecs)
+    hits = s.search(vecs[0], 3, mode="bm25", text="cache configuration for a server that runs")
+    assert hits and hits[0]["id"] == chunks[4].id
+    plain = MilvusStore(str(tmp_path / "plain.db"), "plain", IDENTITY)
+    plain.open()
+    plain.upsert(chunks, vecs)
+    assert plain.search(vecs[0], 3, mode="bm25", text="cache configuration") == [], "no stemming: no match"
+    s.close()
+    plain.close()

@@ -14,7 +14,7 @@ import logging
 import os
 import re
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -78,12 +78,20 @@ class MilvusStore:
 
     query_limit = 16384  # most rows one Milvus query returns
 
-    def __init__(self, uri: str, index: str, identity: dict[str, Any], token: str | None = None) -> None:
+    def __init__(
+        self,
+        uri: str,
+        index: str,
+        identity: dict[str, Any],
+        token: str | None = None,
+        prepare_text: Callable[[str], str] | None = None,
+    ) -> None:
         self.uri = uri  # Milvus Lite file path, or http(s):// server URI
         self.collection = collection_name(index)  # collection holding this index
         self.identity = identity  # {"model": ..., "dimension": ...} of the embedder
         self._token = token  # server credentials; never logged
         self._client: Any = None  # pymilvus.MilvusClient, connected in open()
+        self.prepare_text = prepare_text  # applied to BM25 text and BM25 queries (stemming), if set
         self.has_bm25 = True  # the collection has the BM25 sparse field (collections before 0.1 do not)
 
     # -- connection -------------------------------------------------------
@@ -257,7 +265,7 @@ class MilvusStore:
         """Insert or replace chunks by id, then flush."""
         if not chunks:
             return
-        rows = [_row(c, v, self.has_bm25) for c, v in zip(chunks, vectors)]
+        rows = [_row(c, v, self.has_bm25, self.prepare_text) for c, v in zip(chunks, vectors)]
         self._call("upsert", self.collection, rows)
         self.flush()
 
@@ -322,6 +330,8 @@ class MilvusStore:
         """
         if mode != "dense" and not self.has_bm25:
             mode = "dense"
+        if mode != "dense" and self.prepare_text is not None:
+            text = self.prepare_text(text)
         q = vector.astype(np.float32).tolist()
         if mode == "dense":
             res = self._call(
@@ -375,7 +385,7 @@ class MilvusStore:
             raise StoreError(f"Milvus {method} on {self.collection} at {self.uri} failed: {_reason(e)}") from e
 
 
-def _row(c: Chunk, v: np.ndarray, bm25: bool) -> dict[str, Any]:
+def _row(c: Chunk, v: np.ndarray, bm25: bool, prepare: Callable[[str], str] | None = None) -> dict[str, Any]:
     row = {
         "id": c.id,
         "text": _clip(c.text, _TEXT_MAX),
@@ -394,7 +404,7 @@ def _row(c: Chunk, v: np.ndarray, bm25: bool) -> dict[str, Any]:
         "vector": np.asarray(v, dtype=np.float32).tolist(),
     }
     if bm25:
-        row["bm25_text"] = _clip(c.embed_text, _TEXT_MAX)
+        row["bm25_text"] = _clip(prepare(c.embed_text) if prepare else c.embed_text, _TEXT_MAX)
     return row
 
 
