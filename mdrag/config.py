@@ -44,7 +44,7 @@ DEFAULTS: dict[str, tuple[type | tuple[type, ...], Any]] = {
     "search.mode": (str, "dense"),  # dense | bm25 | hybrid (see README "Search modes")
     "search.fusion": (str, "rrf"),  # rrf | weighted (hybrid mode)
     "search.dense_weight": ((int, float), 0.5),  # weighted fusion: share of the dense score
-    "search.stemming": (bool, False),  # stem BM25 text and queries (English); a change re-indexes
+    "search.stemming": (bool, True),  # stem BM25 text and queries (English); a change re-indexes
     "search.collapse": (str, "section"),  # none | section | file: best chunk per section or file
     "llm.base_url": (str, None),
     "llm.api_key": (str, None),
