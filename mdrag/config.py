@@ -36,6 +36,7 @@ DEFAULTS: dict[str, tuple[type | tuple[type, ...], Any]] = {
     "embedding.api_key": (str, None),
     "embedding.batch_size": (int, 32),
     "embedding.device": (str, "cpu"),
+    "embedding.backend": (str, "auto"),  # auto | torch | onnx | openvino (local models)
     "chunk.size": (int, 1000),
     "chunk.overlap": (int, 200),
     "chunk.unit": (str, "chars"),  # chars | tokens
@@ -76,6 +77,7 @@ _CHOICES = {
     "embedding.provider": ("local", "openai"),
     "chunk.unit": ("chars", "tokens"),
     "search.mode": ("dense", "bm25", "hybrid"),
+    "embedding.backend": ("auto", "torch", "onnx", "openvino"),
     "search.fusion": ("rrf", "weighted"),
     "search.collapse": ("none", "section", "file"),
 }

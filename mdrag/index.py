@@ -43,6 +43,20 @@ def make_embedder(config: Config) -> Embedder:
         )
     from mdrag.embedding.local import DEFAULT_MODEL, LocalEmbedder
 
+    backend = config["embedding.backend"]
+    if backend == "auto":  # ONNX when onnxruntime is installed: same vectors, no torch at query time
+        from mdrag.embedding.onnx import onnx_available
+
+        backend = "onnx" if onnx_available() else "torch"
+    if backend in ("onnx", "openvino"):
+        from mdrag.embedding.onnx import OnnxEmbedder, OpenVinoEmbedder
+
+        cls = OnnxEmbedder if backend == "onnx" else OpenVinoEmbedder
+        return cls(
+            config["embedding.model"] or DEFAULT_MODEL,
+            batch_size=config["embedding.batch_size"],
+            cache_dir=config.cache_dir,
+        )
     return LocalEmbedder(
         config["embedding.model"] or DEFAULT_MODEL,
         batch_size=config["embedding.batch_size"],

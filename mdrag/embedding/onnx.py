@@ -116,7 +116,7 @@ def _checksum_ok(out: Path) -> bool:
 
 
 def export_onnx(model_dir: Path, out: Path) -> Path:
-    """Export the transformer in ``model_dir`` to ONNX at ``out``; needs torch and transformers.
+    """Export the transformer in ``model_dir`` to ONNX at ``out``; needs torch, transformers and onnx.
 
     Inputs ``input_ids``, ``attention_mask``, ``token_type_ids`` (int64, dynamic
     batch and sequence axes); output ``last_hidden_state``. Written to a
@@ -128,12 +128,13 @@ def export_onnx(model_dir: Path, out: Path) -> Path:
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # no "Loading weights" bar
     try:
+        import onnx  # noqa: F401  - the TorchScript exporter writes through it
         import torch
         from transformers import AutoModel
     except ImportError as e:
         raise EmbeddingError(
-            f"The ONNX model for {model_dir} has not been exported yet, and the one-time export needs torch "
-            "and transformers: run `pip install torch transformers` once (the export is cached), "
+            f"The ONNX model for {model_dir} has not been exported yet, and the one-time export needs torch, "
+            f"transformers and onnx ({e}): run `pip install torch transformers onnx` once (the export is cached), "
             "or set embedding.backend=torch."
         ) from e
     log.info("exporting %s to ONNX at %s (once)", model_dir, out)

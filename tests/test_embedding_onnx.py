@@ -1,0 +1,219 @@
+"""The ONNX embedder: the packaged MiniLM exported once, run by onnxruntime without torch."""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("onnxruntime", reason="onnxruntime is not installed (pip install onnxruntime)")
+
+from mdrag.embedding import onnx  # noqa: E402
+from mdrag.embedding.local import DEFAULT_MODEL, LocalEmbedder  # noqa: E402
+from mdrag.embedding.onnx import (  # noqa: E402
+    OnnxEmbedder,
+    OpenVinoEmbedder,
+    export_onnx,
+    onnx_available,
+    onnx_model_path,
+    openvino_available,
+)
+from mdrag.errors import EmbeddingError  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+
+TEXTS = [
+    "How do I install the tool on Linux?",
+    "Installing on Linux",
+    "Chocolate cake recipe",
+    "",
+    "a",
+    "Hugo",
+    "What is a taxonomy?",
+    "Configure pagination: set `pagerSize = 10` in hugo.toml.",
+    "## Front matter\n\nThe `date`, `title` and `draft` fields are read from YAML, TOML or JSON.",
+    "Ünïcödé çafé naïve résumé",
+    "日本語のテキストと中文文本",
+    "Emoji 🎉🚀 and symbols ∑ ∫ ≤ ≥",
+    "{{ range .Pages }}{{ .Title }}{{ end }}",
+    "def f(x):\n    return x ** 2  # squares\n",
+    "SELECT * FROM pages WHERE draft = false ORDER BY date DESC;",
+    "https://gohugo.io/content-management/front-matter/#fields",
+    "   leading and trailing whitespace   ",
+    "UPPER CASE TEXT SHOUTING ABOUT BUILD ERRORS",
+    "The quick brown fox jumps over the lazy dog.",
+    "Deploy to GitHub Pages with a workflow that runs hugo --minify.",
+    "Image processing: resize, fill and fit images in a page bundle.",
+    "multilingual site: languages.en.weight = 1; languages.fr.weight = 2",
+    "\t\ttabs\tand\nnewlines\n\n\n",
+    "1234567890 3.14159 2e-10 0xFF",
+    "<div class='note'>HTML <b>inside</b> markdown</div>",
+    "Render hooks override how links, images and headings are rendered.",
+    "word " * 20,
+    "Shortcodes are simple snippets inside content files calling built-in or custom templates. " * 4,
+    # Longer than the 256-token window: both backends must truncate the same way.
+    "Hugo builds static sites from Markdown content, templates and configuration files quickly. " * 40,
+    "antidisestablishmentarianism supercalifragilisticexpialidocious " * 30,
+]
+
+
+@pytest.fixture(scope="session")
+def onnx_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A cache folder holding the export of the packaged model, made once per run."""
+    cache = tmp_path_factory.mktemp("onnx-cache")
+    OnnxEmbedder(cache_dir=cache).embed(["warm up"])
+    return cache
+
+
+@pytest.fixture(scope="session")
+def onnx_embedder(onnx_cache: Path) -> OnnxEmbedder:
+    return OnnxEmbedder(cache_dir=onnx_cache)
+
+
+needs_openvino = pytest.mark.skipif(not openvino_available(), reason="openvino is not installed (pip install openvino)")
+RUNTIMES = ["onnx", pytest.param("openvino", marks=needs_openvino)]
+CLASSES = {"onnx": "OnnxEmbedder", "openvino": "OpenVinoEmbedder"}
+
+
+@pytest.fixture(scope="session")
+def openvino_embedder(onnx_cache: Path) -> OnnxEmbedder:
+    return OpenVinoEmbedder(cache_dir=onnx_cache)
+
+
+@pytest.fixture(params=RUNTIMES)
+def runtime(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+def test_available() -> None:
+    assert onnx_available()
+    assert isinstance(openvino_available(), bool)
+
+
+def test_identity_window_and_counts_match_the_torch_backend(tmp_path: Path, mdrag_home: Path) -> None:
+    assert OnnxEmbedder().cache_dir == mdrag_home / "cache"
+    cache = tmp_path / "cache"
+    e, t = OnnxEmbedder(cache_dir=cache), LocalEmbedder()
+    assert e.model_id == t.model_id == DEFAULT_MODEL
+    assert OnnxEmbedder("all-MiniLM-L6-v2", cache_dir=cache).model_id == DEFAULT_MODEL
+    assert e.identity == t.identity == {"model": DEFAULT_MODEL, "dimension": 384}
+    assert e.max_tokens == t.max_tokens == 256
+    assert e.count_tokens(TEXTS) == t.count_tokens(TEXTS)
+    assert max(e.count_tokens(TEXTS)) > 256, "one text must be longer than the window"
+    assert e.count_tokens([]) == []
+    assert not cache.exists(), "nothing is exported until the first embedding"
+
+
+def test_cache_path_is_named_and_keyed_by_the_weights(tmp_path: Path) -> None:
+    model_dir = LocalEmbedder().model_dir
+    p = onnx_model_path(model_dir, tmp_path, "all-MiniLM-L6-v2")
+    assert p.name == "model.onnx" and p.parent.parent == tmp_path / "models"
+    assert p.parent.name.startswith("all-MiniLM-L6-v2-")
+    assert onnx_model_path(model_dir, tmp_path, "all-MiniLM-L6-v2") == p
+
+    other = tmp_path / "other-model"
+    other.mkdir()
+    (other / "config.json").write_text((model_dir / "config.json").read_text().replace("384", "385"))
+    assert onnx_model_path(other, tmp_path).parent.name.startswith("other-model-")
+    assert onnx_model_path(other, tmp_path).parent.name.split("-")[-1] != p.parent.name.split("-")[-1]
+
+
+def test_export_without_torch_says_what_to_do(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "torch", None)  # import torch -> ImportError
+    with pytest.raises(EmbeddingError, match=r"pip install torch.*embedding\.backend=torch"):
+        export_onnx(LocalEmbedder().model_dir, tmp_path / "model.onnx")
+    assert not (tmp_path / "model.onnx").exists()
+
+
+def test_pipelines_with_more_than_pooling_are_refused(tmp_path: Path) -> None:
+    src = LocalEmbedder().model_dir
+    model = tmp_path / "with-dense"
+    model.mkdir()
+    shutil.copy(src / "config.json", model / "config.json")
+    modules = json.loads((src / "modules.json").read_text())
+    modules.append({"idx": 3, "name": "3", "path": "3_Dense", "type": "sentence_transformers.models.Dense"})
+    (model / "modules.json").write_text(json.dumps(modules))
+    with pytest.raises(EmbeddingError, match=r"Dense.*embedding\.backend=torch"):
+        OnnxEmbedder(str(model), cache_dir=tmp_path)
+
+
+@pytest.mark.slow
+def test_export_is_cached_with_its_checksum(onnx_cache: Path, onnx_embedder: OnnxEmbedder) -> None:
+    path = onnx_embedder.onnx_path
+    assert path.is_file() and path.is_relative_to(onnx_cache / "models")
+    assert (path.parent / "model.onnx.sha256").read_text().split()[0] == onnx._sha256(path)
+    assert not [f for f in path.parent.iterdir() if f.name.startswith(".")], "no temp files left"
+    assert OnnxEmbedder(cache_dir=onnx_cache).session is onnx_embedder.session, "one session per process and file"
+
+
+@pytest.mark.slow
+def test_vectors_match_the_torch_backend(runtime: str, request: pytest.FixtureRequest, minilm) -> None:
+    e = request.getfixturevalue(f"{runtime}_embedder")
+    got, want = e.embed(TEXTS), minilm.embed(TEXTS)
+    assert got.shape == want.shape == (len(TEXTS), 384) and got.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(got, axis=1), 1.0, atol=1e-5)
+    cosines = (got * want).sum(axis=1)
+    assert cosines.min() >= 0.9999, [(TEXTS[i][:40], float(c)) for i, c in enumerate(cosines) if c < 0.9999]
+    # Padding to the longest text of a batch does not change a vector.
+    alone = np.vstack([e.embed([t]) for t in TEXTS[-3:]])
+    np.testing.assert_allclose(alone, got[-3:], atol=1e-3 if runtime == "openvino" else 1e-5)
+    np.testing.assert_allclose(e.embed_query(TEXTS[0]), got[0], atol=1e-5)
+
+
+@needs_openvino
+@pytest.mark.slow
+def test_openvino_full_precision_matches_onnxruntime(onnx_cache: Path, onnx_embedder: OnnxEmbedder) -> None:
+    texts = TEXTS[::4]
+    v = OpenVinoEmbedder(cache_dir=onnx_cache, precision="f32").embed(texts)
+    np.testing.assert_allclose(v, onnx_embedder.embed(texts), atol=1e-4)
+
+
+@pytest.mark.slow
+def test_a_fresh_process_embeds_without_torch(
+    runtime: str, request: pytest.FixtureRequest, onnx_cache: Path, tmp_path: Path
+) -> None:
+    e = request.getfixturevalue(f"{runtime}_embedder")
+    mtime = e.onnx_path.stat().st_mtime_ns
+    script = (
+        "import json, sys\n"
+        f"from mdrag.embedding.onnx import {CLASSES[runtime]}\n"
+        f"v = {CLASSES[runtime]}(cache_dir={str(onnx_cache)!r}).embed({TEXTS[:3]!r})\n"
+        "heavy = sorted(m for m in ('torch', 'transformers', 'sentence_transformers') if m in sys.modules)\n"
+        "print(json.dumps({'heavy': heavy, 'v': v.tolist()}))\n"
+    )
+    p = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PATH": "/usr/bin:/bin", "MDRAG_HOME": str(tmp_path), "HF_HUB_OFFLINE": "1"},
+    )
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    assert out["heavy"] == [], f"imported {out['heavy']} although the export exists"
+    np.testing.assert_allclose(np.array(out["v"], dtype=np.float32), e.embed(TEXTS[:3]), atol=1e-5)
+    assert e.onnx_path.stat().st_mtime_ns == mtime, "the export was found, not redone"
+
+
+@pytest.mark.slow
+def test_a_corrupt_export_is_redone(onnx_cache: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    cache = tmp_path / "cache"
+    shutil.copytree(onnx_cache, cache)
+    e = OnnxEmbedder(cache_dir=cache)
+    path = e.onnx_path
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2 : len(data) // 2 + 4096] = b"\x00" * 4096  # a flipped block in the weights
+    path.write_bytes(bytes(data))
+    assert not onnx._checksum_ok(path)
+    with caplog.at_level(logging.WARNING, logger="mdrag.embedding.onnx"):
+        v = e.embed(TEXTS[:2])
+    assert "does not match its checksum" in caplog.text
+    assert onnx._checksum_ok(path)
+    np.testing.assert_allclose(v, OnnxEmbedder(cache_dir=onnx_cache).embed(TEXTS[:2]), atol=1e-5)
