@@ -38,30 +38,11 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from benchmarks.hugo_index import QUERIES as HUGO_QUERIES  # noqa: E402 - after the path
+
 HUGO = ROOT.parent / "shared" / "data" / "markdown_hugo_docs" / "content" / "en"
 SERVE = "from mdrag.mcp import run_stdio; run_stdio()"
-QUERIES = [
-    "How do I create a custom shortcode?",
-    "how do I define a custom output format",
-    "build drafts and future content",
-    "configure pagination page size",
-    "image processing resize in page bundle",
-    "what is a taxonomy",
-    "deploy to GitHub Pages",
-    "how to use partial templates with context",
-    "syntax highlighting code block options",
-    "menu configuration in front matter",
-    "hugo modules mount a theme",
-    "shortcode with named parameters",
-    "multilingual site language configuration",
-    "minify css with hugo pipes",
-    "render hook for links",
-    "sort pages by date descending",
-    "install hugo on linux",
-    "what does the where function do",
-    "related content configuration",
-    "how to create a section list page",
-]
+QUERIES = ["How do I create a custom shortcode?", *HUGO_QUERIES[:19]]
 SEARCH_DOCS = {
     "docset": "hugo",
     "keywords": ["custom shortcode", "shortcode template"],

@@ -11,7 +11,6 @@ The messages are described in docs/protocol.md and built in mdrag.protocol.
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import logging
 import re
@@ -28,7 +27,7 @@ from websockets.sync.client import connect as ws_connect
 from websockets.uri import parse_uri
 
 from mdrag.errors import MdragError
-from mdrag.protocol import MAX_QUESTION_CHARS, encode
+from mdrag.protocol import MAX_QUESTION_CHARS, encode, is_loopback
 
 __all__ = ["DEFAULT_SERVER", "Client", "ServerUnavailableError", "run_ask", "sanitize"]
 
@@ -38,7 +37,6 @@ DEFAULT_SERVER = "ws://localhost:8765"
 
 _START_HINT = "Start it with `mdrag serve DIR`."
 _MAX_REPLY_BYTES = 16 * 2**20  # search results with long chunks can exceed websockets' 1 MiB default
-_LOOPBACK_NAMES = {"localhost", "localhost.localdomain", "ip6-localhost"}
 _NOT_MDRAG = f"is it an mdrag server? {_START_HINT}"
 _STILL_LOADING = "the server is still loading the index; try again shortly"
 
@@ -82,15 +80,6 @@ def _redact(url: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
 
 
-def _is_loopback(host: str) -> bool:
-    if host.lower() in _LOOPBACK_NAMES:
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
 def _closed_reason(e: ConnectionClosed) -> str:
     if e.rcvd is None:
         return "the connection dropped"
@@ -132,7 +121,7 @@ class Client:
         self.timeout = timeout  # the most seconds to wait for one message of a reply
         self.open_timeout = open_timeout  # the most seconds for the handshake and the first status
         self.server_status: dict[str, Any] = {}  # the status the server sent on connect ({} if none came)
-        self._loopback = _is_loopback(uri.host)  # no HTTP(S)_PROXY for a server on this machine
+        self._loopback = is_loopback(uri.host)  # no HTTP(S)_PROXY for a server on this machine
         self._ws: ClientConnection | None = None  # the open connection, None before connect() and after close()
 
     # -- connection ---------------------------------------------------------------------------------

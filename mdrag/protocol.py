@@ -22,6 +22,7 @@ request or raises ProtocolError with the message the client will see.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import math
 from dataclasses import dataclass, field
@@ -37,6 +38,7 @@ __all__ = [
     "StatusRequest",
     "encode",
     "error",
+    "is_loopback",
     "parse",
     "search_results",
     "status",
@@ -46,6 +48,7 @@ __all__ = [
 ]
 
 MAX_QUESTION_CHARS = 4000  # longer questions are refused, not truncated
+_LOOPBACK_NAMES = {"localhost", "localhost.", "localhost.localdomain", "ip6-localhost"}
 
 
 @dataclass(frozen=True)
@@ -157,3 +160,14 @@ def search_results(query: str, results: list[dict[str, Any]]) -> dict[str, Any]:
 
 def error(message: str) -> dict[str, Any]:
     return {"type": "error", "message": message}
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (a name or address) only reaches this machine."""
+    host = host.strip("[]").lower()
+    if host in _LOOPBACK_NAMES or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
-import ipaddress
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -31,24 +30,13 @@ from mdrag.answer import LLMSettings, answer_stream, sources
 from mdrag.config import Config, load_config
 from mdrag.errors import ConfigError, LLMError, MdragError, ProtocolError
 from mdrag.index import Index
+from mdrag.protocol import is_loopback
 
-__all__ = ["QAServer", "is_loopback", "llm_settings"]
+__all__ = ["QAServer", "llm_settings"]
 
 log = logging.getLogger(__name__)
 
 _HARD_MAX_FRAME = 1 << 20  # frames over 1 MiB close the connection; over max_message_bytes get an error
-_LOOPBACK_NAMES = {"localhost", "localhost.", "ip6-localhost"}
-
-
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` (a name or address) only reaches this machine."""
-    host = host.strip("[]").lower()
-    if host in _LOOPBACK_NAMES or host.endswith(".localhost"):
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def llm_settings(config: Config) -> LLMSettings:

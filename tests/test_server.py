@@ -22,7 +22,8 @@ from mdrag.config import Config, load_config
 from mdrag.embedding.base import Embedder
 from mdrag.errors import ConfigError
 from mdrag.index import Index
-from mdrag.server import QAServer, is_loopback
+from mdrag.protocol import is_loopback
+from mdrag.server import QAServer
 from tests.conftest import HashEmbedder
 from tests.fake_llm import LLM
 
