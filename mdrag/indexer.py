@@ -3,13 +3,14 @@
 Crash safety comes from the order of writes. Before the store is touched the
 manifest is saved with ``dirty = True``; chunks are upserted under ids
 derived from their position and content (so a repeated write replaces, never
-duplicates) and flushed before the manifest records them. Ids that the new
-state no longer uses (edited chunks, deleted files) are deleted last, after
-``on_commit`` has been told the new set of ids: a reader that searches only
-the committed ids (`Index` does) sees the old state until then and the new
-one after, never a mix. A run that is killed at any point leaves ``dirty =
-True``, and the next run compares the store's ids with the manifest's,
-deletes any orphans, and re-indexes any file whose chunks are missing.
+duplicates), and the store is flushed once, at the end of the run, before the
+manifest is saved clean. Ids that the new state no longer uses (edited
+chunks, deleted files) are deleted last, after ``on_commit`` has been told
+the new set of ids: a reader that searches only the committed ids (`Index`
+does) sees the old state until then and the new one after, never a mix. A
+run that is killed at any point leaves ``dirty = True``, and the next run
+compares the store's ids with the manifest's, deletes any orphans, and
+re-indexes any file whose chunks are missing.
 """
 
 from __future__ import annotations
@@ -17,10 +18,13 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import queue
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 
@@ -36,9 +40,16 @@ __all__ = ["IndexSummary", "scan", "update_index"]
 
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
+A = TypeVar("A")
+R = TypeVar("R")
+
 _BATCH_CHUNKS = 512  # chunks per embed + upsert round
+_PARSE_AHEAD = 64  # parsed files waiting for the embedder, at most
 _SAVE_EVERY_S = 5.0  # how often a long run records its progress in the manifest
 _SKIP_DIRS = {"node_modules", "__pycache__"}
+# Milvus Lite: rewrite the index whole once small updates have written this share of it.
+_BM25_REWRITE_SHARE = 0.1
 
 
 @dataclass
@@ -156,6 +167,7 @@ def update_index(
     if old is not None and summary.rebuild is None:
         m.files = old.files
         m.dirty = old.dirty
+        m.rows_since_rewrite = old.rows_since_rewrite
     if not m.dirty and m.files and store.count() != m.chunk_count:
         log.warning("index %r: the store and the manifest disagree", index_name)
         m.dirty = True
@@ -195,14 +207,19 @@ def update_index(
         m.save(manifest_path)
 
     last_save = time.monotonic()
+    written = 0  # chunks upserted by this run
     retired: list[str] = []  # ids the new state no longer uses: deleted after the commit
     batch: list[tuple[str, FileState, list[Chunk]]] = []
     batch_chunks = 0
-    for path, err in _progress(todo, progress):
-        is_new = path not in m.files
+
+    def parse(item: tuple[str, str | None]) -> tuple[FileState | None, list[Chunk], str | None]:
+        path, err = item
         root, rel, mtime_ns, size = found[path]
-        state: FileState | None
-        state, chunks, err = (None, [], err) if err else _parse(path, root, rel, mtime_ns, size, embedder, settings)
+        return (None, [], err) if err else _parse(path, root, rel, mtime_ns, size, embedder, settings)
+
+    # Files are parsed and chunked in a thread while the last batch is embedded.
+    for (path, _), (state, chunks, err) in _progress(_ahead(todo, parse), len(todo), progress):
+        is_new = path not in m.files
         if state is None:
             summary.skipped += 1
             summary.skipped_files.append((path, err or "unknown error"))
@@ -217,19 +234,21 @@ def update_index(
         batch.append((path, state, chunks))
         batch_chunks += len(chunks)
         if batch_chunks >= _BATCH_CHUNKS:
-            retired += _write_batch(store, embedder, m, batch, summary, on_upsert)
+            written += _write_batch(store, embedder, m, batch, summary, on_upsert, retired)
             batch, batch_chunks = [], 0
             if time.monotonic() - last_save > _SAVE_EVERY_S:
                 m.save(manifest_path)
                 last_save = time.monotonic()
     if batch:
-        retired += _write_batch(store, embedder, m, batch, summary, on_upsert)
+        written += _write_batch(store, embedder, m, batch, summary, on_upsert, retired)
 
     # Files gone from disk: their chunks go, after the new files could reuse their vectors.
     for p in d.removed:
         retired.extend(m.files.pop(p).chunks)
     summary.deleted = len(d.removed)
 
+    if written:
+        store.flush()  # once per run: every flush seals a segment
     if writes:
         m.save(manifest_path)  # still dirty: a crash from here on is repaired
     live = m.chunk_ids()
@@ -241,6 +260,8 @@ def update_index(
     if retired:
         store.delete_ids(retired)
         summary.chunks_deleted += len(retired)
+    if writes:
+        _refresh_bm25(store, m, live, written, whole=summary.rebuild is not None)
     if writes or old is None or old.roots != roots:
         m.mark_finished()
         m.save(manifest_path)
@@ -249,13 +270,53 @@ def update_index(
     return summary
 
 
-def _progress(items: list[tuple[str, str | None]], show: bool) -> Iterator[tuple[str, str | None]]:
-    if not show or len(items) < 20:
+def _progress(items: Iterator[T], total: int, show: bool) -> Iterator[T]:
+    if not show or total < 20:
         yield from items
         return
     from tqdm import tqdm
 
-    yield from tqdm(items, desc="indexing", unit="file", leave=False)
+    yield from tqdm(items, total=total, desc="indexing", unit="file", leave=False)
+
+
+def _ahead(items: Sequence[A], work: Callable[[A], R], depth: int = _PARSE_AHEAD) -> Iterator[tuple[A, R]]:
+    """``(item, work(item))`` in order, computed by a thread up to ``depth`` items ahead.
+
+    The thread overlaps parsing (Python) with embedding (native code that
+    releases the GIL); the bounded queue keeps memory bounded. An exception in
+    ``work`` is raised here; stopping early stops the thread.
+    """
+    q: queue.Queue[tuple[A, R] | BaseException | None] = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+
+    def put(x: tuple[A, R] | BaseException | None) -> None:
+        while not stop.is_set():
+            try:
+                q.put(x, timeout=0.1)
+                return
+            except queue.Full:
+                continue
+
+    def run() -> None:
+        try:
+            for item in items:
+                if stop.is_set():
+                    return
+                put((item, work(item)))
+            put(None)
+        except BaseException as e:  # handed to the consumer, which raises it
+            put(e)
+
+    t = threading.Thread(target=run, name="mdrag-parse", daemon=True)
+    t.start()
+    try:
+        while (x := q.get()) is not None:
+            if isinstance(x, BaseException):
+                raise x
+            yield x
+    finally:
+        stop.set()
+        t.join()
 
 
 def _parse(
@@ -282,6 +343,24 @@ def _parse(
     return state, chunks, None
 
 
+def _refresh_bm25(store: MilvusStore, m: Manifest, live: set[str], written: int, whole: bool) -> None:
+    """Keep Milvus Lite's per-segment BM25 statistics close to the whole index's.
+
+    Chunks written by a small update sit in a small segment whose statistics
+    make their BM25 scores too low (see ``MilvusStore.per_segment_bm25``).
+    Once such chunks reach ``_BM25_REWRITE_SHARE`` of the index, every chunk
+    is written again, together, which costs about 1 ms per chunk.
+    """
+    if not store.per_segment_bm25 or whole:
+        m.rows_since_rewrite = 0
+        return
+    m.rows_since_rewrite += written
+    if live and m.rows_since_rewrite >= _BM25_REWRITE_SHARE * len(live):
+        log.info("rewriting %d chunks so that BM25 statistics cover the whole index", len(live))
+        store.rewrite(live)
+        m.rows_since_rewrite = 0
+
+
 def _write_batch(
     store: MilvusStore,
     embedder: Embedder,
@@ -289,8 +368,12 @@ def _write_batch(
     batch: list[tuple[str, FileState, list[Chunk]]],
     summary: IndexSummary,
     on_upsert: Callable[[int], None] | None,
-) -> list[str]:
-    """Embed what is new, upsert and flush, record the files; returns the ids they replaced."""
+    retired: list[str],
+) -> int:
+    """Embed what is new, upsert, record the files; returns how many chunks were written.
+
+    The ids the batch's files no longer use are added to ``retired``.
+    """
     stored = {cid for path, _, _ in batch if path in m.files for cid in m.files[path].chunks}
     all_chunks = [c for _, _, cs in batch for c in cs]
     chunks = [c for c in all_chunks if c.id not in stored]  # same id: same text, already stored
@@ -308,13 +391,12 @@ def _write_batch(
         store.upsert(chunks, np.vstack([known[c.content_hash] for c in chunks]))
         if on_upsert is not None:
             on_upsert(len(chunks))
-    replaced: list[str] = []
     for path, state, _ in batch:
         prev = m.files.get(path)
         if prev is not None:
-            replaced.extend(set(prev.chunks) - set(state.chunks))
+            retired.extend(set(prev.chunks) - set(state.chunks))
         m.files[path] = state
-    return replaced
+    return len(chunks)
 
 
 def _drop_incomplete(store: MilvusStore, m: Manifest) -> None:

@@ -73,6 +73,9 @@ class Manifest:
     files: dict[str, FileState] = field(default_factory=dict)  # absolute path -> state
     dirty: bool = False  # a run was writing to the store and did not finish
     last_indexed: float | None = None  # unix time of the last finished run
+    # Chunks written by small updates since the collection was last written whole
+    # (Milvus Lite keeps BM25 statistics per segment; see indexer._refresh_bm25).
+    rows_since_rewrite: int = 0
     version: int = VERSION
 
     @property
@@ -101,6 +104,7 @@ class Manifest:
             files=files,
             dirty=bool(d.get("dirty", False)),
             last_indexed=d.get("last_indexed"),
+            rows_since_rewrite=int(d.get("rows_since_rewrite", 0)),
         )
 
     @classmethod

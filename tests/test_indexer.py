@@ -277,3 +277,77 @@ def test_collapse_keeps_the_best_chunk_per_section_or_file(tmp_path: Path) -> No
     files = idx.search(q, k=10, threshold=0, collapse="file")
     assert sorted(r.rel_path for r in files) == ["big.md", "small.md"]
     assert idx.config["search.collapse"] == "section"
+
+
+def test_one_flush_per_run(tmp_path: Path, hash_embedder: HashEmbedder) -> None:
+    """Every flush seals a segment: a run of many batches flushes once."""
+    root = tmp_path / "docs"
+    root.mkdir()
+    for i in range(60):  # well over one batch of chunks
+        body = "\n\n".join(f"## Part {j}\n\nFile {i} part {j} " + "text " * 150 for j in range(12))
+        (root / f"f{i}.md").write_text(f"# File {i}\n\n{body}\n")
+    with _index(hash_embedder) as idx:
+        flushes = []
+        real = idx.store.flush
+        idx.store.flush = lambda: (flushes.append(1), real())[1]  # type: ignore[method-assign]
+        s = idx.update([root])
+        assert s.chunks_embedded > 512 and len(flushes) == 1
+        _consistent(idx)
+
+
+def test_lite_rewrites_the_index_after_small_updates_so_bm25_matches_a_fresh_build(
+    tmp_path: Path, hash_embedder: HashEmbedder
+) -> None:
+    """Milvus Lite keeps BM25 statistics per segment: once small updates add up to
+    a tenth of the index, it is written again whole and scores match a clean build."""
+    from mdrag.manifest import Manifest
+
+    root = _corpus(tmp_path, n=20)
+    with _index(hash_embedder, **{"search.mode": "bm25"}) as idx:
+        idx.update([root])
+        total = idx.store.count()
+        for i in range(20):
+            (root / f"new{i}.md").write_text(f"# New {i}\n\nThe zanzibar{i} option sets quokka mode.\n")
+            idx.update([root])
+            m = Manifest.load(idx.manifest_path)
+            assert m is not None
+            if m.rows_since_rewrite == 0:
+                break
+        else:
+            pytest.fail("small updates never triggered a rewrite")
+        assert i + 1 >= 0.1 * total  # not before a tenth of the index was written by small updates
+        _consistent(idx)
+        got = {r.rel_path: r.rank_score for r in idx.search("quokka mode", k=30, threshold=0)}
+    with _index(hash_embedder, **{"search.mode": "bm25"}) as fresh:
+        fresh.update([root])
+        want = {r.rel_path: r.rank_score for r in fresh.search("quokka mode", k=30, threshold=0)}
+    assert got.keys() == want.keys() and len(got) == i + 1
+    assert got == pytest.approx(want, rel=1e-4)
+
+
+def test_parse_ahead_keeps_order_raises_errors_and_stops_early() -> None:
+    import threading
+
+    from mdrag.indexer import _ahead
+
+    seen: list[int] = []
+    out = list(_ahead(list(range(200)), lambda i: (seen.append(i), i * i)[1], depth=4))
+    assert out == [(i, i * i) for i in range(200)]
+
+    def boom(i: int) -> int:
+        if i == 7:
+            raise ValueError("bad file 7")
+        return i
+
+    got = []
+    with pytest.raises(ValueError, match="bad file 7"):
+        for item, _ in _ahead(list(range(20)), boom, depth=2):
+            got.append(item)
+    assert got == list(range(7))
+
+    calls: list[int] = []
+    gen = _ahead(list(range(1000)), lambda i: calls.append(i) or i, depth=3)
+    assert next(gen) == (0, 0)
+    gen.close()  # the consumer stops: the thread stops too, without parsing the rest
+    assert len(calls) < 10
+    assert not any(t.name == "mdrag-parse" for t in threading.enumerate())

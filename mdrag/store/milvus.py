@@ -262,11 +262,36 @@ class MilvusStore:
 
     # -- writes ------------------------------------------------------------
     def upsert(self, chunks: Sequence[Chunk], vectors: np.ndarray) -> None:
-        """Insert or replace chunks by id, then flush."""
+        """Insert or replace chunks by id; searchable at once, sealed by :meth:`flush`.
+
+        A run flushes once at its end: every flush seals a segment, and small
+        segments cost search time (and, in Milvus Lite, BM25 quality).
+        """
         if not chunks:
             return
         rows = [_row(c, v, self.has_bm25, self.prepare_text) for c, v in zip(chunks, vectors)]
         self._call("upsert", self.collection, rows)
+
+    @property
+    def per_segment_bm25(self) -> bool:
+        """Whether BM25 statistics are per segment (Milvus Lite) rather than global (server).
+
+        Milvus Lite 3.2.2 computes BM25's document frequencies and average length
+        within each segment, so chunks written by a small update, alone in a small
+        segment, get much lower BM25 scores than the rest until they are rewritten
+        together with them (:meth:`rewrite`).
+        """
+        return self.has_bm25 and not _is_remote(self.uri)
+
+    def rewrite(self, ids: Iterable[str]) -> None:
+        """Write these rows again, unchanged, so that they share one set of segments."""
+        ids = sorted(ids)
+        fields = ["id", *_OUTPUT, "vector", "bm25_text"]
+        for i in range(0, len(ids), _QUERY_BATCH):
+            expr = filters.in_("id", ids[i : i + _QUERY_BATCH])
+            rows = self._call("query", self.collection, filter=expr, output_fields=fields)
+            if rows:
+                self._call("upsert", self.collection, [{k: r[k] for k in fields} for r in rows])
         self.flush()
 
     def delete_ids(self, ids: Iterable[str], flush: bool = True) -> None:
