@@ -6,7 +6,7 @@ best chunk's score. The baseline in the same run is the textbook evaluation:
 each whole document (title + text, truncated by the model at 256 word pieces)
 embedded once and ranked by exact cosine in numpy.
 
-    python benchmarks/scifact.py [--limit-queries N] [--json out.json]
+    python benchmarks/scifact.py [--backend auto|torch|onnx|openvino] [--limit-queries N] [--json out.json]
 """
 
 from __future__ import annotations
@@ -72,7 +72,10 @@ def main() -> None:
     ap.add_argument("--limit-queries", type=int)
     ap.add_argument("--json", type=Path, help="write the figures here too")
     ap.add_argument("--modes", default="dense,bm25,hybrid", help="search modes to evaluate")
-    ap.add_argument("--stemming", action="store_true", help="stem the BM25 text and queries (search.stemming)")
+    ap.add_argument(
+        "--stemming", action=argparse.BooleanOptionalAction, default=True, help="search.stemming (default: on)"
+    )
+    ap.add_argument("--backend", default="auto", help="embedding.backend: auto, torch, onnx or openvino")
     args = ap.parse_args()
     if not DATA.is_dir():
         sys.exit(f"shared data not found at {DATA}")
@@ -88,7 +91,9 @@ def main() -> None:
         for d in corpus:
             (docs / f"{d['_id']}.md").write_text(f"# {d['title']}\n\n{d['text']}\n", encoding="utf-8")
         os.environ["MDRAG_HOME"] = str(Path(tmp) / "home")
-        index = Index(load_config({"index": "scifact", "search.stemming": args.stemming}))
+        index = Index(
+            load_config({"index": "scifact", "search.stemming": args.stemming, "embedding.backend": args.backend})
+        )
         t = time.perf_counter()
         summary = index.update([docs])
         t_index = time.perf_counter() - t
@@ -126,6 +131,8 @@ def main() -> None:
         index.close()
 
     out = {
+        "backend": args.backend,
+        "embedder": type(index.embedder).__name__,
         "mdrag_dense": ours,
         "modes": by_mode,
         "baseline_whole_docs_exact": base,

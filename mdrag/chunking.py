@@ -25,6 +25,8 @@ TokenCounter = Callable[[Sequence[str]], list[int]]
 # Separators tried in order when text must be cut: paragraph, line, sentence, word, character.
 _SEPARATORS = ("\n\n", "\n", ". ", " ", "")
 _MAX_CONTEXT_CHARS = 200  # a heading trail longer than this is shortened
+_MAX_TOPICS_CHARS = 400  # so is the frontmatter line
+_TOPIC_FIELDS = ("description", "summary", "tags", "topics", "keywords", "llm_hints")
 
 
 @dataclass(frozen=True)
@@ -34,6 +36,10 @@ class ChunkSettings:
     size: int = 1000
     overlap: int = 200
     unit: Literal["chars", "tokens"] = "chars"
+    # What is embedded (and BM25-indexed) before each chunk's text: nothing, the
+    # "title > heading path" trail, or the trail plus, on a file's first chunk,
+    # its frontmatter topics (description, tags, keywords...).
+    context: Literal["none", "headings", "frontmatter"] = "frontmatter"
 
     def __post_init__(self) -> None:
         if self.size < 50:
@@ -44,6 +50,8 @@ class ChunkSettings:
             )
         if self.unit not in ("chars", "tokens"):
             raise ConfigError(f"chunk.unit must be 'chars' or 'tokens', got {self.unit!r}")
+        if self.context not in ("none", "headings", "frontmatter"):
+            raise ConfigError(f"chunk.context must be 'none', 'headings' or 'frontmatter', got {self.context!r}")
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -194,12 +202,36 @@ def _join(units: list[_Unit]) -> _Unit:
     )
 
 
-def _context(title: str | None, heading_path: list[str]) -> str:
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _context(mode: str, title: str | None, heading_path: list[str], topics: str) -> str:
+    """The header embedded before a chunk: "title > headings", then the frontmatter topics."""
+    if mode == "none":
+        return ""
     trail = list(heading_path)
     if title and (not trail or trail[0].strip().lower() != title.strip().lower()):
         trail.insert(0, title)
-    ctx = " > ".join(t.strip() for t in trail if t and t.strip())
-    return ctx if len(ctx) <= _MAX_CONTEXT_CHARS else ctx[: _MAX_CONTEXT_CHARS - 1] + "…"
+    ctx = _clip(" > ".join(t.strip() for t in trail if t and t.strip()), _MAX_CONTEXT_CHARS)
+    if mode == "frontmatter" and topics:
+        ctx = f"{ctx}\n{topics}" if ctx else topics
+    return ctx
+
+
+def _topics(meta: dict[str, Any]) -> str:
+    """One line from the frontmatter fields that say what a file is about."""
+    parts: list[str] = []
+    for k in _TOPIC_FIELDS:
+        v = meta.get(k)
+        if isinstance(v, list):
+            v = ", ".join(str(x) for x in v)
+        elif isinstance(v, dict):
+            v = ", ".join(f"{a}: {b}" for a, b in v.items())
+        v = " ".join(str(v or "").split()).rstrip(". ")
+        if v and v not in parts:
+            parts.append(v if k in ("description", "summary") else f"{k.replace('_', ' ')}: {v}")
+    return _clip(". ".join(parts), _MAX_TOPICS_CHARS)
 
 
 def _frontmatter_fields(metadata: dict[str, Any], title: str | None) -> dict[str, Any]:
@@ -239,6 +271,7 @@ def chunk_document(
 
     measure: Callable[[str], int] = tokens if settings.unit == "tokens" else len
     meta = _frontmatter_fields(doc.metadata, doc.title)
+    topics = _topics(meta)
     pieces: list[tuple[int, _Unit]] = []  # (section index, unit)
     for si, section in enumerate(doc.sections):
         for u in _pack(_units(section.blocks), settings.size, settings.overlap, measure):
@@ -246,12 +279,12 @@ def chunk_document(
                 pieces.append((si, u))
 
     if count_tokens is not None and max_tokens is not None:
-        pieces = _fit_window(doc, pieces, count_tokens, max_tokens)
+        pieces = _fit_window(doc, pieces, count_tokens, max_tokens, settings.context, topics)
 
     chunks: list[Chunk] = []
-    for si, u in pieces:
+    for n, (si, u) in enumerate(pieces):
         section = doc.sections[si]
-        ctx = _context(doc.title, section.heading_path)
+        ctx = _context(settings.context, doc.title, section.heading_path, topics if n == 0 else "")
         position = len(chunks)
         embed = f"{ctx}\n\n{u.text}" if ctx else u.text
         text_hash = content_hash(embed)
@@ -277,10 +310,18 @@ def chunk_document(
 
 
 def _fit_window(
-    doc: Document, pieces: list[tuple[int, _Unit]], count_tokens: TokenCounter, max_tokens: int
+    doc: Document,
+    pieces: list[tuple[int, _Unit]],
+    count_tokens: TokenCounter,
+    max_tokens: int,
+    mode: str,
+    topics: str,
 ) -> list[tuple[int, _Unit]]:
     """Split every piece whose embedded text exceeds the model's window."""
-    contexts = [_context(doc.title, doc.sections[si].heading_path) for si, _ in pieces]
+    contexts = [
+        _context(mode, doc.title, doc.sections[si].heading_path, topics if n == 0 else "")
+        for n, (si, _) in enumerate(pieces)
+    ]
     embeds = [f"{c}\n\n{u.text}" if c else u.text for c, (_, u) in zip(contexts, pieces)]
     counts = count_tokens(embeds) if embeds else []
     out: list[tuple[int, _Unit]] = []

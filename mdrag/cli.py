@@ -19,6 +19,8 @@ from mdrag.errors import ConfigError, MdragError
 
 __all__ = ["main"]
 
+_SLOW_S = 1.0  # `serve` says it is loading when loading takes longer than this
+
 log = logging.getLogger("mdrag")
 
 EXAMPLES = {
@@ -276,13 +278,16 @@ def _cmd_serve(args: argparse.Namespace, config: Any) -> int:
     async def run() -> None:
         server = QAServer(config, folders, overrides=_overrides(args))
         await server.start()
-        print(f"mdrag: listening on {server.url} (index {config['index']!r}); loading...", file=sys.stderr, flush=True)
         try:
-            await server.ready.wait()
+            try:  # say that it is loading only when loading is slow
+                await asyncio.wait_for(asyncio.shield(server.ready.wait()), _SLOW_S)
+            except asyncio.TimeoutError:
+                print(f"mdrag: loading index {config['index']!r}...", file=sys.stderr, flush=True)
+                await server.ready.wait()
             if server.failed:
                 raise MdragError(f"could not load the index: {server.failed}")
             print(
-                f"mdrag: ready: {server.files} files, {server.chunks} chunks"
+                f"mdrag: listening on {server.url}: {server.files} files, {server.chunks} chunks"
                 + ("" if server.chunks else " (no indexed content: give folders to index)"),
                 file=sys.stderr,
                 flush=True,

@@ -40,9 +40,10 @@ DEFAULTS: dict[str, tuple[type | tuple[type, ...], Any]] = {
     "chunk.size": (int, 1000),
     "chunk.overlap": (int, 200),
     "chunk.unit": (str, "chars"),  # chars | tokens
+    "chunk.context": (str, "frontmatter"),  # none | headings | frontmatter: header embedded with each chunk
     "search.k": (int, 10),
-    "search.threshold": ((int, float), 0.4),
-    "search.mode": (str, "dense"),  # dense | bm25 | hybrid (see README "Search modes")
+    "search.threshold": ((int, float), 0.35),
+    "search.mode": (str, "hybrid"),  # dense | bm25 | hybrid (see README "Search modes")
     "search.fusion": (str, "rrf"),  # rrf | weighted (hybrid mode)
     "search.dense_weight": ((int, float), 0.5),  # weighted fusion: share of the dense score
     "search.stemming": (bool, True),  # stem BM25 text and queries (English); a change re-indexes
@@ -76,6 +77,7 @@ _INDEX_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")  # also a collection a
 _CHOICES = {
     "embedding.provider": ("local", "openai"),
     "chunk.unit": ("chars", "tokens"),
+    "chunk.context": ("none", "headings", "frontmatter"),
     "search.mode": ("dense", "bm25", "hybrid"),
     "embedding.backend": ("auto", "torch", "onnx", "openvino"),
     "search.fusion": ("rrf", "weighted"),

@@ -77,9 +77,9 @@ class Index:
         self.config = config or load_config()  # resolved settings
         self.name: str = self.config["index"]  # index (collection) name
         self.embedder = embedder or make_embedder(self.config)  # loads its model lazily
-        self.settings = ChunkSettings(
-            self.config["chunk.size"], self.config["chunk.overlap"], self.config["chunk.unit"]
-        )  # how files are cut; a change re-chunks everything
+        c = self.config
+        # How files are cut; a change re-chunks everything.
+        self.settings = ChunkSettings(c["chunk.size"], c["chunk.overlap"], c["chunk.unit"], c["chunk.context"])
         stem = None
         if self.config["search.stemming"]:
             from mdrag.stemming import stemmer

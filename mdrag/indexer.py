@@ -19,6 +19,7 @@ import hashlib
 import logging
 import os
 import queue
+import random
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -50,6 +51,7 @@ _SAVE_EVERY_S = 5.0  # how often a long run records its progress in the manifest
 _SKIP_DIRS = {"node_modules", "__pycache__"}
 # Milvus Lite: rewrite the index whole once small updates have written this share of it.
 _BM25_REWRITE_SHARE = 0.1
+_BM25_SEGMENT_ROWS = 512  # Milvus Lite: fewest chunks a run writes in one segment (see _pad_segment)
 
 
 @dataclass
@@ -207,7 +209,7 @@ def update_index(
         m.save(manifest_path)
 
     last_save = time.monotonic()
-    written = 0  # chunks upserted by this run
+    written: set[str] = set()  # ids of the chunks this run upserted
     retired: list[str] = []  # ids the new state no longer uses: deleted after the commit
     batch: list[tuple[str, FileState, list[Chunk]]] = []
     batch_chunks = 0
@@ -234,13 +236,13 @@ def update_index(
         batch.append((path, state, chunks))
         batch_chunks += len(chunks)
         if batch_chunks >= _BATCH_CHUNKS:
-            written += _write_batch(store, embedder, m, batch, summary, on_upsert, retired)
+            written |= _write_batch(store, embedder, m, batch, summary, on_upsert, retired)
             batch, batch_chunks = [], 0
             if time.monotonic() - last_save > _SAVE_EVERY_S:
                 m.save(manifest_path)
                 last_save = time.monotonic()
     if batch:
-        written += _write_batch(store, embedder, m, batch, summary, on_upsert, retired)
+        written |= _write_batch(store, embedder, m, batch, summary, on_upsert, retired)
 
     # Files gone from disk: their chunks go, after the new files could reuse their vectors.
     for p in d.removed:
@@ -248,6 +250,8 @@ def update_index(
     summary.deleted = len(d.removed)
 
     if written:
+        if store.per_segment_bm25 and summary.rebuild is None:
+            _pad_segment(store, m, written)
         store.flush()  # once per run: every flush seals a segment
     if writes:
         m.save(manifest_path)  # still dirty: a crash from here on is repaired
@@ -261,7 +265,7 @@ def update_index(
         store.delete_ids(retired)
         summary.chunks_deleted += len(retired)
     if writes:
-        _refresh_bm25(store, m, live, written, whole=summary.rebuild is not None)
+        _refresh_bm25(store, m, live, len(written), whole=summary.rebuild is not None)
     if writes or old is None or old.roots != roots:
         m.mark_finished()
         m.save(manifest_path)
@@ -343,13 +347,28 @@ def _parse(
     return state, chunks, None
 
 
+def _pad_segment(store: MilvusStore, m: Manifest, written: set[str]) -> None:
+    """Give a small update's segment BM25 statistics like the whole index's.
+
+    Milvus Lite computes BM25 statistics per segment (see
+    ``MilvusStore.per_segment_bm25``): chunks written alone would score far
+    too low. Writing a random sample of the other chunks again with them
+    makes their segment a sample of the index, with its term frequencies.
+    """
+    if len(written) >= _BM25_SEGMENT_ROWS:
+        return
+    others = sorted(m.chunk_ids() - written)
+    sample = random.Random(len(others)).sample(others, min(len(others), _BM25_SEGMENT_ROWS - len(written)))
+    if sample:
+        store.rewrite(sample, flush=False)
+
+
 def _refresh_bm25(store: MilvusStore, m: Manifest, live: set[str], written: int, whole: bool) -> None:
     """Keep Milvus Lite's per-segment BM25 statistics close to the whole index's.
 
-    Chunks written by a small update sit in a small segment whose statistics
-    make their BM25 scores too low (see ``MilvusStore.per_segment_bm25``).
-    Once such chunks reach ``_BM25_REWRITE_SHARE`` of the index, every chunk
-    is written again, together, which costs about 1 ms per chunk.
+    Small updates write segments that are samples of the index
+    (:func:`_pad_segment`); once they add up to ``_BM25_REWRITE_SHARE`` of the
+    index, every chunk is written again, together (about 1 ms per chunk).
     """
     if not store.per_segment_bm25 or whole:
         m.rows_since_rewrite = 0
@@ -369,8 +388,8 @@ def _write_batch(
     summary: IndexSummary,
     on_upsert: Callable[[int], None] | None,
     retired: list[str],
-) -> int:
-    """Embed what is new, upsert, record the files; returns how many chunks were written.
+) -> set[str]:
+    """Embed what is new, upsert, record the files; returns the ids of the chunks written.
 
     The ids the batch's files no longer use are added to ``retired``.
     """
@@ -396,7 +415,7 @@ def _write_batch(
         if prev is not None:
             retired.extend(set(prev.chunks) - set(state.chunks))
         m.files[path] = state
-    return len(chunks)
+    return {c.id for c in chunks}
 
 
 def _drop_incomplete(store: MilvusStore, m: Manifest) -> None:

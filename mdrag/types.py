@@ -59,7 +59,7 @@ class Chunk:
 
     id: str  # stable: derived from root, relative path and position
     text: str  # body text shown to users
-    context: str  # "title > heading > subheading", embedded with the text
+    context: str  # header embedded with the text: "title > heading > subheading" (+ frontmatter topics)
     path: str  # absolute file path
     rel_path: str  # path relative to its root folder, with forward slashes
     root: str  # the indexed folder the file was found under
@@ -74,7 +74,7 @@ class Chunk:
 
     @property
     def embed_text(self) -> str:
-        """The text the embedder sees: the heading context, then the body."""
+        """The text the embedder (and BM25) sees: the context header, then the body."""
         return f"{self.context}\n\n{self.text}" if self.context else self.text
 
 

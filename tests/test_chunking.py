@@ -6,7 +6,7 @@ import pytest
 
 from mdrag.chunking import ChunkSettings, chunk_document, split_text
 from mdrag.errors import ConfigError
-from mdrag.types import Block, Document, Section
+from mdrag.types import Block, Chunk, Document, Section
 
 
 def _doc(*sections: Section, title: str | None = "Guide", metadata: dict | None = None) -> Document:
@@ -43,11 +43,32 @@ def test_sections_become_chunks_with_heading_paths_and_metadata() -> None:
     assert [c.heading_path for c in chunks] == [[], ["Install"], ["Install", "Linux"]]
     assert [c.level for c in chunks] == [0, 1, 2]
     assert [c.line_start for c in chunks] == [3, 5, 9]
+    # the frontmatter topics go with the file's first chunk only
+    assert chunks[0].context == "Guide\ntags: setup. keywords: a, b"
     assert chunks[2].context == "Guide > Install > Linux"
     assert chunks[2].embed_text == "Guide > Install > Linux\n\nUse apt."
     assert chunks[0].metadata == {"title": "Guide", "tags": ["setup"], "keywords": ["a", "b"]}
     assert [c.position for c in chunks] == [0, 1, 2]
     assert chunks[0].rel_path == "guide.md" and chunks[0].root == "/docs"
+
+
+def test_context_setting_chooses_what_is_embedded_with_the_text() -> None:
+    doc = _doc(
+        Section(["Install"], 1, [Block("Run the installer.")]),
+        metadata={"title": "Guide", "description": "How to set it up.", "llm_hints": ["prefer apt"], "other": 1},
+    )
+
+    def first(context: str) -> Chunk:
+        return chunk_document(doc, "/docs", "g.md", ChunkSettings(context=context))[0]  # type: ignore[arg-type]
+
+    assert first("frontmatter").context == "Guide > Install\nHow to set it up. llm hints: prefer apt"
+    assert first("headings").context == "Guide > Install"
+    none = first("none")
+    assert none.context == "" and none.embed_text == "Run the installer."
+    # what is embedded decides the content hash, hence the id
+    assert len({first(c).id for c in ("none", "headings", "frontmatter")}) == 3
+    with pytest.raises(ConfigError):
+        ChunkSettings(context="all")  # type: ignore[arg-type]
 
 
 def test_title_is_not_repeated_when_it_is_the_first_heading() -> None:

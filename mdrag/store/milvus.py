@@ -93,6 +93,7 @@ class MilvusStore:
         self._client: Any = None  # pymilvus.MilvusClient, connected in open()
         self.prepare_text = prepare_text  # applied to BM25 text and BM25 queries (stemming), if set
         self.has_bm25 = True  # the collection has the BM25 sparse field (collections before 0.1 do not)
+        self._lite_engine: bool | None = None  # the server is Milvus Lite: see per_segment_bm25
 
     # -- connection -------------------------------------------------------
     def open(self, create: bool = True, replace_mismatch: bool = False) -> bool:
@@ -274,16 +275,25 @@ class MilvusStore:
 
     @property
     def per_segment_bm25(self) -> bool:
-        """Whether BM25 statistics are per segment (Milvus Lite) rather than global (server).
+        """Whether BM25 statistics are per segment (Milvus Lite) rather than global (Milvus).
 
-        Milvus Lite 3.2.2 computes BM25's document frequencies and average length
-        within each segment, so chunks written by a small update, alone in a small
-        segment, get much lower BM25 scores than the rest until they are rewritten
-        together with them (:meth:`rewrite`).
+        Milvus Lite 3.2.2 (embedded, or served by ``milvus-lite server``)
+        computes BM25's document frequencies and average length within each
+        segment, so chunks written by a small update, alone in a small segment,
+        get much lower BM25 scores than the rest. A Milvus server merges the
+        statistics of all segments.
         """
-        return self.has_bm25 and not _is_remote(self.uri)
+        if self._lite_engine is None:
+            try:
+                version = str(self.client.get_server_version())
+            except StoreError:  # not connected yet: ask again later
+                return False
+            except Exception:  # a server without GetVersion: not Milvus Lite
+                version = ""
+            self._lite_engine = version.startswith("milvus_lite")
+        return self.has_bm25 and self._lite_engine
 
-    def rewrite(self, ids: Iterable[str]) -> None:
+    def rewrite(self, ids: Iterable[str], flush: bool = True) -> None:
         """Write these rows again, unchanged, so that they share one set of segments."""
         ids = sorted(ids)
         fields = ["id", *_OUTPUT, "vector", "bm25_text"]
@@ -292,7 +302,8 @@ class MilvusStore:
             rows = self._call("query", self.collection, filter=expr, output_fields=fields)
             if rows:
                 self._call("upsert", self.collection, [{k: r[k] for k in fields} for r in rows])
-        self.flush()
+        if flush:
+            self.flush()
 
     def delete_ids(self, ids: Iterable[str], flush: bool = True) -> None:
         ids = list(ids)
