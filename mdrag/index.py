@@ -6,6 +6,7 @@ import logging
 import threading
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,7 @@ from mdrag.chunking import ChunkSettings
 from mdrag.config import Config, load_config
 from mdrag.embedding.base import Embedder
 from mdrag.errors import ConfigError, MdragError
-from mdrag.indexer import IndexSummary, update_index
+from mdrag.indexer import IndexSummary, nothing_to_do, record_fingerprint, update_index
 from mdrag.manifest import Manifest
 from mdrag.store.milvus import MilvusStore
 from mdrag.types import SearchResult
@@ -89,6 +90,7 @@ class Index:
             self.config.milvus_uri, self.name, self.embedder.identity, self.config["milvus_token"], stem
         )  # opened on first use
         self._opened = False  # the store is connected and its collection loaded
+        self._updated = False  # update() wrote through the open store: see close()
         self._exists = False  # the collection exists
         # Committed chunk ids: search returns only these, so a running update is
         # invisible until it commits, then visible all at once. None: no filter.
@@ -113,6 +115,11 @@ class Index:
     ) -> IndexSummary:
         """Index ``folders`` (default: the configured ones) incrementally."""
         folders = list(folders) if folders else list(self.config["folders"])
+        if not rebuild and not self._opened:  # a run with nothing to do need not open the store
+            quick = nothing_to_do(self.store, self.embedder, self.manifest_path, folders, self.settings)
+            if quick is not None:
+                return quick
+        self._updated = True
         self._open(create=True)
         self._load_visible()
 
@@ -162,7 +169,16 @@ class Index:
         """Ranked results for ``query``; ``threshold`` and ``mode`` default to the settings."""
         from mdrag.search import search
 
-        if not self._open(create=False):
+        vector = None
+        if not self._opened and query.strip():
+            # First search: load the model and embed the query while the store opens.
+            with ThreadPoolExecutor(1, thread_name_prefix="mdrag-embed") as pool:
+                pending_vector = pool.submit(self.embedder.embed_query, query)
+                exists = self._open(create=False)
+                vector = pending_vector.result()
+        else:
+            exists = self._open(create=False)
+        if not exists:
             raise MdragError(f"index {self.name!r} does not exist in {self.store.uri}: run `mdrag index DIR` first")
         self._load_visible()
         with self._cond:
@@ -182,6 +198,7 @@ class Index:
                 fusion=self.config["search.fusion"],
                 dense_weight=self.config["search.dense_weight"],
                 collapse=self.config["search.collapse"] if collapse is None else collapse,
+                vector=vector,
             )
         finally:
             with self._cond:
@@ -209,6 +226,9 @@ class Index:
     def close(self) -> None:
         self.store.close()
         self._opened = False
+        if self._updated:  # the store's files are final once it is closed
+            record_fingerprint(self.manifest_path, self.store)
+            self._updated = False
 
     def __enter__(self) -> Index:
         return self

@@ -37,7 +37,7 @@ from mdrag.parsers import parse_file, supported_extensions
 from mdrag.store.milvus import MilvusStore
 from mdrag.types import Chunk
 
-__all__ = ["IndexSummary", "scan", "update_index"]
+__all__ = ["IndexSummary", "nothing_to_do", "record_fingerprint", "scan", "update_index"]
 
 log = logging.getLogger(__name__)
 
@@ -146,19 +146,14 @@ def update_index(
     summary = IndexSummary()
     roots = [str(Path(f).expanduser().resolve()) for f in folders]
     # What decides the stored chunks: a change re-chunks (vectors are reused by content hash).
-    chunking = {**settings.as_dict(), "max_tokens": embedder.max_tokens}
-    chunking["bm25_stemming"] = store.prepare_text is not None
+    chunking = _chunking(store, embedder, settings)
     old = None if rebuild else Manifest.load(manifest_path)
     if rebuild:
         summary.rebuild = "requested (--rebuild)"
     elif old is None:
         summary.rebuild = "no manifest" if not manifest_path.exists() else "manifest unreadable"
-    elif old.model != embedder.identity:
-        summary.rebuild = f"embedding model changed from {old.model.get('model')} to {embedder.model_id}"
-    elif old.store_uri != store.uri:
-        summary.rebuild = "the store URI changed"
-    elif old.chunking != chunking:
-        summary.rebuild = "chunk settings changed"
+    else:
+        summary.rebuild = _rebuild_reason(old, store, embedder, chunking)
     if rebuild:
         store.drop()
         store.open(create=True)
@@ -272,6 +267,66 @@ def update_index(
     summary.chunks_total = m.chunk_count
     summary.seconds = round(time.perf_counter() - t0, 3)
     return summary
+
+
+def _chunking(store: MilvusStore, embedder: Embedder, settings: ChunkSettings) -> dict[str, object]:
+    """What decides the stored chunks: a change re-chunks (vectors are reused by content hash)."""
+    return {**settings.as_dict(), "max_tokens": embedder.max_tokens, "bm25_stemming": store.prepare_text is not None}
+
+
+def _rebuild_reason(old: Manifest, store: MilvusStore, embedder: Embedder, chunking: dict[str, object]) -> str | None:
+    if old.model != embedder.identity:
+        return f"embedding model changed from {old.model.get('model')} to {embedder.model_id}"
+    if old.store_uri != store.uri:
+        return "the store URI changed"
+    if old.chunking != chunking:
+        return "chunk settings changed"
+    return None
+
+
+def nothing_to_do(
+    store: MilvusStore,
+    embedder: Embedder,
+    manifest_path: Path,
+    folders: Sequence[str | Path],
+    settings: ChunkSettings,
+) -> IndexSummary | None:
+    """The summary of a run that finds nothing to do, found without opening the store; else None.
+
+    That is when the manifest is clean, its settings hold, no file changed,
+    and the store's fingerprint is the one recorded when it was last closed
+    (so the store still holds what the manifest says).
+    """
+    t0 = time.perf_counter()
+    m = Manifest.load(manifest_path)
+    fingerprint = store.fingerprint()
+    if m is None or m.dirty or fingerprint is None or m.store_fingerprint != fingerprint:
+        return None
+    roots = [str(Path(f).expanduser().resolve()) for f in folders]
+    if m.roots != roots or not all(Path(r).is_dir() for r in roots):
+        return None
+    if _rebuild_reason(m, store, embedder, _chunking(store, embedder, settings)) is not None:
+        return None
+    found = scan(roots)
+    d = diff(m.files, {p: (mt, sz) for p, (_, _, mt, sz) in found.items()})
+    if d.added or d.stat_changed or d.removed:
+        return None
+    if any((m.files[p].root, m.files[p].rel_path) != found[p][:2] for p in d.unchanged):  # moved
+        return None
+    summary = IndexSummary(unchanged=len(d.unchanged), chunks_total=m.chunk_count)
+    summary.seconds = round(time.perf_counter() - t0, 3)
+    return summary
+
+
+def record_fingerprint(manifest_path: Path, store: MilvusStore) -> None:
+    """After the store is closed: remember its fingerprint for :func:`nothing_to_do`."""
+    fingerprint = store.fingerprint()
+    m = Manifest.load(manifest_path)
+    if fingerprint and m is not None and not m.dirty and m.store_uri == store.uri:
+        if m.store_fingerprint == fingerprint:
+            return
+        m.store_fingerprint = fingerprint
+        m.save(manifest_path)
 
 
 def _progress(items: Iterator[T], total: int, show: bool) -> Iterator[T]:

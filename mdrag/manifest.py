@@ -76,6 +76,9 @@ class Manifest:
     # Chunks written by small updates since the collection was last written whole
     # (Milvus Lite keeps BM25 statistics per segment; see indexer._refresh_bm25).
     rows_since_rewrite: int = 0
+    # MilvusStore.fingerprint() when the last run's store was closed: unchanged,
+    # a run that finds no file changed need not open the store.
+    store_fingerprint: str | None = None
     version: int = VERSION
 
     @property
@@ -105,6 +108,7 @@ class Manifest:
             dirty=bool(d.get("dirty", False)),
             last_indexed=d.get("last_indexed"),
             rows_since_rewrite=int(d.get("rows_since_rewrite", 0)),
+            store_fingerprint=d.get("store_fingerprint"),
         )
 
     @classmethod

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mdrag.embedding.base import Embedder
 from mdrag.errors import ConfigError
 from mdrag.store import filters as f
 from mdrag.store.milvus import MilvusStore
 from mdrag.types import SearchResult
+
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = ["FILTER_KEYS", "build_filter", "search"]
 
@@ -58,6 +61,7 @@ def search(
     fusion: str = "rrf",
     dense_weight: float = 0.5,
     collapse: str = "none",
+    vector: np.ndarray | None = None,
 ) -> list[SearchResult]:
     """The ``k`` chunks most similar to ``query`` whose score is at least ``threshold``.
 
@@ -66,14 +70,16 @@ def search(
     fetched to make up for chunks written but not yet visible. ``mode`` picks
     the ranking (dense, bm25 or hybrid); the score is the cosine in every mode.
     ``collapse`` keeps only the best chunk of each "section" or "file", so one
-    long section or file cannot fill every place.
+    long section or file cannot fill every place. ``vector`` is the query's
+    embedding when the caller has it already.
     """
     if not query or not query.strip():
         raise ConfigError("the search query is empty: give some words to search for")
     if k < 1:
         raise ConfigError(f"k must be at least 1, got {k}")
     expr = build_filter(filters)
-    vector = embedder.embed_query(query)
+    if vector is None:
+        vector = embedder.embed_query(query)
     fetch = k * 4 if collapse != "none" else k  # room for the chunks that collapse away
     rows = store.search(
         vector, min(fetch + max(extra, 0), 16384), expr, mode=mode, text=query, fusion=fusion, dense_weight=dense_weight

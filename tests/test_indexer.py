@@ -192,6 +192,32 @@ def test_store_emptied_behind_the_manifest_is_repaired(tmp_path: Path) -> None:
     _consistent(idx)
 
 
+def test_a_run_with_nothing_to_do_does_not_open_the_store_unless_it_changed(tmp_path: Path) -> None:
+    root = _corpus(tmp_path)
+    emb = HashEmbedder()
+    with _index(emb) as idx:
+        first = idx.update([root])
+        config = idx.config
+    with Index(config, embedder=emb) as idx:  # nothing changed: answered from the manifest
+        s = idx.update([root])
+        assert (s.unchanged, s.chunks_total, s.chunks_embedded) == (6, first.chunks_total, 0)
+        assert idx.store._client is None, "the store was not opened"
+    (root / "sub" / "page1.md").write_text("# Page 1\n\nNew words.\n")
+    with Index(config, embedder=emb) as idx:
+        s = idx.update([root])
+        assert s.modified == 1 and idx.store._client is not None
+        total = s.chunks_total
+    # Another program deletes chunks behind mdrag's back: the store's files change,
+    # so the next run opens it, sees the gap and repairs it.
+    with Index(config, embedder=emb) as idx:
+        idx.store.open(create=False)
+        idx.store.delete_ids(sorted(idx.store.all_ids())[:3])
+    with Index(config, embedder=emb) as idx:
+        s = idx.update([root])
+        assert s.repaired and s.chunks_total == total
+        _consistent(idx)
+
+
 def test_shared_corpus_formats_parse_or_skip(tmp_path: Path, shared_data: Path) -> None:
     """Every PDF, DOCX and HTML file under shared data is indexed or skipped with a reason."""
     root = tmp_path / "mixed"

@@ -9,6 +9,7 @@ collection is "released" until loaded).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -165,6 +166,25 @@ class MilvusStore:
             self._client = None
             if not _is_remote(self.uri):
                 _lite_release(self.uri)
+
+    def fingerprint(self) -> str | None:
+        """A digest of a Milvus Lite collection's files, read without connecting; None otherwise.
+
+        It changes whenever Milvus Lite commits anything to the collection (its
+        manifest, its write-ahead log), so an unchanged fingerprint means the
+        store holds what the last run left there.
+        """
+        if _is_remote(self.uri):
+            return None
+        coll = Path(self.uri).expanduser() / "collections" / self.collection
+        try:
+            files = [coll / "manifest.json"]
+            if (coll / "wal").is_dir():
+                files += sorted((coll / "wal").iterdir())
+            parts = [f"{p.relative_to(coll)}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for p in files]
+        except OSError:
+            return None
+        return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
     @property
     def client(self) -> Any:
