@@ -1,33 +1,69 @@
-"""Run every benchmark in order; figures go to stdout and benchmarks/out/*.json.
+"""The whole benchmark suite in one command: figures, ratios, RESULTS.md and plots.
 
-    python benchmarks/run.py        (or: make bench)
+    python benchmarks/run.py                 (or: make bench)
+    python benchmarks/run.py --only hugo,scifact   # some steps, then the report
+    python benchmarks/run.py --report-only         # RESULTS.md and plots from benchmarks/out/*.json
 
-Takes about 20 minutes on 2 CPU cores: the Hugo docs are indexed once (and the
-index reused by the threshold benchmark), SciFact once.
+Each step is one script that prints its figures with the ratio to a baseline
+measured in the same run and writes benchmarks/out/<step>.json; then
+benchmarks/report.py writes benchmarks/RESULTS.md and benchmarks/plots/*.png
+from those files. Takes about 40 minutes on 2 CPU cores (the LlamaIndex step
+installs LlamaIndex in its own virtualenv the first time, a few minutes more).
 """
 
 from __future__ import annotations
 
+import argparse
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 OUT = HERE / "out"
+HOME = OUT / "hugo-home"  # the default-backend Hugo index, reused by later steps
 
-
-def run(*args: str) -> None:
-    print(f"\n$ python {' '.join(args)}", flush=True)
-    subprocess.run([sys.executable, *args], check=True, cwd=HERE.parent)
+# step name -> script and arguments; each writes OUT/<name>.json
+STEPS: dict[str, list[str]] = {
+    "embedders": ["embedders.py", "--cache", str(OUT / "models")],
+    "embedders_longest": ["embedders.py", "--longest", "--cache", str(OUT / "models")],
+    "hugo_torch": ["hugo_index.py", "--backend", "torch"],
+    "hugo": ["hugo_index.py", "--keep", str(HOME)],
+    "threshold": ["threshold.py", "--home", str(HOME)],
+    "context": ["context.py"],
+    "server_load": ["server_load.py", "--home", str(HOME)],
+    "mcp_latency": ["mcp_latency.py"],
+    "scifact": ["scifact.py"],
+    "scifact_torch": ["scifact.py", "--backend", "torch"],
+    "store_scale": ["store_scale.py"],
+    "llamaindex": ["llamaindex_compare.py"],
+}
 
 
 def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--only", help="comma-separated steps: " + ", ".join(STEPS))
+    ap.add_argument("--skip", default="", help="comma-separated steps to leave out")
+    ap.add_argument("--report-only", action="store_true", help="only write RESULTS.md and the plots")
+    args = ap.parse_args()
+    names = [] if args.report_only else (args.only.split(",") if args.only else list(STEPS))
+    names = [n for n in names if n not in set(args.skip.split(","))]
+    unknown = [n for n in names if n not in STEPS]
+    if unknown:
+        sys.exit(f"unknown step(s) {', '.join(unknown)}; steps: {', '.join(STEPS)}")
     OUT.mkdir(exist_ok=True)
-    home = OUT / "hugo-home"
-    run("benchmarks/hugo_index.py", "--json", str(OUT / "hugo_index.json"), "--keep", str(home))
-    run("benchmarks/threshold.py", "--home", str(home), "--json", str(OUT / "threshold.json"))
-    run("benchmarks/server_load.py", "--home", str(home), "--json", str(OUT / "server_load.json"))
-    run("benchmarks/scifact.py", "--json", str(OUT / "scifact.json"))
+    failed = []
+    for name in names:
+        script, *rest = STEPS[name]
+        cmd = [sys.executable, str(HERE / script), *rest, "--json", str(OUT / f"{name}.json")]
+        print(f"\n== {name}: python benchmarks/{script} {' '.join(rest)}", flush=True)
+        t = time.perf_counter()
+        if subprocess.run(cmd, cwd=HERE.parent).returncode != 0:
+            failed.append(name)
+        print(f"== {name}: {time.perf_counter() - t:.0f} s", flush=True)
+    subprocess.run([sys.executable, str(HERE / "report.py")], cwd=HERE.parent, check=True)
+    if failed:
+        sys.exit(f"steps that failed: {', '.join(failed)} (their previous figures, if any, stay in the report)")
 
 
 if __name__ == "__main__":

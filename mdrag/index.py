@@ -95,6 +95,9 @@ class Index:
         # Committed chunk ids: search returns only these, so a running update is
         # invisible until it commits, then visible all at once. None: no filter.
         self._visible: frozenset[str] | None = None
+        # The folders those ids account for; chunks of other folders (written by
+        # other indexers into the same collection) are not filtered. None: all.
+        self._visible_roots: frozenset[str] | None = None
         self._pending = 0  # chunks written by a running update and not yet committed
         self._generation = 0  # bumped at each commit
         self._readers: Counter[int] = Counter()  # searches running, by the generation they read
@@ -127,10 +130,13 @@ class Index:
             with self._cond:
                 self._pending += n
 
+        roots = frozenset(str(Path(f).expanduser().resolve()) for f in folders)
+
         def commit(ids: set[str]) -> None:
             with self._cond:
                 old = self._generation
                 self._visible, self._pending = frozenset(ids), 0
+                self._visible_roots = roots | (self._visible_roots or frozenset())
                 self._generation += 1
                 # The replaced chunks are deleted when this returns: let the
                 # searches that still read the old state finish first.
@@ -156,6 +162,7 @@ class Index:
         if self._visible is None:
             m = Manifest.load(self.manifest_path)
             self._visible = frozenset(m.chunk_ids()) if m is not None and m.files else None
+            self._visible_roots = frozenset(m.roots) if m is not None and m.files else None
 
     def search(
         self,
@@ -183,6 +190,7 @@ class Index:
         self._load_visible()
         with self._cond:
             generation, visible, pending = self._generation, self._visible, self._pending
+            visible_roots = self._visible_roots
             self._readers[generation] += 1
         try:
             return search(
@@ -193,6 +201,7 @@ class Index:
                 self.config["search.threshold"] if threshold is None else threshold,
                 filters,
                 visible=visible,
+                visible_roots=visible_roots,
                 extra=pending,
                 mode=mode or self.config["search.mode"],
                 fusion=self.config["search.fusion"],

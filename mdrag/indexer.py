@@ -69,6 +69,7 @@ class IndexSummary:
     chunks_deleted: int = 0
     chunks_total: int = 0
     seconds: float = 0.0
+    embed_seconds: float = 0.0  # of which in the embedder (loading the model the first time included)
     rebuild: str | None = None  # why the whole corpus was re-chunked, if it was
     repaired: bool = False  # a previous run was interrupted and its leftovers were cleaned
     skipped_files: list[tuple[str, str]] = field(default_factory=list)  # (path, reason)
@@ -165,14 +166,17 @@ def update_index(
         m.files = old.files
         m.dirty = old.dirty
         m.rows_since_rewrite = old.rows_since_rewrite
-    if not m.dirty and m.files and store.count() != m.chunk_count:
+    # The folders this manifest accounts for: other indexers may write other
+    # folders into the same collection, and their chunks are not ours to repair.
+    scope = sorted(set(roots) | set(old.roots if old is not None else []))
+    if not m.dirty and m.files and store.count(scope) != m.chunk_count:
         log.warning("index %r: the store and the manifest disagree", index_name)
         m.dirty = True
     repair = summary.rebuild is not None or m.dirty
     if m.dirty:
         summary.repaired = True
         log.warning("the previous run of index %r did not finish: repairing", index_name)
-        _drop_incomplete(store, m)
+        _drop_incomplete(store, m, scope)
 
     found = scan(roots, summary)
     d = diff(m.files, {p: (mt, sz) for p, (_, _, mt, sz) in found.items()})
@@ -254,7 +258,7 @@ def update_index(
     if on_commit is not None:
         on_commit(live)
     if repair:
-        retired.extend(store.all_ids() - live)
+        retired.extend(store.all_ids(roots=scope) - live)
     retired = sorted(set(retired) - live)
     if retired:
         store.delete_ids(retired)
@@ -266,6 +270,7 @@ def update_index(
         m.save(manifest_path)
     summary.chunks_total = m.chunk_count
     summary.seconds = round(time.perf_counter() - t0, 3)
+    summary.embed_seconds = round(summary.embed_seconds, 3)
     return summary
 
 
@@ -457,7 +462,9 @@ def _write_batch(
         if c.content_hash not in known:
             todo.setdefault(c.content_hash, c.embed_text)
     if todo:
+        t = time.perf_counter()
         vecs = embedder.embed(list(todo.values()))
+        summary.embed_seconds += time.perf_counter() - t
         known.update(zip(todo.keys(), vecs))
     summary.chunks_embedded += len(todo)
     summary.chunks_reused += len(all_chunks) - len(todo)
@@ -473,9 +480,9 @@ def _write_batch(
     return {c.id for c in chunks}
 
 
-def _drop_incomplete(store: MilvusStore, m: Manifest) -> None:
+def _drop_incomplete(store: MilvusStore, m: Manifest, scope: list[str]) -> None:
     """After a crash: forget files whose chunks are not all in the store."""
-    present = store.all_ids()
+    present = store.all_ids(roots=scope)
     for path in [p for p, s in m.files.items() if not set(s.chunks) <= present]:
         log.info("re-indexing %s: its chunks are incomplete", path)
         del m.files[path]

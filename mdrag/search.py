@@ -56,6 +56,7 @@ def search(
     threshold: float | None = None,
     filters: Mapping[str, Any] | None = None,
     visible: frozenset[str] | None = None,
+    visible_roots: frozenset[str] | None = None,
     extra: int = 0,
     mode: str = "dense",
     fusion: str = "rrf",
@@ -66,7 +67,8 @@ def search(
     """The ``k`` chunks most similar to ``query`` whose score is at least ``threshold``.
 
     Scores are cosine similarities clipped to 0..1 (MiniLM vectors are normalized).
-    With ``visible``, only those chunk ids are returned; ``extra`` more are
+    With ``visible``, only those chunk ids are returned (of the chunks under
+    ``visible_roots``, when given; others pass); ``extra`` more are
     fetched to make up for chunks written but not yet visible. ``mode`` picks
     the ranking (dense, bm25 or hybrid); the score is the cosine in every mode.
     ``collapse`` keeps only the best chunk of each "section" or "file", so one
@@ -85,7 +87,7 @@ def search(
         vector, min(fetch + max(extra, 0), 16384), expr, mode=mode, text=query, fusion=fusion, dense_weight=dense_weight
     )
     if visible is not None:
-        rows = [r for r in rows if r["id"] in visible]
+        rows = [r for r in rows if r["id"] in visible or (visible_roots is not None and r["root"] not in visible_roots)]
     if collapse != "none":
         seen: set[tuple[str, ...]] = set()
         kept = []

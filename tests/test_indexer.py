@@ -218,6 +218,37 @@ def test_a_run_with_nothing_to_do_does_not_open_the_store_unless_it_changed(tmp_
         _consistent(idx)
 
 
+def test_indexers_of_different_folders_can_share_one_index(tmp_path: Path) -> None:
+    """Parallel indexers, one per folder, write one collection: none repairs away the others' chunks."""
+    from mdrag.manifest import Manifest
+
+    a, b = _corpus(tmp_path / "a"), _corpus(tmp_path / "b", n=2)
+    emb = HashEmbedder()
+    with _index(emb) as first:
+        config = first.config
+        sa = first.update([a])
+    home_b = tmp_path / "home_b"  # the second indexer keeps its own manifest
+    config_b = config.with_overrides({"milvus_uri": config.milvus_uri})
+    config_b.home = home_b
+    with Index(config_b, embedder=emb) as second:
+        sb = second.update([b])
+        assert not sb.repaired, "the first indexer's chunks are not a disagreement"
+        # the second indexer is interrupted: its next run repairs its own folder only
+        m = Manifest.load(second.manifest_path)
+        assert m is not None
+        m.dirty = True
+        m.save(second.manifest_path)
+        s = second.update([b])
+        assert s.repaired and s.chunks_total == sb.chunks_total
+        assert second.store.count() == sa.chunks_total + sb.chunks_total
+        paths = {r.path for r in second.search("Topic words", k=50, threshold=0)}
+        assert any(p.startswith(str(a)) for p in paths) and any(p.startswith(str(b)) for p in paths)
+    with Index(config, embedder=emb) as first:
+        assert not first.update([a]).repaired
+        m = Manifest.load(first.manifest_path)
+        assert m is not None and first.store.all_ids(roots=[str(a)]) == m.chunk_ids()
+
+
 def test_shared_corpus_formats_parse_or_skip(tmp_path: Path, shared_data: Path) -> None:
     """Every PDF, DOCX and HTML file under shared data is indexed or skipped with a reason."""
     root = tmp_path / "mixed"

@@ -348,22 +348,26 @@ class MilvusStore:
                 found.setdefault(r["content_hash"], np.asarray(r["vector"], dtype=np.float32))
         return found
 
-    def all_ids(self, prefix: str = "") -> set[str]:
-        """Every chunk id in the collection (used to repair after a crash).
+    def all_ids(self, prefix: str = "", roots: Sequence[str] | None = None) -> set[str]:
+        """Every chunk id in the collection, or under these indexed folders (used to repair after a crash).
 
         Ids are hex digests, so the collection is read in buckets by id prefix,
         each split 16 ways while it is larger than one query may return
         (Milvus caps a query at 16,384 rows; Milvus Lite has no query iterator).
         """
         limit = self.query_limit
-        expr = filters.like_prefix("id", prefix) if prefix else ""
+        expr = filters.and_(
+            filters.like_prefix("id", prefix) if prefix else "", filters.in_("root", roots) if roots else ""
+        )
         rows = self._call("query", self.collection, filter=expr, output_fields=["id"], limit=limit)
         if len(rows) < limit:
             return {r["id"] for r in rows}
-        return set().union(*(self.all_ids(prefix + c) for c in "0123456789abcdef"))
+        return set().union(*(self.all_ids(prefix + c, roots) for c in "0123456789abcdef"))
 
-    def count(self) -> int:
-        rows = self._call("query", self.collection, filter="", output_fields=["count(*)"])
+    def count(self, roots: Sequence[str] | None = None) -> int:
+        """Chunks in the collection, or under these indexed folders."""
+        expr = filters.in_("root", roots) if roots else ""
+        rows = self._call("query", self.collection, filter=expr, output_fields=["count(*)"])
         return int(rows[0]["count(*)"]) if rows else 0
 
     def search(
