@@ -30,6 +30,7 @@ lint: setup
 	$(BIN)/mypy mdrag --ignore-missing-imports
 
 bench: setup
+	$(BIN)/pip install --quiet -e '.[bench]'
 	$(BIN)/python benchmarks/run.py
 
 clean:

@@ -66,11 +66,22 @@ def pct(xs: list[float], q: float) -> float:
     return float(np.percentile(np.asarray(xs) * 1000, q))
 
 
+def seed_model_cache(home: Path, cache: Path | None) -> None:
+    """Copy an existing ONNX export into ``home``: the export is a one-time cost, measured by embedders.py."""
+    if cache is not None and (cache / "models").is_dir():
+        shutil.copytree(cache / "models", home / "cache" / "models", dirs_exist_ok=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", type=Path)
     ap.add_argument("--keep", type=Path, help="keep the mdrag home (index) here, for benchmarks/threshold.py")
     ap.add_argument("--backend", default="auto", help="embedding.backend: auto, torch, onnx or openvino")
+    ap.add_argument(
+        "--model-cache",
+        type=Path,
+        help="a cache folder with models/ (embedders.py --cache): the one-time ONNX export, not timed",
+    )
     args = ap.parse_args()
     out: dict[str, object] = {"backend": args.backend}
     with tempfile.TemporaryDirectory() as tmp:
@@ -78,6 +89,7 @@ def main() -> None:
         shutil.copytree(HUGO, docs)
         home = Path(tmp) / "home"
         home.mkdir()
+        seed_model_cache(home, args.model_cache)
         (home / "config.yaml").write_text(f"embedding:\n  backend: {args.backend}\n")
         n_files = sum(1 for _ in docs.rglob("*.md"))
 

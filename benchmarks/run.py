@@ -28,15 +28,16 @@ STEPS: dict[str, list[str]] = {
     "embedders": ["embedders.py", "--cache", str(OUT / "models")],
     "embedders_longest": ["embedders.py", "--longest", "--cache", str(OUT / "models")],
     "hugo_torch": ["hugo_index.py", "--backend", "torch"],
-    "hugo": ["hugo_index.py", "--keep", str(HOME)],
+    "hugo": ["hugo_index.py", "--keep", str(HOME), "--model-cache", str(OUT / "models")],
     "threshold": ["threshold.py", "--home", str(HOME)],
-    "context": ["context.py"],
+    "context": ["context.py", "--model-cache", str(OUT / "models")],
+    "incremental": ["incremental.py"],
     "server_load": ["server_load.py", "--home", str(HOME)],
     "mcp_latency": ["mcp_latency.py"],
     "scifact": ["scifact.py"],
     "scifact_torch": ["scifact.py", "--backend", "torch"],
     "store_scale": ["store_scale.py"],
-    "llamaindex": ["llamaindex_compare.py"],
+    "llamaindex": ["llamaindex_compare.py", "--model-cache", str(OUT / "models")],
 }
 
 
