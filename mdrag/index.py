@@ -45,10 +45,17 @@ def make_embedder(config: Config) -> Embedder:
     from mdrag.embedding.local import DEFAULT_MODEL, LocalEmbedder
 
     backend = config["embedding.backend"]
-    if backend == "auto":  # ONNX when onnxruntime is installed: same vectors, no torch at query time
-        from mdrag.embedding.onnx import onnx_available
+    if backend == "auto":
+        # The fastest backend that passes the quality guard (benchmarks/RESULTS.md): OpenVINO
+        # (bf16 where the CPU has it), then onnxruntime; torch for a GPU or when neither is installed.
+        from mdrag.embedding.onnx import onnx_available, openvino_available
 
-        backend = "onnx" if onnx_available() else "torch"
+        if config["embedding.device"] != "cpu":
+            backend = "torch"
+        elif openvino_available():
+            backend = "openvino"
+        else:
+            backend = "onnx" if onnx_available() else "torch"
     if backend in ("onnx", "openvino"):
         from mdrag.embedding.onnx import OnnxEmbedder, OpenVinoEmbedder
 

@@ -217,3 +217,16 @@ def test_a_corrupt_export_is_redone(onnx_cache: Path, tmp_path: Path, caplog: py
     assert "does not match its checksum" in caplog.text
     assert onnx._checksum_ok(path)
     np.testing.assert_allclose(v, OnnxEmbedder(cache_dir=onnx_cache).embed(TEXTS[:2]), atol=1e-5)
+
+
+def test_auto_backend_picks_the_fastest_installed_runtime(mdrag_home: Path) -> None:
+    from mdrag.config import load_config
+    from mdrag.embedding.local import LocalEmbedder
+    from mdrag.embedding.onnx import OnnxEmbedder, OpenVinoEmbedder, openvino_available
+    from mdrag.index import make_embedder
+
+    auto = make_embedder(load_config())
+    assert type(auto) is (OpenVinoEmbedder if openvino_available() else OnnxEmbedder)
+    assert isinstance(make_embedder(load_config({"embedding.device": "cuda"})), LocalEmbedder)
+    assert type(make_embedder(load_config({"embedding.backend": "onnx"}))) is OnnxEmbedder
+    assert isinstance(make_embedder(load_config({"embedding.backend": "torch"})), LocalEmbedder)
