@@ -163,7 +163,10 @@ def test_vectors_match_the_torch_backend(runtime: str, request: pytest.FixtureRe
     # Padding to the longest text of a batch does not change a vector.
     alone = np.vstack([e.embed([t]) for t in TEXTS[-3:]])
     np.testing.assert_allclose(alone, got[-3:], atol=1e-3 if runtime == "openvino" else 1e-5)
-    np.testing.assert_allclose(e.embed_query(TEXTS[0]), got[0], atol=1e-5)
+    if runtime == "openvino":  # queries run at full precision: torch's vector, not bf16's
+        np.testing.assert_allclose(e.embed_query(TEXTS[0]), want[0], atol=1e-4)
+    else:
+        np.testing.assert_allclose(e.embed_query(TEXTS[0]), got[0], atol=1e-5)
 
 
 @needs_openvino

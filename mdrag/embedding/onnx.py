@@ -418,6 +418,20 @@ class OpenVinoEmbedder(OnnxEmbedder):
     def _io_names(self, session: Any) -> tuple[set[str], list[str]]:
         return {i.get_any_name() for i in session.inputs}, [o.get_any_name() for o in session.outputs]
 
+    def embed_query(self, text: str) -> np.ndarray:
+        """Queries are embedded at full precision (f32).
+
+        A query costs a few milliseconds either way, and an exact query vector
+        leaves only the documents' bf16 rounding in the ranking.
+        """
+        if self.precision == "f32":
+            return super().embed_query(text)
+        return self._query_embedder.embed_query(text)
+
+    @cached_property
+    def _query_embedder(self) -> OpenVinoEmbedder:
+        return OpenVinoEmbedder(self.model_id, self.batch_size, self.cache_dir, self.threads, precision="f32")
+
     def _run(self, feed: dict[str, np.ndarray]) -> np.ndarray:
         compiled = self.session
         request = getattr(self._local, "request", None)
