@@ -14,7 +14,7 @@ from mdrag.chunking import ChunkSettings
 from mdrag.config import Config, load_config
 from mdrag.embedding.base import Embedder
 from mdrag.errors import ConfigError, MdragError
-from mdrag.indexer import IndexSummary, nothing_to_do, record_fingerprint, update_index
+from mdrag.indexer import IndexSummary, record_fingerprint, update_index
 from mdrag.manifest import Manifest
 from mdrag.store.milvus import MilvusStore
 from mdrag.types import SearchResult
@@ -125,13 +125,15 @@ class Index:
     ) -> IndexSummary:
         """Index ``folders`` (default: the configured ones) incrementally."""
         folders = list(folders) if folders else list(self.config["folders"])
-        if not rebuild and not self._opened:  # a run with nothing to do need not open the store
-            quick = nothing_to_do(self.store, self.embedder, self.manifest_path, folders, self.settings)
-            if quick is not None:
-                return quick
-        self._updated = True
-        self._open(create=True)
-        self._load_visible()
+
+        def open_store() -> None:
+            self._updated = True
+            self._open(create=True)
+            self._load_visible()
+
+        opened = self._opened
+        if opened:
+            open_store()
 
         def upserted(n: int) -> None:
             with self._cond:
@@ -161,6 +163,7 @@ class Index:
                 progress,
                 on_upsert=upserted,
                 on_commit=commit,
+                open_store=None if opened else open_store,  # a run with nothing to do need not open it
             )
         finally:
             self._pending = 0

@@ -37,7 +37,7 @@ from mdrag.parsers import parse_file, supported_extensions
 from mdrag.store.milvus import MilvusStore
 from mdrag.types import Chunk
 
-__all__ = ["IndexSummary", "nothing_to_do", "record_fingerprint", "scan", "update_index"]
+__all__ = ["IndexSummary", "record_fingerprint", "scan", "update_index"]
 
 log = logging.getLogger(__name__)
 
@@ -135,10 +135,13 @@ def update_index(
     progress: bool = False,
     on_upsert: Callable[[int], None] | None = None,
     on_commit: Callable[[set[str]], None] | None = None,
+    open_store: Callable[[], None] | None = None,
 ) -> IndexSummary:
     """Bring the store in line with ``folders``; returns what was done.
 
-    ``store`` must be open. ``rebuild`` drops the collection and starts over.
+    ``store`` must be open, or ``open_store()`` opens it: a run that finds
+    nothing to do, with the store's fingerprint unchanged since the manifest
+    recorded it, does not open it at all. ``rebuild`` drops the collection and starts over.
     ``on_upsert(n)`` is called after n chunks with new ids are written (not yet
     committed); ``on_commit(ids)`` with the new state's chunk ids, before the
     ids it replaces are deleted.
@@ -155,6 +158,13 @@ def update_index(
         summary.rebuild = "no manifest" if not manifest_path.exists() else "manifest unreadable"
     else:
         summary.rebuild = _rebuild_reason(old, store, embedder, chunking)
+    found = scan(roots, summary)
+    if open_store is not None:
+        if old is not None and summary.rebuild is None and _unchanged(old, store, roots, found):
+            summary.unchanged, summary.chunks_total = len(found), old.chunk_count
+            summary.seconds = round(time.perf_counter() - t0, 3)
+            return summary
+        open_store()
     if rebuild:
         store.drop()
         store.open(create=True)
@@ -178,7 +188,6 @@ def update_index(
         log.warning("the previous run of index %r did not finish: repairing", index_name)
         _drop_incomplete(store, m, scope)
 
-    found = scan(roots, summary)
     d = diff(m.files, {p: (mt, sz) for p, (_, _, mt, sz) in found.items()})
     # A file now found under another root gets new chunk ids: re-chunk it.
     moved = [p for p in d.unchanged if (m.files[p].root, m.files[p].rel_path) != found[p][:2]]
@@ -289,42 +298,21 @@ def _rebuild_reason(old: Manifest, store: MilvusStore, embedder: Embedder, chunk
     return None
 
 
-def nothing_to_do(
-    store: MilvusStore,
-    embedder: Embedder,
-    manifest_path: Path,
-    folders: Sequence[str | Path],
-    settings: ChunkSettings,
-) -> IndexSummary | None:
-    """The summary of a run that finds nothing to do, found without opening the store; else None.
+_Found = dict[str, tuple[str, str, int, int]]  # scan(): abs path -> (root, rel_path, mtime_ns, size)
 
-    That is when the manifest is clean, its settings hold, no file changed,
-    and the store's fingerprint is the one recorded when it was last closed
-    (so the store still holds what the manifest says).
-    """
-    t0 = time.perf_counter()
-    m = Manifest.load(manifest_path)
+
+def _unchanged(old: Manifest, store: MilvusStore, roots: list[str], found: _Found) -> bool:
+    """Whether a clean manifest still describes every file and the store (by its fingerprint)."""
+    if old.dirty or old.roots != roots or set(found) != set(old.files):
+        return False
+    if not all((f.root, f.rel_path, f.mtime_ns, f.size) == found[p] for p, f in old.files.items()):
+        return False
     fingerprint = store.fingerprint()
-    if m is None or m.dirty or fingerprint is None or m.store_fingerprint != fingerprint:
-        return None
-    roots = [str(Path(f).expanduser().resolve()) for f in folders]
-    if m.roots != roots or not all(Path(r).is_dir() for r in roots):
-        return None
-    if _rebuild_reason(m, store, embedder, _chunking(store, embedder, settings)) is not None:
-        return None
-    found = scan(roots)
-    d = diff(m.files, {p: (mt, sz) for p, (_, _, mt, sz) in found.items()})
-    if d.added or d.stat_changed or d.removed:
-        return None
-    if any((m.files[p].root, m.files[p].rel_path) != found[p][:2] for p in d.unchanged):  # moved
-        return None
-    summary = IndexSummary(unchanged=len(d.unchanged), chunks_total=m.chunk_count)
-    summary.seconds = round(time.perf_counter() - t0, 3)
-    return summary
+    return fingerprint is not None and fingerprint == old.store_fingerprint
 
 
 def record_fingerprint(manifest_path: Path, store: MilvusStore) -> None:
-    """After the store is closed: remember its fingerprint for :func:`nothing_to_do`."""
+    """After the store is closed: remember its fingerprint (see ``open_store`` in :func:`update_index`)."""
     fingerprint = store.fingerprint()
     m = Manifest.load(manifest_path)
     if fingerprint and m is not None and not m.dirty and m.store_uri == store.uri:

@@ -181,7 +181,7 @@ class MilvusStore:
             files = [coll / "manifest.json"]
             if (coll / "wal").is_dir():
                 files += sorted((coll / "wal").iterdir())
-            parts = [f"{p.relative_to(coll)}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for p in files]
+            parts = [f"{p.relative_to(coll)}:{st.st_size}:{st.st_mtime_ns}" for p in files for st in [p.stat()]]
         except OSError:
             return None
         return hashlib.sha256("\n".join(parts).encode()).hexdigest()
