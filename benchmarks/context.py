@@ -11,31 +11,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import shutil
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-HUGO = ROOT.parent / "shared" / "data" / "markdown_hugo_docs"
-QA = ROOT / "benchmarks" / "data" / "hugo_qa.jsonl"
+from common import HUGO, QA, mdrag_cli, seed_model_cache
+
 CONTEXTS = ("none", "headings", "frontmatter")
-
-
-def _cli(home: Path, *args: str) -> str:
-    env = {**os.environ, "MDRAG_HOME": str(home), "HF_HUB_OFFLINE": "1"}
-    return subprocess.run(
-        [sys.executable, "-m", "mdrag", *args], env=env, capture_output=True, text=True, check=True
-    ).stdout
-
-
-def seed_model_cache(home: Path, cache: Path | None) -> None:
-    """Copy an existing ONNX export into ``home``: the export is a one-time cost, measured by embedders.py."""
-    if cache is not None and (cache / "models").is_dir():
-        shutil.copytree(cache / "models", home / "cache" / "models", dirs_exist_ok=True)
 
 
 def main() -> None:
@@ -57,10 +39,9 @@ def main() -> None:
             home.mkdir()
             seed_model_cache(home, args.model_cache)
             (home / "config.yaml").write_text(f"embedding:\n  backend: {args.backend}\nchunk:\n  context: {context}\n")
-            t = time.perf_counter()
-            summary = json.loads(_cli(home, "index", str(HUGO), "--json", "-q"))
-            wall = time.perf_counter() - t
-            ev = json.loads(_cli(home, "eval", str(QA), "--mode", "all", "--json"))
+            wall, stdout = mdrag_cli(home, "index", str(HUGO), "--json", "-q")
+            summary = json.loads(stdout)
+            ev = json.loads(mdrag_cli(home, "eval", str(QA), "--mode", "all", "--json")[1])
             out["contexts"][context] = {  # type: ignore[index]
                 "chunks": summary["chunks_total"],
                 "index_s": round(wall, 1),

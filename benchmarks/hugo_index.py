@@ -20,17 +20,13 @@ import json
 import os
 import resource
 import shutil
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
+from common import HUGO, QA, mdrag_cli, seed_model_cache
 
-ROOT = Path(__file__).resolve().parents[1]
-HUGO = ROOT.parent / "shared" / "data" / "markdown_hugo_docs"
-QA = ROOT / "benchmarks" / "data" / "hugo_qa.jsonl"
 QUERIES = [
     "how do I define a custom output format",
     "build drafts and future content",
@@ -55,21 +51,8 @@ QUERIES = [
 ]
 
 
-def _cli(home: Path, *args: str) -> tuple[float, str]:
-    env = {**os.environ, "MDRAG_HOME": str(home), "HF_HUB_OFFLINE": "1"}
-    t = time.perf_counter()
-    p = subprocess.run([sys.executable, "-m", "mdrag", *args], env=env, capture_output=True, text=True, check=True)
-    return time.perf_counter() - t, p.stdout
-
-
 def pct(xs: list[float], q: float) -> float:
     return float(np.percentile(np.asarray(xs) * 1000, q))
-
-
-def seed_model_cache(home: Path, cache: Path | None) -> None:
-    """Copy an existing ONNX export into ``home``: the export is a one-time cost, measured by embedders.py."""
-    if cache is not None and (cache / "models").is_dir():
-        shutil.copytree(cache / "models", home / "cache" / "models", dirs_exist_ok=True)
 
 
 def main() -> None:
@@ -93,7 +76,7 @@ def main() -> None:
         (home / "config.yaml").write_text(f"embedding:\n  backend: {args.backend}\n")
         n_files = sum(1 for _ in docs.rglob("*.md"))
 
-        wall, stdout = _cli(home, "index", str(docs), "--json", "-q")
+        wall, stdout = mdrag_cli(home, "index", str(docs), "--json", "-q")
         s = json.loads(stdout)
         peak_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
         out["index"] = {
@@ -106,9 +89,9 @@ def main() -> None:
             "skipped": s["skipped"],
             "embed_s": s["embed_seconds"],
         }
-        _, stdout = _cli(home, "eval", str(QA), "--mode", "all", "--json")
+        _, stdout = mdrag_cli(home, "eval", str(QA), "--mode", "all", "--json")
         out["eval"] = json.loads(stdout)
-        wall, stdout = _cli(home, "index", str(docs), "--json", "-q")
+        wall, stdout = mdrag_cli(home, "index", str(docs), "--json", "-q")
         s = json.loads(stdout)
         out["reindex_unchanged"] = {
             "wall_s": round(wall, 2),
@@ -118,7 +101,7 @@ def main() -> None:
 
         target = docs / "content" / "en" / "getting-started" / "quick-start.md"
         target.write_text(target.read_text() + "\n## Benchmark edit\n\nOne new paragraph to embed.\n")
-        wall, stdout = _cli(home, "index", str(docs), "--json", "-q")
+        wall, stdout = mdrag_cli(home, "index", str(docs), "--json", "-q")
         s = json.loads(stdout)
         out["reindex_one_edit"] = {
             "wall_s": round(wall, 2),
@@ -128,7 +111,7 @@ def main() -> None:
             "embedded": s["chunks_embedded"],
         }
 
-        one_shot = [_cli(home, "search", q, "--json")[0] for q in QUERIES[:5]]
+        one_shot = [mdrag_cli(home, "search", q, "--json")[0] for q in QUERIES[:5]]
         out["search_one_shot_ms"] = {"p50": round(pct(one_shot, 50)), "p95": round(pct(one_shot, 95))}
 
         os.environ["MDRAG_HOME"] = str(home)

@@ -14,24 +14,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-HUGO = ROOT.parent / "shared" / "data" / "markdown_hugo_docs"
-QA = ROOT / "benchmarks" / "data" / "hugo_qa.jsonl"
-
-
-def _cli(home: Path, *args: str) -> str:
-    env = {**os.environ, "MDRAG_HOME": str(home), "HF_HUB_OFFLINE": "1"}
-    return subprocess.run(
-        [sys.executable, "-m", "mdrag", *args], env=env, capture_output=True, text=True, check=True
-    ).stdout
+from common import HUGO, QA, mdrag_cli
 
 
 def _moved(path: str) -> str:
@@ -65,17 +53,15 @@ def main() -> None:
         def evaluate(qs: list[dict]) -> dict:
             f = Path(tmp) / "qa.jsonl"
             f.write_text("".join(json.dumps(q) + "\n" for q in qs))
-            ev = json.loads(_cli(home, "eval", str(f), "--mode", "all", "--json"))
+            ev = json.loads(mdrag_cli(home, "eval", str(f), "--mode", "all", "--json")[1])
             return {m: ev[m] for m in ("dense", "bm25", "hybrid")}
 
-        _cli(home, "index", str(docs), "-q")
+        mdrag_cli(home, "index", str(docs), "-q")
         out["fresh"], out["fresh_touched"] = evaluate(questions), evaluate(touched)
         runs = []
         for g in sorted(moved):
             (docs / g).rename(docs / _moved(g))
-            t = time.perf_counter()
-            _cli(home, "index", str(docs), "-q")
-            runs.append(time.perf_counter() - t)
+            runs.append(mdrag_cli(home, "index", str(docs), "-q")[0])
         out["update_wall_s"] = {"mean": round(sum(runs) / len(runs), 2), "max": round(max(runs), 2)}
         out["after"], out["after_touched"] = evaluate(after), evaluate(after_touched)
 

@@ -34,7 +34,6 @@ import json
 import math
 import os
 import resource
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -42,9 +41,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-HUGO = ROOT.parent / "shared" / "data" / "markdown_hugo_docs"
-QA = ROOT / "benchmarks" / "data" / "hugo_qa.jsonl"
+from common import HUGO, QA, ROOT, seed_model_cache
+
 MDRAG_PY = ROOT / ".venv" / "bin" / "python"
 LI_VENV = ROOT / "benchmarks" / ".venv-llamaindex"
 LI_PY = LI_VENV / "bin" / "python"
@@ -271,12 +269,6 @@ def model_dir() -> str:
 
 def summarize(retrieved: list[list[str]], lat: list[float], questions: list[dict[str, Any]]) -> dict[str, float]:
     return {"p50_ms": round(pct(lat, 50), 2), "p95_ms": round(pct(lat, 95), 2), "hit@5": hit_at_k(retrieved, questions)}
-
-
-def seed_model_cache(home: Path, cache: Path | None) -> None:
-    """Copy an existing ONNX export into ``home``: the export is a one-time cost, measured by embedders.py."""
-    if cache is not None and (cache / "models").is_dir():
-        shutil.copytree(cache / "models", home / "cache" / "models", dirs_exist_ok=True)
 
 
 def main() -> None:
