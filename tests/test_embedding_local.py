@@ -34,6 +34,24 @@ def test_batch_order_is_kept_while_batching_by_length() -> None:
     np.testing.assert_allclose(together, alone, atol=1e-6)
 
 
+def test_batches_group_texts_of_similar_token_count() -> None:
+    """Batches are cut by token count, not characters: a batch pads to its longest text."""
+
+    class Recording(LocalEmbedder):
+        def embed_batch(self, texts):  # type: ignore[no-untyped-def]
+            batches.append([len(t) for t in texts])
+            return np.ones((len(texts), self.dimension), dtype=np.float32)
+
+    batches: list[list[int]] = []
+    e = Recording()
+    e.batch_size = 2
+    few = ["internationalization", "characterization"]  # long words, few tokens each
+    many = ["a,b,c,d,e,f,g,h,i,j", "1;2;3;4;5;6;7;8;9"]  # shorter strings, many tokens each
+    assert max(e.count_tokens(few)) < min(e.count_tokens(many))
+    e.embed([many[0], few[0], many[1], few[1]])
+    assert sorted(map(sorted, batches)) == sorted(sorted(len(t) for t in g) for g in (few, many))
+
+
 @pytest.mark.slow
 def test_real_vectors_are_normalized_and_meaningful(minilm) -> None:
     v = minilm.embed(["How do I install the tool on Linux?", "Installing on Linux", "Chocolate cake recipe"])

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import sys
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import TypeVar
 
 import numpy as np
 
 __all__ = ["Embedder"]
+
+T = TypeVar("T")
 
 
 class Embedder(ABC):
@@ -44,19 +48,29 @@ class Embedder(ABC):
     def embed(self, texts: Sequence[str], progress: bool = False) -> np.ndarray:
         """Embed any number of texts in batches of ``batch_size``.
 
-        Texts are batched by length (less padding per batch) and returned in
-        the order given. ``progress`` shows a bar on stderr for large inputs.
+        Texts are batched by token count (as :meth:`count_tokens` counts, up
+        to :attr:`max_tokens`), so that a batch pads its texts to nearly the
+        same length, and returned in the order given. ``progress`` shows a bar
+        on stderr for large inputs.
         """
         if not texts:
             return np.zeros((0, self.dimension), dtype=np.float32)
-        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
-        starts: Iterable[int] = range(0, len(texts), self.batch_size)
-        if progress and len(texts) >= 8 * self.batch_size:
+        cap = self.max_tokens or sys.maxsize
+        lengths = [min(n, cap) for n in self.count_tokens(texts)]
+        return self._embed_by_length(texts, lengths, self.embed_batch, progress)
+
+    def _embed_by_length(
+        self, items: Sequence[T], lengths: Sequence[int], run: Callable[[list[T]], np.ndarray], progress: bool
+    ) -> np.ndarray:
+        """``run`` over batches of ``items`` sorted by ``lengths``; rows in the order given, normalized."""
+        order = sorted(range(len(items)), key=lengths.__getitem__)
+        starts: Iterable[int] = range(0, len(items), self.batch_size)
+        if progress and len(items) >= 8 * self.batch_size:
             from tqdm import tqdm
 
             starts = tqdm(starts, desc="embedding", unit="batch", leave=False)
-        parts = [self.embed_batch([texts[i] for i in order[s : s + self.batch_size]]) for s in starts]
-        out = np.empty((len(texts), parts[0].shape[1]), dtype=np.float32)
+        parts = [run([items[i] for i in order[s : s + self.batch_size]]) for s in starts]
+        out = np.empty((len(items), parts[0].shape[1]), dtype=np.float32)
         out[order] = np.vstack(parts)
         return _normalize(out)
 

@@ -300,14 +300,10 @@ class OnnxEmbedder(Embedder):
 
     @cached_property
     def _encoder(self) -> Any:
+        """The tokenizer as the model reads: truncated to :attr:`max_tokens`, not padded (batches pad here)."""
         tok = self._load_tokenizer()
-        pad = tok.padding or {}
+        tok.no_padding()
         tok.enable_truncation(max_length=int(self.max_tokens or 512))
-        tok.enable_padding(  # to the longest text of the batch, not a fixed length
-            pad_id=int(pad.get("pad_id", 0)),
-            pad_type_id=int(pad.get("pad_type_id", 0)),
-            pad_token=str(pad.get("pad_token", "[PAD]")),
-        )
         return tok
 
     def count_tokens(self, texts: Sequence[str]) -> list[int]:
@@ -362,21 +358,38 @@ class OnnxEmbedder(Embedder):
         """The token states for one tokenized batch."""
         return np.asarray(self.session.run([_OUTPUT], feed)[0], dtype=np.float32)
 
+    def embed(self, texts: Sequence[str], progress: bool = False) -> np.ndarray:
+        """As :meth:`Embedder.embed`, tokenizing each text once: the batches are cut by its token count."""
+        if not texts:
+            return np.zeros((0, self.dimension), dtype=np.float32)
+        enc = self._encoder.encode_batch(list(texts))
+        return self._embed_by_length(enc, [len(e.ids) for e in enc], self._embed_encodings, progress)
+
     def embed_batch(self, texts: Sequence[str]) -> np.ndarray:
         if not texts:
             return np.zeros((0, self.dimension), dtype=np.float32)
+        return self._embed_encodings(self._encoder.encode_batch(list(texts)))
+
+    def _embed_encodings(self, enc: list[Any]) -> np.ndarray:
+        """Pooled (not yet normalized) vectors for tokenized texts, padded to the longest of them.
+
+        Padding is masked out of attention and pooling, so its ids (zeros) do not matter.
+        """
         inputs = self._input_names  # loads (or exports) the model first
-        enc = self._encoder.encode_batch(list(texts))
-        ids = np.array([e.ids for e in enc], dtype=np.int64)
-        mask = np.array([e.attention_mask for e in enc], dtype=np.int64)
+        width = max(len(e.ids) for e in enc)
+        ids, mask, types = np.zeros((3, len(enc), width), dtype=np.int64)
+        for row, e in enumerate(enc):
+            n = len(e.ids)
+            ids[row, :n], mask[row, :n], types[row, :n] = e.ids, e.attention_mask, e.type_ids
         feed = {"input_ids": ids, "attention_mask": mask}
         if "token_type_ids" in inputs:  # BERT-style models only
-            feed["token_type_ids"] = np.array([e.type_ids for e in enc], dtype=np.int64)
+            feed["token_type_ids"] = types
         hidden = self._run(feed)
         if self._pooling_mode == "cls":
             return np.ascontiguousarray(hidden[:, 0], dtype=np.float32)
-        weights = mask[:, :, None].astype(np.float32)
-        pooled: np.ndarray = (hidden * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)
+        weights = mask.astype(np.float32)
+        counts = np.clip(weights.sum(axis=1, keepdims=True), 1e-9, None)
+        pooled: np.ndarray = np.einsum("bld,bl->bd", hidden, weights) / counts
         return pooled.astype(np.float32)
 
 
@@ -438,7 +451,8 @@ class OpenVinoEmbedder(OnnxEmbedder):
         if request is None or getattr(self._local, "compiled", None) is not compiled:
             request = self._local.request = compiled.create_infer_request()
             self._local.compiled = compiled
-        return np.array(request.infer(feed)[0], dtype=np.float32)  # a copy: the request reuses its buffer
+        # share_outputs=False (the default): the result is a copy, the request reuses its own buffer
+        return np.asarray(request.infer(feed, share_inputs=True)[0], dtype=np.float32)
 
 
 def openvino_available() -> bool:
