@@ -159,8 +159,10 @@ def update_index(
     else:
         summary.rebuild = _rebuild_reason(old, store, embedder, chunking)
     found = scan(roots, summary)
+    # The store's files as the last clean run left them: no need to count its rows.
+    as_left = old is not None and not old.dirty and _fingerprint_matches(old, store)
     if open_store is not None:
-        if old is not None and summary.rebuild is None and _unchanged(old, store, roots, found):
+        if old is not None and as_left and summary.rebuild is None and _unchanged(old, roots, found):
             summary.unchanged, summary.chunks_total = len(found), old.chunk_count
             summary.seconds = round(time.perf_counter() - t0, 3)
             return summary
@@ -179,7 +181,7 @@ def update_index(
     # The folders this manifest accounts for: other indexers may write other
     # folders into the same collection, and their chunks are not ours to repair.
     scope = sorted(set(roots) | set(old.roots if old is not None else []))
-    if not m.dirty and m.files and store.count(scope) != m.chunk_count:
+    if not m.dirty and m.files and not as_left and store.count(scope) != m.chunk_count:
         log.warning("index %r: the store and the manifest disagree", index_name)
         m.dirty = True
     repair = summary.rebuild is not None or m.dirty
@@ -301,12 +303,15 @@ def _rebuild_reason(old: Manifest, store: MilvusStore, embedder: Embedder, chunk
 _Found = dict[str, tuple[str, str, int, int]]  # scan(): abs path -> (root, rel_path, mtime_ns, size)
 
 
-def _unchanged(old: Manifest, store: MilvusStore, roots: list[str], found: _Found) -> bool:
-    """Whether a clean manifest still describes every file and the store (by its fingerprint)."""
+def _unchanged(old: Manifest, roots: list[str], found: _Found) -> bool:
+    """Whether a clean manifest still describes every file found."""
     if old.dirty or old.roots != roots or set(found) != set(old.files):
         return False
-    if not all((f.root, f.rel_path, f.mtime_ns, f.size) == found[p] for p, f in old.files.items()):
-        return False
+    return all((f.root, f.rel_path, f.mtime_ns, f.size) == found[p] for p, f in old.files.items())
+
+
+def _fingerprint_matches(old: Manifest, store: MilvusStore) -> bool:
+    """Whether the store's files are as they were when ``old`` was last saved (see :func:`record_fingerprint`)."""
     fingerprint = store.fingerprint()
     return fingerprint is not None and fingerprint == old.store_fingerprint
 

@@ -12,7 +12,7 @@ import logging
 import os
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -89,8 +89,9 @@ class Manifest:
         return {cid for f in self.files.values() for cid in f.chunks}
 
     def to_json(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["files"] = {p: asdict(s) for p, s in sorted(self.files.items())}
+        """A view for ``json.dumps``: it shares this manifest's lists and dicts (no deep copy)."""
+        d = {f.name: getattr(self, f.name) for f in fields(self)}
+        d["files"] = {p: vars(s) for p, s in sorted(self.files.items())}
         return d
 
     @classmethod

@@ -204,8 +204,12 @@ def test_a_run_with_nothing_to_do_does_not_open_the_store_unless_it_changed(tmp_
         assert idx.store._client is None, "the store was not opened"
     (root / "sub" / "page1.md").write_text("# Page 1\n\nNew words.\n")
     with Index(config, embedder=emb) as idx:
+        counts = []
+        real = idx.store.count
+        idx.store.count = lambda roots=None: (counts.append(roots), real(roots))[1]  # type: ignore[method-assign]
         s = idx.update([root])
         assert s.modified == 1 and idx.store._client is not None
+        assert counts == [], "the store's files are as the last run left them: its rows are not counted"
         total = s.chunks_total
     # Another program deletes chunks behind mdrag's back: the store's files change,
     # so the next run opens it, sees the gap and repairs it.
