@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shutil
 import subprocess
 import sys
@@ -94,6 +95,50 @@ def runtime(request: pytest.FixtureRequest) -> str:
 def test_available() -> None:
     assert onnx_available()
     assert isinstance(openvino_available(), bool)
+
+
+@pytest.mark.parametrize("runtime_module", ["onnxruntime", pytest.param("openvino", marks=needs_openvino)])
+def test_a_runtime_that_cannot_be_imported_says_what_to_do(
+    runtime_module: str, onnx_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Installed (so `auto` picks it) but broken: a clear error, and no pointless export again."""
+    import importlib
+
+    real_import = importlib.import_module
+
+    def broken(name: str, package: str | None = None) -> object:
+        if name == runtime_module:
+            raise ImportError("libopenblas.so.0: cannot open shared object file")  # found, but will not load
+        return real_import(name, package)
+
+    monkeypatch.setattr(importlib, "import_module", broken)
+    exports: list[object] = []
+    monkeypatch.setattr(onnx, "export_onnx", lambda *a: exports.append(a))
+    cls = OpenVinoEmbedder if runtime_module == "openvino" else OnnxEmbedder
+    embedder = cls(cache_dir=onnx_cache, threads=7)  # a thread count no other test uses: a new session
+    message = rf"{runtime_module} is installed but cannot be imported.*embedding.backend"
+    with pytest.raises(EmbeddingError, match=message):
+        embedder.embed(["hello"])
+    assert exports == []
+
+
+@needs_openvino
+def test_openvino_is_used_without_its_telemetry(onnx_cache: Path, tmp_path: Path) -> None:
+    """`import openvino` alone sends a usage event (a forked process, a client id in ~/intel); mdrag's does not."""
+    code = (
+        "import sys; from pathlib import Path; from mdrag.embedding.onnx import OpenVinoEmbedder\n"
+        f"OpenVinoEmbedder(cache_dir=Path({str(onnx_cache)!r})).embed(['hello'])\n"
+        "from openvino.tools.ovc import telemetry_utils\n"
+        "print(telemetry_utils.tm.__name__, 'openvino_telemetry' in sys.modules)\n"
+    )
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {**os.environ, "HOME": str(home), "HF_HUB_OFFLINE": "1"}
+    env.pop("CI", None)  # OpenVINO stays quiet in CI: test the default
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["openvino.tools.ovc.telemetry_stub", "False"]
+    assert not (home / "intel").exists(), "no OpenVINO client id or stats written"
 
 
 def test_identity_window_and_counts_match_the_torch_backend(tmp_path: Path, mdrag_home: Path) -> None:

@@ -14,12 +14,15 @@ mask, or CLS) is done here in numpy, and the base class normalizes.
 from __future__ import annotations
 
 import hashlib
+import importlib
+import importlib.util
 import inspect
 import json
 import logging
 import os
 import re
 import shutil
+import sys
 import tempfile
 import threading
 import warnings
@@ -60,12 +63,21 @@ _sessions_lock = threading.Lock()  # also serializes exports within a process
 
 
 def onnx_available() -> bool:
-    """Whether onnxruntime can be imported (the ONNX backend is usable)."""
+    """Whether onnxruntime is installed (the ONNX backend is usable); found, not imported."""
+    return importlib.util.find_spec("onnxruntime") is not None
+
+
+def _import_runtime(name: str) -> Any:
+    """Import onnxruntime or openvino; a broken install becomes an EmbeddingError that says what to do."""
     try:
-        import onnxruntime  # noqa: F401
-    except ImportError:
-        return False
-    return True
+        if name == "openvino" and name not in sys.modules:
+            return _import_openvino()
+        return importlib.import_module(name)
+    except ImportError as e:
+        raise EmbeddingError(
+            f"{name} is installed but cannot be imported ({e}): reinstall it (`pip install --force-reinstall "
+            f"{name}`), or set embedding.backend to another backend (onnx, openvino, torch)."
+        ) from e
 
 
 def _sha256(path: Path) -> str:
@@ -208,7 +220,7 @@ def export_onnx(model_dir: Path, out: Path) -> Path:
 
 
 def _new_session(path: Path, threads: int) -> Any:
-    import onnxruntime as ort
+    ort = _import_runtime("onnxruntime")
 
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = threads
@@ -338,6 +350,8 @@ class OnnxEmbedder(Embedder):
             export_onnx(self.model_dir, path)
         try:
             model = load()
+        except EmbeddingError:  # the runtime itself cannot be imported: exporting again would not help
+            raise
         except Exception as e:  # a file that passed its checksum but does not load
             log.warning("could not load %s (%s): exporting it again", path, e)
             export_onnx(self.model_dir, path)
@@ -455,18 +469,33 @@ class OpenVinoEmbedder(OnnxEmbedder):
         return np.asarray(request.infer(feed, share_inputs=True)[0], dtype=np.float32)
 
 
-def openvino_available() -> bool:
-    """Whether OpenVINO can be imported (the OpenVINO backend is usable)."""
+def _import_openvino() -> Any:
+    """Import OpenVINO without its usage telemetry.
+
+    ``import openvino`` sends an anonymous usage event to Google Analytics from
+    a forked process, unless the user opted out (``opt_in_out --opt_out``), and
+    keeps a client id under ``~/intel``. mdrag sends nothing anywhere: while
+    OpenVINO is imported its telemetry package is hidden, so OpenVINO falls
+    back to its own no-op stub. Nothing else sees the difference afterwards.
+    """
+    hide = "openvino_telemetry" not in sys.modules
+    if hide:
+        sys.modules["openvino_telemetry"] = None  # type: ignore[assignment]  # `import` of it raises ImportError
     try:
-        import openvino  # noqa: F401
-    except ImportError:
-        return False
-    return True
+        return importlib.import_module("openvino")
+    finally:
+        if hide:
+            sys.modules.pop("openvino_telemetry", None)
+
+
+def openvino_available() -> bool:
+    """Whether OpenVINO is installed (the OpenVINO backend is usable); found, not imported."""
+    return importlib.util.find_spec("openvino") is not None
 
 
 def _compile_openvino(path: Path, threads: int, precision: str | None) -> Any:
     """Compile for the CPU, caching the compiled blob beside the export (a fresh process loads it in a blink)."""
-    import openvino as ov
+    ov = _import_runtime("openvino")
 
     config: dict[str, Any] = {"PERFORMANCE_HINT": "LATENCY", "INFERENCE_NUM_THREADS": threads}
     if precision:
