@@ -458,15 +458,28 @@ def t_hugo_speedup(data: Data) -> list[Row]:
         return [Row(name, not_measured("hugo" if not hugo else "hugo_torch", data))]
     a, b = dig(hugo, "index", "wall_s"), dig(torch, "index", "wall_s")
     speed = div(b, a)
+    ok = None if speed is None else speed >= HUGO_SPEEDUP
+    result = verdict(ok)
+    ceiling = embedder_ratio(hugo, torch)
+    if ok is False and ceiling is not None and ceiling < HUGO_SPEEDUP:
+        result = (
+            f"**FAIL**: the embedder alone is {fratio(ceiling)} torch on the same chunks, a ceiling for end to end "
+            "(see [Hugo indexing and search](#hugo-indexing-and-search))"
+        )
     return [
         Row(
             name,
             f"{fsec(a)} ({who(hugo)}, {fint(dig(hugo, 'index', 'chunks'))} chunks)",
             f"{fsec(b)} (torch)",
             f"{fratio(speed)} faster",
-            verdict(None if speed is None else speed >= HUGO_SPEEDUP),
+            result,
         )
     ]
+
+
+def embedder_ratio(hugo: Json | None, torch: Json | None) -> float | None:
+    """How much faster the default embedder alone is than torch's, on 512 stored Hugo chunks (same runs)."""
+    return div(dig(hugo, "baseline_model_only_chunks_per_s"), dig(torch, "baseline_model_only_chunks_per_s"))
 
 
 def t_quality(data: Data) -> list[Row]:
@@ -945,6 +958,20 @@ def section_hugo(data: Data) -> list[str]:
         ],
     ]
     lines += table(["figure", "torch (baseline)", "default backend", "default / torch"], rows)
+    ceiling, speed = embedder_ratio(hugo, torch), div(dig(torch, "index", "wall_s"), dig(hugo, "index", "wall_s"))
+    in_run = div(dig(torch, "index", "embed_s"), dig(hugo, "index", "embed_s"))
+    if ceiling is not None and speed is not None:
+        rest = [div_sub(dig(o, "index", "wall_s"), dig(o, "index", "embed_s")) for o in (torch, hugo)]
+        below = "stays below it" if speed < ceiling else "is not below it here"
+        lines += [
+            "End to end = embedding + the rest, and only the embedding gets faster: the embedder alone is "
+            f"{fratio(ceiling)} torch on the same chunks (embedding inside the runs: {fratio(in_run)}), while the "
+            "rest (startup, parsing and chunking, the Milvus Lite writes with its Python BM25 analyzer) takes "
+            f"{fsec(rest[0])} with torch and {fsec(rest[1])} with the default backend: the same work on the same "
+            f"2 cores. So end to end ({fratio(speed)}) {below}. Both runs batch texts by token count (under 1% "
+            "padding).",
+            "",
+        ]
     return lines
 
 
