@@ -190,6 +190,10 @@ def update_index(
         log.warning("the previous run of index %r did not finish: repairing", index_name)
         _drop_incomplete(store, m, scope)
 
+    # A store that starts empty holds no vectors to reuse but the ones this run writes (texts that
+    # repeat): only their hashes are looked up.
+    run_hashes: set[int] | None = set() if summary.rebuild is not None and store.count() == 0 else None
+
     d = diff(m.files, {p: (mt, sz) for p, (_, _, mt, sz) in found.items()})
     # A file now found under another root gets new chunk ids: re-chunk it.
     moved = [p for p in d.unchanged if (m.files[p].root, m.files[p].rel_path) != found[p][:2]]
@@ -246,13 +250,13 @@ def update_index(
         batch.append((path, state, chunks))
         batch_chunks += len(chunks)
         if batch_chunks >= _BATCH_CHUNKS:
-            written |= _write_batch(store, embedder, m, batch, summary, on_upsert, retired)
+            written |= _write_batch(store, embedder, m, batch, summary, on_upsert, retired, run_hashes)
             batch, batch_chunks = [], 0
             if time.monotonic() - last_save > _SAVE_EVERY_S:
                 m.save(manifest_path)
                 last_save = time.monotonic()
     if batch:
-        written |= _write_batch(store, embedder, m, batch, summary, on_upsert, retired)
+        written |= _write_batch(store, embedder, m, batch, summary, on_upsert, retired, run_hashes)
 
     # Files gone from disk: their chunks go, after the new files could reuse their vectors.
     for p in d.removed:
@@ -441,15 +445,24 @@ def _write_batch(
     summary: IndexSummary,
     on_upsert: Callable[[int], None] | None,
     retired: list[str],
+    run_hashes: set[int] | None = None,
 ) -> set[str]:
     """Embed what is new, upsert, record the files; returns the ids of the chunks written.
 
-    The ids the batch's files no longer use are added to ``retired``.
+    The ids the batch's files no longer use are added to ``retired``. With
+    ``run_hashes`` (the store held nothing when the run began), only the
+    content hashes this run has written are looked up in the store; the
+    batch's are added to it (64-bit prefixes: a collision costs one lookup).
     """
     stored = {cid for path, _, _ in batch if path in m.files for cid in m.files[path].chunks}
     all_chunks = [c for _, _, cs in batch for c in cs]
     chunks = [c for c in all_chunks if c.id not in stored]  # same id: same text, already stored
-    known = store.vectors_by_hash(c.content_hash for c in chunks)
+    hashes = [c.content_hash for c in chunks]
+    if run_hashes is None:
+        known = store.vectors_by_hash(hashes)
+    else:
+        known = store.vectors_by_hash([h for h in hashes if int(h[:16], 16) in run_hashes])
+        run_hashes.update(int(h[:16], 16) for h in hashes)
     todo: dict[str, str] = {}  # content hash -> text, each new text embedded once
     for c in chunks:
         if c.content_hash not in known:

@@ -106,6 +106,30 @@ def test_moved_file_reuses_its_vectors(tmp_path: Path) -> None:
     _consistent(idx)
 
 
+def test_a_build_from_empty_looks_up_only_the_texts_it_wrote(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An empty store has nothing to reuse: no lookups but for texts repeated across batches."""
+    import mdrag.indexer
+
+    root = _corpus(tmp_path)
+    (root / "copy.md").write_text((root / "install.md").read_text())  # the same texts in another file
+    monkeypatch.setattr(mdrag.indexer, "_BATCH_CHUNKS", 1)  # a batch per file: the copy comes later
+    with _index(HashEmbedder()) as idx:
+        looked_up: list[list[str]] = []
+        real = idx.store.vectors_by_hash
+        idx.store.vectors_by_hash = lambda hashes: (looked_up.append(list(hashes)), real(hashes))[1]  # type: ignore[method-assign]
+        s = idx.update([root])
+        assert s.rebuild == "no manifest"
+        install = s.chunks_total - s.chunks_embedded  # the second copy's chunks: vectors from the store
+        assert install > 0 and s.chunks_reused == install
+        asked = [h for hashes in looked_up for h in hashes]
+        assert len(asked) == install, "only the copied texts, which the run had written, were looked up"
+        _consistent(idx)
+        # a later run on the same (now full) store looks every new text up, as before
+        (root / "new.md").write_text("# New\n\nFresh words.\n")
+        looked_up.clear()
+        assert idx.update([root]).chunks_embedded == 1 and sum(map(len, looked_up)) == 1
+
+
 def test_several_folders_one_index_and_bad_folders_warn(tmp_path: Path) -> None:
     a = _corpus(tmp_path / "a", 2)
     b = _corpus(tmp_path / "b", 3)
