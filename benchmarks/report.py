@@ -460,10 +460,11 @@ def t_hugo_speedup(data: Data) -> list[Row]:
     speed = div(b, a)
     ok = None if speed is None else speed >= HUGO_SPEEDUP
     result = verdict(ok)
-    ceiling = embedder_ratio(hugo, torch)
-    if ok is False and ceiling is not None and ceiling < HUGO_SPEEDUP:
+    need = embedding_speedup_needed(hugo, torch)
+    if ok is False and need is not None:
         result = (
-            f"**FAIL**: the embedder alone is {fratio(ceiling)} torch on the same chunks, a ceiling for end to end "
+            f"**FAIL**: embedding is {fratio(embedding_speedup(hugo, torch))} torch inside the runs; "
+            f"{HUGO_SPEEDUP}x end to end needs {fratio(need)} "
             "(see [Hugo indexing and search](#hugo-indexing-and-search))"
         )
     return [
@@ -477,9 +478,22 @@ def t_hugo_speedup(data: Data) -> list[Row]:
     ]
 
 
-def embedder_ratio(hugo: Json | None, torch: Json | None) -> float | None:
-    """How much faster the default embedder alone is than torch's, on 512 stored Hugo chunks (same runs)."""
-    return div(dig(hugo, "baseline_model_only_chunks_per_s"), dig(torch, "baseline_model_only_chunks_per_s"))
+def embedding_speedup(hugo: Json | None, torch: Json | None) -> float | None:
+    """Torch's embedding time over the default backend's, inside the two full Hugo runs."""
+    return div(dig(torch, "index", "embed_s"), dig(hugo, "index", "embed_s"))
+
+
+def embedding_speedup_needed(hugo: Json | None, torch: Json | None) -> float | None:
+    """How much faster than torch's the embedding must be for HUGO_SPEEDUP end to end, the rest as measured."""
+    room = div_sub(div(dig(torch, "index", "wall_s"), HUGO_SPEEDUP), rest_s(hugo))
+    if room is None or room <= 0:
+        return None
+    return div(dig(torch, "index", "embed_s"), room)
+
+
+def rest_s(obj: Json | None) -> float | None:
+    """A full index's time outside embedding: startup, parsing and chunking, store writes."""
+    return div_sub(dig(obj, "index", "wall_s"), dig(obj, "index", "embed_s"))
 
 
 def t_quality(data: Data) -> list[Row]:
@@ -958,18 +972,23 @@ def section_hugo(data: Data) -> list[str]:
         ],
     ]
     lines += table(["figure", "torch (baseline)", "default backend", "default / torch"], rows)
-    ceiling, speed = embedder_ratio(hugo, torch), div(dig(torch, "index", "wall_s"), dig(hugo, "index", "wall_s"))
-    in_run = div(dig(torch, "index", "embed_s"), dig(hugo, "index", "embed_s"))
-    if ceiling is not None and speed is not None:
-        rest = [div_sub(dig(o, "index", "wall_s"), dig(o, "index", "embed_s")) for o in (torch, hugo)]
-        below = "stays below it" if speed < ceiling else "is not below it here"
+    speed, in_run = div(dig(torch, "index", "wall_s"), dig(hugo, "index", "wall_s")), embedding_speedup(hugo, torch)
+    backend = EMBEDDER_BACKEND.get(str(dig(hugo, "embedder")), "")
+    alone = dig(data.get("embedders"), "backends", backend, "speedup_chunks_per_s")
+    need = embedding_speedup_needed(hugo, torch)
+    if speed is not None and in_run is not None:
         lines += [
-            "End to end = embedding + the rest, and only the embedding gets faster: the embedder alone is "
-            f"{fratio(ceiling)} torch on the same chunks (embedding inside the runs: {fratio(in_run)}), while the "
-            "rest (startup, parsing and chunking, the Milvus Lite writes with its Python BM25 analyzer) takes "
-            f"{fsec(rest[0])} with torch and {fsec(rest[1])} with the default backend: the same work on the same "
-            f"2 cores. So end to end ({fratio(speed)}) {below}. Both runs batch texts by token count (under 1% "
-            "padding).",
+            f"End to end is embedding plus the rest, and only the embedding gets faster: inside these runs the "
+            f"default backend embeds {fratio(in_run)} faster than torch (the embedder alone, embedders.py: "
+            f"{fratio(num(alone))}), while the rest (startup, parsing and chunking, the Milvus Lite writes with "
+            f"its Python BM25 analyzer) takes {fsec(rest_s(torch))} with torch and {fsec(rest_s(hugo))} with the "
+            f"default backend, the same work on the same 2 cores. So end to end is {fratio(speed)}"
+            + (
+                f"; {HUGO_SPEEDUP}x would need embedding {fratio(need)} faster than torch with the rest as it is."
+                if need is not None and speed < HUGO_SPEEDUP
+                else "."
+            )
+            + " Both runs batch texts by token count (under 1% padding).",
             "",
         ]
     return lines
