@@ -461,8 +461,9 @@ def _write_batch(
     if run_hashes is None:
         known = store.vectors_by_hash(hashes)
     else:
-        known = store.vectors_by_hash([h for h in hashes if int(h[:16], 16) in run_hashes])
-        run_hashes.update(int(h[:16], 16) for h in hashes)
+        keys = [int(h[:16], 16) for h in hashes]
+        known = store.vectors_by_hash([h for h, key in zip(hashes, keys) if key in run_hashes])
+        run_hashes.update(keys)
     todo: dict[str, str] = {}  # content hash -> text, each new text embedded once
     for c in chunks:
         if c.content_hash not in known:
