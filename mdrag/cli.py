@@ -25,7 +25,9 @@ _SLOW_S = 1.0  # `serve` says it is loading when loading takes longer than this
 log = logging.getLogger("mdrag")
 
 EXAMPLES = {
-    "index": "example: mdrag index ./docs ./notes   (again later: only changes are re-embedded)",
+    "index": "example: mdrag index ./docs ./notes   (later, plain `mdrag index` updates both; only changes are "
+    "re-embedded)",
+    "remove": "example: mdrag remove ./notes   (its chunks leave the index; the files stay on disk)",
     "search": 'example: mdrag search "how do I define a custom output format" -k 5 --json',
     "status": "example: mdrag status --json",
     "serve": 'example: mdrag serve ./docs --port 8765   (then, elsewhere: mdrag ask "how do I ...?")',
@@ -54,11 +56,22 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 
-    p = sub.add_parser("index", help="index folders (incrementally)", epilog=EXAMPLES["index"])
-    p.add_argument("folders", nargs="*", metavar="DIR", help="folders to index (default: setting folders, ./markdown)")
+    p = sub.add_parser("index", help="add or update folders in the index (incrementally)", epilog=EXAMPLES["index"])
+    p.add_argument(
+        "folders",
+        nargs="*",
+        metavar="DIR",
+        help="folders to add or update; the index's other folders are kept (default: all of the index's "
+        "folders; for a new index, setting folders, ./markdown)",
+    )
     p.add_argument("--rebuild", action="store_true", help="drop the index and build it again")
     p.add_argument("--chunk-size", type=int, metavar="N", help="chunk size (default 1000; setting chunk.size)")
     p.add_argument("--chunk-overlap", type=int, metavar="N", help="overlap (default 200; setting chunk.overlap)")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    _common(p)
+
+    p = sub.add_parser("remove", help="take folders out of the index", epilog=EXAMPLES["remove"])
+    p.add_argument("folders", nargs="+", metavar="DIR", help="folders of the index to remove (they need not exist)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     _common(p)
 
@@ -81,7 +94,13 @@ def _parser() -> argparse.ArgumentParser:
     _common(p)
 
     p = sub.add_parser("serve", help="run the WebSocket Q&A server", epilog=EXAMPLES["serve"])
-    p.add_argument("folders", nargs="*", metavar="DIR", help="folders to index and watch (default: setting folders)")
+    p.add_argument(
+        "folders",
+        nargs="*",
+        metavar="DIR",
+        help="folders to add to the index; all of the index's folders are indexed and watched (default: "
+        "the index's folders; for a new index, setting folders)",
+    )
     p.add_argument(
         "--host",
         help="address to bind (default 127.0.0.1: this machine only; 0.0.0.0 exposes your documents "
@@ -177,14 +196,38 @@ def _cmd_index(args: argparse.Namespace, index: Any) -> int:
             f"{s.unchanged} unchanged"
             + (f" ({s.touched} touched, already embedded)" if s.touched else "")
             + f", {s.skipped} skipped"
+            + (f", {s.kept} kept (folder missing or unreadable)" if s.kept else "")
+            + (f", {s.excluded} excluded" if s.excluded else "")
         )
-        print(
-            f"chunks: {s.chunks_embedded} embedded, {s.chunks_reused} already embedded, "
-            f"{s.chunks_deleted} deleted, {s.chunks_total} in the index"
-        )
+        if s.unsupported:
+            n = sum(s.unsupported.values())
+            kinds = ", ".join(f"{ext} {count}" for ext, count in s.unsupported.items())
+            print(f"not indexed: {n} files with no parser ({kinds}; -v lists them)")
+        for path, encoding in s.decoded.items():
+            print(f"decoded {path} as {encoding}")
+        _print_chunks(s)
         for path, reason in s.skipped_files:
             print(f"skipped {path}: {reason}")
+        print(f"folders: {', '.join(s.folders) or '-'}")
         print(f"done in {s.seconds:.2f} s")
+    return 0
+
+
+def _print_chunks(s: Any) -> None:
+    print(
+        f"chunks: {s.chunks_embedded} embedded, {s.chunks_reused} already embedded, "
+        f"{s.chunks_deleted} deleted, {s.chunks_total} in the index"
+    )
+
+
+def _cmd_remove(args: argparse.Namespace, index: Any) -> int:
+    summary = index.remove(args.folders)
+    if args.json:
+        print(json.dumps(summary.to_dict(), indent=2))
+        return 0
+    print(f"removed {', '.join(summary.removed_folders)}: {summary.deleted} files")
+    _print_chunks(summary)
+    print(f"folders: {', '.join(summary.folders) or '-'}")
     return 0
 
 
@@ -265,19 +308,19 @@ def _cmd_status(args: argparse.Namespace, index: Any) -> int:
     print(f"files:        {st['files']}")
     print(f"chunks:       {st['chunks']}")
     print(f"last indexed: {last}" + ("  (interrupted: the next `mdrag index` repairs it)" if st["interrupted"] else ""))
+    if st["damaged"]:
+        print(f"damaged:      {st['damaged']}: run `mdrag index` to repair it")
+        return 1
     return 0
 
 
 def _cmd_serve(args: argparse.Namespace, config: Any) -> int:
     import asyncio
-    from pathlib import Path
 
     from mdrag.server import QAServer
 
-    folders = args.folders or [f for f in config["folders"] if Path(f).is_dir()]
-
     async def run() -> None:
-        server = QAServer(config, folders, overrides=_overrides(args))
+        server = QAServer(config, args.folders, overrides=_overrides(args))
         await server.start()
         try:
             try:  # say that it is loading only when loading is slow
@@ -431,7 +474,13 @@ def _main(argv: Sequence[str] | None) -> int:
         from mdrag.index import Index
 
         with Index(config) as index:
-            commands = {"index": _cmd_index, "search": _cmd_search, "status": _cmd_status, "eval": _cmd_eval}
+            commands = {
+                "index": _cmd_index,
+                "remove": _cmd_remove,
+                "search": _cmd_search,
+                "status": _cmd_status,
+                "eval": _cmd_eval,
+            }
             return commands[args.command](args, index)
     except ConfigError as e:
         print(f"mdrag: configuration error: {e}", file=sys.stderr)

@@ -25,7 +25,11 @@ log = logging.getLogger(__name__)
 #: Every setting, by dotted key: (type, default). ``None`` defaults are "unset".
 DEFAULTS: dict[str, tuple[type | tuple[type, ...], Any]] = {
     "index": (str, "default"),
-    "folders": (list, ["./markdown"]),
+    "folders": (list, ["./markdown"]),  # for an index with no folders yet; when set, always added
+    "index.include": (list, []),  # gitignore-style patterns: only matching files are indexed (empty: all)
+    "index.exclude": (list, []),  # gitignore-style patterns: files and folders left out
+    "index.gitignore": (bool, True),  # honour .gitignore files inside the indexed folders
+    "index.max_file_mb": ((int, float), 20),  # larger files are skipped with a reason (0: no limit)
     "milvus_uri": (str, None),  # default: $MDRAG_HOME/cache/milvus.db (Milvus Lite)
     "milvus_token": (str, None),
     "api.base_url": (str, None),  # shared by llm and embedding when theirs are unset
@@ -132,6 +136,10 @@ def _flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     out: dict[str, Any] = {}
     for k, v in d.items():
         key = f"{prefix}{k}"
+        if key == "index" and isinstance(v, Mapping):  # `index: {name: docs, max_file_mb: 50}`
+            for sub, value in _flatten(v, "index.").items():
+                out["index" if sub == "index.name" else sub] = value
+            continue
         if isinstance(v, Mapping) and key not in DEFAULTS:
             out.update(_flatten(v, key + "."))
         else:
@@ -195,6 +203,8 @@ def _range_check(key: str, value: Any, origin: str) -> Any:
         raise ConfigError(f"server.port must be between 0 and 65535, got {value!r} (from the {origin})")
     if key in ("embedding.batch_size", "search.k", "server.reload_interval", "server.max_pending") and value < 1:
         raise ConfigError(f"{key} must be at least 1, got {value!r} (from the {origin})")
+    if key == "index.max_file_mb" and value < 0:
+        raise ConfigError(f"{key} must be 0 (no limit) or more, got {value!r} (from the {origin})")
     if key in ("llm.timeout",) and not value > 0:
         raise ConfigError(f"{key} must be more than 0, got {value!r} (from the {origin})")
     if key == "server.max_message_bytes" and not 1024 <= value <= (1 << 20):

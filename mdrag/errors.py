@@ -10,7 +10,9 @@ wrong and what to do next::
     ├── EmbeddingError                        the embedder failed
     │   └── ModelMismatchError                index built with another model
     ├── StoreError                            the vector store failed
-    │   └── StoreUnavailableError (also ConnectionError)
+    │   ├── StoreUnavailableError (also ConnectionError)
+    │   └── StoreDamagedError                 the store's files are damaged
+    ├── ManifestError                         the index manifest cannot be written
     ├── ProtocolError (also ValueError)       a malformed WebSocket message
     ├── LLMError                              the chat model failed or timed out
     └── DocsetError                           .knowledge config, docsets, web sources
@@ -25,8 +27,10 @@ __all__ = [
     "MdragError",
     "ModelMismatchError",
     "LLMError",
+    "ManifestError",
     "ParseError",
     "ProtocolError",
+    "StoreDamagedError",
     "StoreError",
     "StoreUnavailableError",
     "UnsupportedFormatError",
@@ -63,6 +67,14 @@ class StoreError(MdragError):
 
 class StoreUnavailableError(StoreError, ConnectionError):
     """The vector store cannot be reached."""
+
+
+class StoreDamagedError(StoreError):
+    """The store's files are damaged: the message names where, and what `mdrag index --rebuild` does."""
+
+
+class ManifestError(MdragError):
+    """The index manifest cannot be written (a full disk, a read-only folder)."""
 
 
 class ProtocolError(MdragError, ValueError):

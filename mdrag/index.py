@@ -13,9 +13,10 @@ from typing import Any
 from mdrag.chunking import ChunkSettings
 from mdrag.config import Config, load_config
 from mdrag.embedding.base import Embedder
-from mdrag.errors import ConfigError, MdragError
-from mdrag.indexer import IndexSummary, record_fingerprint, update_index
+from mdrag.errors import ConfigError, MdragError, StoreDamagedError
+from mdrag.indexer import IndexSummary, record_fingerprint, remove_folders, update_index
 from mdrag.manifest import Manifest
+from mdrag.scan import ScanOptions
 from mdrag.store.milvus import MilvusStore
 from mdrag.types import SearchResult
 
@@ -97,6 +98,7 @@ class Index:
             self.config.milvus_uri, self.name, self.embedder.identity, self.config["milvus_token"], stem
         )  # opened on first use
         self._opened = False  # the store is connected and its collection loaded
+        self._missing: tuple[int, int] | tuple[()] | None = None  # see _missing_rows; None: not checked yet
         self._updated = False  # update() wrote through the open store: see close()
         self._exists = False  # the collection exists
         # Committed chunk ids: search returns only these, so a running update is
@@ -114,21 +116,71 @@ class Index:
     def manifest_path(self) -> Path:
         return self.config.manifest_path(self.name)
 
-    def _open(self, create: bool) -> bool:
+    def _open(self, create: bool, set_aside_damage: bool = False) -> bool:
         if not self._opened or (create and not self._exists):
-            self._exists = self.store.open(create=create, replace_mismatch=create)
+            try:
+                self._exists = self.store.open(create=create, replace_mismatch=create)
+            except StoreDamagedError:
+                if not set_aside_damage or self.store.set_aside() is None:
+                    raise
+                self._exists = self.store.open(create=create, replace_mismatch=create)
             self._opened = True
+            self._missing = None
         return self._exists
+
+    def _missing_rows(self) -> tuple[int, int] | None:
+        """(stored, expected) chunks when the store holds fewer than the manifest lists, else None.
+
+        Checked once per opening: the store's files may have been deleted or damaged
+        behind mdrag's back (the next `mdrag index` repairs that).
+        """
+        if self._missing is None:
+            m = Manifest.load(self.manifest_path)
+            expected = m.chunk_count if m is not None else 0
+            stored = self.store.count(m.roots) if m is not None and m.roots else expected
+            self._missing = (stored, expected) if stored < expected else ()
+        return self._missing or None
+
+    @property
+    def folders(self) -> list[str]:
+        """The index's folders (absolute), as its last run recorded them; kept while missing on disk."""
+        m = Manifest.load(self.manifest_path)
+        return list(m.roots) if m is not None else []
+
+    def _folders_to_update(self, folders: Sequence[str | Path] | None) -> list[str | Path]:
+        """``folders`` when given; else the index's folders, with the setting ``folders`` when it was set
+        (its default, ./markdown, only for an index that has no folders yet)."""
+        if folders:
+            return list(folders)
+        known: list[str | Path] = list(self.folders)
+        if not known or self.config.sources.get("folders") != "default":
+            known += [f for f in self.config["folders"] if str(Path(f).expanduser().resolve()) not in known]
+        return known
+
+    def _selection(self) -> ScanOptions:
+        c = self.config
+        mb = c["index.max_file_mb"]
+        return ScanOptions(
+            include=tuple(c["index.include"]),
+            exclude=tuple(c["index.exclude"]),
+            gitignore=c["index.gitignore"],
+            max_file_bytes=int(mb * 2**20) if mb else None,
+        )
 
     def update(
         self, folders: Sequence[str | Path] | None = None, rebuild: bool = False, progress: bool = False
     ) -> IndexSummary:
-        """Index ``folders`` (default: the configured ones) incrementally."""
-        folders = list(folders) if folders else list(self.config["folders"])
+        """Add or update ``folders`` (default: all of the index's folders), incrementally.
+
+        The index's other folders are kept as they are; a folder that is missing
+        or empty is a warning and keeps what was indexed from it. To take a
+        folder out of the index, use :meth:`remove`.
+        """
+        folders = self._folders_to_update(folders)
 
         def open_store() -> None:
             self._updated = True
-            self._open(create=True)
+            self._open(create=True, set_aside_damage=rebuild)
             self._load_visible()
 
         opened = self._opened
@@ -164,9 +216,30 @@ class Index:
                 on_upsert=upserted,
                 on_commit=commit,
                 open_store=None if opened else open_store,  # a run with nothing to do need not open it
+                selection=self._selection(),
             )
         finally:
             self._pending = 0
+
+    def remove(self, folders: Sequence[str | Path]) -> IndexSummary:
+        """Take ``folders`` out of the index and delete their chunks (the folders need not exist).
+
+        Raises ConfigError, naming the index's folders, for a folder that is not one of them.
+        """
+        self._updated = True
+        self._open(create=True)
+        self._load_visible()
+        removed = frozenset(str(Path(f).expanduser().resolve()) for f in folders) | frozenset(map(str, folders))
+
+        def commit(ids: set[str]) -> None:
+            with self._cond:
+                old = self._generation
+                self._visible = frozenset(ids)
+                self._visible_roots = removed | (self._visible_roots or frozenset())
+                self._generation += 1
+                self._cond.wait_for(lambda: self._readers[old] == 0, timeout=60)
+
+        return remove_folders(self.store, self.manifest_path, folders, on_commit=commit)
 
     def _load_visible(self) -> None:
         if self._visible is None:
@@ -197,6 +270,16 @@ class Index:
             exists = self._open(create=False)
         if not exists:
             raise MdragError(f"index {self.name!r} does not exist in {self.store.uri}: run `mdrag index DIR` first")
+        missing = self._missing_rows()
+        if missing is not None:
+            stored, expected = missing
+            msg = (
+                f"the index store holds {stored} of the {expected} chunks its manifest lists (its files were "
+                "deleted or damaged): run `mdrag index` to repair it"
+            )
+            if not stored:
+                raise StoreDamagedError(msg[0].upper() + msg[1:] + ".")
+            log.warning("%s; until then results are incomplete", msg)
         self._load_visible()
         with self._cond:
             generation, visible, pending = self._generation, self._visible, self._pending
@@ -228,6 +311,7 @@ class Index:
         """Name, store, model, files, chunks and last run of the index (JSON-ready)."""
         m = Manifest.load(self.manifest_path)
         exists = self._open(create=False)
+        missing = self._missing_rows() if exists else None
         return {
             "index": self.name,
             "store_uri": self.store.uri,
@@ -237,7 +321,10 @@ class Index:
             "files": len(m.files) if m else 0,
             "chunks": self.store.count() if exists else 0,
             "last_indexed": m.last_indexed if m else None,
-            "interrupted": bool(m and m.dirty),
+            "interrupted": bool(m and (m.dirty or not m.verified)),
+            "damaged": (
+                f"the store holds {missing[0]} of the {missing[1]} chunks the manifest lists" if missing else None
+            ),
             "chunking": m.chunking if m else self.settings.as_dict(),
             "manifest": str(self.manifest_path),
         }

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
 import queue
 import random
 import threading
@@ -25,19 +24,20 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 
 from mdrag.chunking import ChunkSettings, chunk_document
 from mdrag.embedding.base import Embedder
-from mdrag.errors import ParseError, UnsupportedFormatError
+from mdrag.errors import ConfigError, ParseError, UnsupportedFormatError
 from mdrag.manifest import FileState, Manifest, diff
-from mdrag.parsers import parse_file, supported_extensions
+from mdrag.parsers import parse_file
+from mdrag.scan import ScanOptions, ScanResult, scan
 from mdrag.store.milvus import MilvusStore
 from mdrag.types import Chunk
 
-__all__ = ["IndexSummary", "record_fingerprint", "scan", "update_index"]
+__all__ = ["IndexSummary", "record_fingerprint", "remove_folders", "update_index"]
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +48,6 @@ R = TypeVar("R")
 _BATCH_CHUNKS = 512  # chunks per embed + upsert round
 _PARSE_AHEAD = 64  # parsed files waiting for the embedder, at most
 _SAVE_EVERY_S = 5.0  # how often a long run records its progress in the manifest
-_SKIP_DIRS = {"node_modules", "__pycache__"}
 # Milvus Lite: rewrite the index whole once small updates have written this share of it.
 _BM25_REWRITE_SHARE = 0.1
 _BM25_SEGMENT_ROWS = 512  # Milvus Lite: fewest chunks a run writes in one segment (see _pad_segment)
@@ -64,6 +63,8 @@ class IndexSummary:
     unchanged: int = 0  # same mtime and size, or touched with the same content
     touched: int = 0  # of the unchanged: mtime or size changed, content did not ("already embedded")
     skipped: int = 0
+    kept: int = 0  # files not found because their folder is missing, empty or unreadable: kept in the index
+    excluded: int = 0  # files left out by .gitignore, index.include or index.exclude
     chunks_embedded: int = 0
     chunks_reused: int = 0  # content already embedded: vector taken from the store
     chunks_deleted: int = 0
@@ -72,7 +73,12 @@ class IndexSummary:
     embed_seconds: float = 0.0  # of which in the embedder (loading the model the first time included)
     rebuild: str | None = None  # why the whole corpus was re-chunked, if it was
     repaired: bool = False  # a previous run was interrupted and its leftovers were cleaned
+    folders: list[str] = field(default_factory=list)  # the index's folders after the run
+    missing_folders: list[str] = field(default_factory=list)  # folders of the index not found on disk
+    removed_folders: list[str] = field(default_factory=list)  # folders taken out of the index (`mdrag remove`)
     skipped_files: list[tuple[str, str]] = field(default_factory=list)  # (path, reason)
+    decoded: dict[str, str] = field(default_factory=dict)  # path -> encoding, for text files not in UTF-8
+    unsupported: dict[str, int] = field(default_factory=dict)  # extension -> files with no parser
     warnings: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, object]:
@@ -85,43 +91,14 @@ def _file_hash(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def scan(folders: Sequence[str | Path], summary: IndexSummary | None = None) -> dict[str, tuple[str, str, int, int]]:
-    """Supported files under ``folders``: abs path -> (root, rel_path, mtime_ns, size).
-
-    Hidden folders and files are left out. A missing or empty folder is a
-    warning, never an error. A file under two given folders belongs to the first.
-    """
-    exts = set(supported_extensions())
-    out: dict[str, tuple[str, str, int, int]] = {}
-    for folder in folders:
-        root = Path(folder).expanduser().resolve()
-        if not root.is_dir():
-            _warn(summary, f"folder {folder} does not exist or is not a folder: skipped")
-            continue
-        before = len(out)
-        for dirpath, dirnames, filenames in os.walk(root):
-            dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d not in _SKIP_DIRS)
-            for name in sorted(filenames):
-                if name.startswith(".") or Path(name).suffix.lower() not in exts:
-                    continue
-                p = Path(dirpath) / name
-                try:
-                    st = p.stat()
-                except OSError as e:
-                    _warn(summary, f"cannot stat {p}: {e}")
-                    continue
-                if not p.is_file():
-                    continue
-                out.setdefault(str(p), (str(root), p.relative_to(root).as_posix(), st.st_mtime_ns, st.st_size))
-        if len(out) == before:
-            _warn(summary, f"folder {folder} has no supported files ({', '.join(sorted(exts))})")
-    return out
-
-
 def _warn(summary: IndexSummary | None, msg: str) -> None:
     log.warning("%s", msg)
     if summary is not None:
         summary.warnings.append(msg)
+
+
+def _resolve(folders: Sequence[str | Path]) -> list[str]:
+    return list(dict.fromkeys(str(Path(f).expanduser().resolve()) for f in folders))
 
 
 def update_index(
@@ -136,9 +113,13 @@ def update_index(
     on_upsert: Callable[[int], None] | None = None,
     on_commit: Callable[[set[str]], None] | None = None,
     open_store: Callable[[], None] | None = None,
+    selection: ScanOptions | None = None,
 ) -> IndexSummary:
-    """Bring the store in line with ``folders``; returns what was done.
+    """Add or update ``folders`` in the index; the index's other folders are kept as they are.
 
+    A folder that is missing, empty or partly unreadable is a warning, and
+    what was indexed from it is kept: only a file that is gone from a folder
+    that was listed whole is deleted (removing a folder is :func:`remove_folders`).
     ``store`` must be open, or ``open_store()`` opens it: a run that finds
     nothing to do, with the store's fingerprint unchanged since the manifest
     recorded it, does not open it at all. ``rebuild`` drops the collection and starts over.
@@ -148,22 +129,28 @@ def update_index(
     """
     t0 = time.perf_counter()
     summary = IndexSummary()
-    roots = [str(Path(f).expanduser().resolve()) for f in folders]
+    roots = _resolve(folders)
     # What decides the stored chunks: a change re-chunks (vectors are reused by content hash).
     chunking = _chunking(store, embedder, settings)
-    old = None if rebuild else Manifest.load(manifest_path)
+    old = Manifest.load(manifest_path)
     if rebuild:
         summary.rebuild = "requested (--rebuild)"
     elif old is None:
         summary.rebuild = "no manifest" if not manifest_path.exists() else "manifest unreadable"
     else:
         summary.rebuild = _rebuild_reason(old, store, embedder, chunking)
-    found = scan(roots, summary)
+    if summary.rebuild and old is not None:  # every folder of the index is indexed again, not only those given
+        roots = _resolve([*old.roots, *roots])
+    if rebuild:
+        old = None
+    found = scan(roots, selection)
     # The store's files as the last clean run left them: no need to count its rows.
-    as_left = old is not None and not old.dirty and _fingerprint_matches(old, store)
+    as_left = old is not None and old.verified and not old.dirty and _fingerprint_matches(old, store)
     if open_store is not None:
         if old is not None and as_left and summary.rebuild is None and _unchanged(old, roots, found):
-            summary.unchanged, summary.chunks_total = len(found), old.chunk_count
+            summary.unchanged, summary.chunks_total = len(found.files), old.chunk_count
+            _report_scan(summary, found, old)
+            summary.folders = list(old.roots)
             summary.seconds = round(time.perf_counter() - t0, 3)
             return summary
         open_store()
@@ -173,35 +160,42 @@ def update_index(
     if summary.rebuild:
         log.info("full re-index: %s", summary.rebuild)
 
-    m = Manifest(index=index_name, store_uri=store.uri, model=embedder.identity, chunking=chunking, roots=roots)
+    m = Manifest(index=index_name, store_uri=store.uri, model=embedder.identity, chunking=chunking)
     if old is not None and summary.rebuild is None:
         m.files = old.files
-        m.dirty = old.dirty
+        m.dirty = old.dirty or not old.verified
         m.rows_since_rewrite = old.rows_since_rewrite
+        m.retired_roots = old.retired_roots
     # The folders this manifest accounts for: other indexers may write other
     # folders into the same collection, and their chunks are not ours to repair.
-    scope = sorted(set(roots) | set(old.roots if old is not None else []))
+    m.roots = _resolve([*(old.roots if old is not None else []), *(r for r in roots if r not in found.missing)])
+    scope = sorted(set(m.roots) | set(roots) | set(m.retired_roots))
     if not m.dirty and m.files and not as_left and store.count(scope) != m.chunk_count:
         log.warning("index %r: the store and the manifest disagree", index_name)
         m.dirty = True
     repair = summary.rebuild is not None or m.dirty
     if m.dirty:
         summary.repaired = True
-        log.warning("the previous run of index %r did not finish: repairing", index_name)
+        log.warning("the previous run of index %r did not finish, or its files changed: repairing", index_name)
         _drop_incomplete(store, m, scope)
+        # A repaired file may lie in any folder of the index: list them all.
+        if set(m.roots) - set(roots):
+            roots = m.roots
+            found = scan(roots, selection)
+    _report_scan(summary, found, old)
 
     # A store that starts empty holds no vectors to reuse but the ones this run writes (texts that
     # repeat): only their hashes are looked up.
     run_hashes: set[int] | None = set() if summary.rebuild is not None and store.count() == 0 else None
 
-    d = diff(m.files, {p: (mt, sz) for p, (_, _, mt, sz) in found.items()})
-    # A file now found under another root gets new chunk ids: re-chunk it.
-    moved = [p for p in d.unchanged if (m.files[p].root, m.files[p].rel_path) != found[p][:2]]
-    d.unchanged = [p for p in d.unchanged if p not in set(moved)]
-    summary.unchanged = len(d.unchanged)
+    plan = _plan(m, roots, found)
+    moved, removed = plan.moved, plan.removed
+    summary.unchanged = len(plan.unchanged)
+    summary.kept = len(plan.kept)
 
-    todo: list[tuple[str, str | None]] = [(p, None) for p in d.added + moved]  # (path, error)
-    for p in d.stat_changed:  # mtime or size differ: the content hash decides
+    todo: list[tuple[str, str | None]] = [(p, None) for p in plan.added + moved]  # (path, error)
+    todo += [(p, reason) for p, (_, reason) in found.skipped.items()]
+    for p in plan.stat_changed:  # mtime or size differ: the content hash decides
         try:
             data = Path(p).read_bytes()
         except OSError as e:
@@ -209,15 +203,15 @@ def update_index(
             continue
         h = _file_hash(data)
         known = m.files[p]
-        if h == known.hash and (known.root, known.rel_path) == found[p][:2]:
-            known.mtime_ns, known.size = found[p][2], found[p][3]
+        if h == known.hash and (known.root, known.rel_path) == found.files[p][:2]:
+            known.mtime_ns, known.size = found.files[p][2], found.files[p][3]
             summary.unchanged += 1
             summary.touched += 1
             log.info("%s: touched, content unchanged: already embedded", p)
         else:
             todo.append((p, None))  # read again when parsed: memory stays bounded
 
-    writes = bool(todo or d.removed or repair)
+    writes = bool(todo or removed or repair or m.retired_roots or (old is not None and old.roots != m.roots))
     if writes:
         m.dirty = True
         m.save(manifest_path)
@@ -227,14 +221,20 @@ def update_index(
     retired: list[str] = []  # ids the new state no longer uses: deleted after the commit
     batch: list[tuple[str, FileState, list[Chunk]]] = []
     batch_chunks = 0
+    bar = _Progress(len(todo), progress)
 
-    def parse(item: tuple[str, str | None]) -> tuple[FileState | None, list[Chunk], str | None]:
+    def parse(item: tuple[str, str | None]) -> tuple[FileState | None, list[Chunk], str | None, str | None]:
         path, err = item
-        root, rel, mtime_ns, size = found[path]
-        return (None, [], err) if err else _parse(path, root, rel, mtime_ns, size, embedder, settings)
+        if err:
+            return None, [], err, None
+        root, rel, mtime_ns, size = found.files[path]
+        return _parse(path, root, rel, mtime_ns, size, embedder, settings)
+
+    def write(batch: list[tuple[str, FileState, list[Chunk]]]) -> set[str]:
+        return _write_batch(store, embedder, m, batch, summary, on_upsert, retired, run_hashes, bar)
 
     # Files are parsed and chunked in a thread while the last batch is embedded.
-    for (path, _), (state, chunks, err) in _progress(_ahead(todo, parse), len(todo), progress):
+    for (path, _), (state, chunks, err, encoding) in bar.files(_ahead(todo, parse)):
         is_new = path not in m.files
         if state is None:
             summary.skipped += 1
@@ -243,6 +243,9 @@ def update_index(
             if not is_new:  # its old content is stale: remove it, retry next run
                 retired.extend(m.files.pop(path).chunks)
             continue
+        if encoding and encoding.replace("-", "_").lower() not in ("utf_8", "ascii"):
+            summary.decoded[path] = encoding
+            log.info("%s: decoded as %s", path, encoding)
         if is_new:
             summary.added += 1
         else:
@@ -250,18 +253,19 @@ def update_index(
         batch.append((path, state, chunks))
         batch_chunks += len(chunks)
         if batch_chunks >= _BATCH_CHUNKS:
-            written |= _write_batch(store, embedder, m, batch, summary, on_upsert, retired, run_hashes)
+            written |= write(batch)
             batch, batch_chunks = [], 0
             if time.monotonic() - last_save > _SAVE_EVERY_S:
                 m.save(manifest_path)
                 last_save = time.monotonic()
     if batch:
-        written |= _write_batch(store, embedder, m, batch, summary, on_upsert, retired, run_hashes)
+        written |= write(batch)
+    bar.close()
 
     # Files gone from disk: their chunks go, after the new files could reuse their vectors.
-    for p in d.removed:
+    for p in removed:
         retired.extend(m.files.pop(p).chunks)
-    summary.deleted = len(d.removed)
+    summary.deleted = len(removed)
 
     if written:
         if store.per_segment_bm25 and summary.rebuild is None:
@@ -272,7 +276,7 @@ def update_index(
     live = m.chunk_ids()
     if on_commit is not None:
         on_commit(live)
-    if repair:
+    if repair or m.retired_roots:
         retired.extend(store.all_ids(roots=scope) - live)
     retired = sorted(set(retired) - live)
     if retired:
@@ -280,12 +284,62 @@ def update_index(
         summary.chunks_deleted += len(retired)
     if writes:
         _refresh_bm25(store, m, live, len(written), whole=summary.rebuild is not None)
-    if writes or old is None or old.roots != roots:
+    if writes or old is None:
+        m.retired_roots = []
         m.mark_finished()
         m.save(manifest_path)
+    summary.folders = list(m.roots)
     summary.chunks_total = m.chunk_count
     summary.seconds = round(time.perf_counter() - t0, 3)
     summary.embed_seconds = round(summary.embed_seconds, 3)
+    return summary
+
+
+def remove_folders(
+    store: MilvusStore,
+    manifest_path: Path,
+    folders: Sequence[str | Path],
+    on_commit: Callable[[set[str]], None] | None = None,
+) -> IndexSummary:
+    """Take ``folders`` out of the index: their files' chunks are deleted; the folders need not exist.
+
+    Raises ConfigError naming the index's folders when one of ``folders`` is not among them.
+    """
+    t0 = time.perf_counter()
+    m = Manifest.load(manifest_path)
+    if m is None:
+        raise ConfigError(f"the index has no readable manifest at {manifest_path}: nothing to remove")
+    targets = []
+    for f in folders:
+        resolved = str(Path(f).expanduser().resolve())
+        match = next((r for r in m.roots if r in (resolved, str(f))), None)
+        if match is None:
+            raise ConfigError(
+                f"{f} is not a folder of index {m.index!r}; its folders are: " + (", ".join(m.roots) or "none")
+            )
+        targets.append(match)
+    summary = IndexSummary(removed_folders=targets)
+    m.roots = [r for r in m.roots if r not in targets]
+    m.retired_roots = sorted(set(m.retired_roots) | set(targets))
+    gone = [p for p, state in m.files.items() if state.root in targets]
+    retired = [cid for p in gone for cid in m.files.pop(p).chunks]
+    summary.deleted = len(gone)
+    m.dirty = True
+    m.save(manifest_path)  # from here a crash is repaired: the retired folders' chunks are deleted then
+    live = m.chunk_ids()
+    if on_commit is not None:
+        on_commit(live)
+    leftovers = store.all_ids(roots=m.retired_roots) - live
+    ids = sorted((set(retired) | leftovers) - live)
+    if ids:
+        store.delete_ids(ids)
+    summary.chunks_deleted = len(ids)
+    m.retired_roots = []
+    m.mark_finished()
+    m.save(manifest_path)
+    summary.folders = list(m.roots)
+    summary.chunks_total = m.chunk_count
+    summary.seconds = round(time.perf_counter() - t0, 3)
     return summary
 
 
@@ -304,14 +358,56 @@ def _rebuild_reason(old: Manifest, store: MilvusStore, embedder: Embedder, chunk
     return None
 
 
-_Found = dict[str, tuple[str, str, int, int]]  # scan(): abs path -> (root, rel_path, mtime_ns, size)
+@dataclass
+class _Plan:
+    """What a run does with the files of the folders it lists (pure: manifest and scan in)."""
+
+    added: list[str]
+    stat_changed: list[str]  # mtime or size differ: the content hash decides
+    unchanged: list[str]
+    moved: list[str]  # now found under another indexed folder: new chunk ids
+    removed: list[str]  # gone from a folder that was listed whole
+    kept: list[str]  # not found, but their folder is missing, empty or unreadable: kept
 
 
-def _unchanged(old: Manifest, roots: list[str], found: _Found) -> bool:
-    """Whether a clean manifest still describes every file found."""
-    if old.dirty or old.roots != roots or set(found) != set(old.files):
+def _plan(m: Manifest, roots: Sequence[str], found: ScanResult) -> _Plan:
+    scoped = {p: s for p, s in m.files.items() if s.root in roots}
+    d = diff(scoped, {p: (mt, sz) for p, (_, _, mt, sz) in found.files.items()})
+    # A file found now that the manifest holds under a folder not listed in this run: it moved.
+    elsewhere = [p for p in d.added if p in m.files]
+    added = [p for p in d.added if p not in m.files]
+    moved = elsewhere + [p for p in d.unchanged if (m.files[p].root, m.files[p].rel_path) != found.files[p][:2]]
+    unchanged = [p for p in d.unchanged if p not in set(moved)]
+    gone = [p for p in d.removed if p not in found.skipped]  # skipped files are handled as skipped
+    removed = [p for p in gone if found.complete(m.files[p].root) and not found.kept(p)]
+    kept = [p for p in gone if p not in set(removed)]
+    return _Plan(added, d.stat_changed, unchanged, moved, removed, kept)
+
+
+def _unchanged(old: Manifest, roots: list[str], found: ScanResult) -> bool:
+    """Whether a clean manifest still describes every file found, and the folder set is the same."""
+    if old.dirty or old.retired_roots or not set(roots) - set(found.missing) <= set(old.roots):
         return False
-    return all((f.root, f.rel_path, f.mtime_ns, f.size) == found[p] for p, f in old.files.items())
+    p = _plan(old, roots, found)
+    return not (p.added or p.stat_changed or p.moved or p.removed or any(f in old.files for f in found.skipped))
+
+
+def _report_scan(summary: IndexSummary, found: ScanResult, old: Manifest | None) -> None:
+    """Copy what the scan saw into the summary, with what it means for the index."""
+    summary.warnings.extend(found.warnings)
+    summary.excluded = found.excluded
+    summary.unsupported = dict(sorted(found.unsupported.items()))
+    summary.missing_folders = list(found.missing)
+    if old is None:
+        return
+    for root in [*found.missing, *found.empty]:
+        n = sum(1 for f in old.files.values() if f.root == root)
+        if n:
+            _warn(
+                summary,
+                f"folder {root} is missing or empty: its {n} indexed files are kept. "
+                f"If you removed it on purpose, run `mdrag remove {root}`.",
+            )
 
 
 def _fingerprint_matches(old: Manifest, store: MilvusStore) -> bool:
@@ -331,13 +427,35 @@ def record_fingerprint(manifest_path: Path, store: MilvusStore) -> None:
         m.save(manifest_path)
 
 
-def _progress(items: Iterator[T], total: int, show: bool) -> Iterator[T]:
-    if not show or total < 20:
-        yield from items
-        return
-    from tqdm import tqdm
+class _Progress:
+    """A progress bar on stderr counting files, with the chunks written so far (tqdm).
 
-    yield from tqdm(items, total=total, desc="indexing", unit="file", leave=False)
+    It appears once a run has taken a second, so quick runs print nothing, and a
+    single large file shows its chunks going by.
+    """
+
+    def __init__(self, total: int, show: bool) -> None:
+        self.chunks = 0  # chunks written so far
+        self._bar: Any = None  # tqdm, when shown
+        if show and total:
+            from tqdm import tqdm
+
+            self._bar = tqdm(total=total, desc="indexing", unit="file", leave=False, delay=1.0)
+
+    def files(self, items: Iterator[T]) -> Iterator[T]:
+        for item in items:
+            if self._bar is not None:
+                self._bar.update(1)
+            yield item
+
+    def wrote(self, n: int) -> None:
+        self.chunks += n
+        if self._bar is not None:
+            self._bar.set_postfix(chunks=self.chunks, refresh=True)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
 
 
 def _ahead(items: Sequence[A], work: Callable[[A], R], depth: int = _PARSE_AHEAD) -> Iterator[tuple[A, R]]:
@@ -388,20 +506,21 @@ def _parse(
     size: int,
     embedder: Embedder,
     settings: ChunkSettings,
-) -> tuple[FileState | None, list[Chunk], str | None]:
+) -> tuple[FileState | None, list[Chunk], str | None, str | None]:
+    """(state, chunks, None, encoding) for a parsed file, or (None, [], reason, None) for a skipped one."""
     try:
         data = Path(path).read_bytes()
         doc = parse_file(path, data)
     except (ParseError, UnsupportedFormatError) as e:
-        return None, [], str(e).removeprefix(f"{path}: ")
+        return None, [], str(e).removeprefix(f"{path}: "), None
     except OSError as e:
-        return None, [], f"cannot read: {e}"
+        return None, [], f"cannot read: {e}", None
     for w in doc.warnings:
         log.warning("%s", w)
     chunks = chunk_document(doc, root, rel, settings, embedder.count_tokens, embedder.max_tokens)
     state = FileState(root=root, rel_path=rel, mtime_ns=mtime_ns, size=size, hash=_file_hash(data))
     state.chunks = [c.id for c in chunks]
-    return state, chunks, None
+    return state, chunks, None, getattr(doc, "encoding", None)
 
 
 def _pad_segment(store: MilvusStore, m: Manifest, written: set[str]) -> None:
@@ -445,51 +564,61 @@ def _write_batch(
     summary: IndexSummary,
     on_upsert: Callable[[int], None] | None,
     retired: list[str],
-    run_hashes: set[int] | None = None,
+    run_hashes: set[int] | None,
+    bar: _Progress,
 ) -> set[str]:
     """Embed what is new, upsert, record the files; returns the ids of the chunks written.
 
-    The ids the batch's files no longer use are added to ``retired``. With
-    ``run_hashes`` (the store held nothing when the run began), only the
-    content hashes this run has written are looked up in the store; the
-    batch's are added to it (64-bit prefixes: a collision costs one lookup).
+    Chunks go to the embedder and the store ``_BATCH_CHUNKS`` at a time, so a
+    file of any size is written in bounded pieces; the files are recorded
+    once all their chunks are written. The ids the batch's files no longer
+    use are added to ``retired``. With ``run_hashes`` (the store held nothing
+    when the run began), only the content hashes this run has written are
+    looked up in the store; the batch's are added to it (64-bit prefixes: a
+    collision costs one lookup).
     """
     stored = {cid for path, _, _ in batch if path in m.files for cid in m.files[path].chunks}
     all_chunks = [c for _, _, cs in batch for c in cs]
-    chunks = [c for c in all_chunks if c.id not in stored]  # same id: same text, already stored
-    hashes = [c.content_hash for c in chunks]
-    if run_hashes is None:
-        known = store.vectors_by_hash(hashes)
-    else:
-        keys = [int(h[:16], 16) for h in hashes]
-        known = store.vectors_by_hash([h for h, key in zip(hashes, keys) if key in run_hashes])
-        run_hashes.update(keys)
-    todo: dict[str, str] = {}  # content hash -> text, each new text embedded once
-    for c in chunks:
-        if c.content_hash not in known:
-            todo.setdefault(c.content_hash, c.embed_text)
-    if todo:
-        t = time.perf_counter()
-        vecs = embedder.embed(list(todo.values()))
-        summary.embed_seconds += time.perf_counter() - t
-        known.update(zip(todo.keys(), vecs))
-    summary.chunks_embedded += len(todo)
-    summary.chunks_reused += len(all_chunks) - len(todo)
-    if chunks:
+    new = [c for c in all_chunks if c.id not in stored]  # same id: same text, already stored
+    summary.chunks_reused += len(all_chunks) - len(new)
+    for i in range(0, len(new), _BATCH_CHUNKS):
+        chunks = new[i : i + _BATCH_CHUNKS]
+        hashes = [c.content_hash for c in chunks]
+        if run_hashes is None:
+            known = store.vectors_by_hash(hashes)
+        else:
+            keys = [int(h[:16], 16) for h in hashes]
+            known = store.vectors_by_hash([h for h, key in zip(hashes, keys) if key in run_hashes])
+            run_hashes.update(keys)
+        todo: dict[str, str] = {}  # content hash -> text, each new text embedded once
+        for c in chunks:
+            if c.content_hash not in known:
+                todo.setdefault(c.content_hash, c.embed_text)
+        if todo:
+            t = time.perf_counter()
+            vecs = embedder.embed(list(todo.values()))
+            summary.embed_seconds += time.perf_counter() - t
+            known.update(zip(todo.keys(), vecs))
+        summary.chunks_embedded += len(todo)
+        summary.chunks_reused += len(chunks) - len(todo)
         store.upsert(chunks, np.vstack([known[c.content_hash] for c in chunks]))
         if on_upsert is not None:
             on_upsert(len(chunks))
+        bar.wrote(len(chunks))
     for path, state, _ in batch:
         prev = m.files.get(path)
         if prev is not None:
             retired.extend(set(prev.chunks) - set(state.chunks))
         m.files[path] = state
-    return {c.id for c in chunks}
+    return {c.id for c in new}
 
 
 def _drop_incomplete(store: MilvusStore, m: Manifest, scope: list[str]) -> None:
-    """After a crash: forget files whose chunks are not all in the store."""
-    present = store.all_ids(roots=scope)
-    for path in [p for p, s in m.files.items() if not set(s.chunks) <= present]:
-        log.info("re-indexing %s: its chunks are incomplete", path)
+    """After a crash, or a manifest changed outside mdrag: forget (so re-index) every file whose
+    chunks in the store are not exactly those the manifest lists for it."""
+    stored: dict[str, set[str]] = {}
+    for cid, path in store.id_paths(roots=scope).items():
+        stored.setdefault(path, set()).add(cid)
+    for path in [p for p, s in m.files.items() if set(s.chunks) != stored.get(p, set())]:
+        log.info("re-indexing %s: its chunks in the store do not match the manifest", path)
         del m.files[path]

@@ -1,12 +1,18 @@
 """What the index holds, per file: the incremental indexer's memory.
 
 The manifest is a JSON file written atomically (temp file, fsync, rename), so
-a crash leaves either the old or the new version, never half of one. ``diff``
-is pure: stat results in, added / changed / removed / unchanged out.
+a crash leaves either the old or the new version, never half of one. It ends
+with a checksum of everything before it: a manifest changed outside mdrag (by
+hand, or damaged on disk) that still parses loads with ``verified = False``,
+and the indexer then checks every file's chunks against the store. One that
+does not parse loads as None (the index is rebuilt, reusing stored vectors).
+``diff`` is pure: stat results in, added / changed / removed / unchanged out.
 """
 
 from __future__ import annotations
 
+import errno
+import hashlib
 import json
 import logging
 import os
@@ -16,11 +22,14 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from mdrag.errors import ManifestError
+
 __all__ = ["Diff", "FileState", "Manifest", "diff", "write_atomic"]
 
 log = logging.getLogger(__name__)
 
 VERSION = 1
+_CHECKSUM = ',"checksum":"'  # the last key of a saved manifest: sha256 of the text before it
 
 
 def write_atomic(path: Path, text: str) -> None:
@@ -31,7 +40,7 @@ def write_atomic(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
@@ -69,7 +78,10 @@ class Manifest:
     store_uri: str
     model: dict[str, Any]  # embedder identity: {"model": ..., "dimension": ...}
     chunking: dict[str, Any]  # ChunkSettings.as_dict() plus the embedder window
-    roots: list[str] = field(default_factory=list)
+    roots: list[str] = field(default_factory=list)  # the index's folders, kept while missing on disk
+    # Folders being removed (`mdrag remove`): their chunks may still be in the store until the
+    # removal finishes, so a repair after a crash deletes them too.
+    retired_roots: list[str] = field(default_factory=list)
     files: dict[str, FileState] = field(default_factory=dict)  # absolute path -> state
     dirty: bool = False  # a run was writing to the store and did not finish
     last_indexed: float | None = None  # unix time of the last finished run
@@ -80,6 +92,8 @@ class Manifest:
     # a run that finds no file changed need not open the store.
     store_fingerprint: str | None = None
     version: int = VERSION
+    # False when the file's checksum did not match (changed outside mdrag): not saved.
+    verified: bool = field(default=True, compare=False)
 
     @property
     def chunk_count(self) -> int:
@@ -90,51 +104,101 @@ class Manifest:
 
     def to_json(self) -> dict[str, Any]:
         """A view for ``json.dumps``: it shares this manifest's lists and dicts (no deep copy)."""
-        d = {f.name: getattr(self, f.name) for f in fields(self)}
+        d = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "verified"}
         d["files"] = {p: vars(s) for p, s in sorted(self.files.items())}
         return d
 
     @classmethod
-    def from_json(cls, d: dict[str, Any]) -> Manifest:
+    def from_json(cls, d: Any) -> Manifest:
+        """A manifest from parsed JSON; ValueError naming what is wrong when it is not one."""
+        if not isinstance(d, dict):
+            raise ValueError(f"a JSON object was expected, not {type(d).__name__}")
         if d.get("version") != VERSION:
             raise ValueError(f"manifest version {d.get('version')!r}, expected {VERSION}")
-        files = {p: FileState(**s) for p, s in d.get("files", {}).items()}
+        raw_files = d.get("files", {})
+        if not isinstance(raw_files, dict):
+            raise ValueError(f"'files' must be an object, not {type(raw_files).__name__}")
+        files = {}
+        for p, s in raw_files.items():
+            state = FileState(**s) if isinstance(s, dict) else None
+            if state is None or not all(isinstance(c, str) for c in state.chunks or []):
+                raise ValueError(f"the entry for {p!r} is not a file state")
+            state.chunks = list(state.chunks or [])
+            files[p] = state
         return cls(
-            index=d["index"],
-            store_uri=d["store_uri"],
+            index=str(d["index"]),
+            store_uri=str(d["store_uri"]),
             model=dict(d["model"]),
             chunking=dict(d["chunking"]),
-            roots=list(d.get("roots", [])),
+            roots=[str(r) for r in d.get("roots") or []],
+            retired_roots=[str(r) for r in d.get("retired_roots") or []],
             files=files,
             dirty=bool(d.get("dirty", False)),
             last_indexed=d.get("last_indexed"),
-            rows_since_rewrite=int(d.get("rows_since_rewrite", 0)),
+            rows_since_rewrite=int(d.get("rows_since_rewrite") or 0),
             store_fingerprint=d.get("store_fingerprint"),
         )
 
     @classmethod
     def load(cls, path: Path) -> Manifest | None:
-        """The manifest at ``path``, or None (logged) when missing or unreadable."""
+        """The manifest at ``path``, or None (logged) when missing or unreadable.
+
+        A manifest that parses but whose checksum does not match loads with
+        ``verified`` False: the indexer reconciles it with the store.
+        """
         try:
-            raw = path.read_text(encoding="utf-8")
+            data = path.read_bytes()
         except FileNotFoundError:
             return None
         except OSError as e:
             log.warning("cannot read manifest %s (%s): rebuilding the index", path, e)
             return None
         try:
-            return cls.from_json(json.loads(raw))
-        except (ValueError, KeyError, TypeError) as e:
-            log.warning("manifest %s is corrupt (%s): rebuilding the index", path, e)
+            raw = data.decode("utf-8")
+            m = cls.from_json(json.loads(raw))
+        except (ValueError, KeyError, TypeError, AttributeError) as e:  # UnicodeDecodeError is a ValueError
+            log.warning("manifest %s is corrupt (%s): rebuilding the index", path, str(e)[:200])
             return None
+        m.verified = _checksum_ok(raw)
+        if not m.verified:
+            log.warning("manifest %s was changed outside mdrag: checking it against the store", path)
+        return m
 
     def save(self, path: Path) -> None:
-        """Write atomically (see :func:`write_atomic`)."""
-        write_atomic(path, json.dumps(self.to_json(), ensure_ascii=False, separators=(",", ":")))
+        """Write atomically (see :func:`write_atomic`), with a checksum as its last key.
+
+        Raises ManifestError saying what to do when the file cannot be written
+        (a full disk, a read-only folder); the previous manifest stays as it was.
+        """
+        body = json.dumps(self.to_json(), ensure_ascii=False, separators=(",", ":"))
+        digest = hashlib.sha256(body.encode("utf-8")).hexdigest()
+        try:
+            write_atomic(path, f'{body[:-1]}{_CHECKSUM}{digest}"}}')
+        except OSError as e:
+            if e.errno in (errno.ENOSPC, errno.EDQUOT):
+                todo = "Free some space on that disk"
+            elif e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+                todo = "Make that folder writable"
+            else:
+                todo = "Check that disk"
+            raise ManifestError(
+                f"cannot save the index manifest {path}: {e.strerror or e}. {todo} and run "
+                "`mdrag index` again: what was indexed is kept, and that run repairs the rest."
+            ) from e
+        self.verified = True
 
     def mark_finished(self) -> None:
         self.dirty = False
         self.last_indexed = time.time()
+
+
+def _checksum_ok(raw: str) -> bool:
+    """Whether ``raw`` ends with the checksum :meth:`Manifest.save` wrote."""
+    cut = raw.rfind(_CHECKSUM)
+    if cut < 0 or not raw.endswith('"}'):
+        return False
+    body = raw[:cut] + "}"
+    return hashlib.sha256(body.encode("utf-8")).hexdigest() == raw[cut + len(_CHECKSUM) : -2]
 
 
 @dataclass

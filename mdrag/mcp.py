@@ -409,6 +409,9 @@ class KnowledgeTools:
             if entry.folder == folder and not stale:
                 return entry, None
             summary: IndexSummary = await anyio.to_thread.run_sync(entry.index.update, [folder])
+            moved = [r for r in summary.folders if r != str(Path(folder).resolve())]
+            if moved:  # the docset's folder moved: its old one leaves the index
+                await anyio.to_thread.run_sync(entry.index.remove, moved)
             entry.folder, entry.updated_at, entry.summary = folder, time.monotonic(), summary
             if summary.chunks_embedded or summary.chunks_deleted or summary.rebuild:
                 self._forget_hints(entry.index.name)

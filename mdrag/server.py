@@ -60,7 +60,8 @@ class QAServer:
     ) -> None:
         self.config = config  # current settings; replaced when the config file changes
         self.overrides = dict(overrides or {})  # command-line settings, kept across config reloads
-        self.folders = [str(Path(f).expanduser().resolve()) for f in folders]  # watched and indexed
+        # Folders to add at start; then all of the index's folders, watched and rescanned.
+        self.folders = [str(Path(f).expanduser().resolve()) for f in folders]
         self.index = index  # the open index (created in _load when None)
         self.state = "loading"  # loading | ready | empty
         self.files = 0  # indexed files, for status messages
@@ -167,8 +168,9 @@ class QAServer:
         async with self._reload_lock:
             index = self.index
             try:
-                if self.folders:
-                    summary = await asyncio.to_thread(index.update, self.folders)
+                if self.folders or not self.reloads:
+                    summary = await asyncio.to_thread(index.update, self.folders or None)
+                    self.folders = summary.folders
                     if summary.added or summary.modified or summary.deleted:
                         log.info(
                             "reload (%s): %d added, %d modified, %d deleted; %d chunks embedded",

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import errno
 import json
 from pathlib import Path
 
+import pytest
+
+from mdrag.errors import ManifestError
 from mdrag.manifest import FileState, Manifest, diff
 
 
@@ -52,7 +56,7 @@ def test_missing_or_corrupt_manifest_loads_as_none(tmp_path: Path, caplog) -> No
     assert Manifest.load(path) is None
 
 
-def test_failed_save_keeps_the_old_manifest(tmp_path: Path, monkeypatch) -> None:
+def test_failed_save_keeps_the_old_manifest_and_says_what_to_do(tmp_path: Path, monkeypatch) -> None:
     path = tmp_path / "manifests" / "default.json"
     m = _manifest()
     m.save(path)
@@ -60,12 +64,45 @@ def test_failed_save_keeps_the_old_manifest(tmp_path: Path, monkeypatch) -> None
     m.files["/r/b.md"] = _state()
 
     def boom(*a, **k):
-        raise OSError("disk full")
+        raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr("os.fsync", boom)
-    try:
+    with pytest.raises(ManifestError, match="No space left on device. Free some space on that disk"):
         m.save(path)
-    except OSError:
-        pass
     assert path.read_text() == before
     assert [p.name for p in path.parent.iterdir()] == ["default.json"]
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"\xff\xfe\x00garbage",  # not UTF-8
+        b"[]",
+        b'{"version": 1, "index": "default", "store_uri": "/s", "model": {}, "chunking": {}, "files": null}',
+        b'{"version": 1, "index": "default", "store_uri": "/s", "model": {}, "chunking": {}, "files": {"/a": 5}}',
+        b'{"version": 1, "index": "default", "store_uri": "/s", "model": {}, "chunking": {}, "files": {"/a": {}}}',
+        b'"a string"',
+        b"",
+    ],
+)
+def test_every_unreadable_manifest_loads_as_none(tmp_path: Path, raw: bytes, caplog) -> None:
+    path = tmp_path / "default.json"
+    path.write_bytes(raw)
+    assert Manifest.load(path) is None
+    assert "corrupt" in caplog.text
+
+
+def test_a_manifest_changed_outside_mdrag_loads_unverified(tmp_path: Path, caplog) -> None:
+    path = tmp_path / "default.json"
+    _manifest().save(path)
+    loaded = Manifest.load(path)
+    assert loaded is not None and loaded.verified
+    d = json.loads(path.read_text())
+    d["files"]["/r/a.md"]["chunks"] = []  # the entry's chunks emptied by hand
+    path.write_text(json.dumps(d, indent=2))
+    edited = Manifest.load(path)
+    assert edited is not None and not edited.verified
+    assert "changed outside mdrag" in caplog.text
+    edited.save(path)
+    again = Manifest.load(path)
+    assert again is not None and again.verified

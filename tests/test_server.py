@@ -434,12 +434,15 @@ def test_ask_with_no_server_is_one_line_and_exit_1() -> None:
 
 
 def test_a_failing_load_is_reported_and_stops_the_server(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """An index built by another model cannot be served: `mdrag serve` says so and exits 1."""
+    """An index whose store is damaged cannot be served: `mdrag serve` says so and exits 1."""
     from mdrag.cli import main
 
     root = _docs(tmp_path, 1)
     config = _config()
-    Index(config, embedder=HashEmbedder()).update([root])  # built with the test embedder
-    code = main(["serve", "--index", config["index"], "--port", "0"])  # the CLI uses MiniLM: no folders, cache only
+    with Index(config, embedder=HashEmbedder()) as idx:
+        idx.update([root])
+        schema = Path(idx.store.uri) / "collections" / idx.store.collection / "schema.json"
+    schema.write_text("garbage{")
+    code = main(["serve", "--index", config["index"], "--port", "0"])
     err = capsys.readouterr().err
-    assert code == 1 and "could not load the index" in err and "mdrag index --rebuild" in err
+    assert code == 1 and "could not load the index" in err and "damaged" in err and "mdrag index --rebuild" in err

@@ -15,13 +15,14 @@ import logging
 import os
 import re
 import threading
+import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from mdrag.errors import ModelMismatchError, StoreError, StoreUnavailableError
+from mdrag.errors import ModelMismatchError, StoreDamagedError, StoreError, StoreUnavailableError
 from mdrag.store import filters
 from mdrag.types import Chunk
 
@@ -108,36 +109,68 @@ class MilvusStore:
             if self._client is None:
                 self._connect()
             exists = self.client.has_collection(self.collection)
-        except Exception as e:
-            if not _is_remote(self.uri) and _lite_locked(self.uri):
-                raise StoreUnavailableError(
-                    f"The Milvus Lite file {self.uri} is in use by another process (a running "
-                    "`mdrag index` or `mdrag serve`?). Wait for it to finish, or stop it, and try again."
-                ) from e
-            raise StoreUnavailableError(
-                f"Cannot reach the Milvus store at {self.uri}: {_reason(e)}. "
-                + (
-                    "Start the Milvus server or fix milvus_uri."
-                    if _is_remote(self.uri)
-                    else "Check that the file is not open in another mdrag process and that its folder is writable."
-                )
-            ) from e
-        if not exists:
-            if not create:
-                return False
-            self._create()
-        else:
-            try:
-                self._check_identity()
-            except ModelMismatchError as e:
-                if not replace_mismatch:
-                    raise
-                log.warning("%s Rebuilding it now.", e)
-                self.drop()
+            if not exists:
+                if not create:
+                    return False
                 self._create()
-        self._check_fields()
-        self._ensure_loaded()
+            else:
+                try:
+                    self._check_identity()
+                except ModelMismatchError as e:
+                    if not replace_mismatch:
+                        raise
+                    log.warning("%s Rebuilding it now.", e)
+                    self.drop()
+                    self._create()
+            self._check_fields()
+            self._ensure_loaded()
+        except (ModelMismatchError, StoreError):
+            raise
+        except Exception as e:
+            raise self._open_error(e) from e
         return True
+
+    def _open_error(self, e: Exception) -> StoreError:
+        """Why the store could not be opened: unreachable, in use by another process, or damaged."""
+        if _is_remote(self.uri):
+            return StoreUnavailableError(
+                f"Cannot reach the Milvus store at {self.uri}: {_reason(e)}. Start the Milvus server or fix milvus_uri."
+            )
+        self.close()  # this process's own Milvus Lite server holds the file's lock: release it first
+        if _lite_locked(self.uri):
+            return StoreUnavailableError(
+                f"The Milvus Lite file {self.uri} is in use by another process (a running "
+                "`mdrag index` or `mdrag serve`?). Wait for it to finish, or stop it, and try again."
+            )
+        where = Path(self.uri).expanduser() / "collections" / self.collection
+        if where.is_dir():
+            return StoreDamagedError(
+                f"The index store is damaged: Milvus Lite cannot open {where} ({_reason(e)}). "
+                "`mdrag index --rebuild` moves it aside (into the cache's damaged/ folder) and builds the "
+                "index again from its folders."
+            )
+        return StoreUnavailableError(
+            f"Cannot open the Milvus Lite file {self.uri}: {_reason(e)}. Check that its folder exists and is writable."
+        )
+
+    def set_aside(self) -> Path | None:
+        """Move a damaged Milvus Lite collection out of the database, so the index can be built anew.
+
+        Returns where it went (``<cache>/damaged/<collection>-<time>``), or None when there is
+        nothing to move (a server URI, or no collection folder).
+        """
+        if _is_remote(self.uri):
+            return None
+        self.close()
+        db = Path(self.uri).expanduser()
+        where = db / "collections" / self.collection
+        if not where.is_dir():
+            return None
+        dest = db.parent / "damaged" / f"{self.collection}-{time.strftime('%Y%m%d-%H%M%S')}"
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(where, dest)
+        log.warning("moved the damaged collection %s to %s", where, dest)
+        return dest
 
     def _connect(self) -> None:
         MilvusClient = _pymilvus().MilvusClient
@@ -171,16 +204,21 @@ class MilvusStore:
         """A digest of a Milvus Lite collection's files, read without connecting; None otherwise.
 
         It changes whenever Milvus Lite commits anything to the collection (its
-        manifest, its write-ahead log), so an unchanged fingerprint means the
+        manifest, its write-ahead log) and whenever one of its data or index
+        files changes or goes missing, so an unchanged fingerprint means the
         store holds what the last run left there.
         """
         if _is_remote(self.uri):
             return None
         coll = Path(self.uri).expanduser() / "collections" / self.collection
         try:
-            files = [coll / "manifest.json"]
-            if (coll / "wal").is_dir():
-                files += sorted((coll / "wal").iterdir())
+            files = [coll / "manifest.json", coll / "schema.json"]
+            folders = [coll / "wal"]
+            for partition in sorted((coll / "partitions").iterdir()):
+                folders += [partition / "data", partition / "indexes"]
+            for folder in folders:
+                if folder.is_dir():
+                    files += sorted(folder.iterdir())
             parts = [f"{p.relative_to(coll)}:{st.st_size}:{st.st_mtime_ns}" for p in files for st in [p.stat()]]
         except OSError:
             return None
@@ -363,6 +401,20 @@ class MilvusStore:
         if len(rows) < limit:
             return {r["id"] for r in rows}
         return set().union(*(self.all_ids(prefix + c, roots) for c in "0123456789abcdef"))
+
+    def id_paths(self, roots: Sequence[str] | None = None, prefix: str = "") -> dict[str, str]:
+        """Chunk id -> file path, for the whole collection or these indexed folders (read like :meth:`all_ids`)."""
+        limit = self.query_limit
+        expr = filters.and_(
+            filters.like_prefix("id", prefix) if prefix else "", filters.in_("root", roots) if roots else ""
+        )
+        rows = self._call("query", self.collection, filter=expr, output_fields=["id", "path"], limit=limit)
+        if len(rows) < limit:
+            return {r["id"]: r["path"] for r in rows}
+        out: dict[str, str] = {}
+        for c in "0123456789abcdef":
+            out.update(self.id_paths(roots, prefix + c))
+        return out
 
     def count(self, roots: Sequence[str] | None = None) -> int:
         """Chunks in the collection, or under these indexed folders."""

@@ -1,0 +1,198 @@
+"""Damaged files under MDRAG_HOME: every case is noticed, said plainly, and repaired by
+`mdrag index` (a store missing rows, an edited manifest) or `mdrag index --rebuild` (a store
+Milvus Lite cannot open, moved aside first). Driven through the real CLI on a real Milvus Lite file."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from mdrag.cli import main
+from mdrag.config import load_config
+from mdrag.index import Index
+from tests.conftest import HashEmbedder
+
+DOCS = {
+    "install.md": "# Install\n\nDownload the archive and unpack it.\n\n## Linux\n\nUse apt to install the tool.\n",
+    "shortcodes.md": "# Shortcodes\n\nA shortcode is a template called from content.\n",
+    "sub/colours.md": "# Colours\n\nThe palette has seven unusual colours like vermilion.\n",
+}
+
+
+@pytest.fixture
+def cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path):
+    """``cli(*argv) -> (code, stdout, stderr)``: the real `mdrag` with a small fast embedder."""
+    monkeypatch.setattr("mdrag.index.Index.__init__.__defaults__", (None, HashEmbedder()))
+    monkeypatch.chdir(tmp_path)
+
+    def run(*argv: str) -> tuple[int, str, str]:
+        code = main(list(argv))
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    return run
+
+
+@pytest.fixture
+def docs(tmp_path: Path) -> Path:
+    root = tmp_path / "docs"
+    for rel, text in DOCS.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    return root
+
+
+def _collection(home: Path) -> Path:
+    return home / "cache" / "milvus.db" / "collections" / "mdrag_default"
+
+
+def _assert_whole(cli: Callable[..., tuple[int, str, str]], total: int) -> None:
+    code, out, err = cli("search", "vermilion palette", "--json", "--threshold", "0")
+    assert code == 0, err
+    assert "sub/colours.md" in {r["rel_path"] for r in json.loads(out)}
+    code, out, _ = cli("status", "--json")
+    st = json.loads(out)
+    assert code == 0 and st["chunks"] == total and st["damaged"] is None and not st["interrupted"]
+    idx = Index(load_config())
+    try:
+        idx.store.open(create=False)
+        assert len(idx.store.all_ids()) == idx.store.count() == total, "no duplicate, no orphan"
+    finally:
+        idx.close()
+
+
+def _build(cli: Callable[..., tuple[int, str, str]], docs: Path) -> int:
+    code, out, err = cli("index", str(docs), "--json", "-q")
+    assert code == 0, err
+    return int(json.loads(out)["chunks_total"])
+
+
+def _delete_data_files(home: Path) -> None:
+    files = list(_collection(home).glob("partitions/*/data/*.parquet"))
+    assert files
+    for f in files:
+        f.unlink()
+
+
+def _garble_collection_manifest(home: Path) -> None:
+    (_collection(home) / "manifest.json").write_text("garbage{")
+
+
+@pytest.mark.parametrize("damage", [_delete_data_files, _garble_collection_manifest])
+def test_a_store_missing_rows_is_reported_then_repaired_by_index(cli, docs: Path, mdrag_home: Path, damage) -> None:
+    total = _build(cli, docs)
+    damage(mdrag_home)
+    code, out, err = cli("search", "vermilion palette")
+    assert code == 1 and f"holds 0 of the {total} chunks" in err and "run `mdrag index`" in err
+    code, out, err = cli("status")
+    assert code == 1 and "damaged:" in out and "mdrag index" in out
+    code, out, err = cli("index", "--json", "-q")  # the no-change shortcut must not hide it
+    assert code == 0, err
+    s = json.loads(out)
+    assert s["repaired"] and s["chunks_total"] == total
+    _assert_whole(cli, total)
+
+
+def _garble(pattern: str) -> Callable[[Path], None]:
+    def damage(home: Path) -> None:
+        files = list(_collection(home).glob(pattern))
+        assert files, pattern
+        for f in files:
+            with open(f, "r+b") as fh:
+                fh.write(b"\x00garbage" * 512)
+
+    damage.__name__ = f"garble {pattern}"
+    return damage
+
+
+@pytest.mark.parametrize(
+    "damage", [_garble("schema.json"), _garble("partitions/*/data/*.parquet"), _garble("partitions/*/indexes/*")]
+)
+def test_a_store_that_cannot_be_opened_is_called_damaged_and_rebuild_sets_it_aside(
+    cli, docs: Path, mdrag_home: Path, damage
+) -> None:
+    total = _build(cli, docs)
+    damage(mdrag_home)
+    for argv in (("status",), ("search", "palette"), ("index",)):
+        code, out, err = cli(*argv)
+        assert code == 1, argv
+        assert "damaged" in err and str(_collection(mdrag_home)) in err and "--rebuild" in err, (argv, err)
+        assert "in use by another process" not in err and "Traceback" not in err
+    code, out, err = cli("index", "--rebuild", "--json", "-q")  # no folder: the index's own folders
+    assert code == 0, err
+    assert json.loads(out)["chunks_total"] == total
+    aside = list((mdrag_home / "cache" / "damaged").iterdir())
+    assert len(aside) == 1 and aside[0].name.startswith("mdrag_default-"), "the damaged files are kept aside"
+    _assert_whole(cli, total)
+
+
+def _manifest(home: Path) -> Path:
+    return home / "cache" / "manifests" / "default.json"
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [b"\xff\xfe\x00\x01not utf-8", b"[]", b"null", None],
+    ids=["not-utf8", "list", "null", "files-null"],
+)
+def test_an_unreadable_manifest_never_crashes_a_command(cli, docs: Path, mdrag_home: Path, raw: bytes | None) -> None:
+    total = _build(cli, docs)
+    path = _manifest(mdrag_home)
+    if raw is None:
+        d = json.loads(path.read_text())
+        d["files"] = None
+        raw = json.dumps(d).encode()
+    path.write_bytes(raw)
+    for argv in (("status",), ("search", "palette")):
+        code, _, err = cli(*argv)
+        assert "Traceback" not in err and code in (0, 1), (argv, err)
+    code, out, err = cli("index", str(docs), "--json", "-q")
+    assert code == 0, err
+    s = json.loads(out)
+    assert s["rebuild"] == "manifest unreadable" and s["chunks_total"] == total and s["chunks_embedded"] == 0
+    _assert_whole(cli, total)
+    path.write_bytes(raw)
+    code, out, err = cli("index", str(docs), "--rebuild", "--json", "-q")
+    assert code == 0 and json.loads(out)["chunks_total"] == total, err
+
+
+def test_a_manifest_entry_emptied_by_hand_is_reconciled_with_the_store(cli, docs: Path, mdrag_home: Path) -> None:
+    total = _build(cli, docs)
+    path = _manifest(mdrag_home)
+    d = json.loads(path.read_text())
+    colours = next(p for p in d["files"] if p.endswith("colours.md"))
+    d["files"][colours]["chunks"] = []
+    path.write_text(json.dumps(d))
+    code, out, err = cli("index", "--json", "-q")
+    assert code == 0, err
+    s = json.loads(out)
+    assert s["repaired"] and s["chunks_total"] == total
+    _assert_whole(cli, total)
+
+
+def test_a_full_disk_at_manifest_save_is_one_clear_message(
+    cli, docs: Path, mdrag_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    total = _build(cli, docs)
+    (docs / "new.md").write_text("# New\n\nA page written while the disk was full.\n")
+    real = os.fsync
+
+    def fsync(fd: int) -> None:
+        if os.path.basename(os.readlink(f"/proc/self/fd/{fd}")).startswith("default.json."):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    code, out, err = cli("index", "-q")
+    assert code == 1 and "Traceback" not in err
+    assert "No space left on device. Free some space on that disk and run `mdrag index` again" in err
+    monkeypatch.setattr(os, "fsync", real)
+    code, out, err = cli("index", "--json", "-q")
+    assert code == 0, err
+    assert json.loads(out)["chunks_total"] > total
+    _assert_whole(cli, json.loads(out)["chunks_total"])

@@ -1,0 +1,189 @@
+"""The index's folder set: a missing, empty or unreadable folder never deletes what was indexed there;
+`mdrag index DIR` adds, plain `mdrag index` updates them all, `mdrag remove DIR` takes one out.
+Also which files a scan selects: .gitignore, include/exclude, size limit, symbolic links, unsupported files."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from mdrag.cli import main
+from mdrag.config import load_config
+from mdrag.errors import ConfigError
+from mdrag.index import Index
+from tests.conftest import HashEmbedder
+from tests.test_indexer import _consistent
+
+
+def _folder(path: Path, word: str, n: int = 3) -> Path:
+    path.mkdir(parents=True)
+    for i in range(n):
+        (path / f"{word}{i}.md").write_text(f"# {word.title()} {i}\n\nAll about {word} number {i}.\n")
+    return path
+
+
+def _index(**overrides: object) -> Index:
+    return Index(load_config({"index": "folders", **overrides}), embedder=HashEmbedder())
+
+
+def _paths(idx: Index, query: str) -> set[str]:
+    return {Path(r.path).parent.name for r in idx.search(query, k=50, threshold=0)}
+
+
+def test_a_missing_folder_never_deletes_its_chunks(tmp_path: Path) -> None:
+    a, b = _folder(tmp_path / "alpha", "alpha"), _folder(tmp_path / "beta", "beta")
+    with _index() as idx:
+        first = idx.update([a, b])
+        assert first.folders == [str(a), str(b)]
+        s = idx.update([tmp_path / "typo"])  # a typo: a warning, nothing deleted
+        assert (s.deleted, s.chunks_deleted, s.chunks_total) == (0, 0, first.chunks_total)
+        assert any("typo" in w and "does not exist" in w for w in s.warnings)
+        assert s.folders == [str(a), str(b)], "a folder that does not exist is not added"
+        shutil.rmtree(b)  # an unmounted disk
+        s = idx.update()
+        assert (s.deleted, s.kept, s.chunks_total) == (0, 3, first.chunks_total)
+        assert any(str(b) in w and "mdrag remove" in w for w in s.warnings)
+        assert s.missing_folders == [str(b)]
+        assert _paths(idx, "beta number") >= {"beta"}, "its chunks are still searchable"
+        b.mkdir()  # mounted again, but empty: still kept
+        s = idx.update()
+        assert (s.deleted, s.chunks_total) == (0, first.chunks_total)
+        _consistent(idx)
+
+
+def test_index_dir_adds_and_keeps_the_others_and_plain_index_updates_all(tmp_path: Path) -> None:
+    a, b = _folder(tmp_path / "alpha", "alpha"), _folder(tmp_path / "beta", "beta")
+    with _index() as idx:
+        idx.update([a])
+        s = idx.update([b])
+        assert s.added == 3 and s.deleted == 0 and s.folders == [str(a), str(b)]
+        (a / "alpha0.md").write_text("# Alpha 0\n\nRewritten alpha text.\n")
+        (b / "beta1.md").unlink()
+        s = idx.update()  # no folder: every folder of the index
+        assert (s.modified, s.deleted) == (1, 1)
+        assert _paths(idx, "alpha beta number") == {"alpha", "beta"}
+        _consistent(idx)
+
+
+def test_remove_takes_a_folder_out_even_when_it_is_gone(tmp_path: Path) -> None:
+    a, b = _folder(tmp_path / "alpha", "alpha"), _folder(tmp_path / "beta", "beta")
+    with _index() as idx:
+        total = idx.update([a, b]).chunks_total
+        shutil.rmtree(b)
+        with pytest.raises(ConfigError, match="not a folder of index 'folders'; its folders are: .*alpha"):
+            idx.remove([tmp_path / "gamma"])
+        s = idx.remove([b])
+        assert s.removed_folders == [str(b)] and s.deleted == 3 and s.folders == [str(a)]
+        assert 0 < s.chunks_total < total and s.chunks_deleted == total - s.chunks_total
+        assert _paths(idx, "alpha beta number") == {"alpha"}
+        _consistent(idx)
+        assert idx.update().folders == [str(a)]
+
+
+def test_a_removal_interrupted_after_its_manifest_save_is_finished_by_the_next_run(tmp_path: Path) -> None:
+    from mdrag.store.milvus import MilvusStore
+
+    a, b = _folder(tmp_path / "alpha", "alpha"), _folder(tmp_path / "beta", "beta")
+    with _index() as idx:
+        idx.update([a, b])
+    with _index() as idx:
+        real = MilvusStore.delete_ids
+
+        def crash(*args: object, **kwargs: object) -> None:
+            raise KeyboardInterrupt  # the process dies before the chunks are deleted
+
+        MilvusStore.delete_ids = crash  # type: ignore[method-assign]
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                idx.remove([b])
+        finally:
+            MilvusStore.delete_ids = real  # type: ignore[method-assign]
+    with _index() as idx:
+        s = idx.update()
+        assert s.repaired and s.folders == [str(a)]
+        assert {Path(p).parent.name for p in idx.store.id_paths().values()} == {"alpha"}
+        _consistent(idx)
+
+
+def test_an_unreadable_subfolder_is_reported_and_its_files_kept(tmp_path: Path, monkeypatch) -> None:
+    a = _folder(tmp_path / "alpha", "alpha")
+    secret = _folder(a / "secret", "secret")
+    with _index() as idx:
+        total = idx.update([a]).chunks_total
+        real = os.scandir
+
+        def scandir(path: object = ".") -> object:  # what the walk meets when it may not list a folder
+            if str(path) == str(secret):
+                raise PermissionError(13, "Permission denied", str(path))
+            return real(path)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(os, "scandir", scandir)
+        s = idx.update()
+        assert any(str(secret) in w and "Permission denied" in w for w in s.warnings)
+        assert (s.deleted, s.kept, s.chunks_total) == (0, 3, total)
+
+
+def test_gitignore_include_exclude_size_links_and_unsupported(tmp_path: Path) -> None:
+    root = _folder(tmp_path / "docs", "page")
+    (root / ".gitignore").write_text("build/\n*.tmp.md\n!keep.tmp.md\n")
+    _folder(root / "build", "built")
+    (root / "scratch.tmp.md").write_text("# Scratch\n\nIgnored.\n")
+    (root / "keep.tmp.md").write_text("# Keep\n\nNegated in .gitignore: indexed.\n")
+    _folder(root / "drafts", "draft")
+    (root / "notes.txt").write_text("no parser")
+    (root / "image.png").write_bytes(b"\x89PNG")
+    (root / "big.md").write_text("# Big\n\n" + "word " * 60_000)  # ~0.3 MB
+    outside = _folder(tmp_path / "outside", "outside")
+    (root / "link.md").symlink_to(outside / "outside0.md")
+    (root / "inner-link.md").symlink_to(root / "page0.md")
+    with _index(**{"index.exclude": ["drafts/"], "index.max_file_mb": 0.1}) as idx:
+        s = idx.update([root])
+        names = {Path(p).name for p in idx.store.id_paths().values()}
+        assert names == {"page0.md", "page1.md", "page2.md", "keep.tmp.md", "inner-link.md"}
+        skipped = {Path(p).name: reason for p, reason in s.skipped_files}
+        assert "over the 0.1 MB limit (setting index.max_file_mb)" in skipped["big.md"]
+        assert "outside the indexed folder" in skipped["link.md"]
+        assert s.excluded == 1  # scratch.tmp.md; build/ and drafts/ are pruned as folders, not walked
+        assert s.unsupported == {".png": 1, ".txt": 1}
+    with _index(**{"index.gitignore": False, "index.include": ["build/**"]}) as idx:
+        s = idx.update([root])
+        assert {Path(p).name for p in idx.store.id_paths().values()} == {"built0.md", "built1.md", "built2.md"}
+
+
+def test_the_cli_keeps_folders_and_removes_on_request(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr("mdrag.index.Index.__init__.__defaults__", (None, HashEmbedder()))
+    a, b = _folder(tmp_path / "glossary", "glossary"), _folder(tmp_path / "notes", "notes")
+    monkeypatch.chdir(tmp_path)  # no ./markdown here
+
+    def run(*argv: str) -> dict:
+        assert main([*argv, "--json", "-q"]) == 0
+        return json.loads(capsys.readouterr().out)
+
+    total = run("index", str(a), str(b))["chunks_total"]
+    s = run("index", "missing")
+    assert (s["deleted"], s["chunks_total"]) == (0, total)
+    s = run("index")
+    assert (s["deleted"], s["chunks_total"], s["folders"]) == (0, total, [str(a), str(b)])
+    s = run("remove", str(b))
+    assert s["folders"] == [str(a)] and s["deleted"] == 3
+    assert main(["remove", str(b)]) == 2
+    assert "is not a folder of index" in capsys.readouterr().err
+
+
+def test_a_change_that_rechunks_everything_keeps_every_folder(tmp_path: Path) -> None:
+    a, b = _folder(tmp_path / "alpha", "alpha"), _folder(tmp_path / "beta", "beta")
+    with _index() as idx:
+        idx.update([a, b])
+    with _index(**{"chunk.size": 500}) as idx:  # chunk settings changed, and only beta is named
+        s = idx.update([b])
+        assert s.rebuild == "chunk settings changed" and s.folders == [str(a), str(b)]
+        assert _paths(idx, "alpha beta number") == {"alpha", "beta"}
+        s = idx.update([b], rebuild=True)
+        assert s.folders == [str(a), str(b)] and s.added == 6
+        _consistent(idx)
