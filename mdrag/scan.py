@@ -119,7 +119,7 @@ def scan(folders: Sequence[str | Path], options: ScanOptions | None = None) -> S
         root = str(Path(folder).expanduser().resolve())
         if not Path(root).is_dir():
             out.missing.append(root)
-            out.warn(f"folder {folder} does not exist or is not a folder: what was indexed there is kept")
+            out.warn(f"folder {folder} does not exist or is not a folder: skipped")
             continue
         before = len(out.files)
         ignore = _Ignore()
@@ -156,7 +156,7 @@ def scan(folders: Sequence[str | Path], options: ScanOptions | None = None) -> S
                 path = os.path.join(dirpath, name)
                 rel = rel_dir + name
                 if not name.lower().endswith(exts):
-                    out.unsupported[Path(name).suffix.lower() or "(none)"] += 1
+                    out.unsupported[Path(name).suffix.lower() or "no extension"] += 1
                     log.info("not indexed (no parser for its extension): %s", path)
                     continue
                 if (
