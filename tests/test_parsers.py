@@ -633,3 +633,29 @@ def test_html_wikipedia_page(shared_data: Path) -> None:
     assert any(s.heading_path[:1] == ["Mozilla"] and s.level == 2 for s in doc.sections)
     tables = [b.text for s in doc.sections for b in s.blocks if b.kind == "table"]
     assert any(re.search(r"^Founded \| February 28, 1998", t, re.M) for t in tables)
+
+
+def test_html_deeply_nested_page_parses_and_leaves_out_removed_elements() -> None:
+    # 5,000 levels: past Python's recursion limit, and a minute or more to parse while
+    # removed elements were decomposed (bs4's tag.decomposed searched each subtree).
+    # Each level's text comes first: text after a child costs bs4's own tree builder
+    # a walk up the open elements, quadratic in depth whatever mdrag does.
+    depth = 5000
+    level = '<div>level {i}<nav>menu {i}</nav><span aria-hidden="true">icon</span>'
+    inner = (
+        "<h2>Deep <span hidden>secret</span>heading</h2>"
+        "<table><tr><th>k</th><th>v<span hidden>secret</span></th></tr>"
+        "<tr hidden><td>secret</td><td>row</td></tr><tr><td>a</td><td>1</td></tr></table>"
+        '<pre><code class="language-sh">ls<span hidden>secret</span> -l</code></pre>'
+    )
+    page = "<html><body><h1>Top</h1>" + "".join(level.format(i=i) for i in range(depth)) + inner
+    page += "</div>" * depth + "<p>after</p></body></html>"
+    doc = get_parser("deep.html")(page.encode(), "/deep.html")
+    assert paths(doc) == [(["Top"], 1), (["Top", "Deep heading"], 2)]
+    top, deep = doc.sections
+    assert [b.text for b in top.blocks] == [f"level {i}" for i in range(depth)]
+    assert [(b.kind, b.text) for b in deep.blocks] == [
+        ("table", "k | v\na | 1"),
+        ("code", "```sh\nls -l\n```"),
+        ("text", "after"),
+    ]

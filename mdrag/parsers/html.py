@@ -1,10 +1,11 @@
 """HTML parser (beautifulsoup4, stdlib "html.parser"): h1-h6 start sections.
 
-Removed before reading text: script, style, noscript, template, svg, canvas,
-iframe, object, embed, select (never prose), nav and footer (site chrome:
-menus, copyright lines), anything ``hidden``, ``aria-hidden="true"`` or
-``role="navigation"``. Kept on purpose: ``header`` (often holds the page's
-h1) and ``aside`` (documentation sites put notes and warnings there).
+Left out of the text, with everything inside them: script, style, noscript,
+template, svg, canvas, iframe, object, embed, select (never prose), nav and
+footer (site chrome: menus, copyright lines), anything ``hidden``,
+``aria-hidden="true"`` or ``role="navigation"``. Kept on purpose: ``header``
+(often holds the page's h1) and ``aside`` (documentation sites put notes and
+warnings there).
 
 Data tables become "table" blocks (one line per row, cells joined by " | ");
 a table holding headings or other tables is treated as layout and read like a
@@ -15,11 +16,12 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Collection, Iterator
 from typing import Any
 
 from bs4 import BeautifulSoup, NavigableString, Tag
 from bs4.dammit import EncodingDetector
-from bs4.element import CData
+from bs4.element import CData, PageElement
 
 from mdrag.errors import ParseError
 from mdrag.types import Block, Document, Section
@@ -31,6 +33,8 @@ logger = logging.getLogger(__name__)
 _REMOVED = {"script", "style", "noscript", "template", "svg", "canvas", "iframe", "object",
             "embed", "select", "nav", "footer", "head"}  # fmt: skip
 _HEADINGS = {"h1", "h2", "h3", "h4", "h5", "h6"}
+_LAYOUT_IN_TABLE = {"table", *_HEADINGS}  # a table holding one of these is read like a div
+_TEXT_TYPES = (NavigableString, CData)  # strings that are page text (what bs4's get_text() reads)
 # Elements that end a paragraph (blank line) or a line of text.
 _PARAGRAPH = {"p", "div", "section", "article", "main", "header", "aside", "blockquote", "ul",
               "ol", "dl", "figure", "details", "address", "hr", "form", "fieldset", "table",
@@ -65,18 +69,6 @@ def _decode(data: bytes) -> str | bytes:
     return data
 
 
-def _text(tag: Tag) -> str:
-    """Tag text on one line: inline elements run together, block elements and br part words."""
-    parts: list[str] = []
-    for node in tag.descendants:
-        if isinstance(node, Tag):
-            if node.name in ("br", "img") or node.name in _PARAGRAPH or node.name in _LINE:
-                parts.append(" ")
-        elif type(node) is NavigableString or isinstance(node, CData):
-            parts.append(str(node))
-    return _clean("".join(parts))
-
-
 def _is_hidden(tag: Tag) -> bool:
     attrs = tag.attrs or {}
     return (
@@ -86,25 +78,69 @@ def _is_hidden(tag: Tag) -> bool:
     )
 
 
+def _is_removed(tag: Tag) -> bool:
+    """Whether ``tag``, and everything inside it, is left out of the text (see the module docstring)."""
+    return tag.name in _REMOVED or _is_hidden(tag)
+
+
+def _descendants(tag: Tag) -> Iterator[PageElement]:
+    """``tag``'s descendants in document order, less removed elements and all they hold.
+
+    Iterative, and the tree is never changed: removing elements with bs4's
+    ``decompose()`` cost a subtree search per element on deeply nested pages.
+    """
+    todo: list[PageElement] = list(reversed(tag.contents))
+    while todo:
+        node = todo.pop()
+        if isinstance(node, Tag):
+            if _is_removed(node):
+                continue
+            todo.extend(reversed(node.contents))
+        yield node
+
+
+def _tags(tag: Tag, names: Collection[str]) -> Iterator[Tag]:
+    """The descendants of ``tag`` named one of ``names`` that are not removed, in document order."""
+    return (node for node in _descendants(tag) if isinstance(node, Tag) and node.name in names)
+
+
+def _is_text(node: PageElement) -> bool:
+    """Whether ``node`` is page text: not a comment, doctype, script or style string."""
+    return type(node) in _TEXT_TYPES
+
+
+def _text(tag: Tag) -> str:
+    """Tag text on one line: inline elements run together, block elements and br part words."""
+    parts: list[str] = []
+    for node in _descendants(tag):
+        if isinstance(node, Tag):
+            if node.name in ("br", "img") or node.name in _PARAGRAPH or node.name in _LINE:
+                parts.append(" ")
+        elif _is_text(node):
+            parts.append(str(node))
+    return _clean("".join(parts))
+
+
 def _is_data_table(table: Tag) -> bool:
-    return table.find(["table", *_HEADINGS]) is None and str(table.get("role", "")) != "presentation"
+    has_layout = any(isinstance(n, Tag) and n.name in _LAYOUT_IN_TABLE for n in _descendants(table))
+    return not has_layout and str(table.get("role", "")) != "presentation"
 
 
 def _table_text(table: Tag) -> str:
     lines = []
-    for row in table.find_all("tr"):
-        cells = [_text(cell) for cell in row.find_all(["td", "th"])]
+    for row in _tags(table, {"tr"}):
+        cells = [_text(cell) for cell in _tags(row, {"td", "th"})]
         if any(cells):
             lines.append(" | ".join(cells))
     return "\n".join(lines)
 
 
 def _code_block(pre: Tag) -> Block | None:
-    code = pre.get_text().strip("\n").rstrip()
+    code = "".join(str(node) for node in _descendants(pre) if _is_text(node)).strip("\n").rstrip()
     if not code.strip():
         return None
     language = None
-    for tag in (pre, pre.find("code")):
+    for tag in (pre, next(_tags(pre, {"code"}), None)):
         for cls in (tag.get("class") or []) if isinstance(tag, Tag) else []:
             match = _LANGUAGE.match(cls)
             if match and language is None:
@@ -173,10 +209,10 @@ class _Builder:
             if isinstance(node, str) and not isinstance(node, NavigableString):
                 self.buf.append(node)  # a break marker
             elif isinstance(node, NavigableString):
-                if type(node) is NavigableString or isinstance(node, CData):
+                if _is_text(node):
                     # NUL would clash with the break markers; comments and doctypes are skipped
                     self.buf.append(_SPACE.sub(" ", str(node).replace("\x00", "")))
-            elif isinstance(node, Tag):
+            elif isinstance(node, Tag) and not _is_removed(node):
                 self.visit(node, todo)
 
     def visit(self, tag: Tag, todo: list[Any]) -> None:
@@ -218,11 +254,8 @@ def parse(data: bytes, path: str) -> Document:
         metadata["lang"] = str(html_tag["lang"]).strip()
     title = title or _meta(soup, "og:title") or ""
 
-    for tag in soup.find_all(True):
-        if not tag.decomposed and (tag.name in _REMOVED or _is_hidden(tag)):
-            tag.decompose()
     builder = _Builder()
-    body = soup.find("body")
+    body = next((b for b in soup.find_all("body") if not any(map(_is_removed, (b, *b.parents)))), None)
     builder.walk(body if isinstance(body, Tag) else soup)
     sections = builder.finish()
     warnings = [] if sections else [f"{path}: the page has no text"]
