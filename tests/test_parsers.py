@@ -659,3 +659,26 @@ def test_html_deeply_nested_page_parses_and_leaves_out_removed_elements() -> Non
         ("code", "```sh\nls -l\n```"),
         ("text", "after"),
     ]
+
+
+def test_html_unclosed_table_rows_and_cells_are_read_once() -> None:
+    # html.parser nests each unclosed <tr>/<td> in the one before; a browser closes them.
+    page = "<table><tr><th>k<th>v<tr><td>a<td>1<tr><td>b <b>bold</b><td>2</table><p>after</p>"
+    doc = get_parser("t.html")(page.encode(), "/t.html")
+    assert [(b.kind, b.text) for b in doc.sections[0].blocks] == [
+        ("table", "k | v\na | 1\nb bold | 2"),
+        ("text", "after"),
+    ]
+    rows = 2000  # cubic while each row read all the rows nested in it: it did not finish
+    page = "<table>" + "".join(f"<tr><td>r{i}<td>{i}" for i in range(rows)) + "</table>"
+    (table,) = get_parser("t.html")(page.encode(), "/t.html").sections[0].blocks
+    assert table.text.split("\n") == [f"r{i} | {i}" for i in range(rows)]
+
+
+def test_html_svg_titles_are_not_the_page_title() -> None:
+    # 3,000 nested icon titles: each was checked for an svg ancestor, quadratic in depth.
+    icons = "<svg>" + "<g><title>icon</title>" * 3000 + "</g>" * 3000 + "</svg>"
+    page = f"<html><body>{icons}<h1>Heading</h1><p>text</p></body></html>"
+    doc = get_parser("s.html")(page.encode(), "/s.html")
+    assert doc.title == "Heading"
+    assert paths(doc) == [(["Heading"], 1)] and doc.sections[0].blocks == [Block("text")]

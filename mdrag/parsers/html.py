@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Collection, Iterator
+from collections.abc import Callable, Collection, Iterator
 from typing import Any
 
 from bs4 import BeautifulSoup, NavigableString, Tag
@@ -34,6 +34,7 @@ _REMOVED = {"script", "style", "noscript", "template", "svg", "canvas", "iframe"
             "embed", "select", "nav", "footer", "head"}  # fmt: skip
 _HEADINGS = {"h1", "h2", "h3", "h4", "h5", "h6"}
 _LAYOUT_IN_TABLE = {"table", *_HEADINGS}  # a table holding one of these is read like a div
+_ROW_PARTS = {"tr", "td", "th"}
 _TEXT_TYPES = (NavigableString, CData)  # strings that are page text (what bs4's get_text() reads)
 # Elements that end a paragraph (blank line) or a line of text.
 _PARAGRAPH = {"p", "div", "section", "article", "main", "header", "aside", "blockquote", "ul",
@@ -83,25 +84,32 @@ def _is_removed(tag: Tag) -> bool:
     return tag.name in _REMOVED or _is_hidden(tag)
 
 
-def _descendants(tag: Tag) -> Iterator[PageElement]:
-    """``tag``'s descendants in document order, less removed elements and all they hold.
+def _descendants(
+    tag: Tag, skip: Callable[[Tag], bool] = _is_removed, stop: Collection[str] = ()
+) -> Iterator[PageElement]:
+    """``tag``'s descendants in document order, less the tags ``skip`` picks and all they hold.
 
-    Iterative, and the tree is never changed: removing elements with bs4's
-    ``decompose()`` cost a subtree search per element on deeply nested pages.
+    Tags named in ``stop`` are yielded but not entered. Iterative, and the tree
+    is never changed: removing elements with bs4's ``decompose()`` cost a
+    subtree search per element on deeply nested pages.
     """
     todo: list[PageElement] = list(reversed(tag.contents))
     while todo:
         node = todo.pop()
         if isinstance(node, Tag):
-            if _is_removed(node):
+            if skip(node):
                 continue
-            todo.extend(reversed(node.contents))
+            if node.name not in stop:
+                todo.extend(reversed(node.contents))
         yield node
 
 
-def _tags(tag: Tag, names: Collection[str]) -> Iterator[Tag]:
-    """The descendants of ``tag`` named one of ``names`` that are not removed, in document order."""
-    return (node for node in _descendants(tag) if isinstance(node, Tag) and node.name in names)
+def _tags(
+    tag: Tag, names: Collection[str], skip: Callable[[Tag], bool] = _is_removed, stop: Collection[str] = ()
+) -> Iterator[Tag]:
+    """The tags named one of ``names`` among :func:`_descendants`, in document order."""
+    found = _descendants(tag, skip, stop)
+    return (node for node in found if isinstance(node, Tag) and node.name in names)
 
 
 def _is_text(node: PageElement) -> bool:
@@ -109,10 +117,13 @@ def _is_text(node: PageElement) -> bool:
     return type(node) in _TEXT_TYPES
 
 
-def _text(tag: Tag) -> str:
-    """Tag text on one line: inline elements run together, block elements and br part words."""
+def _text(tag: Tag, stop: Collection[str] = ()) -> str:
+    """Tag text on one line: inline elements run together, block elements and br part words.
+
+    The text of elements named in ``stop`` is left out.
+    """
     parts: list[str] = []
-    for node in _descendants(tag):
+    for node in _descendants(tag, stop=stop):
         if isinstance(node, Tag):
             if node.name in ("br", "img") or node.name in _PARAGRAPH or node.name in _LINE:
                 parts.append(" ")
@@ -127,9 +138,16 @@ def _is_data_table(table: Tag) -> bool:
 
 
 def _table_text(table: Tag) -> str:
+    """One line per row, its cells joined by " | ".
+
+    html.parser nests an unclosed ``<tr>`` or ``<td>`` in the one before it
+    (``<tr><td>a<td>b<tr>...``). As in a browser, a row's cells end where the
+    next row starts and a cell's text where the next cell starts: nothing is
+    read twice, and a long table of unclosed rows costs linear time, not cubic.
+    """
     lines = []
     for row in _tags(table, {"tr"}):
-        cells = [_text(cell) for cell in _tags(row, {"td", "th"})]
+        cells = [_text(cell, stop=_ROW_PARTS) for cell in _tags(row, {"td", "th"}, stop={"tr"})]
         if any(cells):
             lines.append(" | ".join(cells))
     return "\n".join(lines)
@@ -151,10 +169,13 @@ def _code_block(pre: Tag) -> Block | None:
     return Block(f"{fence}{language or ''}\n{code}\n{fence}", kind="code", language=language)
 
 
-def _meta(soup: BeautifulSoup, *names: str) -> str | None:
+def _meta(metas: list[Tag], *names: str) -> str | None:
+    """The first non-blank content for ``names``, in order: from the first meta with that name, else property."""
     for name in names:
-        tag = soup.find("meta", attrs={"name": name}) or soup.find("meta", attrs={"property": name})
-        content = tag.get("content") if isinstance(tag, Tag) else None
+        tag = next((m for m in metas if m.get("name") == name), None)
+        if tag is None:
+            tag = next((m for m in metas if m.get("property") == name), None)
+        content = tag.get("content") if tag is not None else None
         if isinstance(content, str) and content.strip():
             return _clean(content)
     return None
@@ -242,17 +263,19 @@ def parse(data: bytes, path: str) -> Document:
         soup = BeautifulSoup(_decode(data), "html.parser")
     except Exception as exc:  # html.parser is lenient; this is a last resort
         raise ParseError(f"not parseable as HTML: {type(exc).__name__}: {exc}") from exc
-    title_tag = next((t for t in soup.find_all("title") if t.find_parent("svg") is None), None)
+    # The first title outside svg (there, a title names a drawing).
+    title_tag = next(_tags(soup, {"title"}, skip=lambda tag: tag.name == "svg"), None)
     title = _clean(title_tag.get_text()) if title_tag is not None else ""
     metadata: dict[str, Any] = {}
-    if description := _meta(soup, "description", "og:description"):
+    metas = [tag for tag in soup.find_all("meta") if isinstance(tag, Tag)]
+    if description := _meta(metas, "description", "og:description"):
         metadata["description"] = description
-    if keywords := _meta(soup, "keywords"):
+    if keywords := _meta(metas, "keywords"):
         metadata["keywords"] = [k.strip() for k in keywords.split(",") if k.strip()]
     html_tag = soup.find("html")
     if isinstance(html_tag, Tag) and isinstance(html_tag.get("lang"), str):
         metadata["lang"] = str(html_tag["lang"]).strip()
-    title = title or _meta(soup, "og:title") or ""
+    title = title or _meta(metas, "og:title") or ""
 
     builder = _Builder()
     body = next((b for b in soup.find_all("body") if not any(map(_is_removed, (b, *b.parents)))), None)
