@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import random
 import re
 import subprocess
 import sys
@@ -157,8 +158,10 @@ def test_markdown_bom_crlf_and_bad_utf8() -> None:
     assert doc.metadata == {"title": "T"}
     assert paths(doc) == [(["Head"], 1)]
     block = doc.sections[0].blocks[0]
-    assert block.text == "body \ufffd text"
+    assert block.text == "body \ufffd text"  # the byte-order mark says UTF-8: a bad byte is damage
     assert (block.line_start, block.line_end) == (6, 6)
+    assert doc.encoding == "utf_8_sig"
+    assert md("# plain\n").encoding == "utf-8"
 
 
 def test_markdown_invalid_yaml_keeps_body_and_warns() -> None:
@@ -597,8 +600,13 @@ def test_html_charset_and_title_fallback() -> None:
     page = '<html><head><meta charset="iso-8859-1"></head><body><h1>Caf\xe9</h1><p>x</p></body></html>'
     doc = get_parser("a.htm")(page.encode("latin-1"), "/a.htm")
     assert doc.title == "Café" and doc.sections[0].heading_path == ["Café"]
+    assert doc.encoding == "cp1252"  # latin-1 means windows-1252, as in browsers
     doc = get_parser("a.htm")(b"<p>\xe2\x82\xac 5</p>", "/a.htm")  # undeclared: UTF-8
-    assert doc.sections[0].blocks[0].text == "€ 5" and doc.title is None
+    assert doc.sections[0].blocks[0].text == "€ 5" and doc.title is None and doc.encoding == "utf-8"
+    # A UTF-16 label in bytes an ASCII search could read is false: UTF-8, not CJK garbage.
+    page = '<html><head><meta charset="utf-16"></head><body><p>Gen\u00e8ve</p></body></html>'
+    doc = get_parser("a.htm")(page.encode(), "/a.htm")
+    assert doc.sections[0].blocks[0].text == "Genève" and doc.encoding == "utf-8"
     assert get_parser("a.htm")(b"", "/a.htm").sections == []
 
 
@@ -682,3 +690,99 @@ def test_html_svg_titles_are_not_the_page_title() -> None:
     doc = get_parser("s.html")(page.encode(), "/s.html")
     assert doc.title == "Heading"
     assert paths(doc) == [(["Heading"], 1)] and doc.sections[0].blocks == [Block("text")]
+
+
+# --- text encodings (Markdown and HTML) -------------------------------------
+
+GENEVA = "Genève est une ville suisse située à l'extrémité sud-ouest du lac Léman. Ça coûte cher, déjà."
+
+
+def _text_file(tmp_path: Path, ext: str, title: str, body: str, encoding: str) -> Path:
+    path = tmp_path / f"page{ext}"
+    page = f"# {title}\n\n{body}\n" if ext == ".md" else f"<html><body><h1>{title}</h1><p>{body}</p></body></html>"
+    path.write_bytes(page.encode(encoding))
+    return path
+
+
+@pytest.mark.parametrize("ext", [".md", ".html"])
+@pytest.mark.parametrize(
+    ("written", "reported"),
+    [
+        ("utf-8", "utf-8"),
+        ("utf-8-sig", "utf_8_sig"),
+        ("utf-16", "utf_16"),  # little-endian, with a byte-order mark
+        ("utf-32", "utf_32"),
+        ("latin-1", "cp1252"),  # read as windows-1252, as browsers read latin-1
+        ("cp1252", "cp1252"),
+    ],
+)
+def test_text_formats_decode_by_bom_utf8_or_detection(tmp_path: Path, ext: str, written: str, reported: str) -> None:
+    doc = parse_file(_text_file(tmp_path, ext, "Genève", GENEVA, written))
+    assert paths(doc) == [(["Genève"], 1)]
+    assert doc.sections[0].blocks[0].text == GENEVA
+    assert doc.encoding == reported
+
+
+def test_utf16_big_endian_and_curly_quotes_in_windows_1252(tmp_path: Path) -> None:
+    path = tmp_path / "be.md"
+    path.write_bytes(b"\xfe\xff" + f"# Genève\n\n{GENEVA}\n".encode("utf-16-be"))
+    doc = parse_file(path)
+    assert doc.sections[0].blocks[0].text == GENEVA and doc.encoding == "utf_16"
+    # Detectors pick DOS and Baltic code pages for this ("It\u013as"); windows-1252 reads it as written.
+    quotes = "It’s a “smart” quote — and an ellipsis… The café’s crème brûlée costs €5."
+    doc = parse_file(_text_file(tmp_path, ".md", "Quotes", quotes, "cp1252"))
+    assert doc.sections[0].blocks[0].text == quotes and doc.encoding == "cp1252"
+
+
+@pytest.mark.parametrize("ext", [".md", ".html"])
+@pytest.mark.parametrize(
+    ("title", "body", "written", "reported"),
+    [
+        (
+            "Москва",
+            "Съешь же ещё этих мягких французских булок, да выпей чаю. В Москве прошла выставка.",
+            "cp1251",
+            {"cp1251"},
+        ),
+        (
+            "東京",
+            "日本語のテキストです。これはテストです。東京は日本の首都です。" * 3,
+            "shift_jis",
+            {"shift_jis", "cp932"},  # cp932 is Microsoft's Shift_JIS, a superset
+        ),
+    ],
+    ids=["cp1251", "shift_jis"],
+)
+def test_other_scripts_in_legacy_code_pages(
+    tmp_path: Path, ext: str, title: str, body: str, written: str, reported: set[str]
+) -> None:
+    doc = parse_file(_text_file(tmp_path, ext, title, body, written))
+    assert paths(doc) == [([title], 1)] and doc.sections[0].blocks[0].text == body
+    assert doc.encoding in reported
+
+
+@pytest.mark.parametrize("ext", [".md", ".html"])
+def test_binary_files_are_refused(tmp_path: Path, ext: str) -> None:
+    rng = random.Random(ext)
+    noise = rng.randbytes(200_000)
+    files = {
+        "ls": (Path("/bin/ls").read_bytes(), "NUL bytes"),  # an ELF (or Mach-O) executable
+        "random": (noise, "NUL bytes"),
+        "random-no-nul": (noise.replace(b"\x00", b"\x01"), "control characters"),
+    }
+    for name, (data, reason) in files.items():
+        path = tmp_path / f"{name}{ext}"
+        path.write_bytes(data)
+        with pytest.raises(ParseError) as caught:
+            parse_file(path)
+        assert str(caught.value) == f"{path}: binary content ({reason}): not a text file"
+
+
+@pytest.mark.parametrize("ext", [".md", ".html"])
+def test_text_in_no_known_encoding_is_refused(tmp_path: Path, ext: str) -> None:
+    # Printable and high bytes only: no NUL, no control characters, and no code page reads it as text.
+    path = tmp_path / f"noise{ext}"
+    rng = random.Random(1)
+    path.write_bytes(bytes(rng.randrange(0x20, 0x100) for _ in range(5000)).replace(b"\x7f", b" "))
+    with pytest.raises(ParseError, match=r"noise\.\w+: unknown text encoding: .*save the file as UTF-8"):
+        parse_file(path)

@@ -14,6 +14,7 @@ div. ``pre`` becomes a fenced "code" block.
 
 from __future__ import annotations
 
+import codecs
 import logging
 import re
 from collections.abc import Callable, Collection, Iterator
@@ -24,6 +25,7 @@ from bs4.dammit import EncodingDetector
 from bs4.element import CData, PageElement
 
 from mdrag.errors import ParseError
+from mdrag.parsers.text import decode_text
 from mdrag.types import Block, Document, Section
 
 __all__ = ["parse"]
@@ -52,22 +54,23 @@ def _clean(text: str) -> str:
     return " ".join(text.split())
 
 
-def _decode(data: bytes) -> str | bytes:
-    """Text decoded by BOM, declared charset or UTF-8; the bytes if none fits (bs4 guesses)."""
-    if data.startswith(b"\xef\xbb\xbf"):
-        return data[3:].decode("utf-8", errors="replace")
-    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
-        return data  # UTF-16: bs4 sniffs the BOM
+def _declared_charset(data: bytes) -> str | None:
+    """The charset a meta tag (or XML declaration) names, read as browsers read it.
+
+    Latin-1 and ASCII mean windows-1252. UTF-16 or UTF-32 named in bytes that
+    an ASCII search could read is never true, and means UTF-8 (the HTML
+    standard's rule): decoded as UTF-16, such a page would be all CJK garbage.
+    """
     declared = EncodingDetector.find_declared_encoding(data, is_html=True)
-    if declared and declared.lower() in ("iso-8859-1", "latin-1", "latin1", "ascii", "us-ascii"):
-        declared = "windows-1252"  # what browsers do
-    for encoding in (declared, "utf-8"):
-        if encoding:
-            try:
-                return data.decode(encoding)
-            except (LookupError, UnicodeDecodeError):
-                continue
-    return data
+    try:
+        name = codecs.lookup(declared).name if declared else None
+    except LookupError:
+        return declared  # decode_text skips a charset Python does not know
+    if name in ("iso8859-1", "ascii"):
+        return "windows-1252"
+    if name is not None and name.startswith(("utf-16", "utf-32")):
+        return "utf-8"
+    return declared
 
 
 def _is_hidden(tag: Tag) -> bool:
@@ -259,8 +262,9 @@ class _Builder:
 
 def parse(data: bytes, path: str) -> Document:
     """Parse an HTML file's bytes."""
+    text, encoding = decode_text(data, _declared_charset(data))
     try:
-        soup = BeautifulSoup(_decode(data), "html.parser")
+        soup = BeautifulSoup(text, "html.parser")
     except Exception as exc:  # html.parser is lenient; this is a last resort
         raise ParseError(f"not parseable as HTML: {type(exc).__name__}: {exc}") from exc
     # The first title outside svg (there, a title names a drawing).
@@ -290,4 +294,5 @@ def parse(data: bytes, path: str) -> Document:
         metadata=metadata,
         title=title or builder.first_h1,
         warnings=warnings,
+        encoding=encoding,
     )
