@@ -51,6 +51,7 @@ class Document:
     metadata: dict[str, Any] = field(default_factory=dict)  # frontmatter or format metadata
     title: str | None = None
     warnings: list[str] = field(default_factory=list)  # non-fatal problems, logged by the indexer
+    encoding: str | None = None  # what a text format was decoded with: "utf-8", "cp1252"...; None for PDF, DOCX
 
 
 @dataclass

@@ -1,10 +1,11 @@
 """HTML parser (beautifulsoup4, stdlib "html.parser"): h1-h6 start sections.
 
-Removed before reading text: script, style, noscript, template, svg, canvas,
-iframe, object, embed, select (never prose), nav and footer (site chrome:
-menus, copyright lines), anything ``hidden``, ``aria-hidden="true"`` or
-``role="navigation"``. Kept on purpose: ``header`` (often holds the page's
-h1) and ``aside`` (documentation sites put notes and warnings there).
+Left out of the text, with everything inside them: script, style, noscript,
+template, svg, canvas, iframe, object, embed, select (never prose), nav and
+footer (site chrome: menus, copyright lines), anything ``hidden``,
+``aria-hidden="true"`` or ``role="navigation"``. Kept on purpose: ``header``
+(often holds the page's h1) and ``aside`` (documentation sites put notes and
+warnings there).
 
 Data tables become "table" blocks (one line per row, cells joined by " | ");
 a table holding headings or other tables is treated as layout and read like a
@@ -13,15 +14,18 @@ div. ``pre`` becomes a fenced "code" block.
 
 from __future__ import annotations
 
+import codecs
 import logging
 import re
+from collections.abc import Callable, Collection, Iterator
 from typing import Any
 
 from bs4 import BeautifulSoup, NavigableString, Tag
 from bs4.dammit import EncodingDetector
-from bs4.element import CData
+from bs4.element import CData, PageElement
 
 from mdrag.errors import ParseError
+from mdrag.parsers.text import decode_text
 from mdrag.types import Block, Document, Section
 
 __all__ = ["parse"]
@@ -31,6 +35,9 @@ logger = logging.getLogger(__name__)
 _REMOVED = {"script", "style", "noscript", "template", "svg", "canvas", "iframe", "object",
             "embed", "select", "nav", "footer", "head"}  # fmt: skip
 _HEADINGS = {"h1", "h2", "h3", "h4", "h5", "h6"}
+_LAYOUT_IN_TABLE = {"table", *_HEADINGS}  # a table holding one of these is read like a div
+_ROW_PARTS = {"tr", "td", "th"}
+_TEXT_TYPES = (NavigableString, CData)  # strings that are page text (what bs4's get_text() reads)
 # Elements that end a paragraph (blank line) or a line of text.
 _PARAGRAPH = {"p", "div", "section", "article", "main", "header", "aside", "blockquote", "ul",
               "ol", "dl", "figure", "details", "address", "hr", "form", "fieldset", "table",
@@ -47,34 +54,23 @@ def _clean(text: str) -> str:
     return " ".join(text.split())
 
 
-def _decode(data: bytes) -> str | bytes:
-    """Text decoded by BOM, declared charset or UTF-8; the bytes if none fits (bs4 guesses)."""
-    if data.startswith(b"\xef\xbb\xbf"):
-        return data[3:].decode("utf-8", errors="replace")
-    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
-        return data  # UTF-16: bs4 sniffs the BOM
+def _declared_charset(data: bytes) -> str | None:
+    """The charset a meta tag (or XML declaration) names, read as browsers read it.
+
+    Latin-1 and ASCII mean windows-1252. UTF-16 or UTF-32 named in bytes that
+    an ASCII search could read is never true, and means UTF-8 (the HTML
+    standard's rule): decoded as UTF-16, such a page would be all CJK garbage.
+    """
     declared = EncodingDetector.find_declared_encoding(data, is_html=True)
-    if declared and declared.lower() in ("iso-8859-1", "latin-1", "latin1", "ascii", "us-ascii"):
-        declared = "windows-1252"  # what browsers do
-    for encoding in (declared, "utf-8"):
-        if encoding:
-            try:
-                return data.decode(encoding)
-            except (LookupError, UnicodeDecodeError):
-                continue
-    return data
-
-
-def _text(tag: Tag) -> str:
-    """Tag text on one line: inline elements run together, block elements and br part words."""
-    parts: list[str] = []
-    for node in tag.descendants:
-        if isinstance(node, Tag):
-            if node.name in ("br", "img") or node.name in _PARAGRAPH or node.name in _LINE:
-                parts.append(" ")
-        elif type(node) is NavigableString or isinstance(node, CData):
-            parts.append(str(node))
-    return _clean("".join(parts))
+    try:
+        name = codecs.lookup(declared).name if declared else None
+    except LookupError:
+        return declared  # decode_text skips a charset Python does not know
+    if name in ("iso8859-1", "ascii"):
+        return "windows-1252"
+    if name is not None and name.startswith(("utf-16", "utf-32")):
+        return "utf-8"
+    return declared
 
 
 def _is_hidden(tag: Tag) -> bool:
@@ -86,25 +82,86 @@ def _is_hidden(tag: Tag) -> bool:
     )
 
 
+def _is_removed(tag: Tag) -> bool:
+    """Whether ``tag``, and everything inside it, is left out of the text (see the module docstring)."""
+    return tag.name in _REMOVED or _is_hidden(tag)
+
+
+def _descendants(
+    tag: Tag, skip: Callable[[Tag], bool] = _is_removed, stop: Collection[str] = ()
+) -> Iterator[PageElement]:
+    """``tag``'s descendants in document order, less the tags ``skip`` picks and all they hold.
+
+    Tags named in ``stop`` are yielded but not entered. Iterative, and the tree
+    is never changed: removing elements with bs4's ``decompose()`` cost a
+    subtree search per element on deeply nested pages.
+    """
+    todo: list[PageElement] = list(reversed(tag.contents))
+    while todo:
+        node = todo.pop()
+        if isinstance(node, Tag):
+            if skip(node):
+                continue
+            if node.name not in stop:
+                todo.extend(reversed(node.contents))
+        yield node
+
+
+def _tags(
+    tag: Tag, names: Collection[str], skip: Callable[[Tag], bool] = _is_removed, stop: Collection[str] = ()
+) -> Iterator[Tag]:
+    """The tags named one of ``names`` among :func:`_descendants`, in document order."""
+    found = _descendants(tag, skip, stop)
+    return (node for node in found if isinstance(node, Tag) and node.name in names)
+
+
+def _is_text(node: PageElement) -> bool:
+    """Whether ``node`` is page text: not a comment, doctype, script or style string."""
+    return type(node) in _TEXT_TYPES
+
+
+def _text(tag: Tag, stop: Collection[str] = ()) -> str:
+    """Tag text on one line: inline elements run together, block elements and br part words.
+
+    The text of elements named in ``stop`` is left out.
+    """
+    parts: list[str] = []
+    for node in _descendants(tag, stop=stop):
+        if isinstance(node, Tag):
+            if node.name in ("br", "img") or node.name in _PARAGRAPH or node.name in _LINE:
+                parts.append(" ")
+        elif _is_text(node):
+            parts.append(str(node))
+    return _clean("".join(parts))
+
+
 def _is_data_table(table: Tag) -> bool:
-    return table.find(["table", *_HEADINGS]) is None and str(table.get("role", "")) != "presentation"
+    has_layout = any(isinstance(n, Tag) and n.name in _LAYOUT_IN_TABLE for n in _descendants(table))
+    return not has_layout and str(table.get("role", "")) != "presentation"
 
 
 def _table_text(table: Tag) -> str:
+    """One line per row, its cells joined by " | ".
+
+    html.parser nests an unclosed ``<tr>`` or ``<td>`` in the one before it
+    (``<tr><td>a<td>b<tr>...``). As in a browser, a row's cells end where the
+    next row starts and a cell's text where the next cell starts: nothing is
+    read twice, and a long table of unclosed rows costs linear time, not cubic.
+    """
     lines = []
-    for row in table.find_all("tr"):
-        cells = [_text(cell) for cell in row.find_all(["td", "th"])]
+    for row in _tags(table, {"tr"}):
+        cells = [_text(cell, stop=_ROW_PARTS) for cell in _tags(row, {"td", "th"}, stop={"tr"})]
         if any(cells):
             lines.append(" | ".join(cells))
     return "\n".join(lines)
 
 
 def _code_block(pre: Tag) -> Block | None:
-    code = pre.get_text().strip("\n").rstrip()
+    code = "".join(str(node) for node in _descendants(pre) if _is_text(node)).strip("\n").rstrip()
     if not code.strip():
         return None
     language = None
-    for tag in (pre, pre.find("code")):
+    for tag in (pre, next(_tags(pre, {"code"}), None)):
         for cls in (tag.get("class") or []) if isinstance(tag, Tag) else []:
             match = _LANGUAGE.match(cls)
             if match and language is None:
@@ -115,10 +172,13 @@ def _code_block(pre: Tag) -> Block | None:
     return Block(f"{fence}{language or ''}\n{code}\n{fence}", kind="code", language=language)
 
 
-def _meta(soup: BeautifulSoup, *names: str) -> str | None:
+def _meta(metas: list[Tag], *names: str) -> str | None:
+    """The first non-blank content for ``names``, in order: from the first meta with that name, else property."""
     for name in names:
-        tag = soup.find("meta", attrs={"name": name}) or soup.find("meta", attrs={"property": name})
-        content = tag.get("content") if isinstance(tag, Tag) else None
+        tag = next((m for m in metas if m.get("name") == name), None)
+        if tag is None:
+            tag = next((m for m in metas if m.get("property") == name), None)
+        content = tag.get("content") if tag is not None else None
         if isinstance(content, str) and content.strip():
             return _clean(content)
     return None
@@ -173,10 +233,10 @@ class _Builder:
             if isinstance(node, str) and not isinstance(node, NavigableString):
                 self.buf.append(node)  # a break marker
             elif isinstance(node, NavigableString):
-                if type(node) is NavigableString or isinstance(node, CData):
+                if _is_text(node):
                     # NUL would clash with the break markers; comments and doctypes are skipped
                     self.buf.append(_SPACE.sub(" ", str(node).replace("\x00", "")))
-            elif isinstance(node, Tag):
+            elif isinstance(node, Tag) and not _is_removed(node):
                 self.visit(node, todo)
 
     def visit(self, tag: Tag, todo: list[Any]) -> None:
@@ -202,27 +262,27 @@ class _Builder:
 
 def parse(data: bytes, path: str) -> Document:
     """Parse an HTML file's bytes."""
+    text, encoding = decode_text(data, _declared_charset(data))
     try:
-        soup = BeautifulSoup(_decode(data), "html.parser")
+        soup = BeautifulSoup(text, "html.parser")
     except Exception as exc:  # html.parser is lenient; this is a last resort
         raise ParseError(f"not parseable as HTML: {type(exc).__name__}: {exc}") from exc
-    title_tag = next((t for t in soup.find_all("title") if t.find_parent("svg") is None), None)
+    # The first title outside svg (there, a title names a drawing).
+    title_tag = next(_tags(soup, {"title"}, skip=lambda tag: tag.name == "svg"), None)
     title = _clean(title_tag.get_text()) if title_tag is not None else ""
     metadata: dict[str, Any] = {}
-    if description := _meta(soup, "description", "og:description"):
+    metas = [tag for tag in soup.find_all("meta") if isinstance(tag, Tag)]
+    if description := _meta(metas, "description", "og:description"):
         metadata["description"] = description
-    if keywords := _meta(soup, "keywords"):
+    if keywords := _meta(metas, "keywords"):
         metadata["keywords"] = [k.strip() for k in keywords.split(",") if k.strip()]
     html_tag = soup.find("html")
     if isinstance(html_tag, Tag) and isinstance(html_tag.get("lang"), str):
         metadata["lang"] = str(html_tag["lang"]).strip()
-    title = title or _meta(soup, "og:title") or ""
+    title = title or _meta(metas, "og:title") or ""
 
-    for tag in soup.find_all(True):
-        if not tag.decomposed and (tag.name in _REMOVED or _is_hidden(tag)):
-            tag.decompose()
     builder = _Builder()
-    body = soup.find("body")
+    body = next((b for b in soup.find_all("body") if not any(map(_is_removed, (b, *b.parents)))), None)
     builder.walk(body if isinstance(body, Tag) else soup)
     sections = builder.finish()
     warnings = [] if sections else [f"{path}: the page has no text"]
@@ -234,4 +294,5 @@ def parse(data: bytes, path: str) -> Document:
         metadata=metadata,
         title=title or builder.first_h1,
         warnings=warnings,
+        encoding=encoding,
     )

@@ -19,6 +19,7 @@ from frontmatter.default_handlers import BaseHandler, YAMLHandler
 from markdown_it import MarkdownIt
 from markdown_it.token import Token
 
+from mdrag.parsers.text import decode_text
 from mdrag.types import Block, Document, Section
 
 if sys.version_info >= (3, 11):
@@ -119,8 +120,8 @@ def _block(lines: list[str], start: int, end: int, offset: int, **kw: Any) -> Bl
 
 
 def parse(data: bytes, path: str) -> Document:
-    """Parse a Markdown file's bytes (UTF-8, BOM allowed)."""
-    text = data.decode("utf-8", errors="replace").removeprefix("\ufeff")
+    """Parse a Markdown file's bytes; :func:`~mdrag.parsers.text.decode_text` reads the encoding."""
+    text, encoding = decode_text(data)
     # markdown-it counts "\r\n" and a lone "\r" as one line break; so do we.
     text = text.replace("\r\n", "\n").replace("\r", "\n").replace("\x00", "\ufffd")  # as CommonMark does
     metadata, body, offset, warnings = _split_frontmatter(text, path)
@@ -164,4 +165,6 @@ def parse(data: bytes, path: str) -> Document:
 
     fm_title = metadata.get("title")
     doc_title = fm_title.strip() if isinstance(fm_title, str) and fm_title.strip() else first_h1
-    return Document(path=path, sections=sections, metadata=metadata, title=doc_title, warnings=warnings)
+    return Document(
+        path=path, sections=sections, metadata=metadata, title=doc_title, warnings=warnings, encoding=encoding
+    )
