@@ -243,7 +243,7 @@ def update_index(
             if not is_new:  # its old content is stale: remove it, retry next run
                 retired.extend(m.files.pop(path).chunks)
             continue
-        if encoding and encoding.replace("-", "_").lower() not in ("utf_8", "ascii"):
+        if encoding and encoding.replace("-", "_").lower() not in ("utf_8", "utf_8_sig", "ascii"):
             summary.decoded[path] = encoding
             log.info("%s: decoded as %s", path, encoding)
         if is_new:
@@ -520,7 +520,7 @@ def _parse(
     chunks = chunk_document(doc, root, rel, settings, embedder.count_tokens, embedder.max_tokens)
     state = FileState(root=root, rel_path=rel, mtime_ns=mtime_ns, size=size, hash=_file_hash(data))
     state.chunks = [c.id for c in chunks]
-    return state, chunks, None, getattr(doc, "encoding", None)
+    return state, chunks, None, doc.encoding
 
 
 def _pad_segment(store: MilvusStore, m: Manifest, written: set[str]) -> None:

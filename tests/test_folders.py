@@ -187,3 +187,18 @@ def test_a_change_that_rechunks_everything_keeps_every_folder(tmp_path: Path) ->
         s = idx.update([b], rebuild=True)
         assert s.folders == [str(a), str(b)] and s.added == 6
         _consistent(idx)
+
+
+def test_binary_and_legacy_encoded_files_are_reported_in_the_summary(tmp_path: Path) -> None:
+    root = _folder(tmp_path / "docs", "page", 1)
+    shutil.copy("/bin/ls" if Path("/bin/ls").exists() else __file__, root / "binary.md")
+    (root / "noise.md").write_bytes(os.urandom(200_000))
+    (root / "latin.md").write_bytes("# Genève\n\nLa ville de Genève est au bord du lac Léman.\n".encode("latin-1"))
+    (root / "wide.md").write_bytes("# Zürich\n\nÜber die Stadt Zürich.\n".encode("utf-16"))
+    with _index() as idx:
+        s = idx.update([root])
+        skipped = {Path(p).name: reason for p, reason in s.skipped_files}
+        assert set(skipped) == {"binary.md", "noise.md"} and all("binary content" in r for r in skipped.values())
+        assert {Path(p).name: e for p, e in s.decoded.items()} == {"latin.md": "cp1252", "wide.md": "utf_16"}
+        texts = " ".join(r.text for r in idx.search("Genève Zürich lac", k=10, threshold=0))
+        assert "Genève" in texts and "Zürich" in texts
