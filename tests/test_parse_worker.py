@@ -271,7 +271,7 @@ def test_kill_9_of_the_parent_leaves_no_child(tmp_path: Path, parser: str, timeo
     """While the child parses, the parent is killed: the child must end by itself.
 
     A child running Python code notices its stdin close; one stuck in C code
-    holding the GIL is ended by its faulthandler timer, ``timeout`` + 2 s later.
+    holding the GIL is ended by its SIGALRM timer, ``timeout`` + 2 s later.
     """
     loop = _write(tmp_path, "stuck.loop")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}

@@ -27,14 +27,14 @@ The child is started with ``subprocess`` (fork and exec, as the spawn start
 method does; never a bare fork, since the parent may hold gRPC threads) and
 talks over a socket pair wrapped in :class:`multiprocessing.connection.Connection`.
 It exits by itself when the parent dies: a thread waits for its stdin, a pipe
-only the parent holds, to close; and while a file is parsed, a
-:mod:`faulthandler` timer (a C thread that needs no GIL) ends the child
-shortly after the file's time limit even if the parser holds the GIL.
+only the parent holds, to close; and while a file is parsed, an interval timer
+whose SIGALRM keeps its default action (the kernel ends the process: no Python
+code, no GIL needed) ends the child shortly after the file's time limit even
+if the parser holds the GIL.
 """
 
 from __future__ import annotations
 
-import faulthandler
 import json
 import logging
 import os
@@ -363,7 +363,6 @@ def _child_main(fd: int, max_mb: float | None, log_level: int) -> None:
     handler = _Records()
     logging.getLogger().handlers[:] = [handler]
     logging.getLogger().setLevel(log_level)
-    devnull = open(os.devnull, "w")  # noqa: SIM115 - the faulthandler timer writes here while the child lives
     _limit_memory(max_mb)
     conn.send(("ready", os.getpid()))
     parsers: dict[bytes, Parser] = {}  # pickled parser -> parser: each is unpickled (imported) once
@@ -372,8 +371,9 @@ def _child_main(fd: int, max_mb: float | None, log_level: int) -> None:
             blob, abspath, timeout = conn.recv()
         except EOFError:
             return
-        # Should the parent be gone and the parser hold the GIL, this C thread still ends the child.
-        faulthandler.dump_traceback_later(timeout + _GRACE, exit=True, file=devnull)
+        # Should the parent be gone and the parser hold the GIL, the kernel still ends the child.
+        signal.signal(signal.SIGALRM, signal.SIG_DFL)  # in case a parser installed a handler
+        signal.setitimer(signal.ITIMER_REAL, timeout + _GRACE)
         kind, value = _serve_one(parsers, blob, abspath)
         try:
             conn.send((kind, value, handler.take()))
@@ -381,4 +381,4 @@ def _child_main(fd: int, max_mb: float | None, log_level: int) -> None:
             conn.send((_MEMORY, None, []))
         except Exception as exc:  # a Document that does not pickle (a third-party parser's metadata)
             conn.send((_FAILED, f"{abspath}: the parsed document cannot be sent back: {type(exc).__name__}: {exc}", []))
-        faulthandler.cancel_dump_traceback_later()
+        signal.setitimer(signal.ITIMER_REAL, 0)
