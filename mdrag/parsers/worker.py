@@ -114,7 +114,7 @@ class ParseWorker:
                 self._launch()  # the first parse waits for its hello
 
     def parse(self, path: str | os.PathLike[str], timeout: float) -> Document:
-        """Parse ``path`` in the child; give up after ``timeout`` seconds.
+        """Parse ``path`` in the child; give up ``timeout`` seconds after the child got it.
 
         Raises UnsupportedFormatError when no parser handles the extension, and
         ParseError whose message starts with the absolute path and gives the
@@ -128,9 +128,10 @@ class ParseWorker:
         with self._lock:
             self._closing = False
             blob = self._pickle(parser)
-            if blob is None or self._connection() is None:
+            reply = self._request(blob, abspath, timeout) if blob is not None else None
+            if reply is None:  # no child can be started here
                 return parse_file(abspath, parser=parser)
-            kind, value = self._request(blob, abspath, timeout)
+            kind, value = reply
             if kind == _NO_PARSER:
                 self._pickled[id(parser)] = (parser, None)
                 logger.debug("parser %r runs in this process, with no time limit: %s", parser, value)
@@ -140,7 +141,11 @@ class ParseWorker:
         raise ParseError(value)
 
     def close(self) -> None:
-        """Stop the child (it holds no state: it is killed). A later parse starts a fresh one."""
+        """Stop the child (it holds no state: it is killed). A later parse starts a fresh one.
+
+        May be called from another thread while a file is parsed: that parse
+        then fails with a ParseError saying so.
+        """
         self._closing = True
         self._stop()
 
@@ -158,15 +163,29 @@ class ParseWorker:
         self._pickled[id(parser)] = (parser, blob)
         return blob
 
-    def _request(self, blob: bytes, abspath: str, timeout: float) -> tuple[str, Any]:
-        """Send one file to the ready child and wait for its reply, at most ``timeout`` seconds."""
-        proc, conn = self._proc, self._conn
-        assert proc is not None and conn is not None
+    def _request(self, blob: bytes, abspath: str, timeout: float) -> tuple[str, Any] | None:
+        """Send one file to a ready child and wait for its reply, at most ``timeout`` seconds.
+
+        None when no child can be started: the caller parses in its own process.
+        """
+        for attempt in (1, 2):
+            conn = self._connection()
+            if conn is None:
+                return None
+            proc = self._proc
+            assert proc is not None
+            try:
+                conn.send((blob, abspath, timeout))
+                break
+            except OSError:  # it died since the last file: a fresh child gets this one
+                self._stop()
+                if attempt == 2:
+                    return _FAILED, f"{abspath}: {self._failure(proc, True, 0.0, timeout)}"
+        assert conn is not None and proc is not None  # the loop returned or broke with both set
         started = time.monotonic()
         reply: tuple[str, Any, list[logging.LogRecord]] | None = None
         answered = False  # the child sent something or closed the socket before the time limit
         try:
-            conn.send((blob, abspath, timeout))
             answered = conn.poll(timeout)
             reply = conn.recv() if answered else None
         except (EOFError, OSError):
@@ -376,9 +395,20 @@ def _child_main(fd: int, max_mb: float | None, log_level: int) -> None:
         signal.setitimer(signal.ITIMER_REAL, timeout + _GRACE)
         kind, value = _serve_one(parsers, blob, abspath)
         try:
-            conn.send((kind, value, handler.take()))
-        except MemoryError:
-            conn.send((_MEMORY, None, []))
-        except Exception as exc:  # a Document that does not pickle (a third-party parser's metadata)
-            conn.send((_FAILED, f"{abspath}: the parsed document cannot be sent back: {type(exc).__name__}: {exc}", []))
+            _reply(conn, abspath, (kind, value, handler.take()))
+        except OSError:  # the parent is gone
+            return
         signal.setitimer(signal.ITIMER_REAL, 0)
+
+
+def _reply(conn: Connection, abspath: str, reply: tuple[str, Any, list[logging.LogRecord]]) -> None:
+    """Send ``reply``, or the reason it cannot be sent; raises OSError when the parent is gone."""
+    try:
+        conn.send(reply)
+    except MemoryError:
+        del reply
+        conn.send((_MEMORY, None, []))
+    except OSError:
+        raise
+    except Exception as exc:  # a Document that does not pickle (a third-party parser's metadata)
+        conn.send((_FAILED, f"{abspath}: the parsed document cannot be sent back: {type(exc).__name__}: {exc}", []))
