@@ -21,7 +21,7 @@ import pytest
 import mdrag.parsers as parsers
 from mdrag.errors import ParseError, UnsupportedFormatError
 from mdrag.parsers import parse_file, register_parser
-from mdrag.parsers.worker import ParseWorker
+from mdrag.parsers.worker import _RECYCLE_MB, ParseWorker
 from mdrag.types import Document
 from tests import slow_parsers
 
@@ -179,6 +179,19 @@ def test_a_child_killed_while_it_starts_gets_a_second_try(
     assert worker.pid not in (None, first)  # parsed in a child, not in this process
 
 
+@linux_only
+@pytest.mark.usefixtures("registry")
+def test_a_child_left_holding_much_memory_is_replaced(tmp_path: Path, worker: ParseWorker) -> None:
+    register_parser([".keep"], slow_parsers.keep)
+    worker.parse(_write(tmp_path, "small.keep", "1"), timeout=LONG)
+    first = worker.pid
+    assert first is not None  # 1 MB held: the child stays
+    worker.parse(_write(tmp_path, "big.keep", str(_RECYCLE_MB + 64)), timeout=LONG)
+    assert worker.pid is None and _gone(first)
+    assert worker.parse(_write(tmp_path, "again.keep", "1"), timeout=LONG).title == "plain"
+    assert worker.pid not in (None, first)
+
+
 def test_errors_that_need_no_child(tmp_path: Path, worker: ParseWorker) -> None:
     with pytest.raises(UnsupportedFormatError, match="no parser for"):
         worker.parse(tmp_path / "archive.xyz", timeout=LONG)
@@ -254,7 +267,7 @@ _DRIVER = """
 import sys
 from pathlib import Path
 from mdrag.parsers import register_parser
-from mdrag.parsers.worker import ParseWorker
+from mdrag.parsers.worker import _RECYCLE_MB, ParseWorker
 from tests import slow_parsers
 
 register_parser([".loop"], getattr(slow_parsers, sys.argv[1]))

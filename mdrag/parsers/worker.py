@@ -58,6 +58,7 @@ logger = logging.getLogger(__name__)
 
 _START_TIMEOUT = 60.0  # seconds a new child may take to import mdrag and say it is ready
 _GRACE = 2.0  # the child ends itself this long after a file's time limit, should the parent be gone
+_RECYCLE_MB = 512  # a child left holding more memory than this (after a big file) is replaced
 # Run by the child's interpreter: argv[1] the parent's sys.path as JSON, argv[2] the socket's fd,
 # argv[3] the memory cap in MB ("" for none), argv[4] the lowest log level the parent shows.
 _BOOT = (
@@ -202,6 +203,10 @@ class ParseWorker:
             self._stop()  # a child that hit MemoryError may be in a bad state: start afresh
             cap = f"over {self.max_mb:g} MB; " if self.max_mb is not None else ""
             return _FAILED, f"{abspath}: the parser ran out of memory ({cap}setting index.max_parse_mb)"
+        rss = _resident_mb(proc.pid)
+        if rss > _RECYCLE_MB:  # Python seldom gives a big file's memory back to the system: a new child will
+            logger.debug("parse worker %d holds %d MB after %s: replacing it", proc.pid, rss, abspath)
+            self._stop()
         return kind, value
 
     def _failure(self, proc: subprocess.Popen[bytes], answered: bool, elapsed: float, timeout: float) -> str:
@@ -288,6 +293,15 @@ class ParseWorker:
                 proc.stdin.close()
         if conn is not None:
             conn.close()
+
+
+def _resident_mb(pid: int) -> int:
+    """Process ``pid``'s resident memory in MB; 0 where /proc cannot tell."""
+    try:
+        with open(f"/proc/{pid}/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") // 2**20
+    except (OSError, ValueError, IndexError):
+        return 0
 
 
 # --- the child ---------------------------------------------------------------
