@@ -166,17 +166,49 @@ def test_a_child_that_died_between_files_is_replaced_before_the_next(tmp_path: P
     assert worker.pid not in (None, first)
 
 
+def _flaky_python(folder: Path, failures: int) -> str:
+    """A stand-in for sys.executable whose first ``failures`` runs exit with code 3."""
+    script = folder / "flaky-python"
+    script.write_text(
+        "#!/bin/sh\n"
+        f'n=$(ls "{folder}" | grep -c "^failed-")\n'
+        f'if [ "$n" -lt {failures} ]; then touch "{folder}/failed-$n"; exit 3; fi\n'
+        f'exec "{sys.executable}" "$@"\n'
+    )
+    script.chmod(0o755)
+    return str(script)
+
+
+@linux_only
 @pytest.mark.usefixtures("registry")
-def test_a_child_killed_while_it_starts_gets_a_second_try(
-    tmp_path: Path, worker: ParseWorker, caplog: pytest.LogCaptureFixture
+def test_a_child_that_fails_to_start_gets_a_second_try(
+    tmp_path: Path, worker: ParseWorker, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     register_parser([".plain"], slow_parsers.plain)
-    worker.start()
-    first = worker.pid
-    assert first is not None
-    _kill_and_wait(first)  # most likely before it said it was ready; if not, it died between files
+    monkeypatch.setattr(sys, "executable", _flaky_python(tmp_path, failures=1))
     assert worker.parse(_write(tmp_path, "a.plain"), timeout=LONG).title == "plain"
-    assert worker.pid not in (None, first)  # parsed in a child, not in this process
+    assert worker.pid is not None  # parsed in the second child
+    assert [r.getMessage() for r in caplog.records if r.name == "mdrag.parsers.worker"] == [
+        "the parse worker process did not start (it exited with code 3; its error output is above): trying once more"
+    ]
+
+
+@linux_only
+@pytest.mark.usefixtures("registry")
+def test_when_no_child_starts_files_are_parsed_in_this_process(
+    tmp_path: Path, worker: ParseWorker, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    register_parser([".plain"], slow_parsers.plain)
+    monkeypatch.setattr(sys, "executable", _flaky_python(tmp_path, failures=3))
+    for name in ("a.plain", "b.plain"):
+        assert worker.parse(_write(tmp_path, name), timeout=LONG).title == "plain"
+    assert worker.pid is None
+    assert len(list(tmp_path.glob("failed-*"))) == 2  # two tries, then none for the second file
+    warnings = [r.getMessage() for r in caplog.records if r.name == "mdrag.parsers.worker"]
+    assert len(warnings) == 2 and warnings[1].endswith(
+        "(it exited with code 3; its error output is above): "
+        "files are parsed in this process, with no time limit or memory cap"
+    )
 
 
 @linux_only

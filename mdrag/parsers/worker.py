@@ -262,14 +262,15 @@ class ParseWorker:
         """Wait for the new child's hello; on the last try, give up on child processes when none comes."""
         proc, conn = self._proc, self._conn
         assert proc is not None and conn is not None
+        answered = False  # it said something, or closed the socket, in time
         try:
-            self._ready = conn.poll(_START_TIMEOUT) and conn.recv() == ("ready", proc.pid)
+            answered = conn.poll(_START_TIMEOUT)
+            self._ready = answered and conn.recv() == ("ready", proc.pid)
         except (EOFError, OSError):
             self._ready = False
         if not self._ready:
-            code = proc.poll()
-            self._stop()
-            why = f"it exited with code {code}" if code is not None else f"it was not ready in {_START_TIMEOUT:g} s"
+            self._stop()  # reaped: returncode says how it ended
+            why = f"it exited with code {proc.returncode}" if answered else f"it was not ready in {_START_TIMEOUT:g} s"
             reason = f"the parse worker process did not start ({why}; its error output is above)"
             if last_try:
                 self._give_up(reason)
