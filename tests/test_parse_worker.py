@@ -155,6 +155,7 @@ def test_a_child_killed_by_a_signal_is_reported_and_replaced(
     assert worker.parse(_write(tmp_path, "after.plain"), timeout=LONG).title == "plain"
 
 
+@linux_only
 @pytest.mark.usefixtures("registry")
 def test_a_child_that_died_between_files_is_replaced_before_the_next(tmp_path: Path, worker: ParseWorker) -> None:
     register_parser([".plain"], slow_parsers.plain)
