@@ -135,8 +135,11 @@ def get_parser(path: str | os.PathLike[str]) -> Parser:
     raise UnsupportedFormatError(f"no parser for {os.fspath(path)!r}: supported extensions are {supported}")
 
 
-def parse_file(path: str | os.PathLike[str], data: bytes | None = None) -> Document:
+def parse_file(path: str | os.PathLike[str], data: bytes | None = None, *, parser: Parser | None = None) -> Document:
     """Parse one file; reads it when ``data`` is None.
+
+    ``parser`` is used instead of the one registered for the extension when
+    given (the parse worker's child process gets its parser that way).
 
     Raises UnsupportedFormatError when no parser handles the extension, and
     ParseError (message starting with the path) for anything else that goes
@@ -144,7 +147,8 @@ def parse_file(path: str | os.PathLike[str], data: bytes | None = None) -> Docum
     exception from a parser.
     """
     abspath = os.path.abspath(os.fspath(path))
-    parser = get_parser(abspath)
+    if parser is None:
+        parser = get_parser(abspath)
     if data is None:
         try:
             data = Path(abspath).read_bytes()
@@ -161,23 +165,32 @@ def parse_file(path: str | os.PathLike[str], data: bytes | None = None) -> Docum
     return doc
 
 
-def _lazy(module: str, requirement: str) -> Parser:
-    """A parser that imports ``mdrag.parsers.<module>`` on its first call."""
+class _Lazy:
+    """A parser that imports ``mdrag.parsers.<module>`` on its first call.
 
-    def parse(data: bytes, path: str) -> Document:
+    A class rather than a closure so that it pickles (by reference to this
+    module) into :class:`~mdrag.parsers.worker.ParseWorker`'s child process.
+    """
+
+    def __init__(self, module: str, requirement: str) -> None:
+        self.module = module  # the submodule of mdrag.parsers holding parse(data, path)
+        self.requirement = requirement  # the packages it needs, named when the import fails
+
+    def __call__(self, data: bytes, path: str) -> Document:
         try:
-            mod = importlib.import_module(f"{__name__}.{module}")
+            mod = importlib.import_module(f"{__name__}.{self.module}")
         except ModuleNotFoundError as exc:
-            raise ParseError(f"the {module} parser needs {requirement} ({exc}); install it to index this file") from exc
+            raise ParseError(
+                f"the {self.module} parser needs {self.requirement} ({exc}); install it to index this file"
+            ) from exc
         result: Document = mod.parse(data, path)
         return result
 
-    parse.__name__ = parse.__qualname__ = f"parse_{module}"
-    parse.__doc__ = f"Parse with mdrag.parsers.{module} (imported on first use)."
-    return parse
+    def __repr__(self) -> str:
+        return f"<parser mdrag.parsers.{self.module} (imported on first use)>"
 
 
-_add([".md", ".markdown"], _lazy("markdown", "markdown-it-py and python-frontmatter"))
-_add([".pdf"], _lazy("pdf", "pypdf"))
-_add([".docx"], _lazy("docx", "python-docx"))
-_add([".html", ".htm"], _lazy("html", "beautifulsoup4"))
+_add([".md", ".markdown"], _Lazy("markdown", "markdown-it-py and python-frontmatter"))
+_add([".pdf"], _Lazy("pdf", "pypdf"))
+_add([".docx"], _Lazy("docx", "python-docx"))
+_add([".html", ".htm"], _Lazy("html", "beautifulsoup4"))
