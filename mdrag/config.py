@@ -30,6 +30,8 @@ DEFAULTS: dict[str, tuple[type | tuple[type, ...], Any]] = {
     "index.exclude": (list, []),  # gitignore-style patterns: files and folders left out
     "index.gitignore": (bool, True),  # honour .gitignore files inside the indexed folders
     "index.max_file_mb": ((int, float), 20),  # larger files are skipped with a reason (0: no limit)
+    "index.parse_timeout": ((int, float), 120),  # seconds one file may take to parse, then it is skipped
+    "index.max_parse_mb": ((int, float), 2048),  # memory one file's parse may take, then it is skipped (0: no cap)
     "milvus_uri": (str, None),  # default: $MDRAG_HOME/cache/milvus.db (Milvus Lite)
     "milvus_token": (str, None),
     "api.base_url": (str, None),  # shared by llm and embedding when theirs are unset
@@ -203,7 +205,9 @@ def _range_check(key: str, value: Any, origin: str) -> Any:
         raise ConfigError(f"server.port must be between 0 and 65535, got {value!r} (from the {origin})")
     if key in ("embedding.batch_size", "search.k", "server.reload_interval", "server.max_pending") and value < 1:
         raise ConfigError(f"{key} must be at least 1, got {value!r} (from the {origin})")
-    if key == "index.max_file_mb" and value < 0:
+    if key == "index.parse_timeout" and not value > 0:
+        raise ConfigError(f"{key} must be more than 0, got {value!r} (from the {origin})")
+    if key in ("index.max_file_mb", "index.max_parse_mb") and value < 0:
         raise ConfigError(f"{key} must be 0 (no limit) or more, got {value!r} (from the {origin})")
     if key in ("llm.timeout",) and not value > 0:
         raise ConfigError(f"{key} must be more than 0, got {value!r} (from the {origin})")

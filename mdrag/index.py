@@ -217,6 +217,7 @@ class Index:
                 on_commit=commit,
                 open_store=None if opened else open_store,  # a run with nothing to do need not open it
                 selection=self._selection(),
+                parse_limits=(self.config["index.parse_timeout"], self.config["index.max_parse_mb"] or None),
             )
         finally:
             self._pending = 0

@@ -33,6 +33,7 @@ from mdrag.embedding.base import Embedder
 from mdrag.errors import ConfigError, ParseError, UnsupportedFormatError
 from mdrag.manifest import FileState, Manifest, diff
 from mdrag.parsers import parse_file
+from mdrag.parsers.worker import ParseWorker
 from mdrag.scan import ScanOptions, ScanResult, scan
 from mdrag.store.milvus import MilvusStore
 from mdrag.types import Chunk
@@ -114,6 +115,7 @@ def update_index(
     on_commit: Callable[[set[str]], None] | None = None,
     open_store: Callable[[], None] | None = None,
     selection: ScanOptions | None = None,
+    parse_limits: tuple[float, float | None] | None = None,
 ) -> IndexSummary:
     """Add or update ``folders`` in the index; the index's other folders are kept as they are.
 
@@ -125,8 +127,37 @@ def update_index(
     recorded it, does not open it at all. ``rebuild`` drops the collection and starts over.
     ``on_upsert(n)`` is called after n chunks with new ids are written (not yet
     committed); ``on_commit(ids)`` with the new state's chunk ids, before the
-    ids it replaces are deleted.
+    ids it replaces are deleted. With ``parse_limits`` (seconds, MB or None),
+    files are parsed in a child process (:class:`~mdrag.parsers.worker.ParseWorker`)
+    and a file over either limit is skipped with the reason.
     """
+    worker = ParseWorker(parse_limits[1]) if parse_limits else None
+    try:
+        return _update(
+            store, embedder, manifest_path, index_name, folders, settings, rebuild, progress,
+            on_upsert, on_commit, open_store, selection, worker, parse_limits[0] if parse_limits else 0.0,
+        )  # fmt: skip
+    finally:
+        if worker is not None:
+            worker.close()
+
+
+def _update(
+    store: MilvusStore,
+    embedder: Embedder,
+    manifest_path: Path,
+    index_name: str,
+    folders: Sequence[str | Path],
+    settings: ChunkSettings,
+    rebuild: bool,
+    progress: bool,
+    on_upsert: Callable[[int], None] | None,
+    on_commit: Callable[[set[str]], None] | None,
+    open_store: Callable[[], None] | None,
+    selection: ScanOptions | None,
+    worker: ParseWorker | None,
+    timeout: float,
+) -> IndexSummary:
     t0 = time.perf_counter()
     summary = IndexSummary()
     roots = _resolve(folders)
@@ -146,13 +177,14 @@ def update_index(
     found = scan(roots, selection)
     # The store's files as the last clean run left them: no need to count its rows.
     as_left = old is not None and old.verified and not old.dirty and _fingerprint_matches(old, store)
-    if open_store is not None:
-        if old is not None and as_left and summary.rebuild is None and _unchanged(old, roots, found):
+    if open_store is not None and old is not None and as_left and summary.rebuild is None:
+        if _unchanged(old, roots, found):
             summary.unchanged, summary.chunks_total = len(found.files), old.chunk_count
             _report_scan(summary, found, old)
             summary.folders = list(old.roots)
             summary.seconds = round(time.perf_counter() - t0, 3)
             return summary
+    if open_store is not None:
         open_store()
     if rebuild:
         store.drop()
@@ -211,6 +243,8 @@ def update_index(
         else:
             todo.append((p, None))  # read again when parsed: memory stays bounded
 
+    if worker is not None and any(err is None for _, err in todo):
+        worker.start()  # the child imports while the first files are read
     writes = bool(todo or removed or repair or m.retired_roots or (old is not None and old.roots != m.roots))
     if writes:
         m.dirty = True
@@ -228,7 +262,7 @@ def update_index(
         if err:
             return None, [], err, None
         root, rel, mtime_ns, size = found.files[path]
-        return _parse(path, root, rel, mtime_ns, size, embedder, settings)
+        return _parse(path, root, rel, mtime_ns, size, embedder, settings, worker, timeout)
 
     def write(batch: list[tuple[str, FileState, list[Chunk]]]) -> set[str]:
         return _write_batch(store, embedder, m, batch, summary, on_upsert, retired, run_hashes, bar)
@@ -506,11 +540,13 @@ def _parse(
     size: int,
     embedder: Embedder,
     settings: ChunkSettings,
+    worker: ParseWorker | None = None,
+    timeout: float = 0.0,
 ) -> tuple[FileState | None, list[Chunk], str | None, str | None]:
     """(state, chunks, None, encoding) for a parsed file, or (None, [], reason, None) for a skipped one."""
     try:
         data = Path(path).read_bytes()
-        doc = parse_file(path, data)
+        doc = worker.parse(path, timeout) if worker is not None else parse_file(path, data)
     except (ParseError, UnsupportedFormatError) as e:
         return None, [], str(e).removeprefix(f"{path}: "), None
     except OSError as e:

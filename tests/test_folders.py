@@ -202,3 +202,18 @@ def test_binary_and_legacy_encoded_files_are_reported_in_the_summary(tmp_path: P
         assert {Path(p).name: e for p, e in s.decoded.items()} == {"latin.md": "cp1252", "wide.md": "utf_16"}
         texts = " ".join(r.text for r in idx.search("Genève Zürich lac", k=10, threshold=0))
         assert "Genève" in texts and "Zürich" in texts
+
+
+def test_a_file_that_never_finishes_parsing_is_skipped_and_the_run_goes_on(tmp_path: Path) -> None:
+    """A real HTML parse stopped by the time limit (a page so deep it takes minutes: here the limit is tiny)."""
+    root = _folder(tmp_path / "docs", "page", 2)
+    depth = 20_000
+    (root / "deep.html").write_text("<html><body>" + "<div><b>b</b>x" * depth + "</div>" * depth + "</body></html>")
+    with _index(**{"index.parse_timeout": 0.5}) as idx:
+        s = idx.update([root])
+        assert s.added == 2 and s.skipped == 1
+        assert [(Path(p).name, r) for p, r in s.skipped_files] == [
+            ("deep.html", "parsing took longer than 0.5 s (setting index.parse_timeout): skipped")
+        ]
+        assert _paths(idx, "page number") == {"docs"}
+        _consistent(idx)
