@@ -18,7 +18,10 @@ call. Phases (:data:`PHASES`):
 
 ``--counts FILE`` writes how often each phase ran (a run without a fault:
 how many kill points each phase has). ``--slow S`` sleeps S seconds in every
-``embed_batch`` (for tests that kill at a random time instead). The last line
+``embed_batch`` (for tests that kill at a random time instead). ``--hold FILE``
+makes the first ``embed_batch`` (the store is open and the manifest dirty by
+then) create ``FILE.held`` and wait until ``FILE`` exists: other commands can
+then meet a run in progress, for as long as a test needs. The last line
 on stdout is JSON: the command's exit code, its wall time in seconds and its
 ``--json`` summary.
 """
@@ -49,6 +52,7 @@ def _args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--when", choices=("before", "after"), default="before")
     p.add_argument("--counts", help="write the calls per phase here (JSON) when the run ends")
     p.add_argument("--slow", type=float, default=0.0, help="seconds to sleep in each embed_batch")
+    p.add_argument("--hold", help="wait in the first embed_batch until this file exists (see above)")
     p.add_argument("--batch-chunks", type=int, default=16, help="mdrag.indexer._BATCH_CHUNKS")
     return p.parse_args(argv)
 
@@ -79,6 +83,8 @@ def main(argv: list[str] | None = None) -> int:
 
     class Embedder(HashEmbedder):
         def embed_batch(self, texts):  # type: ignore[no-untyped-def]
+            if args.hold and not self.embedded:
+                _hold(args.hold)
             if args.slow:
                 time.sleep(args.slow)
             return super().embed_batch(texts)
@@ -113,6 +119,14 @@ def main(argv: list[str] | None = None) -> int:
     summary = json.loads(out.getvalue()) if code == 0 else None
     print(json.dumps({"code": code, "seconds": round(seconds, 3), "summary": summary}))
     return code
+
+
+def _hold(release: str, timeout: float = 600) -> None:
+    with open(release + ".held", "w"):
+        pass
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(release) and time.monotonic() < deadline:
+        time.sleep(0.02)
 
 
 if __name__ == "__main__":

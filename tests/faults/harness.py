@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from mdrag.config import load_config
+from mdrag.embedding.base import Embedder
 from mdrag.index import Index
 from mdrag.manifest import Manifest
 from tests.conftest import HashEmbedder
@@ -109,6 +110,7 @@ def verify(
     index: str,
     expected: dict[str, list[str]] | None = None,
     words: dict[str, str] | None = None,
+    embedder: Embedder | None = None,
 ) -> dict[str, list[str]]:
     """Assert that the index is whole; return each file's chunk ids.
 
@@ -117,9 +119,9 @@ def verify(
     manifest lists every file in ``root``; with ``expected`` (what this returned
     for a fresh index of the same files), every file has exactly those chunks;
     with ``words`` (path -> a word only that file has), a search for each word
-    finds its file.
+    finds its file. ``embedder`` (default: a HashEmbedder) must have the identity of the one that wrote it.
     """
-    idx = Index(load_config({"index": index}, home=home), embedder=HashEmbedder())
+    idx = Index(load_config({"index": index}, home=home), embedder=embedder or HashEmbedder())
     try:
         m = Manifest.load(idx.manifest_path)
         assert m is not None and not m.dirty, "the manifest is clean"
