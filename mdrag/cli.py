@@ -10,6 +10,7 @@ import argparse
 import gc
 import json
 import logging
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -21,6 +22,7 @@ from mdrag.errors import ConfigError, MdragError
 __all__ = ["main"]
 
 _SLOW_S = 1.0  # `serve` says it is loading when loading takes longer than this
+_EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: what a shell reports for a Unix tool whose reader went away
 
 log = logging.getLogger("mdrag")
 
@@ -405,7 +407,18 @@ def agentic_knowledge_mcp_main() -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """The `mdrag` command; ``argv`` None means this process's own arguments (it exits next)."""
     try:
-        return _main(argv)
+        code = _main(argv)
+        sys.stdout.flush()  # a closed pipe is found here, not at exit
+        return code
+    except BrokenPipeError:
+        # The reader went away (`mdrag search ... | head`): stop quietly, as Unix tools do,
+        # with the status of a process killed by SIGPIPE. Python's own flush at exit
+        # would fail again: stdout now points at /dev/null.
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError):  # stdout is not a file (tests capture it)
+            pass
+        return _EXIT_BROKEN_PIPE
     finally:
         if argv is None:
             # Everything was closed explicitly: spare the exit its full garbage collection

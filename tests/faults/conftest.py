@@ -10,7 +10,25 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import _free_port
 from tests.faults.harness import REPO, TRIALS
+
+
+@pytest.fixture(scope="session")
+def model_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One ONNX/OpenVINO export of the model for the whole run: each test's home links to it."""
+    return tmp_path_factory.mktemp("models")
+
+
+@pytest.fixture
+def home(mdrag_home: Path, model_cache: Path) -> Path:
+    """This test's mdrag home, for real `python -m mdrag` processes: the shared model export,
+    and a server port of its own (reads of a busy index ask the server at that port)."""
+    (mdrag_home / "cache").mkdir()
+    (mdrag_home / "cache" / "models").symlink_to(model_cache)
+    (mdrag_home / "config.yaml").write_text(f"server:\n  port: {_free_port()}\n")
+    return mdrag_home
+
 
 _spent: dict[str, float] = {}  # node id -> seconds from its setup to its teardown, tests in this folder
 _start: dict[str, float] = {}

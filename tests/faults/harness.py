@@ -25,6 +25,15 @@ REPO = Path(__file__).resolve().parents[2]
 TRIALS: list[dict[str, Any]] = []
 
 
+class MiniLMIdentity(HashEmbedder):
+    """Opens an index the real model wrote, to check its chunks without loading the model (it embeds nothing)."""
+
+    model_id = "sentence-transformers/all-MiniLM-L6-v2"
+
+    def __init__(self) -> None:
+        super().__init__(dim=384)
+
+
 def corpus(dest: Path, shared_data: Path, n: int = 80, step: int = 1) -> Path:
     """Every ``step``-th of the Hugo docs' Markdown files, ``n`` at most, copied under ``dest``."""
     base = shared_data / "markdown_hugo_docs"
@@ -72,6 +81,22 @@ def run_driver(folder: Path, home: Path, *args: str, timeout: float = 300) -> tu
     )
     report = json.loads(p.stdout.strip().splitlines()[-1]) if p.returncode >= 0 and p.stdout.strip() else None
     return p.returncode, report, p.stderr
+
+
+def mdrag(home: Path, *argv: str, timeout: float = 300, **popen: Any) -> subprocess.CompletedProcess[str]:
+    """Run the real `python -m mdrag ...` of this checkout with ``home`` as MDRAG_HOME."""
+    cmd = [sys.executable, "-m", "mdrag", *argv]
+    popen.setdefault("capture_output", True)
+    return subprocess.run(cmd, env=env(home), cwd=REPO, text=True, timeout=timeout, **popen)
+
+
+def assert_clear_error(p: subprocess.CompletedProcess[str], *words: str) -> None:
+    """Exit 1, nothing on stdout, and one last `mdrag: error:` line that says what happened."""
+    assert p.returncode == 1, (p.returncode, p.stdout, p.stderr)
+    assert "Traceback" not in p.stderr, p.stderr
+    assert p.stdout == "", "no result, not even an empty one"
+    last = p.stderr.strip().splitlines()[-1]
+    assert last.startswith("mdrag: error:") and all(w in last for w in words), p.stderr
 
 
 def distinctive_words(home: Path, index: str) -> dict[str, str]:

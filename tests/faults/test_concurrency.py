@@ -19,39 +19,19 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import HashEmbedder, _free_port
-from tests.faults.harness import REPO, corpus, driver, env, verify
+from tests.conftest import _free_port
+from tests.faults.harness import (
+    REPO,
+    MiniLMIdentity,
+    assert_clear_error,
+    corpus,
+    driver,
+    env,
+    mdrag,
+    verify,
+)
 
 pytestmark = pytest.mark.slow  # the real model, in real processes
-
-
-@pytest.fixture(scope="session")
-def model_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One ONNX/OpenVINO export of the model for every test here (each home links to it)."""
-    return tmp_path_factory.mktemp("models")
-
-
-@pytest.fixture
-def home(mdrag_home: Path, model_cache: Path) -> Path:
-    """This test's mdrag home: the shared model export, and a port no other server uses."""
-    (mdrag_home / "cache").mkdir()
-    (mdrag_home / "cache" / "models").symlink_to(model_cache)
-    (mdrag_home / "config.yaml").write_text(f"server:\n  port: {_free_port()}\n")
-    return mdrag_home
-
-
-def mdrag(home: Path, *argv: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    cmd = [sys.executable, "-m", "mdrag", *argv]
-    return subprocess.run(cmd, env=env(home), cwd=REPO, capture_output=True, text=True, timeout=timeout)
-
-
-def assert_clear_error(p: subprocess.CompletedProcess[str], *words: str) -> None:
-    """Exit 1, nothing on stdout, and one `mdrag: error:` line that says what happened."""
-    assert p.returncode == 1, (p.returncode, p.stdout, p.stderr)
-    assert "Traceback" not in p.stderr, p.stderr
-    assert p.stdout == "", "no result, not even an empty one"
-    last = p.stderr.strip().splitlines()[-1]
-    assert last.startswith("mdrag: error:") and all(w in last for w in words), p.stderr
 
 
 @contextmanager
@@ -101,15 +81,6 @@ def test_search_and_status_during_index_say_so(docs: Path, home: Path, tmp_path:
             # No server owns the index: the error says the store is busy and that no server answers.
             assert_clear_error(p, "in use by another process", "No mdrag server answers")
     verify(home, docs, "faults")
-
-
-class MiniLMIdentity(HashEmbedder):
-    """Opens an index the real model wrote, to check its chunks (it embeds nothing here)."""
-
-    model_id = "sentence-transformers/all-MiniLM-L6-v2"
-
-    def __init__(self) -> None:
-        super().__init__(dim=384)
 
 
 def test_index_while_serve_owns_the_index(docs: Path, home: Path, tmp_path: Path) -> None:
