@@ -3,7 +3,8 @@
 Real `python -m mdrag` processes, the real model (its export shared by every
 test), Milvus Lite. Read-only homes are tested two ways: permissions (chmod
 a-w; as root, the process runs without CAP_DAC_OVERRIDE so that permissions
-apply to it) and a read-only bind mount (root only).
+apply to it) and a read-only bind mount (root only). A full disk is an 8 MB
+tmpfs (root only).
 """
 
 from __future__ import annotations
@@ -182,3 +183,62 @@ def test_search_on_a_read_only_home_without_the_model_export_says_what_to_do(ind
     finally:
         _chmod_tree(indexed, writable=True)
     assert_clear_error(p, "ONNX export", "embedding.backend=torch")
+
+
+# -- a full disk -----------------------------------------------------------------
+
+
+@pytest.fixture
+def small_disk(mdrag_home: Path, model_cache: Path) -> Iterator[Path]:
+    """MDRAG_HOME on its own 8 MB tmpfs (root only), with the shared model export linked in."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    mounted = _mount("-t", "tmpfs", "-o", "size=8m", "tmpfs", str(mdrag_home))
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+    try:
+        (mdrag_home / "cache").mkdir()
+        (mdrag_home / "cache" / "models").symlink_to(model_cache)
+        yield mdrag_home
+    finally:
+        subprocess.run(["umount", "-l", str(mdrag_home)], check=True)
+
+
+def _fill(disk: Path, leave: int) -> Path:
+    """Write a file until the disk is full, then free ``leave`` bytes of it."""
+    filler = disk / "filler"
+    with open(filler, "wb") as f:
+        try:
+            while True:
+                f.write(b"\0" * 65536)
+                f.flush()
+        except OSError:
+            pass
+    os.truncate(filler, max(filler.stat().st_size - leave, 0))
+    return filler
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("left", [0, 64 * 1024], ids=["full-before-the-run", "full-during-the-run"])
+def test_index_on_a_full_disk_fails_clearly_then_repairs(
+    small_disk: Path, tmp_path: Path, shared_data: Path, left: int
+) -> None:
+    docs = corpus(tmp_path / "docs", shared_data, n=12, step=40)
+    p = mdrag(small_disk, "index", str(docs), "-q")
+    assert p.returncode == 0, p.stderr
+    # New files to index: 40 more chunks than the disk has room for in the second case.
+    corpus(docs / "more", shared_data, n=40, step=23)
+    filler = _fill(small_disk, left)
+
+    p = mdrag(small_disk, "index", str(docs), "-q")
+    assert p.returncode == 1, (p.returncode, p.stderr)
+    assert "Traceback" not in p.stderr, p.stderr
+    last = p.stderr.strip().splitlines()[-1]
+    assert last.startswith("mdrag: error:") and ("space" in last or "full" in last), p.stderr
+    assert not list((small_disk / "cache" / "manifests").glob("*.tmp")), "no half-written manifest left"
+
+    filler.unlink()
+    p = mdrag(small_disk, "index", str(docs), "--json", "-q")
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["added"] + json.loads(p.stdout)["unchanged"] == 52
+    verify(small_disk, docs, "default", embedder=MiniLMIdentity())
