@@ -1,7 +1,8 @@
 """The `mdrag` command line: the only module that knows about argv and exit codes.
 
-Exit codes: 0 ok, 1 error, 2 usage or configuration error. Progress and logs
-go to stderr, data to stdout.
+Exit codes: 0 ok, 1 error, 2 usage or configuration error, 130 interrupted,
+141 stdout's reader went away (as for any Unix tool killed by SIGPIPE).
+Progress and logs go to stderr, data to stdout.
 """
 
 from __future__ import annotations
