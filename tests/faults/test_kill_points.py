@@ -157,4 +157,5 @@ def test_kill_at_a_point_then_repair(lab: Lab, name: str, mode: str, phases: lis
     record["repaired"] = report["summary"]["repaired"]
     assert report["summary"]["repaired"] == left_dirty, "the run repairs exactly when the last one left it dirty"
     verify(lab.home, lab.docs, INDEX, lab.expected[mode], lab.words[mode])
+    record["files"], record["files_searched"] = len(lab.expected[mode]), len(lab.words[mode])
     record["passed"] = True
