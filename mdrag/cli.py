@@ -1,7 +1,8 @@
 """The `mdrag` command line: the only module that knows about argv and exit codes.
 
-Exit codes: 0 ok, 1 error, 2 usage or configuration error. Progress and logs
-go to stderr, data to stdout.
+Exit codes: 0 ok, 1 error, 2 usage or configuration error, 130 interrupted,
+141 stdout's reader went away (as for any Unix tool killed by SIGPIPE).
+Progress and logs go to stderr, data to stdout.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import argparse
 import gc
 import json
 import logging
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -21,6 +23,7 @@ from mdrag.errors import ConfigError, MdragError
 __all__ = ["main"]
 
 _SLOW_S = 1.0  # `serve` says it is loading when loading takes longer than this
+_EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: what a shell reports for a Unix tool whose reader went away
 
 log = logging.getLogger("mdrag")
 
@@ -448,7 +451,18 @@ def agentic_knowledge_mcp_main() -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """The `mdrag` command; ``argv`` None means this process's own arguments (it exits next)."""
     try:
-        return _main(argv)
+        code = _main(argv)
+        sys.stdout.flush()  # a closed pipe is found here, not at exit
+        return code
+    except BrokenPipeError:
+        # The reader went away (`mdrag search ... | head`): stop quietly, as Unix tools do,
+        # with the status of a process killed by SIGPIPE. Python's own flush at exit
+        # would fail again: stdout now points at /dev/null.
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError):  # stdout is not a file (tests capture it)
+            pass
+        return _EXIT_BROKEN_PIPE
     finally:
         if argv is None:
             # Everything was closed explicitly: spare the exit its full garbage collection

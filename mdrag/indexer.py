@@ -30,7 +30,7 @@ import numpy as np
 
 from mdrag.chunking import ChunkSettings, chunk_document
 from mdrag.embedding.base import Embedder
-from mdrag.errors import ConfigError, ParseError, UnsupportedFormatError
+from mdrag.errors import ConfigError, ManifestError, ParseError, UnsupportedFormatError
 from mdrag.manifest import FileState, Manifest, diff
 from mdrag.parsers import parse_file
 from mdrag.parsers.worker import ParseWorker
@@ -458,7 +458,10 @@ def record_fingerprint(manifest_path: Path, store: MilvusStore) -> None:
         if m.store_fingerprint == fingerprint:
             return
         m.store_fingerprint = fingerprint
-        m.save(manifest_path)
+        try:
+            m.save(manifest_path)
+        except ManifestError as e:  # only a shortcut for the next run is lost
+            log.debug("%s", e)
 
 
 class _Progress:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import tempfile
 import time
 import uuid
 
@@ -197,3 +198,31 @@ def test_stemming_matches_word_forms(tmp_path) -> None:
     assert plain.search(vecs[0], 3, mode="bm25", text="cache configuration") == [], "no stemming: no match"
     s.close()
     plain.close()
+
+
+def test_a_read_only_lite_folder_is_searched_through_a_private_view(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Milvus Lite writes whenever it opens a folder; a read-only one is opened through a view of links."""
+    import mdrag.store.milvus as milvus
+
+    uri = str(tmp_path / "milvus.db")
+    s = MilvusStore(uri, "ro", IDENTITY)
+    s.open(create=True)
+    chunks, vecs = _chunks(10)
+    s.upsert(chunks, vecs)
+    s.flush()
+    s.close()
+    files = {p: p.stat().st_mtime_ns for p in (tmp_path / "milvus.db").rglob("*") if p.is_file()}
+
+    monkeypatch.setattr(milvus, "_lite_read_only", lambda uri: True)  # as on a read-only mount
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))  # where the view goes
+    r = MilvusStore(uri, "ro", IDENTITY)
+    assert r.open(create=False)
+    assert r.count() == 10 and r.search(vecs[2], 1)[0]["id"] == chunks[2].id
+    with pytest.raises(StoreError, match="read-only"):
+        r.upsert(chunks[:1], vecs[:1])
+    with pytest.raises(StoreError, match="read-only"):
+        r.delete_ids([chunks[0].id])
+    r.close()
+    assert list((tmp_path / "tmp").iterdir()) == [], "the view is removed on close"
+    assert {p: p.stat().st_mtime_ns for p in (tmp_path / "milvus.db").rglob("*") if p.is_file()} == files

@@ -186,8 +186,14 @@ def export_onnx(model_dir: Path, out: Path) -> Path:
     params = inspect.signature(torch.onnx.export).parameters
     if "dynamo" in params:
         kwargs["dynamo"] = False  # the TorchScript exporter: no onnxscript needed, dynamic axes as given
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=".export-", suffix=".onnx", dir=out.parent)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp_name = tempfile.mkstemp(prefix=".export-", suffix=".onnx", dir=out.parent)
+    except OSError as e:  # a read-only MDRAG_HOME that holds no export yet
+        raise EmbeddingError(
+            f"Cannot write the model's ONNX export {out}: {e.strerror}. "
+            "Run mdrag once where that folder is writable, or set embedding.backend=torch."
+        ) from e
     os.close(fd)
     tmp = Path(tmp_name)
     try:

@@ -9,11 +9,14 @@ collection is "released" until loaded).
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import logging
 import os
 import re
+import shutil
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -39,6 +42,7 @@ _OUTPUT = [
     "position", "page", "line_start", "line_end", "content_hash", "metadata",
 ]  # fmt: skip
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")
+_WRITES = {"upsert", "insert", "delete", "flush", "create_collection", "drop_collection"}  # refused on a view
 
 # Milvus Lite runs in process and holds a lock on its file until released: count
 # the open stores per file, and release the file when the last one closes, so
@@ -96,6 +100,7 @@ class MilvusStore:
         self.prepare_text = prepare_text  # applied to BM25 text and BM25 queries (stemming), if set
         self.has_bm25 = True  # the collection has the BM25 sparse field (collections before 0.1 do not)
         self._lite_engine: bool | None = None  # the server is Milvus Lite: see per_segment_bm25
+        self._view: str | None = None  # a read-only Lite folder is opened through this view: see _lite_view
 
     # -- connection -------------------------------------------------------
     def open(self, create: bool = True, replace_mismatch: bool = False) -> bool:
@@ -107,7 +112,7 @@ class MilvusStore:
         """
         try:
             if self._client is None:
-                self._connect()
+                self._connect(create)
             exists = self.client.has_collection(self.collection)
             if not exists:
                 if not create:
@@ -127,16 +132,21 @@ class MilvusStore:
         except (ModelMismatchError, StoreError):
             raise
         except Exception as e:
-            raise self._open_error(e) from e
+            raise self._open_error(e, create) from e
         return True
 
-    def _open_error(self, e: Exception) -> StoreError:
+    def _open_error(self, e: Exception, create: bool) -> StoreError:
         """Why the store could not be opened: unreachable, in use by another process, or damaged."""
         if _is_remote(self.uri):
             return StoreUnavailableError(
                 f"Cannot reach the Milvus store at {self.uri}: {_reason(e)}. Start the Milvus server or fix milvus_uri."
             )
         self.close()  # this process's own Milvus Lite server holds the file's lock: release it first
+        if create and _lite_read_only(self.uri):
+            return StoreUnavailableError(
+                f"The Milvus Lite folder {self.uri} is read-only: mdrag can search it but not index "
+                "into it. Index where mdrag can write (MDRAG_HOME or milvus_uri)."
+            )
         if _lite_locked(self.uri):
             return StoreUnavailableError(
                 f"The Milvus Lite file {self.uri} is in use by another process (a running "
@@ -172,10 +182,13 @@ class MilvusStore:
         log.warning("moved the damaged collection %s to %s", where, dest)
         return dest
 
-    def _connect(self) -> None:
+    def _connect(self, create: bool = True) -> None:
         MilvusClient = _pymilvus().MilvusClient
+        uri = self.uri
         if not _is_remote(self.uri):
             Path(self.uri).expanduser().parent.mkdir(parents=True, exist_ok=True)
+            if not create and _lite_read_only(self.uri):  # search or status of a read-only index
+                uri = self._view = _lite_view(self.uri)
         # pymilvus pings every 10 s even when idle; gRPC servers with default
         # settings (milvus-lite, in process or as a server) answer that with
         # GOAWAY "too many pings" and the next call fails. Ping only during calls,
@@ -184,10 +197,14 @@ class MilvusStore:
         kwargs: dict[str, Any] = {"timeout": 10, "grpc_options": grpc_options}
         if self._token:
             kwargs["token"] = self._token
-        self._client = MilvusClient(self.uri, **kwargs)
-        if not _is_remote(self.uri):
+        try:
+            self._client = MilvusClient(uri, **kwargs)
+        except Exception:
+            self._drop_view()
+            raise
+        if not _is_remote(uri):
             with _lite_lock:
-                _lite_users[_lite_key(self.uri)] = _lite_users.get(_lite_key(self.uri), 0) + 1
+                _lite_users[_lite_key(uri)] = _lite_users.get(_lite_key(uri), 0) + 1
 
     def close(self) -> None:
         """Disconnect; a Milvus Lite file is released when its last store closes."""
@@ -198,7 +215,13 @@ class MilvusStore:
         finally:
             self._client = None
             if not _is_remote(self.uri):
-                _lite_release(self.uri)
+                _lite_release(self._view or self.uri)
+            self._drop_view()
+
+    def _drop_view(self) -> None:
+        if self._view is not None:
+            shutil.rmtree(Path(self._view).parent, ignore_errors=True)
+            self._view = None
 
     def fingerprint(self) -> str | None:
         """A digest of a Milvus Lite collection's files, read without connecting; None otherwise.
@@ -491,6 +514,8 @@ class MilvusStore:
 
     def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
         """``self.client.<method>(...)``, with failures as StoreError naming the URI."""
+        if self._view is not None and method in _WRITES:
+            raise StoreError(f"the Milvus Lite folder {self.uri} is read-only: cannot {method}")
         try:
             return getattr(self.client, method)(*args, **kwargs)
         except Exception as e:
@@ -536,6 +561,49 @@ def _lite_release(uri: str) -> None:
     except ImportError:
         return
     server_manager_instance.release_server(key)
+
+
+# -- read-only Milvus Lite folders ------------------------------------------
+# Milvus Lite writes whenever it opens a folder (its LOCK file, a new write-ahead
+# log), so it cannot open one it may not write: a read-only mount, or a folder of
+# another user. Search and status open a private view of such a folder instead.
+
+
+def _lite_read_only(uri: str) -> bool:
+    """Whether the Milvus Lite folder exists and Milvus Lite cannot open it for writing (its LOCK file)."""
+    db = Path(uri).expanduser()
+    if not db.is_dir():
+        return False
+    try:
+        fd = os.open(db / "LOCK", os.O_RDWR | os.O_CREAT, 0o644)  # as Milvus Lite opens it
+    except OSError as e:
+        return e.errno in (errno.EROFS, errno.EACCES, errno.EPERM)
+    os.close(fd)
+    return False
+
+
+def _lite_view(uri: str) -> str:
+    """A private writable view of a read-only Milvus Lite folder: its tree, each file a symlink.
+
+    Milvus Lite writes new files (LOCK, write-ahead logs) and replaces files by
+    renaming over them; both land in the view, and the originals are only read.
+    A write into an original through a link fails, as the folder is read-only.
+    The view costs one symlink per file, whatever the size of the index.
+    """
+    src = Path(uri).expanduser().resolve()
+    view = Path(tempfile.mkdtemp(prefix="mdrag-readonly-")) / src.name  # pymilvus wants the name's ".db"
+    try:
+        for dirpath, _, filenames in os.walk(src):
+            rel = Path(dirpath).relative_to(src)
+            (view / rel).mkdir(parents=True, exist_ok=True)
+            for name in filenames:
+                if not (rel == Path(".") and name == "LOCK"):
+                    (view / rel / name).symlink_to(Path(dirpath) / name)
+    except OSError:
+        shutil.rmtree(view.parent, ignore_errors=True)
+        raise
+    log.info("%s is read-only: searching it through %s", uri, view)
+    return str(view)
 
 
 def _lite_locked(uri: str) -> bool:

@@ -1,0 +1,135 @@
+"""An `mdrag index` process that kills itself with SIGKILL at a chosen point.
+
+Run as ``python -m tests.faults.driver FOLDER --index NAME [--phase P --n N --when before|after]``
+with ``MDRAG_HOME`` set. It runs the real command line (``mdrag.cli.main``)
+with a :class:`tests.conftest.HashEmbedder`, small batches and a manifest save
+after every batch, so that each phase is reached many times. No hook is added
+to the library: the driver wraps the library's own functions, and at the
+``n``-th call of phase ``P`` it sends itself SIGKILL, before or after the real
+call. Phases (:data:`PHASES`):
+
+- ``scan``: ``mdrag.indexer.scan``, the folder walk
+- ``parse``: ``ParseWorker.parse`` (the indexer's parse thread, waiting on the parse child)
+- ``embed``: the embedder's ``embed_batch``
+- ``upsert``: ``MilvusStore.upsert`` (chunk batches, segment padding, BM25 rewrites)
+- ``commit``: the ``on_commit`` callback ``Index.update`` gives ``update_index``
+- ``delete``: ``MilvusStore.delete_ids``
+- ``save``: ``Manifest.save`` (dirty, per batch, before the commit, clean, fingerprint)
+
+``--counts FILE`` writes how often each phase ran (a run without a fault:
+how many kill points each phase has). ``--slow S`` sleeps S seconds in every
+``embed_batch`` (for tests that kill at a random time instead). ``--hold FILE``
+makes the first ``embed_batch`` (the store is open and the manifest dirty by
+then) create ``FILE.held`` and wait until ``FILE`` exists: other commands can
+then meet a run in progress, for as long as a test needs. The last line
+on stdout is JSON: the command's exit code, its wall time in seconds and its
+``--json`` summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import os
+import signal
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+PHASES = ("scan", "parse", "embed", "upsert", "commit", "delete", "save")
+
+
+def _args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m tests.faults.driver")
+    p.add_argument("folder")
+    p.add_argument("--index", default="faults")
+    p.add_argument("--phase", choices=PHASES)
+    p.add_argument("--n", type=int, default=1, help="kill at the n-th call of the phase (1 = first)")
+    p.add_argument("--when", choices=("before", "after"), default="before")
+    p.add_argument("--counts", help="write the calls per phase here (JSON) when the run ends")
+    p.add_argument("--slow", type=float, default=0.0, help="seconds to sleep in each embed_batch")
+    p.add_argument("--hold", help="wait in the first embed_batch until this file exists (see above)")
+    p.add_argument("--batch-chunks", type=int, default=16, help="mdrag.indexer._BATCH_CHUNKS")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _args(argv)
+    import mdrag.index
+    import mdrag.indexer
+    import mdrag.manifest
+    import mdrag.store.milvus
+    from mdrag.cli import main as mdrag_main
+    from tests.conftest import HashEmbedder
+
+    calls: Counter[str] = Counter()
+
+    def faulty(phase: str, real: Callable[..., Any]) -> Callable[..., Any]:
+        def call(*a: Any, **kw: Any) -> Any:
+            calls[phase] += 1
+            hit = phase == args.phase and calls[phase] == args.n
+            if hit and args.when == "before":
+                os.kill(os.getpid(), signal.SIGKILL)
+            result = real(*a, **kw)
+            if hit:
+                os.kill(os.getpid(), signal.SIGKILL)
+            return result
+
+        return call
+
+    class Embedder(HashEmbedder):
+        def embed_batch(self, texts):  # type: ignore[no-untyped-def]
+            if args.hold and not self.embedded:
+                _hold(args.hold)
+            if args.slow:
+                time.sleep(args.slow)
+            return super().embed_batch(texts)
+
+    Embedder.embed_batch = faulty("embed", Embedder.embed_batch)  # type: ignore[method-assign]
+    mdrag.index.make_embedder = lambda config: Embedder()
+    mdrag.indexer.scan = faulty("scan", mdrag.indexer.scan)
+    from mdrag.parsers.worker import ParseWorker
+
+    ParseWorker.parse = faulty("parse", ParseWorker.parse)  # type: ignore[method-assign]
+    Store = mdrag.store.milvus.MilvusStore
+    Store.upsert = faulty("upsert", Store.upsert)  # type: ignore[method-assign]
+    Store.delete_ids = faulty("delete", Store.delete_ids)  # type: ignore[method-assign]
+    mdrag.manifest.Manifest.save = faulty("save", mdrag.manifest.Manifest.save)  # type: ignore[method-assign]
+    real_update = mdrag.index.update_index
+
+    def update_index(*a: Any, **kw: Any) -> Any:
+        if kw.get("on_commit") is not None:
+            kw["on_commit"] = faulty("commit", kw["on_commit"])
+        return real_update(*a, **kw)
+
+    mdrag.index.update_index = update_index
+    mdrag.indexer._BATCH_CHUNKS = args.batch_chunks
+    mdrag.indexer._SAVE_EVERY_S = 0.0  # a manifest save after every batch: more points to kill at
+
+    out = io.StringIO()
+    t0 = time.perf_counter()
+    with contextlib.redirect_stdout(out):
+        code = mdrag_main(["index", args.folder, "--index", args.index, "--json", "-q"])
+    seconds = time.perf_counter() - t0
+    if args.counts:
+        with open(args.counts, "w") as f:
+            json.dump(dict(calls), f)
+    summary = json.loads(out.getvalue()) if code == 0 else None
+    print(json.dumps({"code": code, "seconds": round(seconds, 3), "summary": summary}))
+    return code
+
+
+def _hold(release: str, timeout: float = 600) -> None:
+    with open(release + ".held", "w"):
+        pass
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(release) and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
