@@ -104,16 +104,13 @@ def split_text(text: str, limit: int, overlap: int = 0, measure: Callable[[str],
     """Cut ``text`` into pieces of at most ``limit`` (as ``measure`` counts),
     preferring paragraph, then line, sentence and word boundaries, with about
     ``overlap`` of shared text between neighbours."""
-    return _split(text, limit, overlap, lambda texts: [measure(t) for t in texts])
-
-
-def _split(text: str, limit: int, overlap: int, sizes: Sizes) -> list[str]:
-    """:func:`split_text` with a measure that sizes many texts in one call."""
-    return [text] if sizes([text])[0] <= limit else _cut(text, limit, overlap, sizes)
+    if measure(text) <= limit:
+        return [text]
+    return _cut(text, limit, overlap, lambda texts: [measure(t) for t in texts])
 
 
 def _cut(text: str, limit: int, overlap: int, sizes: Sizes) -> list[str]:
-    """:func:`_split` of a text known to be over ``limit``.
+    """:func:`split_text` of a text known to be over ``limit``, sized by ``sizes``.
 
     Every level's parts are sized in one call, and so are its pieces when they
     are checked: a tokenizer called once per word or character is what made a
@@ -343,18 +340,21 @@ def _fit_window(
     ]
     embeds = [f"{c}\n\n{u.text}" if c else u.text for c, (_, u) in zip(contexts, pieces)]
     counts = _token_counts(count_tokens)(embeds)
+    # The bodies and contexts of the pieces over the window, counted together.
     body_tokens = _token_counts(count_tokens, -2)  # without the [CLS] and [SEP] of each text
+    over = [i for i, n in enumerate(counts) if n > max_tokens]
+    body_counts = dict(zip(over, body_tokens([pieces[i][1].text for i in over])))
+    ctx_counts = dict(zip(over, body_tokens([contexts[i] for i in over])))
     out: list[tuple[int, _Unit]] = []
-    for (si, u), ctx, n in zip(pieces, contexts, counts):
-        if n <= max_tokens:
+    for i, ((si, u), ctx) in enumerate(zip(pieces, contexts)):
+        if i not in body_counts:
             out.append((si, u))
             continue
         # Room left for the body: the window less the context line and a margin
         # for tokens that merge or split at the seam.
-        ctx_tokens = count_tokens([ctx])[0] - 2 if ctx else 0
-        room = max(16, max_tokens - 2 - ctx_tokens - 4)
-        for part in _split(u.text, room, 0, body_tokens):
-            out.append((si, _Unit(part, False, u.line_start, u.line_end)))
+        room = max(16, max_tokens - 2 - (ctx_counts[i] if ctx else 0) - 4)
+        parts = [u.text] if body_counts[i] <= room else _cut(u.text, room, 0, body_tokens)
+        out.extend((si, _Unit(part, False, u.line_start, u.line_end)) for part in parts)
     return out
 
 
