@@ -11,6 +11,7 @@ split again, because the model silently drops everything past it.
 from __future__ import annotations
 
 import hashlib
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
@@ -21,12 +22,14 @@ from mdrag.types import FRONTMATTER_FIELDS, Block, Chunk, Document
 __all__ = ["ChunkSettings", "chunk_document", "chunk_id", "content_hash", "split_text"]
 
 TokenCounter = Callable[[Sequence[str]], list[int]]
+Sizes = Callable[[Sequence[str]], list[int]]  # the size of each text, in one call: lengths or token counts
 
 # Separators tried in order when text must be cut: paragraph, line, sentence, word, character.
 _SEPARATORS = ("\n\n", "\n", ". ", " ", "")
 _MAX_CONTEXT_CHARS = 200  # a heading trail longer than this is shortened
 _MAX_TOPICS_CHARS = 400  # so is the frontmatter line
 _TOPIC_FIELDS = ("description", "summary", "tags", "topics", "keywords", "llm_hints")
+_COUNT_BATCH = 256  # texts per count_tokens call
 
 
 @dataclass(frozen=True)
@@ -103,6 +106,16 @@ def split_text(text: str, limit: int, overlap: int = 0, measure: Callable[[str],
     ``overlap`` of shared text between neighbours."""
     if measure(text) <= limit:
         return [text]
+    return _cut(text, limit, overlap, lambda texts: [measure(t) for t in texts])
+
+
+def _cut(text: str, limit: int, overlap: int, sizes: Sizes) -> list[str]:
+    """:func:`split_text` of a text known to be over ``limit``, sized by ``sizes``.
+
+    Every level's parts are sized in one call, and so are its pieces when they
+    are checked: a tokenizer called once per word or character is what made a
+    large file without paragraph breaks slow.
+    """
     for sep in _SEPARATORS:
         parts = text.split(sep) if sep else list(text)
         parts = [p + sep for p in parts[:-1]] + [parts[-1]] if sep else parts
@@ -110,57 +123,55 @@ def split_text(text: str, limit: int, overlap: int = 0, measure: Callable[[str],
         if len(parts) > 1:
             break
     pieces: list[str] = []
-    window: list[tuple[str, int]] = []  # parts of the piece being built, with their sizes
+    window: deque[tuple[str, int]] = deque()  # parts of the piece being built, with their sizes
     total = 0
-    for part in parts:
-        size = measure(part)
+    for part, size in zip(parts, sizes(parts)):
         if size > limit:  # a part too big for any piece: flush, then cut it finer
             if window:
                 pieces.append("".join(p for p, _ in window))
-                window, total = [], 0
-            pieces.extend(split_text(part, limit, overlap, measure))
+                window.clear()
+                total = 0
+            pieces.extend(_cut(part, limit, overlap, sizes))
             continue
         if total + size > limit and window:
             pieces.append("".join(p for p, _ in window))
             while window and (total > overlap or total + size > limit):
-                total -= window.pop(0)[1]
+                total -= window.popleft()[1]
             if not window and overlap:  # parts longer than the overlap: share its last words
-                tail = _word_tail(pieces[-1], min(overlap, limit - size), measure)
+                tail = _word_tail(pieces[-1], min(overlap, limit - size), sizes)
                 if tail:
-                    window, total = [(tail + " ", measure(tail + " "))], measure(tail + " ")
+                    window.append((tail + " ", sizes([tail + " "])[0]))
+                    total = window[0][1]
         window.append((part, size))
         total += size
     if window:
         pieces.append("".join(p for p, _ in window))
     # Measures that are not additive (tokens) can overshoot: check and cut again.
+    stripped = [p for p in (p.strip() for p in pieces) if p]
     out: list[str] = []
-    for p in pieces:
-        p = p.strip()
-        if not p:
-            continue
-        out.extend([p] if measure(p) <= limit or len(p) <= 1 else split_text(p, limit, 0, measure))
+    for p, size in zip(stripped, sizes(stripped)):
+        out.extend([p] if size <= limit or len(p) <= 1 else _cut(p, limit, 0, sizes))
     return out
 
 
-def _pack(units: list[_Unit], size: int, overlap: int, measure: Callable[[str], int]) -> list[_Unit]:
+def _pack(units: list[_Unit], size: int, overlap: int, sizes: Sizes) -> list[_Unit]:
     """Greedy packing of units into chunk-sized units, with text overlap."""
-    flat: list[_Unit] = []
-    for u in units:
-        if measure(u.text) <= size:
-            flat.append(u)
+    flat: list[tuple[_Unit, int]] = []  # units no larger than a chunk, with their sizes
+    for u, u_size in zip(units, sizes([u.text for u in units])):
+        if u_size <= size:
+            flat.append((u, u_size))
         else:
-            pieces = split_text(u.text, size, 0 if u.atomic else overlap, measure)
-            flat.extend(_Unit(p, False, u.line_start, u.line_end) for p in pieces)
+            pieces = _cut(u.text, size, 0 if u.atomic else overlap, sizes)
+            flat.extend((_Unit(p, False, u.line_start, u.line_end), n) for p, n in zip(pieces, sizes(pieces)))
     chunks: list[_Unit] = []
     cur: list[_Unit] = []
     cur_size = 0
-    for u in flat:
-        u_size = measure(u.text)
+    for u, u_size in flat:
         if cur and cur_size + 2 + u_size > size:
             chunks.append(_join(cur))
-            tail = _overlap_tail(cur, overlap, size - u_size - 2, measure)
+            tail = _overlap_tail(cur, overlap, size - u_size - 2, sizes)
             cur = [tail] if tail else []
-            cur_size = measure(tail.text) if tail else 0
+            cur_size = sizes([tail.text])[0] if tail else 0
         cur.append(u)
         cur_size += u_size + (2 if len(cur) > 1 else 0)
     if cur:
@@ -168,24 +179,33 @@ def _pack(units: list[_Unit], size: int, overlap: int, measure: Callable[[str], 
     return chunks
 
 
-def _word_tail(text: str, budget: int, measure: Callable[[str], int]) -> str:
-    """The last words of ``text`` that fit in ``budget``."""
+def _word_tail(text: str, budget: int, sizes: Sizes) -> str:
+    """The last words of ``text`` that fit in ``budget`` (not all of them).
+
+    Tails one word longer each are sized in growing groups, one call per group,
+    up to the first that does not fit.
+    """
     words = text.split()
-    tail: list[str] = []
-    for w in reversed(words):
-        if measure(" ".join([w, *tail])) > budget:
+    fit = 0  # words in the longest tail known to fit
+    group = 8
+    while fit < len(words):
+        lengths = range(fit + 1, min(len(words), fit + group) + 1)
+        fits = [n <= budget for n in sizes([" ".join(words[-k:]) for k in lengths])]
+        if not all(fits):
+            fit += fits.index(False)
             break
-        tail.insert(0, w)
-    return " ".join(tail) if len(tail) < len(words) else ""
+        fit = lengths[-1]
+        group *= 2
+    return " ".join(words[-fit:]) if 0 < fit < len(words) else ""
 
 
-def _overlap_tail(units: list[_Unit], overlap: int, room: int, measure: Callable[[str], int]) -> _Unit | None:
+def _overlap_tail(units: list[_Unit], overlap: int, room: int, sizes: Sizes) -> _Unit | None:
     """The end of the previous chunk's last text unit, cut at a word boundary."""
     budget = min(overlap, room)
     last = units[-1]
     if budget <= 0 or last.atomic:
         return None
-    text = _word_tail(last.text, budget, measure)  # a whole paragraph is not repeated
+    text = _word_tail(last.text, budget, sizes)  # a whole paragraph is not repeated
     if not text:
         return None
     return _Unit(text, False, last.line_end, last.line_end)
@@ -265,16 +285,12 @@ def chunk_document(
     if settings.unit == "tokens" and count_tokens is None:
         raise ConfigError("chunk.unit 'tokens' needs an embedder that can count tokens")
 
-    def tokens(text: str) -> int:
-        assert count_tokens is not None
-        return count_tokens([text])[0]
-
-    measure: Callable[[str], int] = tokens if settings.unit == "tokens" else len
+    sizes = _token_counts(count_tokens) if count_tokens is not None and settings.unit == "tokens" else _lengths
     meta = _frontmatter_fields(doc.metadata, doc.title)
     topics = _topics(meta)
     pieces: list[tuple[int, _Unit]] = []  # (section index, unit)
     for si, section in enumerate(doc.sections):
-        for u in _pack(_units(section.blocks), settings.size, settings.overlap, measure):
+        for u in _pack(_units(section.blocks), settings.size, settings.overlap, sizes):
             if u.text.strip():
                 pieces.append((si, u))
 
@@ -323,20 +339,44 @@ def _fit_window(
         for n, (si, _) in enumerate(pieces)
     ]
     embeds = [f"{c}\n\n{u.text}" if c else u.text for c, (_, u) in zip(contexts, pieces)]
-    counts = count_tokens(embeds) if embeds else []
+    counts = _token_counts(count_tokens)(embeds)
+    # The bodies and contexts of the pieces over the window, counted together.
+    body_tokens = _token_counts(count_tokens, -2)  # without the [CLS] and [SEP] of each text
+    over = [i for i, n in enumerate(counts) if n > max_tokens]
+    body_counts = dict(zip(over, body_tokens([pieces[i][1].text for i in over])))
+    ctx_counts = dict(zip(over, body_tokens([contexts[i] for i in over])))
     out: list[tuple[int, _Unit]] = []
-    for (si, u), ctx, n in zip(pieces, contexts, counts):
-        if n <= max_tokens:
+    for i, ((si, u), ctx) in enumerate(zip(pieces, contexts)):
+        if i not in body_counts:
             out.append((si, u))
             continue
         # Room left for the body: the window less the context line and a margin
         # for tokens that merge or split at the seam.
-        ctx_tokens = count_tokens([ctx])[0] - 2 if ctx else 0
-        room = max(16, max_tokens - 2 - ctx_tokens - 4)
-
-        def body_tokens(text: str) -> int:
-            return count_tokens([text])[0] - 2
-
-        for part in split_text(u.text, room, 0, body_tokens):
-            out.append((si, _Unit(part, False, u.line_start, u.line_end)))
+        room = max(16, max_tokens - 2 - (ctx_counts[i] if ctx else 0) - 4)
+        parts = [u.text] if body_counts[i] <= room else _cut(u.text, room, 0, body_tokens)
+        out.extend((si, _Unit(part, False, u.line_start, u.line_end)) for part in parts)
     return out
+
+
+def _lengths(texts: Sequence[str]) -> list[int]:
+    return [len(t) for t in texts]
+
+
+def _token_counts(count_tokens: TokenCounter, offset: int = 0) -> Sizes:
+    """``count_tokens`` (plus ``offset`` each), each distinct text counted once, at most
+    ``_COUNT_BATCH`` texts per call.
+
+    A text cut into characters or words repeats the same parts many times; and a
+    tokenizer holds the encodings of all the texts of one call at once (one
+    call for every chunk of a large file took hundreds of megabytes).
+    """
+
+    def sizes(texts: Sequence[str]) -> list[int]:
+        distinct = list(dict.fromkeys(texts))
+        counts: list[int] = []
+        for i in range(0, len(distinct), _COUNT_BATCH):
+            counts.extend(count_tokens(distinct[i : i + _COUNT_BATCH]))
+        known = {t: n + offset for t, n in zip(distinct, counts)}
+        return [known[t] for t in texts]
+
+    return sizes

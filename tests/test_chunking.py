@@ -134,6 +134,39 @@ def test_window_splits_chunks_too_long_for_the_model() -> None:
     assert sum(len(c.text.split()) for c in chunks) == 499, "nothing is lost"
 
 
+def test_a_long_run_without_spaces_is_cut_with_few_tokenizer_calls() -> None:
+    # A base64 image: no separator, so an over-long piece is cut into characters.
+    # Counting each character alone made a large file take minutes.
+    calls: list[int] = []
+
+    def count(texts):
+        calls.append(len(texts))
+        return [-(-len(t) // 3) + 2 for t in texts]  # three characters a token, a lone one too
+
+    text = "".join(f"{i:x}" for i in range(5000))  # 18,000 characters, no spaces
+    chunks = chunk_document(_doc(Section([], 0, [Block(text)])), "/r", "b.md", count_tokens=count, max_tokens=64)
+    assert all(count([c.embed_text])[0] <= 64 for c in chunks)
+    assert text.startswith(chunks[0].text) and text.endswith(chunks[-1].text)
+    calls.clear()
+    chunk_document(_doc(Section([], 0, [Block(text)])), "/r", "b.md", count_tokens=count, max_tokens=64)
+    assert len(calls) < len(chunks), "a few calls per piece, not one per character"
+
+
+def test_token_counts_go_to_the_tokenizer_in_bounded_batches() -> None:
+    # A tokenizer holds every encoding of one call: all the chunks of a large file at once took gigabytes.
+    calls: list[int] = []
+
+    def count(texts):
+        calls.append(len(texts))
+        return [len(t.split()) + 2 for t in texts]
+
+    doc = _doc(*(Section([f"H{i}"], 1, [Block(_para(30, f"s{i}w"))]) for i in range(1000)))
+    settings = ChunkSettings(100, 20, "tokens")
+    chunks = chunk_document(doc, "/r", "many.md", settings, count_tokens=count, max_tokens=256)
+    assert len(chunks) >= 1000
+    assert sum(calls) >= len(chunks) and max(calls) <= 256
+
+
 def test_token_unit_counts_sizes_in_tokens() -> None:
     def count(texts):
         return [len(t.split()) + 2 for t in texts]

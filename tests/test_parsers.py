@@ -120,6 +120,13 @@ def test_markdown_heading_tree() -> None:
     ]
 
 
+def test_markdown_heading_titles_resolve_reference_links_escapes_and_images() -> None:
+    # Only headings are parsed for inline markup: links defined anywhere still resolve.
+    doc = md("# [Foo *bar*][ref] and [baz]\n\nt\n\n## Esc \\# &amp; ![alt *e*](i.png)\n\nt\n\n[ref]: /u\n[baz]: /b\n")
+    assert paths(doc) == [(["Foo bar and baz"], 1), (["Foo bar and baz", "Esc # & alt e"], 2)]
+    assert [b.text for s in doc.sections for b in s.blocks] == ["t", "t"]
+
+
 def test_markdown_blocks_and_line_numbers_count_frontmatter() -> None:
     doc = md(MD_DOC)
     lines = MD_DOC.split("\n")

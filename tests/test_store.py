@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from mdrag.errors import ModelMismatchError, StoreError, StoreUnavailableError
+from mdrag.store import milvus
 from mdrag.store.milvus import MilvusStore, collection_name
 from mdrag.types import Chunk
 
@@ -106,6 +107,58 @@ def test_all_ids_reads_past_the_query_limit(store_uri: str) -> None:
     s.upsert(chunks, vecs)
     s.query_limit = 50  # force the split into id-prefix buckets
     assert s.all_ids() == {c.id for c in chunks}
+    s.close()
+
+
+def _record_upserts(s: MilvusStore, monkeypatch: pytest.MonkeyPatch) -> list[list[dict]]:
+    """Every upsert request the store sends from now on, passed on to Milvus."""
+    requests: list[list[dict]] = []
+    send = s.client.upsert
+
+    def upsert(collection: str, rows: list[dict], **kwargs: object) -> object:
+        requests.append(rows)
+        return send(collection, rows, **kwargs)
+
+    monkeypatch.setattr(s.client, "upsert", upsert)
+    return requests
+
+
+def _payload(row: dict) -> int:
+    """Bytes of a row's text and vector, as the wire carries them (UTF-8, float32)."""
+    return sum(len(row[k].encode()) for k in ("text", "bm25_text")) + 4 * len(row["vector"])
+
+
+@pytest.mark.slow
+def test_a_write_larger_than_one_request_is_split_and_fully_stored(
+    store_uri: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The cap stands in for gRPC's message limit (256 MiB), lowered so the test stays light.
+    cap = 20_000
+    monkeypatch.setattr(milvus, "_REQUEST_BYTES", cap)
+    s = MilvusStore(store_uri, _name(), IDENTITY)
+    s.open()
+    chunks, vecs = _chunks(60)
+    for i, c in enumerate(chunks):
+        c.text = f"chunk {i} " + "déjà vu " * 120  # about 2 KB each: 60 need several requests
+    chunks[7].text = "big " * 10_000  # one row over the cap goes alone
+    requests = _record_upserts(s, monkeypatch)
+    s.upsert(chunks, vecs)
+    assert len(requests) > 1
+    assert sum(len(r) for r in requests) == 60
+    assert all(len(req) == 1 or sum(_payload(r) for r in req) <= cap for req in requests)
+    assert s.count() == 60 and s.all_ids() == {c.id for c in chunks}
+    stored = s.client.query(s.collection, filter=f'id == "{chunks[7].id}"', output_fields=["text"])
+    assert stored[0]["text"] == chunks[7].text
+
+    # rewrite reads the rows back and writes them again in the same bounded requests
+    monkeypatch.setattr(milvus, "_REQUEST_ROWS", 7)
+    requests.clear()
+    s.rewrite([c.id for c in chunks])
+    assert sum(len(r) for r in requests) == 60 and all(len(req) <= 7 for req in requests)
+    assert all(len(req) == 1 or sum(_payload(r) for r in req) <= cap for req in requests)
+    assert s.count() == 60
+    hits = s.search(vecs[3], 1)
+    assert hits[0]["id"] == chunks[3].id and hits[0]["text"] == chunks[3].text
     s.close()
 
 

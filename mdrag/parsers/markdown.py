@@ -31,7 +31,10 @@ __all__ = ["parse"]
 
 logger = logging.getLogger(__name__)
 
-_md = MarkdownIt("commonmark").enable("table")
+# Blocks only: a block's text is sliced from the source, so inline markup is parsed
+# (by _inline_md) for headings alone, not for every paragraph of a large file.
+_md = MarkdownIt("commonmark").enable("table").disable("inline")
+_inline_md = MarkdownIt("commonmark")
 
 # A trailing heading attribute such as "{#my-anchor}" (Hugo, Pandoc) is markup, not title.
 _HEADING_ATTRS = re.compile(r"\s*\{#[^{}]*\}\s*$")
@@ -126,7 +129,8 @@ def parse(data: bytes, path: str) -> Document:
     text = text.replace("\r\n", "\n").replace("\r", "\n").replace("\x00", "\ufffd")  # as CommonMark does
     metadata, body, offset, warnings = _split_frontmatter(text, path)
     lines = body.split("\n")
-    tokens = _md.parse(body)
+    env: dict[str, Any] = {}  # link reference definitions, for links in headings
+    tokens = _md.parse(body, env)
 
     sections: list[Section] = []
     stack: list[tuple[int, str]] = []  # (level, title) of the open headings
@@ -141,7 +145,7 @@ def parse(data: bytes, path: str) -> Document:
             if current.blocks:
                 sections.append(current)
             level = int(tok.tag[1])
-            title = _inline_text(tokens[i + 1])
+            title = _inline_text(_inline_md.parseInline(tokens[i + 1].content, env)[0])
             if level == 1 and first_h1 is None and title:
                 first_h1 = title
             while stack and stack[-1][0] >= level:

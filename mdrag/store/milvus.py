@@ -19,7 +19,7 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,12 @@ _IDENTITY_KEY = "mdrag.identity"
 _TEXT_MAX = 65535  # VARCHAR limit in bytes
 _PATH_MAX = 4096
 _QUERY_BATCH = 1000  # ids or hashes per `in [...]` expression
+# A gRPC server refuses a message over its limit (256 MiB by default in Milvus and
+# Milvus Lite), so writes go in requests of at most this many estimated bytes
+# (text, JSON and vector; one oversized row goes alone) and this many rows.
+_REQUEST_BYTES = 32 * 1024 * 1024
+_REQUEST_ROWS = 2048
+_ROW_OVERHEAD = 128  # bytes a row costs beyond its values: field tags, numbers, JSON punctuation
 _OUTPUT = [
     "text", "context", "path", "rel_path", "root", "headings", "level",
     "position", "page", "line_start", "line_end", "content_hash", "metadata",
@@ -349,10 +355,17 @@ class MilvusStore:
         A run flushes once at its end: every flush seals a segment, and small
         segments cost search time (and, in Milvus Lite, BM25 quality).
         """
-        if not chunks:
-            return
-        rows = [_row(c, v, self.has_bm25, self.prepare_text) for c, v in zip(chunks, vectors)]
-        self._call("upsert", self.collection, rows)
+        rows = (_row(c, v, self.has_bm25, self.prepare_text) for c, v in zip(chunks, vectors))
+        self._write(rows)
+
+    def _write(self, rows: Iterable[dict[str, Any]]) -> None:
+        """Upsert ``rows`` in requests that fit the transport, each built only when it is sent.
+
+        The whole write would be one gRPC message otherwise, refused past the
+        server's limit, and held in memory as Python lists of floats.
+        """
+        for request in _requests(rows):
+            self._call("upsert", self.collection, request)
 
     @property
     def per_segment_bm25(self) -> bool:
@@ -381,8 +394,7 @@ class MilvusStore:
         for i in range(0, len(ids), _QUERY_BATCH):
             expr = filters.in_("id", ids[i : i + _QUERY_BATCH])
             rows = self._call("query", self.collection, filter=expr, output_fields=fields)
-            if rows:
-                self._call("upsert", self.collection, [{k: r[k] for k in fields} for r in rows])
+            self._write({k: r[k] for k in fields} for r in rows)
         if flush:
             self.flush()
 
@@ -543,6 +555,37 @@ def _row(c: Chunk, v: np.ndarray, bm25: bool, prepare: Callable[[str], str] | No
     if bm25:
         row["bm25_text"] = _clip(prepare(c.embed_text) if prepare else c.embed_text, _TEXT_MAX)
     return row
+
+
+def _requests(rows: Iterable[dict[str, Any]]) -> Iterator[list[dict[str, Any]]]:
+    """``rows`` in lists of at most ``_REQUEST_ROWS`` rows and ``_REQUEST_BYTES`` estimated bytes."""
+    request: list[dict[str, Any]] = []
+    size = 0
+    for row in rows:
+        row_size = _row_bytes(row)
+        if request and (size + row_size > _REQUEST_BYTES or len(request) >= _REQUEST_ROWS):
+            yield request
+            request, size = [], 0
+        request.append(row)
+        size += row_size
+    if request:
+        yield request
+
+
+def _row_bytes(row: dict[str, Any]) -> int:
+    """About the bytes ``row`` takes in a write request, from its values' lengths.
+
+    Strings count their characters (text is mostly ASCII; the request cap leaves
+    room for the 2-4 bytes of other characters), JSON values the characters of
+    their ``repr``, and a vector four bytes per float.
+    """
+    size = _ROW_OVERHEAD + 4 * len(row["vector"])
+    for key, value in row.items():
+        if isinstance(value, str):
+            size += len(value)
+        elif key != "vector" and isinstance(value, dict | list):
+            size += len(repr(value))
+    return size
 
 
 def _lite_key(uri: str) -> str:
