@@ -221,6 +221,7 @@ class Index:
             )
         finally:
             self._pending = 0
+            self._missing = None  # the run may have repaired (or found) missing rows: check again
 
     def remove(self, folders: Sequence[str | Path]) -> IndexSummary:
         """Take ``folders`` out of the index and delete their chunks (the folders need not exist).
@@ -240,7 +241,10 @@ class Index:
                 self._generation += 1
                 self._cond.wait_for(lambda: self._readers[old] == 0, timeout=60)
 
-        return remove_folders(self.store, self.manifest_path, folders, on_commit=commit)
+        try:
+            return remove_folders(self.store, self.manifest_path, folders, on_commit=commit)
+        finally:
+            self._missing = None
 
     def _load_visible(self) -> None:
         if self._visible is None:
