@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import statistics
 import sys
 import tempfile
@@ -93,6 +94,7 @@ def overhead(name: str, files: list[Path], repeat: int) -> dict[str, Any]:
         "in_process_ms_per_file": ip / n * 1e3,
         "worker_ms_per_file": wk / n * 1e3,
         "overhead_ms_per_file": (wk - ip) / n * 1e3,
+        "worker_to_in_process": wk / ip,
         "child_idle_vmsize_mb": idle["VmSize"],
         "child_vmpeak_mb": busy["VmPeak"],
         "child_rss_peak_mb": busy["VmHWM"],
@@ -138,8 +140,29 @@ def main() -> None:
     result["pdf"] = overhead("pdf", pdf, args.repeat)
     with tempfile.TemporaryDirectory() as tmp:
         result["nested_divs"] = nested_divs(Path(tmp), 5.0)
+    result["cpus"] = os.cpu_count()
+    summary(result)
     if args.json:
         args.json.write_text(json.dumps(result, indent=2) + "\n")
+
+
+def summary(result: dict[str, Any]) -> None:
+    """The figures, each per-file time with its ratio to parsing in process (the baseline, same run)."""
+    s = result["start_up"]
+    print(f"child start-up to ready: {s['ready_ms']:.0f} ms; its first file: {s['first_file_ms']:.0f} ms")
+    for name in ("markdown", "pdf"):
+        r = result[name]
+        print(
+            f"{name}: {r['files']} files, in process {r['in_process_ms_per_file']:.2f} ms/file (baseline), "
+            f"in the worker {r['worker_ms_per_file']:.2f} ms/file: {r['worker_to_in_process']:.2f}x, "
+            f"{r['overhead_ms_per_file']:+.2f} ms/file; child VmSize idle {r['child_idle_vmsize_mb']} MB, "
+            f"VmPeak {r['child_vmpeak_mb']} MB, peak RSS {r['child_rss_peak_mb']} MB"
+        )
+    d = result["nested_divs"]
+    print(
+        f"5,000-deep nested divs ({d['bytes']:,} bytes), limit {d['limit_s']:g} s: {d['outcome']} "
+        f"after {d['seconds']:.2f} s; the next file: {d['next_file']!r}"
+    )
 
 
 if __name__ == "__main__":
