@@ -52,12 +52,20 @@ def _write(folder: Path, name: str, text: str = "some text") -> Path:
 
 
 def _gone(pid: int) -> bool:
-    """Whether process ``pid`` has exited (a zombie nobody reaped counts as exited)."""
+    """Whether process ``pid`` has exited: every one of its threads (the leader shows "Z" while the
+    others still exit, and only then can its parent reap it); a zombie nobody reaped counts as exited."""
     try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
     except (FileNotFoundError, ProcessLookupError):
         return True
-    return state in ("Z", "X")
+    for task in tasks:
+        try:
+            state = (task / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        if state not in ("Z", "X"):
+            return False
+    return True
 
 
 def _kill_and_wait(pid: int) -> None:
