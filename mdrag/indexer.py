@@ -30,7 +30,7 @@ import numpy as np
 
 from mdrag.chunking import ChunkSettings, chunk_document
 from mdrag.embedding.base import Embedder
-from mdrag.errors import ConfigError, ManifestError, ParseError, UnsupportedFormatError
+from mdrag.errors import ConfigError, ManifestError, MdragError, ParseError, UnsupportedFormatError
 from mdrag.manifest import FileState, Manifest, diff
 from mdrag.parsers import parse_file
 from mdrag.parsers.worker import ParseWorker
@@ -172,9 +172,11 @@ def _update(
         summary.rebuild = _rebuild_reason(old, store, embedder, chunking)
     if summary.rebuild and old is not None:  # every folder of the index is indexed again, not only those given
         roots = _resolve([*old.roots, *roots])
+    found = scan(roots, selection)
+    if summary.rebuild and old is not None:
+        _refuse_rebuild_with_folders_missing(old, found, summary.rebuild)
     if rebuild:
         old = None
-    found = scan(roots, selection)
     # The store's files as the last clean run left them: no need to count its rows.
     as_left = old is not None and old.verified and not old.dirty and _fingerprint_matches(old, store)
     if open_store is not None and old is not None and as_left and summary.rebuild is None:
@@ -327,6 +329,17 @@ def _update(
     summary.seconds = round(time.perf_counter() - t0, 3)
     summary.embed_seconds = round(summary.embed_seconds, 3)
     return summary
+
+
+def _refuse_rebuild_with_folders_missing(old: Manifest, found: ScanResult, why: str) -> None:
+    """A run that re-indexes everything cannot re-read a missing folder: it would lose that folder's chunks."""
+    gone = [r for r in old.roots if not found.complete(r) and any(f.root == r for f in old.files.values())]
+    if gone:
+        raise MdragError(
+            f"every file must be indexed again ({why}), but these folders of the index are missing, empty or "
+            f"unreadable: {', '.join(gone)}. Their chunks are kept: bring the folders back (mount the disk), or "
+            "take them out with `mdrag remove DIR`, then run `mdrag index` again."
+        )
 
 
 def remove_folders(

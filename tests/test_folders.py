@@ -217,3 +217,22 @@ def test_a_file_that_never_finishes_parsing_is_skipped_and_the_run_goes_on(tmp_p
         ]
         assert _paths(idx, "page number") == {"docs"}
         _consistent(idx)
+
+
+def test_a_change_that_rechunks_everything_waits_for_a_missing_folder(tmp_path: Path) -> None:
+    from mdrag.errors import MdragError
+
+    a, b = _folder(tmp_path / "alpha", "alpha"), _folder(tmp_path / "beta", "beta")
+    with _index() as idx:
+        total = idx.update([a, b]).chunks_total
+    shutil.move(b, tmp_path / "unmounted")
+    with _index(**{"chunk.size": 500}) as idx:
+        for rebuild in (False, True):
+            with pytest.raises(MdragError, match=f"chunk settings changed|--rebuild.*{b}|{b}.*mdrag remove"):
+                idx.update(rebuild=rebuild)
+        assert idx.status()["chunks"] == total, "nothing was deleted"
+    shutil.move(tmp_path / "unmounted", b)
+    with _index(**{"chunk.size": 500}) as idx:
+        s = idx.update()
+        assert s.rebuild == "chunk settings changed" and s.folders == [str(a), str(b)]
+        _consistent(idx)
