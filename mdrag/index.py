@@ -193,16 +193,6 @@ class Index:
 
         roots = frozenset(str(Path(f).expanduser().resolve()) for f in folders)
 
-        def commit(ids: set[str]) -> None:
-            with self._cond:
-                old = self._generation
-                self._visible, self._pending = frozenset(ids), 0
-                self._visible_roots = roots | (self._visible_roots or frozenset())
-                self._generation += 1
-                # The replaced chunks are deleted when this returns: let the
-                # searches that still read the old state finish first.
-                self._cond.wait_for(lambda: self._readers[old] == 0, timeout=60)
-
         try:
             return update_index(
                 self.store,
@@ -214,7 +204,7 @@ class Index:
                 rebuild,
                 progress,
                 on_upsert=upserted,
-                on_commit=commit,
+                on_commit=lambda ids: self._commit(ids, roots),
                 open_store=None if opened else open_store,  # a run with nothing to do need not open it
                 selection=self._selection(),
                 parse_limits=(self.config["index.parse_timeout"], self.config["index.max_parse_mb"] or None),
@@ -233,18 +223,23 @@ class Index:
         self._load_visible()
         removed = frozenset(str(Path(f).expanduser().resolve()) for f in folders) | frozenset(map(str, folders))
 
-        def commit(ids: set[str]) -> None:
-            with self._cond:
-                old = self._generation
-                self._visible = frozenset(ids)
-                self._visible_roots = removed | (self._visible_roots or frozenset())
-                self._generation += 1
-                self._cond.wait_for(lambda: self._readers[old] == 0, timeout=60)
-
         try:
-            return remove_folders(self.store, self.manifest_path, folders, on_commit=commit)
+            return remove_folders(
+                self.store, self.manifest_path, folders, on_commit=lambda ids: self._commit(ids, removed)
+            )
         finally:
             self._missing = None
+
+    def _commit(self, ids: set[str], roots: frozenset[str]) -> None:
+        """A run's new state becomes what searches see: ``ids`` are visible, chunks under ``roots`` filtered."""
+        with self._cond:
+            old = self._generation
+            self._visible, self._pending = frozenset(ids), 0
+            self._visible_roots = roots | (self._visible_roots or frozenset())
+            self._generation += 1
+            # The replaced chunks are deleted when this returns: let the
+            # searches that still read the old state finish first.
+            self._cond.wait_for(lambda: self._readers[old] == 0, timeout=60)
 
     def _load_visible(self) -> None:
         if self._visible is None:

@@ -131,33 +131,6 @@ def update_index(
     files are parsed in a child process (:class:`~mdrag.parsers.worker.ParseWorker`)
     and a file over either limit is skipped with the reason.
     """
-    worker = ParseWorker(parse_limits[1]) if parse_limits else None
-    try:
-        return _update(
-            store, embedder, manifest_path, index_name, folders, settings, rebuild, progress,
-            on_upsert, on_commit, open_store, selection, worker, parse_limits[0] if parse_limits else 0.0,
-        )  # fmt: skip
-    finally:
-        if worker is not None:
-            worker.close()
-
-
-def _update(
-    store: MilvusStore,
-    embedder: Embedder,
-    manifest_path: Path,
-    index_name: str,
-    folders: Sequence[str | Path],
-    settings: ChunkSettings,
-    rebuild: bool,
-    progress: bool,
-    on_upsert: Callable[[int], None] | None,
-    on_commit: Callable[[set[str]], None] | None,
-    open_store: Callable[[], None] | None,
-    selection: ScanOptions | None,
-    worker: ParseWorker | None,
-    timeout: float,
-) -> IndexSummary:
     t0 = time.perf_counter()
     summary = IndexSummary()
     roots = _resolve(folders)
@@ -245,8 +218,6 @@ def _update(
         else:
             todo.append((p, None))  # read again when parsed: memory stays bounded
 
-    if worker is not None and any(err is None for _, err in todo):
-        worker.start()  # the child imports while the first files are read
     writes = bool(todo or removed or repair or m.retired_roots or (old is not None and old.roots != m.roots))
     if writes:
         m.dirty = True
@@ -259,6 +230,10 @@ def _update(
     batch_chunks = 0
     bar = _Progress(len(todo), progress)
 
+    # With parse_limits, files are parsed in a child process that can be stopped.
+    worker = ParseWorker(parse_limits[1]) if parse_limits and any(err is None for _, err in todo) else None
+    timeout = parse_limits[0] if parse_limits else 0.0
+
     def parse(item: tuple[str, str | None]) -> tuple[FileState | None, list[Chunk], str | None, str | None]:
         path, err = item
         if err:
@@ -270,30 +245,34 @@ def _update(
         return _write_batch(store, embedder, m, batch, summary, on_upsert, retired, run_hashes, bar)
 
     # Files are parsed and chunked in a thread while the last batch is embedded.
-    for (path, _), (state, chunks, err, encoding) in bar.files(_ahead(todo, parse)):
-        is_new = path not in m.files
-        if state is None:
-            summary.skipped += 1
-            summary.skipped_files.append((path, err or "unknown error"))
-            log.warning("skipped %s: %s", path, err)
-            if not is_new:  # its old content is stale: remove it, retry next run
-                retired.extend(m.files.pop(path).chunks)
-            continue
-        if encoding and encoding.replace("-", "_").lower() not in ("utf_8", "utf_8_sig", "ascii"):
-            summary.decoded[path] = encoding
-            log.info("%s: decoded as %s", path, encoding)
-        if is_new:
-            summary.added += 1
-        else:
-            summary.modified += 1
-        batch.append((path, state, chunks))
-        batch_chunks += len(chunks)
-        if batch_chunks >= _BATCH_CHUNKS:
-            written |= write(batch)
-            batch, batch_chunks = [], 0
-            if time.monotonic() - last_save > _SAVE_EVERY_S:
-                m.save(manifest_path)
-                last_save = time.monotonic()
+    try:
+        for (path, _), (state, chunks, err, encoding) in bar.files(_ahead(todo, parse)):
+            is_new = path not in m.files
+            if state is None:
+                summary.skipped += 1
+                summary.skipped_files.append((path, err or "unknown error"))
+                log.warning("skipped %s: %s", path, err)
+                if not is_new:  # its old content is stale: remove it, retry next run
+                    retired.extend(m.files.pop(path).chunks)
+                continue
+            if encoding and encoding.replace("-", "_").lower() not in ("utf_8", "utf_8_sig", "ascii"):
+                summary.decoded[path] = encoding
+                log.info("%s: decoded as %s", path, encoding)
+            if is_new:
+                summary.added += 1
+            else:
+                summary.modified += 1
+            batch.append((path, state, chunks))
+            batch_chunks += len(chunks)
+            if batch_chunks >= _BATCH_CHUNKS:
+                written |= write(batch)
+                batch, batch_chunks = [], 0
+                if time.monotonic() - last_save > _SAVE_EVERY_S:
+                    m.save(manifest_path)
+                    last_save = time.monotonic()
+    finally:
+        if worker is not None:
+            worker.close()
     if batch:
         written |= write(batch)
     bar.close()

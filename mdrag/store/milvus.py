@@ -421,8 +421,16 @@ class MilvusStore:
                 found.setdefault(r["content_hash"], np.asarray(r["vector"], dtype=np.float32))
         return found
 
-    def all_ids(self, prefix: str = "", roots: Sequence[str] | None = None) -> set[str]:
-        """Every chunk id in the collection, or under these indexed folders (used to repair after a crash).
+    def all_ids(self, roots: Sequence[str] | None = None) -> set[str]:
+        """Every chunk id in the collection, or under these indexed folders (used to repair after a crash)."""
+        return {r["id"] for r in self._all_rows(["id"], roots)}
+
+    def id_paths(self, roots: Sequence[str] | None = None) -> dict[str, str]:
+        """Chunk id -> file path, for the whole collection or these indexed folders."""
+        return {r["id"]: r["path"] for r in self._all_rows(["id", "path"], roots)}
+
+    def _all_rows(self, fields: list[str], roots: Sequence[str] | None, prefix: str = "") -> list[dict[str, Any]]:
+        """``fields`` of every row, or of the rows under these indexed folders.
 
         Ids are hex digests, so the collection is read in buckets by id prefix,
         each split 16 ways while it is larger than one query may return
@@ -432,24 +440,12 @@ class MilvusStore:
         expr = filters.and_(
             filters.like_prefix("id", prefix) if prefix else "", filters.in_("root", roots) if roots else ""
         )
-        rows = self._call("query", self.collection, filter=expr, output_fields=["id"], limit=limit)
-        if len(rows) < limit:
-            return {r["id"] for r in rows}
-        return set().union(*(self.all_ids(prefix + c, roots) for c in "0123456789abcdef"))
-
-    def id_paths(self, roots: Sequence[str] | None = None, prefix: str = "") -> dict[str, str]:
-        """Chunk id -> file path, for the whole collection or these indexed folders (read like :meth:`all_ids`)."""
-        limit = self.query_limit
-        expr = filters.and_(
-            filters.like_prefix("id", prefix) if prefix else "", filters.in_("root", roots) if roots else ""
+        rows: list[dict[str, Any]] = self._call(
+            "query", self.collection, filter=expr, output_fields=fields, limit=limit
         )
-        rows = self._call("query", self.collection, filter=expr, output_fields=["id", "path"], limit=limit)
         if len(rows) < limit:
-            return {r["id"]: r["path"] for r in rows}
-        out: dict[str, str] = {}
-        for c in "0123456789abcdef":
-            out.update(self.id_paths(roots, prefix + c))
-        return out
+            return rows
+        return [row for c in "0123456789abcdef" for row in self._all_rows(fields, roots, prefix + c)]
 
     def count(self, roots: Sequence[str] | None = None) -> int:
         """Chunks in the collection, or under these indexed folders."""
