@@ -155,6 +155,8 @@ def update_index(
     if open_store is not None and old is not None and as_left and summary.rebuild is None:
         if _unchanged(old, roots, found):
             summary.unchanged, summary.chunks_total = len(found.files), old.chunk_count
+            summary.skipped_files = [(p, reason) for p, (_, reason) in found.skipped.items()]
+            summary.skipped = len(summary.skipped_files)
             _report_scan(summary, found, old)
             summary.folders = list(old.roots)
             summary.seconds = round(time.perf_counter() - t0, 3)

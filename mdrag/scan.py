@@ -178,7 +178,7 @@ def scan(folders: Sequence[str | Path], options: ScanOptions | None = None) -> S
                     continue
                 if not reason and opts.max_file_bytes is not None and st.st_size > opts.max_file_bytes:
                     reason = (
-                        f"{st.st_size / 2**20:.1f} MB, over the {opts.max_file_bytes / 2**20:.3g} MB limit "
+                        f"{st.st_size / 2**20:.3g} MB, over the {opts.max_file_bytes / 2**20:.3g} MB limit "
                         "(setting index.max_file_mb)"
                     )
                 if reason:

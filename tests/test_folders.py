@@ -149,6 +149,10 @@ def test_gitignore_include_exclude_size_links_and_unsupported(tmp_path: Path) ->
         assert "outside the indexed folder" in skipped["link.md"]
         assert s.excluded == 1  # scratch.tmp.md; build/ and drafts/ are pruned as folders, not walked
         assert s.unsupported == {".png": 1, ".txt": 1}
+    with _index(**{"index.exclude": ["drafts/"], "index.max_file_mb": 0.1}) as idx:
+        again = idx.update([root])  # nothing changed (answered without opening the store): still reported
+        assert idx.store._client is None
+        assert {Path(p).name for p, _ in again.skipped_files} == {"big.md", "link.md"} and again.skipped == 2
     with _index(**{"index.gitignore": False, "index.include": ["build/**"]}) as idx:
         s = idx.update([root])
         assert {Path(p).name for p in idx.store.id_paths().values()} == {"built0.md", "built1.md", "built2.md"}
