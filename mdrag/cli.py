@@ -199,6 +199,7 @@ def _cmd_index(args: argparse.Namespace, index: Any) -> int:
             f"{s.unchanged} unchanged"
             + (f" ({s.touched} touched, already embedded)" if s.touched else "")
             + f", {s.skipped} skipped"
+            + (f" ({s.parser_errors} by a parser error: -vv logs the traceback)" if s.parser_errors else "")
             + (f", {s.kept} kept (folder missing or unreadable)" if s.kept else "")
             + (f", {s.excluded} excluded" if s.excluded else "")
         )
@@ -253,7 +254,7 @@ def _through_server(config: Any, message: dict[str, Any], why: Exception, url: s
 
 
 def _cmd_search(args: argparse.Namespace, index: Any) -> int:
-    from mdrag.errors import StoreUnavailableError
+    from mdrag.errors import StoreInUseError
 
     filters: dict[str, Any] = {}
     if args.path:
@@ -262,9 +263,7 @@ def _cmd_search(args: argparse.Namespace, index: Any) -> int:
         filters["tags"] = args.tag
     try:
         results = [r.to_dict() for r in index.search(args.query, filters=filters or None)]
-    except StoreUnavailableError as e:
-        if "in use" not in str(e):
-            raise
+    except StoreInUseError as e:
         msg = {"type": "search", "query": args.query, "k": index.config["search.k"], "filters": filters}
         msg["threshold"] = index.config["search.threshold"]
         results = _through_server(index.config, msg, e, args.server)["results"]
@@ -283,13 +282,11 @@ def _cmd_search(args: argparse.Namespace, index: Any) -> int:
 
 
 def _cmd_status(args: argparse.Namespace, index: Any) -> int:
-    from mdrag.errors import StoreUnavailableError
+    from mdrag.errors import StoreInUseError
 
     try:
         st = index.status()
-    except StoreUnavailableError as e:
-        if "in use" not in str(e):
-            raise
+    except StoreInUseError as e:
         reply = _through_server(index.config, {"type": "status"}, e, args.server)
         st = {"served_by": args.server or _server_url(index.config), **reply}
         if args.json:

@@ -7,10 +7,12 @@ wrong and what to do next::
     ├── ConfigError (also ValueError)         invalid setting; the key is named
     ├── UnsupportedFormatError (also ValueError)  no parser for an extension
     ├── ParseError                            a file could not be parsed
+    │   └── ParserCrashError                  a parser raised an unexpected exception (a bug)
     ├── EmbeddingError                        the embedder failed
     │   └── ModelMismatchError                index built with another model
     ├── StoreError                            the vector store failed
     │   ├── StoreUnavailableError (also ConnectionError)
+    │   │   └── StoreInUseError               a Milvus Lite file locked by another process
     │   └── StoreDamagedError                 the store's files are damaged
     ├── ManifestError                         the index manifest cannot be written
     ├── ProtocolError (also ValueError)       a malformed WebSocket message
@@ -29,9 +31,11 @@ __all__ = [
     "LLMError",
     "ManifestError",
     "ParseError",
+    "ParserCrashError",
     "ProtocolError",
     "StoreDamagedError",
     "StoreError",
+    "StoreInUseError",
     "StoreUnavailableError",
     "UnsupportedFormatError",
 ]
@@ -53,6 +57,14 @@ class ParseError(MdragError):
     """A file could not be read or parsed; the indexer skips it."""
 
 
+class ParserCrashError(ParseError):
+    """A parser raised something other than ParseError: a bug in it, or input it does not handle.
+
+    The file is skipped like any other; the traceback is logged at debug level
+    and the indexing summary counts these apart (``parser_errors``).
+    """
+
+
 class EmbeddingError(MdragError):
     """The embedding backend failed (model load, HTTP error, bad response)."""
 
@@ -67,6 +79,10 @@ class StoreError(MdragError):
 
 class StoreUnavailableError(StoreError, ConnectionError):
     """The vector store cannot be reached."""
+
+
+class StoreInUseError(StoreUnavailableError):
+    """A Milvus Lite file is locked by another process (a running `mdrag index` or `mdrag serve`)."""
 
 
 class StoreDamagedError(StoreError):

@@ -24,13 +24,13 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
 
 from mdrag.chunking import ChunkSettings, chunk_document
 from mdrag.embedding.base import Embedder
-from mdrag.errors import ConfigError, ManifestError, MdragError, ParseError, UnsupportedFormatError
+from mdrag.errors import ConfigError, ManifestError, MdragError, ParseError, ParserCrashError, UnsupportedFormatError
 from mdrag.manifest import FileState, Manifest, diff
 from mdrag.parsers import parse_file
 from mdrag.parsers.worker import ParseWorker
@@ -78,6 +78,7 @@ class IndexSummary:
     missing_folders: list[str] = field(default_factory=list)  # folders of the index not found on disk
     removed_folders: list[str] = field(default_factory=list)  # folders taken out of the index (`mdrag remove`)
     skipped_files: list[tuple[str, str]] = field(default_factory=list)  # (path, reason)
+    parser_errors: int = 0  # of the skipped: an unexpected exception in the parser (a bug; `-vv` logs it)
     decoded: dict[str, str] = field(default_factory=dict)  # path -> encoding, for text files not in UTF-8
     unsupported: dict[str, int] = field(default_factory=dict)  # extension -> files with no parser
     warnings: list[str] = field(default_factory=list)
@@ -236,10 +237,10 @@ def update_index(
     worker = ParseWorker(parse_limits[1]) if parse_limits and any(err is None for _, err in todo) else None
     timeout = parse_limits[0] if parse_limits else 0.0
 
-    def parse(item: tuple[str, str | None]) -> tuple[FileState | None, list[Chunk], str | None, str | None]:
+    def parse(item: tuple[str, str | None]) -> _Parsed:
         path, err = item
         if err:
-            return None, [], err, None
+            return _Parsed(None, [], err)
         root, rel, mtime_ns, size = found.files[path]
         return _parse(path, root, rel, mtime_ns, size, embedder, settings, worker, timeout)
 
@@ -248,10 +249,13 @@ def update_index(
 
     # Files are parsed and chunked in a thread while the last batch is embedded.
     try:
-        for (path, _), (state, chunks, err, encoding) in bar.files(_ahead(todo, parse)):
+        for (path, _), (state, chunks, err, encoding, crashed, doc_warnings) in bar.files(_ahead(todo, parse)):
             is_new = path not in m.files
+            for w in doc_warnings:
+                _warn(summary, w)
             if state is None:
                 summary.skipped += 1
+                summary.parser_errors += crashed
                 summary.skipped_files.append((path, err or "unknown error"))
                 log.warning("skipped %s: %s", path, err)
                 if not is_new:  # its old content is stale: remove it, retry next run
@@ -529,6 +533,17 @@ def _ahead(items: Sequence[A], work: Callable[[A], R], depth: int = _PARSE_AHEAD
         t.join()
 
 
+class _Parsed(NamedTuple):
+    """One file's parse: its state and chunks, or why it was skipped."""
+
+    state: FileState | None  # None: skipped
+    chunks: list[Chunk]
+    reason: str | None = None  # why it was skipped
+    encoding: str | None = None  # the text's encoding, when it was decoded
+    crashed: bool = False  # skipped for an unexpected exception in the parser (ParserCrashError)
+    warnings: Sequence[str] = ()  # the parser's non-fatal problems (Document.warnings)
+
+
 def _parse(
     path: str,
     root: str,
@@ -539,21 +554,18 @@ def _parse(
     settings: ChunkSettings,
     worker: ParseWorker | None = None,
     timeout: float = 0.0,
-) -> tuple[FileState | None, list[Chunk], str | None, str | None]:
-    """(state, chunks, None, encoding) for a parsed file, or (None, [], reason, None) for a skipped one."""
+) -> _Parsed:
     try:
         data = Path(path).read_bytes()
         doc = worker.parse(path, timeout) if worker is not None else parse_file(path, data)
     except (ParseError, UnsupportedFormatError) as e:
-        return None, [], str(e).removeprefix(f"{path}: "), None
+        return _Parsed(None, [], str(e).removeprefix(f"{path}: "), crashed=isinstance(e, ParserCrashError))
     except OSError as e:
-        return None, [], f"cannot read: {e}", None
-    for w in doc.warnings:
-        log.warning("%s", w)
+        return _Parsed(None, [], f"cannot read: {e}")
     chunks = chunk_document(doc, root, rel, settings, embedder.count_tokens, embedder.max_tokens)
     state = FileState(root=root, rel_path=rel, mtime_ns=mtime_ns, size=size, hash=_file_hash(data))
     state.chunks = [c.id for c in chunks]
-    return state, chunks, None, doc.encoding
+    return _Parsed(state, chunks, None, doc.encoding, warnings=doc.warnings)
 
 
 def _pad_segment(store: MilvusStore, m: Manifest, written: set[str]) -> None:

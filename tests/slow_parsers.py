@@ -28,6 +28,11 @@ def plain(data: bytes, path: str) -> Document:
     return Document(path=path, sections=[Section([], 0, [Block(data.decode())])], title="plain")
 
 
+def buggy(data: bytes, path: str) -> Document:
+    """A parser with a bug: a TypeError on every file."""
+    return Document(path=path, sections=[Section([], 0, [Block(data.decode() + 1)])])  # type: ignore[operator]
+
+
 def forever(data: bytes, path: str) -> Document:
     """Loops in Python for ever (the GIL is released now and then)."""
     _started(path)

@@ -15,11 +15,14 @@ import time
 import types
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import mdrag.parsers as parsers
-from mdrag.errors import ParseError, UnsupportedFormatError
+from mdrag.config import load_config
+from mdrag.errors import ParseError, ParserCrashError, UnsupportedFormatError
+from mdrag.index import Index
 from mdrag.parsers import parse_file, register_parser
 from mdrag.parsers.worker import _RECYCLE_MB, ParseWorker
 from mdrag.types import Document
@@ -349,3 +352,47 @@ def test_kill_9_of_the_parent_leaves_no_child(tmp_path: Path, parser: str, timeo
     if not _gone(child):
         os.kill(child, signal.SIGKILL)
         pytest.fail(f"the worker's child {child} outlived its parent by 120 s")
+
+
+# --- a parser's bug is a skipped file, counted apart, with its traceback at debug level ----
+
+
+def _crash_records(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if r.name == "mdrag.parsers" and "unexpected exception" in r.getMessage()]
+
+
+@pytest.mark.usefixtures("registry")
+def test_a_parser_bug_is_a_parser_crash_with_its_traceback_at_debug_level(
+    tmp_path: Path, worker: ParseWorker, caplog: pytest.LogCaptureFixture
+) -> None:
+    register_parser([".bug"], slow_parsers.buggy)
+    caplog.set_level(logging.DEBUG)
+    path = _write(tmp_path, "a.bug")
+    for parse in (lambda: parse_file(path), lambda: worker.parse(path, timeout=LONG)):
+        caplog.clear()
+        with pytest.raises(ParserCrashError) as info:
+            parse()
+        assert str(info.value).startswith(f"{path}: unexpected TypeError in the parser: ")
+        (record,) = _crash_records(caplog)
+        assert record.levelno == logging.DEBUG
+        traceback = record.exc_text or logging.Formatter().formatException(record.exc_info)  # type: ignore[arg-type]
+        assert "in buggy" in traceback and "TypeError" in traceback  # the child's traceback came through
+    register_parser([".plain"], slow_parsers.plain)
+    assert worker.parse(_write(tmp_path, "b.plain", "fine"), timeout=LONG).sections[0].text == "fine"
+
+
+@pytest.mark.usefixtures("registry")
+def test_the_index_summary_counts_parser_bugs_apart_from_bad_files(tmp_path: Path, hash_embedder: Any) -> None:
+    register_parser([".bug"], slow_parsers.buggy)
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    _write(docs, "crash.bug")
+    (docs / "broken.pdf").write_bytes(b"%PDF-1.4 not really")  # bad input: a plain skip
+    (docs / "fine.md").write_text("# Fine\n\nThis file parses.\n")
+    with Index(load_config({"index": "bugs"}), embedder=hash_embedder) as idx:
+        summary = idx.update([docs])
+    assert summary.added == 1 and summary.skipped == 2
+    assert summary.parser_errors == 1
+    reasons = dict(summary.skipped_files)
+    assert reasons[str(docs / "crash.bug")].startswith("unexpected TypeError in the parser")
+    assert reasons[str(docs / "broken.pdf")].startswith("not a readable PDF")

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 import mdrag.parsers as parsers
-from mdrag.errors import ParseError, UnsupportedFormatError
+from mdrag.errors import ParseError, ParserCrashError, UnsupportedFormatError
 from mdrag.parsers import get_parser, parse_file, register_parser, supported_extensions
 from mdrag.types import Block, Document, Section
 
@@ -309,13 +309,14 @@ def test_parse_file_turns_every_failure_into_parse_error(tmp_path: Path) -> None
         raise RuntimeError("kaputt")
 
     register_parser([".boom"], boom)
-    with pytest.raises(ParseError, match=r"x\.boom: RuntimeError: kaputt"):
+    with pytest.raises(ParserCrashError, match=r"x\.boom: unexpected RuntimeError in the parser: kaputt"):
         parse_file(tmp_path / "x.boom", data=b"")
     register_parser([".none"], lambda data, path: None)  # type: ignore[arg-type, return-value]
-    with pytest.raises(ParseError, match="not a Document"):
+    with pytest.raises(ParserCrashError, match="not a Document"):
         parse_file(tmp_path / "x.none", data=b"")
-    with pytest.raises(ParseError, match="cannot read file"):
+    with pytest.raises(ParseError, match="cannot read file") as info:
         parse_file(tmp_path / "missing.md")
+    assert not isinstance(info.value, ParserCrashError)  # bad input, not a bug
 
 
 class _EntryPoint:
@@ -793,3 +794,11 @@ def test_text_in_no_known_encoding_is_refused(tmp_path: Path, ext: str) -> None:
     path.write_bytes(bytes(rng.randrange(0x20, 0x100) for _ in range(5000)).replace(b"\x7f", b" "))
     with pytest.raises(ParseError, match=r"noise\.\w+: unknown text encoding: .*save the file as UTF-8"):
         parse_file(path)
+
+
+def test_pdf_pages_without_text_are_named_not_skipped_silently(shared_data: Path) -> None:
+    doc = parse_file(shared_data / "pdf_pypdf_resources/resources/imagemagick-images.pdf")
+    assert [s.page for s in doc.sections] == [1, 2, 3, 6]
+    assert doc.warnings == [
+        f"{doc.path}: 2 of 6 pages have no extractable text (pages 4-5: images or scans?) and are not indexed"
+    ]

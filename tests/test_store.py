@@ -9,7 +9,7 @@ import uuid
 import numpy as np
 import pytest
 
-from mdrag.errors import ModelMismatchError, StoreError, StoreUnavailableError
+from mdrag.errors import ModelMismatchError, StoreError, StoreInUseError, StoreUnavailableError
 from mdrag.store import milvus
 from mdrag.store.milvus import MilvusStore, collection_name
 from mdrag.types import Chunk
@@ -205,11 +205,28 @@ def test_lite_file_held_by_another_process_is_reported_as_in_use(tmp_path) -> No
     )
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "up"
-        with pytest.raises(StoreUnavailableError, match="in use by another process"):
+        with pytest.raises(StoreInUseError, match="in use by another process"):  # the CLI asks a server then
             MilvusStore(uri, "x", IDENTITY).open()
     finally:
         holder.kill()
         holder.wait()
+
+
+def test_a_server_that_cannot_say_what_it_is_is_an_error_not_a_guess(tmp_path, monkeypatch) -> None:
+    s = MilvusStore(str(tmp_path / "v.db"), "x", IDENTITY)
+    s.open()
+    try:
+
+        def refuse(*args: object, **kwargs: object) -> str:
+            raise RuntimeError("GetVersion is not implemented")
+
+        monkeypatch.setattr(s.client, "get_server_version", refuse)
+        with pytest.raises(StoreError, match="Cannot tell which Milvus serves .*GetVersion is not implemented"):
+            _ = s.per_segment_bm25
+        monkeypatch.undo()
+        assert s.per_segment_bm25  # Milvus Lite, once it answers: nothing was cached from the failure
+    finally:
+        s.close()
 
 
 @pytest.mark.slow

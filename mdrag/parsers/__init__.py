@@ -31,7 +31,7 @@ import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from mdrag.errors import ParseError, UnsupportedFormatError
+from mdrag.errors import ParseError, ParserCrashError, UnsupportedFormatError
 from mdrag.types import Document
 
 __all__ = [
@@ -143,8 +143,9 @@ def parse_file(path: str | os.PathLike[str], data: bytes | None = None, *, parse
 
     Raises UnsupportedFormatError when no parser handles the extension, and
     ParseError (message starting with the path) for anything else that goes
-    wrong: unreadable file, a parser's own ParseError, or any unexpected
-    exception from a parser.
+    wrong: an unreadable file or a parser's own ParseError. Any other exception
+    from a parser is a bug in it, or input it does not handle: it raises
+    ParserCrashError (a ParseError) and logs the traceback at debug level.
     """
     abspath = os.path.abspath(os.fspath(path))
     if parser is None:
@@ -158,10 +159,15 @@ def parse_file(path: str | os.PathLike[str], data: bytes | None = None, *, parse
         doc = parser(data, abspath)
     except ParseError as exc:
         raise ParseError(f"{abspath}: {exc}") from exc
+    except MemoryError as exc:
+        raise ParseError(f"{abspath}: the parser ran out of memory") from exc
     except Exception as exc:
-        raise ParseError(f"{abspath}: {type(exc).__name__}: {exc}") from exc
+        logger.debug("%s: unexpected exception in %r", abspath, parser, exc_info=True)
+        raise ParserCrashError(
+            f"{abspath}: unexpected {type(exc).__name__} in the parser: {exc} (a parser bug; `-vv` logs the traceback)"
+        ) from exc
     if not isinstance(doc, Document):
-        raise ParseError(f"{abspath}: parser returned {type(doc).__name__}, not a Document")
+        raise ParserCrashError(f"{abspath}: the parser returned {type(doc).__name__}, not a Document")
     return doc
 
 

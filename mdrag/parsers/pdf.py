@@ -62,6 +62,18 @@ def _page_text(raw: str) -> str:
     return "\n".join(lines).strip("\n")
 
 
+def _page_list(numbers: list[int]) -> str:
+    """ "page 3", "pages 2, 5-7" for ascending page numbers."""
+    spans: list[str] = []
+    start = prev = numbers[0]
+    for n in [*numbers[1:], 0]:
+        if n != prev + 1:
+            spans.append(str(start) if start == prev else f"{start}-{prev}")
+            start = n
+        prev = n
+    return ("page " if len(numbers) == 1 else "pages ") + ", ".join(spans)
+
+
 def _needs_crypto(exc: Exception) -> ParseError:
     return ParseError(f"encrypted PDF that needs the 'cryptography' package to decrypt: {exc}")
 
@@ -109,7 +121,8 @@ def _metadata(reader: PdfReader, doc_warnings: list[str], path: str) -> dict[str
         try:
             value: Any = info.get(key)
             value = value.get_object() if hasattr(value, "get_object") else value
-        except Exception:
+        except Exception as exc:
+            doc_warnings.append(f"{path}: unreadable {key} entry: {type(exc).__name__}: {exc}")
             continue
         if isinstance(value, str):
             text = _clean_title(value) if name == "title" else " ".join(_CONTROL.sub("", value).split())
@@ -129,20 +142,29 @@ def parse(data: bytes, path: str) -> Document:
             raise ParseError(f"cannot read the page tree: {type(exc).__name__}: {exc}") from exc
         meta = _metadata(reader, doc_warnings, path)
         sections: list[Section] = []
+        blank: list[int] = []  # pages with no text: images, scans, empty pages
         for number, page in enumerate(pages, start=1):
             try:
                 text = _page_text(page.extract_text() or "")
             except DependencyError as exc:
                 raise _needs_crypto(exc) from exc
-            except Exception as exc:
+            except Exception as exc:  # pypdf on a damaged page, or a bug in it: the other pages go on
+                logger.debug("%s: page %d: text extraction failed", path, number, exc_info=True)
                 doc_warnings.append(f"{path}: page {number}: text extraction failed: {type(exc).__name__}: {exc}")
                 continue
             if text.strip():
                 sections.append(Section(heading_path=[], level=0, blocks=[Block(text)], page=number))
+            else:
+                blank.append(number)
     if not sections:
         reason = "no extractable text (scanned PDF?)"
         if doc_warnings:
             reason += f"; {len(doc_warnings)} problem(s), first: {doc_warnings[0]}"
         raise ParseError(reason)
+    if blank:
+        doc_warnings.append(
+            f"{path}: {len(blank)} of {len(pages)} pages {'has' if len(blank) == 1 else 'have'} no extractable "
+            f"text ({_page_list(blank)}: images or scans?) and {'is' if len(blank) == 1 else 'are'} not indexed"
+        )
     meta["pages"] = len(pages)
     return Document(path=path, sections=sections, metadata=meta, title=meta.get("title"), warnings=doc_warnings)

@@ -48,7 +48,7 @@ import time
 from multiprocessing.connection import Connection
 from typing import Any
 
-from mdrag.errors import ParseError
+from mdrag.errors import ParseError, ParserCrashError
 from mdrag.parsers import Parser, get_parser, parse_file
 from mdrag.types import Document
 
@@ -70,6 +70,7 @@ _BOOT = (
 # Replies from the child, first item of the tuple.
 _OK = "ok"  # ("ok", Document, log records)
 _FAILED = "failed"  # ("failed", message, log records): the parser's ParseError, message starts with the path
+_CRASHED = "crashed"  # ("crashed", message, log records): ParserCrashError, an unexpected exception in the parser
 _MEMORY = "memory"  # ("memory", None, log records): MemoryError while parsing or sending the result
 _NO_PARSER = "no-parser"  # ("no-parser", reason, log records): the parser does not unpickle in the child
 
@@ -139,7 +140,7 @@ class ParseWorker:
                 return parse_file(abspath, parser=parser)
         if kind == _OK:
             return value  # type: ignore[no-any-return]
-        raise ParseError(value)
+        raise ParserCrashError(value) if kind == _CRASHED else ParseError(value)
 
     def close(self) -> None:
         """Stop the child (it holds no state: it is killed). A later parse starts a fresh one.
@@ -386,7 +387,9 @@ def _serve_one(parsers: dict[bytes, Parser], blob: bytes, abspath: str) -> tuple
     except MemoryError:
         return _MEMORY, None
     except ParseError as exc:
-        return (_MEMORY, None) if _is_memory_error(exc) else (_FAILED, str(exc))
+        if _is_memory_error(exc):
+            return _MEMORY, None
+        return (_CRASHED if isinstance(exc, ParserCrashError) else _FAILED), str(exc)
 
 
 def _child_main(fd: int, max_mb: float | None, log_level: int) -> None:

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from mdrag.errors import ModelMismatchError, StoreDamagedError, StoreError, StoreUnavailableError
+from mdrag.errors import ModelMismatchError, StoreDamagedError, StoreError, StoreInUseError, StoreUnavailableError
 from mdrag.store import filters
 from mdrag.types import Chunk
 
@@ -154,7 +154,7 @@ class MilvusStore:
                 "into it. Index where mdrag can write (MDRAG_HOME or milvus_uri)."
             )
         if _lite_locked(self.uri):
-            return StoreUnavailableError(
+            return StoreInUseError(
                 f"The Milvus Lite file {self.uri} is in use by another process (a running "
                 "`mdrag index` or `mdrag serve`?). Wait for it to finish, or stop it, and try again."
             )
@@ -376,16 +376,24 @@ class MilvusStore:
         segment, so chunks written by a small update, alone in a small segment,
         get much lower BM25 scores than the rest. A Milvus server merges the
         statistics of all segments.
+
+        The server is asked once; a server that cannot say what it is raises
+        StoreError rather than being guessed at (a wrong guess leaves small
+        updates with skewed BM25 scores, or rewrites rows for nothing).
         """
+        if not self.has_bm25:
+            return False
         if self._lite_engine is None:
+            client = self.client  # StoreError when not connected
             try:
-                version = str(self.client.get_server_version())
-            except StoreError:  # not connected yet: ask again later
-                return False
-            except Exception:  # a server without GetVersion: not Milvus Lite
-                version = ""
+                version = str(client.get_server_version())
+            except Exception as e:
+                raise StoreError(
+                    f"Cannot tell which Milvus serves {self.uri} (its version request failed: {_reason(e)}). "
+                    "Check that milvus_uri points at a Milvus 2.4 or later server, or at a Milvus Lite file."
+                ) from e
             self._lite_engine = version.startswith("milvus_lite")
-        return self.has_bm25 and self._lite_engine
+        return self._lite_engine
 
     def rewrite(self, ids: Iterable[str], flush: bool = True) -> None:
         """Write these rows again, unchanged, so that they share one set of segments."""
