@@ -17,21 +17,25 @@ Server to client:
     {"type": "error", "message": "..."}
 
 docs/protocol.md describes every message; `parse` turns a frame into a
-request or raises ProtocolError with the message the client will see.
+request or raises ProtocolError with the message the client will see. Each
+field's JSON type and range is checked, and fields not listed are refused.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import json
-import math
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, TypeAdapter, ValidationError
+from pydantic_core import ErrorDetails
 
 from mdrag.errors import ProtocolError
 
 __all__ = [
     "MAX_QUESTION_CHARS",
+    "MAX_TAGS",
+    "Filters",
     "QueryRequest",
     "Request",
     "SearchRequest",
@@ -47,90 +51,137 @@ __all__ = [
     "stream_start",
 ]
 
-MAX_QUESTION_CHARS = 4000  # longer questions are refused, not truncated
+MAX_QUESTION_CHARS = 4000  # longer questions (and filter values) are refused, not truncated
+MAX_TAGS = 100  # tags in one filter
 _LOOPBACK_NAMES = {"localhost", "localhost.", "localhost.localdomain", "ip6-localhost"}
 
-
-@dataclass(frozen=True)
-class QueryRequest:
-    question: str
-    index: str | None = None
+_Text = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=MAX_QUESTION_CHARS)]
+_Value = Annotated[str, StringConstraints(max_length=MAX_QUESTION_CHARS)]
 
 
-@dataclass(frozen=True)
-class SearchRequest:
-    query: str
-    k: int | None = None
-    threshold: float | None = None
-    filters: dict[str, Any] = field(default_factory=dict)
-    index: str | None = None
+class _Message(BaseModel):
+    # JSON types as sent (no "5" for 5, no true for 1), and no field that the protocol does not define.
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
 
-@dataclass(frozen=True)
-class StatusRequest:
-    pass
+class Filters(_Message):
+    """The ``filters`` of a search (mdrag.search.FILTER_KEYS); a value that matches nothing is no error."""
+
+    path_prefix: _Value | None = None
+    tags: _Value | Annotated[list[_Value], Field(max_length=MAX_TAGS)] | None = None
+    root: _Value | None = None
+
+
+class QueryRequest(_Message):
+    type: Literal["query"] = "query"
+    question: _Text
+    index: _Text | None = None
+
+
+class SearchRequest(_Message):
+    type: Literal["search"] = "search"
+    query: _Text
+    k: Annotated[int, Field(ge=1, le=100)] | None = None
+    threshold: Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)] | None = None
+    filters: Filters | None = None
+    index: _Text | None = None
+
+
+class StatusRequest(_Message):
+    type: Literal["status"] = "status"
 
 
 Request = QueryRequest | SearchRequest | StatusRequest
 
-_TYPES = ("query", "search", "status")
-
-
-def _text(msg: dict[str, Any], key: str, kind: str) -> str:
-    if key not in msg:
-        raise ProtocolError(f'"{kind}" message needs a "{key}" field (a non-empty string)')
-    value = msg[key]
-    if not isinstance(value, str) or not value.strip():
-        raise ProtocolError(f'"{key}" must be a non-empty string')
-    if len(value) > MAX_QUESTION_CHARS:
-        raise ProtocolError(f'"{key}" is too long ({len(value)} characters, at most {MAX_QUESTION_CHARS})')
-    return value.strip()
-
-
-def _index(msg: dict[str, Any]) -> str | None:
-    value = msg.get("index")
-    if value is not None and (not isinstance(value, str) or not value):
-        raise ProtocolError('"index" must be a non-empty string when given')
-    return value
+_REQUEST: TypeAdapter[Request] = TypeAdapter(Annotated[Request, Field(discriminator="type")])
+_TYPES = "query, search, status"
+_FILTERS = ", ".join(Filters.model_fields)
+_FIELDS = {
+    m.model_fields["type"].default: [f for f in m.model_fields if f != "type"]
+    for m in (QueryRequest, SearchRequest, StatusRequest)
+}
+# What each field must be, for error messages: '"k" must be an integer from 1 to 100, not 0'.
+_EXPECTED = {
+    "question": f"a non-empty string of at most {MAX_QUESTION_CHARS} characters",
+    "query": f"a non-empty string of at most {MAX_QUESTION_CHARS} characters",
+    "index": "an index name (a non-empty string)",
+    "k": "an integer from 1 to 100",
+    "threshold": "a number from 0 to 1",
+    "filters": f"an object with any of {_FILTERS}",
+    "path_prefix": f"a path (absolute, or relative to the indexed folder) of at most {MAX_QUESTION_CHARS} characters",
+    "tags": f"a tag or a list of at most {MAX_TAGS} tags (strings of at most {MAX_QUESTION_CHARS} characters)",
+    "root": f"an indexed folder (a path of at most {MAX_QUESTION_CHARS} characters)",
+}
 
 
 def parse(frame: str | bytes) -> Request:
-    """One client frame to a request; ProtocolError says what is wrong with it."""
+    """One client frame to a request; ProtocolError says what is wrong with it and what to send instead.
+
+    The JSON is parsed by pydantic (a Rust parser with a nesting limit), so no
+    frame can exhaust the stack; every field is checked for its JSON type and range.
+    """
     if isinstance(frame, bytes):
         try:
             frame = frame.decode("utf-8")
         except UnicodeDecodeError:
             raise ProtocolError("messages must be UTF-8 JSON text") from None
     try:
-        msg = json.loads(frame)
-    except ValueError as e:
-        raise ProtocolError(f"invalid JSON: {e}") from None
-    if not isinstance(msg, dict):
-        raise ProtocolError('a message must be a JSON object with a "type" field')
-    kind = msg.get("type")
-    if not isinstance(kind, str):
-        raise ProtocolError(f'a message needs a "type" field: one of {", ".join(_TYPES)}')
-    if kind == "query":
-        return QueryRequest(_text(msg, "question", kind), _index(msg))
-    if kind == "search":
-        k = msg.get("k")
-        if k is not None and (isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= 100):
-            raise ProtocolError('"k" must be an integer from 1 to 100')
-        threshold = msg.get("threshold")
-        if threshold is not None and (
-            isinstance(threshold, bool)
-            or not isinstance(threshold, int | float)
-            or not math.isfinite(threshold)
-            or not 0 <= threshold <= 1
-        ):
-            raise ProtocolError('"threshold" must be a number from 0 to 1')
-        filters = msg.get("filters") or {}
-        if not isinstance(filters, dict):
-            raise ProtocolError('"filters" must be an object')
-        return SearchRequest(_text(msg, "query", kind), k, threshold, filters, _index(msg))
-    if kind == "status":
-        return StatusRequest()
-    raise ProtocolError(f"unknown message type {kind!r}: use one of {', '.join(_TYPES)}")
+        return _REQUEST.validate_json(frame)
+    except ValidationError as e:
+        # The deepest problem is the most precise one: tags [1] is about the item 1, not the list.
+        raise ProtocolError(_problem(max(e.errors(include_url=False), key=lambda d: len(d["loc"])))) from None
+
+
+def _problem(err: ErrorDetails) -> str:
+    """One pydantic error as a sentence that says what to change."""
+    kind, loc, value = err["type"], err["loc"], err["input"]
+    if kind == "json_invalid":
+        reason = err["msg"].removeprefix("Invalid JSON: ")
+        if "surrogate" in reason or "hex escape" in reason:
+            reason += " (text must be valid Unicode: a \\uD800-\\uDFFF surrogate escape needs its pair)"
+        return f"invalid JSON: {reason}"
+    if kind == "union_tag_invalid":
+        return f"unknown message type {_describe(value.get('type'))}: use one of {_TYPES}"
+    if kind == "union_tag_not_found":
+        return f'a message needs a "type" field: one of {_TYPES}'
+    if not loc:
+        return f'a message must be a JSON object with a "type" field, not {_describe(value)}'
+    message, name = loc[0], loc[-1]
+    if kind == "extra_forbidden":
+        if len(loc) > 2 and loc[1] == "filters":
+            return f"unknown filter {_describe(name)}: use {_FILTERS}"
+        allowed = ", ".join(_FIELDS[message]) or "no other field"
+        return f'unknown field {_describe(name)} in a "{message}" message: use {allowed}'
+    field = next((p for p in reversed(loc) if isinstance(p, str) and p in _EXPECTED), str(name))
+    expected = _EXPECTED.get(field, "valid")
+    if kind == "missing":
+        return f'a "{message}" message needs a "{field}" field: {expected}'
+    if kind == "string_too_long" and isinstance(value, str):
+        return f'"{field}" is too long ({len(value)} characters, at most {MAX_QUESTION_CHARS})'
+    if isinstance(loc[-1], int):
+        return f'"{field}" must be {expected}; item {loc[-1] + 1} is {_describe(value)}'
+    return f'"{field}" must be {expected}, not {_describe(value)}'
+
+
+def _describe(value: Any) -> str:
+    """A short description of a JSON value sent by a client (never the whole of a long one)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value) if -(10**20) < value < 10**20 else "a number of more than 20 digits"
+    if isinstance(value, float):
+        return json.dumps(value)  # NaN, Infinity as JSON writes them
+    if isinstance(value, str):
+        if not value.strip():
+            return "an empty string" if not value else "a blank string"
+        return json.dumps(value, ensure_ascii=False) if len(value) <= 40 else f"a string of {len(value)} characters"
+    if isinstance(value, list):
+        return f"a list of {len(value)} item{'' if len(value) == 1 else 's'}"
+    if isinstance(value, dict):
+        return "an object"
+    return type(value).__name__
 
 
 def encode(msg: dict[str, Any]) -> str:

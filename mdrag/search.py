@@ -25,7 +25,11 @@ FILTER_KEYS = {
 
 
 def build_filter(filters: Mapping[str, Any] | None) -> str:
-    """A Milvus expression for ``filters``; values are quoted, never pasted."""
+    """A Milvus expression for ``filters``; values are quoted, never pasted.
+
+    ConfigError: an unknown key or a value of the wrong type, or one no path can
+    hold (a NUL character; a backslash in a path prefix).
+    """
     if not filters:
         return ""
     unknown = set(filters) - set(FILTER_KEYS)
@@ -35,16 +39,20 @@ def build_filter(filters: Mapping[str, Any] | None) -> str:
     prefix = filters.get("path_prefix")
     if prefix:
         if not isinstance(prefix, str):
-            raise ConfigError("filter path_prefix must be a string")
+            raise ConfigError(f"filter path_prefix must be a string (a path), not {type(prefix).__name__}")
         field = "path" if prefix.startswith("/") else "rel_path"
         exprs.append(f.like_prefix(field, prefix.removeprefix("./")))
     tags = filters.get("tags")
     if tags:
-        for tag in [tags] if isinstance(tags, str) else list(tags):
-            exprs.append(f.json_contains("metadata", "tags", str(tag)))
+        tags = [tags] if isinstance(tags, str) else tags
+        if not isinstance(tags, list | tuple) or not all(isinstance(t, str) for t in tags):
+            raise ConfigError("filter tags must be a tag or a list of tags (strings)")
+        exprs.extend(f.json_contains("metadata", "tags", tag) for tag in tags)
     root = filters.get("root")
     if root:
-        exprs.append(f.eq("root", str(root)))
+        if not isinstance(root, str):
+            raise ConfigError(f"filter root must be a string (an indexed folder), not {type(root).__name__}")
+        exprs.append(f.eq("root", root))
     return f.and_(*exprs)
 
 

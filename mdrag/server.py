@@ -31,12 +31,15 @@ from mdrag.config import Config, load_config
 from mdrag.errors import ConfigError, LLMError, MdragError, ProtocolError
 from mdrag.index import Index
 from mdrag.protocol import is_loopback
+from mdrag.search import build_filter
 
-__all__ = ["QAServer", "llm_settings"]
+__all__ = ["MESSAGE_CEILING_BYTES", "QAServer", "llm_settings"]
 
 log = logging.getLogger(__name__)
 
-_HARD_MAX_FRAME = 1 << 20  # frames over 1 MiB close the connection; over max_message_bytes get an error
+# A message over server.max_message_bytes (at most 1 MiB) is answered with an error and the connection
+# stays open; the server must hold a message to answer it, so one over this ceiling closes it (1009).
+MESSAGE_CEILING_BYTES = 16 << 20
 
 
 def llm_settings(config: Config) -> LLMSettings:
@@ -94,7 +97,7 @@ class QAServer:
             host,
             port,
             process_request=self._check_request,
-            max_size=_HARD_MAX_FRAME,
+            max_size=MESSAGE_CEILING_BYTES,
             ping_interval=20,
             server_header=None,
         )
@@ -335,15 +338,23 @@ class QAServer:
                 await self._search(item, send)
             else:
                 await self._query(item, send)
-        except (MdragError, LLMError) as e:
+        except (ProtocolError, LLMError) as e:  # about the request or the LLM settings: said to the client
             await send(protocol.error(str(e)))
+        except MdragError as e:  # the store or the embedder: its text names server paths, so it stays in the log
+            log.error("could not answer a %s request: %s", item.type, e, exc_info=log.isEnabledFor(logging.DEBUG))
+            await send(protocol.error("the server could not search its index; see the server log"))
         except Exception:
             log.exception("unexpected error while answering")
             await send(protocol.error("internal error while answering; see the server log"))
 
     async def _search(self, req: protocol.SearchRequest, send: Callable[[dict[str, Any]], Awaitable[None]]) -> None:
         assert self.index is not None
-        results = await asyncio.to_thread(self.index.search, req.query, req.k, req.threshold, req.filters or None)
+        filters = req.filters.model_dump(exclude_none=True) if req.filters else None
+        try:
+            build_filter(filters)  # a filter the search refuses (a backslash in a path prefix) is the client's error
+        except ConfigError as e:
+            raise ProtocolError(str(e)) from None
+        results = await asyncio.to_thread(self.index.search, req.query, req.k, req.threshold, filters)
         await send(protocol.search_results(req.query, [r.to_dict() for r in results]))
 
     async def _query(self, req: protocol.QueryRequest, send: Callable[[dict[str, Any]], Awaitable[None]]) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import os
 import shutil
 import sys
@@ -15,7 +16,7 @@ from typing import Any
 
 import pytest
 from websockets.asyncio.client import ClientConnection, connect
-from websockets.exceptions import InvalidStatus
+from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from mdrag.answer import NO_RELEVANT
 from mdrag.config import Config, load_config
@@ -23,7 +24,7 @@ from mdrag.embedding.base import Embedder
 from mdrag.errors import ConfigError
 from mdrag.index import Index
 from mdrag.protocol import is_loopback
-from mdrag.server import QAServer
+from mdrag.server import MESSAGE_CEILING_BYTES, QAServer
 from tests.conftest import HashEmbedder
 from tests.fake_llm import LLM
 
@@ -127,13 +128,15 @@ def test_answers_stream_from_the_llm_with_sources_or_extractively(
     asyncio.run(scenario())
 
 
-def test_bad_messages_get_errors_and_the_connection_stays_open(tmp_path: Path) -> None:
+def test_bad_messages_get_errors_and_the_connection_stays_open(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     root = _docs(tmp_path)
 
     async def scenario() -> None:
         async with serving(_config(), [root]) as server:
             ws = await opened(server)
-            bad = [
+            bad: list[tuple[str | bytes, str]] = [
                 ("{not json", "invalid JSON"),
                 (json.dumps({"type": "dance"}), "unknown message type"),
                 (json.dumps({"question": "no type"}), '"type"'),
@@ -143,6 +146,19 @@ def test_bad_messages_get_errors_and_the_connection_stays_open(tmp_path: Path) -
                 (json.dumps({"type": "search", "query": "x", "k": 0}), '"k"'),
                 (json.dumps([1, 2]), "JSON object"),
                 (json.dumps({"type": "query", "question": "x" * 70_000}), "too large"),
+                ("[" * 1000 + "]" * 1000, "invalid JSON: recursion limit exceeded"),
+                ('{"type": "search", "query": "x", "filters": ' + '{"a": ' * 3000 + "}" * 3001, "invalid JSON"),
+                (
+                    json.dumps({"type": "search", "query": "x", "filters": {"tags": 5}}),
+                    '"tags" must be a tag or a list',
+                ),
+                ('{"type": "query", "question": "\\udc00 x"}', "valid Unicode"),
+                ('{"type": "search", "query": "x", "k": ' + "7" * 5000 + "}", "number out of range"),
+                (json.dumps({"type": "search", "query": "x", "treshold": 0.5}), 'unknown field "treshold"'),
+                (json.dumps({"type": "search", "query": "x", "filters": {"path_prefix": "a\\b"}}), "backslash"),
+                (b"\xff\xfe not UTF-8", "UTF-8"),
+                # Over server.max_message_bytes and over websockets' default 1 MiB: still an answer.
+                (json.dumps({"type": "query", "question": "x" * (2 << 20)}), "too large"),
             ]
             for frame, expected in bad:
                 await ws.send(frame)
@@ -156,12 +172,62 @@ def test_bad_messages_get_errors_and_the_connection_stays_open(tmp_path: Path) -
             assert reply["type"] == "search_results" and len(reply["results"]) == 3
             top = reply["results"][0]
             assert top["rel_path"] == "topic2.md" and top["heading_path"] == ["Topic 2"] and 0 <= top["score"] <= 1
+            # The documented limit: a message the server cannot hold closes that connection only.
+            big = await opened(server)
+            await big.send("x" * (MESSAGE_CEILING_BYTES + 1))
+            with pytest.raises(ConnectionClosed) as e:
+                await recv(big)
+            assert e.value.rcvd is not None and e.value.rcvd.code == 1009
             await ws.send(json.dumps({"type": "status"}))
             st = await recv(ws)
             assert st["type"] == "status" and st["state"] == "ready" and st["files"] == 7 and st["chunks"] == 7
             await ws.close()
 
-    asyncio.run(scenario())
+    with caplog.at_level(logging.WARNING, logger="mdrag"):
+        asyncio.run(scenario())
+    assert not [r for r in caplog.records if r.exc_info], "a bad message logs no traceback"
+
+
+def test_filter_values_with_line_breaks_match_and_store_errors_stay_in_the_log(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A folder name with a line break is a valid filter; a failing store is reported without its paths."""
+    root = _docs(tmp_path, 2)
+    odd = root / "notes\nfrom\rthe\tteam"
+    odd.mkdir()
+    (odd / "minutes.md").write_text("# Minutes\n\nThe zorblax decision was taken on Monday.\n")
+
+    async def search(ws: ClientConnection, **filters: Any) -> dict[str, Any]:
+        await ws.send(json.dumps({"type": "search", "query": "zorblax decision", "threshold": 0, "filters": filters}))
+        return await recv(ws)
+
+    async def scenario() -> None:
+        async with serving(_config(), [root]) as server:
+            ws = await opened(server)
+            for filters in ({"path_prefix": "notes\nfrom\rthe\tteam/"}, {"path_prefix": str(odd)}, {"root": str(root)}):
+                reply = await search(ws, **filters)
+                assert reply["type"] == "search_results", reply
+                assert reply["results"][0]["rel_path"] == "notes\nfrom\rthe\tteam/minutes.md"
+            reply = await search(ws, path_prefix="notes\nfrom\r")
+            assert reply["type"] == "search_results" and reply["results"], reply
+            reply = await search(ws, path_prefix='x"\n or rel_path != "')
+            assert reply == {**reply, "type": "search_results", "results": []}
+
+            assert server.index is not None
+            store = server.index.store
+            store.client.drop_collection(store.collection)  # the store fails under the server
+            reply = await search(ws, path_prefix="notes\n")
+            assert reply["type"] == "error" and "see the server log" in reply["message"], reply
+            for secret in (str(tmp_path), store.uri, store.collection, "Milvus"):
+                assert secret not in reply["message"]
+            await ws.send(json.dumps({"type": "status"}))
+            assert (await recv(ws))["type"] == "status", "the connection stays open"
+            await ws.close()
+
+    with caplog.at_level(logging.ERROR, logger="mdrag.server"):
+        asyncio.run(scenario())
+    logged = [r.getMessage() for r in caplog.records]
+    assert any("could not answer a search request: Milvus" in m and "does not exist" in m for m in logged), logged
 
 
 def test_not_ready_while_loading_then_answers(tmp_path: Path) -> None:

@@ -16,15 +16,18 @@ from mdrag.errors import ConfigError
 __all__ = ["and_", "eq", "in_", "json_contains", "like_prefix", "quote"]
 
 _FIELD = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# Milvus's string literals end at a raw line break and know only these escapes (besides \t):
+# every other character, control characters and all of Unicode, stands for itself.
+_ESCAPES = str.maketrans({"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r"})
 
 
 def quote(value: str) -> str:
-    """A Milvus string literal: double quotes, with ``\\`` and ``"`` escaped."""
+    """A Milvus string literal: double quotes, with ``\\``, ``"``, line feed and carriage return escaped."""
     if not isinstance(value, str):
         raise TypeError(f"filter values must be strings, not {type(value).__name__}")
     if "\x00" in value:
         raise ConfigError("filter values cannot contain NUL characters")
-    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return '"' + value.translate(_ESCAPES) + '"'
 
 
 def _field(name: str) -> str:
