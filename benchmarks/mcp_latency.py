@@ -108,6 +108,7 @@ def make_project(tmp: Path, limit_files: int | None) -> tuple[Path, Path, int]:
         "docsets:\n"
         "  - id: hugo\n    name: Hugo\n    version: '0.150'\n    aliases: [gohugo]\n"
         f"    local_path: {docs.as_posix()}\n"
+        "    allow_outside_project: true\n"  # the docs live beside the project, not in it
         "  - id: react\n    name: React\n    version: '18.2'\n"
     )
     return project, docs, files
