@@ -23,7 +23,7 @@ import shutil
 import subprocess
 import tempfile
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath
@@ -32,6 +32,7 @@ from urllib.parse import unquote, urlsplit
 
 import yaml
 
+from mdrag.config import home_dir
 from mdrag.errors import DocsetError
 from mdrag.manifest import write_atomic
 
@@ -73,18 +74,10 @@ GIT_TIMEOUT = 300.0  # seconds for one clone
 MAX_FILE_BYTES = 1024 * 1024  # the smart filter skips larger files (REQ-18)
 
 _CONFIG_NAMES = ("config.yaml", "config.yml")
-_TOP_KEYS = {"docsets", "docs_root", "allow_local_git", "allow_outside_project", "template"}
-_DOCSET_KEYS = {
-    "id",
-    "name",
-    "version",
-    "aliases",
-    "local_path",
-    "allow_outside_project",
-    "template",
-    "web_sources",
-    "description",
-}
+_TOP_KEYS = {"docsets", "docs_root", "allow_local_git", "template"}
+_DOCSET_KEYS = {"id", "name", "version", "aliases", "local_path", "template", "web_sources", "description"}
+_RETIRED_OPT_OUT = "allow_outside_project"  # once a project-config key; now ignored, with a warning
+_ALLOWED_SETTING = "knowledge.allowed_paths"  # the user's mdrag setting that lets docsets out of their project
 _SOURCE_KEYS = {"type", "url", "branch", "paths", "options"}
 _VERSION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,63}$")  # becomes part of a folder name
 _BRANCH = re.compile(r"^(?!-)(?!.*\.\.)[^\s\x00-\x1f\x7f~^:?*\[\\]{1,255}$")
@@ -123,7 +116,6 @@ class Docset:
     template: str | None = None  # overrides the config's and the default template
     web_sources: tuple[WebSource, ...] = ()
     description: str | None = None
-    allow_outside_project: bool = False  # local_path may lie outside the project folder (logged when it does)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready summary, as list_docsets returns it."""
@@ -149,6 +141,7 @@ class KnowledgeConfig:
     docsets: tuple[Docset, ...]
     allow_local_git: bool = False  # local paths and file:// URLs as git sources (tests, mirrors)
     template: str | None = None  # default template for docsets without their own
+    allowed_outside: tuple[Path, ...] = ()  # resolved folders outside the project that docsets may read (user's)
 
 
 @dataclass
@@ -194,9 +187,15 @@ def find_config(start: Path | None = None) -> Path:
     )
 
 
-def load_config(path: Path) -> KnowledgeConfig:
-    """Read and validate a config file; every problem is a DocsetError naming the file."""
+def load_config(path: Path, allowed_outside: Iterable[str | Path] = ()) -> KnowledgeConfig:
+    """Read and validate a config file; every problem is a DocsetError naming the file.
+
+    A docset's folder must lie inside the project (the folder holding ``.knowledge/``), links resolved, or
+    inside one of ``allowed_outside``: folders the user allows (``knowledge.allowed_paths`` in their mdrag
+    config, which a project cannot write); each docset read from there is logged as a warning.
+    """
     path = Path(path)
+    allowed = _allowed_folders(allowed_outside)
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
@@ -225,7 +224,6 @@ def load_config(path: Path) -> KnowledgeConfig:
         )
     root = path.parent
     allow_local = _opt_bool(data, "allow_local_git", str(path), False)
-    allow_outside = _opt_bool(data, "allow_outside_project", str(path), False)
     template = _opt_str(data, "template", str(path))
     docs_root = _docs_root(root, _opt_str(data, "docs_root", str(path)))
 
@@ -241,24 +239,26 @@ def load_config(path: Path) -> KnowledgeConfig:
     elif raw is not None:
         raise DocsetError(f"{path}: `docsets` must be a list of docsets or a mapping of id -> settings")
 
+    _warn_retired_opt_out(path, data, entries)
     docsets: list[Docset] = []
     owner: dict[str, str] = {}  # lower-cased id or alias -> docset id
     for ident, spec, where in entries:
-        d = _parse_docset(ident, spec, where, root, docs_root, allow_local, allow_outside)
+        d = _parse_docset(ident, spec, where, root, docs_root, allow_local)
         real = _outside_project(d, root)
-        if real is not None and not d.allow_outside_project:
+        if real is not None and not _allowed(real, allowed):
             raise DocsetError(
                 f"{where} ({d.id}): its folder {d.local_path} is outside the project folder {root.parent} "
-                f"(it resolves to {real}); move the documentation into the project, or set "
-                "`allow_outside_project: true` on this docset if it should be read from there"
+                f"(it resolves to {real}); move the documentation into the project, or, if you trust it, "
+                f"{_how_to_allow(real)}"
             )
         if real is not None:
             log.warning(
-                "docset %s reads %s, outside the project folder %s, because %s sets allow_outside_project",
+                "docset %s reads %s, outside the project folder %s, because %s in your mdrag config allows %s",
                 d.id,
                 real,
                 root.parent,
-                path,
+                _ALLOWED_SETTING,
+                next(a for a in allowed if real.is_relative_to(a)),
             )
         for key in dict.fromkeys(k.lower() for k in (d.id, *d.aliases)):  # an alias may repeat its own id
             if key in owner:
@@ -268,7 +268,42 @@ def load_config(path: Path) -> KnowledgeConfig:
                 )
             owner[key] = d.id
         docsets.append(d)
-    return KnowledgeConfig(path, root, docs_root, tuple(docsets), allow_local, template)
+    return KnowledgeConfig(path, root, docs_root, tuple(docsets), allow_local, template, allowed)
+
+
+def _allowed_folders(folders: Iterable[str | Path]) -> tuple[Path, ...]:
+    if isinstance(folders, (str, Path)):  # one folder, not its characters
+        folders = [folders]
+    return tuple(Path(f).expanduser().resolve() for f in folders)
+
+
+def _allowed(real: Path, allowed: Sequence[Path]) -> bool:
+    return any(real.is_relative_to(a) for a in allowed)
+
+
+def _how_to_allow(real: Path) -> str:
+    return (
+        f"add {real} (or a folder holding it) to `{_ALLOWED_SETTING}` in your own mdrag config "
+        f"({home_dir() / 'config.yaml'}), e.g.\nknowledge:\n  allowed_paths: [{json.dumps(str(real))}]\n"
+        "A project's .knowledge/config.yaml cannot allow this: a cloned project could point it anywhere"
+    )
+
+
+def _warn_retired_opt_out(path: Path, data: Mapping[Any, Any], entries: list[tuple[Any, Any, str]]) -> None:
+    """Warn once that ``allow_outside_project`` is ignored: a project cannot let its own docsets out."""
+    where = ["the top level"] if _RETIRED_OPT_OUT in data else []
+    where += [f"docset {ident}" for ident, spec, _ in entries if isinstance(spec, Mapping) and _RETIRED_OPT_OUT in spec]
+    if where:
+        log.warning(
+            "%s: `%s` (%s) is ignored, so remove it: a project's config cannot let docsets read folders outside "
+            "the project, since a cloned project could set it too. To read a docset from a folder outside the "
+            "project, list that folder in `%s` in your own mdrag config (%s)",
+            path,
+            _RETIRED_OPT_OUT,
+            ", ".join(where),
+            _ALLOWED_SETTING,
+            home_dir() / "config.yaml",
+        )
 
 
 def _docs_root(root: Path, value: str | None) -> Path:
@@ -286,9 +321,7 @@ def _docs_root(root: Path, value: str | None) -> Path:
     return Path(os.path.normpath(base / p))
 
 
-def _parse_docset(
-    ident: Any, spec: Any, where: str, root: Path, docs_root: Path, allow_local: bool, allow_outside: bool
-) -> Docset:
+def _parse_docset(ident: Any, spec: Any, where: str, root: Path, docs_root: Path, allow_local: bool) -> Docset:
     if not isinstance(spec, Mapping):
         raise DocsetError(f"{where}: settings must be a mapping (version, aliases, local_path, ...)")
     if isinstance(ident, int) and not isinstance(ident, bool):
@@ -324,8 +357,7 @@ def _parse_docset(
     else:
         folder = docs_root / (f"{ident}-{version}" if version else ident)  # REQ-2, REQ-5
     template, description = _opt_str(spec, "template", where), _opt_str(spec, "description", where)
-    outside = _opt_bool(spec, "allow_outside_project", where, allow_outside)
-    return Docset(ident, name, version, tuple(aliases), _posix_dir(folder), template, sources, description, outside)
+    return Docset(ident, name, version, tuple(aliases), _posix_dir(folder), template, sources, description)
 
 
 def _outside_project(d: Docset, root: Path) -> Path | None:
@@ -343,11 +375,10 @@ def _outside_project(d: Docset, root: Path) -> Path | None:
 def _confine(d: Docset, cfg: KnowledgeConfig) -> None:
     """Check again, before a docset's folder is read or written, that no link has led it out of the project since."""
     real = _outside_project(d, cfg.root)
-    if real is not None and not d.allow_outside_project:
+    if real is not None and not _allowed(real, cfg.allowed_outside):
         raise DocsetError(
             f"docset {d.id!r}: its folder {d.local_path} resolves to {real}, outside the project folder "
-            f"{cfg.root.parent}; remove the symbolic link that leads there, or set `allow_outside_project: true` "
-            f"on the docset in {cfg.path} if it should be read from there"
+            f"{cfg.root.parent}; remove the symbolic link that leads there, or, if you trust it, {_how_to_allow(real)}"
         )
 
 
@@ -411,11 +442,17 @@ class KnowledgeBase:
     One ``os.stat`` per call decides, so a change is seen on the next call. If
     the changed file is invalid, every call raises its error (the stale config
     is not served) until it is fixed; ``last_good`` keeps the last valid one.
+    ``allowed_outside``: folders outside the project that docsets may be read
+    from, as :func:`load_config` takes them (front ends pass the user's
+    ``knowledge.allowed_paths``).
     """
 
-    def __init__(self, start: Path | None = None, path: Path | None = None) -> None:
+    def __init__(
+        self, start: Path | None = None, path: Path | None = None, allowed_outside: Iterable[str | Path] = ()
+    ) -> None:
         self._start = Path(start) if start is not None else Path.cwd()  # where discovery begins
         self._path = Path(path) if path is not None else None  # an explicit config file: no discovery
+        self._allowed = _allowed_folders(allowed_outside)
         self._found: Path | None = None  # the discovered config file
         self._key: tuple[Any, ...] | None = None  # stat identity of the file behind _config / _error
         self._config: KnowledgeConfig | None = None  # valid for _key
@@ -443,7 +480,7 @@ class KnowledgeBase:
             return self._config
         self._key = key
         try:
-            cfg = load_config(path)
+            cfg = load_config(path, self._allowed)
         except DocsetError as e:
             self._config, self._error = None, str(e)
             raise

@@ -225,7 +225,6 @@ def test_local_path_rules(project: Path, tmp_path: Path) -> None:
     local_path: ../manual
   - id: abs
     local_path: {tmp_path.as_posix()}/elsewhere
-    allow_outside_project: true
   - id: web
     version: "1.0"
     web_sources:
@@ -237,7 +236,8 @@ def test_local_path_rules(project: Path, tmp_path: Path) -> None:
       - type: git_repo
         url: git@github.com:owner/repo.git
 """,
-        )
+        ),
+        allowed_outside=[tmp_path / "elsewhere"],  # the user's knowledge.allowed_paths
     )
     paths = {d.id: d.local_path for d in cfg.docsets}
     assert paths == {
@@ -265,8 +265,8 @@ def test_relative_docs_root_resolves_from_the_knowledge_folder(project: Path, do
 
 
 def test_absolute_docs_root(project: Path, tmp_path: Path) -> None:
-    text = f"docs_root: {tmp_path.as_posix()}/d\nallow_outside_project: true\ndocsets:\n  react:\n"
-    cfg = load_config(write_config(project, text))
+    text = f"docs_root: {tmp_path.as_posix()}/d\ndocsets:\n  react:\n"
+    cfg = load_config(write_config(project, text), allowed_outside=[tmp_path / "d"])
     assert cfg.docsets[0].local_path == f"{tmp_path.as_posix()}/d/react/"
 
 
@@ -374,9 +374,9 @@ def test_config_is_cached_until_the_file_changes(project: Path, monkeypatch: pyt
     loads: list[Path] = []
     real = knowledge.load_config
 
-    def counting(p: Path) -> knowledge.KnowledgeConfig:
+    def counting(p: Path, allowed_outside: tuple[Path, ...] = ()) -> knowledge.KnowledgeConfig:
         loads.append(p)
-        return real(p)
+        return real(p, allowed_outside)
 
     monkeypatch.setattr(knowledge, "load_config", counting)
     kb = KnowledgeBase(start=project)

@@ -2,7 +2,9 @@
 
 A git repository committed with symbolic links to /etc, to a folder outside it and into its own .git, and a
 config asking for absolute and ``..`` paths, is served from a local bare repository (a file:// URL, and git://
-from ``git daemon`` on 127.0.0.1 where it starts) and loaded with ``mdrag knowledge refresh``.
+from ``git daemon`` on 127.0.0.1 where it starts) and loaded with ``mdrag knowledge refresh``. A project config
+pointing a docset outside the project, opt-out key included, is refused by the library, the knowledge command and
+``mdrag mcp``; only the user's ``knowledge.allowed_paths`` lets a folder outside be read.
 """
 
 from __future__ import annotations
@@ -16,7 +18,9 @@ import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import anyio
 import pytest
 
 from mdrag import cli
@@ -31,7 +35,11 @@ from mdrag.knowledge import (
     load_config,
     refresh,
 )
+from mdrag.mcp import KnowledgeTools
 from tests.test_knowledge import git, make_repo, push_commit, write_config, write_files
+from tests.test_mcp import connect
+from tests.test_mcp import error as mcp_error
+from tests.test_mcp import ok as mcp_ok
 
 SECRET = "TOP-SECRET-7f3a9c"  # the content of every file outside the repository that its links reach
 
@@ -71,6 +79,11 @@ HOSTILE_PATHS = {
     "docs/../README.md": "'..'",
     ".git/config": ".git",
 }
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
 
 
 @pytest.fixture
@@ -287,7 +300,7 @@ def test_local_path_outside_the_project_is_refused(tmp_path: Path, outside: Path
     (path.parent / "loop").symlink_to("loop")
     with pytest.raises(DocsetError, match="outside the project folder") as e:
         load_config(path)
-    assert "allow_outside_project: true" in str(e.value) and str(path) in str(e.value)
+    assert "knowledge.allowed_paths" in str(e.value) and str(path) in str(e.value)
     with pytest.raises(DocsetError, match="outside the project folder"):
         KnowledgeBase(start=project).resolve("a")
 
@@ -311,25 +324,104 @@ def test_a_link_out_of_the_project_is_refused_at_load_and_at_use(tmp_path: Path,
         kb.instructions("b", ["x"], ["y"])
 
 
-@pytest.mark.parametrize("scope", ["docset", "top"])
-def test_allow_outside_project_opts_out_and_is_logged(
+HOSTILE_OPT_OUT = {  # a cloned project's config that tries to let itself out (the opt-out 120458e read)
+    "docset": "docsets:\n  - id: a\n    local_path: {outside}\n    allow_outside_project: true\n",
+    "top": "allow_outside_project: true\ndocsets:\n  - id: a\n    local_path: {outside}\n",
+}
+
+
+@pytest.mark.parametrize("scope", sorted(HOSTILE_OPT_OUT))
+def test_a_project_cannot_let_itself_out(
     tmp_path: Path, outside: Path, scope: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     project = tmp_path / "project"
-    if scope == "docset":
-        text = f"docsets:\n  - id: a\n    local_path: {outside}\n    allow_outside_project: true\n  - id: b\n"
-    else:
-        text = f"allow_outside_project: true\ndocsets:\n  - id: a\n    local_path: {outside}\n  - id: b\n"
-    write_config(project, text)
+    path = write_config(project, HOSTILE_OPT_OUT[scope].format(outside=outside))
     with caplog.at_level(logging.WARNING, logger="mdrag.knowledge"):
-        kb = KnowledgeBase(start=project)
+        with pytest.raises(DocsetError, match="outside the project folder") as e:
+            load_config(path)
+        with pytest.raises(DocsetError, match="outside the project folder"):
+            KnowledgeBase(start=project).resolve("a")
+    assert "knowledge.allowed_paths" in str(e.value)
+    ignored = [r.getMessage() for r in caplog.records if "`allow_outside_project`" in r.getMessage()]
+    assert ignored and "is ignored" in ignored[0] and "knowledge.allowed_paths" in ignored[0], caplog.text
+
+
+@pytest.mark.parametrize("allowed", ["folder", "parent", "link", "home"])
+def test_the_users_allowed_paths_let_a_docset_out_and_are_logged(
+    tmp_path: Path, outside: Path, allowed: str, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "link").symlink_to(outside)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    folder = {"folder": outside, "parent": tmp_path, "link": tmp_path / "link", "home": "~/outside"}[allowed]
+    project = tmp_path / "project"
+    write_config(project, f"docsets:\n  - id: a\n    local_path: {outside}\n  - id: b\n  - id: c\n")
+    with caplog.at_level(logging.WARNING, logger="mdrag.knowledge"):
+        kb = KnowledgeBase(start=project, allowed_outside=[folder])
         assert kb.resolve("a").local_path == outside.as_posix() + "/"
         assert kb.resolve("b").local_path.startswith(project.as_posix())
-    logged = [r.getMessage() for r in caplog.records if "allow_outside_project" in r.getMessage()]
-    assert len(logged) == 1 and str(outside) in logged[0] and "docset a" in logged[0]
+        (project / ".knowledge" / "docs").mkdir()
+        (project / ".knowledge" / "docs" / "c").symlink_to(outside / "sub")  # after the load: checked at use
+        assert kb.resolve("c").id == "c"
+    logged = [r.getMessage() for r in caplog.records if "knowledge.allowed_paths" in r.getMessage()]
+    assert len(logged) == 1 and str(outside) in logged[0] and "docset a" in logged[0], caplog.text
+    other = tmp_path / "other"
+    for beside in ([other], str(other)):  # a folder beside the allowed one; one string is one folder, not "/", ...
+        with pytest.raises(DocsetError, match="outside the project folder"):
+            KnowledgeBase(start=project, allowed_outside=beside).resolve("a")
 
 
-def test_allow_outside_project_must_be_a_boolean(tmp_path: Path) -> None:
-    path = write_config(tmp_path / "project", "docsets:\n  - id: a\n    allow_outside_project: 'yes'\n")
-    with pytest.raises(DocsetError, match="allow_outside_project must be true or false"):
-        load_config(path)
+def test_the_knowledge_command_passes_the_users_allowed_paths(
+    tmp_path: Path, outside: Path, mdrag_home: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    project = tmp_path / "project"
+    write_config(project, HOSTILE_OPT_OUT["docset"].format(outside=outside))
+    monkeypatch.chdir(project)
+    assert cli.main(["knowledge", "status"]) == 1
+    assert "knowledge.allowed_paths" in capsys.readouterr().err
+    (mdrag_home / "config.yaml").write_text(f"knowledge:\n  allowed_paths: [{json.dumps(str(outside))}]\n")
+    assert cli.main(["knowledge", "status"]) == 0, capsys.readouterr().err
+
+
+@pytest.mark.anyio
+async def test_mcp_server_reads_outside_only_what_the_user_allows(
+    tmp_path: Path, outside: Path, mdrag_home: Path
+) -> None:
+    """``mdrag mcp`` over stdio: the project's opt-out is refused, the user's ``knowledge.allowed_paths`` is used."""
+    allowed = tmp_path / "allowed"
+    write_files(allowed, {"guide.md": "# Guide\n"})
+    (mdrag_home / "config.yaml").write_text(f"knowledge:\n  allowed_paths: [{json.dumps(str(allowed))}]\n")
+    project = tmp_path / "project"
+    config = write_config(project, HOSTILE_OPT_OUT["top"].format(outside=outside))
+    args = {"docset": "a", "keywords": ["secret"], "generalized_keywords": ["token"]}
+    err = tmp_path / "err.log"
+    with anyio.fail_after(60):
+        async with connect(project, mdrag_home, err) as s:
+            refused = mcp_error(await s.call_tool("search_docs", args))
+            config.write_text(f"docsets:\n  - id: a\n    local_path: {allowed}\n", encoding="utf-8")
+            instructions = mcp_ok(await s.call_tool("search_docs", args))
+    assert "outside the project folder" in refused and "knowledge.allowed_paths" in refused
+    assert str(outside) not in instructions and f"{allowed.as_posix()}/" in instructions
+    logged = err.read_text()
+    assert "`allow_outside_project` (the top level) is ignored" in logged
+    assert f"reads {allowed.resolve()}" in logged and "because knowledge.allowed_paths" in logged
+
+
+@pytest.mark.anyio
+async def test_search_over_every_docset_checks_each_folder_again(
+    tmp_path: Path, outside: Path, mdrag_home: Path, hash_embedder: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A docset folder that became a link out of the project after the config was loaded is skipped, not read."""
+    monkeypatch.setattr("mdrag.index.make_embedder", lambda config: hash_embedder)
+    (mdrag_home / "config.yaml").write_text("search:\n  threshold: 0.0\n")  # any passage counts
+    (outside / "notes.md").write_text(f"# Notes\n\nThe password is {SECRET}.\n")
+    project = tmp_path / "project"
+    write_config(project, "docsets:\n  - id: a\n  - id: b\n")
+    docs = project / ".knowledge" / "docs"
+    write_files(docs / "a", {"guide.md": "# Guide\n\nThe guide to the public parts.\n"})
+    kb = KnowledgeBase(start=project)
+    kb.config()
+    (docs / "b").symlink_to(outside)
+    with anyio.fail_after(120):
+        found = await KnowledgeTools(kb, refresh_interval=0).search({"query": f"password {SECRET}"})
+    assert SECRET not in json.dumps(found["results"]) and found["results"], found
+    assert "outside the project folder" in found["skipped"]["b"] and "b" not in found["indexed"]
