@@ -89,8 +89,12 @@ async def timed(fn: Callable[[], Awaitable[object]], n: int) -> list[float]:
     return out
 
 
-def make_project(tmp: Path, limit_files: int | None) -> tuple[Path, Path, int]:
-    """A project with a `hugo` docset: the Hugo pages (all, or a copy of ``limit_files`` of them)."""
+def make_project(tmp: Path, home: Path, limit_files: int | None) -> tuple[Path, Path, int]:
+    """A project with a `hugo` docset: the Hugo pages (all, or a copy of ``limit_files`` of them).
+
+    The pages live beside the project, so the user's config in ``home`` allows their folder
+    (``knowledge.allowed_paths``).
+    """
     if limit_files:
         docs = tmp / "hugo"
         pages = sorted(HUGO.rglob("*.md"))
@@ -110,14 +114,16 @@ def make_project(tmp: Path, limit_files: int | None) -> tuple[Path, Path, int]:
         f"    local_path: {docs.as_posix()}\n"
         "  - id: react\n    name: React\n    version: '18.2'\n"
     )
+    (home / "config.yaml").write_text(f"knowledge:\n  allowed_paths: [{json.dumps(str(docs))}]\n")
     return project, docs, files
 
 
 def in_process(project: Path, n: int) -> dict[str, Any]:
+    from mdrag.config import load_config
     from mdrag.knowledge import KnowledgeBase
     from mdrag.mcp import KnowledgeTools
 
-    kb = KnowledgeBase(project)
+    kb = KnowledgeBase(project, allowed_outside=load_config()["knowledge.allowed_paths"])
     kb.config()  # REQ-9 counts from after the config load
     out: dict[str, Any] = {}
     base = spread(
@@ -267,7 +273,7 @@ def main() -> None:
         home = tmp / "home"
         home.mkdir()
         os.environ["MDRAG_HOME"] = str(home)
-        project, docs, files = make_project(tmp, args.limit_files)
+        project, docs, files = make_project(tmp, home, args.limit_files)
         out["hugo_files"] = files
         out["in_process"] = in_process(project, args.calls)
         base = out["in_process"]["baseline_kb_instructions_ms"]

@@ -392,8 +392,9 @@ def _cmd_mcp(args: argparse.Namespace) -> int:
 
 def _cmd_knowledge(args: argparse.Namespace) -> int:
     from mdrag import knowledge as k
+    from mdrag.config import load_config
 
-    kb = k.KnowledgeBase()
+    kb = k.KnowledgeBase(allowed_outside=load_config()["knowledge.allowed_paths"])
 
     def progress(message: str) -> None:
         if not args.quiet:

@@ -66,6 +66,7 @@ DEFAULTS: dict[str, tuple[type | tuple[type, ...], Any]] = {
     "server.allowed_origins": (list, []),  # browser origins allowed besides loopback pages
     "server.max_message_bytes": (int, 65536),
     "server.max_pending": (int, 8),  # requests waiting on one connection
+    "knowledge.allowed_paths": (list, []),  # folders outside a project that its docsets may be read from
 }
 
 #: md-qa environment variables and the settings they provide.
@@ -213,7 +214,20 @@ def _range_check(key: str, value: Any, origin: str) -> Any:
         raise ConfigError(f"{key} must be more than 0, got {value!r} (from the {origin})")
     if key == "server.max_message_bytes" and not 1024 <= value <= (1 << 20):
         raise ConfigError(f"{key} must be between 1024 and 1048576, got {value!r} (from the {origin})")
+    if key == "knowledge.allowed_paths":
+        return [_absolute_folder(key, p, origin) for p in value]
     return value
+
+
+def _absolute_folder(key: str, value: str, origin: str) -> str:
+    """``value`` with ``~`` expanded and every link resolved; a relative folder is refused (relative to what?)."""
+    p = Path(value).expanduser()
+    if not p.is_absolute():
+        raise ConfigError(
+            f"{key} must list absolute folders (or ones starting with ~), got {value!r} (from the {origin}); "
+            "write the full path, e.g. ~/docs/react"
+        )
+    return str(p.resolve())
 
 
 def _read_file(path: Path) -> dict[str, Any]:

@@ -23,7 +23,7 @@ import shutil
 import subprocess
 import tempfile
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath
@@ -32,6 +32,7 @@ from urllib.parse import unquote, urlsplit
 
 import yaml
 
+from mdrag.config import home_dir
 from mdrag.errors import DocsetError
 from mdrag.manifest import write_atomic
 
@@ -44,6 +45,7 @@ __all__ = [
     "GitRepoLoader",
     "KnowledgeBase",
     "KnowledgeConfig",
+    "Selection",
     "SourceResult",
     "WebSource",
     "find_config",
@@ -74,6 +76,8 @@ MAX_FILE_BYTES = 1024 * 1024  # the smart filter skips larger files (REQ-18)
 _CONFIG_NAMES = ("config.yaml", "config.yml")
 _TOP_KEYS = {"docsets", "docs_root", "allow_local_git", "template"}
 _DOCSET_KEYS = {"id", "name", "version", "aliases", "local_path", "template", "web_sources", "description"}
+_RETIRED_OPT_OUT = "allow_outside_project"  # once a project-config key; now ignored, with a warning
+_ALLOWED_SETTING = "knowledge.allowed_paths"  # the user's mdrag setting that lets docsets out of their project
 _SOURCE_KEYS = {"type", "url", "branch", "paths", "options"}
 _VERSION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,63}$")  # becomes part of a folder name
 _BRANCH = re.compile(r"^(?!-)(?!.*\.\.)[^\s\x00-\x1f\x7f~^:?*\[\\]{1,255}$")
@@ -137,6 +141,7 @@ class KnowledgeConfig:
     docsets: tuple[Docset, ...]
     allow_local_git: bool = False  # local paths and file:// URLs as git sources (tests, mirrors)
     template: str | None = None  # default template for docsets without their own
+    allowed_outside: tuple[Path, ...] = ()  # resolved folders outside the project that docsets may read (user's)
 
 
 @dataclass
@@ -152,6 +157,15 @@ class SourceResult:
     content_hash: str | None = None
     error: str | None = None
     warning: str | None = None
+    refused: list[str] = field(default_factory=list)  # links in the repository that lead out of it, not followed
+
+
+@dataclass
+class Selection:
+    """The files of a clone that become part of a docset, and what was refused on the way."""
+
+    files: list[str]  # sorted repo-relative posix paths
+    refused: list[str] = field(default_factory=list)  # sorted: symbolic links met that lead out of the clone
 
 
 # --------------------------------------------------------------------------- config
@@ -173,9 +187,15 @@ def find_config(start: Path | None = None) -> Path:
     )
 
 
-def load_config(path: Path) -> KnowledgeConfig:
-    """Read and validate a config file; every problem is a DocsetError naming the file."""
+def load_config(path: Path, allowed_outside: Iterable[str | Path] = ()) -> KnowledgeConfig:
+    """Read and validate a config file; every problem is a DocsetError naming the file.
+
+    A docset's folder must lie inside the project (the folder holding ``.knowledge/``), links resolved, or
+    inside one of ``allowed_outside``: folders the user allows (``knowledge.allowed_paths`` in their mdrag
+    config, which a project cannot write); each docset read from there is logged as a warning.
+    """
     path = Path(path)
+    allowed = _allowed_folders(allowed_outside)
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
@@ -203,9 +223,7 @@ def load_config(path: Path) -> KnowledgeConfig:
             'docsets:\n  - id: react\n    version: "18.2"\n(an empty list `docsets: []` is allowed)'
         )
     root = path.parent
-    allow_local = data.get("allow_local_git", False)
-    if not isinstance(allow_local, bool):
-        raise DocsetError(f"{path}: allow_local_git must be true or false, got {allow_local!r}")
+    allow_local = _opt_bool(data, "allow_local_git", str(path), False)
     template = _opt_str(data, "template", str(path))
     docs_root = _docs_root(root, _opt_str(data, "docs_root", str(path)))
 
@@ -221,10 +239,27 @@ def load_config(path: Path) -> KnowledgeConfig:
     elif raw is not None:
         raise DocsetError(f"{path}: `docsets` must be a list of docsets or a mapping of id -> settings")
 
+    _warn_retired_opt_out(path, data, entries)
     docsets: list[Docset] = []
     owner: dict[str, str] = {}  # lower-cased id or alias -> docset id
     for ident, spec, where in entries:
         d = _parse_docset(ident, spec, where, root, docs_root, allow_local)
+        real = _outside_project(d, root)
+        if real is not None and not _allowed(real, allowed):
+            raise DocsetError(
+                f"{where} ({d.id}): its folder {d.local_path} is outside the project folder {root.parent} "
+                f"(it resolves to {real}); move the documentation into the project, or, if you trust it, "
+                f"{_how_to_allow(real)}"
+            )
+        if real is not None:
+            log.warning(
+                "docset %s reads %s, outside the project folder %s, because %s in your mdrag config allows %s",
+                d.id,
+                real,
+                root.parent,
+                _ALLOWED_SETTING,
+                next(a for a in allowed if real.is_relative_to(a)),
+            )
         for key in dict.fromkeys(k.lower() for k in (d.id, *d.aliases)):  # an alias may repeat its own id
             if key in owner:
                 raise DocsetError(
@@ -233,7 +268,42 @@ def load_config(path: Path) -> KnowledgeConfig:
                 )
             owner[key] = d.id
         docsets.append(d)
-    return KnowledgeConfig(path, root, docs_root, tuple(docsets), allow_local, template)
+    return KnowledgeConfig(path, root, docs_root, tuple(docsets), allow_local, template, allowed)
+
+
+def _allowed_folders(folders: Iterable[str | Path]) -> tuple[Path, ...]:
+    if isinstance(folders, (str, Path)):  # one folder, not its characters
+        folders = [folders]
+    return tuple(Path(f).expanduser().resolve() for f in folders)
+
+
+def _allowed(real: Path, allowed: Sequence[Path]) -> bool:
+    return any(real.is_relative_to(a) for a in allowed)
+
+
+def _how_to_allow(real: Path) -> str:
+    return (
+        f"add {real} (or a folder holding it) to `{_ALLOWED_SETTING}` in your own mdrag config "
+        f"({home_dir() / 'config.yaml'}), e.g.\nknowledge:\n  allowed_paths: [{json.dumps(str(real))}]\n"
+        "A project's .knowledge/config.yaml cannot allow this: a cloned project could point it anywhere"
+    )
+
+
+def _warn_retired_opt_out(path: Path, data: Mapping[Any, Any], entries: list[tuple[Any, Any, str]]) -> None:
+    """Warn once that ``allow_outside_project`` is ignored: a project cannot let its own docsets out."""
+    where = ["the top level"] if _RETIRED_OPT_OUT in data else []
+    where += [f"docset {ident}" for ident, spec, _ in entries if isinstance(spec, Mapping) and _RETIRED_OPT_OUT in spec]
+    if where:
+        log.warning(
+            "%s: `%s` (%s) is ignored, so remove it: a project's config cannot let docsets read folders outside "
+            "the project, since a cloned project could set it too. To read a docset from a folder outside the "
+            "project, list that folder in `%s` in your own mdrag config (%s)",
+            path,
+            _RETIRED_OPT_OUT,
+            ", ".join(where),
+            _ALLOWED_SETTING,
+            home_dir() / "config.yaml",
+        )
 
 
 def _docs_root(root: Path, value: str | None) -> Path:
@@ -290,6 +360,28 @@ def _parse_docset(ident: Any, spec: Any, where: str, root: Path, docs_root: Path
     return Docset(ident, name, version, tuple(aliases), _posix_dir(folder), template, sources, description)
 
 
+def _outside_project(d: Docset, root: Path) -> Path | None:
+    """The docset folder with every link resolved, when that is outside the project (the folder holding ``root``).
+
+    A folder whose links cannot be resolved (a loop) counts as outside, as written.
+    """
+    try:
+        real = Path(d.local_path).resolve()
+    except (OSError, RuntimeError):  # RuntimeError: a link loop (Python < 3.13)
+        return Path(d.local_path)
+    return None if real.is_relative_to(root.parent.resolve()) else real
+
+
+def _confine(d: Docset, cfg: KnowledgeConfig) -> None:
+    """Check again, before a docset's folder is read or written, that no link has led it out of the project since."""
+    real = _outside_project(d, cfg.root)
+    if real is not None and not _allowed(real, cfg.allowed_outside):
+        raise DocsetError(
+            f"docset {d.id!r}: its folder {d.local_path} resolves to {real}, outside the project folder "
+            f"{cfg.root.parent}; remove the symbolic link that leads there, or, if you trust it, {_how_to_allow(real)}"
+        )
+
+
 def _parse_source(raw: Any, where: str, allow_local: bool) -> WebSource:
     if not isinstance(raw, Mapping):
         raise DocsetError(f"{where}: a web source must be a mapping such as {{type: git_repo, url: ...}}")
@@ -323,6 +415,13 @@ def _ignore_unknown(spec: Mapping[Any, Any], known: set[str], where: object) -> 
         log.debug("%s: ignoring unknown key %r", where, key)
 
 
+def _opt_bool(spec: Mapping[Any, Any], key: str, where: str, default: bool) -> bool:
+    value = spec.get(key, default)
+    if not isinstance(value, bool):
+        raise DocsetError(f"{where}: {key} must be true or false, got {value!r}")
+    return value
+
+
 def _opt_str(spec: Mapping[Any, Any], key: str, where: str) -> str | None:
     value = spec.get(key)
     if value is not None and not isinstance(value, str):
@@ -343,11 +442,17 @@ class KnowledgeBase:
     One ``os.stat`` per call decides, so a change is seen on the next call. If
     the changed file is invalid, every call raises its error (the stale config
     is not served) until it is fixed; ``last_good`` keeps the last valid one.
+    ``allowed_outside``: folders outside the project that docsets may be read
+    from, as :func:`load_config` takes them (front ends pass the user's
+    ``knowledge.allowed_paths``).
     """
 
-    def __init__(self, start: Path | None = None, path: Path | None = None) -> None:
+    def __init__(
+        self, start: Path | None = None, path: Path | None = None, allowed_outside: Iterable[str | Path] = ()
+    ) -> None:
         self._start = Path(start) if start is not None else Path.cwd()  # where discovery begins
         self._path = Path(path) if path is not None else None  # an explicit config file: no discovery
+        self._allowed = _allowed_folders(allowed_outside)
         self._found: Path | None = None  # the discovered config file
         self._key: tuple[Any, ...] | None = None  # stat identity of the file behind _config / _error
         self._config: KnowledgeConfig | None = None  # valid for _key
@@ -375,7 +480,7 @@ class KnowledgeBase:
             return self._config
         self._key = key
         try:
-            cfg = load_config(path)
+            cfg = load_config(path, self._allowed)
         except DocsetError as e:
             self._config, self._error = None, str(e)
             raise
@@ -391,8 +496,13 @@ class KnowledgeBase:
         return [d.to_dict() for d in self.config().docsets]
 
     def resolve(self, name: str) -> Docset:
-        """A docset by id, alias or display name, case-insensitively."""
+        """A docset by id, alias or display name, case-insensitively; its folder is checked to be in the project."""
         cfg = self.config()
+        d = self._find(cfg, name)
+        _confine(d, cfg)
+        return d
+
+    def _find(self, cfg: KnowledgeConfig, name: str) -> Docset:
         if not isinstance(name, str):
             raise DocsetError(f"docset must be a string, got {type(name).__name__}; call list_docsets for names")
         key = name.strip().lower()
@@ -548,44 +658,62 @@ _NOT_FOUND_HINTS = ("does not appear to be a git repository", "repository not fo
 class GitRepoLoader:
     """Clones git sources and selects their files: the single source of truth for content selection."""
 
-    def select_files(self, repo_dir: Path, paths: Sequence[str] = ()) -> list[str]:
-        """Sorted repo-relative posix paths: exactly ``paths`` (folders recursively), or the smart filter."""
+    def select_files(self, repo_dir: Path, paths: Sequence[str] = ()) -> Selection:
+        """Exactly ``paths`` (folders recursively), or the smart filter; nothing whose target is outside the clone.
+
+        An entry of ``paths`` that is absolute, holds '..' or .git, or leads out of the clone through a symbolic
+        link raises DocsetError. Symbolic links met inside folders are not followed; those that lead out of the
+        clone (or into its .git) are listed in ``refused``.
+        """
         repo_dir = Path(repo_dir)
+        real = repo_dir.resolve()
         chosen: set[str] = set()
+        refused: set[str] = set()
         if paths:
             for raw in paths:
-                rel = raw.strip().replace("\\", "/").strip("/")
-                rel = "" if rel in ("", ".") else rel.removeprefix("./")
-                pure = PurePosixPath(rel)
-                if pure.is_absolute() or ".." in pure.parts or ".git" in pure.parts:
-                    raise DocsetError(f"path {raw!r} must be relative to the repository root, without '..' or .git")
+                rel = _repo_path(raw)
                 target = repo_dir / rel
-                if target.is_symlink() or not target.exists():
+                if _in_clone(target, real) is None:
+                    raise DocsetError(
+                        f"path {raw!r} is refused: a symbolic link leads it outside the repository (or round a "
+                        "loop); list the repository's own files or folders instead"
+                    )
+                if not target.exists():
                     raise DocsetError(f"path {raw!r} not found in the repository; {_top_level(repo_dir)}")
                 if target.is_file():
                     chosen.add(rel)
                 else:
-                    chosen.update(self._walk(repo_dir, target, smart=False))
+                    chosen.update(self._walk(repo_dir, real, target, False, refused))
         else:
-            chosen.update(self._walk(repo_dir, repo_dir, smart=True))
+            chosen.update(self._walk(repo_dir, real, repo_dir, True, refused))
         chosen.discard(METADATA_FILE)  # the docset folder's own metadata file
         if not chosen:
             log.warning("%s", _empty_warning(paths))
-        return sorted(chosen)
+        return Selection(sorted(chosen), sorted(refused))
 
-    def _walk(self, repo_dir: Path, top: Path, smart: bool) -> list[str]:
+    def _walk(self, repo_dir: Path, real: Path, top: Path, smart: bool, refused: set[str]) -> list[str]:
+        """The files under ``top``; symbolic links are not followed, and those leading out go to ``refused``."""
         found = []
         for folder, dirs, files in os.walk(top):
             here = Path(folder)
-            dirs[:] = [
-                d
-                for d in dirs
-                if d != ".git" and not (here / d).is_symlink() and not (smart and d.lower() in EXCLUDED_DIRS)
-            ]
+            kept = []
+            for d in dirs:
+                if d == ".git" or (smart and d.lower() in EXCLUDED_DIRS):
+                    continue
+                if (here / d).is_symlink():
+                    if _in_clone(here / d, real) is None:
+                        refused.add((here / d).relative_to(repo_dir).as_posix())
+                    continue
+                kept.append(d)
+            dirs[:] = kept
             for name in files:
                 p = here / name
                 rel = p.relative_to(repo_dir).as_posix()
-                if p.is_symlink() or (smart and not _is_doc_file(p, rel)):
+                if p.is_symlink():
+                    if _in_clone(p, real) is None:
+                        refused.add(rel)
+                    continue
+                if smart and not _is_doc_file(p, rel):
                     continue
                 found.append(rel)
         return found
@@ -613,10 +741,10 @@ class GitRepoLoader:
             _check_space(Path(tmp), url)
             repo = Path(tmp) / "repo"
             self._clone(source, repo, allow_local, base, progress)
-            files = self.select_files(repo, source.paths)
+            selection = self.select_files(repo, source.paths)
             commit = _run(["git", "-C", str(repo), "rev-parse", "HEAD"], None, 30)
             head = commit.stdout.strip() if commit.returncode == 0 else None
-            return self._sync(source, repo, files, dest, head, progress)
+            return self._sync(source, repo, selection, dest, head, progress)
 
     def _clone(
         self, source: WebSource, repo: Path, allow_local: bool, base: Path | None, progress: Progress | None
@@ -665,26 +793,42 @@ class GitRepoLoader:
         return sorted(r.removeprefix("refs/heads/") for r in refs if r.startswith("refs/heads/"))
 
     def _sync(
-        self, source: WebSource, repo: Path, files: list[str], dest: Path, commit: str | None, progress: Progress | None
+        self,
+        source: WebSource,
+        repo: Path,
+        selection: Selection,
+        dest: Path,
+        commit: str | None,
+        progress: Progress | None,
     ) -> SourceResult:
+        files = selection.files
+        real = repo.resolve()
+        sources: dict[str, Path] = {}  # copied by resolved path, and only from inside the clone
+        for rel in files:
+            src = _in_clone(repo / rel, real)
+            if src is None:
+                raise DocsetError(f"{rel!r} is refused: a symbolic link leads it outside the repository")
+            sources[rel] = src
         meta = read_metadata(dest)
         prev = meta.get(source.url, {})
         prev_files = set(prev.get("files", []))
         prev_hashes: dict[str, str] = prev.get("hashes", {})
         others = {f: u for u, e in meta.items() if u != source.url for f in e.get("files", [])}
-        hashes = {rel: _sha256(repo / rel) for rel in files}
+        hashes = {rel: _sha256(src) for rel, src in sources.items()}
+        stale = sorted(prev_files - set(files))
         added: list[str] = []
         changed: list[str] = []
         dest.mkdir(parents=True, exist_ok=True)
+        _check_targets(dest, [*files, *stale])
         for rel in files:
-            src, target = repo / rel, dest / rel
+            src, target = sources[rel], dest / rel
             same = rel in prev_files and prev_hashes.get(rel) == hashes[rel]
-            if same and target.is_file() and target.stat().st_size == src.stat().st_size:
+            if same and target.is_file() and not target.is_symlink() and target.stat().st_size == src.stat().st_size:
                 continue  # unchanged: not rewritten, keeps its mtime
             _copy(src, target)
             (changed if rel in prev_files else added).append(rel)
         removed = []
-        for rel in sorted(prev_files - set(files)):
+        for rel in stale:
             removed.append(rel)
             if rel in others:
                 continue  # another source of this docset provides it now
@@ -708,6 +852,12 @@ class GitRepoLoader:
         warnings = []
         if not files:
             warnings.append(_empty_warning(source.paths))
+        if selection.refused:
+            shown = ", ".join(selection.refused[:10]) + (", ..." if len(selection.refused) > 10 else "")
+            warnings.append(
+                f"refused {len(selection.refused)} symbolic links that lead outside the repository (not followed): "
+                + shown
+            )
         shared = sorted(set(files) & others.keys())
         if shared:
             warnings.append(
@@ -719,7 +869,9 @@ class GitRepoLoader:
                 f"{len(removed)} removed"
             )
         warning = "; ".join(warnings) or None
-        return SourceResult(_redact(source.url), True, files, added, changed, removed, content_hash, None, warning)
+        return SourceResult(
+            _redact(source.url), True, files, added, changed, removed, content_hash, None, warning, selection.refused
+        )
 
 
 def _is_doc_file(p: Path, rel: str) -> bool:
@@ -738,6 +890,46 @@ def _is_doc_file(p: Path, rel: str) -> bool:
             return b"\0" not in f.read(8192)
     except OSError:
         return False
+
+
+def _repo_path(raw: str) -> str:
+    """An entry of ``paths`` as a repo-relative posix path ("" for the whole repository); refused ones raise."""
+    rel = raw.strip().replace("\\", "/")
+    if rel.startswith("/") or _DRIVE.match(rel):
+        example = re.sub(r"^(?:[A-Za-z]:)?/+", "", rel) or "docs/"
+        raise DocsetError(
+            f"path {raw!r} is absolute, so it is refused; write it relative to the repository root, e.g. {example!r}"
+        )
+    pure = PurePosixPath(rel)
+    if ".." in pure.parts:
+        raise DocsetError(f"path {raw!r} holds '..', so it is refused; write it from the repository root, e.g. docs/")
+    if ".git" in pure.parts:
+        raise DocsetError(f"path {raw!r} is inside .git, which is never copied; list the repository's own files")
+    return "" if pure.as_posix() == "." else pure.as_posix()
+
+
+def _in_clone(path: Path, real: Path) -> Path | None:
+    """``path`` with every link resolved; None when that is outside the clone ``real`` (resolved) or in its .git."""
+    try:
+        target = path.resolve()
+    except (OSError, RuntimeError):  # RuntimeError: a link loop (Python < 3.13)
+        return None
+    return None if not target.is_relative_to(real) or target.is_relative_to(real / ".git") else target
+
+
+def _check_targets(dest: Path, rels: Sequence[str]) -> None:
+    """Refuse to write or remove anything in ``dest`` through a symbolic link that leads out of it."""
+    real = dest.resolve()
+    for folder in sorted({(dest / rel).parent for rel in rels}):
+        try:
+            inside = folder.resolve().is_relative_to(real)
+        except (OSError, RuntimeError):
+            inside = False
+        if not inside:
+            raise DocsetError(
+                f"{folder} is, or passes through, a symbolic link that leads outside the docset folder {dest}; "
+                "nothing was written. Remove that link (the docset folder holds only copied files), then retry"
+            )
 
 
 def _empty_warning(paths: Sequence[str]) -> str:
@@ -830,11 +1022,21 @@ def _sha256(p: Path) -> str:
 
 
 def _copy(src: Path, target: Path) -> None:
-    """Copy with metadata through a temp name, so readers never see half a file."""
+    """Copy with metadata through a temp file, so readers never see half a file.
+
+    The temp file is new (created exclusively, never an existing name or link), and the rename replaces a link
+    at ``target`` instead of writing through it.
+    """
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.mdrag-tmp")
-    shutil.copy2(src, tmp)
-    os.replace(tmp, target)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".mdrag-tmp", dir=target.parent)
+    try:
+        with os.fdopen(fd, "wb") as out, open(src, "rb") as inp:
+            shutil.copyfileobj(inp, out)
+        shutil.copystat(src, tmp)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def _prune_empty(folder: Path, stop: Path) -> None:
@@ -898,6 +1100,9 @@ def _write_metadata(folder: Path, sources: dict[str, dict[str, Any]]) -> None:
 def _ensure_gitignore(root: Path) -> None:
     """``.knowledge/.gitignore`` lists ``docsets/`` (loaded sources are not committed)."""
     path = root / ".gitignore"
+    if path.is_symlink():
+        log.warning("%s is a symbolic link, so it is not written through; add `docsets/` to it yourself", path)
+        return
     text = path.read_text(encoding="utf-8") if path.is_file() else ""
     if any(line.strip() in ("docsets/", "docsets", "/docsets/", "/docsets") for line in text.splitlines()):
         return
@@ -947,6 +1152,7 @@ def status(kb: KnowledgeBase) -> list[dict[str, Any]]:
 
 
 def _load_docset(cfg: KnowledgeConfig, d: Docset, progress: Progress | None) -> list[SourceResult]:
+    _confine(d, cfg)
     _ensure_gitignore(cfg.root)
     loader = GitRepoLoader()
     results = []

@@ -362,7 +362,7 @@ class KnowledgeTools:
         skipped: dict[str, str] = {}
         for ds in docsets:
             try:
-                entry, refreshed = await self._ready(ds)
+                entry, refreshed = await self._ready(self.kb.resolve(ds.id))  # checks its folder again
             except DocsetError as e:
                 if name is not None or len(docsets) == 1:
                     raise
@@ -591,7 +591,9 @@ def run_stdio(start: Path | None = None) -> None:
     """
     if not logging.getLogger().handlers:
         logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="mdrag mcp: %(levelname)s: %(message)s")
-    server = build_server(KnowledgeBase(start))
+    from mdrag.config import load_config
+
+    server = build_server(KnowledgeBase(start, allowed_outside=load_config()["knowledge.allowed_paths"]))
     try:
         anyio.run(_serve_stdio, server)
     except KeyboardInterrupt:

@@ -87,6 +87,19 @@ def test_secrets_are_redacted(monkeypatch: pytest.MonkeyPatch) -> None:
     assert "sk-very-secret" not in repr(c.redacted())
 
 
+def test_knowledge_allowed_paths_are_absolute_resolved_folders(
+    mdrag_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "latest").symlink_to(tmp_path / "docs")
+    (mdrag_home / "config.yaml").write_text(f"knowledge:\n  allowed_paths: ['~/docs', '{tmp_path}/latest/']\n")
+    assert load_config()["knowledge.allowed_paths"] == [str((tmp_path / "docs").resolve())] * 2
+    (mdrag_home / "config.yaml").write_text("knowledge:\n  allowed_paths: docs\n")
+    with pytest.raises(ConfigError, match=r"knowledge.allowed_paths must list absolute folders .*'docs'"):
+        load_config()
+
+
 def test_every_setting_is_documented() -> None:
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
     missing = [k for k in DEFAULTS if f"`{k}`" not in readme]

@@ -236,7 +236,8 @@ def test_local_path_rules(project: Path, tmp_path: Path) -> None:
       - type: git_repo
         url: git@github.com:owner/repo.git
 """,
-        )
+        ),
+        allowed_outside=[tmp_path / "elsewhere"],  # the user's knowledge.allowed_paths
     )
     paths = {d.id: d.local_path for d in cfg.docsets}
     assert paths == {
@@ -264,7 +265,8 @@ def test_relative_docs_root_resolves_from_the_knowledge_folder(project: Path, do
 
 
 def test_absolute_docs_root(project: Path, tmp_path: Path) -> None:
-    cfg = load_config(write_config(project, f"docs_root: {tmp_path.as_posix()}/d\ndocsets:\n  react:\n"))
+    text = f"docs_root: {tmp_path.as_posix()}/d\ndocsets:\n  react:\n"
+    cfg = load_config(write_config(project, text), allowed_outside=[tmp_path / "d"])
     assert cfg.docsets[0].local_path == f"{tmp_path.as_posix()}/d/react/"
 
 
@@ -372,9 +374,9 @@ def test_config_is_cached_until_the_file_changes(project: Path, monkeypatch: pyt
     loads: list[Path] = []
     real = knowledge.load_config
 
-    def counting(p: Path) -> knowledge.KnowledgeConfig:
+    def counting(p: Path, allowed_outside: tuple[Path, ...] = ()) -> knowledge.KnowledgeConfig:
         loads.append(p)
-        return real(p)
+        return real(p, allowed_outside)
 
     monkeypatch.setattr(knowledge, "load_config", counting)
     kb = KnowledgeBase(start=project)
@@ -450,7 +452,7 @@ def test_smart_filter(tmp_path: Path) -> None:
             METADATA_FILE: "{}",
         },
     )
-    assert GitRepoLoader().select_files(repo) == [
+    assert GitRepoLoader().select_files(repo).files == [
         "README",
         "README.md",
         "docs/a.md",
@@ -467,24 +469,31 @@ def test_explicit_paths(tmp_path: Path) -> None:
     repo = tmp_path / "repo"
     write_files(repo, {"docs/a.md": "a", "docs/img.png": b"\x00\x01", "src/x.py": "x", "api.md": "#", "other.md": "o"})
     loader = GitRepoLoader()
-    assert loader.select_files(repo, ["docs/", "./src/x.py"]) == ["docs/a.md", "docs/img.png", "src/x.py"]
-    assert loader.select_files(repo, ["."]) == ["api.md", "docs/a.md", "docs/img.png", "other.md", "src/x.py"]
+    assert loader.select_files(repo, ["docs/", "./src/x.py"]).files == ["docs/a.md", "docs/img.png", "src/x.py"]
+    assert loader.select_files(repo, ["."]).files == ["api.md", "docs/a.md", "docs/img.png", "other.md", "src/x.py"]
 
 
-@pytest.mark.parametrize("path", ["doc/", "../outside", "/etc"])
-def test_missing_or_unsafe_path(tmp_path: Path, path: str) -> None:
+@pytest.mark.parametrize(
+    ("path", "reason"),
+    [
+        ("doc/", "not found in the repository; available top-level paths: README.md, docs/"),
+        ("../outside", "holds '..'"),
+        ("/docs", "is absolute, so it is refused; write it relative to the repository root, e.g. 'docs'"),
+        ("C:\\docs\\a.md", "is absolute"),
+    ],
+)
+def test_missing_or_unsafe_path(tmp_path: Path, path: str, reason: str) -> None:
     repo = tmp_path / "repo"
     write_files(repo, {"docs/a.md": "a", "README.md": "r"})
     with pytest.raises(DocsetError) as e:
         GitRepoLoader().select_files(repo, [path])
-    if path == "doc/":
-        assert "not found" in str(e.value) and "available top-level paths: README.md, docs/" in str(e.value)
+    assert f"path {path!r} {reason}" in str(e.value)
 
 
 def test_empty_selection_warns(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     repo = tmp_path / "repo"
     write_files(repo, {"main.py": "x", "src/a.md": "a"})
-    assert GitRepoLoader().select_files(repo) == []
+    assert GitRepoLoader().select_files(repo).files == []
     assert "explicit `paths`" in caplog.text
 
 
