@@ -76,7 +76,6 @@ MAX_FILE_BYTES = 1024 * 1024  # the smart filter skips larger files (REQ-18)
 _CONFIG_NAMES = ("config.yaml", "config.yml")
 _TOP_KEYS = {"docsets", "docs_root", "allow_local_git", "template"}
 _DOCSET_KEYS = {"id", "name", "version", "aliases", "local_path", "template", "web_sources", "description"}
-_RETIRED_OPT_OUT = "allow_outside_project"  # once a project-config key; now ignored, with a warning
 _ALLOWED_SETTING = "knowledge.allowed_paths"  # the user's mdrag setting that lets docsets out of their project
 _SOURCE_KEYS = {"type", "url", "branch", "paths", "options"}
 _VERSION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,63}$")  # becomes part of a folder name
@@ -239,7 +238,6 @@ def load_config(path: Path, allowed_outside: Iterable[str | Path] = ()) -> Knowl
     elif raw is not None:
         raise DocsetError(f"{path}: `docsets` must be a list of docsets or a mapping of id -> settings")
 
-    _warn_retired_opt_out(path, data, entries)
     docsets: list[Docset] = []
     owner: dict[str, str] = {}  # lower-cased id or alias -> docset id
     for ident, spec, where in entries:
@@ -287,23 +285,6 @@ def _how_to_allow(real: Path) -> str:
         f"({home_dir() / 'config.yaml'}), e.g.\nknowledge:\n  allowed_paths: [{json.dumps(str(real))}]\n"
         "A project's .knowledge/config.yaml cannot allow this: a cloned project could point it anywhere"
     )
-
-
-def _warn_retired_opt_out(path: Path, data: Mapping[Any, Any], entries: list[tuple[Any, Any, str]]) -> None:
-    """Warn once that ``allow_outside_project`` is ignored: a project cannot let its own docsets out."""
-    where = ["the top level"] if _RETIRED_OPT_OUT in data else []
-    where += [f"docset {ident}" for ident, spec, _ in entries if isinstance(spec, Mapping) and _RETIRED_OPT_OUT in spec]
-    if where:
-        log.warning(
-            "%s: `%s` (%s) is ignored, so remove it: a project's config cannot let docsets read folders outside "
-            "the project, since a cloned project could set it too. To read a docset from a folder outside the "
-            "project, list that folder in `%s` in your own mdrag config (%s)",
-            path,
-            _RETIRED_OPT_OUT,
-            ", ".join(where),
-            _ALLOWED_SETTING,
-            home_dir() / "config.yaml",
-        )
 
 
 def _docs_root(root: Path, value: str | None) -> Path:

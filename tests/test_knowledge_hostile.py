@@ -324,26 +324,21 @@ def test_a_link_out_of_the_project_is_refused_at_load_and_at_use(tmp_path: Path,
         kb.instructions("b", ["x"], ["y"])
 
 
-HOSTILE_OPT_OUT = {  # a cloned project's config that tries to let itself out (the opt-out 120458e read)
+HOSTILE_OPT_OUT = {  # a cloned project's config that tries to let itself out with a key of its own
     "docset": "docsets:\n  - id: a\n    local_path: {outside}\n    allow_outside_project: true\n",
     "top": "allow_outside_project: true\ndocsets:\n  - id: a\n    local_path: {outside}\n",
 }
 
 
 @pytest.mark.parametrize("scope", sorted(HOSTILE_OPT_OUT))
-def test_a_project_cannot_let_itself_out(
-    tmp_path: Path, outside: Path, scope: str, caplog: pytest.LogCaptureFixture
-) -> None:
+def test_a_project_cannot_let_itself_out(tmp_path: Path, outside: Path, scope: str) -> None:
     project = tmp_path / "project"
     path = write_config(project, HOSTILE_OPT_OUT[scope].format(outside=outside))
-    with caplog.at_level(logging.WARNING, logger="mdrag.knowledge"):
-        with pytest.raises(DocsetError, match="outside the project folder") as e:
-            load_config(path)
-        with pytest.raises(DocsetError, match="outside the project folder"):
-            KnowledgeBase(start=project).resolve("a")
+    with pytest.raises(DocsetError, match="outside the project folder") as e:
+        load_config(path)
+    with pytest.raises(DocsetError, match="outside the project folder"):
+        KnowledgeBase(start=project).resolve("a")
     assert "knowledge.allowed_paths" in str(e.value)
-    ignored = [r.getMessage() for r in caplog.records if "`allow_outside_project`" in r.getMessage()]
-    assert ignored and "is ignored" in ignored[0] and "knowledge.allowed_paths" in ignored[0], caplog.text
 
 
 @pytest.mark.parametrize("allowed", ["folder", "parent", "link", "home"])
@@ -402,7 +397,6 @@ async def test_mcp_server_reads_outside_only_what_the_user_allows(
     assert "outside the project folder" in refused and "knowledge.allowed_paths" in refused
     assert str(outside) not in instructions and f"{allowed.as_posix()}/" in instructions
     logged = err.read_text()
-    assert "`allow_outside_project` (the top level) is ignored" in logged
     assert f"reads {allowed.resolve()}" in logged and "because knowledge.allowed_paths" in logged
 
 
