@@ -138,8 +138,8 @@ def _parser() -> argparse.ArgumentParser:
     ks = p.add_subparsers(dest="action", metavar="ACTION")
     ks.required = True
     for name, text in (
-        ("init", "download a docset's web sources"),
-        ("refresh", "update web sources (all docsets, or one)"),
+        ("init", "download a docset's web sources and build its index"),
+        ("refresh", "update web sources and indexes (all docsets, or one)"),
         ("status", "show when each web source was last updated"),
     ):
         kp = ks.add_parser(name, help=text, epilog=EXAMPLES["knowledge"])
@@ -410,30 +410,67 @@ def _cmd_knowledge(args: argparse.Namespace) -> int:
             last = row.get("last_fetched") or "never (run `mdrag knowledge init " + str(row.get("id")) + "`)"
             print(f"{row.get('id')}: {row.get('url')}\n    last updated: {last}; files: {row.get('files', 0)}")
         return 0
-    if args.action == "init":
-        results = {args.docset: k.init_docset(kb, args.docset, progress)}
-    else:
-        results = k.refresh(kb, args.docset, progress)
+    named = args.docset is not None  # `init` always names one
+    chosen = [kb.resolve(args.docset)] if named else list(kb.config().docsets)
+    loaded = {d.id: k.init_docset(kb, d.id, progress) for d in chosen if d.web_sources}
     failed = 0
     out: dict[str, Any] = {}
-    for docset, sources in results.items():
-        out[docset] = [s.__dict__ for s in sources]
+    for d in chosen:
+        sources = loaded.get(d.id, [])  # none: the docset's folder is filled by hand
         for s in sources:
             if not s.ok:
                 failed += 1
             if not args.json:
                 if s.ok:
                     print(
-                        f"{docset}: {s.url}: {len(s.files)} files ({len(s.added)} added, "
+                        f"{d.id}: {s.url}: {len(s.files)} files ({len(s.added)} added, "
                         f"{len(s.changed)} changed, {len(s.removed)} removed)"
                     )
                 else:
-                    print(f"{docset}: {s.url}: failed: {s.error}")
+                    print(f"{d.id}: {s.url}: failed: {s.error}")
                 if s.warning:
-                    print(f"{docset}: {s.url}: warning: {s.warning}")
+                    print(f"{d.id}: {s.url}: warning: {s.warning}")
+        indexed = _index_docset(d, progress=not (args.quiet or args.json), named=named)
+        failed += "error" in indexed
+        out[d.id] = {"sources": [s.__dict__ for s in sources], **indexed}
+        if not args.json:
+            if "index" in indexed:
+                print(f"{d.id}: {_index_line(indexed['index'])}")
+            else:
+                print(f"{d.id}: index not updated: {indexed.get('error') or indexed['note']}")
     if args.json:
         print(json.dumps(out, indent=2, default=str))
     return 1 if failed else 0
+
+
+def _index_docset(d: Any, progress: bool, named: bool) -> dict[str, Any]:
+    """Build or update the docset's index, the one `mdrag mcp` searches.
+
+    Returns {"index": its summary}, {"error": why not} (a failure), or {"note": why
+    not}: a docset with no folder yet that the command did not name.
+    """
+    from mdrag.errors import StoreInUseError
+    from mdrag.mcp import docset_folder, docset_index, update_docset_index
+
+    try:
+        docset_folder(d)
+    except MdragError as e:
+        return {"error" if named else "note": str(e)}
+    try:
+        with docset_index(d.id) as index:
+            summary = update_docset_index(index, d, progress=progress)
+    except StoreInUseError as e:
+        return {"error": f"{e} If `mdrag mcp` is running, it updates the docset's index itself."}
+    except MdragError as e:
+        return {"error": str(e)}
+    return {"index": {"name": index.name, **summary.to_dict()}}
+
+
+def _index_line(s: dict[str, Any]) -> str:
+    return (
+        f"index {s['name']}: files {s['added']} added, {s['modified']} changed, {s['deleted']} removed; "
+        f"{s['chunks_total']} chunks ({s['chunks_embedded']} embedded) in {s['seconds']:.1f} s"
+    )
 
 
 def agentic_knowledge_main() -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -168,13 +168,17 @@ class Index:
         )
 
     def update(
-        self, folders: Sequence[str | Path] | None = None, rebuild: bool = False, progress: bool = False
+        self,
+        folders: Sequence[str | Path] | None = None,
+        rebuild: bool = False,
+        progress: bool | Callable[[int, int], None] = False,
     ) -> IndexSummary:
         """Add or update ``folders`` (default: all of the index's folders), incrementally.
 
         The index's other folders are kept as they are; a folder that is missing
         or empty is a warning and keeps what was indexed from it. To take a
-        folder out of the index, use :meth:`remove`.
+        folder out of the index, use :meth:`remove`. ``progress``: a progress bar
+        on stderr, or a function told (files done, files to do).
         """
         folders = self._folders_to_update(folders)
 

@@ -111,7 +111,7 @@ def update_index(
     folders: Sequence[str | Path],
     settings: ChunkSettings,
     rebuild: bool = False,
-    progress: bool = False,
+    progress: bool | Callable[[int, int], None] = False,
     on_upsert: Callable[[int], None] | None = None,
     on_commit: Callable[[set[str]], None] | None = None,
     open_store: Callable[[], None] | None = None,
@@ -130,7 +130,10 @@ def update_index(
     committed); ``on_commit(ids)`` with the new state's chunk ids, before the
     ids it replaces are deleted. With ``parse_limits`` (seconds, MB or None),
     files are parsed in a child process (:class:`~mdrag.parsers.worker.ParseWorker`)
-    and a file over either limit is skipped with the reason.
+    and a file over either limit is skipped with the reason. ``progress``: True
+    shows a progress bar on stderr; a function is called with (files done, files
+    to do) as the run starts and as files are written or skipped (an exception
+    it raises stops the run, which the next run repairs).
     """
     t0 = time.perf_counter()
     summary = IndexSummary()
@@ -245,7 +248,9 @@ def update_index(
         return _parse(path, root, rel, mtime_ns, size, embedder, settings, worker, timeout)
 
     def write(batch: list[tuple[str, FileState, list[Chunk]]]) -> set[str]:
-        return _write_batch(store, embedder, m, batch, summary, on_upsert, retired, run_hashes, bar)
+        ids = _write_batch(store, embedder, m, batch, summary, on_upsert, retired, run_hashes, bar)
+        bar.done(len(batch))
+        return ids
 
     # Files are parsed and chunked in a thread while the last batch is embedded.
     try:
@@ -258,6 +263,7 @@ def update_index(
                 summary.parser_errors += crashed
                 summary.skipped_files.append((path, err or "unknown error"))
                 log.warning("skipped %s: %s", path, err)
+                bar.done(1)
                 if not is_new:  # its old content is stale: remove it, retry next run
                     retired.extend(m.files.pop(path).chunks)
                 continue
@@ -466,22 +472,34 @@ class _Progress:
     """A progress bar on stderr counting files, with the chunks written so far (tqdm).
 
     It appears once a run has taken a second, so quick runs print nothing, and a
-    single large file shows its chunks going by.
+    single large file shows its chunks going by. ``show`` may instead be a
+    function, called with (files done, total) at the start and as files are
+    done: written to the store, or skipped.
     """
 
-    def __init__(self, total: int, show: bool) -> None:
+    def __init__(self, total: int, show: bool | Callable[[int, int], None]) -> None:
         self.chunks = 0  # chunks written so far
         self._bar: Any = None  # tqdm, when shown
-        if show and total:
+        self._total = total  # files to do
+        self._done = 0  # files written or skipped
+        self._report = show if callable(show) else None  # told (files done, total)
+        if show is True and total:
             from tqdm import tqdm
 
             self._bar = tqdm(total=total, desc="indexing", unit="file", leave=False, delay=1.0)
+        if self._report is not None:
+            self._report(0, total)
 
     def files(self, items: Iterator[T]) -> Iterator[T]:
         for item in items:
             if self._bar is not None:
                 self._bar.update(1)
             yield item
+
+    def done(self, files: int) -> None:
+        self._done += files
+        if self._report is not None:
+            self._report(self._done, self._total)
 
     def wrote(self, n: int) -> None:
         self.chunks += n

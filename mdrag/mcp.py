@@ -5,12 +5,13 @@ which lets this module own the tool schemas and the errors::
 
     search_docs(docset, keywords, generalized_keywords)
         navigation instructions from the docset's template (REQ-1, REQ-6),
-        plus up to 3 ranked sections when mdrag's index of the docset is open
+        plus up to 3 ranked sections when mdrag's index of the docset is ready
     list_docsets()
         {"docsets": [{"id", "name", "version", "aliases", "local_path", ...}]} (REQ-2)
     search(query, docset=None, k=5)
         {"results": [{"docset", "text", "path", "rel_path", "heading_path", "score", ...}],
-         "indexed": {docset id: what the last index refresh did}}
+         "indexed": {docset id: the index's state},
+         "indexing": {docset id: {"state", "files_done", "files_total"}}, "note": ...}
 
 Errors (REQ-7, REQ-8):
 
@@ -20,17 +21,23 @@ Errors (REQ-7, REQ-8):
 - an unknown tool name is a JSON-RPC error ``-32601`` (method not found): the
   SDK leaves unknown names to the ``tools/call`` handler, which raises
   :class:`mcp.MCPError`;
-- a line on stdin that is not JSON is answered ``-32700`` (parse error), and
-  JSON that is not a JSON-RPC message ``-32600`` (invalid request), both with
-  ``id: null``: the SDK's stdio transport only logs such lines, so
-  :func:`run_stdio` wraps its read stream (:class:`_AnswerMalformed`).
+- every line the client sends is checked before the SDK's stdio transport
+  reads it (:class:`_CheckedLines`), which drops what it cannot parse and takes
+  a request with an unusable ``id`` for a notification: such a line is answered
+  per JSON-RPC 2.0 (``-32700`` parse error, ``-32600`` invalid request,
+  ``-32602`` invalid params), with the request's ``id`` when it has a usable one,
+  else ``id: null``; notifications and responses are never answered.
 
-Each docset has its own mdrag index, ``docset_<id>``, in the Milvus Lite file
-``$MDRAG_HOME/cache/docsets.db`` (or the configured ``milvus_uri``). The
-``search`` tool opens it on first use and indexes the docset's folder
-incrementally (a restart re-embeds nothing), then refreshes it when the last
-refresh is older than :data:`REFRESH_INTERVAL_S`. Index work runs in worker
-threads, one update at a time per docset, so the server keeps answering.
+Each docset has its own mdrag index (:func:`index_name`) in the Milvus Lite file
+``$MDRAG_HOME/cache/docsets.db`` (or the configured ``milvus_uri``), built or
+updated by :func:`update_docset_index`: by ``mdrag knowledge init/refresh``, and
+by this server, which starts updating every docset's index in the background
+when it starts (one docset at a time, in a worker thread) and refreshes an
+index again when a ``search`` finds it older than :data:`REFRESH_INTERVAL_S`.
+A ``search`` waits at most :data:`SEARCH_WAIT_S` for an update (sending
+progress notifications when the client asked for them), then answers with what
+is ready: an index being refreshed is searched as it was; a docset whose first
+index is still being built is reported with its progress (files done / total).
 
 ``search_docs`` must answer within 10 ms (REQ-9) and never indexes: the ranked
 sections are added only when the docset's index is already open in this
@@ -45,20 +52,21 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 import sys
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from hashlib import sha1
 from pathlib import Path
-from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO, cast
 
 import anyio
+import anyio.abc
 import anyio.to_thread
 from mcp import types
 from mcp.server import Server, ServerRequestContext
@@ -70,8 +78,10 @@ from pydantic import ValidationError
 from mdrag import __version__
 from mdrag.errors import DocsetError, MdragError, ProtocolError
 from mdrag.knowledge import MAX_KEYWORDS, KnowledgeBase
+from mdrag.protocol import MAX_QUESTION_CHARS
 
 if TYPE_CHECKING:
+    from mdrag.config import Config
     from mdrag.index import Index
     from mdrag.indexer import IndexSummary
     from mdrag.knowledge import Docset
@@ -79,22 +89,34 @@ if TYPE_CHECKING:
 
 __all__ = [
     "HINT_BUDGET_S",
+    "MAX_MESSAGE_BYTES",
+    "MAX_QUERY_CHARS",
     "REFRESH_INTERVAL_S",
+    "SEARCH_WAIT_S",
     "SERVER_NAME",
     "TOOLS",
     "KnowledgeTools",
     "build_server",
+    "docset_folder",
+    "docset_index",
     "index_name",
     "run_stdio",
+    "update_docset_index",
 ]
 
 log = logging.getLogger(__name__)
 
 SERVER_NAME = "agentic-knowledge"
 REFRESH_INTERVAL_S = 30.0  # a docset index older than this is refreshed by the next `search`
+SEARCH_WAIT_S = 3.0  # `search` waits at most this long for an index update, then answers with what is ready
 HINT_BUDGET_S = 0.006  # search_docs waits at most this long (from its start) for ranked sections
 HINT_SECTIONS = 3  # ranked sections appended to search_docs
 MAX_K = 50  # the most results `search` returns
+MAX_QUERY_CHARS = MAX_QUESTION_CHARS  # as over the WebSocket: longer queries are refused, not truncated
+MAX_MESSAGE_BYTES = 16 * 2**20  # a longer line from the client is refused unread
+_MAX_DEPTH = 32  # JSON nesting a message may have (MCP's own messages use a few levels)
+_CHECK_INLINE_CHARS = 2**16  # a longer line is checked in a worker thread
+_PROGRESS_EVERY_S = 0.5  # how often a waiting `search` looks at the update's progress
 _HINT_CACHE_SIZE = 256  # (index, query) -> sections kept for search_docs
 
 SERVER_INSTRUCTIONS = (
@@ -116,8 +138,8 @@ TOOLS: tuple[types.Tool, ...] = (
             "file search tools (grep, ripgrep, reading files): the docset's folder and the terms to try, in "
             "order. Use it when you can read files and want to search the docs yourself, e.g. for exact "
             "names, API symbols, options or error messages. Call list_docsets first to learn the docset "
-            "names. When mdrag has already indexed the docset (after a `search` call), a few ranked "
-            "sections are appended as starting points."
+            "names. When mdrag's index of the docset is ready, a few ranked sections are appended as "
+            "starting points."
         ),
         input_schema={
             "type": "object",
@@ -160,8 +182,9 @@ TOOLS: tuple[types.Tool, ...] = (
             'relevant sections as JSON {"results": [{docset, text, path, rel_path, heading_path, score}]}, '
             "best first, score 0-1. Use it for questions in natural language, or when you do not know the "
             "words the docs use; use search_docs instead to grep the files yourself. Searches one docset, or "
-            "all of them when docset is omitted. The first call for a docset indexes its files, which can "
-            "take a while for a large docset; later calls are fast and pick up changed files."
+            "all of them when docset is omitted. The server indexes the docsets in the background; while a "
+            'docset\'s first index is being built, the answer says so under "indexing" (files done / '
+            "total) and has no results from it yet: use search_docs meanwhile."
         ),
         input_schema={
             "type": "object",
@@ -169,6 +192,7 @@ TOOLS: tuple[types.Tool, ...] = (
                 "query": {
                     "type": "string",
                     "minLength": 1,
+                    "maxLength": MAX_QUERY_CHARS,
                     "description": "What to look for, in natural language, e.g. 'How do I create a custom shortcode?'.",
                 },
                 "docset": {
@@ -191,19 +215,133 @@ TOOLS: tuple[types.Tool, ...] = (
 _TOOL_NAMES = tuple(t.name for t in TOOLS)
 
 
-def index_name(docset_id: str) -> str:
-    """The mdrag index of a docset: ``docset_`` + its id with other characters than [A-Za-z0-9_] as ``_``.
+# -- docset indexes ------------------------------------------------------------
 
-    Index names hold at most 64 characters; a longer one is cut and ends with a
-    hash of the id, so two long ids never share an index.
+_HASHED = re.compile(r"_[0-9a-f]{8}$")
+
+
+def index_name(docset_id: str) -> str:
+    """The mdrag index of a docset: ``docset_<slug>_<hash>``, distinct for distinct ids.
+
+    The slug is the id with other characters than [A-Za-z0-9_] as ``_``, cut to
+    fit the 64 characters of an index name; the hash (8 hex digits of the id's
+    SHA-1) tells apart ids with the same slug, such as ``react-dom`` and ``react.dom``.
     """
+    slug = re.sub(r"[^A-Za-z0-9_]", "_", docset_id)[:48]
+    return f"docset_{slug}_{sha1(docset_id.encode('utf-8')).hexdigest()[:8]}"
+
+
+def _legacy_index_name(docset_id: str) -> str:
+    """The index name mdrag gave a docset before :func:`index_name` added the hash (several ids shared one)."""
     name = "docset_" + re.sub(r"[^A-Za-z0-9_]", "_", docset_id)
-    if len(name) > 64:
-        name = name[:55] + "_" + sha1(docset_id.encode()).hexdigest()[:8]
-    return name
+    return name if len(name) <= 64 else name[:55] + "_" + sha1(docset_id.encode()).hexdigest()[:8]
+
+
+def _docsets_config(name: str) -> Config:
+    """Settings of the docset index ``name``: the user's, in the docsets store."""
+    from mdrag.config import load_config
+
+    base = load_config()
+    return load_config({"index": name, "milvus_uri": base["milvus_uri"] or str(base.cache_dir / "docsets.db")})
+
+
+def docset_index(docset_id: str) -> Index:
+    """The index of docset ``docset_id`` in the docsets store (not opened yet: the first use opens it)."""
+    from mdrag.index import Index
+
+    return Index(_docsets_config(index_name(docset_id)))
+
+
+def docset_folder(ds: Docset) -> str:
+    """The docset's folder; DocsetError saying how to fill it when it does not exist."""
+    folder = str(ds.local_path)
+    if not Path(folder).is_dir():
+        raise DocsetError(
+            f"docset {ds.id!r} has no files yet: its folder {folder} does not exist. Run "
+            f"`mdrag knowledge init {ds.id}` to fetch its sources, or create the folder and put the "
+            "documentation there."
+        )
+    return folder
+
+
+def update_docset_index(index: Index, ds: Docset, progress: bool | Callable[[int, int], None] = False) -> IndexSummary:
+    """Bring ``index`` (see :func:`docset_index`) in line with the docset's folder; only changes are embedded.
+
+    A folder the index held before (the docset's ``local_path`` moved) is taken
+    out; the docset's index from before the hashed names (:func:`index_name`)
+    loses the docset's folder, and is deleted when nothing else is left in it.
+    ``progress`` as for :meth:`mdrag.index.Index.update`.
+    """
+    folder = docset_folder(ds)
+    summary = index.update([folder], progress=progress)
+    moved = [r for r in summary.folders if r != str(Path(folder).resolve())]
+    if moved:  # the docset's folder moved: its old one leaves the index
+        index.remove(moved)
+    try:
+        _retire_legacy_index(index, ds.id, folder)
+    except MdragError as e:  # the docset's index is fine: only disk space is not given back
+        log.warning("docset %s: its index under the old name could not be deleted: %s", ds.id, e)
+    return summary
+
+
+def _retire_legacy_index(index: Index, docset_id: str, folder: str) -> None:
+    """Take ``folder`` out of the docset's index under its old name, and drop that index once it is empty.
+
+    The old name may have been shared by other docsets (the reason for the new
+    names), or by this docset id in other projects: their folders stay.
+    """
+    name = _legacy_index_name(docset_id)
+    if _HASHED.search(name):  # it may be another docset's current index
+        return
+    config = _docsets_config(name)
+    if not config.manifest_path(name).is_file():
+        return
+    from mdrag.index import Index
+
+    legacy = Index(config, index.embedder)
+    try:
+        resolved = str(Path(folder).resolve())
+        folders = legacy.folders
+        if resolved in folders and len(folders) > 1:
+            legacy.remove([resolved])
+        elif folders in ([resolved], []):
+            if legacy.store.open(create=False):
+                legacy.store.drop()
+            legacy.store.close()
+            legacy.manifest_path.unlink(missing_ok=True)
+            log.info("deleted index %s: docset %s is now indexed as %s", name, docset_id, index.name)
+    finally:
+        legacy.close()
 
 
 # -- arguments ---------------------------------------------------------------
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _describe(value: Any) -> str:
+    """A client's value, short and safe to show in an error message."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**18:
+        return f"an integer of about {int(value.bit_length() * 0.30103) + 1} digits"
+    if isinstance(value, str):
+        return json.dumps(value if len(value) <= 60 else value[:57] + "...")  # escapes lone surrogates
+    if isinstance(value, list):
+        return f"an array of {len(value)} items"
+    if isinstance(value, dict):
+        return "an object"
+    if value is None or isinstance(value, bool | int | float):
+        return json.dumps(value)
+    return type(value).__name__
+
+
+def _check_text(key: str, value: str) -> str:
+    found = _SURROGATE.search(value)
+    if found:
+        raise ProtocolError(
+            f"argument {key!r} holds a lone surrogate ({json.dumps(found.group())}, half of a UTF-16 pair): "
+            "send valid Unicode text"
+        )
+    return value
 
 
 def _string(args: Mapping[str, Any], key: str) -> str:
@@ -211,8 +349,20 @@ def _string(args: Mapping[str, Any], key: str) -> str:
     if value is None:
         raise ProtocolError(f"missing argument {key!r}: give it as a string")
     if not isinstance(value, str):
-        raise ProtocolError(f"argument {key!r} must be a string, got {json.dumps(value)[:80]}")
-    return value
+        raise ProtocolError(f"argument {key!r} must be a string, got {_describe(value)}")
+    return _check_text(key, value)
+
+
+def _query(args: Mapping[str, Any]) -> str:
+    query = _string(args, "query")
+    if not query.strip():
+        raise ProtocolError("argument 'query' is empty: say what to look for")
+    if len(query) > MAX_QUERY_CHARS:
+        raise ProtocolError(
+            f"argument 'query' is too long ({len(query)} characters, at most {MAX_QUERY_CHARS}): "
+            "shorten it to the question itself"
+        )
+    return query
 
 
 def _terms(args: Mapping[str, Any], key: str) -> list[str] | str:
@@ -221,9 +371,11 @@ def _terms(args: Mapping[str, Any], key: str) -> list[str] | str:
     if value is None:
         raise ProtocolError(f'missing argument {key!r}: give an array of search terms, e.g. ["install"]')
     if isinstance(value, str):
-        return value
+        return _check_text(key, value)
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise ProtocolError(f"argument {key!r} must be an array of strings, got {json.dumps(value)[:80]}")
+        raise ProtocolError(f"argument {key!r} must be an array of strings, got {_describe(value)}")
+    for i, v in enumerate(value):
+        _check_text(f"{key}[{i}]", v)
     return value
 
 
@@ -234,7 +386,7 @@ def _k(args: Mapping[str, Any]) -> int:
     if isinstance(value, float) and value.is_integer():
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_K:
-        raise ProtocolError(f"argument 'k' must be an integer from 1 to {MAX_K}, got {json.dumps(value)[:80]}")
+        raise ProtocolError(f"argument 'k' must be an integer from 1 to {MAX_K}, got {_describe(value)}")
     return value
 
 
@@ -242,18 +394,44 @@ def _text_result(text: str, is_error: bool = False) -> types.CallToolResult:
     return types.CallToolResult(content=[types.TextContent(type="text", text=text)], is_error=is_error)
 
 
-# -- docset indexes ----------------------------------------------------------
+# -- the tools ---------------------------------------------------------------
+
+Report = Callable[[float, float | None, str | None], Awaitable[None]]  # progress, total, message
+
+
+class _Stopped(Exception):
+    """Raised in an index update's progress callback: the server is stopping."""
+
+
+@dataclass
+class _Update:
+    """One update of a docset's index, queued or running in a worker thread."""
+
+    done: anyio.Event = field(default_factory=anyio.Event)  # set when it finished, failed or stopped
+    running: bool = False  # False while it waits for another docset's update
+    files_done: int = 0  # files written to the index or skipped so far (set by the worker thread)
+    files_total: int | None = None  # files this update reads; None until the folder is scanned
+
+    def progress(self) -> dict[str, Any]:
+        if self.files_total is not None:
+            state = "indexing"
+        else:
+            state = "scanning" if self.running else "queued"
+        return {"state": state, "files_done": self.files_done, "files_total": self.files_total}
 
 
 @dataclass
 class _DocsetIndex:
-    """One docset's mdrag index and when it was last brought up to date."""
+    """One docset's mdrag index and its updates."""
 
     index: Index  # the docset's own index in the docsets store
-    folder: str | None = None  # the folder the last update indexed
-    updated_at: float = 0.0  # time.monotonic() of the last successful update; 0: never
-    summary: IndexSummary | None = None  # what the last update did
-    lock: anyio.Lock = field(default_factory=anyio.Lock)  # one update at a time
+    searchable: bool  # it holds a finished state: from an earlier run, or an update here
+    folder: str | None = None  # the folder the last update indexed (or tried to)
+    updated_at: float | None = None  # time.monotonic() when the last update ended; None: none yet
+    summary: IndexSummary | None = None  # what the last successful update did
+    error: str | None = None  # why the last update failed; None when it succeeded
+    update: _Update | None = None  # the update queued or running
+    finished: int = 0  # successful updates so far
 
 
 class KnowledgeTools:
@@ -261,16 +439,24 @@ class KnowledgeTools:
 
     :meth:`call` is the ``tools/call`` handler without the protocol: it returns
     a ``CallToolResult`` (errors included) or raises ``MCPError`` for an unknown
-    tool name.
+    tool name. Index updates run within :meth:`running` (the server's lifespan).
     """
 
     def __init__(
-        self, kb: KnowledgeBase, refresh_interval: float = REFRESH_INTERVAL_S, hint_budget: float = HINT_BUDGET_S
+        self,
+        kb: KnowledgeBase,
+        refresh_interval: float = REFRESH_INTERVAL_S,
+        hint_budget: float = HINT_BUDGET_S,
+        search_wait: float = SEARCH_WAIT_S,
     ) -> None:
         self.kb = kb  # docsets, templates, config discovery and reload
         self.refresh_interval = refresh_interval  # seconds before `search` refreshes an index again
         self.hint_budget = hint_budget  # seconds search_docs may spend on ranked sections
-        self._indexes: dict[str, _DocsetIndex] = {}  # by index name; opened by `search`
+        self.search_wait = search_wait  # seconds `search` waits for an index update
+        self._indexes: dict[str, _DocsetIndex] = {}  # by index name
+        self._tasks: anyio.abc.TaskGroup | None = None  # runs the updates; set within running()
+        self._one_update = anyio.Lock()  # one docset's update at a time: they would share the CPU
+        self._stopping = threading.Event()  # running updates stop at their next file
         self._hints: OrderedDict[tuple[str, str], list[SearchResult]] = OrderedDict()  # LRU for search_docs
         self._hint_busy = False  # a lookup for search_docs is running in a worker thread
         self._hints_lock = threading.Lock()  # guards the two above (worker threads write them)
@@ -288,14 +474,12 @@ class KnowledgeTools:
         async def call_tool(
             ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
         ) -> types.CallToolResult:
-            return await self.call(params.name, params.arguments or {})
+            return await self.call(params.name, params.arguments or {}, ctx.session.report_progress)
 
         @asynccontextmanager
         async def lifespan(_: Server[Any]) -> AsyncIterator[dict[str, Any]]:
-            try:
+            async with self.running():
                 yield {}
-            finally:
-                await self.aclose()
 
         return Server(
             SERVER_NAME,
@@ -307,8 +491,32 @@ class KnowledgeTools:
             on_call_tool=call_tool,
         )
 
-    async def call(self, name: str, arguments: Mapping[str, Any]) -> types.CallToolResult:
-        """Run tool ``name``; mdrag errors become ``isError`` results, an unknown name an MCPError."""
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        """Serve: every docset's index starts updating in the background; at the end the updates stop
+        (at their next file: the next run finishes them) and the indexes close."""
+        self._stopping.clear()
+        try:
+            async with anyio.create_task_group() as tasks:
+                self._tasks = tasks
+                self._update_all()
+                try:
+                    yield
+                finally:
+                    self._tasks = None
+                    self._stopping.set()
+                    tasks.cancel_scope.cancel()
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self.aclose()
+
+    async def call(self, name: str, arguments: Mapping[str, Any], report: Report | None = None) -> types.CallToolResult:
+        """Run tool ``name``; mdrag errors become ``isError`` results, an unknown name an MCPError.
+
+        ``report(progress, total, message)`` sends progress notifications while
+        ``search`` waits for an index update (the SDK's, a no-op unless the
+        client asked for them).
+        """
         start = time.perf_counter()
         try:
             if name == "search_docs":
@@ -316,7 +524,7 @@ class KnowledgeTools:
             if name == "list_docsets":
                 return _text_result(self.list_docsets())
             if name == "search":
-                return _text_result(json.dumps(await self.search(arguments), ensure_ascii=False))
+                return _text_result(json.dumps(await self.search(arguments, report), ensure_ascii=False))
         except MdragError as e:
             return _text_result(str(e), is_error=True)
         except Exception as e:  # a bug or a library failure: logged, and told to the assistant
@@ -346,35 +554,59 @@ class KnowledgeTools:
                 text += "\n\nTop sections from mdrag's index:\n" + hint
         return text
 
-    async def search(self, args: Mapping[str, Any]) -> dict[str, Any]:
-        """Ranked sections from mdrag's index of one docset or all of them."""
-        query = _string(args, "query")
-        if not query.strip():
-            raise ProtocolError("argument 'query' is empty: say what to look for")
+    async def search(self, args: Mapping[str, Any], report: Report | None = None) -> dict[str, Any]:
+        """Ranked sections from mdrag's index of one docset or all of them, after at most ``search_wait``."""
+        deadline = time.monotonic() + self.search_wait
+        query = _query(args)
         k = _k(args)
         name = _string(args, "docset") if args.get("docset") is not None else None
         docsets: Sequence[Docset] = [self.kb.resolve(name)] if name is not None else self.kb.config().docsets
-        out: dict[str, Any] = {"query": query, "results": [], "indexed": {}}
         if not docsets:
-            out["note"] = "no docsets are configured: add one to .knowledge/config.yaml"
-            return out
-        hits: list[tuple[Docset, SearchResult]] = []
+            return {
+                "query": query,
+                "note": "no docsets are configured: add one to .knowledge/config.yaml",
+                "results": [],
+            }
+        single = name is not None or len(docsets) == 1
         skipped: dict[str, str] = {}
+        targets: list[tuple[Docset, _DocsetIndex, int]] = []  # with the updates finished before the wait
         for ds in docsets:
             try:
-                entry, refreshed = await self._ready(self.kb.resolve(ds.id))  # checks its folder again
+                folder = docset_folder(self.kb.resolve(ds.id))  # checks its folder again
             except DocsetError as e:
-                if name is not None or len(docsets) == 1:
+                if single:
                     raise
                 skipped[ds.id] = str(e)
                 continue
-            out["indexed"][ds.id] = self._index_state(entry, refreshed)
-            found = await anyio.to_thread.run_sync(entry.index.search, query, k)
-            hits.extend((ds, r) for r in found)
+            entry = self._entry(ds)
+            if entry.update is None and self._due(entry, folder):
+                self._start(ds, entry)
+            targets.append((ds, entry, entry.finished))
+        await self._wait([e for _, e, _ in targets], deadline, report)
+
+        hits: list[tuple[Docset, SearchResult]] = []
+        indexed: dict[str, Any] = {}
+        indexing: dict[str, Any] = {}
+        for ds, entry, finished in targets:
+            found = await self._search_entry(entry, query, k)
+            if found is not None:
+                indexed[ds.id] = self._index_state(entry, refreshed=entry.finished > finished)
+                hits.extend((ds, r) for r in found)
+            elif entry.update is not None:
+                indexing[ds.id] = entry.update.progress()
+            elif single:
+                raise DocsetError(entry.error or f"docset {ds.id!r} has no index yet: call search again")
+            else:
+                skipped[ds.id] = entry.error or "no index yet: call search again"
         if skipped and len(skipped) == len(docsets):
             raise DocsetError("no docset can be searched yet:\n" + "\n".join(skipped.values()))
         hits.sort(key=lambda h: -h[1].score)
+        out: dict[str, Any] = {"query": query}
+        if indexing:
+            out["note"] = _indexing_note(indexing)
+            out["indexing"] = indexing
         out["results"] = [_result_dict(ds, r) for ds, r in hits[:k]]
+        out["indexed"] = indexed
         if skipped:
             out["skipped"] = skipped
         return out
@@ -385,53 +617,128 @@ class KnowledgeTools:
         name = index_name(ds.id)
         entry = self._indexes.get(name)
         if entry is None:
-            from mdrag.config import load_config
-            from mdrag.index import Index
-
-            base = load_config()
-            uri = base["milvus_uri"] or str(base.cache_dir / "docsets.db")
-            entry = _DocsetIndex(Index(load_config({"index": name, "milvus_uri": uri})))
+            index = docset_index(ds.id)
+            entry = _DocsetIndex(index, searchable=bool(index.folders))
             self._indexes[name] = entry
         return entry
 
-    async def _ready(self, ds: Docset) -> tuple[_DocsetIndex, IndexSummary | None]:
-        """The docset's index, updated when new, moved, or older than ``refresh_interval``."""
+    def _due(self, entry: _DocsetIndex, folder: str) -> bool:
+        """Whether the index needs an update: never updated here, its folder moved, or older than refresh_interval."""
+        if entry.updated_at is None or entry.folder != folder:
+            return True
+        return time.monotonic() - entry.updated_at >= self.refresh_interval
+
+    def _update_all(self) -> None:
+        """Start an update of every docset's index (those with a folder), one after the other."""
+        try:
+            docsets = self.kb.config().docsets
+        except MdragError as e:
+            log.warning("docset indexes not updated at start: %s", e)
+            return
+        for ds in docsets:
+            if Path(ds.local_path).is_dir():  # a docset with no files yet is reported by `search`
+                try:
+                    self._start(ds, self._entry(ds))
+                except MdragError as e:
+                    log.warning("docset %s: index not updated: %s", ds.id, e)
+
+    def _start(self, ds: Docset, entry: _DocsetIndex) -> None:
+        if self._tasks is None:
+            raise MdragError("the MCP server is stopping: start it again")
+        entry.update = _Update()
+        self._tasks.start_soon(self._run_update, ds, entry, entry.update)
+
+    async def _run_update(self, ds: Docset, entry: _DocsetIndex, update: _Update) -> None:
         folder = str(ds.local_path)
-        if not Path(folder).is_dir():
-            raise DocsetError(
-                f"docset {ds.id!r} has no files yet: its folder {folder} does not exist. Run "
-                f"`mdrag knowledge init {ds.id}` to fetch its sources, or create the folder and put the "
-                "documentation there."
-            )
-        entry = self._entry(ds)
-        async with entry.lock:
-            stale = time.monotonic() - entry.updated_at >= self.refresh_interval
-            if entry.folder == folder and not stale:
-                return entry, None
-            summary: IndexSummary = await anyio.to_thread.run_sync(entry.index.update, [folder])
-            moved = [r for r in summary.folders if r != str(Path(folder).resolve())]
-            if moved:  # the docset's folder moved: its old one leaves the index
-                await anyio.to_thread.run_sync(entry.index.remove, moved)
-            entry.folder, entry.updated_at, entry.summary = folder, time.monotonic(), summary
+
+        def progress(done: int, total: int) -> None:  # in the worker thread
+            if self._stopping.is_set():
+                raise _Stopped
+            update.files_done, update.files_total = done, total
+
+        try:
+            async with self._one_update:
+                update.running = True
+                summary: IndexSummary = await anyio.to_thread.run_sync(update_docset_index, entry.index, ds, progress)
+        except _Stopped:
+            log.info("docset %s: index update stopped (the server stops); the next one finishes it", ds.id)
+        except Exception as e:
+            if isinstance(e, MdragError):
+                log.warning("docset %s: index not updated: %s", ds.id, e)
+                entry.error = str(e)
+            else:
+                log.exception("docset %s: index not updated", ds.id)
+                entry.error = f"updating the index of docset {ds.id!r} failed: {type(e).__name__}: {e}"
+            entry.folder, entry.updated_at = folder, time.monotonic()  # tried again after refresh_interval
+        else:
+            entry.folder, entry.updated_at, entry.summary, entry.error = folder, time.monotonic(), summary, None
+            entry.searchable = True
+            entry.finished += 1
             if summary.chunks_embedded or summary.chunks_deleted or summary.rebuild:
                 self._forget_hints(entry.index.name)
             log.info("docset %s: %s", ds.id, summary.to_dict())
-            return entry, summary
+        finally:
+            entry.update = None
+            update.done.set()
+
+    async def _wait(self, entries: Sequence[_DocsetIndex], deadline: float, report: Report | None) -> None:
+        """Until the entries' updates finish or ``deadline``; ``report`` is told the files done as they grow."""
+        updates = [e.update for e in entries if e.update is not None]
+        sent: float | None = None  # the last progress sent: each must be larger (MCP)
+        while True:
+            pending = [u for u in updates if not u.done.is_set()]
+            if not pending:
+                return
+            if report is not None and all(u.files_total is not None for u in pending):
+                done = sum(u.files_done for u in pending)
+                if sent is None or done > sent:
+                    total = sum(u.files_total or 0 for u in pending)
+                    try:
+                        await report(done, total, f"indexing: {done} of {total} files done")
+                    except Exception:  # the client went away: its answer cannot be sent either
+                        log.debug("progress notification failed", exc_info=True)
+                    sent = done
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            with anyio.move_on_after(min(left, _PROGRESS_EVERY_S)):
+                await pending[0].done.wait()
+
+    async def _search_entry(self, entry: _DocsetIndex, query: str, k: int) -> list[SearchResult] | None:
+        """Results from the entry's index, or None while it has none to give (its first update runs)."""
+        if not entry.searchable:
+            return None
+        if entry.summary is not None and not entry.summary.chunks_total:  # an empty folder: no collection either
+            return []
+        try:
+            return await anyio.to_thread.run_sync(entry.index.search, query, k)
+        except MdragError:
+            if entry.update is None:
+                raise
+            # the state left by an earlier run cannot be searched (another model, damaged): the update replaces it
+            log.info("index %s cannot be searched until its update ends", entry.index.name, exc_info=True)
+            return None
 
     @staticmethod
-    def _index_state(entry: _DocsetIndex, refreshed: IndexSummary | None) -> dict[str, Any]:
-        """What the update in this call did (all zero when none ran), and the index's size."""
-        s = refreshed
-        return {
+    def _index_state(entry: _DocsetIndex, refreshed: bool) -> dict[str, Any]:
+        """The index's size and what its last update in this server did (all zero before one finished);
+        ``refreshed``: that update finished while this call waited."""
+        s = entry.summary
+        state: dict[str, Any] = {
             "index": entry.index.name,
-            "refreshed": s is not None,
+            "refreshed": refreshed,
             "chunks_embedded": s.chunks_embedded if s else 0,
             "chunks_reused": s.chunks_reused if s else 0,
             "chunks_deleted": s.chunks_deleted if s else 0,
-            "chunks_total": entry.summary.chunks_total if entry.summary else 0,
+            "chunks_total": s.chunks_total if s else None,
             "seconds": round(s.seconds, 3) if s else 0.0,
-            "age_s": round(time.monotonic() - entry.updated_at, 1),
+            "age_s": round(time.monotonic() - entry.updated_at, 1) if entry.updated_at is not None else None,
         }
+        if entry.update is not None:
+            state["updating"] = entry.update.progress()
+        if entry.error is not None:
+            state["error"] = entry.error
+        return state
 
     # -- ranked sections for search_docs -------------------------------------
 
@@ -440,7 +747,7 @@ class KnowledgeTools:
         try:
             ds = self.kb.resolve(docset)
             entry = self._indexes.get(index_name(ds.id))
-            if entry is None or entry.folder != str(ds.local_path):
+            if entry is None or entry.summary is None or entry.folder != str(ds.local_path):
                 return ""
             query = keywords if isinstance(keywords, str) else ", ".join(keywords)
             key = (entry.index.name, query)
@@ -481,14 +788,27 @@ class KnowledgeTools:
                 del self._hints[key]
 
     async def aclose(self) -> None:
-        """Close the docset indexes (and so the Milvus Lite file)."""
+        """Close the docset indexes (and so the Milvus Lite file); call it when no update runs."""
         entries, self._indexes = list(self._indexes.values()), {}
         for entry in entries:
             try:
-                async with entry.lock:
-                    await anyio.to_thread.run_sync(entry.index.close)
+                await anyio.to_thread.run_sync(entry.index.close)
             except Exception:
                 log.warning("closing index %s failed", entry.index.name, exc_info=True)
+
+
+def _indexing_note(indexing: Mapping[str, Mapping[str, Any]]) -> str:
+    parts = [f"{docset} ({_progress_text(p)})" for docset, p in indexing.items()]
+    return (
+        f"indexing in progress: {', '.join(parts)}. The results come from a docset once its index is built; "
+        "meanwhile use search_docs to search its files with your own tools, or call search again later."
+    )
+
+
+def _progress_text(p: Mapping[str, Any]) -> str:
+    if p["files_total"] is not None:
+        return f"{p['files_done']} of {p['files_total']} files done"
+    return "scanning its files" if p["state"] == "scanning" else "waiting for another docset's indexing"
 
 
 def _where(r: SearchResult) -> str:
@@ -509,76 +829,238 @@ def _result_dict(ds: Docset, r: SearchResult) -> dict[str, Any]:
     return d
 
 
-def build_server(kb: KnowledgeBase, refresh_interval: float = REFRESH_INTERVAL_S) -> Server[Any]:
+def build_server(
+    kb: KnowledgeBase, refresh_interval: float = REFRESH_INTERVAL_S, search_wait: float = SEARCH_WAIT_S
+) -> Server[Any]:
     """The MCP server for ``kb``, for in-process use (``mcp.Client(server)``) and :func:`run_stdio`."""
-    return KnowledgeTools(kb, refresh_interval).server()
+    return KnowledgeTools(kb, refresh_interval, search_wait=search_wait).server()
 
 
-# -- stdio ---------------------------------------------------------------------
+# -- stdio: every line answered --------------------------------------------------
 
 
-class _AnswerMalformed:
-    """A read stream that answers lines the transport could not parse, and passes the rest on.
+class _Unusable:
+    """A JSON value this server cannot take: NaN or an infinity, or an integer beyond 64 bits."""
 
-    The SDK's stdio transport puts an exception on the read stream for such a
-    line and the server drops it; JSON-RPC 2.0 asks for an error response with
-    ``id: null``: -32700 when the line is not JSON, -32600 when it is JSON but
-    no JSON-RPC message.
+    def __init__(self, what: str) -> None:
+        self.what = what
+
+
+def _parse_int(text: str) -> int | _Unusable:
+    digits = len(text.lstrip("-"))
+    if digits <= 18:
+        return int(text)
+    value = int(text) if digits <= 19 else None  # longer ones are not even converted (quadratic)
+    if value is not None and -(2**63) <= value < 2**63:
+        return value
+    return _Unusable(f"an integer of {digits} digits: numbers must fit in 64 bits")
+
+
+def _parse_constant(text: str) -> _Unusable:
+    return _Unusable(f"{text}, which is not a JSON number")
+
+
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,39}")
+
+
+def _problem(msg: dict[str, Any]) -> tuple[str, str] | None:
+    """The first value of ``msg`` this server cannot take, as (where, what), or None."""
+    stack: list[tuple[str, Any, int]] = [("", msg, 0)]
+    while stack:
+        where, value, depth = stack.pop()
+        if depth > _MAX_DEPTH:
+            return where, f"nested more than {_MAX_DEPTH} levels deep"
+        if isinstance(value, _Unusable):
+            return where, value.what
+        if isinstance(value, str):
+            found = _SURROGATE.search(value)
+            if found:
+                return where, f"text with a lone surrogate ({json.dumps(found.group())}): send valid Unicode"
+        elif isinstance(value, dict):
+            for key, item in reversed(value.items()):
+                if _SURROGATE.search(key):
+                    return where, f"a key with a lone surrogate ({json.dumps(key[:40])}): send valid Unicode"
+                name = key if _NAME.fullmatch(key) else json.dumps(key[:40])
+                stack.append((f"{where}.{name}" if where else name, item, depth + 1))
+        elif isinstance(value, list):
+            stack.extend((f"{where}[{i}]", item, depth + 1) for i, item in reversed(list(enumerate(value))))
+    return None
+
+
+def _kind(value: Any) -> str:
+    """What a JSON value is, for an error message (its text is not repeated)."""
+    if isinstance(value, _Unusable):
+        return value.what
+    if isinstance(value, str):
+        return "text with a lone surrogate"
+    if isinstance(value, float):
+        return f"the number {value!r}"
+    return {dict: "an object", list: "an array", bool: "a boolean", int: "an integer", str: "text"}.get(
+        type(value), "null"
+    )
+
+
+def _error(id_: str | int | None, code: int, message: str) -> types.JSONRPCError:
+    return types.JSONRPCError(jsonrpc="2.0", id=id_, error=types.ErrorData(code=code, message=message))
+
+
+def _check_message(line: str) -> tuple[bool, types.JSONRPCError | None]:
+    """Whether the SDK may read ``line``, and the error reply the client gets instead (None: no reply).
+
+    The SDK's transport drops a line it cannot parse, takes a request whose
+    ``id`` is not a string or an integer for a notification, and fails on a
+    lone surrogate or an integer of 4,300 digits: such lines are answered here,
+    per JSON-RPC 2.0, with the request's ``id`` when it has a usable one. A
+    well-formed notification or a response is never answered, only logged.
+    """
+    if not line.strip():
+        return False, None
+    try:
+        msg = json.loads(line, parse_int=_parse_int, parse_constant=_parse_constant)
+    except RecursionError:
+        return False, _error(None, types.PARSE_ERROR, f"Parse error: nested more than {_MAX_DEPTH} levels deep")
+    except ValueError as e:
+        where = f" ({e.msg}, column {e.colno})" if isinstance(e, json.JSONDecodeError) else ""
+        return False, _error(None, types.PARSE_ERROR, f"Parse error: the message is not valid JSON{where}")
+    if not isinstance(msg, dict):
+        what = "a batch (an array) is not supported: send" if isinstance(msg, list) else "send"
+        return False, _error(None, types.INVALID_REQUEST, f"Invalid Request: {what} one JSON-RPC 2.0 object per line")
+    rid = msg.get("id")
+    usable = (isinstance(rid, int) and not isinstance(rid, bool)) or (
+        isinstance(rid, str) and not _SURROGATE.search(rid)
+    )
+    is_response = "method" not in msg and ("result" in msg or "error" in msg)
+    problem = _problem(msg)
+    if is_response:  # the client's answer to a request of the server's
+        if usable and msg.get("jsonrpc") == "2.0" and problem is None and _invalid(line) is None:
+            return True, None
+        log.warning("malformed response from the client, dropped: %s", line[:200])
+        return False, None
+    reply_id = rid if usable else None
+    if "id" in msg and not usable:
+        return False, _error(
+            None, types.INVALID_REQUEST, f'Invalid Request: "id" must be a string or an integer, got {_kind(rid)}'
+        )
+    if msg.get("jsonrpc") != "2.0":
+        return False, _error(reply_id, types.INVALID_REQUEST, 'Invalid Request: "jsonrpc" must be "2.0"')
+    method = msg.get("method")
+    if method is None:
+        return False, _error(
+            reply_id, types.INVALID_REQUEST, 'Invalid Request: no "method": a request has "method", "id" and "params"'
+        )
+    if not isinstance(method, str) or not method:
+        return False, _error(
+            reply_id, types.INVALID_REQUEST, 'Invalid Request: "method" must be a non-empty string, e.g. "tools/list"'
+        )
+    # A request or a notification: what is wrong now is in its content.
+    message: str | None
+    code, message = types.INVALID_PARAMS, None
+    params = msg.get("params")
+    if problem is not None:
+        if not problem[0].startswith("params"):
+            code = types.INVALID_REQUEST
+        message = f"{problem[0]} is {problem[1]}"
+    elif "params" in msg and not isinstance(params, dict):
+        message = f'"params" must be an object, got {_kind(params)}'
+    elif method == "tools/call" and isinstance(params, dict) and not isinstance(params.get("name"), str):
+        message = f'"params.name" must be a tool name: {", ".join(_TOOL_NAMES)}'
+    elif method == "tools/call" and isinstance(params, dict) and not isinstance(params.get("arguments", {}), dict):
+        message = '"params.arguments" must be an object, e.g. {"query": "..."}'
+    else:
+        code, message = types.INVALID_REQUEST, _invalid(line)
+    if message is None:
+        return True, None
+    message = ("Invalid params: " if code == types.INVALID_PARAMS else "Invalid Request: ") + message
+    if not usable:  # a notification: never answered
+        log.warning("malformed notification from the client, dropped: %s", message)
+        return False, None
+    return False, _error(reply_id, code, message)
+
+
+def _invalid(line: str) -> str | None:
+    """Why the SDK refuses ``line`` as a JSON-RPC message, or None when it takes it."""
+    try:
+        types.jsonrpc_message_adapter.validate_json(line, by_name=False)
+    except ValidationError as e:
+        first = e.errors()[0] if e.errors() else {"msg": str(e), "loc": ()}
+        where = ".".join(str(p) for p in first["loc"][1:]) or "the message"
+        return f"{where}: {first['msg']}"
+    return None
+
+
+class _CheckedLines:
+    """The client's lines for the SDK's stdio transport, each checked first (:func:`_check_message`).
+
+    A line the SDK should not read is answered on the transport's write stream
+    (:meth:`answer_to`), and the next line is read.
     """
 
-    def __init__(self, inner: Any, write: Any) -> None:
-        self._inner = inner  # the transport's read stream
-        self._write = write  # the transport's write stream, shared with the server
+    def __init__(self, wire: BinaryIO) -> None:
+        self._wire = wire  # the client's pipe
+        self._write: Any = None  # the transport's write stream, shared with the server
+        self._ready = anyio.Event()  # set by answer_to
 
-    @property
-    def last_context(self) -> Any:  # the sender context the SDK's context streams carry
-        return getattr(self._inner, "last_context", None)
+    def answer_to(self, write: Any) -> None:
+        self._write = write
+        self._ready.set()
 
-    async def receive(self) -> SessionMessage | Exception:
+    def __aiter__(self) -> _CheckedLines:
+        return self
+
+    async def __anext__(self) -> str:
+        await self._ready.wait()
         while True:
-            item = await self._inner.receive()
-            if not isinstance(item, Exception):
-                return item  # type: ignore[no-any-return]
-            await self._reply(item)
+            raw = await anyio.to_thread.run_sync(self._wire.readline, MAX_MESSAGE_BYTES + 1, abandon_on_cancel=True)
+            if not raw:
+                raise StopAsyncIteration
+            if len(raw) > MAX_MESSAGE_BYTES and not raw.endswith(b"\n"):
+                await anyio.to_thread.run_sync(self._skip_line, abandon_on_cancel=True)
+                mib = MAX_MESSAGE_BYTES // 2**20
+                await self._answer(
+                    _error(None, types.INVALID_REQUEST, f"Invalid Request: the message is over {mib} MiB")
+                )
+                continue
+            line = raw.decode("utf-8", "replace")
+            if len(line) < _CHECK_INLINE_CHARS:
+                forward, reply = _check_message(line)
+            else:  # a long one could hold up the other requests for a while
+                forward, reply = await anyio.to_thread.run_sync(_check_message, line)
+            if reply is not None:
+                await self._answer(reply)
+            if forward:
+                return line
 
-    async def _reply(self, exc: Exception) -> None:
-        not_json = isinstance(exc, ValidationError) and any(e["type"] == "json_invalid" for e in exc.errors())
-        if not_json or not isinstance(exc, ValidationError):
-            error = types.ErrorData(code=types.PARSE_ERROR, message="Parse error: the message is not valid JSON")
-        else:
-            error = types.ErrorData(
-                code=types.INVALID_REQUEST, message="Invalid Request: the message is not a JSON-RPC 2.0 message"
-            )
-        log.warning("malformed message from the client: %s", error.message)
+    def _skip_line(self) -> None:
+        while True:
+            chunk = self._wire.readline(2**20)
+            if not chunk or chunk.endswith(b"\n"):
+                return
+
+    async def _answer(self, reply: types.JSONRPCError) -> None:
+        log.warning("malformed message from the client: %s", reply.error.message)
         try:
-            await self._write.send(SessionMessage(types.JSONRPCError(jsonrpc="2.0", id=None, error=error)))
+            await self._write.send(SessionMessage(reply))
         except (anyio.ClosedResourceError, anyio.BrokenResourceError):
             pass
 
-    async def aclose(self) -> None:
-        await self._inner.aclose()
 
-    def __aiter__(self) -> _AnswerMalformed:
-        return self
-
-    async def __anext__(self) -> SessionMessage | Exception:
-        try:
-            return await self.receive()
-        except anyio.EndOfStream:
-            raise StopAsyncIteration from None
-
-    async def __aenter__(self) -> _AnswerMalformed:
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.aclose()
+def _claim_stdin() -> BinaryIO:
+    """The client's pipe, for the transport alone: from now on fd 0 reads the null device, so a
+    child process or stray read gets end of file (what the SDK does when it reads stdin itself)."""
+    wire = os.dup(0)
+    null = os.open(os.devnull, os.O_RDONLY)
+    try:
+        os.dup2(null, 0)
+    finally:
+        os.close(null)
+    return os.fdopen(wire, "rb")
 
 
 async def _serve_stdio(server: Server[Any]) -> None:
-    async with stdio_server() as (read, write):
-        await server.run(_AnswerMalformed(read, write), write, server.create_initialization_options())
+    lines = _CheckedLines(_claim_stdin())
+    async with stdio_server(stdin=cast(Any, lines)) as (read, write):
+        lines.answer_to(write)
+        await server.run(read, write, server.create_initialization_options())
 
 
 def run_stdio(start: Path | None = None) -> None:

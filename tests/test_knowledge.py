@@ -782,15 +782,19 @@ def test_redact(url: str, shown: str) -> None:
 # --------------------------------------------------------------------------- the command line
 
 
-def test_cli_init_refresh_status(tmp_path: Path, project: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+def test_cli_init_refresh_status(
+    tmp_path: Path, project: Path, monkeypatch: pytest.MonkeyPatch, capsys, hash_embedder
+) -> None:
     """`mdrag knowledge` (also installed as `agentic-knowledge`) end to end on a local repository."""
     from mdrag.cli import main
+
+    monkeypatch.setattr("mdrag.index.make_embedder", lambda config: hash_embedder)  # the docset's index
 
     work, bare = make_repo(tmp_path, DOCS)
     web_config(project, bare)
     monkeypatch.chdir(project)
     assert main(["knowledge", "init", "lib", "--json"]) == 0
-    result = json.loads(capsys.readouterr().out)["lib"][0]
+    result = json.loads(capsys.readouterr().out)["lib"]["sources"][0]
     assert result["ok"] and sorted(result["files"]) == ["README.md", "docs/api.md", "docs/intro.md"]
     local = project / ".knowledge" / "docsets" / "lib"
     assert (local / "docs" / "intro.md").is_file() and not (local / "main.py").exists()

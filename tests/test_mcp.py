@@ -278,14 +278,17 @@ async def test_no_config_is_a_tool_error(tmp_path: Path, mdrag_home: Path) -> No
 
 
 def test_index_names() -> None:
-    assert index_name("react") == "docset_react"
-    assert index_name("my-docs.v2") == "docset_my_docs_v2"
-    long = index_name("x" * 100)
-    assert len(long) == 64 and long != index_name("x" * 99)
+    """Each docset id has its own index: ids that differ only in punctuation or case no longer share one."""
+    ids = ["react-dom", "react.dom", "react_dom", "React_dom", "x" * 64, "x" * 63 + "y", "1st"]
+    names = [index_name(i) for i in ids]
+    assert len(set(names)) == len(ids), names
+    assert names[0].startswith("docset_react_dom_") and len(names[0]) == len("docset_react_dom_") + 8
+    assert index_name("react-dom") == names[0]  # stable: the same id finds its index again
     from mdrag.config import load_config
 
-    for name in ("react", "a-b.c", "1st", "x" * 100):
-        load_config({"index": index_name(name)})  # accepted by mdrag's index-name rule
+    for name in names:
+        assert len(name) <= 64
+        load_config({"index": name})  # accepted by mdrag's index-name rule
 
 
 # -- search over mdrag's index ---------------------------------------------------
@@ -304,6 +307,17 @@ def copy_hugo_subset(shared_data: Path, dest: Path) -> list[str]:
     return [p.relative_to(src).as_posix() for p in picked]
 
 
+async def search_when_indexed(session: ClientSession, args: dict[str, Any]) -> tuple[dict[str, Any], list[Any]]:
+    """Call `search` until the docset's index is built: its answer, and the answers before (indexing in progress)."""
+    waiting = []
+    while True:
+        found = json.loads(ok(await session.call_tool("search", args)))
+        if "indexing" not in found:
+            return found, waiting
+        waiting.append(found)
+        await anyio.sleep(0.5)
+
+
 @pytest.mark.slow
 @pytest.mark.anyio
 async def test_search_hugo_docs(tmp_path: Path, mdrag_home: Path, shared_data: Path) -> None:
@@ -315,7 +329,7 @@ async def test_search_hugo_docs(tmp_path: Path, mdrag_home: Path, shared_data: P
             local = Path((await docsets(s))["hugo"]["local_path"])
             files = copy_hugo_subset(shared_data, local)
             assert len(files) == 40 and "templates/shortcode.md" in files
-            first = json.loads(ok(await s.call_tool("search", question)))
+            first, waiting = await search_when_indexed(s, question)
             second = json.loads(ok(await s.call_tool("search", question)))
             # search over every docset: react has no folder and is skipped, hugo answers
             everywhere = json.loads(ok(await s.call_tool("search", {"query": question["query"]})))
@@ -326,10 +340,16 @@ async def test_search_hugo_docs(tmp_path: Path, mdrag_home: Path, shared_data: P
                 if "Top sections" in hinted:
                     break
                 await anyio.sleep(0.1)
-        # a new server process on the same home re-embeds nothing
+        # a new server process on the same home searches the index at once, and re-embeds nothing
         async with connect(project, mdrag_home, err) as s:
             restarted = json.loads(ok(await s.call_tool("search", question)))
+            while restarted["indexed"]["hugo"]["age_s"] is None:  # until the update started with the server ends
+                await anyio.sleep(0.2)
+                restarted = json.loads(ok(await s.call_tool("search", question)))
 
+    for answer in waiting:  # the index was being built: no results yet, and a pointer to search_docs
+        assert answer["results"] == [] and "search_docs" in answer["note"]
+        assert answer["indexing"]["hugo"]["files_total"] in (None, 40)
     ranked = [r["rel_path"] for r in first["results"]]
     assert "templates/shortcode.md" in ranked, ranked
     assert len(ranked) == 5
@@ -340,12 +360,12 @@ async def test_search_hugo_docs(tmp_path: Path, mdrag_home: Path, shared_data: P
     assert scores == sorted(scores, reverse=True) and all(0 < x <= 1 for x in scores)
 
     state = first["indexed"]["hugo"]
-    assert state["index"] == "docset_hugo" and state["refreshed"]
+    assert state["index"] == index_name("hugo")
     assert state["chunks_embedded"] == state["chunks_total"] > 40
     assert (mdrag_home / "cache" / "docsets.db").exists()
 
     assert second["results"] == first["results"]
-    assert second["indexed"]["hugo"]["refreshed"] is False and second["indexed"]["hugo"]["chunks_embedded"] == 0
+    assert second["indexed"]["hugo"]["refreshed"] is False
 
     assert [r["rel_path"] for r in everywhere["results"]] == ranked
     assert "react" in everywhere["skipped"] and "mdrag knowledge init react" in everywhere["skipped"]["react"]
@@ -359,7 +379,7 @@ async def test_search_hugo_docs(tmp_path: Path, mdrag_home: Path, shared_data: P
     assert any("shortcode" in line for line in lines)
 
     again = restarted["indexed"]["hugo"]
-    assert again["refreshed"] and again["chunks_embedded"] == 0 and again["chunks_total"] == state["chunks_total"]
+    assert again["chunks_embedded"] == 0 and again["chunks_total"] == state["chunks_total"]
     assert [r["rel_path"] for r in restarted["results"]] == ranked
 
 
@@ -370,7 +390,8 @@ async def test_search_hugo_docs(tmp_path: Path, mdrag_home: Path, shared_data: P
 async def test_refresh_embeds_only_changes(
     tmp_path: Path, mdrag_home: Path, hash_embedder: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """With refresh_interval=0 every `search` refreshes the index: only changed files are embedded."""
+    """With refresh_interval=0 every `search` refreshes the index (and waits for it): only changed files
+    are embedded."""
     from mcp import Client
 
     monkeypatch.setattr("mdrag.index.make_embedder", lambda config: hash_embedder)
@@ -382,7 +403,7 @@ async def test_refresh_embeds_only_changes(
     (local / "hooks.md").write_text("# Hooks\n\nuseEffect runs after render.\n\n## Cleanup\n\nReturn a function.\n")
     (local / "state.md").write_text("# State\n\nuseState keeps a value between renders.\n")
     question = {"query": "useEffect cleanup function", "docset": "react"}
-    tools = KnowledgeTools(kb, refresh_interval=0)
+    tools = KnowledgeTools(kb, refresh_interval=0, search_wait=60)
     with anyio.fail_after(120):
         async with Client(tools.server()) as client:
             first = json.loads(ok(await client.call_tool("search", question)))
@@ -393,7 +414,7 @@ async def test_refresh_embeds_only_changes(
             removed = json.loads(ok(await client.call_tool("search", question)))
             shutil.rmtree(local)
             gone = error(await client.call_tool("search", question))
-    assert first["indexed"]["react"]["chunks_embedded"] == first["indexed"]["react"]["chunks_total"] == 3
+    assert first["indexed"]["react"]["chunks_total"] == 3 and first["indexed"]["react"]["refreshed"]
     assert first["results"][0]["rel_path"] == "hooks.md"
     assert unchanged["indexed"]["react"]["refreshed"] and unchanged["indexed"]["react"]["chunks_embedded"] == 0
     assert changed["indexed"]["react"]["chunks_embedded"] == 1
@@ -401,3 +422,151 @@ async def test_refresh_embeds_only_changes(
     assert "mdrag knowledge init react" in gone
     chunks = [t for t in hash_embedder.embedded if t != question["query"]]
     assert len(chunks) == 3 + 1  # the first index, then the changed file only
+
+
+@pytest.mark.anyio
+async def test_search_answers_while_the_index_is_built(
+    tmp_path: Path, mdrag_home: Path, hash_embedder: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The server starts building a new docset's index when it starts: `search` does not wait for it but
+    says how far it is (files done / total) and points to search_docs; a client that asks for progress
+    notifications gets them while `search` waits; once built, `search` gives results."""
+    from mcp import Client
+
+    monkeypatch.setattr("mdrag.index.make_embedder", lambda config: hash_embedder)
+    embedding, go_on = threading.Event(), threading.Event()
+    embed_batch = hash_embedder.embed_batch
+
+    def held(texts: list[str]) -> Any:  # the build waits here until the test lets it go on
+        embedding.set()
+        go_on.wait(60)
+        return embed_batch(texts)
+
+    monkeypatch.setattr(hash_embedder, "embed_batch", held)
+    (mdrag_home / "config.yaml").write_text("search:\n  threshold: 0.0\n")
+    project = make_project(tmp_path)
+    kb = KnowledgeBase(project)
+    local = Path(kb.resolve("react").local_path)
+    local.mkdir(parents=True)
+    (local / "hooks.md").write_text("# Hooks\n\nuseEffect runs after render.\n\n## Cleanup\n\nReturn a function.\n")
+    (local / "state.md").write_text("# State\n\nuseState keeps a value between renders.\n")
+    question = {"query": "useEffect cleanup function", "docset": "react"}
+    tools = KnowledgeTools(kb, search_wait=0)
+    notified: list[tuple[float, float | None, str | None]] = []
+
+    async def progress(done: float, total: float | None, message: str | None) -> None:
+        notified.append((done, total, message))
+        go_on.set()
+
+    with anyio.fail_after(120):
+        async with Client(tools.server()) as client:
+            assert await anyio.to_thread.run_sync(embedding.wait, 60)  # started with the server, now held
+            building = json.loads(ok(await client.call_tool("search", question)))
+            everywhere = json.loads(ok(await client.call_tool("search", {"query": question["query"]})))
+            tools.search_wait = 60
+            found = json.loads(ok(await client.call_tool("search", question, progress_callback=progress)))
+    assert building["results"] == [] and building["indexed"] == {}
+    assert building["indexing"] == {"react": {"state": "indexing", "files_done": 0, "files_total": 2}}
+    note = building["note"]
+    assert "indexing in progress" in note and "react (0 of 2 files done)" in note and "search_docs" in note
+    assert everywhere["indexing"] == building["indexing"] and "hugo" in everywhere["skipped"]
+    assert notified and notified[0][:2] == (0, 2) and "0 of 2 files" in str(notified[0][2])
+    assert "indexing" not in found and found["results"][0]["rel_path"] == "hooks.md"
+    assert found["indexed"]["react"]["refreshed"] and found["indexed"]["react"]["chunks_total"] == 3
+
+
+def test_docsets_with_one_slug_have_their_own_index(
+    tmp_path: Path, mdrag_home: Path, hash_embedder: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """react-dom and react.dom shared the index docset_react_dom, so each update deleted the other's
+    chunks. Each now has its own; the shared old index gives each docset's folder up as that docset is
+    indexed anew, and is deleted when it holds nothing else."""
+    from mdrag.config import load_config
+    from mdrag.index import Index
+    from mdrag.mcp import docset_index, update_docset_index
+
+    monkeypatch.setattr("mdrag.index.make_embedder", lambda config: hash_embedder)
+    (mdrag_home / "config.yaml").write_text("search:\n  threshold: 0.0\n")
+    project = make_project(tmp_path, "docsets:\n  - id: react-dom\n  - id: react.dom\n")
+    kb = KnowledgeBase(project)
+    dash, dot = kb.resolve("react-dom"), kb.resolve("react.dom")
+    for ds, word in ((dash, "hydration"), (dot, "portals")):
+        Path(ds.local_path).mkdir(parents=True)
+        (Path(ds.local_path) / f"{word}.md").write_text(f"# {word.title()}\n\nAll about {word}.\n")
+    folders = [str(Path(d.local_path).resolve()) for d in (dash, dot)]
+    old = load_config({"index": "docset_react_dom", "milvus_uri": str(mdrag_home / "cache" / "docsets.db")})
+    with Index(old) as shared:  # as an earlier mdrag left it
+        shared.update(folders)
+
+    with docset_index("react-dom") as index:
+        update_docset_index(index, dash)
+    with Index(old) as shared:
+        assert shared.folders == [folders[1]]  # react.dom's folder stays until it has its own index
+    with docset_index("react.dom") as index:
+        update_docset_index(index, dot)
+        assert not old.manifest_path("docset_react_dom").exists()
+        assert not index.store.client.has_collection("mdrag_docset_react_dom")
+    for ds, word in ((dash, "hydration"), (dot, "portals")):
+        with docset_index(ds.id) as index:
+            assert index.folders == [str(Path(ds.local_path).resolve())]
+            assert [r.rel_path for r in index.search(f"all about {word}", k=5)] == [f"{word}.md"]
+
+
+@pytest.mark.anyio
+async def test_knowledge_commands_build_the_index(
+    tmp_path: Path, mdrag_home: Path, hash_embedder: Any, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    """`mdrag knowledge init` and `refresh` build and update the docset's index, so the MCP server
+    searches it from its first call."""
+    from mcp import Client
+
+    from mdrag.cli import main
+
+    monkeypatch.setattr("mdrag.index.make_embedder", lambda config: hash_embedder)
+    (mdrag_home / "config.yaml").write_text("search:\n  threshold: 0.0\n")
+    project = make_project(tmp_path)
+    monkeypatch.chdir(project)
+    kb = KnowledgeBase(project)
+    local = Path(kb.resolve("react").local_path)
+    local.mkdir(parents=True)
+    (local / "hooks.md").write_text("# Hooks\n\nuseEffect runs after render.\n")
+    assert main(["knowledge", "init", "react", "-q"]) == 0
+    init_out = capsys.readouterr().out
+    (local / "state.md").write_text("# State\n\nuseState keeps a value between renders.\n")
+    assert main(["knowledge", "refresh", "--json"]) == 0  # every docset: hugo has no folder yet
+    refreshed = json.loads(capsys.readouterr().out)
+    assert main(["knowledge", "init", "hugo"]) == 1  # named: its missing folder is an error
+    missing = capsys.readouterr().out
+
+    assert f"react: index {index_name('react')}: files 1 added, 0 changed, 0 removed" in init_out
+    react = refreshed["react"]
+    assert react["sources"] == [] and react["index"]["added"] == 1 and react["index"]["chunks_total"] == 2
+    assert "mdrag knowledge init hugo" in refreshed["hugo"]["note"] and "index" not in refreshed["hugo"]
+    assert "hugo: index not updated: docset 'hugo' has no files yet" in missing
+    tools = KnowledgeTools(kb, search_wait=0)
+    with anyio.fail_after(60):
+        async with Client(tools.server()) as client:
+            found = json.loads(ok(await client.call_tool("search", {"query": "useState value", "docset": "react"})))
+    assert "indexing" not in found and found["results"][0]["rel_path"] == "state.md"
+
+
+@pytest.mark.anyio
+async def test_tool_arguments_checked_in_process(tmp_path: Path, mdrag_home: Path) -> None:
+    """Called in process (no JSON on the way), the tools check their arguments themselves and say what
+    to change: lone surrogates, a 5,000-digit k, a query over 4,000 characters."""
+    from mcp import Client
+
+    tools = KnowledgeTools(KnowledgeBase(make_project(tmp_path)))
+    good = {"docset": "react", "keywords": ["hooks"], "generalized_keywords": ["state"]}
+    with anyio.fail_after(60):
+        async with Client(tools.server()) as client:
+            keyword = error(await client.call_tool("search_docs", {**good, "keywords": ["a", "\udc00"]}))
+            query = error(await client.call_tool("search", {"query": "hooks \ud800", "docset": "react"}))
+            huge_k = error(await client.call_tool("search", {"query": "hooks", "k": 10**5000}))
+            long_query = error(await client.call_tool("search", {"query": "q" * 4001, "docset": "react"}))
+            at_limit = error(await client.call_tool("search", {"query": "q" * 4000, "docset": "react"}))
+    assert "'keywords[1]'" in keyword and "surrogate" in keyword and '"\\udc00"' in keyword
+    assert "'query'" in query and "surrogate" in query
+    assert "'k'" in huge_k and "5001 digits" in huge_k and "set_int_max_str_digits" not in huge_k
+    assert "too long (4001 characters, at most 4000)" in long_query
+    assert "no files yet" in at_limit  # 4,000 characters are taken: the docset's missing folder is the error
