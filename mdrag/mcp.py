@@ -638,7 +638,7 @@ class KnowledgeTools:
         for ds in docsets:
             if Path(ds.local_path).is_dir():  # a docset with no files yet is reported by `search`
                 try:
-                    self._start(ds, self._entry(ds))
+                    self._start(self.kb.resolve(ds.id), self._entry(ds))  # resolve: its folder checked again
                 except MdragError as e:
                     log.warning("docset %s: index not updated: %s", ds.id, e)
 

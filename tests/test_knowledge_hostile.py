@@ -35,7 +35,7 @@ from mdrag.knowledge import (
     load_config,
     refresh,
 )
-from mdrag.mcp import KnowledgeTools
+from mdrag.mcp import KnowledgeTools, docset_index
 from tests.test_knowledge import git, make_repo, push_commit, write_config, write_files
 from tests.test_mcp import connect
 from tests.test_mcp import error as mcp_error
@@ -415,7 +415,13 @@ async def test_search_over_every_docset_checks_each_folder_again(
     kb = KnowledgeBase(start=project)
     kb.config()
     (docs / "b").symlink_to(outside)
+    tools = KnowledgeTools(kb, refresh_interval=0, search_wait=60)
     with anyio.fail_after(120):
-        found = await KnowledgeTools(kb, refresh_interval=0).search({"query": f"password {SECRET}"})
+        async with tools.running():
+            found = await tools.search({"query": f"password {SECRET}"})
+            while any(entry.update is not None for entry in tools._indexes.values()):  # the background updates
+                await anyio.sleep(0.05)
     assert SECRET not in json.dumps(found["results"]) and found["results"], found
     assert "outside the project folder" in found["skipped"]["b"] and "b" not in found["indexed"]
+    with docset_index("b") as index:  # nor read into an index by the updates started with the server
+        assert index.folders == [] and index.status()["chunks"] == 0
