@@ -245,15 +245,12 @@ async def over_stdio(
     return out
 
 
-def search_baseline(home: Path) -> dict[str, Any]:
+def search_baseline(home: Path, project: Path) -> dict[str, Any]:
     """Index.search in process on the index the server built (after it exited: Milvus Lite is one process's)."""
     os.environ["MDRAG_HOME"] = str(home)
-    from mdrag.config import load_config
-    from mdrag.index import Index
-    from mdrag.mcp import index_name
+    from mdrag.mcp import docset_index
 
-    base = load_config()
-    index = Index(load_config({"index": index_name("hugo"), "milvus_uri": str(base.cache_dir / "docsets.db")}))
+    index = docset_index("hugo", project)
     for q in QUERIES[:5]:  # warm-up
         index.search(q, k=5)
     queries = [QUERIES[i % len(QUERIES)] for i in range(50)]
@@ -307,7 +304,7 @@ def main() -> None:
         if not args.no_search:
             out["hugo_files"] = out["stdio"].pop("hugo_files")
             s = out["stdio"]
-            out["index_search_in_process_ms"] = search_baseline(home)
+            out["index_search_in_process_ms"] = search_baseline(home, project)
             show("baseline: Index.search in process, k=5", out["index_search_in_process_ms"])
             show("search, warm, over stdio, k=5", s["search_warm_ms"], out["index_search_in_process_ms"])
             show("search_docs over stdio, docset index open", s["search_docs_index_open_ms"], base, 10)

@@ -15,6 +15,7 @@ import os
 import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from mdrag import __version__
@@ -430,7 +431,7 @@ def _cmd_knowledge(args: argparse.Namespace) -> int:
                     print(f"{d.id}: {s.url}: failed: {s.error}")
                 if s.warning:
                     print(f"{d.id}: {s.url}: warning: {s.warning}")
-        indexed = _index_docset(d, progress=not (args.quiet or args.json), named=named)
+        indexed = _index_docset(d, kb.config().root.parent, progress=not (args.quiet or args.json), named=named)
         failed += "error" in indexed
         out[d.id] = {"sources": [s.__dict__ for s in sources], **indexed}
         if not args.json:
@@ -443,8 +444,8 @@ def _cmd_knowledge(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
-def _index_docset(d: Any, progress: bool, named: bool) -> dict[str, Any]:
-    """Build or update the docset's index, the one `mdrag mcp` searches.
+def _index_docset(d: Any, project: Path, progress: bool, named: bool) -> dict[str, Any]:
+    """Build or update the project's docset's index, the one `mdrag mcp` searches.
 
     Returns {"index": its summary}, {"error": why not} (a failure), or {"note": why
     not}: a docset with no folder yet that the command did not name.
@@ -457,7 +458,7 @@ def _index_docset(d: Any, progress: bool, named: bool) -> dict[str, Any]:
     except MdragError as e:
         return {"error" if named else "note": str(e)}
     try:
-        with docset_index(d.id) as index:
+        with docset_index(d.id, project) as index:
             summary = update_docset_index(index, d, progress=progress)
     except StoreInUseError as e:
         return {"error": f"{e} If `mdrag mcp` is running, it updates the docset's index itself."}

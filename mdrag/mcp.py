@@ -220,15 +220,18 @@ _TOOL_NAMES = tuple(t.name for t in TOOLS)
 _HASHED = re.compile(r"_[0-9a-f]{8}$")
 
 
-def index_name(docset_id: str) -> str:
-    """The mdrag index of a docset: ``docset_<slug>_<hash>``, distinct for distinct ids.
+def index_name(docset_id: str, project: Path) -> str:
+    """The mdrag index of a project's docset: ``docset_<slug>_<hash>``, distinct for distinct docsets.
 
     The slug is the id with other characters than [A-Za-z0-9_] as ``_``, cut to
-    fit the 64 characters of an index name; the hash (8 hex digits of the id's
-    SHA-1) tells apart ids with the same slug, such as ``react-dom`` and ``react.dom``.
+    fit the 64 characters of an index name; the hash (8 hex digits of the SHA-1
+    of the project folder and the id) tells apart ids with the same slug, such
+    as ``react-dom`` and ``react.dom``, and one id in two projects (each keeps
+    its own folder in its index; a shared index would lose one at each update).
     """
     slug = re.sub(r"[^A-Za-z0-9_]", "_", docset_id)[:48]
-    return f"docset_{slug}_{sha1(docset_id.encode('utf-8')).hexdigest()[:8]}"
+    key = f"{Path(project).resolve()}\n{docset_id}"
+    return f"docset_{slug}_{sha1(key.encode('utf-8', 'surrogatepass')).hexdigest()[:8]}"
 
 
 def _legacy_index_name(docset_id: str) -> str:
@@ -245,11 +248,11 @@ def _docsets_config(name: str) -> Config:
     return load_config({"index": name, "milvus_uri": base["milvus_uri"] or str(base.cache_dir / "docsets.db")})
 
 
-def docset_index(docset_id: str) -> Index:
-    """The index of docset ``docset_id`` in the docsets store (not opened yet: the first use opens it)."""
+def docset_index(docset_id: str, project: Path) -> Index:
+    """The index of the project's docset ``docset_id`` in the docsets store (opened by its first use)."""
     from mdrag.index import Index
 
-    return Index(_docsets_config(index_name(docset_id)))
+    return Index(_docsets_config(index_name(docset_id, project)))
 
 
 def docset_folder(ds: Docset) -> str:
@@ -614,10 +617,11 @@ class KnowledgeTools:
     # -- indexes -----------------------------------------------------------
 
     def _entry(self, ds: Docset) -> _DocsetIndex:
-        name = index_name(ds.id)
+        project = self.kb.config().root.parent
+        name = index_name(ds.id, project)
         entry = self._indexes.get(name)
         if entry is None:
-            index = docset_index(ds.id)
+            index = docset_index(ds.id, project)
             entry = _DocsetIndex(index, searchable=bool(index.folders))
             self._indexes[name] = entry
         return entry
@@ -746,7 +750,7 @@ class KnowledgeTools:
         """Up to HINT_SECTIONS lines from the docset's open index, or "" when none come by ``deadline``."""
         try:
             ds = self.kb.resolve(docset)
-            entry = self._indexes.get(index_name(ds.id))
+            entry = self._indexes.get(index_name(ds.id, self.kb.config().root.parent))
             if entry is None or entry.summary is None or entry.folder != str(ds.local_path):
                 return ""
             query = keywords if isinstance(keywords, str) else ", ".join(keywords)

@@ -277,13 +277,17 @@ async def test_no_config_is_a_tool_error(tmp_path: Path, mdrag_home: Path) -> No
         assert ".knowledge/config.yaml" in message
 
 
-def test_index_names() -> None:
-    """Each docset id has its own index: ids that differ only in punctuation or case no longer share one."""
+def test_index_names(tmp_path: Path) -> None:
+    """Each docset has its own index: ids that differ only in punctuation or case no longer share one,
+    nor does one id in two projects (each project's update took the other's folder out)."""
     ids = ["react-dom", "react.dom", "react_dom", "React_dom", "x" * 64, "x" * 63 + "y", "1st"]
-    names = [index_name(i) for i in ids]
+    project, other = tmp_path / "project", tmp_path / "other"
+    names = [index_name(i, project) for i in ids]
     assert len(set(names)) == len(ids), names
     assert names[0].startswith("docset_react_dom_") and len(names[0]) == len("docset_react_dom_") + 8
-    assert index_name("react-dom") == names[0]  # stable: the same id finds its index again
+    assert index_name("react-dom", project) == names[0]  # stable: the same docset finds its index again
+    assert index_name("react-dom", tmp_path / "." / "project") == names[0]  # the folder, however written
+    assert index_name("react-dom", other) != names[0]
     from mdrag.config import load_config
 
     for name in names:
@@ -360,7 +364,7 @@ async def test_search_hugo_docs(tmp_path: Path, mdrag_home: Path, shared_data: P
     assert scores == sorted(scores, reverse=True) and all(0 < x <= 1 for x in scores)
 
     state = first["indexed"]["hugo"]
-    assert state["index"] == index_name("hugo")
+    assert state["index"] == index_name("hugo", project)
     assert state["chunks_embedded"] == state["chunks_total"] > 40
     assert (mdrag_home / "cache" / "docsets.db").exists()
 
@@ -498,16 +502,16 @@ def test_docsets_with_one_slug_have_their_own_index(
     with Index(old) as shared:  # as an earlier mdrag left it
         shared.update(folders)
 
-    with docset_index("react-dom") as index:
+    with docset_index("react-dom", project) as index:
         update_docset_index(index, dash)
     with Index(old) as shared:
         assert shared.folders == [folders[1]]  # react.dom's folder stays until it has its own index
-    with docset_index("react.dom") as index:
+    with docset_index("react.dom", project) as index:
         update_docset_index(index, dot)
         assert not old.manifest_path("docset_react_dom").exists()
         assert not index.store.client.has_collection("mdrag_docset_react_dom")
     for ds, word in ((dash, "hydration"), (dot, "portals")):
-        with docset_index(ds.id) as index:
+        with docset_index(ds.id, project) as index:
             assert index.folders == [str(Path(ds.local_path).resolve())]
             assert [r.rel_path for r in index.search(f"all about {word}", k=5)] == [f"{word}.md"]
 
@@ -538,7 +542,7 @@ async def test_knowledge_commands_build_the_index(
     assert main(["knowledge", "init", "hugo"]) == 1  # named: its missing folder is an error
     missing = capsys.readouterr().out
 
-    assert f"react: index {index_name('react')}: files 1 added, 0 changed, 0 removed" in init_out
+    assert f"react: index {index_name('react', project)}: files 1 added, 0 changed, 0 removed" in init_out
     react = refreshed["react"]
     assert react["sources"] == [] and react["index"]["added"] == 1 and react["index"]["chunks_total"] == 2
     assert "mdrag knowledge init hugo" in refreshed["hugo"]["note"] and "index" not in refreshed["hugo"]
