@@ -31,9 +31,9 @@ WRITTEN = ROOT / "benchmarks" / "out" / "faults.json"  # where tests/faults/conf
 COMMAND = ["-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/faults"]
 
 
-def outcomes(junit: Path) -> dict[str, dict[str, str]]:
-    """Test id (``module::name[param]``) -> {"outcome": ..., "message": ...} from pytest's JUnit XML."""
-    out: dict[str, dict[str, str]] = {}
+def outcomes(junit: Path) -> dict[str, dict[str, Any]]:
+    """Test id (``module::name[param]``) -> {"outcome", "message", "seconds"} from pytest's JUnit XML."""
+    out: dict[str, dict[str, Any]] = {}
     for case in ET.parse(junit).getroot().iter("testcase"):
         module = case.get("classname", "").rsplit(".", 1)[-1]
         outcome, message = "passed", ""
@@ -42,7 +42,11 @@ def outcomes(junit: Path) -> dict[str, dict[str, str]]:
             if child is not None:
                 outcome, message = {"failure": "failed"}.get(tag, tag), child.get("message", "")
                 break
-        out[f"{module}::{case.get('name', '')}"] = {"outcome": outcome, "message": message[:300]}
+        out[f"{module}::{case.get('name', '')}"] = {
+            "outcome": outcome,
+            "message": message[:300],
+            "seconds": round(float(case.get("time") or 0), 1),  # set-up and teardown included
+        }
     return out
 
 

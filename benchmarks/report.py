@@ -5,11 +5,12 @@
 Reads ``<out-dir>/<step>.json`` for every step of benchmarks/run.py (embedders,
 embedders_longest, hugo_torch, hugo, threshold, context, incremental,
 server_load, mcp_latency, scifact, scifact_torch, store_scale, llamaindex,
-faults, parse_worker), checks the
+faults, parse_worker, hostile), checks the
 targets, and writes the Markdown report and PNG plots (matplotlib, Agg). A
 missing or unreadable file leaves its section "not measured in this run";
 nothing here runs a benchmark. `python benchmarks/run.py` calls this script
-at its end (`--report-only`: this script alone).
+at its end (`--report-only`: this script alone). `--section TITLE` prints one
+section (e.g. "Hostile input") and writes nothing.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ STEP_NAMES = (
     "llamaindex",
     "faults",
     "parse_worker",
+    "hostile",
 )
 # The commands of benchmarks/run.py, used when its STEPS cannot be read.
 FALLBACK_COMMANDS = {
@@ -68,6 +70,7 @@ FALLBACK_COMMANDS = {
     "llamaindex": "llamaindex_compare.py",
     "faults": "faults.py",
     "parse_worker": "parse_worker.py",
+    "hostile": "hostile.py",
 }
 # Top-level keys each script writes today: a file without them predates the script.
 EXPECTED_KEYS = {
@@ -86,6 +89,7 @@ EXPECTED_KEYS = {
     "llamaindex": ("mdrag", "llamaindex"),
     "faults": ("trials", "passed", "seed", "repair_p50_s", "repair_max_s", "suite_s", "runs"),
     "parse_worker": ("start_up", "markdown", "pdf", "nested_divs"),
+    "hostile": ("command", "pytest_exit", "tests", "ws_fuzz", "mcp_malformed", "hostile_git"),
 }
 PACKAGES = ("torch", "sentence-transformers", "onnxruntime", "openvino", "pymilvus", "milvus-lite", "faiss-cpu")
 # embedder class recorded by hugo_index.py / scifact.py -> backend name in embedders.json
@@ -120,6 +124,11 @@ FAULT_PHASES = ("scan", "parse", "embed", "upsert", "commit", "delete", "save")
 FAULT_MODES = ("fresh", "incremental")
 # The pytest command of the fault suite (benchmarks/faults.py records the one it ran as `command`).
 FAULTS_PYTEST = "python -m pytest -q -p no:cacheprovider tests/faults"
+# The pytest command of the hostile-input tests (benchmarks/hostile.py records the one it ran as `command`).
+HOSTILE_PYTEST = (
+    "python -m pytest -q -p no:cacheprovider tests/test_ws_fuzz.py tests/test_mcp_hostile.py "
+    "tests/test_knowledge_hostile.py"
+)
 
 PLOT_SIZE = (8.0, 4.8)  # inches; at 150 dpi: 1200 px, readable scaled to 800 px
 PLOT_DPI = 150
@@ -422,7 +431,7 @@ def data_checks(data: Data) -> list[str]:
     if all(chunks.values()) and chunks["hugo"] != chunks["hugo_torch"]:
         notes.append(f"Hugo chunk counts differ: default {chunks['hugo']}, torch {chunks['hugo_torch']}")
     cpus = os.cpu_count()
-    for s in ("embedders", "embedders_longest", "mcp_latency"):
+    for s in ("embedders", "embedders_longest", "mcp_latency", "hostile"):
         c = dig(data.get(s), "cpus")
         if c and c != cpus:
             notes.append(f"`{s}.json` was measured on {c} CPUs; this report runs on {cpus}")
@@ -1995,6 +2004,160 @@ def section_parse_worker(data: Data) -> list[str]:
     return lines
 
 
+# The tests of benchmarks/hostile.py that write counts (module::function), and the git transports.
+WS_FUZZ_TEST = "test_ws_fuzz::test_fuzz_and_load_with_no_close_and_no_error"
+MCP_TEST = "test_mcp_hostile::test_mcp_malformed_requests"
+GIT_TEST = "test_knowledge_hostile::test_hostile_repository_copies_nothing_from_outside"
+GIT_TRANSPORTS = {
+    "file": "over file:// from a local bare repository (`allow_local_git: true`)",
+    "git": "over git:// from `git daemon` on 127.0.0.1, serving a local bare repository (no `allow_local_git`)",
+}
+
+
+def section_hostile(data: Data) -> list[str]:
+    ho = data.get("hostile")
+    cmd = str((ho or {}).get("command") or HOSTILE_PYTEST)
+    lines = ["## Hostile input", ""]
+    lines += [
+        f"{command(data, 'hostile')} runs the CI tests that attack mdrag on purpose, `{cmd}` from the repository "
+        "root (HF_HUB_OFFLINE=1), and merges the counts three of them write to benchmarks/out/ (`ws_fuzz.json`, "
+        "`mcp_malformed.json`, `hostile_git.json`: tests/figures.py; that command alone writes them too and "
+        "prints them at its end) with pytest's exit code and each test's outcome and time into `hostile.json`. "
+        "The parts are the real ones: the `mdrag serve` server (`QAServer`, in the test's process) with the MiniLM "
+        "model and Milvus Lite, over WebSocket connections on 127.0.0.1; `python -m mdrag mcp` over stdio; "
+        "`mdrag knowledge refresh` (in the test's process) cloning a git repository. No baseline: each count "
+        "must be all or none (every bad message answered with an error, no connection closed, every hostile path "
+        "refused, nothing copied from outside).",
+        "",
+    ]
+    if not ho:
+        return lines + [not_measured("hostile", data), ""]
+    tests = ho.get("tests") if isinstance(ho.get("tests"), dict) else {}
+    by_test: dict[str, list[Json]] = {}
+    for tid, r in tests.items():
+        by_test.setdefault(str(tid).split("[", 1)[0], []).append(r if isinstance(r, dict) else {})
+
+    def outcome(key: str) -> str:
+        return fault_outcome(by_test[key]) if key in by_test else NA
+
+    def seconds(key: str) -> str:
+        runs = by_test.get(key) or []
+        return fsec(sum(num(r.get("seconds")) or 0.0 for r in runs)) if runs else NA
+
+    absent = "no counts from this run (its test was skipped or stopped before writing them)"
+    rows = []
+    ws = ho.get("ws_fuzz") if isinstance(ho.get("ws_fuzz"), dict) else None
+    cats = (ws or {}).get("fuzz_categories") or {}
+    sent = f"{fint((ws or {}).get('fuzz_messages'))} malformed messages" if ws else "malformed messages"
+    if ws:
+        sent += (
+            f" over {fint(ws.get('fuzz_connections'))} connections, from a seeded random (seed {ws.get('seed', NA)}: "
+            "the same ones every run): "
+            + ", ".join(f"{name} {fint(n)}" for name, n in sorted(cats.items(), key=lambda t: -(num(t[1]) or 0)))
+            + f"; at the same time {fint(ws.get('load_clients'))} clients × {fint(ws.get('load_queries_each'))} "
+            "searches, and a `status` probe every 0.2 s"
+        )
+    load_total = (num((ws or {}).get("load_clients")) or 0) * (num((ws or {}).get("load_queries_each")) or 0)
+    rows.append(
+        [
+            "WebSocket fuzz and load (`test_ws_fuzz.py`, the `mdrag serve` server on the example docs)",
+            sent,
+            (
+                f"{fint(ws.get('fuzz_error_replies'))} of {fint(ws.get('fuzz_messages'))} answered with an error "
+                'reply (no "internal error", traceback or path of the server\'s folders in it), '
+                f"{fint(ws.get('fuzz_closes'))} connections closed; {fint(ws.get('load_answered'))} of "
+                f"{fint(load_total)} searches answered with results, {fint(ws.get('load_errors'))} errors, "
+                f"{fint(ws.get('load_closes'))} closes; the probe answered {fint(ws.get('probe_answered'))} of "
+                f"{fint(ws.get('probe_sent'))} times"
+            )
+            if ws
+            else absent,
+            outcome(WS_FUZZ_TEST),
+            seconds(WS_FUZZ_TEST)
+            + (f" (fuzz, load and probe together {fsec(ws.get('wall_s'))}, the index already built)" if ws else ""),
+        ]
+    )
+    mc = ho.get("mcp_malformed") if isinstance(ho.get("mcp_malformed"), dict) else None
+    rows.append(
+        [
+            "MCP malformed requests (`test_mcp_hostile.py`, `python -m mdrag mcp` over stdio)",
+            (
+                f"{fint(mc.get('requests'))} malformed requests, each followed by a `tools/list` probe: "
+                f"{fint((num(mc.get('requests')) or 0) - (num(mc.get('tool_argument_requests')) or 0))} at the "
+                "JSON-RPC level (not JSON or not UTF-8, NaN, nested 1,000 deep, a batch, ids that are objects, "
+                "fractions, 5,000 digits or lone surrogates, no or unknown method or tool, params of the wrong "
+                "shape, lone surrogates and a 5,000-digit `k` in arguments, a 17 MiB line) "
+                f"and {fint(mc.get('tool_argument_requests'))} with tool arguments of the wrong type or range "
+                "(queries of 5,000 characters and 10 MB, empty or not a string, `k` a string, a fraction, a "
+                "boolean, 0 or 10**18, a docset that is a path or unknown, keywords of the wrong type, too long or "
+                "with a newline); and "
+                f"{fint(mc.get('notifications'))} notifications and responses. A fixed set, no random"
+                if mc
+                else "malformed JSON-RPC lines, notifications and responses"
+            ),
+            (
+                f"{fint(mc.get('answered'))} of {fint(mc.get('requests'))} requests answered, {fint(mc.get('hangs'))} "
+                f"hangs (no reply in 30 s), {fint(mc.get('wrong'))} lines not as expected (a wrong error code or "
+                'message; the home\'s path, a traceback or "internal error" in the reply; the probe unanswered); '
+                f"{fint(mc.get('unanswered'))} of "
+                f"{fint(mc.get('notifications'))} notifications and responses left unanswered, as JSON-RPC "
+                f"requires; the probe answered {fint(mc.get('probes_answered'))} of {fint(mc.get('probes'))} "
+                f"times; the server exited with {mc.get('exit_code', NA)} at the end of its input"
+            )
+            if mc
+            else absent,
+            outcome(MCP_TEST),
+            seconds(MCP_TEST) + (f" (server start to exit {fsec(mc.get('wall_s'))})" if mc else ""),
+        ]
+    )
+    git = ho.get("hostile_git") if isinstance(ho.get("hostile_git"), dict) else {}
+    for transport, how in GIT_TRANSPORTS.items():
+        g = git.get(transport) if isinstance(git.get(transport), dict) else None
+        run = tests.get(f"{GIT_TEST}[{transport}]")
+        run = run if isinstance(run, dict) else None
+        rows.append(
+            [
+                f"hostile git repository, {transport}:// (`test_knowledge_hostile.py`, `mdrag knowledge refresh`)",
+                "a repository committed with symbolic links to /etc, to a folder beside it, into its own `.git` "
+                f"and round a loop, {how}: "
+                + (
+                    f"{fint(g.get('explicit_paths'))} docsets each with one hostile `paths` entry (through those "
+                    "links, absolute, `..`, `.git/`), and two that take the whole repository or `docs/`, "
+                    f"meeting {fint((num(g.get('links_walked')) or 0) / 2)} links that lead out each"
+                    if g
+                    else "docsets with hostile `paths` entries, and two that take the whole repository or `docs/`"
+                ),
+                (
+                    f"{fint(g.get('paths_tried'))} paths tried, {fint(g.get('refused'))} refused with the reason, "
+                    f"{fint(g.get('escaped'))} escaped; {fint(g.get('files_copied'))} files copied (the test checks: "
+                    "the repository's own files, in the two docsets without a hostile path)"
+                )
+                if g
+                else absent,
+                fault_outcome([run]) if run else NA,
+                (fsec(run.get("seconds")) if run else NA) + (f" (the refresh {fsec(g.get('wall_s'))})" if g else ""),
+            ]
+        )
+    lines += table(["test", "what it sends", "counts", "outcome", "time"], rows)
+    counted = {WS_FUZZ_TEST, MCP_TEST, GIT_TEST}
+    others = {k: v for k, v in by_test.items() if k not in counted}
+    failing = sorted(k for k, v in others.items() if any(r.get("outcome") == "failed" for r in v))
+    code = ho.get("pytest_exit")
+    lines += [
+        f"- The other {sum(len(v) for v in others.values())} tests in these files (a docset folder confined to the "
+        "project, links in the docset folder not written through, the selection rules, the MCP server reading "
+        "outside the project only what the user allows): "
+        + (fault_outcome([r for v in others.values() for r in v]) if others else NA)
+        + (f"; failed: {', '.join(f'`{k}`' for k in failing)}" if failing else "")
+        + ".",
+        f"- pytest exit code {code if code is not None else NA}; the three files ran {fsec(ho.get('tests_s'))} "
+        "(pytest's JUnit times, set-up included).",
+        f"- Machine: {ho.get('machine', NA)}; Python {ho.get('python', NA)}.",
+        "",
+    ]
+    return lines
+
+
 # -- plots --------------------------------------------------------------------
 
 
@@ -2212,22 +2375,26 @@ def section_plots(data: Data, plots_dir: Path, results: Path) -> list[str]:
 # -- main ---------------------------------------------------------------------
 
 
+SECTIONS: tuple[tuple[str, Callable[[Data], list[str]]], ...] = (
+    ("Embedder backends", section_embedders),
+    ("Hugo indexing and search", section_hugo),
+    ("Retrieval quality", section_retrieval),
+    ("Relevance threshold and refusal", section_threshold),
+    ("Q&A server", section_server),
+    ("MCP server", section_mcp),
+    ("Store at size", section_store),
+    ("LlamaIndex comparison", section_llamaindex),
+    ("Crash and fault safety", section_faults),
+    ("Parsing in a child process (time limit and memory cap)", section_parse_worker),
+    ("Hostile input", section_hostile),
+)
+
+
 def build(data: Data, plots_dir: Path, results: Path, argv_shown: str) -> str:
     lines = header(data, argv_shown)
     lines += guarded("Targets", lambda: targets(data))
     lines += guarded("Checks on the data", lambda: data_checks(data))
-    for title, fn in (
-        ("Embedder backends", section_embedders),
-        ("Hugo indexing and search", section_hugo),
-        ("Retrieval quality", section_retrieval),
-        ("Relevance threshold and refusal", section_threshold),
-        ("Q&A server", section_server),
-        ("MCP server", section_mcp),
-        ("Store at size", section_store),
-        ("LlamaIndex comparison", section_llamaindex),
-        ("Crash and fault safety", section_faults),
-        ("Parsing in a child process (time limit and memory cap)", section_parse_worker),
-    ):
+    for title, fn in SECTIONS:
         lines += guarded(title, lambda fn=fn: fn(data))  # type: ignore[misc]
     lines += section_plots(data, plots_dir, results)
     while lines and not lines[-1]:
@@ -2240,7 +2407,17 @@ def main() -> None:
     ap.add_argument("--out-dir", type=Path, default=HERE / "out", help="where the steps' JSON files are")
     ap.add_argument("--results", type=Path, default=HERE / "RESULTS.md", help="the Markdown report to write")
     ap.add_argument("--plots", type=Path, default=HERE / "plots", help="folder for the PNG plots")
+    ap.add_argument(
+        "--section",
+        choices=[title for title, _ in SECTIONS],
+        metavar="TITLE",
+        help="print this section only (its title, e.g. 'Hostile input') and write nothing",
+    )
     args = ap.parse_args()
+    if args.section:
+        fn = dict(SECTIONS)[args.section]
+        print("\n".join(guarded(args.section, lambda: fn(load_data(args.out_dir)))).rstrip("\n"))
+        return
     shown = ["python benchmarks/report.py"]
     for flag, value, default in (
         ("--out-dir", args.out_dir, HERE / "out"),

@@ -8,8 +8,8 @@ Each step is one script that prints its figures with the ratio to a baseline
 measured in the same run and writes benchmarks/out/<step>.json; then
 benchmarks/report.py writes benchmarks/RESULTS.md and benchmarks/plots/*.png
 from those files. Takes about 45 minutes on 2 CPU cores (the fault suite about
-4 of them; the LlamaIndex step installs LlamaIndex in its own virtualenv the
-first time, a few minutes more).
+4 of them, the hostile-input tests about 1; the LlamaIndex step installs
+LlamaIndex in its own virtualenv the first time, a few minutes more).
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ STEPS: dict[str, list[str]] = {
     "llamaindex": ["llamaindex_compare.py", "--model-cache", str(OUT / "models")],
     "faults": ["faults.py"],  # the fault suite, tests/faults/ (pytest): it writes OUT/faults.json itself
     "parse_worker": ["parse_worker.py"],
+    "hostile": ["hostile.py"],  # the hostile-input CI tests (pytest); they write their counts, it merges them
 }
 
 

@@ -4,7 +4,8 @@ A git repository committed with symbolic links to /etc, to a folder outside it a
 config asking for absolute and ``..`` paths, is served from a local bare repository (a file:// URL, and git://
 from ``git daemon`` on 127.0.0.1 where it starts) and loaded with ``mdrag knowledge refresh``. A project config
 pointing a docset outside the project, opt-out key included, is refused by the library, the knowledge command and
-``mdrag mcp``; only the user's ``knowledge.allowed_paths`` lets a folder outside be read.
+``mdrag mcp``; only the user's ``knowledge.allowed_paths`` lets a folder outside be read. The hostile repository's
+counts are printed at the end of the pytest run and written to benchmarks/out/hostile_git.json.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from mdrag.knowledge import (
     refresh,
 )
 from mdrag.mcp import KnowledgeTools, docset_index
+from tests.figures import report
 from tests.test_knowledge import git, make_repo, push_commit, write_config, write_files
 from tests.test_mcp import connect
 from tests.test_mcp import error as mcp_error
@@ -173,7 +175,9 @@ def test_hostile_repository_copies_nothing_from_outside(
     write_config(project, config)
     monkeypatch.chdir(project)
 
+    t0 = time.monotonic()
     code = cli.main(["knowledge", "refresh", "--quiet"])
+    wall = time.monotonic() - t0
     out = capsys.readouterr().out
     assert code == 1, out  # the sources with a hostile path fail
 
@@ -204,10 +208,23 @@ def test_hostile_repository_copies_nothing_from_outside(
         ident, inner = rel.split("/", 1)
         if p.is_symlink() or inner not in LEGIT or body != LEGIT[inner].encode() or SECRET.encode() in body:
             escaped += 1
-    assert sorted(copied) == sorted(f"{d}/{f}" for d in ("smart", "folders") for f in LEGIT)
     tried = len(HOSTILE_PATHS) + 2 * len(OUT_LINKS)
-    with capsys.disabled():
-        print(f"\nhostile git ({transport}://): {tried} paths tried, {refused} refused, {escaped} escaped")
+    figures = {
+        "paths_tried": tried,
+        "explicit_paths": len(HOSTILE_PATHS),  # each in a docset's `paths` of its own
+        "links_walked": 2 * len(OUT_LINKS),  # links leading out, met by the smart filter and by `docs/`
+        "refused": refused,
+        "escaped": escaped,
+        "files_copied": len(copied),  # below: the repository's own files, in the two docsets without a hostile path
+        "wall_s": round(wall, 1),  # `mdrag knowledge refresh` of every docset
+    }
+    report(
+        request.config,
+        "hostile_git",
+        {transport: figures},
+        f"hostile git ({transport}://): {tried} paths tried, {refused} refused, {escaped} escaped",
+    )
+    assert sorted(copied) == sorted(f"{d}/{f}" for d in ("smart", "folders") for f in LEGIT)
     assert (refused, escaped) == (tried, 0)
     assert (outside / "secret.md").read_text() == f"# {SECRET}\n"  # nothing written back either
 

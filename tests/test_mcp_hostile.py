@@ -3,7 +3,9 @@
 Every malformed request gets a JSON-RPC reply, an error saying what to change,
 with the request's id when it has a usable one (else ``id: null``);
 notifications and responses get none, as JSON-RPC 2.0 requires; after each
-line the server still answers a probe (``tools/list``). The counts are printed.
+line the server still answers a probe (``tools/list``). The counts are printed
+at the end of the pytest run and written to benchmarks/out/mcp_malformed.json
+(for benchmarks/RESULTS.md).
 """
 
 from __future__ import annotations
@@ -14,10 +16,14 @@ import queue
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from mcp import types
+
+from tests.figures import report
 
 ROOT = Path(__file__).resolve().parents[1]
 REPLY_TIMEOUT_S = 30.0  # per line; a line whose answer does not come is a hang
@@ -189,10 +195,11 @@ class Server:
             self.proc.kill()
 
 
-def test_mcp_malformed_requests(tmp_path: Path, mdrag_home: Path) -> None:
+def test_mcp_malformed_requests(tmp_path: Path, mdrag_home: Path, request: pytest.FixtureRequest) -> None:
     project = tmp_path / "project"
     (project / ".knowledge").mkdir(parents=True)
     (project / ".knowledge" / "config.yaml").write_text("docsets:\n  - id: react\n  - id: hugo\n")
+    t0 = time.monotonic()
     server = Server(project, mdrag_home)
     init = {
         "jsonrpc": "2.0",
@@ -204,7 +211,7 @@ def test_mcp_malformed_requests(tmp_path: Path, mdrag_home: Path) -> None:
             "clientInfo": {"name": "t", "version": "0"},
         },
     }
-    answered, hangs, unanswered, wrong = 0, 0, 0, []
+    answered, hangs, unanswered, probes_answered, wrong = 0, 0, 0, 0, []
     try:
         server.send(json.dumps(init).encode())
         assert server.until({0}) is not None
@@ -221,7 +228,9 @@ def test_mcp_malformed_requests(tmp_path: Path, mdrag_home: Path) -> None:
                 wrong.append(f"{label}: no reply")
                 continue
             probed = [r for r in got if r.get("id") == probe]
-            if len(probed[0].get("result", {}).get("tools", [])) != 3:
+            if len(probed[0].get("result", {}).get("tools", [])) == 3:
+                probes_answered += 1
+            else:
                 wrong.append(f"{label}: the probe got {probed[0]}")
             others = [r for r in got if r.get("id") != probe]
             if reply_id == NONE:
@@ -244,9 +253,25 @@ def test_mcp_malformed_requests(tmp_path: Path, mdrag_home: Path) -> None:
     finally:
         server.proc.kill()
     notifications = sum(1 for c in requests if c[2] == NONE)
-    print(
-        f"\nmcp malformed: {len(requests) - notifications} requests, {answered} answered, {hangs} hangs; "
-        f"{notifications} notifications and responses, {unanswered} left unanswered as JSON-RPC requires"
+    figures = {
+        "requests": len(requests) - notifications,
+        "tool_argument_requests": sum(1 for c in requests if c[3] == TOOL),  # of the requests: a tool error
+        "answered": answered,
+        "hangs": hangs,
+        "notifications": notifications,  # notifications and responses
+        "unanswered": unanswered,
+        "probes": len(requests),  # a tools/list after every line
+        "probes_answered": probes_answered,
+        "wrong": len(wrong),  # lines not handled as expected (code, message, a leak, the probe), hangs included
+        "exit_code": code_at_end,
+        "wall_s": round(time.monotonic() - t0, 1),  # server start to its exit
+    }
+    report(
+        request.config,
+        "mcp_malformed",
+        figures,
+        f"mcp malformed: {figures['requests']} requests, {answered} answered, {hangs} hangs; "
+        f"{notifications} notifications and responses, {unanswered} left unanswered as JSON-RPC requires",
     )
     assert wrong == [] and hangs == 0, "\n".join(wrong)
     assert answered == len(requests) - notifications and unanswered == notifications

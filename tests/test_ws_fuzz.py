@@ -29,6 +29,7 @@ from mdrag.embedding.base import Embedder
 from mdrag.index import Index
 from mdrag.protocol import MAX_QUESTION_CHARS
 from mdrag.server import QAServer
+from tests.figures import report
 
 REPO = Path(__file__).resolve().parents[1]
 SEED = 13
@@ -172,30 +173,6 @@ def fuzz(n: int, seed: int) -> list[tuple[str, str | bytes]]:
     return out
 
 
-class _Summary:
-    """Prints the figures at the end of the pytest output and writes them to benchmarks/out/ws_fuzz.json."""
-
-    def __init__(self, figures: dict[str, Any]) -> None:
-        self.figures = figures  # the counts of the run, as written to the JSON file
-
-    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        f = self.figures
-        terminalreporter.write_line(
-            f"ws fuzz: {f['fuzz_messages']} messages, {f['fuzz_error_replies']} error replies, "
-            f"{f['fuzz_closes']} closes; load: {f['load_clients']}x{f['load_queries_each']} searches, "
-            f"{f['load_answered']} answered, {f['load_errors']} errors; "
-            f"probe answered {f['probe_answered']}/{f['probe_sent']} (seed {f['seed']}, {f['wall_s']:.0f} s)"
-        )
-        out = REPO / "benchmarks" / "out" / "ws_fuzz.json"
-        try:
-            out.parent.mkdir(parents=True, exist_ok=True)
-            out.write_text(json.dumps(f, indent=2) + "\n")
-        except OSError as e:  # a read-only checkout: the line above is enough
-            terminalreporter.write_line(f"ws fuzz: cannot write {out}: {e}")
-        else:
-            terminalreporter.write_line(f"ws fuzz: figures in {out.relative_to(REPO)}")
-
-
 async def reply(ws: ClientConnection) -> dict[str, Any]:
     return dict(json.loads(await asyncio.wait_for(ws.recv(), 120)))
 
@@ -295,7 +272,15 @@ def test_fuzz_and_load_with_no_close_and_no_error(
         "probe_answered": counts["probe_answered"],
         "wall_s": round(wall, 1),  # fuzz, load and probe together, the index already built
     }
-    request.config.pluginmanager.register(_Summary(figures), "mdrag-ws-fuzz-summary")
+    report(
+        request.config,
+        "ws_fuzz",
+        figures,
+        f"ws fuzz: {len(frames)} messages, {figures['fuzz_error_replies']} error replies, "
+        f"{figures['fuzz_closes']} closes; load: {LOAD_CLIENTS}x{LOAD_QUERIES} searches, "
+        f"{figures['load_answered']} answered, {figures['load_errors']} errors; "
+        f"probe answered {figures['probe_answered']}/{figures['probe_sent']} (seed {SEED}, {wall:.0f} s)",
+    )
 
     assert bad_replies == [], bad_replies[:5]
     assert figures["fuzz_error_replies"] == len(frames) >= 1000 and figures["fuzz_closes"] == 0
