@@ -4,7 +4,9 @@ The server owns its index for the whole run: it loads it (or builds it) in
 the background while already accepting connections, answers queries from
 the open index, and keeps it current with a file watcher and a periodic
 rescan, both running the incremental indexer in a worker thread. Searches
-read only committed chunks, so a reload switches atomically.
+read only committed chunks, so a reload switches atomically. Stopping asks a
+running indexer to stop at its next safe point and waits for it before the
+index is closed.
 
 Each connection's messages are answered one at a time, in order (answers
 stream over several frames and the protocol has no request ids); at most
@@ -16,25 +18,29 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hmac
 import logging
+import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from http import HTTPStatus
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import parse_qs, urlsplit
 
 from mdrag import protocol
 from mdrag.answer import LLMSettings, answer_stream, sources
 from mdrag.config import Config, load_config
-from mdrag.errors import ConfigError, LLMError, MdragError, ProtocolError
+from mdrag.errors import ConfigError, IndexingCancelledError, LLMError, MdragError, ProtocolError
 from mdrag.index import Index
 from mdrag.protocol import is_loopback
 
 __all__ = ["QAServer", "llm_settings"]
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 _HARD_MAX_FRAME = 1 << 20  # frames over 1 MiB close the connection; over max_message_bytes get an error
 
@@ -70,6 +76,8 @@ class QAServer:
         self.port = 0  # bound port, known after start() (useful with port 0)
         self.reloads = 0  # finished reloads, for tests and logs
         self._reload_lock = asyncio.Lock()  # one indexer run at a time
+        self._cancel = threading.Event()  # set by stop(): a running indexer stops at its next safe point
+        self._threads: set[asyncio.Future[Any]] = set()  # index work in threads: stop() waits for it
         self._server: Any = None  # websockets Server
         self._tasks: set[asyncio.Task[Any]] = set()  # background tasks, cancelled on stop
         self._stop = asyncio.Event()  # stops the file watchers
@@ -112,7 +120,9 @@ class QAServer:
         await self._server.wait_closed()
 
     async def stop(self) -> None:
+        """Stop serving; a running reload stops at its next safe point, and the index is closed after it."""
         self._stop.set()
+        self._cancel.set()
         for t in list(self._tasks):
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -121,14 +131,25 @@ class QAServer:
             await self._server.wait_closed()
         if self._http is not None:
             await self._http.aclose()
-        async with self._reload_lock:  # let a running indexer thread finish before closing the store
-            if self.index is not None:
-                self.index.close()
+        # A cancelled task stopped waiting for its thread, not the thread: wait for it here.
+        results = await asyncio.gather(*self._threads, return_exceptions=True)
+        if any(isinstance(r, IndexingCancelledError) for r in results):
+            log.info("stopped a reload before it finished; the next start completes it")
+        if self.index is not None:
+            await asyncio.to_thread(self.index.close)  # waits for searches still running in threads
 
     def _spawn(self, coro: Awaitable[Any]) -> None:
         task = asyncio.ensure_future(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+    async def _in_thread(self, fn: Callable[[], T]) -> T:
+        """``fn()`` in a worker thread. A caller that is cancelled stops waiting, but the
+        thread runs on until ``fn`` returns: stop() waits for it before closing the index."""
+        work = asyncio.ensure_future(asyncio.to_thread(fn))
+        self._threads.add(work)
+        work.add_done_callback(self._threads.discard)
+        return await asyncio.shield(work)
 
     # -- loading and reloading --------------------------------------------
     async def _load(self) -> None:
@@ -169,7 +190,8 @@ class QAServer:
             index = self.index
             try:
                 if self.folders or not self.reloads:
-                    summary = await asyncio.to_thread(index.update, self.folders or None)
+                    update = functools.partial(index.update, self.folders or None, cancel=self._cancel)
+                    summary = await self._in_thread(update)
                     self.folders = summary.folders
                     if summary.added or summary.modified or summary.deleted:
                         log.info(
@@ -180,7 +202,7 @@ class QAServer:
                             summary.deleted,
                             summary.chunks_embedded,
                         )
-                st = await asyncio.to_thread(index.status)
+                st = await self._in_thread(index.status)
             except MdragError as e:
                 if raise_errors:
                     raise
