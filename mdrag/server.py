@@ -6,7 +6,9 @@ the open index, and keeps it current with a file watcher and a periodic
 rescan, both running the incremental indexer in a worker thread. Searches
 read only committed chunks, so a reload switches atomically. Stopping asks a
 running indexer to stop at its next safe point and waits for it before the
-index is closed.
+index is closed. A change to the config file applies the settings in
+:func:`live_settings` at once; any other change is reported as needing a
+restart, and the server keeps the value it started with.
 
 Each connection's messages are answered one at a time, in order (answers
 stream over several frames and the protocol has no request ids); at most
@@ -31,16 +33,62 @@ from urllib.parse import parse_qs, urlsplit
 
 from mdrag import protocol
 from mdrag.answer import LLMSettings, answer_stream, sources
-from mdrag.config import Config, load_config
+from mdrag.config import DEFAULTS, Config, load_config
 from mdrag.errors import ConfigError, IndexingCancelledError, LLMError, MdragError, ProtocolError
 from mdrag.index import Index
 from mdrag.protocol import is_loopback
 
-__all__ = ["QAServer", "llm_settings"]
+__all__ = ["LIVE_SETTINGS", "QAServer", "live_settings", "llm_settings"]
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+#: Settings a running server applies as soon as the config file changes. Any
+#: other setting of mdrag.config.DEFAULTS needs a restart: the server reports
+#: the change and keeps the value it started with.
+LIVE_SETTINGS = frozenset(
+    {
+        # what the next rescan indexes (a change starts one)
+        "index.include",
+        "index.exclude",
+        "index.gitignore",
+        "index.max_file_mb",
+        "index.parse_timeout",
+        "index.max_parse_mb",
+        # read by each search
+        "search.k",
+        "search.threshold",
+        "search.mode",
+        "search.fusion",
+        "search.dense_weight",
+        "search.collapse",
+        # read by each answer
+        "answer.min_score",
+        "llm.base_url",
+        "llm.api_key",
+        "llm.model",
+        "llm.timeout",
+        "api.base_url",
+        "api.api_key",
+        # read by each new connection or message, or before the next rescan
+        "server.token",
+        "server.allowed_origins",
+        "server.max_message_bytes",
+        "server.max_pending",
+        "server.reload_interval",
+    }
+)
+
+
+def live_settings(config: Config) -> frozenset[str]:
+    """The settings a server started with ``config`` applies live: LIVE_SETTINGS, less the
+    shared ``api.*`` settings when its embedder uses them too (it keeps what it started with)."""
+    live = set(LIVE_SETTINGS)
+    if config["embedding.provider"] == "openai":
+        live -= {k for k in ("api.base_url", "api.api_key") if not config["embedding." + k.split(".")[1]]}
+    return frozenset(live)
+
 
 _HARD_MAX_FRAME = 1 << 20  # frames over 1 MiB close the connection; over max_message_bytes get an error
 
@@ -65,6 +113,8 @@ class QAServer:
         index: Index | None = None,
     ) -> None:
         self.config = config  # current settings; replaced when the config file changes
+        self.started_with = config  # the settings that need a restart keep these values
+        self.restart_needed: list[str] = []  # settings the config file changed that need a restart
         self.overrides = dict(overrides or {})  # command-line settings, kept across config reloads
         # Folders to add at start; then all of the index's folders, watched and rescanned.
         self.folders = [str(Path(f).expanduser().resolve()) for f in folders]
@@ -246,23 +296,46 @@ class QAServer:
             self.reload_config()
 
     def reload_config(self) -> bool:
-        """Re-read the config file, keeping command-line overrides; a bad file changes nothing."""
+        """Re-read the config file, keeping command-line overrides; a bad file changes nothing.
+
+        The settings in :func:`live_settings` apply at once. Every other setting keeps the
+        value the server started with; those the file changes are logged and listed in
+        :attr:`restart_needed` (and in status messages) until a restart or until the file
+        has them back.
+        """
         try:
             new = load_config(self.overrides, home=self.config.home)
         except ConfigError as e:
             log.error("config file change ignored: %s (the previous settings stay)", e)
             return False
-        restart = [
-            k
-            for k in ("index", "milvus_uri", "embedding.provider", "embedding.model", "chunk.size", "server.port")
-            if new[k] != self.config[k]
-        ]
+        start = self.started_with
+        live = live_settings(start)
+        keep = {k: (new if k in live else start) for k in DEFAULTS}
+        applied = Config(
+            {k: c[k] for k, c in keep.items()}, new.home, {k: c.sources[k] for k, c in keep.items()}, new.file
+        )
+        if not is_loopback(start["server.host"]) and not applied["server.token"]:
+            log.error(
+                "config file change ignored: it leaves no server.token while the server listens on %s, which "
+                "would open it to the network; set a token, or restart the server bound to 127.0.0.1",
+                start["server.host"],
+            )
+            return False
+        restart = [k for k in DEFAULTS if k not in live and new[k] != start[k]]
         if restart:
-            log.warning("config change needs a restart to apply: %s", ", ".join(restart))
-        self.config = new
+            log.warning(
+                "config file %s changes settings that need a restart to apply: %s (until then the server keeps "
+                "the values it started with)",
+                new.file,
+                ", ".join(restart),
+            )
+        rescan = any(applied[k] != self.config[k] for k in live if k.startswith("index."))
+        self.config, self.restart_needed = applied, restart
         if self.index is not None:
-            self.index.config = new  # search settings (k, threshold) apply at once
+            self.index.config = applied  # read by each search and update
         log.info("configuration reloaded from %s", new.file)
+        if rescan and self.folders and self.state != "loading":
+            self._spawn(self._reload("file selection settings changed"))
         return True
 
     # -- connections --------------------------------------------------------
@@ -296,7 +369,9 @@ class QAServer:
             "ready": "ready",
             "empty": "no indexed content: start the server with folders (mdrag serve DIR)",
         }
-        return protocol.status(self.state, self.config["index"], self.files, self.chunks, messages[self.state])
+        status = protocol.status(self.state, self.config["index"], self.files, self.chunks, messages[self.state])
+        status["restart_needed"] = list(self.restart_needed)  # settings changed in the file that need a restart
+        return status
 
     async def _handle(self, ws: Any) -> None:
         from websockets.exceptions import ConnectionClosed
