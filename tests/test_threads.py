@@ -1,4 +1,4 @@
-"""Threads and state: stopping during a reload, one Index used from several threads.
+"""Threads and state: stopping during a reload, one Index used from several threads, store consistency.
 
 Interleavings are forced, not hoped for: a parser that waits on an event holds
 the indexer mid-run, and a wrapped store call holds a search mid-flight.
@@ -11,9 +11,11 @@ import logging
 import os
 import threading
 from collections.abc import Iterator
+from concurrent import futures
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 import mdrag.index
@@ -25,8 +27,8 @@ from mdrag.index import Index
 from mdrag.manifest import Manifest
 from mdrag.parsers import register_parser
 from mdrag.server import QAServer
-from mdrag.store.milvus import _lite_locked
-from mdrag.types import Block, Document, Section
+from mdrag.store.milvus import MilvusStore, _lite_locked
+from mdrag.types import Block, Chunk, Document, Section
 from tests.conftest import HashEmbedder
 
 WAIT = 120  # seconds a test waits for an event that must come, before it fails instead of hanging
@@ -309,3 +311,96 @@ def test_a_search_that_outlasts_the_grace_time_is_reported_when_its_chunks_go(
     assert idx.search("Rewritten old chunk replaced", threshold=0)[0].rel_path == "topic1.md"
     _consistent(idx)
     idx.close()
+
+
+# -- consistency on a Milvus server ------------------------------------------
+
+
+class _Recorder:
+    """A gRPC server interceptor that keeps each request a Milvus client sends, by method name."""
+
+    def __init__(self) -> None:
+        self.requests: list[tuple[str, Any]] = []  # (method, request message)
+
+    def interceptor(self) -> Any:
+        import grpc
+
+        recorder = self
+
+        class Interceptor(grpc.ServerInterceptor):  # type: ignore[misc]
+            def intercept_service(self, continuation: Any, details: Any) -> Any:
+                handler = continuation(details)
+                if handler is None or handler.unary_unary is None:
+                    return handler
+                method, inner = details.method.rsplit("/", 1)[-1], handler.unary_unary
+
+                def unary(request: Any, context: Any) -> Any:
+                    recorder.requests.append((method, request))
+                    return inner(request, context)
+
+                return grpc.unary_unary_rpc_method_handler(
+                    unary,
+                    request_deserializer=handler.request_deserializer,
+                    response_serializer=handler.response_serializer,
+                )
+
+        return Interceptor()
+
+
+@pytest.fixture
+def recorded_server(tmp_path: Path) -> Iterator[tuple[str, _Recorder]]:
+    """A Milvus gRPC server (Milvus Lite's, in this process) on 127.0.0.1 that records each request."""
+    import grpc
+    from milvus_lite.adapter.grpc.servicer import MilvusServicer
+    from milvus_lite.db import MilvusLite
+    from pymilvus.grpc_gen import milvus_pb2_grpc
+
+    recorder = _Recorder()
+    db = MilvusLite(str(tmp_path / "server-db"))
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4), interceptors=[recorder.interceptor()])
+    milvus_pb2_grpc.add_MilvusServiceServicer_to_server(MilvusServicer(db), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        yield f"http://127.0.0.1:{port}", recorder
+    finally:
+        server.stop(grace=2)
+        db.close()
+
+
+def test_collections_are_created_and_read_with_strong_consistency(recorded_server: tuple[str, _Recorder]) -> None:
+    from pymilvus.grpc_gen.common_pb2 import ConsistencyLevel
+
+    uri, recorder = recorded_server
+    store = MilvusStore(uri, "t" + os.urandom(4).hex(), {"model": "test:model", "dimension": 8})
+    store.open(create=True)
+    chunks = [
+        Chunk(
+            id=f"{i:064x}",
+            text=f"consistency text {i}",
+            context="Doc",
+            path="/r/a.md",
+            rel_path="a.md",
+            root="/r",
+            heading_path=["Doc"],
+            level=1,
+            position=i,
+            content_hash=f"{i:064x}",
+        )
+        for i in range(3)
+    ]
+    vectors = np.eye(3, 8, dtype=np.float32)
+    store.upsert(chunks, vectors)
+    # The indexer's reads of its own writes, and a search in each mode, right after the write.
+    assert store.vectors_by_hash([c.content_hash for c in chunks]).keys() == {c.content_hash for c in chunks}
+    assert store.all_ids() == {c.id for c in chunks} and store.count() == 3
+    for mode in ("dense", "bm25", "hybrid"):
+        assert store.search(vectors[0], 3, mode=mode, text="consistency text")
+    store.close()
+
+    (create,) = [r for m, r in recorder.requests if m == "CreateCollection"]
+    assert create.consistency_level == ConsistencyLevel.Strong
+    reads = [(m, r) for m, r in recorder.requests if m in ("Query", "Search", "HybridSearch")]
+    assert {m for m, _ in reads} == {"Query", "Search", "HybridSearch"}
+    for method, request in reads:
+        assert not request.use_default_consistency and request.consistency_level == ConsistencyLevel.Strong, method
