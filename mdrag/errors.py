@@ -15,6 +15,7 @@ wrong and what to do next::
     │   │   └── StoreInUseError               a Milvus Lite file locked by another process
     │   └── StoreDamagedError                 the store's files are damaged
     ├── ManifestError                         the index manifest cannot be written
+    ├── IndexingCancelledError                an indexing run was asked to stop, and did
     ├── ProtocolError (also ValueError)       a malformed WebSocket message
     ├── LLMError                              the chat model failed or timed out
     └── DocsetError                           .knowledge config, docsets, web sources
@@ -26,6 +27,7 @@ __all__ = [
     "ConfigError",
     "DocsetError",
     "EmbeddingError",
+    "IndexingCancelledError",
     "MdragError",
     "ModelMismatchError",
     "LLMError",
@@ -91,6 +93,10 @@ class StoreDamagedError(StoreError):
 
 class ManifestError(MdragError):
     """The index manifest cannot be written (a full disk, a read-only folder)."""
+
+
+class IndexingCancelledError(MdragError):
+    """An indexing run stopped at a safe point because it was asked to; the next run finishes its work."""
 
 
 class ProtocolError(MdragError, ValueError):

@@ -5,8 +5,9 @@ from __future__ import annotations
 import logging
 import threading
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,10 @@ from mdrag.types import SearchResult
 __all__ = ["Index", "make_embedder", "open_index"]
 
 log = logging.getLogger(__name__)
+
+# How long a commit waits for the searches that still read the state it replaces
+# before it deletes the replaced chunks anyway (and says so in the log).
+_READERS_GRACE_S = 60.0
 
 
 def make_embedder(config: Config) -> Embedder:
@@ -80,6 +85,15 @@ class Index:
     ...     idx.update(["docs"])
     ...     for r in idx.search("how do I install it?", k=5):
     ...         print(r.score, r.rel_path, r.heading)
+
+    One Index may be used from several threads: searches run side by side and
+    with one update (updates and removals run one at a time); the store is
+    opened once, by whichever call needs it first; ``close()`` waits for the
+    calls in progress. A search reads the state committed when it began; the
+    chunks a commit replaces are deleted once the searches still reading the
+    state before it have finished, or, should one take longer than
+    ``_READERS_GRACE_S``, after that, with a warning (that search may then miss
+    some results; nothing else is affected).
     """
 
     def __init__(self, config: Config | None = None, embedder: Embedder | None = None) -> None:
@@ -97,36 +111,57 @@ class Index:
         self.store = MilvusStore(
             self.config.milvus_uri, self.name, self.embedder.identity, self.config["milvus_token"], stem
         )  # opened on first use
+        # The store's connection; these four are guarded by _open_lock.
+        self._open_lock = threading.Lock()  # one thread opens (or closes) the store, the others wait
         self._opened = False  # the store is connected and its collection loaded
+        self._exists = False  # the collection exists
         self._missing: tuple[int, int] | tuple[()] | None = None  # see _missing_rows; None: not checked yet
         self._updated = False  # update() wrote through the open store: see close()
-        self._exists = False  # the collection exists
+        self._update_lock = threading.Lock()  # one update() or remove() at a time
+        # What searches see; the fields below are guarded by _cond.
+        self._cond = threading.Condition()
+        self._busy = 0  # calls using the store now (search, status, update, remove): close() waits for them
         # Committed chunk ids: search returns only these, so a running update is
         # invisible until it commits, then visible all at once. None: no filter.
         self._visible: frozenset[str] | None = None
         # The folders those ids account for; chunks of other folders (written by
         # other indexers into the same collection) are not filtered. None: all.
         self._visible_roots: frozenset[str] | None = None
+        self._visible_loaded = False  # the two above hold the manifest's state or a commit's
         self._pending = 0  # chunks written by a running update and not yet committed
         self._generation = 0  # bumped at each commit
         self._readers: Counter[int] = Counter()  # searches running, by the generation they read
-        self._cond = threading.Condition()  # guards the three above
 
     @property
     def manifest_path(self) -> Path:
         return self.config.manifest_path(self.name)
 
+    @contextmanager
+    def _using(self) -> Iterator[None]:
+        """Count a call that uses the store, so that close() waits for it."""
+        with self._cond:
+            self._busy += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._busy -= 1
+                self._cond.notify_all()
+
     def _open(self, create: bool, set_aside_damage: bool = False) -> bool:
-        if not self._opened or (create and not self._exists):
-            try:
-                self._exists = self.store.open(create=create, replace_mismatch=create)
-            except StoreDamagedError:
-                if not set_aside_damage or self.store.set_aside() is None:
-                    raise
-                self._exists = self.store.open(create=create, replace_mismatch=create)
-            self._opened = True
-            self._missing = None
-        return self._exists
+        """Open the store (create the collection with ``create``) unless it is open; whether it exists."""
+        with self._open_lock:
+            self._updated = self._updated or create
+            if not self._opened or (create and not self._exists):
+                try:
+                    self._exists = self.store.open(create=create, replace_mismatch=create)
+                except StoreDamagedError:
+                    if not set_aside_damage or self.store.set_aside() is None:
+                        raise
+                    self._exists = self.store.open(create=create, replace_mismatch=create)
+                self._opened = True
+                self._missing = None
+            return self._exists
 
     def _missing_rows(self) -> tuple[int, int] | None:
         """(stored, expected) chunks when the store holds fewer than the manifest lists, else None.
@@ -134,12 +169,18 @@ class Index:
         Checked once per opening: the store's files may have been deleted or damaged
         behind mdrag's back (the next `mdrag index` repairs that).
         """
-        if self._missing is None:
-            m = Manifest.load(self.manifest_path)
-            expected = m.chunk_count if m is not None else 0
-            stored = self.store.count(m.roots) if m is not None and m.roots else expected
-            self._missing = (stored, expected) if stored < expected else ()
-        return self._missing or None
+        with self._open_lock:
+            if self._missing is None:
+                m = Manifest.load(self.manifest_path)
+                expected = m.chunk_count if m is not None else 0
+                stored = self.store.count(m.roots) if m is not None and m.roots else expected
+                self._missing = (stored, expected) if stored < expected else ()
+            return self._missing or None
+
+    def _forget_missing(self) -> None:
+        """A run may have repaired (or found) missing rows: check again at the next search."""
+        with self._open_lock:
+            self._missing = None
 
     @property
     def folders(self) -> list[str]:
@@ -172,24 +213,23 @@ class Index:
         folders: Sequence[str | Path] | None = None,
         rebuild: bool = False,
         progress: bool | Callable[[int, int], None] = False,
+        cancel: threading.Event | None = None,
     ) -> IndexSummary:
         """Add or update ``folders`` (default: all of the index's folders), incrementally.
 
         The index's other folders are kept as they are; a folder that is missing
         or empty is a warning and keeps what was indexed from it. To take a
         folder out of the index, use :meth:`remove`. ``progress``: a progress bar
-        on stderr, or a function told (files done, files to do).
+        on stderr, or a function told (files done, files to do). Setting ``cancel``
+        (from another thread) stops the run before its next file with
+        IndexingCancelledError; searches keep the last committed state, and the
+        next run finishes the work.
         """
         folders = self._folders_to_update(folders)
 
         def open_store() -> None:
-            self._updated = True
             self._open(create=True, set_aside_damage=rebuild)
             self._load_visible()
-
-        opened = self._opened
-        if opened:
-            open_store()
 
         def upserted(n: int) -> None:
             with self._cond:
@@ -197,42 +237,47 @@ class Index:
 
         roots = frozenset(str(Path(f).expanduser().resolve()) for f in folders)
 
-        try:
-            return update_index(
-                self.store,
-                self.embedder,
-                self.manifest_path,
-                self.name,
-                folders,
-                self.settings,
-                rebuild,
-                progress,
-                on_upsert=upserted,
-                on_commit=lambda ids: self._commit(ids, roots),
-                open_store=None if opened else open_store,  # a run with nothing to do need not open it
-                selection=self._selection(),
-                parse_limits=(self.config["index.parse_timeout"], self.config["index.max_parse_mb"] or None),
-            )
-        finally:
-            self._pending = 0
-            self._missing = None  # the run may have repaired (or found) missing rows: check again
+        with self._using(), self._update_lock:
+            opened = self._opened
+            if opened:
+                open_store()
+            try:
+                return update_index(
+                    self.store,
+                    self.embedder,
+                    self.manifest_path,
+                    self.name,
+                    folders,
+                    self.settings,
+                    rebuild,
+                    progress,
+                    on_upsert=upserted,
+                    on_commit=lambda ids: self._commit(ids, roots),
+                    open_store=None if opened else open_store,  # a run with nothing to do need not open it
+                    selection=self._selection(),
+                    parse_limits=(self.config["index.parse_timeout"], self.config["index.max_parse_mb"] or None),
+                    cancel=cancel,
+                )
+            finally:
+                with self._cond:
+                    self._pending = 0  # what a failed run wrote stays invisible; the next run deletes it
+                self._forget_missing()
 
     def remove(self, folders: Sequence[str | Path]) -> IndexSummary:
         """Take ``folders`` out of the index and delete their chunks (the folders need not exist).
 
         Raises ConfigError, naming the index's folders, for a folder that is not one of them.
         """
-        self._updated = True
-        self._open(create=True)
-        self._load_visible()
         removed = frozenset(str(Path(f).expanduser().resolve()) for f in folders) | frozenset(map(str, folders))
-
-        try:
-            return remove_folders(
-                self.store, self.manifest_path, folders, on_commit=lambda ids: self._commit(ids, removed)
-            )
-        finally:
-            self._missing = None
+        with self._using(), self._update_lock:
+            self._open(create=True)
+            self._load_visible()
+            try:
+                return remove_folders(
+                    self.store, self.manifest_path, folders, on_commit=lambda ids: self._commit(ids, removed)
+                )
+            finally:
+                self._forget_missing()
 
     def _commit(self, ids: set[str], roots: frozenset[str]) -> None:
         """A run's new state becomes what searches see: ``ids`` are visible, chunks under ``roots`` filtered."""
@@ -240,16 +285,31 @@ class Index:
             old = self._generation
             self._visible, self._pending = frozenset(ids), 0
             self._visible_roots = roots | (self._visible_roots or frozenset())
+            self._visible_loaded = True
             self._generation += 1
             # The replaced chunks are deleted when this returns: let the
             # searches that still read the old state finish first.
-            self._cond.wait_for(lambda: self._readers[old] == 0, timeout=60)
+            if not self._cond.wait_for(lambda: self._readers[old] == 0, timeout=_READERS_GRACE_S):
+                log.warning(
+                    "index %r: %d searches still read the state before this update after %g s; deleting the "
+                    "chunks it replaced now, so those searches may miss some results",
+                    self.name,
+                    self._readers[old],
+                    _READERS_GRACE_S,
+                )
 
     def _load_visible(self) -> None:
-        if self._visible is None:
-            m = Manifest.load(self.manifest_path)
-            self._visible = frozenset(m.chunk_ids()) if m is not None and m.files else None
-            self._visible_roots = frozenset(m.roots) if m is not None and m.files else None
+        """Take the committed state from the manifest, unless a commit (or another thread) set it meanwhile."""
+        with self._cond:
+            if self._visible_loaded:
+                return
+        m = Manifest.load(self.manifest_path)  # read unlocked: a commit meanwhile wins over what it read
+        if m is None or not m.files:
+            return  # nothing committed yet: no filter, and the manifest is read again next time
+        with self._cond:
+            if not self._visible_loaded:
+                self._visible, self._visible_roots = frozenset(m.chunk_ids()), frozenset(m.roots)
+                self._visible_loaded = True
 
     def search(
         self,
@@ -261,10 +321,22 @@ class Index:
         collapse: str | None = None,
     ) -> list[SearchResult]:
         """Ranked results for ``query``; ``threshold`` and ``mode`` default to the settings."""
+        with self._using():
+            return self._search(query, k, threshold, filters, mode, collapse)
+
+    def _search(
+        self,
+        query: str,
+        k: int | None,
+        threshold: float | None,
+        filters: Mapping[str, Any] | None,
+        mode: str | None,
+        collapse: str | None,
+    ) -> list[SearchResult]:
         from mdrag.search import search
 
         vector = None
-        if not self._opened and query.strip():
+        if not self._opened and query.strip():  # unlocked read: at worst the query is embedded alone
             # First search: load the model and embed the query while the store opens.
             with ThreadPoolExecutor(1, thread_name_prefix="mdrag-embed") as pool:
                 pending_vector = pool.submit(self.embedder.embed_query, query)
@@ -309,13 +381,17 @@ class Index:
         finally:
             with self._cond:
                 self._readers[generation] -= 1
+                if not self._readers[generation]:
+                    del self._readers[generation]
                 self._cond.notify_all()
 
     def status(self) -> dict[str, Any]:
         """Name, store, model, files, chunks and last run of the index (JSON-ready)."""
-        m = Manifest.load(self.manifest_path)
-        exists = self._open(create=False)
-        missing = self._missing_rows() if exists else None
+        with self._using():
+            m = Manifest.load(self.manifest_path)
+            exists = self._open(create=False)
+            missing = self._missing_rows() if exists else None
+            chunks = self.store.count() if exists else 0
         return {
             "index": self.name,
             "store_uri": self.store.uri,
@@ -323,7 +399,7 @@ class Index:
             "model": (m.model if m else self.embedder.identity),
             "folders": m.roots if m else [],
             "files": len(m.files) if m else 0,
-            "chunks": self.store.count() if exists else 0,
+            "chunks": chunks,
             "last_indexed": m.last_indexed if m else None,
             "interrupted": bool(m and (m.dirty or not m.verified)),
             "damaged": (
@@ -334,11 +410,15 @@ class Index:
         }
 
     def close(self) -> None:
-        self.store.close()
-        self._opened = False
-        if self._updated:  # the store's files are final once it is closed
-            record_fingerprint(self.manifest_path, self.store)
-            self._updated = False
+        """Close the store once the calls using it (from other threads) have returned; a later call reopens it."""
+        with self._cond:
+            self._cond.wait_for(lambda: self._busy == 0)
+            with self._open_lock:  # held with _cond: no call can start using the store until it is closed
+                self.store.close()
+                self._opened = False
+                if self._updated:  # the store's files are final once it is closed
+                    record_fingerprint(self.manifest_path, self.store)
+                    self._updated = False
 
     def __enter__(self) -> Index:
         return self

@@ -11,6 +11,11 @@ does) sees the old state until then and the new one after, never a mix. A
 run that is killed at any point leaves ``dirty = True``, and the next run
 compares the store's ids with the manifest's, deletes any orphans, and
 re-indexes any file whose chunks are missing.
+
+A run given a ``cancel`` event stops soon after it is set, at a safe point:
+between files, before the commit. It saves the manifest (still dirty, so the
+next run repairs and finishes) and raises IndexingCancelledError; a file
+being parsed is left to its thread, which writes nothing.
 """
 
 from __future__ import annotations
@@ -30,7 +35,15 @@ import numpy as np
 
 from mdrag.chunking import ChunkSettings, chunk_document
 from mdrag.embedding.base import Embedder
-from mdrag.errors import ConfigError, ManifestError, MdragError, ParseError, ParserCrashError, UnsupportedFormatError
+from mdrag.errors import (
+    ConfigError,
+    IndexingCancelledError,
+    ManifestError,
+    MdragError,
+    ParseError,
+    ParserCrashError,
+    UnsupportedFormatError,
+)
 from mdrag.manifest import FileState, Manifest, diff
 from mdrag.parsers import parse_file
 from mdrag.parsers.worker import ParseWorker
@@ -52,6 +65,7 @@ _SAVE_EVERY_S = 5.0  # how often a long run records its progress in the manifest
 # Milvus Lite: rewrite the index whole once small updates have written this share of it.
 _BM25_REWRITE_SHARE = 0.1
 _BM25_SEGMENT_ROWS = 512  # Milvus Lite: fewest chunks a run writes in one segment (see _pad_segment)
+_CANCEL_POLL_S = 0.1  # while waiting for a parsed file, how often a run checks whether it was cancelled
 
 
 @dataclass
@@ -117,6 +131,7 @@ def update_index(
     open_store: Callable[[], None] | None = None,
     selection: ScanOptions | None = None,
     parse_limits: tuple[float, float | None] | None = None,
+    cancel: threading.Event | None = None,
 ) -> IndexSummary:
     """Add or update ``folders`` in the index; the index's other folders are kept as they are.
 
@@ -134,6 +149,8 @@ def update_index(
     shows a progress bar on stderr; a function is called with (files done, files
     to do) as the run starts and as files are written or skipped (an exception
     it raises stops the run, which the next run repairs).
+    Once ``cancel`` is set, the run stops before its next file and raises
+    IndexingCancelledError (the manifest is saved dirty: the next run repairs and finishes).
     """
     t0 = time.perf_counter()
     summary = IndexSummary()
@@ -254,7 +271,9 @@ def update_index(
 
     # Files are parsed and chunked in a thread while the last batch is embedded.
     try:
-        for (path, _), (state, chunks, err, encoding, crashed, doc_warnings) in bar.files(_ahead(todo, parse)):
+        for (path, _), (state, chunks, err, encoding, crashed, doc_warnings) in bar.files(
+            _ahead(todo, parse, cancel=cancel)
+        ):
             is_new = path not in m.files
             for w in doc_warnings:
                 _warn(summary, w)
@@ -282,6 +301,10 @@ def update_index(
                 if time.monotonic() - last_save > _SAVE_EVERY_S:
                     m.save(manifest_path)
                     last_save = time.monotonic()
+    except IndexingCancelledError:
+        if writes:
+            m.save(manifest_path)  # what was written so far, still dirty: the next run repairs and goes on
+        raise
     finally:
         if worker is not None:
             worker.close()
@@ -511,12 +534,16 @@ class _Progress:
             self._bar.close()
 
 
-def _ahead(items: Sequence[A], work: Callable[[A], R], depth: int = _PARSE_AHEAD) -> Iterator[tuple[A, R]]:
+def _ahead(
+    items: Sequence[A], work: Callable[[A], R], depth: int = _PARSE_AHEAD, cancel: threading.Event | None = None
+) -> Iterator[tuple[A, R]]:
     """``(item, work(item))`` in order, computed by a thread up to ``depth`` items ahead.
 
     The thread overlaps parsing (Python) with embedding (native code that
     releases the GIL); the bounded queue keeps memory bounded. An exception in
-    ``work`` is raised here; stopping early stops the thread.
+    ``work`` is raised here; stopping early stops the thread. Once ``cancel``
+    is set, IndexingCancelledError is raised before the next item, without
+    waiting for the thread's current ``work`` to return (it stops after it).
     """
     q: queue.Queue[tuple[A, R] | BaseException | None] = queue.Queue(maxsize=depth)
     stop = threading.Event()
@@ -539,16 +566,30 @@ def _ahead(items: Sequence[A], work: Callable[[A], R], depth: int = _PARSE_AHEAD
         except BaseException as e:  # handed to the consumer, which raises it
             put(e)
 
+    def get() -> tuple[A, R] | BaseException | None:
+        while True:
+            if cancel is not None and cancel.is_set():
+                raise IndexingCancelledError("indexing was cancelled before it finished; the next run completes it")
+            try:
+                return q.get(timeout=_CANCEL_POLL_S if cancel is not None else None)
+            except queue.Empty:
+                continue
+
     t = threading.Thread(target=run, name="mdrag-parse", daemon=True)
     t.start()
+    cancelled = False
     try:
-        while (x := q.get()) is not None:
+        while (x := get()) is not None:
             if isinstance(x, BaseException):
                 raise x
             yield x
+    except IndexingCancelledError:
+        cancelled = True
+        raise
     finally:
         stop.set()
-        t.join()
+        if not cancelled:  # a cancelled run does not wait for a parse in progress: it writes nothing
+            t.join()
 
 
 class _Parsed(NamedTuple):

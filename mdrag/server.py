@@ -4,7 +4,11 @@ The server owns its index for the whole run: it loads it (or builds it) in
 the background while already accepting connections, answers queries from
 the open index, and keeps it current with a file watcher and a periodic
 rescan, both running the incremental indexer in a worker thread. Searches
-read only committed chunks, so a reload switches atomically.
+read only committed chunks, so a reload switches atomically. Stopping asks a
+running indexer to stop at its next safe point and waits for it before the
+index is closed. A change to the config file applies the settings in
+:func:`live_settings` at once; any other change is reported as needing a
+restart, and the server keeps the value it started with.
 
 Each connection's messages are answered one at a time, in order (answers
 stream over several frames and the protocol has no request ids); at most
@@ -16,26 +20,76 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hmac
 import logging
+import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from http import HTTPStatus
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import parse_qs, urlsplit
 
 from mdrag import protocol
 from mdrag.answer import LLMSettings, answer_stream, sources
-from mdrag.config import Config, load_config
-from mdrag.errors import ConfigError, LLMError, MdragError, ProtocolError
+from mdrag.config import DEFAULTS, Config, load_config
+from mdrag.errors import ConfigError, IndexingCancelledError, LLMError, MdragError, ProtocolError
 from mdrag.index import Index
 from mdrag.protocol import is_loopback
 from mdrag.search import build_filter
 
-__all__ = ["MESSAGE_CEILING_BYTES", "QAServer", "llm_settings"]
+__all__ = ["LIVE_SETTINGS", "MESSAGE_CEILING_BYTES", "QAServer", "live_settings", "llm_settings"]
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+#: Settings a running server applies as soon as the config file changes. Any
+#: other setting of mdrag.config.DEFAULTS needs a restart: the server reports
+#: the change and keeps the value it started with.
+LIVE_SETTINGS = frozenset(
+    {
+        # what the next rescan indexes (a change starts one)
+        "index.include",
+        "index.exclude",
+        "index.gitignore",
+        "index.max_file_mb",
+        "index.parse_timeout",
+        "index.max_parse_mb",
+        # read by each search
+        "search.k",
+        "search.threshold",
+        "search.mode",
+        "search.fusion",
+        "search.dense_weight",
+        "search.collapse",
+        # read by each answer
+        "answer.min_score",
+        "llm.base_url",
+        "llm.api_key",
+        "llm.model",
+        "llm.timeout",
+        "api.base_url",
+        "api.api_key",
+        # read by each new connection or message, or before the next rescan
+        "server.token",
+        "server.allowed_origins",
+        "server.max_message_bytes",
+        "server.max_pending",
+        "server.reload_interval",
+    }
+)
+
+
+def live_settings(config: Config) -> frozenset[str]:
+    """The settings a server started with ``config`` applies live: LIVE_SETTINGS, less the
+    shared ``api.*`` settings when its embedder uses them too (it keeps what it started with)."""
+    live = set(LIVE_SETTINGS)
+    if config["embedding.provider"] == "openai":
+        live -= {k for k in ("api.base_url", "api.api_key") if not config["embedding." + k.split(".")[1]]}
+    return frozenset(live)
+
 
 # A message over server.max_message_bytes (at most 1 MiB) is answered with an error and the connection
 # stays open; the server must hold a message to answer it, so one over this ceiling closes it (1009).
@@ -62,6 +116,8 @@ class QAServer:
         index: Index | None = None,
     ) -> None:
         self.config = config  # current settings; replaced when the config file changes
+        self.started_with = config  # the settings that need a restart keep these values
+        self.restart_needed: list[str] = []  # settings the config file changed that need a restart
         self.overrides = dict(overrides or {})  # command-line settings, kept across config reloads
         # Folders to add at start; then all of the index's folders, watched and rescanned.
         self.folders = [str(Path(f).expanduser().resolve()) for f in folders]
@@ -73,6 +129,8 @@ class QAServer:
         self.port = 0  # bound port, known after start() (useful with port 0)
         self.reloads = 0  # finished reloads, for tests and logs
         self._reload_lock = asyncio.Lock()  # one indexer run at a time
+        self._cancel = threading.Event()  # set by stop(): a running indexer stops at its next safe point
+        self._threads: set[asyncio.Future[Any]] = set()  # index work in threads: stop() waits for it
         self._server: Any = None  # websockets Server
         self._tasks: set[asyncio.Task[Any]] = set()  # background tasks, cancelled on stop
         self._stop = asyncio.Event()  # stops the file watchers
@@ -115,7 +173,9 @@ class QAServer:
         await self._server.wait_closed()
 
     async def stop(self) -> None:
+        """Stop serving; a running reload stops at its next safe point, and the index is closed after it."""
         self._stop.set()
+        self._cancel.set()
         for t in list(self._tasks):
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -124,14 +184,25 @@ class QAServer:
             await self._server.wait_closed()
         if self._http is not None:
             await self._http.aclose()
-        async with self._reload_lock:  # let a running indexer thread finish before closing the store
-            if self.index is not None:
-                self.index.close()
+        # A cancelled task stopped waiting for its thread, not the thread: wait for it here.
+        results = await asyncio.gather(*self._threads, return_exceptions=True)
+        if any(isinstance(r, IndexingCancelledError) for r in results):
+            log.info("stopped a reload before it finished; the next start completes it")
+        if self.index is not None:
+            await asyncio.to_thread(self.index.close)  # waits for searches still running in threads
 
     def _spawn(self, coro: Awaitable[Any]) -> None:
         task = asyncio.ensure_future(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+    async def _in_thread(self, fn: Callable[[], T]) -> T:
+        """``fn()`` in a worker thread. A caller that is cancelled stops waiting, but the
+        thread runs on until ``fn`` returns: stop() waits for it before closing the index."""
+        work = asyncio.ensure_future(asyncio.to_thread(fn))
+        self._threads.add(work)
+        work.add_done_callback(self._threads.discard)
+        return await asyncio.shield(work)
 
     # -- loading and reloading --------------------------------------------
     async def _load(self) -> None:
@@ -172,7 +243,8 @@ class QAServer:
             index = self.index
             try:
                 if self.folders or not self.reloads:
-                    summary = await asyncio.to_thread(index.update, self.folders or None)
+                    update = functools.partial(index.update, self.folders or None, cancel=self._cancel)
+                    summary = await self._in_thread(update)
                     self.folders = summary.folders
                     if summary.added or summary.modified or summary.deleted:
                         log.info(
@@ -183,7 +255,7 @@ class QAServer:
                             summary.deleted,
                             summary.chunks_embedded,
                         )
-                st = await asyncio.to_thread(index.status)
+                st = await self._in_thread(index.status)
             except MdragError as e:
                 if raise_errors:
                     raise
@@ -227,23 +299,46 @@ class QAServer:
             self.reload_config()
 
     def reload_config(self) -> bool:
-        """Re-read the config file, keeping command-line overrides; a bad file changes nothing."""
+        """Re-read the config file, keeping command-line overrides; a bad file changes nothing.
+
+        The settings in :func:`live_settings` apply at once. Every other setting keeps the
+        value the server started with; those the file changes are logged and listed in
+        :attr:`restart_needed` (and in status messages) until a restart or until the file
+        has them back.
+        """
         try:
             new = load_config(self.overrides, home=self.config.home)
         except ConfigError as e:
             log.error("config file change ignored: %s (the previous settings stay)", e)
             return False
-        restart = [
-            k
-            for k in ("index", "milvus_uri", "embedding.provider", "embedding.model", "chunk.size", "server.port")
-            if new[k] != self.config[k]
-        ]
+        start = self.started_with
+        live = live_settings(start)
+        keep = {k: (new if k in live else start) for k in DEFAULTS}
+        applied = Config(
+            {k: c[k] for k, c in keep.items()}, new.home, {k: c.sources[k] for k, c in keep.items()}, new.file
+        )
+        if not is_loopback(start["server.host"]) and not applied["server.token"]:
+            log.error(
+                "config file change ignored: it leaves no server.token while the server listens on %s, which "
+                "would open it to the network; set a token, or restart the server bound to 127.0.0.1",
+                start["server.host"],
+            )
+            return False
+        restart = [k for k in DEFAULTS if k not in live and new[k] != start[k]]
         if restart:
-            log.warning("config change needs a restart to apply: %s", ", ".join(restart))
-        self.config = new
+            log.warning(
+                "config file %s changes settings that need a restart to apply: %s (until then the server keeps "
+                "the values it started with)",
+                new.file,
+                ", ".join(restart),
+            )
+        rescan = any(applied[k] != self.config[k] for k in live if k.startswith("index."))
+        self.config, self.restart_needed = applied, restart
         if self.index is not None:
-            self.index.config = new  # search settings (k, threshold) apply at once
+            self.index.config = applied  # read by each search and update
         log.info("configuration reloaded from %s", new.file)
+        if rescan and self.folders and self.state != "loading":
+            self._spawn(self._reload("file selection settings changed"))
         return True
 
     # -- connections --------------------------------------------------------
@@ -277,7 +372,9 @@ class QAServer:
             "ready": "ready",
             "empty": "no indexed content: start the server with folders (mdrag serve DIR)",
         }
-        return protocol.status(self.state, self.config["index"], self.files, self.chunks, messages[self.state])
+        status = protocol.status(self.state, self.config["index"], self.files, self.chunks, messages[self.state])
+        status["restart_needed"] = list(self.restart_needed)  # settings changed in the file that need a restart
+        return status
 
     async def _handle(self, ws: Any) -> None:
         from websockets.exceptions import ConnectionClosed

@@ -448,6 +448,121 @@ def test_periodic_rescan_and_config_file_changes(tmp_path: Path, mdrag_home: Pat
     asyncio.run(scenario())
 
 
+def _nested(values: dict[str, Any]) -> dict[str, Any]:
+    """Dotted settings as the nested sections of a config file (the index name as ``index: {name: ...}``)."""
+    out: dict[str, Any] = {}
+    for key, value in values.items():
+        *sections, name = ("index.name" if key == "index" else key).split(".")
+        node = out
+        for section in sections:
+            node = node.setdefault(section, {})
+        node[name] = value
+    return out
+
+
+def test_config_changes_apply_live_or_are_reported_as_needing_a_restart(
+    tmp_path: Path, mdrag_home: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    import yaml
+
+    from mdrag.config import DEFAULTS
+    from mdrag.server import LIVE_SETTINGS
+
+    assert LIVE_SETTINGS <= DEFAULTS.keys()
+    root = _docs(tmp_path, 1)
+    base = {"index": "served", "search.threshold": 0}
+    config_file = mdrag_home / "config.yaml"
+    # One change per kind of setting: True when it applies live.
+    changes: list[tuple[str, Any, bool]] = [
+        ("index", "other", False),
+        ("folders", ["/elsewhere"], False),
+        ("milvus_uri", str(tmp_path / "elsewhere.db"), False),
+        ("milvus_token", "user:password", False),
+        ("embedding.model", "another-model", False),
+        ("embedding.batch_size", 7, False),
+        ("chunk.size", 400, False),
+        ("chunk.overlap", 50, False),
+        ("chunk.context", "none", False),
+        ("search.stemming", False, False),
+        ("server.host", "127.0.0.2", False),
+        ("search.k", 3, True),
+        ("llm.model", "another-chat-model", True),
+        ("answer.min_score", 0.2, True),
+        ("server.max_pending", 3, True),
+        ("index.max_file_mb", 5, True),
+    ]
+
+    async def scenario() -> None:
+        config_file.write_text(yaml.safe_dump(_nested(base)))
+        config = load_config({"server.port": 0})
+        index = Index(config, embedder=HashEmbedder())
+        server = QAServer(config, [root], overrides={"server.port": 0}, index=index)
+        await server.start()
+        try:
+            await asyncio.wait_for(server.ready.wait(), 300)
+            for key, value, live in changes:
+                config_file.write_text(yaml.safe_dump(_nested({**base, key: value})))
+                caplog.clear()
+                with caplog.at_level(logging.WARNING, logger="mdrag.server"):
+                    assert server.reload_config()
+                warned = [r.getMessage() for r in caplog.records if "restart to apply" in r.getMessage()]
+                if live:
+                    assert not warned, key
+                    assert server.config[key] == value and server.restart_needed == [], key
+                else:
+                    assert len(warned) == 1 and key in warned[0], (key, warned)
+                    assert server.restart_needed == [key]
+                    assert server.config[key] == config[key], f"{key} keeps the value the server started with"
+
+            # A changed index name: the server goes on serving the index it has open, and says why.
+            config_file.write_text(yaml.safe_dump(_nested({**base, "index": "other"})))
+            assert server.reload_config()
+            ws = await opened(server)
+            await ws.send(json.dumps({"type": "search", "query": "Topic 0 feature0", "index": "served"}))
+            reply = await recv(ws)
+            assert reply["type"] == "search_results" and reply["results"][0]["rel_path"] == "topic0.md", reply
+            await ws.send(json.dumps({"type": "status"}))
+            status = await recv(ws)
+            assert status["index"] == "served" and status["restart_needed"] == ["index"]
+
+            # Back as it started: nothing is pending. A file selection change rescans at once.
+            before = server.reloads
+            config_file.write_text(yaml.safe_dump(_nested({**base, "index.exclude": ["topic0.md"]})))
+            assert server.reload_config() and server.restart_needed == []
+            deadline = time.monotonic() + 60
+            while server.reloads == before and time.monotonic() < deadline:
+                await asyncio.sleep(0.1)
+            await ws.send(json.dumps({"type": "search", "query": "Topic 0 feature0"}))
+            reply = await recv(ws)
+            assert [r["rel_path"] for r in reply["results"]] == ["install.md"], "topic0.md is excluded now"
+            await ws.close()
+        finally:
+            await server.stop()
+
+    asyncio.run(scenario())
+
+
+def test_shared_api_settings_need_a_restart_when_the_embedder_uses_them() -> None:
+    from mdrag.server import live_settings
+
+    assert {"api.base_url", "api.api_key"} <= live_settings(load_config())  # the LLM's alone: live
+    openai = load_config({"embedding.provider": "openai"})
+    assert not {"api.base_url", "api.api_key"} & live_settings(openai)
+    own = load_config({"embedding.provider": "openai", "embedding.base_url": "http://127.0.0.1:9/v1"})
+    assert "api.base_url" in live_settings(own) and "api.api_key" not in live_settings(own)
+
+
+def test_a_config_change_cannot_drop_the_token_of_a_server_open_to_the_network(mdrag_home: Path) -> None:
+    config_file = mdrag_home / "config.yaml"
+    config_file.write_text("server:\n  host: 0.0.0.0\n  token: s3cret\n")
+    server = QAServer(load_config(), [])  # not started: the check needs no socket
+    config_file.write_text("server:\n  host: 0.0.0.0\n")
+    assert not server.reload_config()
+    assert server.config["server.token"] == "s3cret"
+    config_file.write_text("server:\n  host: 0.0.0.0\n  token: n3w\n")
+    assert server.reload_config() and server.config["server.token"] == "n3w"
+
+
 def test_interactive_ask_through_its_prompt(tmp_path: Path) -> None:
     root = _docs(tmp_path, 3)
 

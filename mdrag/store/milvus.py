@@ -5,6 +5,15 @@ collection's properties, and a store opened with another model refuses to
 work. Every write batch is flushed (a search right after unflushed inserts is
 ~100x slower), and the collection is loaded on open (a reopened Milvus Lite
 collection is "released" until loaded).
+
+Every read is Strong: it sees every write acknowledged before it began, from
+this process or another. The indexer reads its own writes (vectors it may
+reuse, the ids its repair compares with the manifest, counts), and a search
+right after an update must find what the update wrote; Milvus's default for
+new collections, Bounded, may serve a read from a few seconds back. Collections
+are created Strong, and each read asks for Strong as well, so that collections
+created before (Bounded) behave the same. Milvus Lite reads its own writes at
+any level.
 """
 
 from __future__ import annotations
@@ -49,6 +58,8 @@ _OUTPUT = [
 ]  # fmt: skip
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")
 _WRITES = {"upsert", "insert", "delete", "flush", "create_collection", "drop_collection"}  # refused on a view
+_READS = {"query", "search", "hybrid_search"}  # read with _CONSISTENCY
+_CONSISTENCY = "Strong"  # reads see every acknowledged write: see the module's docstring
 
 # Milvus Lite runs in process and holds a lock on its file until released: count
 # the open stores per file, and release the file when the last one closes, so
@@ -300,6 +311,7 @@ class MilvusStore:
             schema=s,
             index_params=ip,
             properties={_IDENTITY_KEY: json.dumps(self.identity, sort_keys=True)},
+            consistency_level=_CONSISTENCY,
         )
         log.info("created collection %s (%d-d) in %s", self.collection, dim, self.uri)
 
@@ -532,6 +544,8 @@ class MilvusStore:
         """``self.client.<method>(...)``, with failures as StoreError naming the URI."""
         if self._view is not None and method in _WRITES:
             raise StoreError(f"the Milvus Lite folder {self.uri} is read-only: cannot {method}")
+        if method in _READS:
+            kwargs["consistency_level"] = _CONSISTENCY
         try:
             return getattr(self.client, method)(*args, **kwargs)
         except Exception as e:
