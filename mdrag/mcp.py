@@ -76,7 +76,7 @@ from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
 from mdrag import __version__
-from mdrag.errors import DocsetError, MdragError, ProtocolError
+from mdrag.errors import DocsetError, IndexingCancelledError, MdragError, ProtocolError
 from mdrag.knowledge import MAX_KEYWORDS, KnowledgeBase
 from mdrag.protocol import MAX_QUESTION_CHARS
 
@@ -267,16 +267,21 @@ def docset_folder(ds: Docset) -> str:
     return folder
 
 
-def update_docset_index(index: Index, ds: Docset, progress: bool | Callable[[int, int], None] = False) -> IndexSummary:
+def update_docset_index(
+    index: Index,
+    ds: Docset,
+    progress: bool | Callable[[int, int], None] = False,
+    cancel: threading.Event | None = None,
+) -> IndexSummary:
     """Bring ``index`` (see :func:`docset_index`) in line with the docset's folder; only changes are embedded.
 
     A folder the index held before (the docset's ``local_path`` moved) is taken
     out; the docset's index from before the hashed names (:func:`index_name`)
     loses the docset's folder, and is deleted when nothing else is left in it.
-    ``progress`` as for :meth:`mdrag.index.Index.update`.
+    ``progress`` and ``cancel`` as for :meth:`mdrag.index.Index.update`.
     """
     folder = docset_folder(ds)
-    summary = index.update([folder], progress=progress)
+    summary = index.update([folder], progress=progress, cancel=cancel)
     moved = [r for r in summary.folders if r != str(Path(folder).resolve())]
     if moved:  # the docset's folder moved: its old one leaves the index
         index.remove(moved)
@@ -400,10 +405,6 @@ def _text_result(text: str, is_error: bool = False) -> types.CallToolResult:
 # -- the tools ---------------------------------------------------------------
 
 Report = Callable[[float, float | None, str | None], Awaitable[None]]  # progress, total, message
-
-
-class _Stopped(Exception):
-    """Raised in an index update's progress callback: the server is stopping."""
 
 
 @dataclass
@@ -656,15 +657,15 @@ class KnowledgeTools:
         folder = str(ds.local_path)
 
         def progress(done: int, total: int) -> None:  # in the worker thread
-            if self._stopping.is_set():
-                raise _Stopped
             update.files_done, update.files_total = done, total
 
         try:
             async with self._one_update:
                 update.running = True
-                summary: IndexSummary = await anyio.to_thread.run_sync(update_docset_index, entry.index, ds, progress)
-        except _Stopped:
+                summary: IndexSummary = await anyio.to_thread.run_sync(
+                    update_docset_index, entry.index, ds, progress, self._stopping
+                )
+        except IndexingCancelledError:
             log.info("docset %s: index update stopped (the server stops); the next one finishes it", ds.id)
         except Exception as e:
             if isinstance(e, MdragError):
