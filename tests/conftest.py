@@ -9,7 +9,8 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -90,10 +91,45 @@ def minilm() -> Embedder:
     return LocalEmbedder()
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that is free now."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+@contextmanager
+def listening(
+    argv: Callable[[int], list[str]], log_path: Path, wait_s: float, exited: Callable[[str], object]
+) -> Iterator[int]:
+    """Run the server ``argv(port)`` until the block ends; yields its port once it accepts connections.
+
+    Its output goes to ``log_path``; should it exit first, ``exited`` gets the log's tail
+    (pytest.skip or pytest.fail); pytest.fail when it does not listen within ``wait_s``.
+    """
+    port = free_port()
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(argv(port), stdout=log, stderr=subprocess.STDOUT)
+        try:
+            deadline = time.monotonic() + wait_s
+            while True:
+                if proc.poll() is not None:
+                    exited(log_path.read_text(errors="replace")[-2000:])
+                try:
+                    with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                        break
+                except OSError:
+                    if time.monotonic() > deadline:
+                        pytest.fail(f"{argv(port)[0]} did not listen on port {port} within {wait_s:g} s")
+                    time.sleep(0.1)
+            yield port
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
 
 
 @pytest.fixture(scope="session")
@@ -103,34 +139,15 @@ def milvus_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     if not Path(exe).exists():
         pytest.skip("milvus-lite's server command is not installed")
     data = tmp_path_factory.mktemp("milvus-server")
-    port = _free_port()
-    log = open(data / "server.log", "wb")  # noqa: SIM115 - closed below
-    proc = subprocess.Popen(
-        [exe, "server", "--data-dir", str(data / "db"), "--host", "127.0.0.1", "--port", str(port)],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            pytest.fail(f"milvus-lite server exited: {(data / 'server.log').read_text()[-2000:]}")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                break
-        except OSError:
-            time.sleep(0.2)
-    else:
-        proc.kill()
-        pytest.fail("milvus-lite server did not start in 60 s")
-    try:
+
+    def argv(port: int) -> list[str]:
+        return [exe, "server", "--data-dir", str(data / "db"), "--host", "127.0.0.1", "--port", str(port)]
+
+    def exited(tail: str) -> None:
+        pytest.fail(f"milvus-lite server exited: {tail}")
+
+    with listening(argv, data / "server.log", 60, exited) as port:
         yield f"http://127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
 
 
 @pytest.fixture(params=["lite", "server"])

@@ -20,6 +20,7 @@ from websockets.http11 import Request, Response
 from mdrag import protocol
 from mdrag.client import DEFAULT_SERVER, Client, ServerUnavailableError, run_ask, sanitize
 from mdrag.errors import MdragError
+from tests.conftest import free_port
 
 
 @dataclass
@@ -119,12 +120,6 @@ def inputs(*lines: str) -> Callable[[str], str]:
             raise EOFError from None
 
     return fake_input
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 # -- sanitize -------------------------------------------------------------------------------------

@@ -14,8 +14,6 @@ import json
 import logging
 import os
 import shutil
-import socket
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -37,6 +35,7 @@ from mdrag.knowledge import (
     refresh,
 )
 from mdrag.mcp import KnowledgeTools, docset_index
+from tests.conftest import listening
 from tests.figures import report
 from tests.test_knowledge import git, make_repo, push_commit, write_config, write_files
 from tests.test_mcp import connect
@@ -109,41 +108,29 @@ def hostile_bare(tmp_path: Path, outside: Path) -> Path:
     return bare
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture
 def git_daemon(tmp_path: Path) -> Iterator[tuple[Path, str]]:
     """``git daemon`` on 127.0.0.1 exporting tmp_path/served; yields that folder and its git:// base URL."""
     served = tmp_path / "served"
     served.mkdir()
-    port = _free_port()
-    log = open(tmp_path / "git-daemon.log", "wb")  # noqa: SIM115 - closed below
-    argv = ["git", "daemon", "--reuseaddr", "--export-all", f"--base-path={served}", "--listen=127.0.0.1"]
-    proc = subprocess.Popen([*argv, f"--port={port}", str(served)], stdout=log, stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            if proc.poll() is not None:
-                pytest.skip(f"git daemon is not available: {(tmp_path / 'git-daemon.log').read_text()[-500:]}")
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                    break
-            except OSError:
-                if time.monotonic() > deadline:
-                    pytest.fail("git daemon did not listen within 30 s")
-                time.sleep(0.1)
+
+    def argv(port: int) -> list[str]:
+        return [
+            "git",
+            "daemon",
+            "--reuseaddr",
+            "--export-all",
+            f"--base-path={served}",
+            "--listen=127.0.0.1",
+            f"--port={port}",
+            str(served),
+        ]
+
+    def exited(tail: str) -> None:
+        pytest.skip(f"git daemon is not available: {tail[-500:]}")
+
+    with listening(argv, tmp_path / "git-daemon.log", 30, exited) as port:
         yield served, f"git://127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
 
 
 def _docset(ident: str, url: str, paths: list[str] | None) -> str:

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import _free_port
+from tests.conftest import free_port
 from tests.faults.harness import REPO, TRIALS
 
 
@@ -26,7 +26,7 @@ def home(mdrag_home: Path, model_cache: Path) -> Path:
     and a server port of its own (reads of a busy index ask the server at that port)."""
     (mdrag_home / "cache").mkdir()
     (mdrag_home / "cache" / "models").symlink_to(model_cache)
-    (mdrag_home / "config.yaml").write_text(f"server:\n  port: {_free_port()}\n")
+    (mdrag_home / "config.yaml").write_text(f"server:\n  port: {free_port()}\n")
     return mdrag_home
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import _free_port
+from tests.conftest import free_port
 from tests.faults.harness import (
     REPO,
     MiniLMIdentity,
@@ -86,7 +86,7 @@ def test_search_and_status_during_index_say_so(docs: Path, home: Path, tmp_path:
 def test_index_while_serve_owns_the_index(docs: Path, home: Path, tmp_path: Path) -> None:
     assert mdrag(home, "index", str(docs), "-q").returncode == 0
     before = verify(home, docs, "default", embedder=MiniLMIdentity())
-    port = _free_port()
+    port = free_port()
     serve = subprocess.Popen(
         [sys.executable, "-m", "mdrag", "serve", "--port", str(port)],
         env=env(home),
