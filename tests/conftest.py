@@ -83,6 +83,15 @@ def hash_embedder() -> HashEmbedder:
     return HashEmbedder()
 
 
+@pytest.fixture
+def registry(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Give a test its own copy of the parser registry, so its registrations end with it."""
+    from mdrag import parsers
+
+    parsers.supported_extensions()  # load the entry points into the real registry first
+    monkeypatch.setattr(parsers, "_registry", dict(parsers._registry))
+
+
 @pytest.fixture(scope="session")
 def minilm() -> Embedder:
     """The real all-MiniLM-L6-v2, loaded once for the whole run."""

@@ -62,6 +62,16 @@ def make_project(tmp_path: Path, config: str | None = CONFIG) -> Path:
     return project
 
 
+def react_docs(tmp_path: Path) -> tuple[KnowledgeBase, Path]:
+    """A project whose react docset's folder holds two pages (hooks.md, state.md); its knowledge base and folder."""
+    kb = KnowledgeBase(make_project(tmp_path))
+    local = Path(kb.resolve("react").local_path)
+    local.mkdir(parents=True)
+    (local / "hooks.md").write_text("# Hooks\n\nuseEffect runs after render.\n\n## Cleanup\n\nReturn a function.\n")
+    (local / "state.md").write_text("# State\n\nuseState keeps a value between renders.\n")
+    return kb, local
+
+
 def server_env(home: Path) -> dict[str, str]:
     path = os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
     return {"MDRAG_HOME": str(home), "HF_HUB_OFFLINE": "1", "PYTHONPATH": path}
@@ -400,12 +410,7 @@ async def test_refresh_embeds_only_changes(
 
     monkeypatch.setattr("mdrag.index.make_embedder", lambda config: hash_embedder)
     (mdrag_home / "config.yaml").write_text("search:\n  threshold: 0.0\n")  # the user's settings apply
-    project = make_project(tmp_path)
-    kb = KnowledgeBase(project)
-    local = Path(kb.resolve("react").local_path)
-    local.mkdir(parents=True)
-    (local / "hooks.md").write_text("# Hooks\n\nuseEffect runs after render.\n\n## Cleanup\n\nReturn a function.\n")
-    (local / "state.md").write_text("# State\n\nuseState keeps a value between renders.\n")
+    kb, local = react_docs(tmp_path)
     question = {"query": "useEffect cleanup function", "docset": "react"}
     tools = KnowledgeTools(kb, refresh_interval=0, search_wait=60)
     with anyio.fail_after(120):
@@ -448,12 +453,7 @@ async def test_search_answers_while_the_index_is_built(
 
     monkeypatch.setattr(hash_embedder, "embed_batch", held)
     (mdrag_home / "config.yaml").write_text("search:\n  threshold: 0.0\n")
-    project = make_project(tmp_path)
-    kb = KnowledgeBase(project)
-    local = Path(kb.resolve("react").local_path)
-    local.mkdir(parents=True)
-    (local / "hooks.md").write_text("# Hooks\n\nuseEffect runs after render.\n\n## Cleanup\n\nReturn a function.\n")
-    (local / "state.md").write_text("# State\n\nuseState keeps a value between renders.\n")
+    kb, local = react_docs(tmp_path)
     question = {"query": "useEffect cleanup function", "docset": "react"}
     tools = KnowledgeTools(kb, search_wait=0)
     notified: list[tuple[float, float | None, str | None]] = []

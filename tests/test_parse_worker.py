@@ -36,13 +36,6 @@ linux_only = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="ne
 
 
 @pytest.fixture
-def registry(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Give a test its own copy of the registry, so its registrations end with it."""
-    parsers.supported_extensions()  # load the entry points into the real registry first
-    monkeypatch.setattr(parsers, "_registry", dict(parsers._registry))
-
-
-@pytest.fixture
 def worker() -> Iterator[ParseWorker]:
     with ParseWorker(max_mb=2048) as w:
         yield w

@@ -19,7 +19,6 @@ import numpy as np
 import pytest
 
 import mdrag.index
-from mdrag import parsers
 from mdrag.config import Config, load_config
 from mdrag.embedding.base import Embedder
 from mdrag.errors import IndexingCancelledError
@@ -34,11 +33,22 @@ from tests.conftest import HashEmbedder
 WAIT = 120  # seconds a test waits for an event that must come, before it fails instead of hanging
 
 
-@pytest.fixture
-def registry(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Give a test its own copy of the parser registry, so its registrations end with it."""
-    parsers.supported_extensions()  # load the entry points into the real registry first
-    monkeypatch.setattr(parsers, "_registry", dict(parsers._registry))
+def _hold_searches(idx: Index) -> tuple[threading.Event, threading.Event]:
+    """Make the store searches of threads other than the main one wait: (inside, go).
+
+    ``inside`` is set once one waits; setting ``go`` lets them on.
+    """
+    inside, go = threading.Event(), threading.Event()
+    search = idx.store.search
+
+    def held_search(*args: Any, **kwargs: Any) -> Any:
+        if threading.current_thread() is not threading.main_thread():
+            inside.set()
+            go.wait(WAIT)
+        return search(*args, **kwargs)
+
+    idx.store.search = held_search  # type: ignore[method-assign]
+    return inside, go
 
 
 class Held:
@@ -251,15 +261,7 @@ def test_close_waits_for_a_search_in_flight(tmp_path: Path) -> None:
     config, _ = _built(tmp_path)
     idx = Index(config, embedder=HashEmbedder())
     idx.status()
-    inside, go = threading.Event(), threading.Event()
-    search = idx.store.search
-
-    def held_search(*args: Any, **kwargs: Any) -> Any:
-        inside.set()
-        go.wait(WAIT)
-        return search(*args, **kwargs)
-
-    idx.store.search = held_search  # type: ignore[method-assign]
+    inside, go = _hold_searches(idx)
     outcome: list[Any] = []
 
     def searching() -> None:
@@ -289,16 +291,7 @@ def test_a_search_that_outlasts_the_grace_time_is_reported_when_its_chunks_go(
     config, root = _built(tmp_path)
     idx = Index(config, embedder=HashEmbedder())
     idx.status()
-    inside, go = threading.Event(), threading.Event()
-    search = idx.store.search
-
-    def held_search(*args: Any, **kwargs: Any) -> Any:
-        if threading.current_thread() is not threading.main_thread():
-            inside.set()
-            go.wait(WAIT)
-        return search(*args, **kwargs)
-
-    idx.store.search = held_search  # type: ignore[method-assign]
+    inside, go = _hold_searches(idx)
     searcher = threading.Thread(target=lambda: idx.search("topic", threshold=0))
     searcher.start()
     assert inside.wait(WAIT)
