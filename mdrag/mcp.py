@@ -717,11 +717,16 @@ class KnowledgeTools:
             return []
         try:
             return await anyio.to_thread.run_sync(entry.index.search, query, k)
-        except MdragError:
+        except MdragError as e:
             if entry.update is None:
                 raise
             # the state left by an earlier run cannot be searched (another model, damaged): the update replaces it
-            log.info("index %s cannot be searched until its update ends", entry.index.name, exc_info=True)
+            log.warning(
+                "index %s cannot be searched until its update ends: %s",
+                entry.index.name,
+                e,
+                exc_info=log.isEnabledFor(logging.DEBUG),
+            )
             return None
 
     @staticmethod
