@@ -52,6 +52,7 @@ STEP_NAMES = (
     "faults",
     "parse_worker",
     "hostile",
+    "citations",
 )
 # The commands of benchmarks/run.py, used when its STEPS cannot be read.
 FALLBACK_COMMANDS = {
@@ -71,6 +72,7 @@ FALLBACK_COMMANDS = {
     "faults": "faults.py",
     "parse_worker": "parse_worker.py",
     "hostile": "hostile.py",
+    "citations": "citations.py --model-cache benchmarks/out/models",
 }
 # Top-level keys each script writes today: a file without them predates the script.
 EXPECTED_KEYS = {
@@ -90,6 +92,7 @@ EXPECTED_KEYS = {
     "faults": ("trials", "passed", "seed", "repair_p50_s", "repair_max_s", "suite_s", "runs"),
     "parse_worker": ("start_up", "markdown", "pdf", "nested_divs"),
     "hostile": ("command", "pytest_exit", "tests", "ws_fuzz", "mcp_malformed", "hostile_git"),
+    "citations": ("questions", "answered", "extractive_mismatched", "llm_mismatched", "baseline_mismatched"),
 }
 PACKAGES = ("torch", "sentence-transformers", "onnxruntime", "openvino", "pymilvus", "milvus-lite", "faiss-cpu")
 # embedder class recorded by hugo_index.py / scifact.py -> backend name in embedders.json
