@@ -52,6 +52,7 @@ STEP_NAMES = (
     "faults",
     "parse_worker",
     "hostile",
+    "citations",
 )
 # The commands of benchmarks/run.py, used when its STEPS cannot be read.
 FALLBACK_COMMANDS = {
@@ -71,6 +72,7 @@ FALLBACK_COMMANDS = {
     "faults": "faults.py",
     "parse_worker": "parse_worker.py",
     "hostile": "hostile.py",
+    "citations": "citations.py --model-cache benchmarks/out/models",
 }
 # Top-level keys each script writes today: a file without them predates the script.
 EXPECTED_KEYS = {
@@ -90,6 +92,7 @@ EXPECTED_KEYS = {
     "faults": ("trials", "passed", "seed", "repair_p50_s", "repair_max_s", "suite_s", "runs"),
     "parse_worker": ("start_up", "markdown", "pdf", "nested_divs"),
     "hostile": ("command", "pytest_exit", "tests", "ws_fuzz", "mcp_malformed", "hostile_git"),
+    "citations": ("questions", "answered", "extractive_mismatched", "llm_mismatched", "baseline_mismatched"),
 }
 PACKAGES = ("torch", "sentence-transformers", "onnxruntime", "openvino", "pymilvus", "milvus-lite", "faiss-cpu")
 # embedder class recorded by hugo_index.py / scifact.py -> backend name in embedders.json
@@ -841,6 +844,26 @@ def fault_cells(fa: Json) -> dict[tuple[str, str], list[Json]]:
     return cells
 
 
+def t_citations(data: Data) -> list[Row]:
+    name = "answers cite [n] = stream_end.sources[n-1], extractive and LLM, over 20 otel questions"
+    ci = data.get("citations")
+    if not ci:
+        return [Row(name, not_measured("citations", data))]
+    asked, answered = num(ci.get("questions")), num(ci.get("answered"))
+    ext, llm, base = num(ci.get("extractive_mismatched")), num(ci.get("llm_mismatched")), ci.get("baseline_mismatched")
+    ok = None if None in (asked, ext, llm) else asked >= 20 and ext == 0 and llm == 0
+    return [
+        Row(
+            name,
+            f"{fint(ext)} extractive and {fint(llm)} LLM answers mismatched, of {fint(asked)} questions "
+            f"({fint(answered)} answered)",
+            f"numbered by chunk (before issue 14): {fint(base)} of {fint(answered)} mismatched",
+            NA,
+            verdict(ok),
+        )
+    ]
+
+
 def t_faults(data: Data) -> list[Row]:
     name = (
         "kill -9 at every phase, then a normal run: every trial gives a fresh index's chunks "
@@ -885,6 +908,7 @@ def targets(data: Data) -> list[str]:
         t_refusal,
         t_context,
         t_faults,
+        t_citations,
     ):
         try:
             rows.extend(fn(data))
@@ -2354,6 +2378,36 @@ def make_plot(name: str, data: Data, path: Path) -> bool:
     return False
 
 
+def section_citations(data: Data) -> list[str]:
+    ci = data.get("citations")
+    lines = ["## Citations that match their sources", ""]
+    lines += [
+        f"{command(data, 'citations')}: a real `mdrag serve` on the OpenTelemetry docs, with the default "
+        "settings, asked the 20 questions of benchmarks/data/otel_citation_questions.txt twice: with no LLM "
+        "(the extractive answer) and with a stand-in OpenAI-compatible server on loopback that records the "
+        "prompt. An answer is right when its `[n] path` blocks are numbered 1, 2, ... once each and `[n]` names "
+        "`stream_end.sources[n-1]`, with every source present. Baseline: the numbering before issue 14 "
+        "(quotes numbered by chunk, sources the files of all results), rebuilt from the same search results "
+        "in the same run.",
+        "",
+    ]
+    if not ci:
+        return lines + [not_measured("citations", data), ""]
+    lines += table(
+        ["questions", "answered", "extractive mismatched", "LLM prompts mismatched", "baseline mismatched"],
+        [
+            [
+                fint(ci.get("questions")),
+                fint(ci.get("answered")),
+                fint(ci.get("extractive_mismatched")),
+                fint(ci.get("llm_mismatched")),
+                fint(ci.get("baseline_mismatched")),
+            ]
+        ],
+    )
+    return lines
+
+
 def section_plots(data: Data, plots_dir: Path, results: Path) -> list[str]:
     lines = ["## Plots", ""]
     rel = Path(os.path.relpath(plots_dir, results.parent)).as_posix()
@@ -2387,6 +2441,7 @@ SECTIONS: tuple[tuple[str, Callable[[Data], list[str]]], ...] = (
     ("Crash and fault safety", section_faults),
     ("Parsing in a child process (time limit and memory cap)", section_parse_worker),
     ("Hostile input", section_hostile),
+    ("Citations that match their sources", section_citations),
 )
 
 

@@ -1,7 +1,9 @@
 """Answers to questions: a prompt from search results, streamed from an LLM or extractively.
 
-This module knows nothing about WebSockets: the server calls :func:`answer_stream`
-and forwards each piece of text as it arrives, then sends :func:`sources`.
+This module knows nothing about WebSockets: the server plans the answer's
+:func:`numbered_sources` from its search results, calls :func:`answer_stream`
+with them and forwards each piece of text as it arrives, then sends their paths:
+the answer's ``[n]`` is the n-th path.
 
 Three cases, decided by the caller's results and settings:
 
@@ -46,9 +48,10 @@ __all__ = [
     "NO_LLM_NOTE",
     "NO_RELEVANT",
     "SYSTEM_PROMPT",
+    "Source",
     "answer_stream",
     "build_messages",
-    "sources",
+    "numbered_sources",
 ]
 
 logger = logging.getLogger(__name__)
@@ -62,7 +65,7 @@ NO_LLM_NOTE = (
     "to an OpenAI-compatible API (e.g. http://127.0.0.1:8000/v1)."
 )
 
-MAX_SOURCE_CHARS = 12_000  # characters of numbered sources put in the prompt
+MAX_SOURCE_CHARS = 12_000  # characters of passages put in the prompt
 MAX_EXTRACTIVE = 5  # passages quoted by an extractive answer
 MAX_ERROR_BODY = 64 * 1024  # bytes of an error response we read
 
@@ -113,51 +116,94 @@ class LLMSettings:
         )
 
 
+# -- numbered sources --------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Source:
+    """One numbered source of an answer: a file, and the passages of it that the answer was given.
+
+    ``[number]`` in the answer (the LLM's or the extractive one) refers to this
+    file, and ``stream_end.sources[number - 1]`` is its ``path``: both come from
+    :func:`numbered_sources`, so they cannot disagree.
+    """
+
+    number: int  # 1 for the file of the best result, then each new file in rank order
+    path: str  # absolute path, as sent in stream_end.sources
+    title: str  # what the answer shows: the path relative to its indexed folder
+    passages: tuple[SearchResult, ...]  # the file's passages the answer was given, best first
+
+
+def numbered_sources(
+    results: Sequence[SearchResult],
+    llm: LLMSettings | None,
+    *,
+    max_chars: int = MAX_SOURCE_CHARS,
+) -> list[Source]:
+    """The sources an answer from ``results`` is given, numbered by file: the one place numbers come from.
+
+    The passages are the results the answer will hold: with no LLM configured
+    the best :data:`MAX_EXTRACTIVE` (the extractive answer quotes them); with an
+    LLM, those that fit ``max_chars`` characters of prompt in rank order (the
+    lowest-ranked ones are dropped whole; the best one is always kept). They are
+    grouped by file; files are numbered in the rank order of their first passage.
+    """
+    if not results:
+        return []
+    chosen: list[SearchResult] = []
+    if llm is None or not llm.configured:
+        chosen = list(results[:MAX_EXTRACTIVE])
+    else:
+        used = 0
+        for r in results:
+            cost = len(_passage_text(r)) + (0 if any(c.path == r.path for c in chosen) else len(_title(r)))
+            if chosen and used + cost > max_chars:
+                logger.debug("Prompt holds %d of %d passages (%d characters)", len(chosen), len(results), used)
+                break
+            chosen.append(r)
+            used += cost
+    by_file: dict[str, list[SearchResult]] = {}
+    for r in chosen:
+        by_file.setdefault(r.path, []).append(r)
+    return [
+        Source(number, path, _title(passages[0]), tuple(passages))
+        for number, (path, passages) in enumerate(by_file.items(), start=1)
+    ]
+
+
+def _title(result: SearchResult) -> str:
+    return result.rel_path or result.path
+
+
+def _passage_text(result: SearchResult) -> str:
+    """One passage under its file's number: ``— heading (page n)`` on a line of its own, then the text."""
+    label = result.heading
+    if result.page is not None:
+        label = f"{label} (page {result.page})" if label else f"page {result.page}"
+    text = result.text.strip()
+    return f"— {label}\n{text}" if label else text
+
+
+def _source_text(source: Source) -> str:
+    """A numbered source as the model and the reader see it: ``[n] rel_path``, then each passage."""
+    passages = "\n\n".join(_passage_text(r) for r in source.passages)
+    return f"[{source.number}] {source.title}\n{passages}"
+
+
 # -- prompt ----------------------------------------------------------------------
 
 
-def _source_block(number: int, result: SearchResult) -> str:
-    """One numbered source as the model sees it: ``[n] rel_path — heading`` then the text."""
-    title = result.rel_path or result.path
-    if result.heading:
-        title += f" — {result.heading}"
-    if result.page is not None:
-        title += f" (page {result.page})"
-    return f"[{number}] {title}\n{result.text.strip()}"
-
-
-def build_messages(
-    question: str,
-    results: Sequence[SearchResult],
-    *,
-    max_chars: int = MAX_SOURCE_CHARS,
-) -> list[dict[str, str]]:
-    """OpenAI chat messages that ask the model to answer ``question`` from ``results`` only.
+def build_messages(question: str, sources: Sequence[Source]) -> list[dict[str, str]]:
+    """OpenAI chat messages that ask the model to answer ``question`` from ``sources`` only.
 
     The system message sets the rules (answer only from the numbered sources,
     cite them as ``[1]``, say so when they do not hold the answer, invent
-    nothing); the user message lists the sources in rank order, then the
-    question. Sources are kept whole: when their total length would pass
-    ``max_chars``, the lowest-ranked ones are dropped (the best one is always
-    kept), so the numbers ``[n]`` are the ranks of the results.
+    nothing); the user message lists the sources (from :func:`numbered_sources`)
+    in order, each file once under its number with its passages, then the question.
     """
-    blocks: list[str] = []
-    used = 0
-    for number, result in enumerate(results, start=1):
-        block = _source_block(number, result)
-        if blocks and used + len(block) > max_chars:
-            logger.debug("Prompt holds %d of %d sources (%d characters)", len(blocks), len(results), used)
-            break
-        blocks.append(block)
-        used += len(block)
-    sources_text = "\n\n".join(blocks) if blocks else "(no sources)"
+    sources_text = "\n\n".join(_source_text(s) for s in sources) if sources else "(no sources)"
     user = f"Sources:\n\n{sources_text}\n\nQuestion: {question.strip()}"
     return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": user}]
-
-
-def sources(results: Sequence[SearchResult]) -> list[str]:
-    """The absolute file paths of ``results``, each once, in rank order."""
-    return list(dict.fromkeys(r.path for r in results))
 
 
 # -- answers ---------------------------------------------------------------------
@@ -165,47 +211,42 @@ def sources(results: Sequence[SearchResult]) -> list[str]:
 
 async def answer_stream(
     question: str,
-    results: Sequence[SearchResult],
+    sources: Sequence[Source],
     llm: LLMSettings | None,
     client: httpx.AsyncClient | None = None,
 ) -> AsyncGenerator[str, None]:
-    """Yield the answer to ``question`` piece by piece.
+    """Yield the answer to ``question`` piece by piece, from ``sources``.
 
-    ``client`` is an HTTP client to reuse (a server keeps one, so answers reuse
-    connections); by default each answer opens its own.
+    ``sources`` are :func:`numbered_sources` of the search results for the same
+    ``llm``, so the answer's ``[n]`` is the n-th of them. ``client`` is an HTTP
+    client to reuse (a server keeps one, so answers reuse connections); by
+    default each answer opens its own.
 
-    With no ``results`` the answer is :data:`NO_RELEVANT` and no model is
+    With no ``sources`` the answer is :data:`NO_RELEVANT` and no model is
     contacted. With no LLM configured (``llm`` is None or has no base URL) it
-    quotes up to five passages, deterministically and without network. Otherwise
-    it streams the configured model's answer, one content delta at a time.
+    quotes the passages, deterministically and without network. Otherwise it
+    streams the configured model's answer, one content delta at a time.
 
     Raises:
         LLMError: the LLM could not be reached, refused the key or the request,
             went silent for ``llm.timeout`` seconds, or sent a malformed
             response. The message says what to change.
     """
-    if not results:
+    if not sources:
         yield NO_RELEVANT
         return
     if llm is None or not llm.configured:
-        for piece in _extractive(results):
+        for piece in _extractive(sources):
             yield piece
         return
-    async with contextlib.aclosing(_stream_llm(question, results, llm, client)) as pieces:
+    async with contextlib.aclosing(_stream_llm(question, sources, llm, client)) as pieces:
         async for piece in pieces:
             yield piece
 
 
-def _extractive(results: Sequence[SearchResult]) -> list[str]:
-    """The pieces of an answer that quotes the best passages, for when no LLM is set."""
-    pieces = [NO_LLM_NOTE]
-    for number, r in enumerate(results[:MAX_EXTRACTIVE], start=1):
-        where = r.rel_path or r.path
-        if r.page is not None:
-            where += f", page {r.page}"
-        title = f"{r.heading} ({where})" if r.heading else where
-        pieces.append(f"\n\n[{number}] {title}\n{r.text.strip()}")
-    return pieces
+def _extractive(sources: Sequence[Source]) -> list[str]:
+    """The pieces of an answer that quotes the passages, for when no LLM is set: one per source."""
+    return [NO_LLM_NOTE] + [f"\n\n{_source_text(s)}" for s in sources]
 
 
 def _display_url(url: str) -> str:
@@ -269,18 +310,18 @@ class _Call:
 
 
 async def _stream_llm(
-    question: str, results: Sequence[SearchResult], llm: LLMSettings, client: httpx.AsyncClient | None = None
+    question: str, sources: Sequence[Source], llm: LLMSettings, client: httpx.AsyncClient | None = None
 ) -> AsyncGenerator[str, None]:
     """Stream the answer from ``POST {base_url}/chat/completions``."""
     call = _Call(llm)
     call.check()
-    body: dict[str, Any] = {"model": llm.model, "messages": build_messages(question, results), "stream": True}
+    body: dict[str, Any] = {"model": llm.model, "messages": build_messages(question, sources), "stream": True}
     if llm.max_tokens is not None:
         body["max_tokens"] = llm.max_tokens
     headers = {"Accept": "text/event-stream, application/json"}
     if llm.api_key:
         headers["Authorization"] = f"Bearer {llm.api_key}"
-    logger.debug("Asking %s (model %s) with %d results", call.shown, llm.model, len(results))
+    logger.debug("Asking %s (model %s) with %d sources", call.shown, llm.model, len(sources))
     started = time.monotonic()
     pieces = 0
     try:

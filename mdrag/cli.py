@@ -28,6 +28,11 @@ _EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: what a shell reports for a Unix tool w
 
 log = logging.getLogger("mdrag")
 
+_SERVER_HELP = (
+    "ask this `mdrag serve` (ws://HOST:PORT) instead of opening the local index; without it, the server on "
+    "server.port is asked only while it owns the local index"
+)
+
 EXAMPLES = {
     "index": "example: mdrag index ./docs ./notes   (later, plain `mdrag index` updates both; only changes are "
     "re-embedded)",
@@ -88,13 +93,18 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--mode", dest="search_mode", choices=["dense", "bm25", "hybrid"], help="ranking (setting search.mode)"
     )
+    p.add_argument(
+        "--collapse",
+        choices=["none", "section", "file"],
+        help="keep the best chunk of each section or file (setting search.collapse)",
+    )
     p.add_argument("--json", action="store_true", help="print results as JSON")
-    p.add_argument("--server", metavar="URL", help="the `mdrag serve` to ask when it owns the index")
+    p.add_argument("--server", metavar="URL", help=_SERVER_HELP)
     _common(p)
 
     p = sub.add_parser("status", help="show what the index holds", epilog=EXAMPLES["status"])
     p.add_argument("--json", action="store_true", help="print as JSON")
-    p.add_argument("--server", metavar="URL", help="the `mdrag serve` to ask when it owns the index")
+    p.add_argument("--server", metavar="URL", help=_SERVER_HELP)
     _common(p)
 
     p = sub.add_parser("serve", help="run the WebSocket Q&A server", epilog=EXAMPLES["serve"])
@@ -178,6 +188,7 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
         ("token", "server.token"),
         ("allow_origin", "server.allowed_origins"),
         ("search_mode", "search.mode"),
+        ("collapse", "search.collapse"),
     ):
         v = getattr(args, attr, None)
         if v is not None:
@@ -242,8 +253,8 @@ def _server_url(config: Any) -> str:
     return f"ws://{host}:{config['server.port']}"
 
 
-def _through_server(config: Any, message: dict[str, Any], why: Exception, url: str | None) -> dict[str, Any]:
-    """While `mdrag serve` owns the index, read it through the server."""
+def _through_server(config: Any, message: dict[str, Any], why: Exception | None, url: str | None) -> dict[str, Any]:
+    """Ask `mdrag serve`: the one at ``url``, or, while it owns the local index (``why``), the configured one."""
     from mdrag.client import Client, ServerUnavailableError
 
     url = url or _server_url(config)
@@ -251,23 +262,45 @@ def _through_server(config: Any, message: dict[str, Any], why: Exception, url: s
         with Client(url, token=config["server.token"]) as client:
             return client.request(message)
     except ServerUnavailableError:
+        if why is None:
+            raise
         raise MdragError(f"{why} No mdrag server answers at {url} either.") from why
 
 
-def _cmd_search(args: argparse.Namespace, index: Any) -> int:
-    from mdrag.errors import StoreInUseError
+def _search_message(args: argparse.Namespace) -> dict[str, Any]:
+    """The `search` message for the server: the query, and the options the command line sets (the
+    server's settings apply to the others)."""
+    msg: dict[str, Any] = {"type": "search", "query": args.query}
+    options = (("k", args.k), ("threshold", args.threshold), ("mode", args.search_mode), ("collapse", args.collapse))
+    msg.update((key, value) for key, value in options if value is not None)
+    filters = _filters(args)
+    if filters:
+        msg["filters"] = filters
+    if args.index is not None:
+        msg["index"] = args.index
+    return msg
 
+
+def _filters(args: argparse.Namespace) -> dict[str, Any]:
     filters: dict[str, Any] = {}
     if args.path:
         filters["path_prefix"] = args.path
     if args.tag:
         filters["tags"] = args.tag
-    try:
-        results = [r.to_dict() for r in index.search(args.query, filters=filters or None)]
-    except StoreInUseError as e:
-        msg = {"type": "search", "query": args.query, "k": index.config["search.k"], "filters": filters}
-        msg["threshold"] = index.config["search.threshold"]
-        results = _through_server(index.config, msg, e, args.server)["results"]
+    return filters
+
+
+def _cmd_search(args: argparse.Namespace, config: Any, index: Any | None) -> int:
+    """`mdrag search`: from the local index, or through the server (``index`` None: --server was given)."""
+    from mdrag.errors import StoreInUseError
+
+    if index is None:
+        results = _through_server(config, _search_message(args), None, args.server)["results"]
+    else:
+        try:
+            results = [r.to_dict() for r in index.search(args.query, filters=_filters(args) or None)]
+        except StoreInUseError as e:
+            results = _through_server(config, _search_message(args), e, args.server)["results"]
     if args.json:
         print(json.dumps(results, indent=2, ensure_ascii=False))
         return 0
@@ -282,22 +315,16 @@ def _cmd_search(args: argparse.Namespace, index: Any) -> int:
     return 0
 
 
-def _cmd_status(args: argparse.Namespace, index: Any) -> int:
+def _cmd_status(args: argparse.Namespace, config: Any, index: Any | None) -> int:
+    """`mdrag status`: of the local index, or of the server's (``index`` None: --server was given)."""
     from mdrag.errors import StoreInUseError
 
+    if index is None:
+        return _served_status(args, config, None)
     try:
         st = index.status()
     except StoreInUseError as e:
-        reply = _through_server(index.config, {"type": "status"}, e, args.server)
-        st = {"served_by": args.server or _server_url(index.config), **reply}
-        if args.json:
-            print(json.dumps(st, indent=2))
-        else:
-            print(
-                f"index {st['index']} is served by {st['served_by']}: {st['state']}, "
-                f"{st['files']} files, {st['chunks']} chunks"
-            )
-        return 0
+        return _served_status(args, config, e)
     if args.json:
         print(json.dumps(st, indent=2))
         return 0
@@ -312,6 +339,19 @@ def _cmd_status(args: argparse.Namespace, index: Any) -> int:
     if st["damaged"]:
         print(f"damaged:      {st['damaged']}: run `mdrag index` to repair it")
         return 1
+    return 0
+
+
+def _served_status(args: argparse.Namespace, config: Any, why: Exception | None) -> int:
+    reply = _through_server(config, {"type": "status"}, why, args.server)
+    st = {"served_by": args.server or _server_url(config), **reply}
+    if args.json:
+        print(json.dumps(st, indent=2))
+    else:
+        print(
+            f"index {st['index']} is served by {st['served_by']}: {st['state']}, "
+            f"{st['files']} files, {st['chunks']} chunks"
+        )
     return 0
 
 
@@ -521,16 +561,15 @@ def _main(argv: Sequence[str] | None) -> int:
             return _cmd_serve(args, config)
         if args.command == "ask":
             return _cmd_ask(args, config)
+        reads = {"search": _cmd_search, "status": _cmd_status}
+        if args.command in reads and args.server:  # that server, never the local index
+            return reads[args.command](args, config, None)
         from mdrag.index import Index
 
         with Index(config) as index:
-            commands = {
-                "index": _cmd_index,
-                "remove": _cmd_remove,
-                "search": _cmd_search,
-                "status": _cmd_status,
-                "eval": _cmd_eval,
-            }
+            if args.command in reads:
+                return reads[args.command](args, config, index)
+            commands = {"index": _cmd_index, "remove": _cmd_remove, "eval": _cmd_eval}
             return commands[args.command](args, index)
     except ConfigError as e:
         print(f"mdrag: configuration error: {e}", file=sys.stderr)

@@ -263,7 +263,8 @@ class Client:
         time.sleep(self.retry_delay)
 
     def ask(self, question: str, on_chunk: Callable[[str], None], index: str | None = None) -> list[str]:
-        """Ask one question: on_chunk gets each piece of the answer as it comes; returns the source paths.
+        """Ask one question: on_chunk gets each piece of the answer as it comes; returns the source paths
+        (the answer's ``[n]`` is the n-th).
 
         Text is sanitized. MdragError: the server answered with an error, or is
         still loading after ``timeout`` seconds. ServerUnavailableError: the
@@ -368,8 +369,8 @@ class _Printer:
 
     def sources(self, sources: list[str]) -> None:
         self.end_line()
-        if sources:
-            self.out.write("\nSources:\n" + "".join(f"  - {_one_line(s)}\n" for s in sources))
+        if sources:  # numbered as the answer cites them: [n] is the n-th
+            self.out.write("\nSources:\n" + "".join(f"  [{n}] {_one_line(s)}\n" for n, s in enumerate(sources, 1)))
         else:
             self.out.write("\nSources: none\n")
         self.out.flush()

@@ -3,7 +3,8 @@
 Client to server (one JSON object per text frame):
 
     {"type": "query", "question": "...", "index": "name"?}      -> stream_start, stream_chunk*, stream_end
-    {"type": "search", "query": "...", "k": 10?, "threshold": 0.4?, "filters": {...}?, "index": "name"?}
+    {"type": "search", "query": "...", "k": 10?, "threshold": 0.4?, "filters": {...}?,
+     "mode": "dense" | "bm25" | "hybrid"?, "collapse": "none" | "section" | "file"?, "index": "name"?}
                                                                  -> search_results
     {"type": "status"}                                           -> status
 
@@ -12,7 +13,7 @@ Server to client:
     {"type": "status", "state": "ready" | "loading" | "empty", "index": ..., "files": n, "chunks": n, "message": ...}
     {"type": "stream_start"}
     {"type": "stream_chunk", "chunk": "..."}
-    {"type": "stream_end", "sources": ["/abs/path.md", ...]}
+    {"type": "stream_end", "sources": ["/abs/path.md", ...]}     [n] in the answer is sources[n-1]
     {"type": "search_results", "query": "...", "results": [SearchResult.to_dict(), ...]}
     {"type": "error", "message": "..."}
 
@@ -84,6 +85,8 @@ class SearchRequest(_Message):
     k: Annotated[int, Field(ge=1, le=100)] | None = None
     threshold: Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)] | None = None
     filters: Filters | None = None
+    mode: Literal["dense", "bm25", "hybrid"] | None = None  # the ranking; None: setting search.mode
+    collapse: Literal["none", "section", "file"] | None = None  # best chunk per ...; None: setting search.collapse
     index: _Text | None = None
 
 
@@ -108,6 +111,8 @@ _EXPECTED = {
     "k": "an integer from 1 to 100",
     "threshold": "a number from 0 to 1",
     "filters": f"an object with any of {_FILTERS}",
+    "mode": 'one of "dense", "bm25", "hybrid"',
+    "collapse": 'one of "none", "section", "file"',
     "path_prefix": f"a path (absolute, or relative to the indexed folder) of at most {MAX_QUESTION_CHARS} characters",
     "tags": f"a tag or a list of at most {MAX_TAGS} tags (strings of at most {MAX_QUESTION_CHARS} characters)",
     "root": f"an indexed folder (a path of at most {MAX_QUESTION_CHARS} characters)",
@@ -201,7 +206,7 @@ def stream_chunk(text: str) -> dict[str, Any]:
 
 
 def stream_end(sources: list[str]) -> dict[str, Any]:
-    """The end of an answer, with each source path once, in order of first use."""
+    """The end of an answer: its numbered sources' paths, ``[n]`` in the answer being ``sources[n-1]``."""
     return {"type": "stream_end", "sources": list(dict.fromkeys(sources))}
 
 

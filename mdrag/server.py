@@ -32,7 +32,7 @@ from typing import Any, TypeVar
 from urllib.parse import parse_qs, urlsplit
 
 from mdrag import protocol
-from mdrag.answer import LLMSettings, answer_stream, sources
+from mdrag.answer import LLMSettings, answer_stream, numbered_sources
 from mdrag.config import DEFAULTS, Config, load_config
 from mdrag.errors import ConfigError, IndexingCancelledError, LLMError, MdragError, ProtocolError
 from mdrag.index import Index
@@ -451,7 +451,8 @@ class QAServer:
             build_filter(filters)  # a filter the search refuses (a backslash in a path prefix) is the client's error
         except ConfigError as e:
             raise ProtocolError(str(e)) from None
-        results = await asyncio.to_thread(self.index.search, req.query, req.k, req.threshold, filters)
+        search = functools.partial(self.index.search, mode=req.mode, collapse=req.collapse)
+        results = await asyncio.to_thread(search, req.query, req.k, req.threshold, filters)
         await send(protocol.search_results(req.query, [r.to_dict() for r in results]))
 
     async def _query(self, req: protocol.QueryRequest, send: Callable[[dict[str, Any]], Awaitable[None]]) -> None:
@@ -459,9 +460,11 @@ class QAServer:
         results = [] if self.state == "empty" else await asyncio.to_thread(self.index.search, req.question)
         if results and max(r.score for r in results) < self.config["answer.min_score"]:
             results = []  # nothing relevant enough to answer from: say so, do not ask the LLM
+        llm = llm_settings(self.config)
+        cited = numbered_sources(results, llm)  # the answer's [n] is stream_end's sources[n-1]
         await send(protocol.stream_start())
-        stream = answer_stream(req.question, results, llm_settings(self.config), self._http)
+        stream = answer_stream(req.question, cited, llm, self._http)
         async with contextlib.aclosing(stream):
             async for piece in stream:
                 await send(protocol.stream_chunk(piece))
-        await send(protocol.stream_end(sources(results)))
+        await send(protocol.stream_end([s.path for s in cited]))

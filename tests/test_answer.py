@@ -12,7 +12,7 @@ import traceback
 import pytest
 
 from mdrag import answer
-from mdrag.answer import NO_RELEVANT, LLMSettings, answer_stream, build_messages, sources
+from mdrag.answer import NO_RELEVANT, LLMSettings, answer_stream, build_messages, numbered_sources
 from mdrag.errors import LLMError
 from mdrag.types import SearchResult
 from tests.fake_llm import KEY, LLM
@@ -42,7 +42,7 @@ def collect(question: str, results: list[SearchResult], settings: LLMSettings | 
     """Every piece of the answer, in order."""
 
     async def run() -> list[str]:
-        return [piece async for piece in answer_stream(question, results, settings)]
+        return [piece async for piece in answer_stream(question, numbered_sources(results, settings), settings)]
 
     return asyncio.run(run())
 
@@ -52,7 +52,8 @@ def failure(settings: LLMSettings, results: list[SearchResult] | None = None) ->
     got: list[str] = []
 
     async def run() -> None:
-        async for piece in answer_stream(QUESTION, RESULTS if results is None else results, settings):
+        cited = numbered_sources(RESULTS if results is None else results, settings)
+        async for piece in answer_stream(QUESTION, cited, settings):
             got.append(piece)
 
     with pytest.raises(LLMError) as info:
@@ -72,33 +73,58 @@ def assert_no_key(exc: BaseException, caplog: pytest.LogCaptureFixture) -> None:
 # -- prompt and sources, no I/O -------------------------------------------------------
 
 
+LLM_SET = LLMSettings("http://127.0.0.1:9/v1")  # configured, never called: for the prompt's sources
+
+
 def test_build_messages_numbers_sources_and_asks_the_question() -> None:
-    messages = build_messages(QUESTION, RESULTS)
+    messages = build_messages(QUESTION, numbered_sources(RESULTS, LLM_SET))
     assert [m["role"] for m in messages] == ["system", "user"]
     system = messages[0]["content"]
     assert "ONLY" in system and "[1]" in system and "do not" in system.lower()
     user = messages[1]["content"]
     for n, r in enumerate(RESULTS, start=1):
-        assert f"[{n}] {r.rel_path} — {r.heading}\n{r.text}" in user
+        assert f"[{n}] {r.rel_path}\n— {r.heading}\n{r.text}" in user
     assert user.index("[1]") < user.index("[2]") < user.index("[3]") < user.index(QUESTION)
     assert user.rstrip().endswith(QUESTION)
 
 
+def test_sources_are_numbered_by_file_and_hold_each_file_s_passages() -> None:
+    """Several passages of one file go under one number, each with its heading; files in rank order."""
+    ranked = [result(2), result(1), result(3, path="/docs/guide/file2.md"), result(1), result(4)]
+    cited = numbered_sources(ranked, LLM_SET)
+    assert [(s.number, s.path) for s in cited] == [
+        (1, "/docs/guide/file2.md"),
+        (2, "/docs/guide/file1.md"),
+        (3, "/docs/guide/file4.md"),
+    ]
+    assert [r.chunk_id for r in cited[0].passages] == ["chunk-2", "chunk-3"]
+    user = build_messages(QUESTION, cited)[1]["content"]
+    assert user.count("[1] guide/file2.md\n") == 1 and "[4]" not in user
+    assert "[1] guide/file2.md\n— Guide > Section 2\nPassage number 2" in user
+    assert "\n\n— Guide > Section 3\nPassage number 3" in user  # the second passage, under [1]
+    assert numbered_sources([], LLM_SET) == [] and numbered_sources([], None) == []
+
+
+def test_extractive_sources_are_the_quoted_passages_files() -> None:
+    """The extractive answer quotes five passages: its sources are their files, not those of later results."""
+    ranked = [result(1), result(2), result(1), result(1), result(2), result(3), result(4)]
+    cited = numbered_sources(ranked, None)
+    assert [s.path for s in cited] == ["/docs/guide/file1.md", "/docs/guide/file2.md"]
+    assert sum(len(s.passages) for s in cited) == 5
+    assert len(numbered_sources(ranked, LLM_SET)) == 4  # the prompt has room for all of them
+
+
 def test_build_messages_caps_sources_by_dropping_the_lowest_ranked_whole() -> None:
     big = [result(n, text=f"text{n} " + "x" * 5000 + f" end{n}") for n in range(1, 6)]
-    user = build_messages(QUESTION, big)[1]["content"]
+    cited = numbered_sources(big, LLM_SET)
+    user = build_messages(QUESTION, cited)[1]["content"]
     # 12,000 characters hold two 5,000-character sources; both are whole, the rest are gone.
     assert "end1" in user and "end2" in user
     assert "text3" not in user and "[3]" not in user and "[5]" not in user
-    small_cap = build_messages(QUESTION, big, max_chars=100)[1]["content"]
+    assert [s.path for s in cited] == [r.path for r in big[:2]]  # the sources are what the prompt holds
+    small_cap = build_messages(QUESTION, numbered_sources(big, LLM_SET, max_chars=100))[1]["content"]
     assert "end1" in small_cap and "[2]" not in small_cap  # the best source is kept whole even if too long
-    assert len(build_messages(QUESTION, RESULTS, max_chars=10**6)[1]["content"]) < 2000
-
-
-def test_sources_are_deduplicated_in_rank_order() -> None:
-    results = [result(2), result(1), result(3, path="/docs/guide/file2.md"), result(1), result(4)]
-    assert sources(results) == ["/docs/guide/file2.md", "/docs/guide/file1.md", "/docs/guide/file4.md"]
-    assert sources([]) == []
+    assert len(build_messages(QUESTION, numbered_sources(RESULTS, LLM_SET, max_chars=10**6))[1]["content"]) < 2000
 
 
 def test_settings_repr_hides_the_key() -> None:
@@ -134,7 +160,7 @@ def test_extractive_answer_without_llm(llm: LLM) -> None:
         assert "no llm" in pieces[0].lower()
         assert "llm.base_url" in pieces[0] and "MARKDOWN_QA_API_BASE_URL" in pieces[0]
         for n, (piece, r) in enumerate(zip(pieces[1:], many), start=1):
-            assert piece == f"\n\n[{n}] Guide > Section {n} ({r.rel_path})\n{r.text}"
+            assert piece == f"\n\n[{n}] {r.rel_path}\n— Guide > Section {n}\n{r.text}"
         assert "Section 6" not in "".join(pieces)
         assert collect(QUESTION, many, settings) == pieces  # deterministic
     assert llm.script.requests == []
@@ -154,9 +180,9 @@ def test_streams_tokens_in_order_and_sends_the_request(llm: LLM, caplog: pytest.
     assert req["headers"]["Authorization"] == f"Bearer {KEY}"
     body = req["body"]
     assert body["model"] == "test-model" and body["stream"] is True and body["max_tokens"] == 200
-    assert body["messages"] == build_messages(QUESTION, RESULTS)
+    assert body["messages"] == build_messages(QUESTION, numbered_sources(RESULTS, llm.settings()))
     user = body["messages"][-1]["content"]
-    assert "[1] guide/file1.md — Guide > Section 1" in user and "[3]" in user and QUESTION in user
+    assert "[1] guide/file1.md\n— Guide > Section 1" in user and "[3]" in user and QUESTION in user
     assert KEY not in caplog.text
 
 
@@ -247,7 +273,7 @@ def test_cancelling_the_consumer_closes_the_request(llm: LLM) -> None:
         first = asyncio.Event()
 
         async def consume() -> None:
-            async for piece in answer_stream(QUESTION, RESULTS, llm.settings()):
+            async for piece in answer_stream(QUESTION, numbered_sources(RESULTS, llm.settings()), llm.settings()):
                 got.append(piece)
                 first.set()
 
@@ -269,7 +295,7 @@ def test_aclose_closes_the_request(llm: LLM) -> None:
     llm.script.delay = 0.2
 
     async def run() -> str:
-        gen = answer_stream(QUESTION, RESULTS, llm.settings())
+        gen = answer_stream(QUESTION, numbered_sources(RESULTS, llm.settings()), llm.settings())
         first = await gen.__anext__()
         await gen.aclose()
         assert await asyncio.to_thread(llm.script.disconnected.wait, 2), "the server kept streaming"

@@ -164,7 +164,7 @@ def test_one_shot_prints_chunks_in_order_then_sources(start_server: Callable[...
     srv = start_server(scripted(lambda msg, st: answer))
     code, out, err = ask(srv.url, "how do I add a page?")
     assert code == 0, err
-    assert out == "Use `hugo new` to create a page.\n\nSources:\n  - /d/a.md\n  - /d/b.md\n"
+    assert out == "Use `hugo new` to create a page.\n\nSources:\n  [1] /d/a.md\n  [2] /d/b.md\n"
     assert err == ""
     assert srv.received == [{"type": "query", "question": "how do I add a page?"}]
 
@@ -183,7 +183,7 @@ def test_chunks_are_written_and_flushed_as_they_arrive(start_server: Callable[..
     out = Recorder()
     assert run_ask("q", srv.url, out, io.StringIO()) == 0
     assert out.flushed[:3] == ["one ", "one two ", "one two three\n"]
-    assert out.getvalue() == "one two three\n\nSources:\n  - /x.md\n"
+    assert out.getvalue() == "one two three\n\nSources:\n  [1] /x.md\n"
 
 
 def test_no_sources_and_index_name(start_server: Callable[..., FakeServer]) -> None:
@@ -204,7 +204,7 @@ def test_control_characters_from_the_server_are_stripped(start_server: Callable[
     code, out, err = ask(srv.url)
     assert code == 0
     assert "\x1b" not in out and "\r" not in out and "\x9b" not in out
-    assert out == "red title\n\nSources:\n  - /d/a.md\n  - /d/b fake line.md\n  - /d/c.md\n"
+    assert out == "red title\n\nSources:\n  [1] /d/a.md\n  [2] /d/b fake line.md\n  [3] /d/c.md\n"
 
 
 def test_error_reply_is_one_line_and_exit_1(start_server: Callable[..., FakeServer]) -> None:
@@ -237,7 +237,7 @@ def test_loading_then_ready_is_retried(
     srv = start_server(scripted(reply, first=loading))
     code, out, err = ask(srv.url)
     assert code == 0, err
-    assert out == "done\n\nSources:\n  - /a.md\n"
+    assert out == "done\n\nSources:\n  [1] /a.md\n"
     assert "loading" in err
     assert [m["type"] for m in srv.received] == ["query"] * 3
     assert srv.connections == 1
@@ -267,7 +267,7 @@ def test_non_streaming_fallback(start_server: Callable[..., FakeServer]) -> None
     srv = start_server(scripted(lambda msg, st: [reply]))
     code, out, _ = ask(srv.url)
     assert code == 0
-    assert out == "All at once.\n\nSources:\n  - /a.md\n"
+    assert out == "All at once.\n\nSources:\n  [1] /a.md\n"
 
 
 def test_unknown_and_malformed_messages_are_skipped(start_server: Callable[..., FakeServer]) -> None:
@@ -281,7 +281,7 @@ def test_unknown_and_malformed_messages_are_skipped(start_server: Callable[..., 
         await ws.wait_closed()
 
     srv = start_server(handler)
-    assert ask(srv.url)[:2] == (0, "ok\n\nSources:\n  - /a.md\n")
+    assert ask(srv.url)[:2] == (0, "ok\n\nSources:\n  [1] /a.md\n")
 
 
 def test_connection_lost_mid_answer(start_server: Callable[..., FakeServer]) -> None:
@@ -356,8 +356,8 @@ def test_interactive_uses_one_connection(start_server: Callable[..., FakeServer]
     code, out, err = ask(srv.url, None, input_fn=inputs("first?", "", "second?", "quit", "never asked"))
     assert code == 0
     assert out == (
-        "answer to first?\n\nSources:\n  - /1.md\n"  # first
-        "answer to second?\n\nSources:\n  - /2.md\n"
+        "answer to first?\n\nSources:\n  [1] /1.md\n"  # first
+        "answer to second?\n\nSources:\n  [1] /2.md\n"
     )
     assert err == f"connected to {srv.url} (3 files, 42 chunks)\n"
     assert srv.connections == 1
