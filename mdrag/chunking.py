@@ -87,6 +87,7 @@ class _Unit:
     text: str
     atomic: bool  # code block, table, or paragraphs around a fence: not cut if it fits, not used as overlap
     line_start: int | None  # the file line of the text's first line
+    table: bool = False  # a table may be cut between rows to take in a remainder
 
 
 # A fence line inside a list item or a quote ("  ```yaml", "> ~~~"): its blank lines do not end a paragraph.
@@ -116,7 +117,7 @@ def _units(blocks: Sequence[Block]) -> list[_Unit]:
     out: list[_Unit] = []
     for b in blocks:
         if b.kind != "text":
-            out.append(_Unit(b.text, True, b.line_start))
+            out.append(_Unit(b.text, True, b.line_start, b.kind == "table"))
             continue
         line = b.line_start
         group: list[str] = []
@@ -162,9 +163,10 @@ class _Text:
         first = self.units[k].line_start
         return None if first is None else first + self.text.count("\n", self.spans[k][0], pos)
 
-    def atomic(self, lo: int, hi: int) -> list[tuple[int, int]]:
-        """The spans of the atomic units inside ``lo..hi``."""
-        return [s for s, u in zip(self.spans, self.units) if u.atomic and lo <= s[0] and s[1] <= hi]
+    def atomic(self, lo: int, hi: int, tables: bool = True) -> list[tuple[int, int]]:
+        """The spans of the atomic units inside ``lo..hi`` (tables too, or not)."""
+        units = zip(self.spans, self.units)
+        return [s for s, u in units if u.atomic and (tables or not u.table) and lo <= s[0] and s[1] <= hi]
 
 
 def _strip(text: str, lo: int, hi: int) -> tuple[int, int]:
@@ -490,6 +492,7 @@ def _merge_remainders(
     boundary between them moves to their middle. A piece lying inside a
     neighbour adds nothing and is dropped.
     """
+    pieces = _drop_inside(pieces)
     minimum = size // 10
     known = dict(zip(pieces, sizes([texts[si].text[a:b] for si, a, b in pieces])))
 
@@ -501,11 +504,11 @@ def _merge_remainders(
     checked: dict[tuple[int, bool, int, int], bool] = {}  # (section, first, start, end) -> fits
 
     def fits(si: int, first: bool, spans: Sequence[tuple[int, int]]) -> list[bool]:
-        todo = list(dict.fromkeys(s for s in spans if (si, first, *s) not in checked))
+        todo = list(dict.fromkeys((a, b) for a, b in spans if (si, first, a, b) not in checked))
         parts = [texts[si].text[a:b] for a, b in todo]
         ok = window.fits(si, first, parts) if window is not None else [n <= size + minimum for n in sizes(parts)]
-        checked.update(((si, first, *s), f) for s, f in zip(todo, ok))
-        return [checked[(si, first, *s)] for s in spans]
+        checked.update(((si, first, a, b), f) for (a, b), f in zip(todo, ok))
+        return [checked[si, first, a, b] for a, b in spans]
 
     # The joins to try, checked in one call per section and kind of header.
     joins: dict[tuple[int, bool], list[tuple[int, int]]] = {}
@@ -526,11 +529,18 @@ def _merge_remainders(
             i += 1
             continue
         near = [j for j in (i - 1, i + 1) if 0 <= j < len(out) and out[j][0] == si]
+        # Both joins, and the joins with the pieces after them, in one call: a run of remainders joins one by one.
+        direct = {(min(i, j) == 0, min(a, out[j][1]), max(b, out[j][2])) for j in near}
+        if any((si, *d) not in checked for d in direct):
+            ends = [out[t][2] for t in range(i, min(i + 18, len(out))) if out[t][0] == si]
+            for first, lo, _ in direct:
+                fits(si, first, [(lo, max(b, hi)) for hi in ends])
         for j in near:
             k = min(i, j)
             lo, hi = min(a, out[j][1]), max(b, out[j][2])
             if fits(si, k == 0, [(lo, hi)])[0]:
                 out[k : k + 2] = [(si, lo, hi)]
+                i = k  # joined to another remainder, it may still be one
                 break
         else:
             if near:
@@ -539,12 +549,18 @@ def _merge_remainders(
                 cut = _halve(texts[si], lo, hi, minimum, sizes, partial(fits, si, k == 0))
                 if cut is not None:
                     out[k : k + 2] = [(si, lo, cut[0]), (si, cut[1], hi)]
-        i += 1
+            i += 1
+
+    return _drop_inside(out)
+
+
+def _drop_inside(pieces: list[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
+    """``pieces`` less those that lie inside a neighbour: only overlap."""
 
     def inside(p: tuple[int, int, int], q: tuple[int, int, int]) -> bool:
         return p != q and p[0] == q[0] and q[1] <= p[1] and p[2] <= q[2]
 
-    return [p for n, p in enumerate(out) if not any(inside(p, q) for q in out[max(n - 1, 0) : n + 2])]
+    return [p for n, p in enumerate(pieces) if not any(inside(p, q) for q in pieces[max(n - 1, 0) : n + 2])]
 
 
 def _halve(
@@ -557,12 +573,14 @@ def _halve(
 ) -> tuple[int, int] | None:
     """Where to cut ``lo..hi`` in two pieces that both fit: (end of the first, start of the second).
 
-    The coarsest separator that allows it, nearest the middle; never inside a block.
+    The coarsest separator that allows it, nearest the middle; never inside a
+    block that fits, but between the rows of a table (rather than leave a
+    remainder alone).
     """
-    blocks = sec.atomic(lo, hi)
+    blocks = sec.atomic(lo, hi, tables=False)
     keep = [s for s, ok in zip(blocks, fits(blocks)) if ok]
     mid = (lo + hi) / 2
-    for sep in _SEPARATORS[:-1]:  # not inside a word
+    for sep in _SEPARATORS:
         cuts = sorted(_positions(sec.text, lo, hi, sep, keep), key=lambda p: abs(p - mid))[:32]
         pairs = [(_strip(sec.text, lo, p), _strip(sec.text, p, hi)) for p in cuts]
         spans = [s for pair in pairs for s in pair]

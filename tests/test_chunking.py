@@ -149,7 +149,8 @@ def test_a_long_run_without_spaces_is_cut_with_few_tokenizer_calls() -> None:
     assert text.startswith(chunks[0].text) and text.endswith(chunks[-1].text)
     calls.clear()
     chunk_document(_doc(Section([], 0, [Block(text)])), "/r", "b.md", count_tokens=count, max_tokens=64)
-    assert len(calls) < len(chunks), "a few calls per piece, not one per character"
+    # Remainders joined to their neighbours cost a call or two each; a call per character would be ~18,000.
+    assert len(calls) < 3 * len(chunks), "a few calls per piece, not one per character"
 
 
 def test_token_counts_go_to_the_tokenizer_in_bounded_batches() -> None:
