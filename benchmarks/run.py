@@ -42,6 +42,7 @@ STEPS: dict[str, list[str]] = {
     "faults": ["faults.py"],  # the fault suite, tests/faults/ (pytest): it writes OUT/faults.json itself
     "parse_worker": ["parse_worker.py"],
     "hostile": ["hostile.py"],  # the hostile-input CI tests (pytest); they write their counts, it merges them
+    "chunks": ["chunks.py"],
 }
 
 
