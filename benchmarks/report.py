@@ -5,7 +5,7 @@
 Reads ``<out-dir>/<step>.json`` for every step of benchmarks/run.py (embedders,
 embedders_longest, hugo_torch, hugo, threshold, context, incremental,
 server_load, mcp_latency, scifact, scifact_torch, store_scale, llamaindex,
-faults, parse_worker, hostile), checks the
+faults, parse_worker, hostile, chunks), checks the
 targets, and writes the Markdown report and PNG plots (matplotlib, Agg). A
 missing or unreadable file leaves its section "not measured in this run";
 nothing here runs a benchmark. `python benchmarks/run.py` calls this script
@@ -53,6 +53,7 @@ STEP_NAMES = (
     "parse_worker",
     "hostile",
     "citations",
+    "chunks",
 )
 # The commands of benchmarks/run.py, used when its STEPS cannot be read.
 FALLBACK_COMMANDS = {
@@ -73,6 +74,7 @@ FALLBACK_COMMANDS = {
     "parse_worker": "parse_worker.py",
     "hostile": "hostile.py",
     "citations": "citations.py --model-cache benchmarks/out/models",
+    "chunks": "chunks.py",
 }
 # Top-level keys each script writes today: a file without them predates the script.
 EXPECTED_KEYS = {
@@ -93,6 +95,7 @@ EXPECTED_KEYS = {
     "parse_worker": ("start_up", "markdown", "pdf", "nested_divs"),
     "hostile": ("command", "pytest_exit", "tests", "ws_fuzz", "mcp_malformed", "hostile_git"),
     "citations": ("questions", "answered", "extractive_mismatched", "llm_mismatched", "baseline_mismatched"),
+    "chunks": ("corpora", "short_limit"),
 }
 PACKAGES = ("torch", "sentence-transformers", "onnxruntime", "openvino", "pymilvus", "milvus-lite", "faiss-cpu")
 # embedder class recorded by hugo_index.py / scifact.py -> backend name in embedders.json
@@ -121,6 +124,7 @@ PUBLISHED_BM25 = {"ndcg@10": 0.687, "recall@10": 0.819, "recall@100": 0.913}
 # Milvus Lite's own search in faiss at 100k rows, profiled by hand (cProfile of Collection.search);
 # store_scale.json does not record it (meta.faiss_search_ms is read when present).
 FAISS_SEARCH_MS_PROFILED = 0.35
+SHORT_CHUNK = 30  # characters: a shorter chunk is a fragment unless its section is that short
 FAULT_TRIALS = 20  # kill trials the fault suite must run, every one repaired to a fresh index's chunks
 # The fault driver's phases (tests/faults/driver.py PHASES) and the kill trials' two starting states.
 FAULT_PHASES = ("scan", "parse", "embed", "upsert", "commit", "delete", "save")
@@ -895,6 +899,32 @@ def t_faults(data: Data) -> list[Row]:
     ]
 
 
+def t_chunks(data: Data) -> list[Row]:
+    names = {
+        "fences_cut": "otel docs: no code fence that fits the model's window is cut",
+        "short_fragments": f"otel docs: no chunk under {SHORT_CHUNK} characters unless its section is that short",
+        "span_mismatches": "otel docs: every chunk's lines are at its line_start..line_end",
+    }
+    ch = data.get("chunks")
+    if not ch:
+        return [Row(name, not_measured("chunks", data)) for name in names.values()]
+    now, was = dig(ch, "corpora", "otel") or {}, dig(ch, "baseline", "otel") or {}
+    of = {"fences_cut": "fences_fit_window", "short_fragments": "chunks", "span_mismatches": "chunks"}
+    rows = []
+    for key, name in names.items():
+        n = num(now.get(key))
+        rows.append(
+            Row(
+                name,
+                f"{fint(n)} of {fint(now.get(of[key]))}",
+                f"{fint(was.get(key))} of {fint(was.get(of[key]))} ({ch.get('baseline_ref', NA)})" if was else NA,
+                NA,
+                verdict(None if n is None else n == 0),
+            )
+        )
+    return rows
+
+
 def targets(data: Data) -> list[str]:
     rows: list[Row] = []
     for fn in (
@@ -909,6 +939,7 @@ def targets(data: Data) -> list[str]:
         t_context,
         t_faults,
         t_citations,
+        t_chunks,
     ):
         try:
             rows.extend(fn(data))
@@ -1956,6 +1987,59 @@ def section_faults(data: Data) -> list[str]:
     return lines
 
 
+def section_chunks(data: Data) -> list[str]:
+    ch = data.get("chunks")
+    lines = ["## Chunking", ""]
+    lines += [
+        f"{command(data, 'chunks')}: the OpenTelemetry docs, the Hugo docs and the py-pdf sample PDFs chunked "
+        "with the default settings and the default embedder's tokenizer and window, as `mdrag index` does "
+        "(nothing embedded). Baseline: the same script on the chunker of the commit before issue 14, in the same "
+        f"run. A fence *fits* when it alone, under its section's header, is within the window; a chunk under "
+        f"{SHORT_CHUNK} characters is a *fragment* unless its section is that short; a *line-span mismatch* is a "
+        "chunk whose lines are not all, in order, in its file's lines line_start..line_end, or whose first or "
+        "last line is not on them (PDFs have no line spans).",
+        "",
+    ]
+    if not ch:
+        return lines + [not_measured("chunks", data), ""]
+    rows = []
+    for name, now in (ch.get("corpora") or {}).items():
+        was = dig(ch, "baseline", name) or {}
+
+        def cell(key: str, fmt: Callable[[Any], str] = fint, now: Json = now, was: Json = was) -> str:
+            return f"{fmt(now.get(key))} ({fmt(was.get(key))})" if was else fmt(now.get(key))
+
+        rows.append(
+            [
+                name,
+                cell("files"),
+                cell("chunks"),
+                f"{cell('fences_cut')} of {cell('fences_fit_window')}",
+                cell("short_chunks"),
+                cell("short_fragments"),
+                cell("span_mismatches"),
+                cell("mean_chars"),
+                cell("median_chars"),
+            ]
+        )
+    lines += [f"Now (baseline {ch.get('baseline_ref', NA)} in brackets):", ""]
+    lines += table(
+        [
+            "corpus",
+            "files",
+            "chunks",
+            "fences cut that fit the window",
+            f"chunks < {SHORT_CHUNK} chars",
+            "of which fragments",
+            "line-span mismatches",
+            "mean chars",
+            "median chars",
+        ],
+        rows,
+    )
+    return lines
+
+
 def section_parse_worker(data: Data) -> list[str]:
     pw = data.get("parse_worker")
     timeout, cap = fint(setting("index.parse_timeout")), fint(setting("index.max_parse_mb"))
@@ -2442,6 +2526,7 @@ SECTIONS: tuple[tuple[str, Callable[[Data], list[str]]], ...] = (
     ("Parsing in a child process (time limit and memory cap)", section_parse_worker),
     ("Hostile input", section_hostile),
     ("Citations that match their sources", section_citations),
+    ("Chunking", section_chunks),
 )
 
 

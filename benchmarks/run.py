@@ -43,6 +43,7 @@ STEPS: dict[str, list[str]] = {
     "parse_worker": ["parse_worker.py"],
     "hostile": ["hostile.py"],  # the hostile-input CI tests (pytest); they write their counts, it merges them
     "citations": ["citations.py", "--model-cache", str(OUT / "models")],
+    "chunks": ["chunks.py"],
 }
 
 

@@ -3,17 +3,25 @@
 Pure functions, no I/O. A chunk never crosses a heading. Inside a section,
 paragraphs, tables and fenced code blocks are packed greedily up to
 ``size``; consecutive chunks share up to ``overlap`` of trailing text. A code
-block or table that fits in one chunk is never cut. Finally, a chunk whose
-embedded text (heading context + body) is longer than the embedder's window is
-split again, because the model silently drops everything past it.
+block or table that fits the model's window (or, without one, a chunk) is
+never cut, even when it is larger than ``size``. A chunk whose embedded text
+(heading context + body) is longer than the embedder's window is split again,
+at a block's edge where it can be, because the model silently drops
+everything past it. A remainder too small to stand alone joins its neighbour
+(or the two share the text evenly), and no chunk is only the overlap of the one
+before it. Every chunk is a slice of its section's text, so its line span is
+the lines it holds.
 """
 
 from __future__ import annotations
 
+import bisect
 import hashlib
+import re
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
+from functools import partial
 from typing import Any, Literal
 
 from mdrag.errors import ConfigError
@@ -77,27 +85,116 @@ def content_hash(text: str) -> str:
 @dataclass
 class _Unit:
     text: str
-    atomic: bool  # code block or table: not cut if it fits, not used as overlap
-    line_start: int | None
-    line_end: int | None
+    atomic: bool  # code block, table, or paragraphs around a fence: not cut if it fits, not used as overlap
+    line_start: int | None  # the file line of the text's first line
+    table: bool = False  # a table may be cut between rows to take in a remainder
+
+
+# A fence line inside a list item or a quote ("  ```yaml", "> ~~~"): its blank lines do not end a paragraph.
+_FENCE = re.compile(r"^[ \t]*(?:(?:[-*+]|\d+[.)])[ \t]+|>[ \t]?)*(`{3,}|~{3,})")
+
+
+def _fence_after(para: str, fence: str | None) -> str | None:
+    """The fence still open after ``para`` (its marker, e.g. "```"), given the one open before it."""
+    for line in para.split("\n"):
+        m = _FENCE.match(line)
+        if not m:
+            continue
+        mark = m.group(1)
+        if fence is None:
+            fence = mark
+        elif mark[0] == fence[0] and len(mark) >= len(fence) and not line[m.end() :].strip():
+            fence = None
+    return fence
 
 
 def _units(blocks: Sequence[Block]) -> list[_Unit]:
-    """Paragraphs of text blocks, and whole code blocks and tables."""
+    """Paragraphs of text blocks, and whole code blocks and tables.
+
+    The paragraphs of a text block that hold a fence (in a list item, say) stay
+    together as one atomic unit: a fence is not cut at its blank lines.
+    """
     out: list[_Unit] = []
     for b in blocks:
         if b.kind != "text":
-            out.append(_Unit(b.text, True, b.line_start, b.line_end))
+            out.append(_Unit(b.text, True, b.line_start, b.kind == "table"))
             continue
         line = b.line_start
+        group: list[str] = []
+        fence: str | None = None
+        has_fence = False
         for para in b.text.split("\n\n"):
-            n_lines = para.count("\n") + 1
-            if para.strip():
-                end = line + n_lines - 1 if line is not None else None
-                out.append(_Unit(para.strip("\n"), False, line, end))
+            group.append(para)
+            after = _fence_after(para, fence)
+            has_fence = has_fence or after is not None or fence is not None
+            fence = after
+            if fence is not None:
+                continue
+            text = "\n\n".join(group)
+            if text.strip():
+                lead = len(text) - len(text.lstrip("\n"))
+                start = line + text[:lead].count("\n") if line is not None else None
+                out.append(_Unit(text.strip("\n"), has_fence, start))
             if line is not None:
-                line += n_lines + 1
+                line += text.count("\n") + 2
+            group, has_fence = [], False
+        if group and "\n\n".join(group).strip():  # a fence left open runs to the end of the block
+            text = "\n\n".join(group)
+            lead = len(text) - len(text.lstrip("\n"))
+            out.append(_Unit(text.strip("\n"), True, line + lead if line is not None else None))
     return out
+
+
+class _Text:
+    """A section's units joined by blank lines: every piece of the section is a slice of ``text``."""
+
+    def __init__(self, units: list[_Unit]) -> None:
+        self.text = "\n\n".join(u.text for u in units)  # what the pieces are sliced from
+        self.spans: list[tuple[int, int]] = []  # where each unit lies in ``text``
+        pos = 0
+        for u in units:
+            self.spans.append((pos, pos + len(u.text)))
+            pos += len(u.text) + 2
+        self.units = units
+
+    def line(self, pos: int) -> int | None:
+        """The file line of the character at ``pos`` (which is not in a gap between units)."""
+        k = max(bisect.bisect_right([a for a, _ in self.spans], pos) - 1, 0)
+        first = self.units[k].line_start
+        return None if first is None else first + self.text.count("\n", self.spans[k][0], pos)
+
+    def atomic(self, lo: int, hi: int, tables: bool = True) -> list[tuple[int, int]]:
+        """The spans of the atomic units inside ``lo..hi`` (tables too, or not)."""
+        units = zip(self.spans, self.units)
+        return [s for s, u in units if u.atomic and (tables or not u.table) and lo <= s[0] and s[1] <= hi]
+
+
+def _strip(text: str, lo: int, hi: int) -> tuple[int, int]:
+    """``lo..hi`` without the whitespace at its ends (``lo == hi`` when it is all whitespace)."""
+    piece = text[lo:hi]
+    start = len(piece) - len(piece.lstrip())
+    return lo + start, lo + len(piece.rstrip()) if piece.strip() else lo
+
+
+def _positions(text: str, lo: int, hi: int, sep: str, keep: Sequence[tuple[int, int]]) -> list[int]:
+    """The places after each ``sep`` inside ``lo..hi`` (every place for ""), none inside a ``keep`` span."""
+    if sep:
+        found, i = [], text.find(sep, lo, hi)
+        while i >= 0:
+            found.append(i + len(sep))
+            i = text.find(sep, i + len(sep), hi)
+    else:
+        found = list(range(lo + 1, hi))
+    return [p for p in found if lo < p < hi and not any(a < p < b for a, b in keep)]
+
+
+def _boundaries(text: str, lo: int, hi: int, keep: Sequence[tuple[int, int]]) -> list[int]:
+    """Where ``lo..hi`` may be cut: after the coarsest separator found, never inside a ``keep`` span."""
+    for sep in _SEPARATORS:
+        cuts = _positions(text, lo, hi, sep, keep)
+        if cuts:
+            return cuts
+    return _boundaries(text, lo, hi, ()) if keep else []
 
 
 def split_text(text: str, limit: int, overlap: int = 0, measure: Callable[[str], int] = len) -> list[str]:
@@ -106,120 +203,118 @@ def split_text(text: str, limit: int, overlap: int = 0, measure: Callable[[str],
     ``overlap`` of shared text between neighbours."""
     if measure(text) <= limit:
         return [text]
-    return _cut(text, limit, overlap, lambda texts: [measure(t) for t in texts])
+    return [text[a:b] for a, b in _cut(text, 0, len(text), limit, overlap, lambda ts: [measure(t) for t in ts])]
 
 
-def _cut(text: str, limit: int, overlap: int, sizes: Sizes) -> list[str]:
-    """:func:`split_text` of a text known to be over ``limit``, sized by ``sizes``.
+def _cut(
+    text: str, lo: int, hi: int, limit: int, overlap: int, sizes: Sizes, keep: Sequence[tuple[int, int]] = ()
+) -> list[tuple[int, int]]:
+    """:func:`split_text` of ``text[lo:hi]``, known to be over ``limit``, as spans of ``text``.
 
-    Every level's parts are sized in one call, and so are its pieces when they
-    are checked: a tokenizer called once per word or character is what made a
+    Each piece is a slice of the text, so its lines are the source's lines; the
+    overlap is the end of the previous piece. No cut falls inside a ``keep``
+    span (a block that fits) while there is another place to cut. Every
+    level's parts are sized in one call, and so are its pieces when they are
+    checked: a tokenizer called once per word or character is what made a
     large file without paragraph breaks slow.
     """
-    for sep in _SEPARATORS:
-        parts = text.split(sep) if sep else list(text)
-        parts = [p + sep for p in parts[:-1]] + [parts[-1]] if sep else parts
-        parts = [p for p in parts if p]
-        if len(parts) > 1:
-            break
-    pieces: list[str] = []
-    window: deque[tuple[str, int]] = deque()  # parts of the piece being built, with their sizes
+
+    def kept(a: int, b: int) -> bool:
+        a, b = _strip(text, a, b)
+        return any(ka <= a and b <= kb for ka, kb in keep)
+
+    edges = [lo, *_boundaries(text, lo, hi, keep), hi]
+    parts = list(zip(edges, edges[1:]))
+    pieces: list[tuple[int, int]] = []
+    window: deque[tuple[int, int, int]] = deque()  # parts of the piece being built: start, end, size
     total = 0
-    for part, size in zip(parts, sizes(parts)):
-        if size > limit:  # a part too big for any piece: flush, then cut it finer
+    for (a, b), size in zip(parts, sizes([text[a:b] for a, b in parts])):
+        if size > limit:  # a part too big for any piece: flush, then cut it finer (unless it is kept)
             if window:
-                pieces.append("".join(p for p, _ in window))
+                pieces.append((window[0][0], window[-1][1]))
                 window.clear()
                 total = 0
-            pieces.extend(_cut(part, limit, overlap, sizes))
+            pieces.extend([(a, b)] if kept(a, b) else _cut(text, a, b, limit, overlap, sizes, keep))
             continue
         if total + size > limit and window:
-            pieces.append("".join(p for p, _ in window))
+            prev = (window[0][0], window[-1][1])
+            pieces.append(prev)
             while window and (total > overlap or total + size > limit):
-                total -= window.popleft()[1]
-            if not window and overlap:  # parts longer than the overlap: share its last words
-                tail = _word_tail(pieces[-1], min(overlap, limit - size), sizes)
-                if tail:
-                    window.append((tail + " ", sizes([tail + " "])[0]))
-                    total = window[0][1]
-        window.append((part, size))
+                total -= window.popleft()[2]
+            if not window and overlap:  # parts longer than the overlap: share the previous piece's last words
+                start = _word_tail(text, *prev, min(overlap, limit - size), sizes)
+                if start is not None:
+                    window.append((start, a, sizes([text[start:a]])[0]))
+                    total = window[0][2]
+        window.append((a, b, size))
         total += size
     if window:
-        pieces.append("".join(p for p, _ in window))
+        pieces.append((window[0][0], window[-1][1]))
     # Measures that are not additive (tokens) can overshoot: check and cut again.
-    stripped = [p for p in (p.strip() for p in pieces) if p]
-    out: list[str] = []
-    for p, size in zip(stripped, sizes(stripped)):
-        out.extend([p] if size <= limit or len(p) <= 1 else _cut(p, limit, 0, sizes))
+    stripped = [s for s in (_strip(text, a, b) for a, b in pieces) if s[0] < s[1]]
+    out: list[tuple[int, int]] = []
+    for (a, b), size in zip(stripped, sizes([text[a:b] for a, b in stripped])):
+        fine = size <= limit or b - a <= 1 or kept(a, b)
+        out.extend([(a, b)] if fine else _cut(text, a, b, limit, 0, sizes, keep))
     return out
 
 
-def _pack(units: list[_Unit], size: int, overlap: int, sizes: Sizes) -> list[_Unit]:
-    """Greedy packing of units into chunk-sized units, with text overlap."""
-    flat: list[tuple[_Unit, int]] = []  # units no larger than a chunk, with their sizes
-    for u, u_size in zip(units, sizes([u.text for u in units])):
-        if u_size <= size:
-            flat.append((u, u_size))
-        else:
-            pieces = _cut(u.text, size, 0 if u.atomic else overlap, sizes)
-            flat.extend((_Unit(p, False, u.line_start, u.line_end), n) for p, n in zip(pieces, sizes(pieces)))
-    chunks: list[_Unit] = []
-    cur: list[_Unit] = []
-    cur_size = 0
-    for u, u_size in flat:
-        if cur and cur_size + 2 + u_size > size:
-            chunks.append(_join(cur))
-            tail = _overlap_tail(cur, overlap, size - u_size - 2, sizes)
-            cur = [tail] if tail else []
-            cur_size = sizes([tail.text])[0] if tail else 0
-        cur.append(u)
-        cur_size += u_size + (2 if len(cur) > 1 else 0)
-    if cur:
-        chunks.append(_join(cur))
-    return chunks
-
-
-def _word_tail(text: str, budget: int, sizes: Sizes) -> str:
-    """The last words of ``text`` that fit in ``budget`` (not all of them).
+def _word_tail(text: str, lo: int, hi: int, budget: int, sizes: Sizes) -> int | None:
+    """Where the last words of ``text[lo:hi]`` that fit in ``budget`` (not all of them) start.
 
     Tails one word longer each are sized in growing groups, one call per group,
     up to the first that does not fit.
     """
-    words = text.split()
+    if budget <= 0:
+        return None
+    starts = [m.start() for m in re.finditer(r"\S+", text[lo:hi])]
     fit = 0  # words in the longest tail known to fit
     group = 8
-    while fit < len(words):
-        lengths = range(fit + 1, min(len(words), fit + group) + 1)
-        fits = [n <= budget for n in sizes([" ".join(words[-k:]) for k in lengths])]
+    while fit < len(starts):
+        lengths = range(fit + 1, min(len(starts), fit + group) + 1)
+        tails = [text[lo + starts[-k] : hi].rstrip() for k in lengths]
+        fits = [n <= budget for n in sizes(tails)]
         if not all(fits):
             fit += fits.index(False)
             break
         fit = lengths[-1]
         group *= 2
-    return " ".join(words[-fit:]) if 0 < fit < len(words) else ""
+    return lo + starts[-fit] if 0 < fit < len(starts) else None
 
 
-def _overlap_tail(units: list[_Unit], overlap: int, room: int, sizes: Sizes) -> _Unit | None:
-    """The end of the previous chunk's last text unit, cut at a word boundary."""
-    budget = min(overlap, room)
-    last = units[-1]
-    if budget <= 0 or last.atomic:
-        return None
-    text = _word_tail(last.text, budget, sizes)  # a whole paragraph is not repeated
-    if not text:
-        return None
-    return _Unit(text, False, last.line_end, last.line_end)
+def _pack(
+    sec: _Text, size: int, overlap: int, sizes: Sizes, fits: Callable[[int, int], bool] | None
+) -> list[tuple[int, int]]:
+    """Greedy packing of a section's units into chunk-sized spans, with text overlap.
 
-
-def _join(units: list[_Unit]) -> _Unit:
-    starts = [u.line_start for u in units if u.line_start is not None]
-    ends = [u.line_end for u in units if u.line_end is not None]
-    return _Unit(
-        "\n\n".join(u.text for u in units),
-        False,
-        min(starts) if starts else None,
-        max(ends) if ends else None,
-    )
+    ``fits`` tells whether a span fits the model's window: an atomic unit that
+    does is kept whole even when it is larger than ``size``.
+    """
+    flat: list[tuple[int, int, int, bool]] = []  # spans no larger than a chunk: start, end, size, atomic
+    for (a, b), u, u_size in zip(sec.spans, sec.units, sizes([u.text for u in sec.units])):
+        if u_size <= size or (u.atomic and fits is not None and fits(a, b)):
+            flat.append((a, b, u_size, u.atomic))
+        else:
+            pieces = _cut(sec.text, a, b, size, 0 if u.atomic else overlap, sizes)
+            flat.extend((p, q, n, False) for (p, q), n in zip(pieces, sizes([sec.text[p:q] for p, q in pieces])))
+    chunks: list[tuple[int, int]] = []
+    cur: list[tuple[int, int, int, bool]] = []
+    cur_size = 0
+    for a, b, u_size, atomic in flat:
+        if cur and cur_size + 2 + u_size > size:
+            chunks.append((cur[0][0], cur[-1][1]))
+            la, lb, _, l_atomic = cur[-1]
+            cur, cur_size = [], 0
+            # The end of the last text unit, cut at a word boundary; a piece of a cut unit has its own.
+            start = None if l_atomic or a < lb else _word_tail(sec.text, la, lb, min(overlap, size - u_size - 2), sizes)
+            if start is not None:
+                cur_size = sizes([sec.text[start:lb]])[0]
+                cur = [(start, lb, cur_size, False)]
+        cur.append((a, b, u_size, atomic))
+        cur_size += u_size + (2 if len(cur) > 1 else 0)
+    if cur:
+        chunks.append((cur[0][0], cur[-1][1]))
+    return chunks
 
 
 def _clip(text: str, limit: int) -> str:
@@ -278,8 +373,9 @@ def chunk_document(
     """Cut a parsed document into chunks.
 
     ``count_tokens``/``max_tokens`` come from the embedder: with them, no chunk's
-    embedded text is longer than the model's window, and ``settings.unit ==
-    "tokens"`` counts sizes in the model's tokens.
+    embedded text is longer than the model's window, a block that fits the
+    window is never cut, and ``settings.unit == "tokens"`` counts sizes in the
+    model's tokens.
     """
     settings = settings or ChunkSettings()
     if settings.unit == "tokens" and count_tokens is None:
@@ -288,26 +384,34 @@ def chunk_document(
     sizes = _token_counts(count_tokens) if count_tokens is not None and settings.unit == "tokens" else _lengths
     meta = _frontmatter_fields(doc.metadata, doc.title)
     topics = _topics(meta)
-    pieces: list[tuple[int, _Unit]] = []  # (section index, unit)
-    for si, section in enumerate(doc.sections):
-        for u in _pack(_units(section.blocks), settings.size, settings.overlap, sizes):
-            if u.text.strip():
-                pieces.append((si, u))
-
+    window = None
     if count_tokens is not None and max_tokens is not None:
-        pieces = _fit_window(doc, pieces, count_tokens, max_tokens, settings.context, topics)
+        window = _Window(doc, count_tokens, max_tokens, settings.context, topics)
+    texts = [_Text(_units(section.blocks)) for section in doc.sections]
+    pieces: list[tuple[int, int, int]] = []  # (section index, start, end in its text)
+    for si, sec in enumerate(texts):
+        fits = None
+        if window is not None:
+            fits = partial(window.fits_span, sec, si, not pieces)
+        pieces.extend((si, a, b) for a, b in _pack(sec, settings.size, settings.overlap, sizes, fits))
+    pieces = [(si, *_strip(texts[si].text, a, b)) for si, a, b in pieces]
+    pieces = [(si, a, b) for si, a, b in pieces if a < b]
+    if window is not None:
+        pieces = window.fit(pieces, texts)
+    pieces = _merge_remainders(pieces, texts, settings.size, sizes, window)
 
     chunks: list[Chunk] = []
-    for n, (si, u) in enumerate(pieces):
-        section = doc.sections[si]
+    for n, (si, a, b) in enumerate(pieces):
+        section, sec = doc.sections[si], texts[si]
         ctx = _context(settings.context, doc.title, section.heading_path, topics if n == 0 else "")
         position = len(chunks)
-        embed = f"{ctx}\n\n{u.text}" if ctx else u.text
+        text = sec.text[a:b]
+        embed = f"{ctx}\n\n{text}" if ctx else text
         text_hash = content_hash(embed)
         chunks.append(
             Chunk(
                 id=chunk_id(root, rel_path, position, text_hash),
-                text=u.text,
+                text=text,
                 context=ctx,
                 path=doc.path,
                 rel_path=rel_path,
@@ -317,45 +421,174 @@ def chunk_document(
                 position=position,
                 content_hash=text_hash,
                 page=section.page,
-                line_start=u.line_start,
-                line_end=u.line_end,
+                line_start=sec.line(a),
+                line_end=sec.line(b - 1),
                 metadata=dict(meta),
             )
         )
     return chunks
 
 
-def _fit_window(
-    doc: Document,
-    pieces: list[tuple[int, _Unit]],
-    count_tokens: TokenCounter,
-    max_tokens: int,
-    mode: str,
-    topics: str,
-) -> list[tuple[int, _Unit]]:
-    """Split every piece whose embedded text exceeds the model's window."""
-    contexts = [
-        _context(mode, doc.title, doc.sections[si].heading_path, topics if n == 0 else "")
-        for n, (si, _) in enumerate(pieces)
-    ]
-    embeds = [f"{c}\n\n{u.text}" if c else u.text for c, (_, u) in zip(contexts, pieces)]
-    counts = _token_counts(count_tokens)(embeds)
-    # The bodies and contexts of the pieces over the window, counted together.
-    body_tokens = _token_counts(count_tokens, -2)  # without the [CLS] and [SEP] of each text
-    over = [i for i, n in enumerate(counts) if n > max_tokens]
-    body_counts = dict(zip(over, body_tokens([pieces[i][1].text for i in over])))
-    ctx_counts = dict(zip(over, body_tokens([contexts[i] for i in over])))
-    out: list[tuple[int, _Unit]] = []
-    for i, ((si, u), ctx) in enumerate(zip(pieces, contexts)):
-        if i not in body_counts:
-            out.append((si, u))
+class _Window:
+    """The embedder's window, and the room a chunk's text has in it after its header."""
+
+    def __init__(self, doc: Document, count_tokens: TokenCounter, max_tokens: int, mode: str, topics: str) -> None:
+        self.doc = doc  # for each section's heading path
+        self.mode = mode  # chunk.context
+        self.topics = topics  # the frontmatter line of the file's first chunk
+        self.max_tokens = max_tokens
+        self.count = _token_counts(count_tokens)
+        self.body = _token_counts(count_tokens, -2)  # without the [CLS] and [SEP] of each text
+        self.rooms: dict[tuple[int, bool], int] = {}  # (section, first chunk of the file) -> room
+
+    def header(self, si: int, first: bool) -> str:
+        d = self.doc
+        return _context(self.mode, d.title, d.sections[si].heading_path, self.topics if first else "")
+
+    def room(self, si: int, first: bool) -> int:
+        """The window less the header and a margin for tokens that merge or split at the seam."""
+        if (si, first) not in self.rooms:
+            ctx = self.header(si, first)
+            self.rooms[si, first] = max(16, self.max_tokens - 2 - (self.body([ctx])[0] if ctx else 0) - 4)
+        return self.rooms[si, first]
+
+    def fits(self, si: int, first: bool, texts: Sequence[str]) -> list[bool]:
+        """Whether each text, under its header, is within the window (counted exactly, no margin)."""
+        ctx = self.header(si, first)
+        return [n <= self.max_tokens for n in self.count([f"{ctx}\n\n{t}" if ctx else t for t in texts])]
+
+    def fits_span(self, sec: _Text, si: int, first: bool, a: int, b: int) -> bool:
+        return self.fits(si, first, [sec.text[a:b]])[0]
+
+    def fit(self, pieces: list[tuple[int, int, int]], texts: list[_Text]) -> list[tuple[int, int, int]]:
+        """Split every piece whose embedded text exceeds the window, at a block's edge where one can."""
+        embeds = []
+        for n, (si, a, b) in enumerate(pieces):
+            ctx = self.header(si, n == 0)
+            embeds.append(f"{ctx}\n\n{texts[si].text[a:b]}" if ctx else texts[si].text[a:b])
+        over = [n for n, count in enumerate(self.count(embeds)) if count > self.max_tokens]
+        bodies = dict(zip(over, self.body([texts[pieces[n][0]].text[pieces[n][1] : pieces[n][2]] for n in over])))
+        out: list[tuple[int, int, int]] = []
+        for n, (si, a, b) in enumerate(pieces):
+            sec, room = texts[si], self.room(si, n == 0)
+            if bodies.get(n, 0) <= room:
+                out.append((si, a, b))
+                continue
+            blocks = sec.atomic(a, b)
+            keep = [s for s, ok in zip(blocks, self.fits(si, n == 0, [sec.text[p:q] for p, q in blocks])) if ok]
+            out.extend((si, p, q) for p, q in _cut(sec.text, a, b, room, 0, self.body, keep))
+        return out
+
+
+def _merge_remainders(
+    pieces: list[tuple[int, int, int]], texts: list[_Text], size: int, sizes: Sizes, window: _Window | None
+) -> list[tuple[int, int, int]]:
+    """Pieces under a tenth of ``size`` joined to a neighbour; pieces that are only overlap dropped.
+
+    A remainder (the end of a paragraph cut for size, the last rows of a long
+    table) joins the previous or next piece of its section when the two fit
+    together in the model's window (without one: in ``size`` plus a tenth), so
+    a chunk can pass ``size`` by a remainder; when they do not fit, the
+    boundary between them moves to their middle. A piece lying inside a
+    neighbour adds nothing and is dropped.
+    """
+    pieces = _drop_inside(pieces)
+    minimum = size // 10
+    known = dict(zip(pieces, sizes([texts[si].text[a:b] for si, a, b in pieces])))
+
+    def size_of(p: tuple[int, int, int]) -> int:
+        if p not in known:
+            known[p] = sizes([texts[p[0]].text[p[1] : p[2]]])[0]
+        return known[p]
+
+    checked: dict[tuple[int, bool, int, int], bool] = {}  # (section, first, start, end) -> fits
+
+    def fits(si: int, first: bool, spans: Sequence[tuple[int, int]]) -> list[bool]:
+        todo = list(dict.fromkeys((a, b) for a, b in spans if (si, first, a, b) not in checked))
+        parts = [texts[si].text[a:b] for a, b in todo]
+        ok = window.fits(si, first, parts) if window is not None else [n <= size + minimum for n in sizes(parts)]
+        checked.update(((si, first, a, b), f) for (a, b), f in zip(todo, ok))
+        return [checked[si, first, a, b] for a, b in spans]
+
+    # The joins to try, checked in one call per section and kind of header.
+    joins: dict[tuple[int, bool], list[tuple[int, int]]] = {}
+    for i, (si, a, b) in enumerate(pieces):
+        if known[pieces[i]] < minimum:
+            for j in (i - 1, i + 1):
+                if 0 <= j < len(pieces) and pieces[j][0] == si:
+                    span = (min(a, pieces[j][1]), max(b, pieces[j][2]))
+                    joins.setdefault((si, min(i, j) == 0), []).append(span)
+    for (si, first), spans in joins.items():
+        fits(si, first, spans)
+
+    out = list(pieces)
+    i = 0
+    while i < len(out):
+        si, a, b = out[i]
+        if size_of(out[i]) >= minimum:
+            i += 1
             continue
-        # Room left for the body: the window less the context line and a margin
-        # for tokens that merge or split at the seam.
-        room = max(16, max_tokens - 2 - (ctx_counts[i] if ctx else 0) - 4)
-        parts = [u.text] if body_counts[i] <= room else _cut(u.text, room, 0, body_tokens)
-        out.extend((si, _Unit(part, False, u.line_start, u.line_end)) for part in parts)
-    return out
+        near = [j for j in (i - 1, i + 1) if 0 <= j < len(out) and out[j][0] == si]
+        # Both joins, and the joins with the pieces after them, in one call: a run of remainders joins one by one.
+        direct = {(min(i, j) == 0, min(a, out[j][1]), max(b, out[j][2])) for j in near}
+        if any((si, *d) not in checked for d in direct):
+            ends = [out[t][2] for t in range(i, min(i + 18, len(out))) if out[t][0] == si]
+            for first, lo, _ in direct:
+                fits(si, first, [(lo, max(b, hi)) for hi in ends])
+        for j in near:
+            k = min(i, j)
+            lo, hi = min(a, out[j][1]), max(b, out[j][2])
+            if fits(si, k == 0, [(lo, hi)])[0]:
+                out[k : k + 2] = [(si, lo, hi)]
+                i = k  # joined to another remainder, it may still be one
+                break
+        else:
+            if near:
+                k = min(i, near[0])
+                lo, hi = out[k][1], out[k + 1][2]
+                cut = _halve(texts[si], lo, hi, minimum, sizes, partial(fits, si, k == 0))
+                if cut is not None:
+                    out[k : k + 2] = [(si, lo, cut[0]), (si, cut[1], hi)]
+            i += 1
+
+    return _drop_inside(out)
+
+
+def _drop_inside(pieces: list[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
+    """``pieces`` less those that lie inside a neighbour: only overlap."""
+
+    def inside(p: tuple[int, int, int], q: tuple[int, int, int]) -> bool:
+        return p != q and p[0] == q[0] and q[1] <= p[1] and p[2] <= q[2]
+
+    return [p for n, p in enumerate(pieces) if not any(inside(p, q) for q in pieces[max(n - 1, 0) : n + 2])]
+
+
+def _halve(
+    sec: _Text,
+    lo: int,
+    hi: int,
+    minimum: int,
+    sizes: Sizes,
+    fits: Callable[[Sequence[tuple[int, int]]], list[bool]],
+) -> tuple[int, int] | None:
+    """Where to cut ``lo..hi`` in two pieces that both fit: (end of the first, start of the second).
+
+    The coarsest separator that allows it, nearest the middle; never inside a
+    block that fits, but between the rows of a table (rather than leave a
+    remainder alone).
+    """
+    blocks = sec.atomic(lo, hi, tables=False)
+    keep = [s for s, ok in zip(blocks, fits(blocks)) if ok]
+    mid = (lo + hi) / 2
+    for sep in _SEPARATORS:
+        cuts = sorted(_positions(sec.text, lo, hi, sep, keep), key=lambda p: abs(p - mid))[:32]
+        pairs = [(_strip(sec.text, lo, p), _strip(sec.text, p, hi)) for p in cuts]
+        spans = [s for pair in pairs for s in pair]
+        ok = [f and n >= minimum for f, n in zip(fits(spans), sizes([sec.text[a:b] for a, b in spans]))]
+        for c, (left, right) in enumerate(pairs):
+            if ok[2 * c] and ok[2 * c + 1]:
+                return left[1], right[0]
+    return None
 
 
 def _lengths(texts: Sequence[str]) -> list[int]:
