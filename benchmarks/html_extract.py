@@ -127,7 +127,7 @@ def main() -> None:
     per: dict[str, list[tuple[float, float, float]]] = {name: [] for name in found}
     seconds = dict.fromkeys(found, 0.0)
     empty = dict.fromkeys(found, 0)
-    for name, (extract, _) in found.items():  # untimed: imports, first-use set-up
+    for extract, _ in found.values():  # untimed: imports, first-use set-up
         extract(sources[pages[0].name])
     for page in pages:
         for name, (extract, _) in found.items():

@@ -12,7 +12,7 @@ template, svg, canvas, iframe, object, embed, select (never prose), nav and
 footer (site chrome: menus, copyright lines), anything ``hidden``,
 ``aria-hidden="true"`` or ``role="navigation"``. Kept on purpose: ``header``
 (often holds the page's h1) and ``aside`` (documentation sites put notes and
-warnings there).
+warnings there); a heading inside an aside heads only the rest of the aside.
 
 Data tables become "table" blocks (one line per row, cells joined by " | ");
 a table holding headings or other tables is treated as layout and read like a
@@ -235,6 +235,17 @@ class _Builder:
         self.stack.append((level, title))
         self.current = Section(heading_path=[t for _, t in self.stack if t], level=level)
 
+    def restore(self, stack: tuple[tuple[int, str], ...]) -> None:
+        """Close the headings opened since the open headings were ``stack`` (an aside's, at its end)."""
+        if list(stack) == self.stack:
+            return
+        self.flush()
+        if self.current.blocks:
+            self.sections.append(self.current)
+        self.stack = list(stack)
+        level = stack[-1][0] if stack else 0
+        self.current = Section(heading_path=[t for _, t in self.stack if t], level=level)
+
     def finish(self) -> list[Section]:
         self.flush()
         if self.current.blocks:
@@ -246,7 +257,9 @@ class _Builder:
         todo: list[Any] = [root]  # nodes, or break markers to emit after a tag's children
         while todo:
             node = todo.pop()
-            if isinstance(node, str) and not isinstance(node, NavigableString):
+            if isinstance(node, tuple):  # the end of an aside: its headings end with it
+                self.restore(node)
+            elif isinstance(node, str) and not isinstance(node, NavigableString):
                 self.buf.append(node)  # a break marker
             elif isinstance(node, NavigableString):
                 if _is_text(node):
@@ -276,6 +289,8 @@ class _Builder:
             if marker:
                 self.buf.append(marker)
                 todo.append(marker)
+            if name == "aside":  # a share bar's "Share this story" must not head the article after it
+                todo.append(tuple(self.stack))
             todo.extend(reversed(tag.contents))
             if name == "li":
                 self.buf.append("- ")
@@ -302,13 +317,14 @@ def _is_protected(tag: Tag) -> bool:
 def _main_content(soup: BeautifulSoup, path: str) -> _Article | None:
     """The tags of ``soup`` that readability-lxml reads as the article; None, with the reason logged, if it fails.
 
-    Every tag gets a ``data-mdrag-id`` attribute before the page goes to
-    readability-lxml; the ids in its summary name the tags it kept. Headings,
-    code blocks and data tables inside the article are kept even where its
-    clean-up drops them (a heading wrapped in a link, a table of links, a
-    short code block): the chunker needs the heading tree, and documentation
-    pages need their code. ``min_text_length=1``: with the default (25) the
-    clean-up drops every block under 25 characters that has no image, such as
+    Every tag gets a ``data-mdrag-id`` attribute, and the tags mdrag leaves out
+    (script, nav, hidden...) are emptied, before the page goes to
+    readability-lxml; the ids in its summary name the tags it kept. A heading,
+    code block or data table that its clean-up drops while keeping the tag
+    around it is kept too (a heading wrapped in a link, a table of links): the
+    chunker needs the heading tree, and documentation pages need their code.
+    One inside a block it drops stays out. ``min_text_length=1``: with the
+    default (25) the clean-up drops every block under 25 characters that has no image, such as
     a short list; on the readability test pages 1 extracts the same text
     (benchmarks/html_extract.py).
     """
@@ -318,8 +334,16 @@ def _main_content(soup: BeautifulSoup, path: str) -> _Article | None:
         tag.attrs[_ID] = str(number)
         depth[id(tag)] = depth[id(tag.parent)] + 1
     if max(depth.values()) > _MAX_DEPTH:
-        logger.info("%s: tags nest deeper than %d levels, more than the main-content extraction reads; reading the whole page", path, _MAX_DEPTH)
+        logger.info(
+            "%s: tags nest deeper than %d levels, more than the main-content extraction reads; reading the whole page",
+            path,
+            _MAX_DEPTH,
+        )
         return None
+    for tag in tags:
+        if _is_removed(tag):
+            # never read, and a script's text does not survive the round trip (a "<!--" in it hides the rest)
+            tag.clear()
     try:
         summary = ReadabilityDocument(str(soup), min_text_length=1).summary(html_partial=True)
     except Exception as exc:  # a third-party heuristic: any failure means "read the whole page"
@@ -327,7 +351,7 @@ def _main_content(soup: BeautifulSoup, path: str) -> _Article | None:
         return None
     kept = {id(tags[n]) for n in map(int, _ID_NUMBER.findall(summary)) if n < len(tags)}
     for tag in tags:
-        if id(tag) not in kept and _is_protected(tag) and any(id(parent) in kept for parent in tag.parents):
+        if id(tag) not in kept and _is_protected(tag) and id(tag.parent) in kept:
             kept.add(id(tag))
             kept.update(id(inner) for inner in tag.find_all(True))
     entered: set[int] = set()
