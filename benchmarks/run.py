@@ -41,7 +41,8 @@ STEPS: dict[str, list[str]] = {
     "llamaindex": ["llamaindex_compare.py", "--model-cache", str(OUT / "models")],
     "faults": ["faults.py"],  # the fault suite, tests/faults/ (pytest): it writes OUT/faults.json itself
     "parse_worker": ["parse_worker.py"],
-    "hostile": ["hostile.py"],  # the hostile-input CI tests (pytest); they write their counts, it merges them
+    "hostile": ["hostile.py"],
+    "html_extract": ["html_extract.py"],  # the hostile-input CI tests (pytest); they write their counts, it merges them
 }
 
 
