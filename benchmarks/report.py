@@ -54,6 +54,7 @@ STEP_NAMES = (
     "hostile",
     "citations",
     "chunks",
+    "html_extract",
 )
 # The commands of benchmarks/run.py, used when its STEPS cannot be read.
 FALLBACK_COMMANDS = {
@@ -75,6 +76,7 @@ FALLBACK_COMMANDS = {
     "hostile": "hostile.py",
     "citations": "citations.py --model-cache benchmarks/out/models",
     "chunks": "chunks.py",
+    "html_extract": "html_extract.py",
 }
 # Top-level keys each script writes today: a file without them predates the script.
 EXPECTED_KEYS = {
@@ -93,6 +95,7 @@ EXPECTED_KEYS = {
     "llamaindex": ("mdrag", "llamaindex"),
     "faults": ("trials", "passed", "seed", "repair_p50_s", "repair_max_s", "suite_s", "runs"),
     "parse_worker": ("start_up", "markdown", "pdf", "nested_divs"),
+    "html_extract": ("pages", "baseline", "extractors"),
     "hostile": ("command", "pytest_exit", "tests", "ws_fuzz", "mcp_malformed", "hostile_git"),
     "citations": ("questions", "answered", "extractive_mismatched", "llm_mismatched", "baseline_mismatched"),
     "chunks": ("corpora", "short_limit"),
@@ -2513,6 +2516,37 @@ def section_plots(data: Data, plots_dir: Path, results: Path) -> list[str]:
 # -- main ---------------------------------------------------------------------
 
 
+def section_html_extract(data: Data) -> list[str]:
+    hx = data.get("html_extract")
+    lines = ["## HTML extraction", ""]
+    lines += [
+        f"{command(data, 'html_extract')}: on Mozilla Readability's test pages (../shared/data/"
+        "html_readability_pages), each extractor's text against the article in `expected.html`: mean token "
+        "recall and precision (word tokens as multisets), mean per-page F1; a page with empty output counts 0. "
+        "Baseline: mdrag's parser reading the whole page, as before, in the same run; ms/page with the ratio "
+        "to it. mdrag now reads the article readability-lxml picks, with its own rules for headings, lists, "
+        "tables and code. The expected articles are Readability.js output, which favours readability-lxml.",
+        "",
+    ]
+    if not hx:
+        return lines + [not_measured("html_extract", data), ""]
+    rows = []
+    for name, r in (hx.get("extractors") or {}).items():
+        label = name + (f" {r['version']}" if r.get("version") else "")
+        rows.append(
+            [
+                label,
+                fnum(r.get("recall"), 3),
+                fnum(r.get("precision"), 3),
+                fnum(r.get("f1"), 3),
+                fint(r.get("empty_pages")),
+                f"{fnum(r.get('ms_per_page'), 1)} ({fnum(r.get('ms_ratio_to_baseline'), 2)}x)",
+            ]
+        )
+    lines += table(["extractor", "mean recall", "mean precision", "F1", "pages with empty output", "ms/page"], rows)
+    return lines + ["", f"{fint(hx.get('pages'))} pages.", ""]
+
+
 SECTIONS: tuple[tuple[str, Callable[[Data], list[str]]], ...] = (
     ("Embedder backends", section_embedders),
     ("Hugo indexing and search", section_hugo),
@@ -2527,6 +2561,7 @@ SECTIONS: tuple[tuple[str, Callable[[Data], list[str]]], ...] = (
     ("Hostile input", section_hostile),
     ("Citations that match their sources", section_citations),
     ("Chunking", section_chunks),
+    ("HTML extraction", section_html_extract),
 )
 
 

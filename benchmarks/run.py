@@ -44,6 +44,8 @@ STEPS: dict[str, list[str]] = {
     "hostile": ["hostile.py"],  # the hostile-input CI tests (pytest); they write their counts, it merges them
     "citations": ["citations.py", "--model-cache", str(OUT / "models")],
     "chunks": ["chunks.py"],
+    "hostile": ["hostile.py"],
+    "html_extract": ["html_extract.py"],  # the hostile-input CI tests (pytest); they write their counts, it merges them
 }
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from bs4 import BeautifulSoup
 
 import mdrag.parsers as parsers
 from mdrag.errors import ParseError, ParserCrashError, UnsupportedFormatError
@@ -646,7 +647,8 @@ def test_html_readability_pages(shared_data: Path) -> None:
 def test_html_wikipedia_page(shared_data: Path) -> None:
     doc = parse_file(shared_data / "html_readability_pages/wikipedia/source.html")
     assert doc.title == "Mozilla - Wikipedia"
-    assert any(s.heading_path[:1] == ["Mozilla"] and s.level == 2 for s in doc.sections)
+    # The h1 is the page's title, outside the article that readability-lxml picks: h2s head the tree.
+    assert any(s.heading_path == ["History[edit]"] and s.level == 2 for s in doc.sections)
     tables = [b.text for s in doc.sections for b in s.blocks if b.kind == "table"]
     assert any(re.search(r"^Founded \| February 28, 1998", t, re.M) for t in tables)
 
@@ -698,6 +700,122 @@ def test_html_svg_titles_are_not_the_page_title() -> None:
     doc = get_parser("s.html")(page.encode(), "/s.html")
     assert doc.title == "Heading"
     assert paths(doc) == [(["Heading"], 1)] and doc.sections[0].blocks == [Block("text")]
+
+
+def _indexed_text(doc: Document) -> str:
+    """Each section's heading and blocks, whitespace collapsed: what a page's chunks hold."""
+    parts = [(s.heading_path[-1] if s.level else "") + " " + s.text for s in doc.sections]
+    return " ".join(" ".join(parts).split())
+
+
+ARS_BOILERPLATE = ("75 with 51 posters participating", "← Previous story Next story →", "Skip to main content")
+
+
+def test_html_reads_the_article_not_the_site_chrome(shared_data: Path) -> None:
+    page = shared_data / "html_readability_pages/ars-1"
+    doc = parse_file(page / "source.html")
+    text = _indexed_text(doc)
+    for boilerplate in (*ARS_BOILERPLATE, "Subscribe Close"):
+        assert boilerplate not in text
+    expected = BeautifulSoup((page / "expected.html").read_text(), "html.parser")
+    sentences = [" ".join(p.get_text().split()) for p in expected.find_all("p")]
+    assert len(sentences) >= 10 and all(s in text for s in sentences)
+    # "Share this story", a heading in the share bar's aside, does not head the article.
+    assert all("Share this story" not in s.heading_path for s in doc.sections)
+    assert doc.title == "Just-released Minecraft exploit makes it easy to crash game servers | Ars Technica"
+    assert doc.metadata["description"] == "Two-year-old bug exposes thousands of servers to crippling attack."
+
+
+@pytest.mark.slow
+def test_html_search_ranks_the_article_above_the_site_chrome(shared_data: Path, tmp_path: Path, minilm) -> None:
+    from mdrag.config import load_config
+    from mdrag.index import Index
+
+    pages = shared_data / "html_readability_pages"
+    root = tmp_path / "pages"
+    root.mkdir()
+    for name in ("ars-1", "guardian-1", "theverge", "tumblr"):  # the ars page and others with site chrome
+        (root / f"{name}.html").write_bytes((pages / name / "source.html").read_bytes())
+    with Index(load_config({"index": "html"}), embedder=minilm) as idx:
+        idx.update([root])
+        # collapse "none": the article shares its (empty) heading path with the credit chunk
+        hits = idx.search("Minecraft servers crash bug", k=5, threshold=0, collapse="none")
+    assert hits[0].rel_path == "ars-1.html"
+    article = " ".join(BeautifulSoup((pages / "ars-1/expected.html").read_text(), "html.parser").get_text().split())
+    # An article chunk within the first three (a one-word image credit, "Kevin", may come first
+    # until tiny chunks are merged into their neighbours), and no site chrome in the first five.
+    assert any(len(h.text) > 200 and " ".join(h.text.split()) in article for h in hits[:3])
+    assert not [h for h in hits if any(b in " ".join(h.text.split()) for b in ARS_BOILERPLATE)]
+
+
+DOCS_PAGE = """<!doctype html>
+<html lang="en"><head><title>Exporters | OpenTelemetry</title>
+<meta property="og:description" content="Process and export your telemetry data"></head>
+<body>
+<header><nav><a href="/">OpenTelemetry</a> <a href="/docs/">Docs</a></nav></header>
+<div class="td-outer"><div class="row">
+<aside class="td-sidebar"><form><input type="search" placeholder="Search this site"></form>
+<ul><li><a href="/docs/getting-started/">Getting started</a></li><li><a href="/docs/concepts/">Concepts</a></li>
+<li><a href="/docs/collector/">Collector</a></li></ul></aside>
+<aside class="td-sidebar-toc"><div class="td-page-meta"><a href="/edit/x.md">View page source</a>
+<a href="/edit/y.md">Edit this page</a> <a href="/issues/new">Create documentation issue</a></div></aside>
+<main role="main"><div class="td-content">
+<h1>Exporters</h1>
+<p>Send telemetry to the OpenTelemetry Collector to make sure it is exported correctly. Using the Collector in
+production environments is a best practice, and exporters send the data your application produces to it.</p>
+<h2 id="otlp"><a href="#otlp">OTLP endpoint</a></h2>
+<p>Set the endpoint of the exporter with an environment variable, as in this example, before the application starts.</p>
+<div class="highlight"><pre class="chroma"><code class="language-sh">
+<span class="line">pip install opentelemetry-exporter-otlp</span>
+<span class="line">export OTEL_EXPORTER_OTLP_ENDPOINT=http://localhost:4317</span></code></pre></div>
+<p>Then list the files:</p>
+<div class="highlight"><pre><code class="language-sh">ls -l</code></pre></div>
+<ul><li>gRPC</li><li>HTTP</li></ul>
+<table><tr><th>Exporter</th><th>Package</th></tr>
+<tr><td><a href="/x">OTLP</a></td><td><a href="/y">opentelemetry-exporter-otlp</a></td></tr></table>
+</div></main></div></div>
+<footer><p>Copyright The OpenTelemetry Authors</p></footer>
+</body></html>
+"""
+
+
+def test_html_documentation_page_keeps_its_content_and_drops_its_sidebars() -> None:
+    doc = get_parser("p.html")(DOCS_PAGE.encode(), "/p.html")
+    text = _indexed_text(doc)
+    for chrome in ("Getting started", "Concepts", "Edit this page", "Create documentation issue", "Copyright"):
+        assert chrome not in text
+    # Headings (one wrapped in a link), short code blocks, a short list and a table of links all stay.
+    assert paths(doc) == [(["Exporters"], 1), (["Exporters", "OTLP endpoint"], 2)]
+    assert [(b.kind, b.text) for b in doc.sections[1].blocks] == [
+        ("text", "Set the endpoint of the exporter with an environment variable, as in this example, before the "
+         "application starts."),
+        ("code", "```sh\npip install opentelemetry-exporter-otlp\nexport OTEL_EXPORTER_OTLP_ENDPOINT=http://localhost:4317\n```"),
+        ("text", "Then list the files:"),
+        ("code", "```sh\nls -l\n```"),
+        ("text", "- gRPC\n- HTTP"),
+        ("table", "Exporter | Package\nOTLP | opentelemetry-exporter-otlp"),
+    ]  # fmt: skip
+    assert doc.title == "Exporters | OpenTelemetry"
+    assert doc.metadata["description"] == "Process and export your telemetry data"
+    # A plain page with no chrome at all is read whole.
+    plain = b"<h1>Intro</h1><p>Short text.</p><h2>Usage</h2><p>Run it.</p><pre>x</pre>"
+    doc = get_parser("p.html")(plain, "/p.html")
+    assert [(s.heading_path, s.text) for s in doc.sections] == [
+        (["Intro"], "Short text."),
+        (["Intro", "Usage"], "Run it.\n\n```\nx\n```"),
+    ]
+
+
+def test_html_page_without_main_content_is_read_whole(caplog: pytest.LogCaptureFixture) -> None:
+    # Past 255 levels of nesting the extraction is not tried (lxml stops reading there); the page is
+    # read whole and the reason logged. The boilerplate-free page above is the other side of this rule.
+    depth = 300
+    page = "<html><body>" + "<div>" * depth + "<h1>Deep</h1><p>deep text</p>" + "</div>" * depth
+    page += '<div class="sidebar"><a href="/a">link one</a></div></body></html>'
+    with caplog.at_level(logging.INFO, logger="mdrag.parsers.html"):
+        doc = get_parser("d.html")(page.encode(), "/d.html")
+    assert "link one" in _indexed_text(doc) and "deep text" in _indexed_text(doc)
+    assert "/d.html: tags nest deeper than 255 levels" in caplog.text
 
 
 # --- text encodings (Markdown and HTML) -------------------------------------

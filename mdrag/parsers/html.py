@@ -1,11 +1,18 @@
 """HTML parser (beautifulsoup4, stdlib "html.parser"): h1-h6 start sections.
 
+Only the page's main content is read: readability-lxml (a port of Mozilla's
+Readability) picks the article out of the site's chrome (menus, share bars,
+"Next story", comment counters), and the walk below reads the article's HTML
+with its headings, lists, tables and code blocks. A page where it finds no
+text is read whole, and the reason is logged. Title, description, keywords
+and language come from the whole page's ``head``.
+
 Left out of the text, with everything inside them: script, style, noscript,
 template, svg, canvas, iframe, object, embed, select (never prose), nav and
 footer (site chrome: menus, copyright lines), anything ``hidden``,
 ``aria-hidden="true"`` or ``role="navigation"``. Kept on purpose: ``header``
 (often holds the page's h1) and ``aside`` (documentation sites put notes and
-warnings there).
+warnings there); a heading inside an aside heads only the rest of the aside.
 
 Data tables become "table" blocks (one line per row, cells joined by " | ");
 a table holding headings or other tables is treated as layout and read like a
@@ -18,11 +25,13 @@ import codecs
 import logging
 import re
 from collections.abc import Callable, Collection, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from bs4 import BeautifulSoup, NavigableString, Tag
 from bs4.dammit import EncodingDetector
 from bs4.element import CData, PageElement
+from readability import Document as ReadabilityDocument
 
 from mdrag.errors import ParseError
 from mdrag.parsers.text import decode_text
@@ -44,6 +53,12 @@ _PARAGRAPH = {"p", "div", "section", "article", "main", "header", "aside", "bloc
               "center", "body"}  # fmt: skip
 _LINE = {"li", "dt", "dd", "tr", "td", "th", "figcaption", "summary", "caption", "legend",
          "option", "label"}  # fmt: skip
+# Deeper pages are read whole: libxml2 (under readability-lxml) stops reading at 256 levels,
+# and readability-lxml's time grows with the square of the depth (0.6 s at 250 levels).
+# Real pages nest far less (the readability test pages: 38 at most).
+_MAX_DEPTH = 255
+_ID = "data-mdrag-id"  # numbers the tags in the page given to readability-lxml
+_ID_NUMBER = re.compile(r'data-mdrag-id="(\d+)"')
 _LANGUAGE = re.compile(r"^(?:language|lang)-([\w+#.-]+)$")
 _SPACE = re.compile(r"\s+")
 _PARA_BREAK = "\x00P"  # markers in the text buffer; real text never holds NUL
@@ -187,7 +202,8 @@ def _meta(metas: list[Tag], *names: str) -> str | None:
 class _Builder:
     """Collects sections while the tree is walked in document order."""
 
-    def __init__(self) -> None:
+    def __init__(self, article: _Article | None = None) -> None:
+        self.article = article  # None: read the whole page
         self.sections: list[Section] = []  # finished sections with blocks
         self.stack: list[tuple[int, str]] = []  # (level, title) of the open headings
         self.current = Section(heading_path=[], level=0)  # the section being filled
@@ -219,6 +235,17 @@ class _Builder:
         self.stack.append((level, title))
         self.current = Section(heading_path=[t for _, t in self.stack if t], level=level)
 
+    def restore(self, stack: tuple[tuple[int, str], ...]) -> None:
+        """Close the headings opened since the open headings were ``stack`` (an aside's, at its end)."""
+        if list(stack) == self.stack:
+            return
+        self.flush()
+        if self.current.blocks:
+            self.sections.append(self.current)
+        self.stack = list(stack)
+        level = stack[-1][0] if stack else 0
+        self.current = Section(heading_path=[t for _, t in self.stack if t], level=level)
+
     def finish(self) -> list[Section]:
         self.flush()
         if self.current.blocks:
@@ -230,14 +257,21 @@ class _Builder:
         todo: list[Any] = [root]  # nodes, or break markers to emit after a tag's children
         while todo:
             node = todo.pop()
-            if isinstance(node, str) and not isinstance(node, NavigableString):
+            if isinstance(node, tuple):  # the end of an aside: its headings end with it
+                self.restore(node)
+            elif isinstance(node, str) and not isinstance(node, NavigableString):
                 self.buf.append(node)  # a break marker
             elif isinstance(node, NavigableString):
                 if _is_text(node):
                     # NUL would clash with the break markers; comments and doctypes are skipped
                     self.buf.append(_SPACE.sub(" ", str(node).replace("\x00", "")))
             elif isinstance(node, Tag) and not _is_removed(node):
-                self.visit(node, todo)
+                if self.article is None or id(node) in self.article.kept:
+                    self.visit(node, todo)
+                elif id(node) in self.article.entered:  # holds article parts; its own text is not one
+                    self.buf.append(_PARA_BREAK)
+                    todo.append(_PARA_BREAK)
+                    todo.extend(reversed([child for child in node.contents if isinstance(child, Tag)]))
 
     def visit(self, tag: Tag, todo: list[Any]) -> None:
         name = tag.name.lower()
@@ -255,13 +289,83 @@ class _Builder:
             if marker:
                 self.buf.append(marker)
                 todo.append(marker)
+            if name == "aside":  # a share bar's "Share this story" must not head the article after it
+                todo.append(tuple(self.stack))
             todo.extend(reversed(tag.contents))
             if name == "li":
                 self.buf.append("- ")
 
 
-def parse(data: bytes, path: str) -> Document:
-    """Parse an HTML file's bytes."""
+def _first_h1(soup: BeautifulSoup) -> str | None:
+    """The text of the page's first h1 that is not left out: the title of a page without one."""
+    return next((text for h1 in _tags(soup, {"h1"}) if (text := _text(h1))), None)
+
+
+@dataclass
+class _Article:
+    """The page's main content: the tags to read, by ``id()``, and the ancestors to walk through."""
+
+    kept: set[int]  # read, with their text; children that are not kept are left out
+    entered: set[int]  # ancestors of kept tags: walked through, their own text left out
+
+
+def _is_protected(tag: Tag) -> bool:
+    """A heading, code block or data table: kept in the article even where the extractor's clean-up drops it."""
+    return tag.name in _HEADINGS or tag.name == "pre" or (tag.name == "table" and _is_data_table(tag))
+
+
+def _main_content(soup: BeautifulSoup, path: str) -> _Article | None:
+    """The tags of ``soup`` that readability-lxml reads as the article; None, with the reason logged, if it fails.
+
+    Every tag gets a ``data-mdrag-id`` attribute, and the tags mdrag leaves out
+    (script, nav, hidden...) are emptied, before the page goes to
+    readability-lxml; the ids in its summary name the tags it kept. A heading,
+    code block or data table that its clean-up drops while keeping the tag
+    around it is kept too (a heading wrapped in a link, a table of links): the
+    chunker needs the heading tree, and documentation pages need their code.
+    One inside a block it drops stays out. ``min_text_length=1``: with the
+    default (25) the clean-up drops every block under 25 characters that has no image, such as
+    a short list; on the readability test pages 1 extracts the same text
+    (benchmarks/html_extract.py).
+    """
+    tags = list(soup.find_all(True))
+    depth = {id(soup): 0}
+    for number, tag in enumerate(tags):
+        tag.attrs[_ID] = str(number)
+        depth[id(tag)] = depth[id(tag.parent)] + 1
+    if max(depth.values()) > _MAX_DEPTH:
+        logger.info(
+            "%s: tags nest deeper than %d levels, more than the main-content extraction reads; reading the whole page",
+            path,
+            _MAX_DEPTH,
+        )
+        return None
+    for tag in tags:
+        if _is_removed(tag):
+            # never read, and a script's text does not survive the round trip (a "<!--" in it hides the rest)
+            tag.clear()
+    try:
+        summary = ReadabilityDocument(str(soup), min_text_length=1).summary(html_partial=True)
+    except Exception as exc:  # a third-party heuristic: any failure means "read the whole page"
+        logger.info("%s: main content not extracted (%s: %s); reading the whole page", path, type(exc).__name__, exc)
+        return None
+    kept = {id(tags[n]) for n in map(int, _ID_NUMBER.findall(summary)) if n < len(tags)}
+    for tag in tags:
+        if id(tag) not in kept and _is_protected(tag) and id(tag.parent) in kept:
+            kept.add(id(tag))
+            kept.update(id(inner) for inner in tag.find_all(True))
+    entered: set[int] = set()
+    for tag in tags:
+        if id(tag) in kept:
+            parent = tag.parent
+            while parent is not None and id(parent) not in kept and id(parent) not in entered:
+                entered.add(id(parent))
+                parent = parent.parent
+    return _Article(kept, entered)
+
+
+def parse(data: bytes, path: str, *, main_content: bool = True) -> Document:
+    """Parse an HTML file's bytes: its main content, or with ``main_content=False`` the whole page."""
     text, encoding = decode_text(data, _declared_charset(data))
     try:
         soup = BeautifulSoup(text, "html.parser")
@@ -281,10 +385,17 @@ def parse(data: bytes, path: str) -> Document:
         metadata["lang"] = str(html_tag["lang"]).strip()
     title = title or _meta(metas, "og:title") or ""
 
-    builder = _Builder()
     body = next((b for b in soup.find_all("body") if not any(map(_is_removed, (b, *b.parents)))), None)
-    builder.walk(body if isinstance(body, Tag) else soup)
+    root = body if isinstance(body, Tag) else soup
+    article = _main_content(soup, path) if main_content and _text(root) else None
+    builder = _Builder(article)
+    builder.walk(root)
     sections = builder.finish()
+    if article is not None and not sections:
+        logger.info("%s: the main content found has no text; reading the whole page", path)
+        builder = _Builder()
+        builder.walk(root)
+        sections = builder.finish()
     warnings = [] if sections else [f"{path}: the page has no text"]
     if title:
         metadata["title"] = title
@@ -292,7 +403,7 @@ def parse(data: bytes, path: str) -> Document:
         path=path,
         sections=sections,
         metadata=metadata,
-        title=title or builder.first_h1,
+        title=title or builder.first_h1 or _first_h1(soup),
         warnings=warnings,
         encoding=encoding,
     )
