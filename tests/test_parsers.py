@@ -564,7 +564,7 @@ def test_docx_every_shared_file_parses_or_raises(shared_data: Path) -> None:
             parse_file(path)
         except ParseError:
             failed.append(path.name)
-    assert failed == ["strict-format.docx"]  # ISO "strict" OOXML: python-docx cannot open it
+    assert failed == []  # strict-format.docx (ISO Strict OOXML) included
 
 
 def test_docx_empty_document_has_no_sections(shared_data: Path) -> None:
@@ -578,6 +578,76 @@ def test_docx_shared_files_content(shared_data: Path) -> None:
     assert [b.kind for s in doc.sections for b in s.blocks] == ["text", "table", "text"]
     doc = parse_file(base / "features/steps/test_files/doc-coreprops.docx")
     assert doc.title == "Title" and doc.metadata["author"]
+
+
+def _docx_sections(path: Path) -> list[tuple[list[str], list[str]]]:
+    return [(s.heading_path, [b.text for b in s.blocks]) for s in parse_file(path).sections]
+
+
+def test_docx_text_boxes_notes_comments_headers_and_footers(shared_data: Path) -> None:
+    """Issue 14 point 6: what python-docx's paragraphs leave out is read, each in a stated place."""
+    mammoth = shared_data / "docx_mammoth/tests/test-data"
+    steps = shared_data / "docx_python-docx/features/steps/test_files"
+    # The text box once (Word writes a VML copy of it for older readers).
+    assert _docx_sections(mammoth / "text-box.docx") == [([], ["Datum plane"])]
+    # Notes: a mark where they are referenced, the notes in a section at the end.
+    assert _docx_sections(mammoth / "footnotes.docx") == [
+        ([], ["Ouch[1].[2]"]),
+        (["Footnotes"], ["[1] A tachyon walks into a bar.", "[2] Fin."]),
+    ]
+    assert _docx_sections(mammoth / "endnotes.docx") == [
+        ([], ["Ouch[i].[ii]"]),
+        (["Endnotes"], ["[i] A tachyon walks into a bar.", "[ii] Fin."]),
+    ]
+    assert _docx_sections(mammoth / "footnote-hyperlink.docx") == [(["Footnotes"], ["[1] Example"])]
+    assert _docx_sections(mammoth / "comments.docx") == [
+        ([], ["Ouch."]),
+        (["Comments"], ["Michael Williamson: A tachyon walks into a bar.", "Michael Williamson: Fin."]),
+    ]
+    # Each distinct header and footer once; a section that links to the previous one repeats nothing.
+    assert _docx_sections(steps / "hdr-header-footer.docx")[-1] == (
+        ["Headers and footers"],
+        ["Header for section-1", "Footer for section 1"],
+    )
+    assert _docx_sections(steps / "blk-paras-and-tables.docx")[-1] == (
+        ["Headers and footers"],
+        ["Left-side | Right-side", "Copyright | Page-number"],
+    )
+
+
+def test_docx_strict_ooxml_is_read_or_refused_in_words(shared_data: Path, tmp_path: Path) -> None:
+    """Strict OOXML (purl.oclc.org namespaces) was skipped with KeyError: "no relationship of type ..."."""
+    import zipfile
+
+    from mdrag.parsers.worker import ParseWorker
+
+    strict = shared_data / "docx_mammoth/tests/test-data/strict-format.docx"
+    broken = tmp_path / "strict-without-body.docx"  # the same file without its document part
+    with zipfile.ZipFile(strict) as src, zipfile.ZipFile(broken, "w") as dst:
+        for info in src.infolist():
+            if info.filename != "word/document.xml":
+                dst.writestr(info, src.read(info))
+    headless = tmp_path / "no-main-part.docx"  # a regular file whose package names no main document
+    with zipfile.ZipFile(shared_data / "docx_mammoth/tests/test-data/single-paragraph.docx") as src:
+        with zipfile.ZipFile(headless, "w") as dst:
+            for info in src.infolist():
+                data = src.read(info)
+                if info.filename == "_rels/.rels":
+                    data = re.sub(rb'<Relationship Id="rId1"[^>]*/>', b"", data)
+                dst.writestr(info, data)
+    with ParseWorker(max_mb=1024) as worker:  # the indexer's path: the message users see
+        doc = worker.parse(strict, timeout=60)
+        assert [(s.heading_path, s.text) for s in doc.sections] == [([], "Test")] and doc.warnings == []
+        with pytest.raises(ParseError) as caught:
+            worker.parse(broken, timeout=60)
+        with pytest.raises(ParseError) as no_main:
+            worker.parse(headless, timeout=60)
+    assert str(caught.value).startswith(f"{broken}: Strict Office Open XML that could not be read")
+    assert str(caught.value).endswith("save it as a regular .docx (Word Document)")
+    assert str(no_main.value) == (
+        f"{headless}: not a readable DOCX file: the package has no main document part; "
+        "save it again as a Word .docx document"
+    )
 
 
 def test_docx_garbage_raises_parse_error() -> None:
