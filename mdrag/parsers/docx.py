@@ -25,7 +25,6 @@ from typing import Any
 import docx
 from docx.document import Document as DocxDocument
 from docx.opc.constants import RELATIONSHIP_TYPE as RT
-from docx.opc.exceptions import PackageNotFoundError
 from docx.oxml import parse_xml
 from docx.oxml.ns import qn
 from docx.table import Table
@@ -209,8 +208,10 @@ def _open(data: bytes) -> DocxDocument:
     strict = _strict_to_transitional(data)
     try:
         return docx.Document(io.BytesIO(strict or data))
-    except PackageNotFoundError as exc:
-        raise ParseError(f"not a DOCX file (not a ZIP package): {exc}; save it as a Word .docx document") from exc
+    except zipfile.BadZipFile as exc:
+        raise ParseError(
+            f"not a readable DOCX file: not a ZIP package ({exc}); save it as a Word .docx document"
+        ) from exc
     except Exception as exc:  # KeyError, ValueError (another Office format), lxml errors
         if strict is not None:
             raise ParseError(
