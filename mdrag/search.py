@@ -56,6 +56,16 @@ def build_filter(filters: Mapping[str, Any] | None) -> str:
     return f.and_(*exprs)
 
 
+def _section_key(row: Mapping[str, Any]) -> tuple[object, ...]:
+    """What ``collapse="section"`` groups by: the heading path, or the page where there is none.
+
+    A PDF page without an outline entry is a section of its own; text before
+    a file's first heading (page 0: no page) is one section, as before.
+    """
+    headings = row.get("headings") or []
+    return (row["path"], *headings) if headings else (row["path"], row.get("page") or 0)
+
+
 def search(
     store: MilvusStore,
     embedder: Embedder,
@@ -79,8 +89,9 @@ def search(
     ``visible_roots``, when given; others pass); ``extra`` more are
     fetched to make up for chunks written but not yet visible. ``mode`` picks
     the ranking (dense, bm25 or hybrid); the score is the cosine in every mode.
-    ``collapse`` keeps only the best chunk of each "section" or "file", so one
-    long section or file cannot fill every place. ``vector`` is the query's
+    ``collapse`` keeps only the best chunk of each "section" (heading path; a
+    PDF page without outline headings is a section) or "file", so one long
+    section or file cannot fill every place. ``vector`` is the query's
     embedding when the caller has it already.
     """
     if not query or not query.strip():
@@ -97,10 +108,10 @@ def search(
     if visible is not None:
         rows = [r for r in rows if r["id"] in visible or (visible_roots is not None and r["root"] not in visible_roots)]
     if collapse != "none":
-        seen: set[tuple[str, ...]] = set()
+        seen: set[tuple[object, ...]] = set()
         kept = []
         for r in rows:
-            key = (r["path"],) if collapse == "file" else (r["path"], *(r.get("headings") or []))
+            key = (r["path"],) if collapse == "file" else _section_key(r)
             if key not in seen:
                 seen.add(key)
                 kept.append(r)

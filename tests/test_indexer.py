@@ -364,6 +364,32 @@ def test_collapse_keeps_the_best_chunk_per_section_or_file(tmp_path: Path) -> No
     assert idx.config["search.collapse"] == "section"
 
 
+def test_a_pdf_gives_a_result_per_outline_section_and_page(shared_data: Path, hash_embedder: HashEmbedder) -> None:
+    """Issue 14 point 2: PDF pages had no headings, so the default collapse kept one result per PDF.
+
+    Now outline entries are sections and a page outside them is one; the page
+    of every hit is the page its text is on.
+    """
+    from pypdf import PdfReader
+
+    root = shared_data / "pdf_py-pdf_sample-files/009-pdflatex-geotopo"
+    idx = _index(hash_embedder)
+    idx.update([root])
+    assert idx.config["search.collapse"] == "section"
+    hits = idx.search("Fundamentalgruppe", k=10, threshold=0)
+    keys = [tuple(h.heading_path) or h.page for h in hits]
+    assert len(hits) >= 4 and len(set(keys)) == len(hits), keys  # before: 1, the whole PDF was one section
+    assert ("3 Fundamentalgruppe und Überlagerungen", "3.2 Fundamentalgruppe") in keys
+    assert 4 in keys, "the contents page (before the first outline entry) is a section of its own"
+    pages = PdfReader(root / "GeoTopo-komprimiert.pdf").pages
+    for h in hits:  # the words of a hit are on its page (a chunk cut inside a formula may split one)
+        assert h.page is not None
+        words = h.text.split()
+        on_page = set(pages[h.page - 1].extract_text().split())
+        assert sum(w in on_page for w in words) >= 0.95 * len(words), h.page
+    idx.close()
+
+
 def test_one_flush_per_run(tmp_path: Path, hash_embedder: HashEmbedder) -> None:
     """Every flush seals a segment: a run of many batches flushes once."""
     root = tmp_path / "docs"

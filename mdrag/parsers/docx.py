@@ -1,9 +1,16 @@
 """DOCX parser (python-docx): heading paragraphs start sections, tables become table blocks.
 
 The body is read in document order, paragraphs and tables interleaved,
-including those wrapped in content controls (``w:sdt``). Headers, footers,
-footnotes, comments and text boxes are not read. A document with no text
-gives a Document with no sections and a warning, not an error.
+including those wrapped in content controls (``w:sdt``); the text of a text
+box follows the paragraph it is anchored in. Footnotes and endnotes are
+marked in the text where they are referenced ("[1]" for footnotes, "[i]"
+for endnotes, Word's default numbering) and read in sections of their own at
+the end, "Footnotes" and "Endnotes", each note a block that starts with its
+mark. Then come "Comments" (each one "author: text") and "Headers and
+footers" (each distinct header or footer once). Strict Office Open XML files
+(ISO/IEC 29500 Strict, namespaces under purl.oclc.org) are read by mapping
+their namespaces to the usual ones. A document with no text gives a Document
+with no sections and a warning, not an error.
 """
 
 from __future__ import annotations
@@ -11,11 +18,14 @@ from __future__ import annotations
 import io
 import logging
 import re
-from collections.abc import Iterator
+import zipfile
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import docx
 from docx.document import Document as DocxDocument
+from docx.opc.constants import RELATIONSHIP_TYPE as RT
+from docx.oxml import parse_xml
 from docx.oxml.ns import qn
 from docx.table import Table
 from docx.text.paragraph import Paragraph
@@ -29,25 +39,191 @@ logger = logging.getLogger(__name__)
 
 _HEADING = re.compile(r"^heading\s*(\d)$", re.IGNORECASE)
 _CORE_FIELDS = ("title", "author", "subject", "keywords")
+# Strict OOXML names "http://purl.oclc.org/ooxml/wordprocessingml/main" what the usual
+# (transitional) files name "http://schemas.openxmlformats.org/wordprocessingml/2006/main".
+_STRICT = re.compile(rb"http://purl\.oclc\.org/ooxml/(\w+)/(\w+)")
+_FALLBACK = "{http://schemas.openxmlformats.org/markup-compatibility/2006}Fallback"
+_NOT_NOTES = {"separator", "continuationSeparator", "continuationNotice"}  # w:type of the note-like lines
+_ROMAN = tuple(zip("m cm d cd c xc l xl x ix v iv i".split(), (1000, 900, 500, 400, 100, 90, 50, 40, 10, 9, 5, 4, 1)))
 
 
-def _iter_body(doc: DocxDocument) -> Iterator[Paragraph | Table]:
-    """Body paragraphs and tables in order, descending into content controls."""
+def _roman(n: int) -> str:
+    out = ""
+    for letters, value in _ROMAN:
+        count, n = divmod(n, value)
+        out += letters * count
+    return out
 
-    def walk(parent: Any) -> Iterator[Paragraph | Table]:
+
+class _Notes:
+    """Footnote or endnote marks, numbered in the order the body first refers to them."""
+
+    def __init__(self, style: Callable[[int], str]) -> None:
+        self.numbers: dict[str, int] = {}
+        self.style = style
+
+    def mark(self, note_id: str) -> str:
+        number = self.numbers.setdefault(note_id, len(self.numbers) + 1)
+        return f"[{self.style(number)}]"
+
+
+class _Reader:
+    """Text of paragraphs, tables and text boxes, with note marks, from any part of the package."""
+
+    def __init__(self, doc: DocxDocument) -> None:
+        self.doc = doc
+        self.footnotes = _Notes(str)
+        self.endnotes = _Notes(_roman)
+
+    def walk(self, parent: Any) -> Iterator[Paragraph | Table]:
+        """Paragraphs and tables under ``parent`` in order, descending into content controls."""
         for child in parent.iterchildren():
             if child.tag == qn("w:p"):
-                yield Paragraph(child, doc)
+                yield Paragraph(child, self.doc)
             elif child.tag == qn("w:tbl"):
-                yield Table(child, doc)
+                yield Table(child, self.doc)
             elif child.tag == qn("w:sdt"):
                 content = child.find(qn("w:sdtContent"))
                 if content is not None:
-                    yield from walk(content)
+                    yield from self.walk(content)
             elif child.tag == qn("w:customXml"):
-                yield from walk(child)
+                yield from self.walk(child)
 
-    yield from walk(doc.element.body)
+    def paragraph_text(self, paragraph: Paragraph) -> str:
+        """The paragraph's text with note marks; "" when it has only marks (or nothing)."""
+        parts: list[str] = []
+        plain = False
+        for run in paragraph._p.xpath("w:r | w:hyperlink/w:r"):
+            text = run.text
+            plain = plain or bool(text.strip())
+            parts.append(text)
+            for ref in run.iterchildren(qn("w:footnoteReference"), qn("w:endnoteReference")):
+                notes = self.footnotes if ref.tag == qn("w:footnoteReference") else self.endnotes
+                parts.append(notes.mark(ref.get(qn("w:id"), "")))
+        return "".join(parts).strip() if plain else ""
+
+    def text_boxes(self, paragraph: Paragraph) -> list[str]:
+        """The paragraphs of the text boxes anchored in ``paragraph`` (once each: not the
+        fallback copy that Word writes for older readers, not a box inside a box twice)."""
+        out: list[str] = []
+        for box in paragraph._p.iter(qn("w:txbxContent")):
+            ancestor = box.getparent()
+            while ancestor is not None and ancestor is not paragraph._p:
+                if ancestor.tag in (_FALLBACK, qn("w:txbxContent")):
+                    break
+                ancestor = ancestor.getparent()
+            else:
+                out.extend(self.lines(box))
+        return out
+
+    def lines(self, parent: Any) -> list[str]:
+        """Every paragraph's text and every table's rows under ``parent``, with their text boxes."""
+        out: list[str] = []
+        for item in self.walk(parent):
+            if isinstance(item, Table):
+                text = _table_text(item)
+                if text:
+                    out.append(text)
+                continue
+            text = self.paragraph_text(item)
+            if text:
+                out.append(text)
+            out.extend(self.text_boxes(item))
+        return out
+
+
+def _part_xml(doc: DocxDocument, reltype: str) -> Any | None:
+    """The root element of the document part's related part of ``reltype``, if there is one."""
+    for rel in doc.part.rels.values():
+        if rel.reltype == reltype and not rel.is_external:
+            return parse_xml(rel.target_part.blob)
+    return None
+
+
+def _note_blocks(doc: DocxDocument, reader: _Reader, reltype: str, kind: str, notes: _Notes) -> list[Block]:
+    """One block per note, "[mark] text", in mark order (notes the body never refers to last)."""
+    root = _part_xml(doc, reltype)
+    if root is None:
+        return []
+    texts: dict[str, str] = {}
+    for note in root.iterchildren(qn(f"w:{kind}")):
+        if note.get(qn("w:type")) not in _NOT_NOTES:
+            text = "\n".join(reader.lines(note))
+            if text:
+                texts[note.get(qn("w:id"), "")] = text
+    for note_id in texts:
+        notes.mark(note_id)  # numbers the notes that no reference numbered
+    return [Block(f"{notes.mark(i)} {texts[i]}") for i in sorted(texts, key=lambda i: notes.numbers[i])]
+
+
+def _comment_blocks(doc: DocxDocument, reader: _Reader) -> list[Block]:
+    root = _part_xml(doc, RT.COMMENTS)
+    if root is None:
+        return []
+    blocks: list[Block] = []
+    for comment in root.iterchildren(qn("w:comment")):
+        text = "\n".join(reader.lines(comment))
+        author = " ".join((comment.get(qn("w:author")) or "").split())
+        if text:
+            blocks.append(Block(f"{author}: {text}" if author else text))
+    return blocks
+
+
+def _header_footer_blocks(doc: DocxDocument, reader: _Reader) -> list[Block]:
+    """Each distinct header and footer text once, in the order the sections name them."""
+    refs = doc.element.body.xpath("./w:sectPr/w:headerReference | ./w:p/w:pPr/w:sectPr/w:headerReference")
+    refs += doc.element.body.xpath("./w:sectPr/w:footerReference | ./w:p/w:pPr/w:sectPr/w:footerReference")
+    seen: set[str] = set()
+    blocks: list[Block] = []
+    for ref in refs:
+        rid = ref.get(qn("r:id"))
+        if rid is None or rid not in doc.part.rels or doc.part.rels[rid].is_external:
+            continue
+        text = "\n".join(reader.lines(parse_xml(doc.part.rels[rid].target_part.blob)))
+        if text and text not in seen:
+            seen.add(text)
+            blocks.append(Block(text))
+    return blocks
+
+
+def _strict_to_transitional(data: bytes) -> bytes | None:
+    """The package with Strict OOXML namespaces mapped to the usual ones, or None if it is not Strict."""
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as package:
+            if not _STRICT.search(package.read("_rels/.rels")):
+                return None
+            out = io.BytesIO()
+            with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as converted:
+                for info in package.infolist():
+                    content = package.read(info)
+                    if info.filename.endswith((".xml", ".rels")):
+                        content = _STRICT.sub(rb"http://schemas.openxmlformats.org/\1/2006/\2", content)
+                    converted.writestr(info, content)
+    except (zipfile.BadZipFile, KeyError, OSError):
+        return None  # not a package with relationships: python-docx says what is wrong
+    return out.getvalue()
+
+
+def _open(data: bytes) -> DocxDocument:
+    strict = _strict_to_transitional(data)
+    try:
+        return docx.Document(io.BytesIO(strict or data))
+    except zipfile.BadZipFile as exc:
+        raise ParseError(
+            f"not a readable DOCX file: not a ZIP package ({exc}); save it as a Word .docx document"
+        ) from exc
+    except Exception as exc:  # KeyError, ValueError (another Office format), lxml errors
+        if strict is not None:
+            raise ParseError(
+                f"Strict Office Open XML that could not be read ({type(exc).__name__}: {exc}); "
+                "save it as a regular .docx (Word Document)"
+            ) from exc
+        if isinstance(exc, KeyError) and "officeDocument" in str(exc):
+            raise ParseError(
+                "not a readable DOCX file: the package has no main document part; "
+                "save it again as a Word .docx document"
+            ) from exc
+        raise ParseError(f"not a readable DOCX file: {type(exc).__name__}: {exc}") from exc
 
 
 def _heading_level(paragraph: Paragraph) -> int | None:
@@ -105,11 +281,8 @@ def _core_properties(doc: DocxDocument, warnings: list[str], path: str) -> dict[
 
 def parse(data: bytes, path: str) -> Document:
     """Parse a .docx file's bytes."""
-    try:
-        doc = docx.Document(io.BytesIO(data))
-    except Exception as exc:  # PackageNotFoundError (not a zip), KeyError, ValueError, lxml errors
-        raise ParseError(f"not a readable DOCX file: {type(exc).__name__}: {exc}") from exc
-
+    doc = _open(data)
+    reader = _Reader(doc)
     warnings: list[str] = []
     metadata = _core_properties(doc, warnings, path)
     sections: list[Section] = []
@@ -124,7 +297,7 @@ def parse(data: bytes, path: str) -> Document:
             current.blocks.append(Block("\n".join(list_lines)))
             list_lines.clear()
 
-    for item in _iter_body(doc):
+    for item in reader.walk(doc.element.body):
         if isinstance(item, Table):
             flush_list()
             try:
@@ -135,16 +308,18 @@ def parse(data: bytes, path: str) -> Document:
             if text:
                 current.blocks.append(Block(text, kind="table"))
             continue
-        text = item.text.strip()
-        if not text:
-            continue
-        level = _heading_level(item)
+        text = reader.paragraph_text(item)
+        boxes = reader.text_boxes(item)
+        level = _heading_level(item) if text else None
         if level is None:
-            if _is_list_item(item):
+            if text and _is_list_item(item):
                 list_lines.append("- " + text)
-            else:
+            elif text:
                 flush_list()
                 current.blocks.append(Block(text))
+            if boxes:
+                flush_list()
+                current.blocks.extend(Block(box) for box in boxes)
             continue
         flush_list()
         title = " ".join(text.split())
@@ -157,9 +332,25 @@ def parse(data: bytes, path: str) -> Document:
             stack.pop()
         stack.append((level, title))
         current = Section(heading_path=[t for _, t in stack], level=level)
+        current.blocks.extend(Block(box) for box in boxes)
     flush_list()
     if current.blocks:
         sections.append(current)
+    extra: list[tuple[str, Callable[[], list[Block]]]] = [
+        ("Footnotes", lambda: _note_blocks(doc, reader, RT.FOOTNOTES, "footnote", reader.footnotes)),
+        ("Endnotes", lambda: _note_blocks(doc, reader, RT.ENDNOTES, "endnote", reader.endnotes)),
+        ("Comments", lambda: _comment_blocks(doc, reader)),
+        ("Headers and footers", lambda: _header_footer_blocks(doc, reader)),
+    ]
+    for heading, read in extra:
+        try:
+            blocks = read()
+        except Exception as exc:  # a damaged part: the body is still read
+            logger.debug("%s: %s not read", path, heading.lower(), exc_info=True)
+            warnings.append(f"{path}: {heading.lower()} skipped: {type(exc).__name__}: {exc}")
+            continue
+        if blocks:
+            sections.append(Section(heading_path=[heading], level=1, blocks=blocks))
     if not sections:
         warnings.append(f"{path}: the document has no text")
     doc_title: str | None = metadata.get("title") or style_title or first_heading
