@@ -55,6 +55,9 @@ STEP_NAMES = (
     "citations",
     "chunks",
     "html_extract",
+    "refusal_otel",
+    "refusal_hugo",
+    "refusal_cncf",
 )
 # The commands of benchmarks/run.py, used when its STEPS cannot be read.
 FALLBACK_COMMANDS = {
@@ -77,6 +80,9 @@ FALLBACK_COMMANDS = {
     "citations": "citations.py --model-cache benchmarks/out/models",
     "chunks": "chunks.py",
     "html_extract": "html_extract.py",
+    "refusal_otel": "refusal.py --corpus otel --home benchmarks/out/refusal-otel",
+    "refusal_hugo": "refusal.py --corpus hugo --home benchmarks/out/hugo-home",
+    "refusal_cncf": "refusal.py --corpus cncf --home benchmarks/out/refusal-cncf",
 }
 # Top-level keys each script writes today: a file without them predates the script.
 EXPECTED_KEYS = {
@@ -99,6 +105,7 @@ EXPECTED_KEYS = {
     "hostile": ("command", "pytest_exit", "tests", "ws_fuzz", "mcp_malformed", "hostile_git"),
     "citations": ("questions", "answered", "extractive_mismatched", "llm_mismatched", "baseline_mismatched"),
     "chunks": ("corpora", "short_limit"),
+    **{f"refusal_{c}": ("corpus", "old", "new", "sweep", "latency") for c in ("otel", "hugo", "cncf")},
 }
 PACKAGES = ("torch", "sentence-transformers", "onnxruntime", "openvino", "pymilvus", "milvus-lite", "faiss-cpu")
 # embedder class recorded by hugo_index.py / scifact.py -> backend name in embedders.json
@@ -791,6 +798,99 @@ def t_refusal(data: Data) -> list[Row]:
     return [second, first]
 
 
+REFUSAL_CORPORA = (("otel", "OpenTelemetry docs"), ("hugo", "Hugo docs"), ("cncf", "CNCF glossary"))
+
+
+def t_refusal_corpora(data: Data) -> list[Row]:
+    """Per corpus: the new rule (answer.min_score and answer.max_unknown) against the old one (min_score alone)."""
+    rows = []
+    for key, name in REFUSAL_CORPORA:
+        step = f"refusal_{key}"
+        names = (
+            f"Refusal on the {name}: unanswerable questions refused >= {UNANSWERABLE_REFUSED:.0%}",
+            f"Refusal on the {name}: answerable questions refused <= {ANSWERABLE_REFUSED:.0%}",
+        )
+        r = data.get(step)
+        if not r:
+            rows += [Row(n, not_measured(step, data)) for n in names]
+            continue
+        new_u, new_a = r["new"]["unanswerable_refused"], r["new"]["answerable_refused"]
+        old_u, old_a = r["old"]["unanswerable_refused"], r["old"]["answerable_refused"]
+        rows.append(
+            Row(
+                names[0],
+                f"{fpct(new_u)} of {r['unanswerable']}",
+                f"best score < {r['min_score']} alone: {fpct(old_u)}",
+                fratio(div(new_u, old_u)),
+                verdict(new_u >= UNANSWERABLE_REFUSED - 1e-9),
+            )
+        )
+        rows.append(
+            Row(
+                names[1],
+                f"{fpct(new_a)} of {r['answerable']}",
+                f"best score < {r['min_score']} alone: {fpct(old_a)}",
+                NA,
+                verdict(new_a <= ANSWERABLE_REFUSED + 1e-9),
+            )
+        )
+    return rows
+
+
+def section_refusal(data: Data) -> list[str]:
+    lines = ["## Refusal across corpora", ""]
+    lines += [
+        "`benchmarks/refusal.py` asks each corpus's questions as the Q&A server's `query` does (default search "
+        "settings) and applies the old rule (refuse when the best score < `answer.min_score`) and the new one "
+        "(also refuse when more than `answer.max_unknown` of the question's idf weight is on words no chunk of "
+        "the index holds; `mdrag/relevance.py`). `max_unknown` was chosen on the OpenTelemetry docs (the largest "
+        "value with the most unanswerable refused there); Hugo and the CNCF glossary are held out.",
+        "",
+    ]
+    rows, sweeps = [], []
+    for key, name in REFUSAL_CORPORA:
+        step = f"refusal_{key}"
+        r = data.get(step)
+        if not r:
+            lines += [f"{name}: {not_measured(step, data)}", ""]
+            continue
+        lat = r.get("latency") or {}
+        rows.append(
+            [
+                f"{name} ({r['chunks']} chunks; {command(data, step)})",
+                f"{r['answerable']} / {r['unanswerable']}",
+                f"{fpct(r['old']['unanswerable_refused'])} / {fpct(r['old']['answerable_refused'])}",
+                f"**{fpct(r['new']['unanswerable_refused'])} / {fpct(r['new']['answerable_refused'])}**",
+                f"{fsec(lat.get('term_stats_s'))} once; {fnum(lat.get('rule_ms_median'))} ms",
+            ]
+        )
+        sweeps.append((name, r))
+    lines += table(
+        [
+            "corpus",
+            "questions (answerable / unanswerable)",
+            "old: refused (unanswerable / answerable)",
+            f"new: refused (max_unknown {setting('answer.max_unknown')})",
+            "added time (word counts per index; per question)",
+        ],
+        rows,
+    )
+    for name, r in sweeps:
+        cells = [
+            [
+                fnum(x["min_score"]),
+                fnum(x["max_unknown"]),
+                fpct(x["unanswerable_refused"]),
+                fpct(x["answerable_refused"]),
+            ]
+            for x in r["sweep"]
+            if x["min_score"] == r["min_score"]
+        ]
+        lines += [f"{name}, min_score {r['min_score']} (max_unknown 1.00: the old rule):", ""]
+        lines += table(["min_score", "max_unknown", "unanswerable refused", "answerable refused"], cells)
+    return lines
+
+
 def context_best(ctx: Json) -> list[tuple[str, float, float]]:
     """(context, hybrid Hit@5, mean nDCG@10 over the three modes), best first.
 
@@ -939,6 +1039,7 @@ def targets(data: Data) -> list[str]:
         t_scifact_hybrid,
         t_hugo_hit5,
         t_refusal,
+        t_refusal_corpora,
         t_context,
         t_faults,
         t_citations,
@@ -2562,6 +2663,7 @@ SECTIONS: tuple[tuple[str, Callable[[Data], list[str]]], ...] = (
     ("Citations that match their sources", section_citations),
     ("Chunking", section_chunks),
     ("HTML extraction", section_html_extract),
+    ("Refusal across corpora", section_refusal),
 )
 
 

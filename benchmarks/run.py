@@ -46,6 +46,10 @@ STEPS: dict[str, list[str]] = {
     "chunks": ["chunks.py"],
     "hostile": ["hostile.py"],
     "html_extract": ["html_extract.py"],  # the hostile-input CI tests (pytest); they write their counts, it merges them
+    # refusal ("no relevant information") per corpus; each builds its index on first use (otel: ~11,600 chunks)
+    "refusal_otel": ["refusal.py", "--corpus", "otel", "--home", str(OUT / "refusal-otel")],
+    "refusal_hugo": ["refusal.py", "--corpus", "hugo", "--home", str(HOME)],
+    "refusal_cncf": ["refusal.py", "--corpus", "cncf", "--home", str(OUT / "refusal-cncf")],
 }
 
 

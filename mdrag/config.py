@@ -59,6 +59,7 @@ DEFAULTS: dict[str, tuple[type | tuple[type, ...], Any]] = {
     "llm.model": (str, "qwen-flash"),
     "llm.timeout": ((int, float), 60),
     "answer.min_score": ((int, float), 0.45),  # best score below this: "no relevant information", no LLM call
+    "answer.max_unknown": ((int, float), 0.2),  # share of a question's weight on words the index lacks: above, refuse
     "server.host": (str, "127.0.0.1"),
     "server.port": (int, 8765),
     "server.reload_interval": (int, 300),
@@ -90,6 +91,7 @@ _CHOICES = {
     "search.fusion": ("rrf", "weighted"),
     "search.collapse": ("none", "section", "file"),
 }
+_FRACTIONS = ("search.threshold", "search.dense_weight", "answer.min_score", "answer.max_unknown")
 _SECRETS = {"milvus_token", "api.api_key", "embedding.api_key", "llm.api_key", "server.token"}
 
 
@@ -200,7 +202,7 @@ def _range_check(key: str, value: Any, origin: str) -> Any:
         )
     if key in _CHOICES and value not in _CHOICES[key]:
         raise ConfigError(f"{key} must be one of {', '.join(_CHOICES[key])}, got {value!r} (from the {origin})")
-    if key in ("search.threshold", "search.dense_weight", "answer.min_score") and not 0 <= value <= 1:
+    if key in _FRACTIONS and not 0 <= value <= 1:
         raise ConfigError(f"{key} must be between 0 and 1, got {value!r} (from the {origin})")
     if key in ("server.port",) and not 0 <= value <= 65535:
         raise ConfigError(f"server.port must be between 0 and 65535, got {value!r} (from the {origin})")

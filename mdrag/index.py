@@ -17,6 +17,7 @@ from mdrag.embedding.base import Embedder
 from mdrag.errors import ConfigError, MdragError, StoreDamagedError
 from mdrag.indexer import IndexSummary, record_fingerprint, remove_folders, update_index
 from mdrag.manifest import Manifest
+from mdrag.relevance import TermStats
 from mdrag.scan import ScanOptions
 from mdrag.store.milvus import MilvusStore
 from mdrag.types import SearchResult
@@ -28,6 +29,9 @@ log = logging.getLogger(__name__)
 # How long a commit waits for the searches that still read the state it replaces
 # before it deletes the replaced chunks anyway (and says so in the log).
 _READERS_GRACE_S = 60.0
+
+# term_stats() counts at most about this many chunks' words; a larger index is sampled.
+_STATS_ROWS = 40000
 
 
 def make_embedder(config: Config) -> Embedder:
@@ -131,6 +135,7 @@ class Index:
         self._pending = 0  # chunks written by a running update and not yet committed
         self._generation = 0  # bumped at each commit
         self._readers: Counter[int] = Counter()  # searches running, by the generation they read
+        self._stats: tuple[int, TermStats] | None = None  # term_stats() and the generation it counted
 
     @property
     def manifest_path(self) -> Path:
@@ -384,6 +389,35 @@ class Index:
                 if not self._readers[generation]:
                     del self._readers[generation]
                 self._cond.notify_all()
+
+    def term_stats(self) -> TermStats:
+        """Document frequencies of the words in the index's chunks, for :mod:`mdrag.relevance`.
+
+        Counted from the store's BM25 text on first use (about 1 s per 10,000
+        chunks; an index of more than ``_STATS_ROWS`` chunks is sampled by chunk
+        id, a hex digest, so the sample is uniform), and again after each commit.
+        """
+        with self._cond:
+            if self._stats is not None and self._stats[0] == self._generation:
+                return self._stats[1]
+            generation = self._generation
+        with self._using():
+            if not self._open(create=False):
+                raise MdragError(f"index {self.name!r} does not exist in {self.store.uri}: run `mdrag index` first")
+            field = "bm25_text" if self.store.has_bm25 else "text"
+            count = self.store.count()
+            shares = 16 if count <= _STATS_ROWS else max(1, -(-16 * _STATS_ROWS // count))
+            # The store has no public reader of every row's text; _all_rows reads one id-prefix bucket.
+            texts = (
+                row[field]
+                for prefix in ([""] if shares == 16 else list("0123456789abcdef"[:shares]))
+                for row in self.store._all_rows([field], None, prefix)
+            )
+            stats = TermStats(texts, self.store.prepare_text)
+        with self._cond:
+            if self._generation == generation:
+                self._stats = (generation, stats)
+        return stats
 
     def status(self) -> dict[str, Any]:
         """Name, store, model, files, chunks and last run of the index (JSON-ready)."""

@@ -37,7 +37,9 @@ from mdrag.config import DEFAULTS, Config, load_config
 from mdrag.errors import ConfigError, IndexingCancelledError, LLMError, MdragError, ProtocolError
 from mdrag.index import Index
 from mdrag.protocol import is_loopback
+from mdrag.relevance import refuse
 from mdrag.search import build_filter
+from mdrag.types import SearchResult
 
 __all__ = ["LIVE_SETTINGS", "MESSAGE_CEILING_BYTES", "QAServer", "live_settings", "llm_settings"]
 
@@ -66,6 +68,7 @@ LIVE_SETTINGS = frozenset(
         "search.collapse",
         # read by each answer
         "answer.min_score",
+        "answer.max_unknown",
         "llm.base_url",
         "llm.api_key",
         "llm.model",
@@ -376,6 +379,14 @@ class QAServer:
         status["restart_needed"] = list(self.restart_needed)  # settings changed in the file that need a restart
         return status
 
+    def _refuse(self, question: str, results: list[SearchResult]) -> bool:
+        """Whether to answer "no relevant information" from these results (mdrag.relevance); runs in a thread."""
+        if not results:
+            return False  # nothing to drop: the answer is "no relevant information" already
+        assert self.index is not None
+        c = self.config
+        return refuse(question, results, self.index.term_stats(), c["answer.min_score"], c["answer.max_unknown"])
+
     async def _handle(self, ws: Any) -> None:
         from websockets.exceptions import ConnectionClosed
 
@@ -458,7 +469,7 @@ class QAServer:
     async def _query(self, req: protocol.QueryRequest, send: Callable[[dict[str, Any]], Awaitable[None]]) -> None:
         assert self.index is not None
         results = [] if self.state == "empty" else await asyncio.to_thread(self.index.search, req.question)
-        if results and max(r.score for r in results) < self.config["answer.min_score"]:
+        if await asyncio.to_thread(self._refuse, req.question, results):
             results = []  # nothing relevant enough to answer from: say so, do not ask the LLM
         llm = llm_settings(self.config)
         cited = numbered_sources(results, llm)  # the answer's [n] is stream_end's sources[n-1]

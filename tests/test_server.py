@@ -284,6 +284,29 @@ def test_a_weak_best_match_is_refused_without_calling_the_llm(tmp_path: Path, ll
     asyncio.run(scenario())
 
 
+def test_a_question_about_what_real_docs_never_name_is_refused(shared_data: Path, minilm: Embedder, llm: LLM) -> None:
+    """On the OpenTelemetry docs a question about Istio's Envoy access logs scores above answer.min_score
+    (near their subject: logs, sidecars) though they never name Istio or Envoy: "no relevant information"."""
+    docs = shared_data / "markdown_otel_docs" / "content" / "en" / "docs" / "concepts" / "signals"
+    unanswerable = "How do I make Istio's Envoy sidecars write access logs in JSON format?"
+
+    async def scenario() -> None:
+        config = _config(**{"llm.base_url": llm.base_url})
+        async with serving(config, [docs], minilm) as server:
+            ws = await opened(server)
+            await ws.send(json.dumps({"type": "search", "query": unanswerable}))
+            results = (await recv(ws))["results"]
+            assert max(r["score"] for r in results) >= config["answer.min_score"], "the best score alone would answer"
+            text, sources, _ = await ask(ws, unanswerable)
+            assert text == NO_RELEVANT and sources == [] and llm.script.requests == []
+            text, sources, _ = await ask(ws, "What is baggage in OpenTelemetry?")
+            assert text != NO_RELEVANT and any(s.endswith("baggage.md") for s in sources)
+            assert len(llm.script.requests) == 1
+            await ws.close()
+
+    asyncio.run(scenario())
+
+
 def test_llm_errors_become_error_messages_and_the_connection_goes_on(tmp_path: Path, llm: LLM) -> None:
     root = _docs(tmp_path)
 

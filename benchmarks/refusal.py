@@ -1,0 +1,163 @@
+"""Refusal ("no relevant information") across corpora: the old cosine rule and the new one, side by side.
+
+For each question of a corpus's question set (JSON Lines: question, gold; an
+empty gold list marks a question the documents do not answer) the search runs
+as the Q&A server's `query` runs it (default k, threshold, mode and collapse),
+then both rules decide whether to answer:
+
+- old: refuse when the best score is below `answer.min_score` (0.45, a cosine);
+- new: refuse as well when more than `answer.max_unknown` of the question's
+  idf weight is on words that no chunk of the index holds (mdrag/relevance.py).
+
+Prints, per rule, the share of unanswerable questions refused (target >= 80%)
+and of answerable ones refused (target <= 5%), a sweep of both settings, and
+the time the new rule adds per question (the term statistics are counted once
+per index). The index is built on first use under --home and reused after.
+
+    python benchmarks/refusal.py --corpus otel --home /tmp/refusal/otel  # questions: benchmarks/data/otel_qa.jsonl
+    python benchmarks/refusal.py --corpus hugo --home /tmp/refusal/hugo  # hugo_qa.jsonl
+    python benchmarks/refusal.py --corpus cncf --home /tmp/refusal/cncf  # cncf_qa.jsonl (the CNCF glossary)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+DATA = HERE.parent.parent / "shared" / "data"
+CORPORA = {  # name -> (documents under ../shared/data, question set)
+    "hugo": ("markdown_hugo_docs", HERE / "data" / "hugo_qa.jsonl"),
+    "otel": ("markdown_otel_docs", HERE / "data" / "otel_qa.jsonl"),
+    "cncf": ("markdown_cncf_glossary", HERE / "data" / "cncf_qa.jsonl"),
+}
+SWEEP_UNKNOWN = (0.1, 0.15, 0.2, 0.25, 0.3, 1.0)  # 1.0: the words never refuse (the old rule)
+SWEEP_SCORE = (0.35, 0.4, 0.45, 0.5)
+
+
+def _shares(refused: list[bool], answerable: list[bool]) -> dict[str, float]:
+    neg = [r for r, a in zip(refused, answerable) if not a]
+    pos = [r for r, a in zip(refused, answerable) if a]
+    return {"unanswerable_refused": sum(neg) / len(neg), "answerable_refused": sum(pos) / len(pos)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--corpus", choices=sorted(CORPORA), required=True)
+    ap.add_argument("--home", type=Path, required=True, help="MDRAG_HOME: its index is built on first use, then reused")
+    ap.add_argument("--docs", type=Path, help="the documents (default: ../shared/data/<the corpus's folder>)")
+    ap.add_argument("--qa", type=Path, help="the question set (default: benchmarks/data/<corpus>_qa.jsonl)")
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args()
+    folder, qa_path = CORPORA[args.corpus]
+    docs, qa_path = args.docs or DATA / folder, args.qa or qa_path
+    os.environ["MDRAG_HOME"] = str(args.home)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from mdrag.config import load_config
+    from mdrag.index import Index
+    from mdrag.relevance import refuse, unknown_share
+
+    qa = [json.loads(line) for line in qa_path.read_text().splitlines() if line.strip()]
+    config = load_config({})
+    index = Index(config)
+    if not index.status()["chunks"]:
+        t = time.perf_counter()
+        summary = index.update([docs])
+        print(f"indexed {docs}: {summary.chunks_total} chunks in {time.perf_counter() - t:.0f} s")
+    index.search("warm up the model and the store", k=1)
+    t = time.perf_counter()
+    stats = index.term_stats()
+    stats_s = time.perf_counter() - t
+    min_score, max_unknown = config["answer.min_score"], config["answer.max_unknown"]
+    rows, search_s, rule_s = [], [], []
+    for q in qa:
+        t = time.perf_counter()
+        results = index.search(q["question"])  # as the server's `query` searches
+        t1 = time.perf_counter()
+        new = refuse(q["question"], results, stats, min_score, max_unknown)
+        unknown = unknown_share(q["question"], stats)
+        rule_s.append(time.perf_counter() - t1)
+        search_s.append(t1 - t)
+        best = max((r.score for r in results), default=0.0)
+        rows.append(
+            {
+                "id": q["id"],
+                "question": q["question"],
+                "answerable": bool(q["gold"]),
+                "best_score": best,
+                "unknown": unknown,
+                "old_refused": not results or best < min_score,
+                "new_refused": new,
+                "top": results[0].rel_path if results else None,
+            }
+        )
+    index.close()
+    is_ans = [r["answerable"] for r in rows]
+    old = _shares([r["old_refused"] for r in rows], is_ans)
+    new = _shares([r["new_refused"] for r in rows], is_ans)
+    sweep = [
+        {
+            "min_score": c,
+            "max_unknown": u,
+            **_shares([r["best_score"] < c or r["unknown"] > u for r in rows], is_ans),
+        }
+        for c in SWEEP_SCORE
+        for u in SWEEP_UNKNOWN
+    ]
+    n_ans, n_un = sum(is_ans), len(rows) - sum(is_ans)
+    print(f"{args.corpus}: {n_ans} answerable, {n_un} unanswerable questions ({qa_path.name}), {stats.n} chunks")
+    print(f"{'rule':<38} {'unanswerable refused':>21} {'answerable refused':>19}")
+    for name, r in (
+        (f"old: best score < min_score {min_score}", old),
+        (f"new: ... or unknown > max_unknown {max_unknown}", new),
+    ):
+        print(f"{name:<38} {r['unanswerable_refused']:>21.1%} {r['answerable_refused']:>19.1%}")
+    print(f"{'min_score':>9} {'max_unknown':>11} {'unanswerable refused':>21} {'answerable refused':>19}")
+    for r in sweep:
+        print(
+            f"{r['min_score']:>9.2f} {r['max_unknown']:>11.2f} "
+            f"{r['unanswerable_refused']:>21.1%} {r['answerable_refused']:>19.1%}"
+        )
+    latency = {
+        "term_stats_s": stats_s,
+        "rule_ms_median": statistics.median(rule_s) * 1000,
+        "rule_ms_max": max(rule_s) * 1000,
+        "search_ms_median": statistics.median(search_s) * 1000,
+    }
+    print(
+        f"term statistics: {stats_s:.2f} s once per index (and after each update); the rule adds "
+        f"{latency['rule_ms_median']:.2f} ms per question (median; max {latency['rule_ms_max']:.2f} ms) "
+        f"to a search of {latency['search_ms_median']:.0f} ms"
+    )
+    for r in rows:
+        if r["old_refused"] != r["new_refused"] or r["new_refused"] == r["answerable"]:
+            flag = "WRONG" if r["new_refused"] == r["answerable"] else "fixed"
+            print(
+                f"  {flag} {'A' if r['answerable'] else 'U'} score {r['best_score']:.2f} unknown {r['unknown']:.2f}: "
+                f"{r['question'][:70]}"
+            )
+    if args.json:
+        out = {
+            "corpus": args.corpus,
+            "docs": str(docs),
+            "qa": qa_path.name,
+            "answerable": n_ans,
+            "unanswerable": n_un,
+            "min_score": min_score,
+            "max_unknown": max_unknown,
+            "old": old,
+            "new": new,
+            "sweep": sweep,
+            "latency": latency,
+            "chunks": stats.n,
+            "questions": rows,
+        }
+        args.json.write_text(json.dumps(out, indent=2))
+
+
+if __name__ == "__main__":
+    main()
