@@ -404,9 +404,20 @@ def remove_folders(
     return summary
 
 
+#: What parsing and chunking give for a file: raised when a release changes it (2: issue 14's chunk
+#: boundaries and line spans, PDF outline sections, DOCX notes and text boxes, HTML main content),
+#: so an index built by an older release is chunked again rather than mixing both.
+CHUNK_FORMAT = 2
+
+
 def _chunking(store: MilvusStore, embedder: Embedder, settings: ChunkSettings) -> dict[str, object]:
     """What decides the stored chunks: a change re-chunks (vectors are reused by content hash)."""
-    return {**settings.as_dict(), "max_tokens": embedder.max_tokens, "bm25_stemming": store.prepare_text is not None}
+    return {
+        **settings.as_dict(),
+        "max_tokens": embedder.max_tokens,
+        "bm25_stemming": store.prepare_text is not None,
+        "format": CHUNK_FORMAT,
+    }
 
 
 def _rebuild_reason(old: Manifest, store: MilvusStore, embedder: Embedder, chunking: dict[str, object]) -> str | None:
@@ -414,6 +425,8 @@ def _rebuild_reason(old: Manifest, store: MilvusStore, embedder: Embedder, chunk
         return f"embedding model changed from {old.model.get('model')} to {embedder.model_id}"
     if old.store_uri != store.uri:
         return "the store URI changed"
+    if old.chunking.get("format") != chunking["format"]:
+        return "this release of mdrag parses and chunks files differently"
     if old.chunking != chunking:
         return "chunk settings changed"
     return None

@@ -13,6 +13,7 @@ import pytest
 
 from mdrag.config import load_config
 from mdrag.index import Index
+from mdrag.manifest import Manifest
 from tests.conftest import HashEmbedder
 
 DOC = """---
@@ -51,7 +52,6 @@ def _corpus(tmp_path: Path, n: int = 5) -> Path:
 
 def _consistent(idx: Index) -> None:
     """No orphan and no missing chunk: store ids == manifest ids."""
-    from mdrag.manifest import Manifest
 
     m = Manifest.load(idx.manifest_path)
     assert m is not None and not m.dirty
@@ -188,6 +188,22 @@ def test_chunk_settings_change_rechunks_everything(tmp_path: Path) -> None:
     _consistent(idx2)
 
 
+def test_an_index_chunked_by_an_older_release_is_chunked_again(tmp_path: Path) -> None:
+    root = _corpus(tmp_path)
+    emb = HashEmbedder()
+    idx = _index(emb)
+    first = idx.update([root])
+    m = Manifest.load(idx.manifest_path)
+    assert m is not None
+    del m.chunking["format"]  # as a release before the format was recorded wrote it
+    m.save(idx.manifest_path)
+    s = idx.update([root])
+    assert s.rebuild == "this release of mdrag parses and chunks files differently"
+    assert s.added == 6 and s.chunks_embedded == 0 and s.chunks_total == first.chunks_total
+    assert idx.update([root]).rebuild is None  # recorded: the next run has nothing to do
+    _consistent(idx)
+
+
 def test_model_change_rebuilds_and_search_with_the_old_model_is_refused(tmp_path: Path) -> None:
     from mdrag.errors import ModelMismatchError
 
@@ -248,7 +264,6 @@ def test_a_run_with_nothing_to_do_does_not_open_the_store_unless_it_changed(tmp_
 
 def test_indexers_of_different_folders_can_share_one_index(tmp_path: Path) -> None:
     """Parallel indexers, one per folder, write one collection: none repairs away the others' chunks."""
-    from mdrag.manifest import Manifest
 
     a, b = _corpus(tmp_path / "a"), _corpus(tmp_path / "b", n=2)
     emb = HashEmbedder()
@@ -410,7 +425,6 @@ def test_lite_small_updates_get_the_bm25_scores_of_a_fresh_build(tmp_path: Path,
     """Milvus Lite keeps BM25 statistics per segment: a small update's segment is
     padded with a sample of the index, and once small updates add up to a tenth
     of the index it is written again whole; either way scores match a clean build."""
-    from mdrag.manifest import Manifest
 
     def bm25(idx: Index) -> dict[str, float | None]:
         return {r.rel_path: r.rank_score for r in idx.search("quokka mode", k=30, threshold=0)}
