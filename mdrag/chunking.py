@@ -30,6 +30,8 @@ _MAX_CONTEXT_CHARS = 200  # a heading trail longer than this is shortened
 _MAX_TOPICS_CHARS = 400  # so is the frontmatter line
 _TOPIC_FIELDS = ("description", "summary", "tags", "topics", "keywords", "llm_hints")
 _COUNT_BATCH = 256  # texts per count_tokens call
+# Path parts that name no topic: site roots, the language folder, index files.
+_PATH_NOISE = frozenset({"content", "contents", "docs", "doc", "documentation", "src", "en", "index", "readme"})
 
 
 @dataclass(frozen=True)
@@ -43,6 +45,8 @@ class ChunkSettings:
     # "title > heading path" trail, or the trail plus, on a file's first chunk,
     # its frontmatter topics (description, tags, keywords...).
     context: Literal["none", "headings", "frontmatter"] = "frontmatter"
+    # The file's folder and file names, as words, lead that header (not with "none").
+    path_words: bool = True
 
     def __post_init__(self) -> None:
         if self.size < 50:
@@ -226,17 +230,36 @@ def _clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _context(mode: str, title: str | None, heading_path: list[str], topics: str) -> str:
-    """The header embedded before a chunk: "title > headings", then the frontmatter topics."""
+def _context(mode: str, title: str | None, heading_path: list[str], topics: str, where: str = "") -> str:
+    """The header embedded before a chunk: "path words > title > headings", then the frontmatter topics."""
     if mode == "none":
         return ""
     trail = list(heading_path)
     if title and (not trail or trail[0].strip().lower() != title.strip().lower()):
         trail.insert(0, title)
+    if where:
+        trail.insert(0, where)
     ctx = _clip(" > ".join(t.strip() for t in trail if t and t.strip()), _MAX_CONTEXT_CHARS)
     if mode == "frontmatter" and topics:
         ctx = f"{ctx}\n{topics}" if ctx else topics
     return ctx
+
+
+def _path_words(rel_path: str) -> str:
+    """What a file's place says about it: its folder names and file name, as words.
+
+    ``content/en/docs/zero-code/java/agent/disable.md`` -> "zero code java agent disable".
+    Left out: the extension, folders that every page shares (_PATH_NOISE), index
+    file names, and names that are only digits (ids, years).
+    """
+    parts = rel_path.replace("\\", "/").split("/")
+    parts[-1] = parts[-1].rsplit(".", 1)[0]
+    words = []
+    for part in parts:
+        name = part.strip("_.").lower()
+        if name and name not in _PATH_NOISE and not name.isdigit():
+            words.append(" ".join(name.replace("-", " ").replace("_", " ").split()))
+    return " ".join(words)
 
 
 def _topics(meta: dict[str, Any]) -> str:
@@ -288,6 +311,7 @@ def chunk_document(
     sizes = _token_counts(count_tokens) if count_tokens is not None and settings.unit == "tokens" else _lengths
     meta = _frontmatter_fields(doc.metadata, doc.title)
     topics = _topics(meta)
+    where = _path_words(rel_path) if settings.path_words else ""
     pieces: list[tuple[int, _Unit]] = []  # (section index, unit)
     for si, section in enumerate(doc.sections):
         for u in _pack(_units(section.blocks), settings.size, settings.overlap, sizes):
@@ -295,12 +319,12 @@ def chunk_document(
                 pieces.append((si, u))
 
     if count_tokens is not None and max_tokens is not None:
-        pieces = _fit_window(doc, pieces, count_tokens, max_tokens, settings.context, topics)
+        pieces = _fit_window(doc, pieces, count_tokens, max_tokens, settings.context, topics, where)
 
     chunks: list[Chunk] = []
     for n, (si, u) in enumerate(pieces):
         section = doc.sections[si]
-        ctx = _context(settings.context, doc.title, section.heading_path, topics if n == 0 else "")
+        ctx = _context(settings.context, doc.title, section.heading_path, topics if n == 0 else "", where)
         position = len(chunks)
         embed = f"{ctx}\n\n{u.text}" if ctx else u.text
         text_hash = content_hash(embed)
@@ -332,10 +356,11 @@ def _fit_window(
     max_tokens: int,
     mode: str,
     topics: str,
+    where: str,
 ) -> list[tuple[int, _Unit]]:
     """Split every piece whose embedded text exceeds the model's window."""
     contexts = [
-        _context(mode, doc.title, doc.sections[si].heading_path, topics if n == 0 else "")
+        _context(mode, doc.title, doc.sections[si].heading_path, topics if n == 0 else "", where)
         for n, (si, _) in enumerate(pieces)
     ]
     embeds = [f"{c}\n\n{u.text}" if c else u.text for c, (_, u) in zip(contexts, pieces)]

@@ -47,6 +47,7 @@ DEFAULTS: dict[str, tuple[type | tuple[type, ...], Any]] = {
     "chunk.overlap": (int, 200),
     "chunk.unit": (str, "chars"),  # chars | tokens
     "chunk.context": (str, "frontmatter"),  # none | headings | frontmatter: header embedded with each chunk
+    "chunk.path_words": (bool, True),  # the file's folder and file names lead that header
     "search.k": (int, 10),
     "search.threshold": ((int, float), 0.35),
     "search.mode": (str, "hybrid"),  # dense | bm25 | hybrid (see README "Search modes")
