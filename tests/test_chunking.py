@@ -205,3 +205,18 @@ def test_real_docs_never_exceed_the_minilm_window(shared_data) -> None:
         assert all(c.text.strip() for c in chunks)
     assert total > 300
     assert over_before > 50, "the corpus really has chunks over the window"
+
+
+def test_path_words_lead_the_header_when_asked() -> None:
+    from mdrag.chunking import ChunkSettings, chunk_document
+    from mdrag.parsers.markdown import parse
+
+    text = "---\ntitle: Suppressing specific instrumentation\n---\n\n## Enable manual instrumentation only\n\nUse it.\n"
+    doc = parse(text.encode(), "/d/disable.md")
+    rel = "content/en/docs/zero-code/java/agent/disable.md"
+    on = chunk_document(doc, "/d", rel, ChunkSettings(path_words=True))[0]
+    assert on.context.startswith("zero code java agent disable > Suppressing specific instrumentation > Enable")
+    assert "zero code" not in chunk_document(doc, "/d", rel, ChunkSettings())[0].context
+    assert chunk_document(doc, "/d", "content/en/_index.md", ChunkSettings(path_words=True))[0].context.startswith(
+        "Suppressing"
+    ), "site folders and index names say nothing"
