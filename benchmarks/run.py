@@ -44,8 +44,7 @@ STEPS: dict[str, list[str]] = {
     "hostile": ["hostile.py"],  # the hostile-input CI tests (pytest); they write their counts, it merges them
     "citations": ["citations.py", "--model-cache", str(OUT / "models")],
     "chunks": ["chunks.py"],
-    "hostile": ["hostile.py"],
-    "html_extract": ["html_extract.py"],  # the hostile-input CI tests (pytest); they write their counts, it merges them
+    "html_extract": ["html_extract.py"],
     # refusal ("no relevant information") per corpus; each builds its index on first use (otel: ~11,600 chunks)
     "refusal_otel": ["refusal.py", "--corpus", "otel", "--home", str(OUT / "refusal-otel")],
     "refusal_hugo": ["refusal.py", "--corpus", "hugo", "--home", str(HOME)],

@@ -410,17 +410,16 @@ def _cmd_eval(args: argparse.Namespace, index: Any) -> int:
         raise ConfigError("give a questions file, or --queries and --qrels")
     modes = ev.MODES if args.mode == "all" else (args.mode,)
     result = ev.evaluate(index.search, questions, modes, doc_key=args.doc_id)
+    result["search"] = {key: index.config[f"search.{key}"] for key in ("mode", "k", "threshold", "collapse")}
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
     print(f"{result['questions']} questions ({result['without_gold']} without gold left out)")
-    print(f"{'mode':<8}{'nDCG@10':>9}{'R@10':>8}{'R@100':>8}{'MRR':>8}{'Hit@5':>8}")
+    print("each one search as `mdrag search` runs it: " + ", ".join(f"{k} {v}" for k, v in result["search"].items()))
+    print(f"{'mode':<8}{'nDCG@10':>9}{'R@10':>8}{'MRR':>8}{'Hit@5':>8}")
     for mode in modes:
         m = result[mode]
-        print(
-            f"{mode:<8}{m['ndcg@10']:>9.4f}{m['recall@10']:>8.4f}{m['recall@100']:>8.4f}"
-            f"{m['mrr']:>8.4f}{m['hit@5']:>8.4f}"
-        )
+        print(f"{mode:<8}{m['ndcg@10']:>9.4f}{m['recall@10']:>8.4f}{m['mrr']:>8.4f}{m['hit@5']:>8.4f}")
     return 0
 
 

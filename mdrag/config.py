@@ -47,10 +47,11 @@ DEFAULTS: dict[str, tuple[type | tuple[type, ...], Any]] = {
     "chunk.overlap": (int, 200),
     "chunk.unit": (str, "chars"),  # chars | tokens
     "chunk.context": (str, "frontmatter"),  # none | headings | frontmatter: header embedded with each chunk
+    "chunk.path_words": (bool, False),  # the file's folder and file names lead that header
     "search.k": (int, 10),
     "search.threshold": ((int, float), 0.35),
     "search.mode": (str, "hybrid"),  # dense | bm25 | hybrid (see README "Search modes")
-    "search.fusion": (str, "rrf"),  # rrf | weighted (hybrid mode)
+    "search.fusion": (str, "weighted"),  # weighted | rrf (hybrid mode): see mdrag/fusion.py
     "search.dense_weight": ((int, float), 0.5),  # weighted fusion: share of the dense score
     "search.stemming": (bool, True),  # stem BM25 text and queries (English); a change re-indexes
     "search.collapse": (str, "section"),  # none | section | file: best chunk per section or file

@@ -1,10 +1,17 @@
-"""Retrieval quality of an index: nDCG@10, Recall@10, Recall@100, MRR and Hit@5.
+"""Retrieval quality of an index as a user gets it: nDCG@10, Recall@10, MRR and Hit@5.
 
 Questions come from a JSON Lines file (``{"question": ..., "gold": [paths]}``,
 as in benchmarks/data/hugo_qa.jsonl; questions with no gold are left out of
 the ranking figures) or from BEIR files (queries + qrels TSV, documents named
 by their id). Relevance is binary; a document is a file, and its rank is the
 rank of its best chunk.
+
+Each question is one search with the index's settings (``search.k``,
+``search.threshold``, ``search.collapse``), the same call as a `search`
+message with no options to `mdrag serve`, or `mdrag search` without flags;
+only the mode is named, so that every mode can be measured (with the
+setting's own mode, the call is the default one). The figures are those of
+the results a user sees: a document the search does not return is missed.
 """
 
 from __future__ import annotations
@@ -76,7 +83,7 @@ def load_beir(queries: Path, qrels: Path) -> list[Question]:
 
 
 def score_ranking(ranked: Sequence[str], gold: Iterable[str]) -> dict[str, float]:
-    """Binary-relevance metrics of one ranked list of documents."""
+    """Binary-relevance metrics of one ranked list of documents (MRR: 0 when none is in the list)."""
     rel = set(gold)
     dcg = sum(1 / math.log2(i + 2) for i, d in enumerate(ranked[:10]) if d in rel)
     idcg = sum(1 / math.log2(i + 2) for i in range(min(len(rel), 10)))
@@ -84,7 +91,6 @@ def score_ranking(ranked: Sequence[str], gold: Iterable[str]) -> dict[str, float
     return {
         "ndcg@10": dcg / idcg if idcg else 0.0,
         "recall@10": len(rel & set(ranked[:10])) / len(rel) if rel else 0.0,
-        "recall@100": len(rel & set(ranked[:100])) / len(rel) if rel else 0.0,
         "mrr": 1 / (first + 1) if first is not None else 0.0,
         "hit@5": 1.0 if first is not None and first < 5 else 0.0,
     }
@@ -99,11 +105,12 @@ def evaluate(
     questions: Sequence[Question],
     modes: Sequence[str] = MODES,
     doc_key: str = "path",
-    depth: int = 100,
 ) -> dict[str, Any]:
-    """Mean metrics per mode. ``search`` is ``Index.search``; ``doc_key`` "path"
-    matches gold paths against a hit's relative path (either may be the longer
-    one), "stem" matches BEIR ids against the file name without extension."""
+    """Mean metrics per mode. ``search`` is ``Index.search``, called as
+    ``search(question, mode=mode)``: every other option is the index's setting.
+    ``doc_key`` "path" matches gold paths against a hit's relative path (either
+    may be the longer one), "stem" matches BEIR ids against the file name
+    without extension."""
     answerable = [q for q in questions if q.gold]
     if not answerable:
         raise ConfigError("no question has gold documents to evaluate against")
@@ -115,7 +122,7 @@ def evaluate(
     for mode in modes:
         totals: dict[str, float] = {}
         for q in answerable:
-            ranked = _documents(search(q.text, k=depth, threshold=0, mode=mode), key)
+            ranked = _documents(search(q.text, mode=mode), key)
             gold = q.gold if doc_key == "stem" else {_match(g, ranked) for g in q.gold}
             for name, value in score_ranking(ranked, gold).items():
                 totals[name] = totals.get(name, 0.0) + value

@@ -106,7 +106,9 @@ class Index:
         self.embedder = embedder or make_embedder(self.config)  # loads its model lazily
         c = self.config
         # How files are cut; a change re-chunks everything.
-        self.settings = ChunkSettings(c["chunk.size"], c["chunk.overlap"], c["chunk.unit"], c["chunk.context"])
+        self.settings = ChunkSettings(
+            c["chunk.size"], c["chunk.overlap"], c["chunk.unit"], c["chunk.context"], c["chunk.path_words"]
+        )
         stem = None
         if self.config["search.stemming"]:
             from mdrag.stemming import stemmer

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from mdrag.embedding.base import Embedder
 from mdrag.errors import ConfigError
+from mdrag.fusion import fuse
 from mdrag.store import filters as f
 from mdrag.store.milvus import MilvusStore
 from mdrag.types import SearchResult
@@ -15,6 +16,8 @@ if TYPE_CHECKING:
     import numpy as np
 
 __all__ = ["FILTER_KEYS", "build_filter", "search"]
+
+_HYBRID_DEPTH = 30  # fewest candidates taken from each list in hybrid mode
 
 #: Filters that `search` understands, and what they match.
 FILTER_KEYS = {
@@ -102,9 +105,7 @@ def search(
     if vector is None:
         vector = embedder.embed_query(query)
     fetch = k * 4 if collapse != "none" else k  # room for the chunks that collapse away
-    rows = store.search(
-        vector, min(fetch + max(extra, 0), 16384), expr, mode=mode, text=query, fusion=fusion, dense_weight=dense_weight
-    )
+    rows = _ranked(store, vector, query, min(fetch + max(extra, 0), 16384), expr, mode, fusion, dense_weight)
     if visible is not None:
         rows = [r for r in rows if r["id"] in visible or (visible_roots is not None and r["root"] not in visible_roots)]
     if collapse != "none":
@@ -134,6 +135,32 @@ def search(
                 line_end=r.get("line_end") or None,
                 metadata=dict(r.get("metadata") or {}),
                 rank_score=round(r.get("rank_score", score), 6),
+                dense_rank=r.get("dense_rank"),
+                bm25_rank=r.get("bm25_rank"),
             )
         )
     return results
+
+
+def _ranked(
+    store: MilvusStore,
+    vector: np.ndarray,
+    query: str,
+    n: int,
+    expr: str,
+    mode: str,
+    fusion: str,
+    dense_weight: float,
+) -> list[dict[str, Any]]:
+    """The ``n`` best rows for ``mode``; hybrid fuses the store's dense and BM25 lists (mdrag.fusion)."""
+    if mode == "hybrid" and not store.has_bm25:
+        mode = "dense"  # a collection from before BM25
+    if mode != "hybrid":
+        rows = store.search(vector, n, expr, mode=mode, text=query)
+        for rank, row in enumerate(rows, 1):
+            row["dense_rank" if mode == "dense" else "bm25_rank"] = rank
+        return rows
+    depth = min(max(n * 3, _HYBRID_DEPTH), 16384)  # candidates from each list before fusion
+    dense = store.search(vector, depth, expr, mode="dense", text=query)
+    bm25 = store.search(vector, depth, expr, mode="bm25", text=query)
+    return fuse(dense, bm25, fusion, dense_weight)[:n]

@@ -94,6 +94,8 @@ class SearchResult:
     line_end: int | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
     rank_score: float | None = None  # what ranked it: cosine (dense), BM25, or the fused score (hybrid)
+    dense_rank: int | None = None  # 1-based rank among the dense candidates; None: not among them, or bm25 mode
+    bm25_rank: int | None = None  # 1-based rank among the BM25 candidates; None: not among them, or dense mode
 
     @property
     def heading(self) -> str:

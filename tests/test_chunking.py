@@ -272,3 +272,18 @@ def test_no_fragment_or_overlap_only_chunk_on_real_files(shared_data) -> None:
                 assert c.text not in prev.text, "a chunk that is only overlap"
         text = "\n".join(c.text for c in chunks)
         assert "the average." in text or "|" in text, "nothing is lost"
+
+
+def test_path_words_lead_the_header_when_asked() -> None:
+    from mdrag.chunking import ChunkSettings, chunk_document
+    from mdrag.parsers.markdown import parse
+
+    text = "---\ntitle: Suppressing specific instrumentation\n---\n\n## Enable manual instrumentation only\n\nUse it.\n"
+    doc = parse(text.encode(), "/d/disable.md")
+    rel = "content/en/docs/zero-code/java/agent/disable.md"
+    on = chunk_document(doc, "/d", rel, ChunkSettings(path_words=True))[0]
+    assert on.context.startswith("zero code java agent disable > Suppressing specific instrumentation > Enable")
+    assert "zero code" not in chunk_document(doc, "/d", rel, ChunkSettings())[0].context
+    assert chunk_document(doc, "/d", "content/en/_index.md", ChunkSettings(path_words=True))[0].context.startswith(
+        "Suppressing"
+    ), "site folders and index names say nothing"

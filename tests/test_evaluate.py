@@ -22,7 +22,7 @@ def test_score_ranking_by_hand() -> None:
     assert m["mrr"] == 0.5 and m["hit@5"] == 1.0 and m["recall@10"] == 1.0
     m = score_ranking([f"d{i}" for i in range(20)], {"d7", "missing"})
     assert m["recall@10"] == 0.5 and m["hit@5"] == 0.0 and m["mrr"] == 1 / 8
-    assert score_ranking([], {"a"}) == {"ndcg@10": 0.0, "recall@10": 0.0, "recall@100": 0.0, "mrr": 0.0, "hit@5": 0.0}
+    assert score_ranking([], {"a"}) == {"ndcg@10": 0.0, "recall@10": 0.0, "mrr": 0.0, "hit@5": 0.0}
 
 
 def test_question_files_and_errors(tmp_path: Path) -> None:
@@ -82,3 +82,48 @@ def test_the_command_on_the_sample_docs(tmp_path: Path, capsys: pytest.CaptureFi
     assert main(["eval", str(qa), "--mode", "dense"]) == 0
     assert "nDCG@10" in capsys.readouterr().out
     assert main(["eval"]) == 2
+
+
+def test_evaluation_measures_what_the_server_search_message_returns(tmp_path: Path) -> None:
+    """Each question's ranking is the results of a `search` message with no options, as `mdrag serve` answers it."""
+    import asyncio
+
+    from websockets.asyncio.client import connect
+
+    from mdrag.server import QAServer
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for i in range(16):  # more sections than search.k that share the question's words
+        (docs / f"orchard{i}.md").write_text(f"# Orchard {i}\n\nThe orchard grows apple variety {i} and pears.\n")
+    config = load_config({"index": "e" + os.urandom(3).hex(), "server.port": 0})
+    qs = load_questions_from(tmp_path, [("apple orchard pears", ["orchard3.md"]), ("variety 7 apple", ["orchard7.md"])])
+
+    async def scenario() -> tuple[dict[str, list[str]], dict[str, list[str]]]:
+        index = Index(config, embedder=HashEmbedder())
+        server = QAServer(config, [docs], overrides={"server.port": 0, "index": config["index"]}, index=index)
+        await server.start()
+        try:
+            await asyncio.wait_for(server.ready.wait(), 300)
+            measured: dict[str, list[str]] = {}
+
+            def search(query: str, **options: object) -> list:
+                results = index.search(query, **options)  # type: ignore[arg-type]
+                measured[query] = [r.chunk_id for r in results]
+                return results
+
+            evaluate(search, qs, modes=(config["search.mode"],))
+            served: dict[str, list[str]] = {}
+            async with connect(server.url) as ws:
+                assert json.loads(await asyncio.wait_for(ws.recv(), 30))["type"] == "status"  # the greeting
+                for q in qs:
+                    await ws.send(json.dumps({"type": "search", "query": q.text}))
+                    reply = json.loads(await asyncio.wait_for(ws.recv(), 30))
+                    served[q.text] = [r["chunk_id"] for r in reply["results"]]
+            return measured, served
+        finally:
+            await server.stop()
+
+    measured, served = asyncio.run(scenario())
+    assert served and all(served.values())
+    assert measured == served, "mdrag eval ranks exactly what a default search message returns"

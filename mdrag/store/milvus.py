@@ -58,7 +58,7 @@ _OUTPUT = [
 ]  # fmt: skip
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")
 _WRITES = {"upsert", "insert", "delete", "flush", "create_collection", "drop_collection"}  # refused on a view
-_READS = {"query", "search", "hybrid_search"}  # read with _CONSISTENCY
+_READS = {"query", "search"}  # read with _CONSISTENCY
 _CONSISTENCY = "Strong"  # reads see every acknowledged write: see the module's docstring
 
 # Milvus Lite runs in process and holds a lock on its file until released: count
@@ -480,20 +480,19 @@ class MilvusStore:
         expr: str = "",
         mode: str = "dense",
         text: str = "",
-        fusion: str = "rrf",
-        dense_weight: float = 0.5,
     ) -> list[dict[str, Any]]:
         """The ``k`` best chunks as row dicts, best first.
 
-        ``mode`` "dense" ranks by cosine; "bm25" by BM25 on the text; "hybrid"
-        fuses both (``fusion`` "rrf", or "weighted" with ``dense_weight``).
-        Every row's ``score`` is its cosine similarity to ``vector``, whatever
-        ranked it, so one threshold means the same in every mode; ``rank_score``
-        is the ranking mode's own score.
+        ``mode`` "dense" ranks by cosine; "bm25" by BM25 on the text (hybrid
+        ranking fuses the two lists: mdrag.fusion). Every row's ``score`` is its
+        cosine similarity to ``vector``, whatever ranked it, so one threshold
+        means the same in every mode; ``rank_score`` is the ranking mode's own score.
         """
-        if mode != "dense" and not self.has_bm25:
+        if mode not in ("dense", "bm25"):
+            raise ValueError(f"unknown store search mode {mode!r}: dense or bm25")
+        if mode == "bm25" and not self.has_bm25:
             mode = "dense"
-        if mode != "dense" and self.prepare_text is not None:
+        if mode == "bm25" and self.prepare_text is not None:
             text = self.prepare_text(text)
         q = vector.astype(np.float32).tolist()
         if mode == "dense":
@@ -506,7 +505,7 @@ class MilvusStore:
                 output_fields=_OUTPUT,
                 search_params={"metric_type": "COSINE"},
             )
-        elif mode == "bm25":
+        else:
             res = self._call(
                 "search",
                 self.collection,
@@ -516,18 +515,6 @@ class MilvusStore:
                 filter=expr,
                 output_fields=[*_OUTPUT, "vector"],
                 search_params={"metric_type": "BM25"},
-            )
-        else:
-            from pymilvus import AnnSearchRequest, RRFRanker, WeightedRanker
-
-            depth = max(k * 3, 30)  # candidates from each side before fusion
-            reqs = [
-                AnnSearchRequest([q], "vector", {"metric_type": "COSINE"}, limit=depth, expr=expr),
-                AnnSearchRequest([text], "sparse", {"metric_type": "BM25"}, limit=depth, expr=expr),
-            ]
-            ranker = RRFRanker(60) if fusion == "rrf" else WeightedRanker(dense_weight, 1 - dense_weight)
-            res = self._call(
-                "hybrid_search", self.collection, reqs, ranker=ranker, limit=k, output_fields=[*_OUTPUT, "vector"]
             )
         out = []
         for hit in res[0] if res else []:
