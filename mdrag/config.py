@@ -59,7 +59,7 @@ DEFAULTS: dict[str, tuple[type | tuple[type, ...], Any]] = {
     "llm.api_key": (str, None),
     "llm.model": (str, "qwen-flash"),
     "llm.timeout": ((int, float), 60),
-    "answer.min_score": ((int, float), 0.45),  # best score below this: "no relevant information", no LLM call
+    "answer.min_score": ((int, float), 0.44),  # best score below this: "no relevant information", no LLM call
     "answer.max_unknown": ((int, float), 0.2),  # share of a question's weight on words the index lacks: above, refuse
     "server.host": (str, "127.0.0.1"),
     "server.port": (int, 8765),

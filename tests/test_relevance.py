@@ -9,7 +9,7 @@ import pytest
 
 from mdrag.config import load_config
 from mdrag.index import Index
-from mdrag.relevance import TermStats, refuse, unknown_share
+from mdrag.relevance import NAMED_SURE, NAMED_TOP, TermStats, missing_names, refuse, unknown_share
 from mdrag.stemming import stemmer
 from mdrag.types import SearchResult
 from tests.conftest import HashEmbedder
@@ -21,8 +21,8 @@ CHUNKS = [
 ]
 
 
-def _result(score: float) -> SearchResult:
-    return SearchResult(text="t", path="/d/a.md", rel_path="a.md", score=score, heading_path=[], chunk_id="x")
+def _result(score: float, text: str = "t", rel_path: str = "a.md") -> SearchResult:
+    return SearchResult(text=text, path="/d/" + rel_path, rel_path=rel_path, score=score, heading_path=[], chunk_id="x")
 
 
 def test_words_no_chunk_holds_carry_the_unknown_share() -> None:
@@ -43,6 +43,29 @@ def test_refuse_on_a_weak_best_score_or_on_unknown_words() -> None:
     assert refuse("export traces to Zabbix", strong, stats, min_score=0.45, max_unknown=0.2)
     assert not refuse("export traces to Zabbix", strong, stats, min_score=0.45, max_unknown=1.0)
     assert refuse("export traces to jaeger", [], stats, min_score=0, max_unknown=1.0)
+
+
+def test_refuse_when_a_named_thing_the_index_holds_is_in_none_of_the_first_results() -> None:
+    # The index names Istio and Envoy (a blog post in passing), but what was found is about JSON logs:
+    # no unknown word, a fair cosine, and still nothing that answers "Istio's Envoy sidecars".
+    stem = stemmer()
+    texts = ("How do I make sidecars write access logs in JSON?", "Istio and Envoy in a mesh", "JSON log format")
+    stats = TermStats([stem(t) for t in texts], stem)
+    question = "How do I make Istio's Envoy sidecars write access logs in JSON format?"
+    found = [_result(0.55, "Write access logs in JSON format."), _result(0.5, "The JSON log format.")]
+    assert unknown_share(question, stats) < 0.2  # the word rule alone answers
+    assert missing_names(question, found, stats) == {"istio", "envoy"}
+    assert refuse(question, found, stats, min_score=0.44, max_unknown=0.2)
+    # named in the first results (the file path counts too): answered
+    named = [_result(0.55, "Write access logs in JSON format.", "mesh/istio-envoy.md"), *found]
+    assert not missing_names(question, named, stats)
+    assert not refuse(question, named, stats, min_score=0.44, max_unknown=0.2)
+    # only the first NAMED_TOP results count
+    late = [*([found[0]] * NAMED_TOP), named[0]]
+    assert refuse(question, late, stats, min_score=0.44, max_unknown=0.2)
+    # a strong best result is answered whatever it names; the first word and lower-case words are not names
+    assert not refuse(question, [_result(NAMED_SURE, found[0].text)], stats, min_score=0.44, max_unknown=0.2)
+    assert not missing_names("Istio: how do I make envoy sidecars write logs?", found, stats)
 
 
 def test_term_stats_follow_the_index_after_an_update(tmp_path: Path) -> None:
