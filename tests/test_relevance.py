@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from mdrag.config import load_config
+from mdrag.embedding.base import Embedder
 from mdrag.index import Index
-from mdrag.relevance import NAMED_SURE, NAMED_TOP, TermStats, missing_names, refuse, unknown_share
+from mdrag.relevance import MIN_CHUNKS, NAMED_SURE, NAMED_TOP, TermStats, missing_names, refuse, unknown_share
 from mdrag.stemming import stemmer
 from mdrag.types import SearchResult
 from tests.conftest import HashEmbedder
@@ -36,13 +37,20 @@ def test_words_no_chunk_holds_carry_the_unknown_share() -> None:
 
 
 def test_refuse_on_a_weak_best_score_or_on_unknown_words() -> None:
-    stats = TermStats(CHUNKS, stemmer())
+    stats = TermStats(CHUNKS * (MIN_CHUNKS // len(CHUNKS) + 1), stemmer())  # the same shares, enough chunks
     strong = [_result(0.3), _result(0.7)]  # the best score counts, not the first result's
     assert not refuse("export traces to jaeger", strong, stats, min_score=0.45, max_unknown=0.2)
     assert refuse("export traces to jaeger", [_result(0.4)], stats, min_score=0.45, max_unknown=0.2)
     assert refuse("export traces to Zabbix", strong, stats, min_score=0.45, max_unknown=0.2)
     assert not refuse("export traces to Zabbix", strong, stats, min_score=0.45, max_unknown=1.0)
     assert refuse("export traces to jaeger", [], stats, min_score=0, max_unknown=1.0)
+
+
+def test_a_small_index_does_not_refuse_for_words_it_lacks() -> None:
+    # 15 chunks (the sample docs) lack everyday words ("when", "happen"): they say nothing about coverage
+    stats = TermStats(CHUNKS * 5, stemmer())
+    assert unknown_share("what happens when the collector exports traces?", stats) > 0.2
+    assert not refuse("what happens when the collector exports traces?", [_result(0.6)], stats, 0.44, 0.2)
 
 
 def test_refuse_when_a_named_thing_the_index_holds_is_in_none_of_the_first_results() -> None:
@@ -88,3 +96,15 @@ def test_max_unknown_must_be_a_share() -> None:
 
     with pytest.raises(ConfigError, match="answer.max_unknown must be between 0 and 1"):
         load_config({"answer.max_unknown": 1.5})
+
+
+def test_the_readme_demo_question_is_answered_from_the_sample_docs(minilm: Embedder) -> None:
+    # examples/demo.sh asks this of examples/docs: the README promises an answer, not a refusal
+    config = load_config({"index": "demo" + os.urandom(4).hex()})
+    with Index(config, embedder=minilm) as idx:
+        idx.update([Path(__file__).resolve().parents[1] / "examples" / "docs"])
+        question = "What happens when indexing is interrupted?"
+        results = idx.search(question)
+        assert results and results[0].rel_path == "guides/incremental-indexing.md"
+        stats = idx.term_stats()
+        assert not refuse(question, results, stats, config["answer.min_score"], config["answer.max_unknown"])
