@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+from mdrag.config import load_config
+from mdrag.embedding.base import Embedder
 from mdrag.fusion import RRF_K, fuse
+from mdrag.index import Index
 
 
 def _list(prefix: str, scores: list[float]) -> list[dict[str, object]]:
@@ -37,3 +42,33 @@ def test_a_clear_first_place_in_one_list_stays_in_the_top_three() -> None:
     assert gold[0]["id"] in top3 and gold[1]["id"] in top3, top3
     buried = [r["id"] for r in fuse(dense, bm25, "rrf")]
     assert buried.index(gold[0]["id"]) > 3, "reciprocal ranks alone put middling rows above it"
+
+
+@pytest.mark.slow
+def test_the_otel_java_agent_answer_dense_ranks_first_stays_in_the_top_three(
+    shared_data: Path, minilm: Embedder
+) -> None:
+    """Real otel docs: the section that answers is the dense list's clear first and BM25's 40th or so;
+    reciprocal-rank fusion (the old default, forced here) drops it below sections middling in both."""
+    java = shared_data / "markdown_otel_docs" / "content" / "en" / "docs" / "zero-code" / "java"
+    if not java.is_dir():
+        pytest.skip(f"the otel docs are not in {java} (see shared/data/README.md)")
+    question = "the agent slows my app down, how to make it cheaper"
+    gold = ("agent/performance.md", "Guidelines to reduce agent overhead")
+
+    def places(fusion: str | None) -> tuple[int | None, list[tuple[str, str]]]:
+        overrides = {"index": name} if fusion is None else {"index": name, "search.fusion": fusion}
+        with Index(load_config(overrides), embedder=minilm) as idx:
+            results = idx.search(question)
+        top = [(r.rel_path, (r.heading_path or [""])[-1]) for r in results]
+        hit = next((r for r in results if (r.rel_path, (r.heading_path or [""])[-1]) == gold), None)
+        assert hit is not None and hit.dense_rank == 1 and (hit.bm25_rank or 999) > 20, top
+        return top.index(gold) + 1, top
+
+    name = "otel_java"  # each test has its own mdrag home
+    with Index(load_config({"index": name}), embedder=minilm) as idx:
+        idx.update([java])
+    rank, top = places(None)  # the default settings (weighted fusion)
+    assert rank <= 3, top
+    rank, top = places("rrf")
+    assert rank > 3, top
