@@ -234,8 +234,12 @@ class Index:
         """
         folders = self._folders_to_update(folders)
 
+        # With no manifest nothing was committed (a first run killed before its commit): a damaged
+        # collection holds nothing to keep, so it is set aside as --rebuild would.
+        set_aside = rebuild or not self.manifest_path.exists()
+
         def open_store() -> None:
-            self._open(create=True, set_aside_damage=rebuild)
+            self._open(create=True, set_aside_damage=set_aside)
             self._load_visible()
 
         def upserted(n: int) -> None:

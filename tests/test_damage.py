@@ -131,6 +131,18 @@ def test_a_store_that_cannot_be_opened_is_called_damaged_and_rebuild_sets_it_asi
     _assert_whole(cli, total)
 
 
+def test_a_damaged_store_with_no_manifest_is_set_aside_by_the_next_run(cli, docs: Path, mdrag_home: Path) -> None:
+    # As a first run killed while Milvus Lite wrote its files leaves it: nothing committed, nothing to keep.
+    total = _build(cli, docs)
+    _garble("schema.json")(mdrag_home)
+    _manifest(mdrag_home).unlink()
+    code, out, err = cli("index", str(docs), "--json", "-q")
+    assert code == 0, err
+    assert json.loads(out)["chunks_total"] == total
+    assert len(list((mdrag_home / "cache" / "damaged").iterdir())) == 1, "the damaged files are kept aside"
+    _assert_whole(cli, total)
+
+
 def _manifest(home: Path) -> Path:
     return home / "cache" / "manifests" / "default.json"
 

@@ -384,16 +384,17 @@ def test_collections_are_created_and_read_with_strong_consistency(recorded_serve
     ]
     vectors = np.eye(3, 8, dtype=np.float32)
     store.upsert(chunks, vectors)
-    # The indexer's reads of its own writes, and a search in each mode, right after the write.
+    # The indexer's reads of its own writes, and a search in each of the store's modes (hybrid fuses
+    # these two lists in mdrag.fusion), right after the write.
     assert store.vectors_by_hash([c.content_hash for c in chunks]).keys() == {c.content_hash for c in chunks}
     assert store.all_ids() == {c.id for c in chunks} and store.count() == 3
-    for mode in ("dense", "bm25", "hybrid"):
+    for mode in ("dense", "bm25"):
         assert store.search(vectors[0], 3, mode=mode, text="consistency text")
     store.close()
 
     (create,) = [r for m, r in recorder.requests if m == "CreateCollection"]
     assert create.consistency_level == ConsistencyLevel.Strong
     reads = [(m, r) for m, r in recorder.requests if m in ("Query", "Search", "HybridSearch")]
-    assert {m for m, _ in reads} == {"Query", "Search", "HybridSearch"}
+    assert {m for m, _ in reads} == {"Query", "Search"}
     for method, request in reads:
         assert not request.use_default_consistency and request.consistency_level == ConsistencyLevel.Strong, method
