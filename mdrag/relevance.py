@@ -30,8 +30,9 @@ relevant information". Users who name things in lower case are not checked
 The share is a ratio of the question's own weights, so it means the same on
 any corpus of a few hundred chunks or more (:data:`MIN_CHUNKS`; a smaller
 index lacks everyday words, and the word check is skipped). ``NAMED_TOP``
-and ``NAMED_SURE`` were picked on the OpenTelemetry and Hugo question sets (benchmarks/refusal.py, which measures all three sets
-and says what was tuned where).
+and ``NAMED_SURE`` were picked on the OpenTelemetry and Hugo question sets
+(benchmarks/refusal.py, which measures all three sets and says what was
+tuned where).
 
 This module knows nothing of the server or the store: :class:`TermStats` is
 counted from an index's texts (``Index.term_stats``).
