@@ -8,22 +8,17 @@ process on it, and talks to it as a user would (WebSocket, `mdrag search --serve
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
-from benchmarks.citations import citation_problems, prompt_sources, questions
-from mdrag.client import Client, ServerUnavailableError
+from benchmarks.citations import ask_all, citation_problems, mdrag_env, prompt_sources, questions, serving
 from mdrag.config import load_config
 from mdrag.index import Index
-from tests.conftest import SHARED_DATA, free_port
+from tests.conftest import SHARED_DATA
 from tests.fake_llm import LLM
 
 pytestmark = pytest.mark.slow  # the real model in a server process
@@ -50,50 +45,10 @@ def otel(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return home, docs
 
 
-def _env(home: Path, **extra: str) -> dict[str, str]:
-    path = os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    return {**os.environ, "MDRAG_HOME": str(home), "PYTHONPATH": path, "HF_HUB_OFFLINE": "1", **extra}
-
-
-@contextmanager
-def serve(home: Path, log: Path, **env: str) -> Iterator[str]:
-    """`mdrag serve` on the index in ``home``; yields its URL once the index is loaded."""
-    port = free_port()
-    url = f"ws://127.0.0.1:{port}"
-    with open(log, "wb") as out:
-        cmd = [sys.executable, "-m", "mdrag", "serve", "--port", str(port)]
-        proc = subprocess.Popen(cmd, env=_env(home, **env), cwd=REPO, stdout=out, stderr=subprocess.STDOUT)
-        try:
-            deadline = time.monotonic() + 300
-            while True:
-                assert proc.poll() is None, log.read_text(errors="replace")[-2000:]
-                try:
-                    with Client(url, open_timeout=2) as client:
-                        if client.request({"type": "status"}).get("state") == "ready":
-                            break
-                except ServerUnavailableError:
-                    pass
-                assert time.monotonic() < deadline, "mdrag serve did not load its index within 300 s"
-                time.sleep(0.3)
-            yield url
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-
-
-def ask_all(url: str) -> list[tuple[str, str, list[str]]]:
+def _ask_all(url: str) -> list[tuple[str, str, list[str]]]:
     """(question, answer, sources) for every question of benchmarks/data/otel_citation_questions.txt."""
-    answers = []
-    with Client(url, timeout=120) as client:
-        for q in questions():
-            pieces: list[str] = []
-            sources = client.ask(q, pieces.append)
-            answers.append((q, "".join(pieces), sources))
-    return answers
+    qs = questions()
+    return [(q, text, sources) for q, (text, sources) in zip(qs, ask_all(url, qs), strict=True)]
 
 
 def test_extractive_and_llm_answers_cite_n_as_sources_n_minus_1(
@@ -103,8 +58,8 @@ def test_extractive_and_llm_answers_cite_n_as_sources_n_minus_1(
     prompt, names sources[n-1]; every source is quoted, and numbers run 1, 2, ... once each."""
     home, docs = otel
     root = docs.resolve()
-    with serve(home, tmp_path / "extractive.log") as url:
-        extractive = ask_all(url)
+    with serving(docs, home, tmp_path / "extractive.log", wait_s=300) as url:
+        extractive = _ask_all(url)
     answered = [(q, text, sources) for q, text, sources in extractive if sources]
     assert len(answered) >= 10, "most questions are about these pages: the check must see answers"
     for q, text, sources in answered:
@@ -114,8 +69,8 @@ def test_extractive_and_llm_answers_cite_n_as_sources_n_minus_1(
     assert q == "How do I configure the OTLP exporter endpoint?"
     assert sources == [str(root / "languages/sdk-configuration/otlp-exporter.md")] and text.count("\n[1] ") == 1
 
-    with serve(home, tmp_path / "llm.log", MARKDOWN_QA_API_BASE_URL=llm.base_url) as url:
-        with_llm = ask_all(url)
+    with serving(docs, home, tmp_path / "llm.log", wait_s=300, MARKDOWN_QA_API_BASE_URL=llm.base_url) as url:
+        with_llm = _ask_all(url)
     prompts = [r["body"]["messages"][-1]["content"] for r in llm.script.requests]
     assert len(prompts) == sum(bool(s) for _, _, s in with_llm) >= 10
     asked = iter(prompts)
@@ -129,7 +84,7 @@ def test_extractive_and_llm_answers_cite_n_as_sources_n_minus_1(
 def _search(home: Path, *argv: str) -> list[dict[str, object]]:
     p = subprocess.run(
         [sys.executable, "-m", "mdrag", "search", *argv, "--json"],
-        env=_env(home),
+        env=mdrag_env(home),
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -142,7 +97,7 @@ def _search(home: Path, *argv: str) -> list[dict[str, object]]:
 def test_search_mode_and_collapse_through_an_explicit_server(otel: tuple[Path, Path], tmp_path: Path) -> None:
     """`mdrag search --mode M --collapse C --server URL` from a home with no index: the server's ranking for
     that mode and collapse, equal to the local Index.search; `mdrag status --server URL` asks that server."""
-    home, _ = otel
+    home, docs = otel
     query = "resource detectors"
     with Index(load_config(home=home)) as index:
         local = {
@@ -154,13 +109,13 @@ def test_search_mode_and_collapse_through_an_explicit_server(otel: tuple[Path, P
     assert local["dense", "section"] != local["dense", "none"], "a query whose rankings differ by collapse"
     elsewhere = tmp_path / "empty-home"  # no index, no config: only the server can answer
     elsewhere.mkdir()
-    with serve(home, tmp_path / "serve.log") as url:
+    with serving(docs, home, tmp_path / "serve.log", wait_s=300) as url:
         for (mode, collapse), ids in local.items():
             found = _search(elsewhere, query, "--mode", mode, "--collapse", collapse, "--server", url)
             assert [r["chunk_id"] for r in found] == ids, (mode, collapse)
         p = subprocess.run(
             [sys.executable, "-m", "mdrag", "status", "--server", url, "--json"],
-            env=_env(elsewhere),
+            env=mdrag_env(elsewhere),
             cwd=REPO,
             capture_output=True,
             text=True,
