@@ -410,16 +410,9 @@ class Index:
         with self._using():
             if not self._open(create=False):
                 raise MdragError(f"index {self.name!r} does not exist in {self.store.uri}: run `mdrag index` first")
-            field = "bm25_text" if self.store.has_bm25 else "text"
             count = self.store.count()
-            shares = 16 if count <= _STATS_ROWS else max(1, -(-16 * _STATS_ROWS // count))
-            # The store has no public reader of every row's text; _all_rows reads one id-prefix bucket.
-            texts = (
-                row[field]
-                for prefix in ([""] if shares == 16 else list("0123456789abcdef"[:shares]))
-                for row in self.store._all_rows([field], None, prefix)
-            )
-            stats = TermStats(texts, self.store.prepare_text)
+            share = 16 if count <= _STATS_ROWS else max(1, -(-16 * _STATS_ROWS // count))  # sixteenths read
+            stats = TermStats(self.store.search_texts(share), self.store.prepare_text)
         with self._cond:
             if self._generation == generation:
                 self._stats = (generation, stats)

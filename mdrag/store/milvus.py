@@ -449,6 +449,16 @@ class MilvusStore:
         """Chunk id -> file path, for the whole collection or these indexed folders."""
         return {r["id"]: r["path"] for r in self._all_rows(["id", "path"], roots)}
 
+    def search_texts(self, share: int = 16) -> Iterator[str]:
+        """The text BM25 ranks (the chunk's text where the collection has no BM25 field) of every chunk,
+        or of about ``share``/16 of them: the chunks whose id starts with one of the first ``share`` hex
+        digits (ids are hex digests, so the sample is uniform)."""
+        field = "bm25_text" if self.has_bm25 else "text"
+        prefixes = [""] if share >= 16 else list("0123456789abcdef"[: max(share, 1)])
+        for prefix in prefixes:
+            for row in self._all_rows([field], None, prefix):
+                yield row[field]
+
     def _all_rows(self, fields: list[str], roots: Sequence[str] | None, prefix: str = "") -> list[dict[str, Any]]:
         """``fields`` of every row, or of the rows under these indexed folders.
 
