@@ -234,9 +234,11 @@ class Index:
         """
         folders = self._folders_to_update(folders)
 
-        # With no manifest nothing was committed (a first run killed before its commit): a damaged
-        # collection holds nothing to keep, so it is set aside as --rebuild would.
-        set_aside = rebuild or not self.manifest_path.exists()
+        # A damaged collection is set aside (as --rebuild would) when a run was killed while writing
+        # it: with no manifest (a first run killed before its commit) or a dirty one. The next run is
+        # the repair a kill asks for; the folders hold everything the collection held.
+        old = Manifest.load(self.manifest_path)
+        set_aside = rebuild or old is None or old.dirty
 
         def open_store() -> None:
             self._open(create=True, set_aside_damage=set_aside)

@@ -1,6 +1,8 @@
 """Damaged files under MDRAG_HOME: every case is noticed, said plainly, and repaired by
-`mdrag index` (a store missing rows, an edited manifest) or `mdrag index --rebuild` (a store
-Milvus Lite cannot open, moved aside first). Driven through the real CLI on a real Milvus Lite file."""
+`mdrag index` (a store missing rows, an edited manifest, a store damaged by a killed run), by
+any command (index files Milvus Lite cannot load: built again from the data) or `mdrag index
+--rebuild` (any other store Milvus Lite cannot open, moved aside first).
+Driven through the real CLI on a real Milvus Lite file."""
 
 from __future__ import annotations
 
@@ -110,9 +112,7 @@ def _garble(pattern: str) -> Callable[[Path], None]:
     return damage
 
 
-@pytest.mark.parametrize(
-    "damage", [_garble("schema.json"), _garble("partitions/*/data/*.parquet"), _garble("partitions/*/indexes/*")]
-)
+@pytest.mark.parametrize("damage", [_garble("schema.json"), _garble("partitions/*/data/*.parquet")])
 def test_a_store_that_cannot_be_opened_is_called_damaged_and_rebuild_sets_it_aside(
     cli, docs: Path, mdrag_home: Path, damage
 ) -> None:
@@ -131,6 +131,31 @@ def test_a_store_that_cannot_be_opened_is_called_damaged_and_rebuild_sets_it_asi
     _assert_whole(cli, total)
 
 
+def _truncate_index_files(home: Path) -> None:
+    # As a kill while Milvus Lite wrote a segment's index file (in place, after the data) leaves it.
+    files = list(_collection(home).glob("partitions/*/indexes/*"))
+    assert files
+    for f in files:
+        f.write_bytes(b"")
+
+
+@pytest.mark.parametrize("damage", [_truncate_index_files, _garble("partitions/*/indexes/*")])
+def test_damaged_index_files_are_set_aside_and_built_again_by_any_command(
+    cli, docs: Path, mdrag_home: Path, damage, caplog: pytest.LogCaptureFixture
+) -> None:
+    total = _build(cli, docs)
+    damage(mdrag_home)
+    code, out, err = cli("search", "vermilion palette", "--json", "--threshold", "0")
+    assert code == 0, err
+    assert "sub/colours.md" in {r["rel_path"] for r in json.loads(out)}
+    assert any("index file" in r.getMessage() for r in caplog.records), "the repair is logged"
+    aside = list((mdrag_home / "cache" / "damaged").glob("mdrag_default-indexes-*/*/*"))
+    assert aside, "the damaged index files are kept aside"
+    _assert_whole(cli, total)
+    code, out, err = cli("index", "--json", "-q")
+    assert code == 0 and json.loads(out)["chunks_total"] == total, err
+
+
 def test_a_damaged_store_with_no_manifest_is_set_aside_by_the_next_run(cli, docs: Path, mdrag_home: Path) -> None:
     # As a first run killed while Milvus Lite wrote its files leaves it: nothing committed, nothing to keep.
     total = _build(cli, docs)
@@ -139,6 +164,24 @@ def test_a_damaged_store_with_no_manifest_is_set_aside_by_the_next_run(cli, docs
     code, out, err = cli("index", str(docs), "--json", "-q")
     assert code == 0, err
     assert json.loads(out)["chunks_total"] == total
+    assert len(list((mdrag_home / "cache" / "damaged").iterdir())) == 1, "the damaged files are kept aside"
+    _assert_whole(cli, total)
+
+
+def test_a_damaged_store_with_a_dirty_manifest_is_set_aside_by_the_next_run(cli, docs: Path, mdrag_home: Path) -> None:
+    # As a run killed while Milvus Lite wrote its files leaves it: the manifest says a run did not finish.
+    from mdrag.manifest import Manifest
+
+    total = _build(cli, docs)
+    m = Manifest.load(_manifest(mdrag_home))
+    assert m is not None
+    m.dirty = True
+    m.save(_manifest(mdrag_home))
+    _garble("partitions/*/data/*.parquet")(mdrag_home)
+    code, out, err = cli("index", "--json", "-q")
+    assert code == 0, err
+    s = json.loads(out)
+    assert s["repaired"] and s["chunks_total"] == total
     assert len(list((mdrag_home / "cache" / "damaged").iterdir())) == 1, "the damaged files are kept aside"
     _assert_whole(cli, total)
 

@@ -120,12 +120,14 @@ class MilvusStore:
         self._view: str | None = None  # a read-only Lite folder is opened through this view: see _lite_view
 
     # -- connection -------------------------------------------------------
-    def open(self, create: bool = True, replace_mismatch: bool = False) -> bool:
+    def open(self, create: bool = True, replace_mismatch: bool = False, _retry: bool = True) -> bool:
         """Connect, check the model identity, load the collection.
 
         Returns False when the collection does not exist and ``create`` is False.
         A collection written by another model raises ModelMismatchError, or with
-        ``replace_mismatch`` (an indexing run) is dropped and created anew.
+        ``replace_mismatch`` (an indexing run) is dropped and created anew. A
+        Milvus Lite collection that cannot be loaded is tried once more without
+        its index files (see :meth:`_set_aside_index_files`).
         """
         try:
             if self._client is None:
@@ -149,8 +151,52 @@ class MilvusStore:
         except (ModelMismatchError, StoreError):
             raise
         except Exception as e:
-            raise self._open_error(e, create) from e
+            error = self._open_error(e, create)
+            if _retry and isinstance(error, StoreDamagedError) and (moved := self._set_aside_index_files()):
+                try:
+                    exists = self.open(create, replace_mismatch, _retry=False)
+                except StoreError:
+                    self._put_back(moved)  # not (only) the index files: the collection stays as it was
+                    raise
+                log.warning(
+                    "Milvus Lite could not load the collection %s (%s); it loads without its %d index "
+                    "file(s), which it builds again from the data: the damaged ones are in %s",
+                    self.collection,
+                    _reason(e),
+                    len(moved),
+                    moved[0][1].parent.parent,
+                )
+                return exists
+            raise error from e
         return True
+
+    def _set_aside_index_files(self) -> list[tuple[Path, Path]]:
+        """Move a Milvus Lite collection's index files into the cache's damaged/ folder: (from, to) pairs.
+
+        Milvus Lite writes a segment's index file in place, after the segment's data is
+        committed, and loads any index file it finds: a process killed while it wrote one
+        leaves a file it cannot load. Index files hold nothing the data files do not
+        (Milvus Lite builds them again on load), so the collection is tried without them.
+        """
+        if _is_remote(self.uri) or self._view is not None:
+            return []
+        db = Path(self.uri).expanduser()
+        files = sorted((db / "collections" / self.collection).glob("partitions/*/indexes/*"))
+        if not files:
+            return []
+        self.close()
+        dest = db.parent / "damaged" / f"{self.collection}-indexes-{time.strftime('%Y%m%d-%H%M%S')}"
+        moved = [(f, dest / f.parent.parent.name / f.name) for f in files]
+        for src, dst in moved:
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(src, dst)
+        return moved
+
+    def _put_back(self, moved: list[tuple[Path, Path]]) -> None:
+        self.close()
+        for src, dst in moved:
+            os.replace(dst, src)
+        shutil.rmtree(moved[0][1].parent.parent, ignore_errors=True)
 
     def _open_error(self, e: Exception, create: bool) -> StoreError:
         """Why the store could not be opened: unreachable, in use by another process, or damaged."""
