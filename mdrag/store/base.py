@@ -1,0 +1,157 @@
+"""What the indexer, search and :class:`mdrag.index.Index` ask of a store: the one interface every backend implements.
+
+A store holds one index's chunks: their text and metadata, one vector each,
+and what BM25 ranks. Chunk ids are hex digests (see :mod:`mdrag.types`).
+Backends live under ``mdrag/store/`` and are named in :data:`mdrag.store.BACKENDS`.
+
+Rules every backend keeps (the contract tests in ``tests/test_store_contract.py``
+hold each of them on every backend):
+
+- Writes are visible to reads of the same process at once, and to other
+  processes once :meth:`Store.end_run` has returned.
+- A filter never costs recall: a filtered search returns the ``k`` best chunks
+  that pass the filter, as an exact search would.
+- ``score`` is the cosine similarity of the chunk's vector to the query vector
+  in every mode, so one threshold means the same everywhere; ``rank_score`` is
+  the ranking mode's own score (cosine, or BM25).
+- Filter values are data, never pasted into a query language unchecked.
+- A process killed during a write leaves a store that :meth:`Store.open` opens
+  (or that raises StoreDamagedError, which :meth:`Store.set_aside` clears), and
+  whose rows the indexer's repair (ids compared with the manifest) makes right.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from mdrag.types import Chunk
+
+__all__ = ["ROW_FIELDS", "Filter", "Store"]
+
+#: The fields of a row that :meth:`Store.search` returns, besides ``id``, ``score`` and ``rank_score``.
+ROW_FIELDS = (
+    "text", "context", "path", "rel_path", "root", "headings", "level",
+    "position", "page", "line_start", "line_end", "content_hash", "metadata",
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Filter:
+    """Which chunks a search may return: all of the conditions set hold. A value, never query text.
+
+    ``path_prefix`` matches the chunk's absolute ``path`` when it starts with
+    "/", else its ``rel_path``; ``%``, ``_`` and every other character stand for
+    themselves. ``tags``: the chunk's ``metadata["tags"]`` contains every one.
+    ``root``: the chunk was found under this indexed folder (absolute path).
+    """
+
+    path_prefix: str | None = None
+    tags: tuple[str, ...] = ()
+    root: str | None = None
+
+    def __bool__(self) -> bool:
+        return bool(self.path_prefix or self.tags or self.root)
+
+    def matches(self, row: dict[str, Any]) -> bool:
+        """Whether a row (a dict with ``path``, ``rel_path``, ``root``, ``metadata``) passes: the reference semantics."""
+        if self.path_prefix:
+            field = "path" if self.path_prefix.startswith("/") else "rel_path"
+            if not str(row.get(field, "")).startswith(self.path_prefix):
+                return False
+        if self.tags:
+            tags = (row.get("metadata") or {}).get("tags")
+            held = {tags} if isinstance(tags, str) else set(tags) if isinstance(tags, list) else set()
+            if not set(self.tags) <= held:
+                return False
+        return not self.root or row.get("root") == self.root
+
+
+@runtime_checkable
+class Store(Protocol):
+    """One index's chunks and vectors. Methods raise mdrag.errors.StoreError (or a subclass) when they fail."""
+
+    uri: str  # where the store lives, as users name it in messages (never holds credentials)
+    has_bm25: bool  # BM25 search is possible (False: "bm25" and "hybrid" fall back to dense)
+
+    # -- life cycle ---------------------------------------------------------
+    def open(self, create: bool = True, replace_mismatch: bool = False) -> bool:
+        """Connect or load; whether the index exists (False only without ``create``).
+
+        An index written by another embedding model raises ModelMismatchError, or
+        with ``replace_mismatch`` is dropped and created anew. Files that cannot be
+        read raise StoreDamagedError; another process holding the store raises
+        StoreInUseError.
+        """
+        ...
+
+    def close(self) -> None:
+        """Release connections, locks and memory; a later :meth:`open` reopens."""
+        ...
+
+    def drop(self) -> None:
+        """Delete the whole index."""
+        ...
+
+    def set_aside(self) -> Path | None:
+        """Move a damaged index into the cache's ``damaged/`` folder; where it went, or None (nothing moved)."""
+        ...
+
+    def unchanged_since_last_run(self) -> bool:
+        """Whether the store is exactly as the last :meth:`end_run` left it (lets a no-change run skip its checks).
+
+        False whenever the store cannot tell.
+        """
+        ...
+
+    # -- writes -------------------------------------------------------------
+    def upsert(self, chunks: Sequence[Chunk], vectors: np.ndarray) -> None:
+        """Insert or replace chunks by id (``vectors``: one float32 row per chunk, normalized)."""
+        ...
+
+    def delete_ids(self, ids: Iterable[str]) -> None:
+        """Delete these chunks; ids not stored are ignored."""
+        ...
+
+    def end_run(self, written: set[str], live: set[str], whole: bool) -> None:
+        """An indexing run is done writing: make it durable and do the backend's upkeep.
+
+        ``written``: the ids this run upserted; ``live``: every id the index
+        should now hold; ``whole``: the run rebuilt everything. Called once per
+        run that wrote or deleted anything, after its deletes.
+        """
+        ...
+
+    # -- reads --------------------------------------------------------------
+    def vectors_by_hash(self, hashes: Iterable[str]) -> dict[str, np.ndarray]:
+        """Stored vectors for these chunk content hashes (the embedding cache); hashes not stored are left out."""
+        ...
+
+    def all_ids(self, roots: Sequence[str] | None = None) -> set[str]:
+        """Every chunk id, or those under these indexed folders."""
+        ...
+
+    def id_paths(self, roots: Sequence[str] | None = None) -> dict[str, str]:
+        """Chunk id -> file path, for every chunk or those under these indexed folders."""
+        ...
+
+    def count(self, roots: Sequence[str] | None = None) -> int:
+        """How many chunks, in all or under these indexed folders."""
+        ...
+
+    def search_texts(self, share: int = 16) -> Iterator[str]:
+        """The text BM25 ranks of every chunk, or of about ``share``/16 of them (ids starting with one
+        of the first ``share`` hex digits)."""
+        ...
+
+    def search(
+        self, vector: np.ndarray, k: int, where: Filter | None = None, mode: str = "dense", text: str = ""
+    ) -> list[dict[str, Any]]:
+        """The ``k`` best chunks passing ``where``, best first, as dicts of ``id``, :data:`ROW_FIELDS`,
+        ``score`` (cosine to ``vector``) and ``rank_score``. ``mode``: "dense" (by cosine) or "bm25" (by
+        BM25 on ``text``); hybrid ranking fuses the two in the core (:mod:`mdrag.fusion`)."""
+        ...
