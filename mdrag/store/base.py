@@ -58,7 +58,7 @@ class Filter:
         return bool(self.path_prefix or self.tags or self.root)
 
     def matches(self, row: dict[str, Any]) -> bool:
-        """Whether a row (a dict with ``path``, ``rel_path``, ``root``, ``metadata``) passes: the reference semantics."""
+        """Whether a row (a dict with ``path``, ``rel_path``, ``root``, ``metadata``) passes: reference semantics."""
         if self.path_prefix:
             field = "path" if self.path_prefix.startswith("/") else "rel_path"
             if not str(row.get(field, "")).startswith(self.path_prefix):
