@@ -20,19 +20,27 @@ cover: the OpenTelemetry blog mentions Istio, Envoy, CloudWatch and InfluxDB,
 so "How do I make Istio's Envoy sidecars write access logs in JSON format?"
 has no unknown word, and its best passage scores 0.49. What gives it away is
 that the passages found name neither Istio nor Envoy. So the rule also checks
-the things the question names: its capitalised words (the first word of the
-question and "I" aside) that the index holds must each be in one of the first
-``NAMED_TOP`` results (text, heading path or file path); when one is not, and
-the best cosine is below ``NAMED_SURE``, the answer is "no
-relevant information". Users who name things in lower case are not checked
-(the Hugo questions mostly): the rule adds refusals, it never removes one.
+the things the question names, which no passage can put in other words: "Istio's Envoy
+sidecars" answered by a passage that names neither Istio nor Envoy is not answered.
+A name is a run of capitalised words next to each other ("New Relic", "Istio's
+Envoy", "Datadog"; the first word of the question and "I" aside). A single word
+that is an ordinary English word is not a name, however written: "URL", "Japanese"
+or "Chinese" may be put otherwise ("link", "CJK languages") by a passage that answers.
+The ordinary words are the whole words of the default model's WordPiece vocabulary
+(about 21,700; :func:`ordinary_words`). Each word of a name that the index holds
+must be in one of the first ``NAMED_TOP`` results (text, heading path or file
+path); when one is not, and the best cosine is below ``NAMED_SURE``, the answer
+is "no relevant information". A question written in capitals or Title Case (most
+of its words capitalised) names nothing this way and is not checked, nor are
+users who name things in lower case (the Hugo questions mostly): this check adds
+refusals, it never removes one.
 
 The share is a ratio of the question's own weights, so it means the same on
 any corpus of a few hundred chunks or more (:data:`MIN_CHUNKS`; a smaller
 index lacks everyday words, and the word check is skipped). ``NAMED_TOP``
 and ``NAMED_SURE`` were picked on the OpenTelemetry and Hugo question sets
-(benchmarks/refusal.py, which measures all three sets and says what was
-tuned where).
+(benchmarks/refusal.py, which measures them, the CNCF glossary and a held-out
+CommonMark set, and says what was tuned where).
 
 This module knows nothing of the server or the store: :class:`TermStats` is
 counted from an index's texts (``Index.term_stats``).
@@ -40,23 +48,39 @@ counted from an index's texts (``Index.term_stats``).
 
 from __future__ import annotations
 
+import json
+import logging
 import math
 import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
+from functools import lru_cache
 
+from mdrag.errors import MdragError
 from mdrag.types import SearchResult
 
-__all__ = ["NAMED_SURE", "NAMED_TOP", "TermStats", "missing_names", "refuse", "unknown_share"]
+__all__ = [
+    "NAMED_SURE",
+    "NAMED_TOP",
+    "TermStats",
+    "missing_names",
+    "names",
+    "ordinary_words",
+    "refuse",
+    "unknown_share",
+]
+
+log = logging.getLogger(__name__)
 
 #: The word check needs this many chunks: a smaller index's vocabulary says little about what it
 #: covers (in the 15 chunks of examples/docs, "when" and "happen" are in none).
 MIN_CHUNKS = 200
 NAMED_TOP = 3  # the things a question names must be in one of this many first results...
-NAMED_SURE = 0.6  # ... unless the best result's cosine reaches this
+NAMED_SURE = 0.65  # ... unless the best result's cosine reaches this
 
 _WORD = re.compile(r"\w+", re.UNICODE)
 _TOKEN = re.compile(r"\w[\w.'-]*", re.UNICODE)  # a word as written, "X-Ray", "newrelic.ini", "Istio's" whole
+_ENDINGS = ("s", "es", "ed", "ing")  # "dashboards", "upgraded": ordinary when the word they end is
 
 
 def _plain(text: str) -> str:
@@ -94,19 +118,70 @@ def unknown_share(question: str, stats: TermStats) -> float:
     return sum(v for w, v in weights.items() if not stats.df.get(w)) / total
 
 
+@lru_cache(maxsize=1)
+def ordinary_words() -> frozenset[str]:
+    """Ordinary English words, lower case: the whole words of the default model's WordPiece vocabulary.
+
+    Empty (every capitalised word is then a name) when the model package cannot be read.
+    """
+    from mdrag.embedding.local import DEFAULT_MODEL, resolve_model_dir
+
+    try:
+        path = resolve_model_dir(DEFAULT_MODEL) / "tokenizer.json"
+        vocab = json.loads(path.read_text(encoding="utf-8"))["model"]["vocab"]
+    except (MdragError, OSError, ValueError, KeyError, TypeError) as e:
+        log.warning("no list of ordinary words (%s): every capitalised word counts as a name", e)
+        return frozenset()
+    return frozenset(w for w in vocab if len(w) > 1 and w.isascii() and w.isalpha())
+
+
+def _ordinary(word: str) -> bool:
+    words = ordinary_words()
+    if word in words:
+        return True
+    for end in _ENDINGS:
+        stem = word[: -len(end)]
+        if word.endswith(end) and len(stem) >= 3 and (stem in words or stem + "e" in words):
+            return True
+    return False
+
+
+def names(question: str) -> list[str]:
+    """The things ``question`` names, as written: runs of adjacent capitalised words, ordinary single words left out.
+
+    A name of one word keeps only its parts that are not ordinary words ("GitHub-style": "GitHub").
+
+    The first word (capitalised as the start of a sentence) and "I" are not
+    names; nor is anything in a question whose words are mostly capitalised.
+    """
+    tokens = list(_TOKEN.finditer(question))
+    capital = [i > 0 and m.group() != "I" and m.group() != m.group().lower() for i, m in enumerate(tokens)]
+    if 2 * sum(capital) > len(tokens):
+        return []  # Title Case or capitals: they say nothing of names
+    runs: list[list[str]] = []
+    for i, m in enumerate(tokens):
+        if not capital[i]:
+            continue
+        if capital[i - 1] and question[tokens[i - 1].end() : m.start()] == " ":
+            runs[-1].append(m.group())
+        else:
+            runs.append([m.group()])
+    out = []
+    for run in runs:
+        if len(run) == 1:  # "GitHub-style": "GitHub"; "URL": "URL"; "Japanese": nothing
+            run = [w for w in re.findall(r"[^\W_]+", run[0]) if len(w) > 1 and not _ordinary(w.lower())]
+        if run:
+            out.append(" ".join(run))
+    return out
+
+
 def missing_names(question: str, results: Sequence[SearchResult], stats: TermStats) -> set[str]:
-    """The words of things ``question`` names (capitalised words) that the index holds but none of the first results.
+    """The words of things ``question`` names (:func:`names`) that the index holds but none of the first results.
 
     Only the first ``NAMED_TOP`` results count; a word's heading path and file
     path count with its text. Words of one letter ("S" of "Istio's") are left out.
     """
-    named = {
-        word
-        for token in _TOKEN.findall(question)[1:]  # the first word is capitalised as the start of a sentence
-        if token != "I" and token != token.lower()
-        for word in stats.words(token)
-        if len(word) > 1 and stats.df.get(word)
-    }
+    named = {word for name in names(question) for word in stats.words(name) if len(word) > 1 and stats.df.get(word)}
     if not named:
         return named
     held: set[str] = set()
