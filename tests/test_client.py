@@ -1,4 +1,4 @@
-"""mdrag.client against a real websockets server on a loopback port, scripted per test."""
+"""mdrag.client and `mdrag ask` (cli.run_ask) against a real websockets server on loopback, scripted per test."""
 
 from __future__ import annotations
 
@@ -18,7 +18,8 @@ from websockets.datastructures import Headers
 from websockets.http11 import Request, Response
 
 from mdrag import protocol
-from mdrag.client import DEFAULT_SERVER, Client, ServerUnavailableError, run_ask, sanitize
+from mdrag.cli import run_ask
+from mdrag.client import DEFAULT_SERVER, Client, ServerUnavailableError, sanitize
 from mdrag.errors import MdragError
 from tests.conftest import free_port
 
