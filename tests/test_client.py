@@ -365,6 +365,14 @@ def test_interactive_uses_one_connection(start_server: Callable[..., FakeServer]
     assert [m["question"] for m in srv.received] == ["first?", "second?"]
 
 
+def test_interactive_connected_line_hides_the_user_info(start_server: Callable[..., FakeServer]) -> None:
+    srv = start_server(scripted(lambda msg, st: stream("a")))
+    url = srv.url.replace("ws://", "ws://alice:s3cret@")
+    code, _, err = ask(url, None, input_fn=inputs("quit"))
+    assert code == 0
+    assert err == f"connected to {srv.url.replace('ws://', 'ws://***@')} (3 files, 42 chunks)\n"
+
+
 def test_interactive_error_on_one_question_continues(start_server: Callable[..., FakeServer]) -> None:
     def reply(msg: dict[str, Any], st: FakeServer) -> list[dict[str, Any]]:
         if msg["question"] == "bad":
