@@ -8,10 +8,18 @@ export HF_HUB_OFFLINE := 1
 
 setup: $(VENV)/.installed
 
-# torch first, pinned to the CPU build: a bare `torch` requirement pulls a multi-GB CUDA build.
+# torch first, the CPU build (about 190 MB) from PyTorch's CPU wheel index: on Linux a bare `torch` from PyPI is
+# the CUDA build, several GB with its nvidia-* packages. Where that index cannot be reached (a machine that sees
+# only a PyPI mirror, which may hold the CPU build), or it has no wheel for this Python, the plain name is used.
+TORCH := torch==2.13.0
+TORCH_INDEX := https://download.pytorch.org/whl/cpu
+
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet torch==2.13.0
+	if $(BIN)/python -c "import urllib.request as u; u.urlopen('$(TORCH_INDEX)/torch/', timeout=10)" 2>/dev/null \
+		&& $(BIN)/pip install --quiet --index-url $(TORCH_INDEX) $(TORCH); then :; else \
+		echo "$(TORCH_INDEX) cannot be used here: installing $(TORCH) from the configured package index"; \
+		$(BIN)/pip install --quiet $(TORCH); fi
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $@
 

@@ -14,14 +14,15 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from mdrag import __version__
 from mdrag.errors import ConfigError, MdragError
+from mdrag.redact import redact_url
 
-__all__ = ["main"]
+__all__ = ["main", "run_ask"]
 
 _SLOW_S = 1.0  # `serve` says it is loading when loading takes longer than this
 _EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: what a shell reports for a Unix tool whose reader went away
@@ -389,10 +390,128 @@ def _cmd_serve(args: argparse.Namespace, config: Any) -> int:
 
 
 def _cmd_ask(args: argparse.Namespace, config: Any) -> int:
-    from mdrag.client import run_ask
-
     url = args.server or _server_url(config)
     return run_ask(args.question, url, sys.stdout, sys.stderr, token=config["server.token"], index=args.index)
+
+
+def run_ask(
+    question: str | None,
+    url: str,
+    out: TextIO,
+    err: TextIO,
+    token: str | None = None,
+    input_fn: Callable[[str], str] = input,
+    index: str | None = None,
+) -> int:
+    """`mdrag ask`: one question (exit after the answer) or, with ``question`` None, a prompt loop.
+
+    Returns the exit code: 0 done, 1 error (server unreachable, connection lost,
+    an error for a one-shot question), 2 an invalid server address, 130
+    interrupted during a one-shot question.
+    """
+    from mdrag.client import Client, ServerUnavailableError
+
+    def fail(message: str, code: int = 1) -> int:
+        err.write(f"mdrag: error: {message}\n")
+        err.flush()
+        return code
+
+    try:
+        client = Client(url, token=token)
+    except ValueError as e:
+        return fail(str(e), 2)
+    printer = _Printer(out)
+    try:
+        with client:
+            status = client.server_status
+            if question is not None:
+                if status.get("state") == "loading":
+                    err.write("mdrag: the server is still loading the index; waiting\n")
+                    err.flush()
+                try:
+                    sources = client.ask(question, printer.chunk, index=index)
+                except MdragError as e:
+                    printer.end_line()
+                    return fail(str(e))
+                printer.sources(sources)
+                return 0
+
+            err.write(_describe(url, status) + "\n")
+            err.flush()
+            while True:
+                try:
+                    line = input_fn("question> ").strip()
+                except EOFError:
+                    printer.end_line()
+                    return 0
+                if not line:
+                    continue
+                if line.lower() in ("quit", "exit"):
+                    return 0
+                try:
+                    sources = client.ask(line, printer.chunk, index=index)
+                except ServerUnavailableError:
+                    raise
+                except MdragError as e:
+                    printer.end_line()
+                    err.write(f"error: {e}\n")
+                    err.flush()
+                    continue
+                printer.sources(sources)
+    except ServerUnavailableError as e:
+        printer.end_line()
+        return fail(str(e))
+    except KeyboardInterrupt:
+        printer.end_line()
+        if question is None:
+            return 0
+        err.write("mdrag: interrupted\n")
+        err.flush()
+        return 130
+
+
+def _describe(url: str, status: dict[str, Any]) -> str:
+    """The one line `mdrag ask` shows when it is connected."""
+    shown = redact_url(url)
+    state = status.get("state")
+    files, chunks = status.get("files"), status.get("chunks")
+    if state == "loading":
+        return f"connected to {shown} (the server is still loading the index)"
+    if state == "empty" or (files == 0 and chunks == 0):
+        return f"connected to {shown} (no documents indexed)"
+    if isinstance(files, int) and isinstance(chunks, int):
+        return f"connected to {shown} ({files} files, {chunks} chunks)"
+    return f"connected to {shown}"
+
+
+class _Printer:
+    """Writes an answer as it streams, then its sources; knows whether the last line is open."""
+
+    def __init__(self, out: TextIO) -> None:
+        self.out = out  # where answers go (stdout)
+        self.line_open = False  # something was written since the last newline
+
+    def chunk(self, text: str) -> None:
+        self.out.write(text)
+        self.out.flush()
+        self.line_open = not text.endswith("\n")
+
+    def end_line(self) -> None:
+        if self.line_open:
+            self.out.write("\n")
+            self.out.flush()
+            self.line_open = False
+
+    def sources(self, sources: list[str]) -> None:
+        from mdrag.client import sanitize
+
+        self.end_line()
+        if sources:  # numbered as the answer cites them: [n] is the n-th, each on one line
+            listed = "".join(f"  [{n}] {' '.join(sanitize(s).split())}\n" for n, s in enumerate(sources, 1))
+            self.out.write("\nSources:\n" + listed)
+        else:
+            self.out.write("\nSources: none\n")
+        self.out.flush()
 
 
 def _cmd_eval(args: argparse.Namespace, index: Any) -> int:

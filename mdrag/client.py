@@ -1,10 +1,9 @@
-"""The client side of `mdrag serve`: what `mdrag ask` runs.
+"""The client side of `mdrag serve`: the WebSocket client that `mdrag ask` uses.
 
 Synchronous on purpose (``websockets.sync.client``): the CLI asks one question
 at a time and needs no event loop. :class:`Client` holds one connection for
-many questions; :func:`run_ask` is the whole `mdrag ask` command and returns its
-exit code. Every text that came from the server goes through :func:`sanitize`
-before it reaches the terminal.
+many questions; the `mdrag ask` command itself lives in mdrag.cli. Every text
+that came from the server goes through :func:`sanitize` before it is returned.
 
 The messages are described in docs/protocol.md and built in mdrag.protocol.
 """
@@ -18,7 +17,7 @@ import socket
 import time
 from collections.abc import Callable
 from types import TracebackType
-from typing import Any, NoReturn, TextIO
+from typing import Any, NoReturn
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus, InvalidURI, WebSocketException
@@ -29,7 +28,7 @@ from websockets.uri import parse_uri
 from mdrag.errors import MdragError
 from mdrag.protocol import MAX_QUESTION_CHARS, encode, is_loopback
 
-__all__ = ["DEFAULT_SERVER", "Client", "ServerUnavailableError", "run_ask", "sanitize"]
+__all__ = ["DEFAULT_SERVER", "Client", "ServerUnavailableError", "sanitize"]
 
 log = logging.getLogger("mdrag.client")
 
@@ -333,119 +332,3 @@ def _sources(reply: dict[str, Any]) -> list[str]:
     if not isinstance(sources, list):
         return []
     return list(dict.fromkeys(sanitize(s) for s in sources if isinstance(s, str) and s))
-
-
-def _describe(url: str, status: dict[str, Any]) -> str:
-    """The one line `mdrag ask` shows when it is connected."""
-    shown = _redact(url)
-    state = status.get("state")
-    files, chunks = status.get("files"), status.get("chunks")
-    if state == "loading":
-        return f"connected to {shown} (the server is still loading the index)"
-    if state == "empty" or (files == 0 and chunks == 0):
-        return f"connected to {shown} (no documents indexed)"
-    if isinstance(files, int) and isinstance(chunks, int):
-        return f"connected to {shown} ({files} files, {chunks} chunks)"
-    return f"connected to {shown}"
-
-
-class _Printer:
-    """Writes an answer as it streams, then its sources; knows whether the last line is open."""
-
-    def __init__(self, out: TextIO) -> None:
-        self.out = out  # where answers go (stdout)
-        self.line_open = False  # something was written since the last newline
-
-    def chunk(self, text: str) -> None:
-        self.out.write(text)
-        self.out.flush()
-        self.line_open = not text.endswith("\n")
-
-    def end_line(self) -> None:
-        if self.line_open:
-            self.out.write("\n")
-            self.out.flush()
-            self.line_open = False
-
-    def sources(self, sources: list[str]) -> None:
-        self.end_line()
-        if sources:  # numbered as the answer cites them: [n] is the n-th
-            self.out.write("\nSources:\n" + "".join(f"  [{n}] {_one_line(s)}\n" for n, s in enumerate(sources, 1)))
-        else:
-            self.out.write("\nSources: none\n")
-        self.out.flush()
-
-
-def run_ask(
-    question: str | None,
-    url: str,
-    out: TextIO,
-    err: TextIO,
-    token: str | None = None,
-    input_fn: Callable[[str], str] = input,
-    index: str | None = None,
-) -> int:
-    """`mdrag ask`: one question (exit after the answer) or, with ``question`` None, a prompt loop.
-
-    Returns the exit code: 0 done, 1 error (server unreachable, connection lost,
-    an error for a one-shot question), 2 an invalid server address, 130
-    interrupted during a one-shot question.
-    """
-
-    def fail(message: str, code: int = 1) -> int:
-        err.write(f"mdrag: error: {message}\n")
-        err.flush()
-        return code
-
-    try:
-        client = Client(url, token=token)
-    except ValueError as e:
-        return fail(str(e), 2)
-    printer = _Printer(out)
-    try:
-        with client:
-            status = client.server_status
-            if question is not None:
-                if status.get("state") == "loading":
-                    err.write("mdrag: the server is still loading the index; waiting\n")
-                    err.flush()
-                try:
-                    sources = client.ask(question, printer.chunk, index=index)
-                except MdragError as e:
-                    printer.end_line()
-                    return fail(str(e))
-                printer.sources(sources)
-                return 0
-
-            err.write(_describe(url, status) + "\n")
-            err.flush()
-            while True:
-                try:
-                    line = input_fn("question> ").strip()
-                except EOFError:
-                    printer.end_line()
-                    return 0
-                if not line:
-                    continue
-                if line.lower() in ("quit", "exit"):
-                    return 0
-                try:
-                    sources = client.ask(line, printer.chunk, index=index)
-                except ServerUnavailableError:
-                    raise
-                except MdragError as e:
-                    printer.end_line()
-                    err.write(f"error: {e}\n")
-                    err.flush()
-                    continue
-                printer.sources(sources)
-    except ServerUnavailableError as e:
-        printer.end_line()
-        return fail(str(e))
-    except KeyboardInterrupt:
-        printer.end_line()
-        if question is None:
-            return 0
-        err.write("mdrag: interrupted\n")
-        err.flush()
-        return 130

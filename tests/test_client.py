@@ -1,4 +1,4 @@
-"""mdrag.client against a real websockets server on a loopback port, scripted per test."""
+"""mdrag.client and `mdrag ask` (cli.run_ask) against a real websockets server on loopback, scripted per test."""
 
 from __future__ import annotations
 
@@ -18,7 +18,8 @@ from websockets.datastructures import Headers
 from websockets.http11 import Request, Response
 
 from mdrag import protocol
-from mdrag.client import DEFAULT_SERVER, Client, ServerUnavailableError, run_ask, sanitize
+from mdrag.cli import run_ask
+from mdrag.client import DEFAULT_SERVER, Client, ServerUnavailableError, sanitize
 from mdrag.errors import MdragError
 from tests.conftest import free_port
 
@@ -362,6 +363,14 @@ def test_interactive_uses_one_connection(start_server: Callable[..., FakeServer]
     assert err == f"connected to {srv.url} (3 files, 42 chunks)\n"
     assert srv.connections == 1
     assert [m["question"] for m in srv.received] == ["first?", "second?"]
+
+
+def test_interactive_connected_line_hides_the_user_info(start_server: Callable[..., FakeServer]) -> None:
+    srv = start_server(scripted(lambda msg, st: stream("a")))
+    url = srv.url.replace("ws://", "ws://alice:s3cret@")
+    code, _, err = ask(url, None, input_fn=inputs("quit"))
+    assert code == 0
+    assert err == f"connected to {srv.url.replace('ws://', 'ws://***@')} (3 files, 42 chunks)\n"
 
 
 def test_interactive_error_on_one_question_continues(start_server: Callable[..., FakeServer]) -> None:

@@ -28,6 +28,8 @@ from mdrag.knowledge import (
     status,
     validate_git_url,
 )
+from mdrag.knowledge import base as knowledge_base
+from mdrag.knowledge import git as knowledge_git
 
 # --------------------------------------------------------------------------- helpers
 
@@ -378,7 +380,7 @@ def test_config_is_cached_until_the_file_changes(project: Path, monkeypatch: pyt
         loads.append(p)
         return real(p, allowed_outside)
 
-    monkeypatch.setattr(knowledge, "load_config", counting)
+    monkeypatch.setattr(knowledge_base, "load_config", counting)
     kb = KnowledgeBase(start=project)
     for _ in range(5):
         assert [d["id"] for d in kb.list_docsets()] == ["react"]
@@ -705,7 +707,7 @@ def test_unreachable_host_suggests_checking_the_connection(project: Path) -> Non
     ],
 )
 def test_clone_errors_are_explained(project: Path, monkeypatch: pytest.MonkeyPatch, stderr: str, message: str) -> None:
-    monkeypatch.setattr(knowledge, "_run_streaming", lambda argv, cwd, progress: (128, stderr))
+    monkeypatch.setattr(knowledge_git, "_run_streaming", lambda argv, cwd, progress: (128, stderr))
     write_config(project, "docsets:\n  - id: lib\n    web_sources:\n      - {type: git_repo, url: 'https://x/a.git'}\n")
     (result,) = init_docset(KnowledgeBase(start=project), "lib")
     assert not result.ok and message in (result.error or "")
@@ -713,7 +715,7 @@ def test_clone_errors_are_explained(project: Path, monkeypatch: pytest.MonkeyPat
 
 def test_storage_error_before_download(project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     _, bare = make_repo(tmp_path, DOCS)
-    monkeypatch.setattr(knowledge, "MIN_FREE_BYTES", 1 << 62)
+    monkeypatch.setattr(knowledge_git, "MIN_FREE_BYTES", 1 << 62)
     (result,) = init_docset(web_config(project, bare), "lib")
     assert not result.ok and "storage error" in (result.error or "")
     assert not (project / ".knowledge" / "docsets" / "lib").exists()
@@ -752,17 +754,17 @@ def test_git_progress_is_streamed_and_errors_kept() -> None:
         "e.write('Receiving objects: 100% (2/2), done.\\n'); e.write('fatal: boom'); sys.exit(3)"
     )
     seen: list[str] = []
-    code, err = knowledge._run_streaming([sys.executable, "-c", script], None, seen.append)
+    code, err = knowledge_git._run_streaming([sys.executable, "-c", script], None, seen.append)
     assert code == 3
     assert seen == ["Receiving objects:  50% (1/2)", "Receiving objects: 100% (2/2), done."]
     assert err == "Cloning into x\nfatal: boom"
 
 
 def test_git_timeout_kills_the_process(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(knowledge, "GIT_TIMEOUT", 0.2)
+    monkeypatch.setattr(knowledge_git, "GIT_TIMEOUT", 0.2)
     t0 = time.monotonic()
     with pytest.raises(DocsetError, match="timed out"):
-        knowledge._run_streaming([sys.executable, "-c", "import time; time.sleep(30)"], None, None)
+        knowledge_git._run_streaming([sys.executable, "-c", "import time; time.sleep(30)"], None, None)
     assert time.monotonic() - t0 < 5
 
 
@@ -771,12 +773,14 @@ def test_git_timeout_kills_the_process(monkeypatch: pytest.MonkeyPatch) -> None:
     [
         ("https://ghp_token@github.com/a/b.git", "https://***@github.com/a/b.git"),
         ("https://user:pw@github.com/a/b.git", "https://***@github.com/a/b.git"),
-        ("ssh://git:pw@host/r.git", "ssh://git:***@host/r.git"),
+        ("ssh://git:pw@host/r.git", "ssh://***@host/r.git"),
         ("git@github.com:a/b.git", "git@github.com:a/b.git"),
     ],
 )
-def test_redact(url: str, shown: str) -> None:
-    assert knowledge._redact(url) == shown
+def test_status_shows_git_urls_without_credentials(project: Path, url: str, shown: str) -> None:
+    write_config(project, f"docsets:\n  - id: lib\n    web_sources:\n      - {{type: git_repo, url: '{url}'}}\n")
+    (row,) = status(KnowledgeBase(start=project))
+    assert row["url"] == shown
 
 
 # --------------------------------------------------------------------------- the command line

@@ -34,6 +34,7 @@ from mdrag.knowledge import (
     load_config,
     refresh,
 )
+from mdrag.knowledge.files import sync
 from mdrag.mcp import KnowledgeTools, docset_index
 from tests.conftest import listening
 from tests.figures import report
@@ -231,7 +232,7 @@ def test_copy_step_refuses_a_source_file_outside_the_clone(tmp_path: Path, outsi
     write_files(repo, {"a.md": "a"})
     (repo / "out").symlink_to(outside)
     with pytest.raises(DocsetError, match="outside the repository"):
-        GitRepoLoader()._sync(WebSource("git_repo", "u"), repo, Selection(["a.md", "out/secret.md"]), dest, None, None)
+        sync(WebSource("git_repo", "u"), repo, Selection(["a.md", "out/secret.md"]), dest, None, None)
     assert not (dest / "out").exists()
 
 

@@ -1,0 +1,81 @@
+"""What a docset folder records about its loaded sources (``.agentic-metadata.json``), and ``.knowledge/.gitignore``.
+
+A metadata file that cannot be read or does not match the expected shape is logged and treated as empty; it is
+written again, atomically, on the next load.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from mdrag.knowledge.model import DRIVE
+from mdrag.manifest import write_atomic
+
+__all__ = ["METADATA_FILE", "ensure_gitignore", "read_metadata", "write_metadata"]
+
+log = logging.getLogger(__name__)
+
+METADATA_FILE = ".agentic-metadata.json"
+
+
+def read_metadata(folder: Path) -> dict[str, dict[str, Any]]:
+    """The per-source entries of ``folder/.agentic-metadata.json``; {} when missing, corrupt or invalid."""
+    path = Path(folder) / METADATA_FILE
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as e:
+        log.warning("ignoring unreadable metadata %s (%s); it is rewritten on the next load", path, e)
+        return {}
+    problem = _metadata_problem(data)
+    if problem:
+        log.warning("ignoring invalid metadata %s (%s); it is rewritten on the next load", path, problem)
+        return {}
+    return dict(data["sources"])
+
+
+def _metadata_problem(data: Any) -> str | None:
+    if not isinstance(data, dict) or data.get("version") != 1 or not isinstance(data.get("sources"), dict):
+        return 'expected {"version": 1, "sources": {...}}'
+    for url, e in data["sources"].items():
+        if not isinstance(e, dict):
+            return f"entry {url!r} is not an object"
+        files, hashes = e.get("files"), e.setdefault("hashes", {})
+        if not isinstance(files, list) or not all(_safe_rel(f) for f in files):
+            return f"entry {url!r}: files must be a list of relative paths"
+        if not isinstance(hashes, dict) or not all(isinstance(v, str) for v in hashes.values()):
+            return f"entry {url!r}: hashes must map paths to sha256 strings"
+        for key in ("last_fetched", "content_hash", "commit"):
+            if not isinstance(e.get(key), (str, type(None))):
+                return f"entry {url!r}: {key} must be a string"
+    return None
+
+
+def _safe_rel(p: Any) -> bool:
+    if not isinstance(p, str) or not p or "\0" in p or "\\" in p:
+        return False
+    pure = PurePosixPath(p)
+    return not pure.is_absolute() and ".." not in pure.parts and not DRIVE.match(p)
+
+
+def write_metadata(folder: Path, sources: dict[str, dict[str, Any]]) -> None:
+    text = json.dumps({"version": 1, "sources": sources}, indent=2, sort_keys=True) + "\n"
+    write_atomic(folder / METADATA_FILE, text)
+
+
+def ensure_gitignore(root: Path) -> None:
+    """``.knowledge/.gitignore`` lists ``docsets/`` (loaded sources are not committed)."""
+    path = root / ".gitignore"
+    if path.is_symlink():
+        log.warning("%s is a symbolic link, so it is not written through; add `docsets/` to it yourself", path)
+        return
+    text = path.read_text(encoding="utf-8") if path.is_file() else ""
+    if any(line.strip() in ("docsets/", "docsets", "/docsets/", "/docsets") for line in text.splitlines()):
+        return
+    if text and not text.endswith("\n"):
+        text += "\n"
+    path.write_text(text + "docsets/\n", encoding="utf-8")
