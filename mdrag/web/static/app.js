@@ -141,6 +141,11 @@ function newTurn(text, kind) {
   return { id, article, body, question: text };
 }
 
+function end(turn) {
+  turn.article.classList.remove("streaming");
+  turn.article.dataset.done = ""; // the turn has its outcome: answer, error, or stop
+}
+
 function note(turn, cls, text) {
   turn.article.querySelector(":scope > .note")?.remove();
   turn.article.append(el("p", `note ${cls}`, text));
@@ -178,7 +183,7 @@ function ask(text) {
           finish(turn, msg.type === "answer" ? msg.answer : this.text, msg.sources || []);
           return true;
         case "error":
-          turn.article.classList.remove("streaming");
+          end(turn);
           note(turn, "error", `Error: ${msg.message}`);
           answering = null;
           return true;
@@ -194,7 +199,7 @@ function ask(text) {
       }
     },
     fail(reason) {
-      turn.article.classList.remove("streaming");
+      end(turn);
       if (reason === "stopped") note(turn, "stopped", "Stopped.");
       else note(turn, "error", `Error: ${reason}`);
       if (answering === handler) answering = null;
@@ -206,7 +211,7 @@ function ask(text) {
 
 function finish(turn, text, sources) {
   answering = null;
-  turn.article.classList.remove("streaming");
+  end(turn);
   turn.article.querySelector(":scope > .note")?.remove();
   turn.body.replaceChildren(renderMarkdown(text, { cite: cite(turn) }));
   if (!sources.length) {
@@ -307,7 +312,10 @@ function passage(r) {
 function search(text) {
   const turn = newTurn(text, "search");
   turn.body.append(el("p", "note", "searching…"));
-  const show = (node) => turn.body.replaceChildren(node);
+  const show = (node) => {
+    turn.body.replaceChildren(node);
+    end(turn);
+  };
   send(
     { type: "search", query: text },
     {
@@ -316,7 +324,7 @@ function search(text) {
           if (!msg.results.length) show(el("p", "label", "No relevant information: no passage matches."));
           else {
             const ol = el("ol", "results");
-            msg.results.forEach((r) => ol.append(el("li")).append(passage(r)));
+            msg.results.forEach((r) => ol.appendChild(el("li")).append(passage(r)));
             show(ol);
           }
         } else if (msg.type === "error") show(el("p", "note error", `Error: ${msg.message}`));
