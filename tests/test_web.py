@@ -150,13 +150,12 @@ def test_a_question_streams_its_answer_with_sources_that_open_their_passages(
     browser: WebDriver, served: str, script: Script
 ) -> None:
     script.tokens = [
-        "When indexing is **interrupted**, ",
+        "When indexing is **interrupted** (Ctrl+C, a crash), ",
         "run `mdrag index` again: ",
         "it removes half-written chunks ",
         "and finishes the job [1].\n\n",
-        "- nothing is lost\n",
-        "- <img src=x onerror=\"document.title='pwned'\"> stays text ",
-        "[see](javascript:document.title='pwned')",
+        "- files already embedded are not embedded again;\n",
+        "- an edited file is chunked again [1].\n",
     ]
     script.delay = 0.1  # the answer grows over several frames
     open_page(browser, served)
@@ -169,24 +168,20 @@ def test_a_question_streams_its_answer_with_sources_that_open_their_passages(
         ".observe(document.getElementById('log'), {childList: true, subtree: true, characterData: true});"
     )
     box = browser.find_element(By.ID, "question")
-    box.send_keys("What happens when indexing is", Keys.SHIFT, Keys.ENTER, Keys.SHIFT, "interrupted?")
-    assert box.get_attribute("value") == "What happens when indexing is\ninterrupted?"  # Shift+Enter: a new line
+    box.send_keys("What happens when indexing is interrupted?", Keys.SHIFT, Keys.ENTER, Keys.SHIFT, "In short.")
+    assert box.get_attribute("value") == "What happens when indexing is interrupted?\nIn short."  # Shift+Enter
     assert turns(browser) == []
     box.send_keys(Keys.ENTER)
     turn = wait_for(browser, lambda b: turns(b) and turns(b)[-1], "the question")
     finished(browser, turn)
-    assert turn.find_element(By.CSS_SELECTOR, ".question").text == "What happens when indexing is\ninterrupted?"
+    assert (
+        turn.find_element(By.CSS_SELECTOR, ".question").text == "What happens when indexing is interrupted?\nIn short."
+    )
     body = turn.find_element(By.CSS_SELECTOR, ".body")
-    assert "When indexing is interrupted, run mdrag index again" in body.text
+    assert "When indexing is interrupted (Ctrl+C, a crash), run mdrag index again" in body.text
     assert body.find_element(By.CSS_SELECTOR, "strong").text == "interrupted"
     assert body.find_element(By.CSS_SELECTOR, "code").text == "mdrag index"
     assert len(body.find_elements(By.CSS_SELECTOR, "li")) == 2
-    # nothing from the LLM runs: the tag is text, the javascript: link is no link
-    assert "<img src=x onerror=\"document.title='pwned'\">" in body.text
-    assert body.find_elements(By.TAG_NAME, "img") == [] and browser.title == "mdrag"
-    assert all(
-        not (a.get_attribute("href") or "").startswith("javascript") for a in body.find_elements(By.TAG_NAME, "a")
-    )
     lengths = [n for n in browser.execute_script("return window.lengths") if n]
     final = len(body.get_attribute("textContent"))
     partial = {n for n in lengths if n < final}
@@ -237,9 +232,19 @@ def test_no_relevant_information_errors_and_stop(browser: WebDriver, served: str
     note = wait_for(browser, lambda b: failed.find_elements(By.CSS_SELECTOR, ".note.error"), "the error")[0]
     assert note.text.startswith("Error:")
     script.status = 200
+    script.tokens = [
+        "Hello, world [1]. ",
+        "<img src=x onerror=\"document.title='pwned'\"> stays text, ",
+        "[so does this](javascript:document.title='pwned').",
+    ]
     again = ask(browser, "How do I change the chunk size?")
     finished(browser, again)
     assert "Hello, world" in again.text and len(turns(browser)) == 3
+    # nothing from the LLM runs: the tag is text, the javascript: link is no link
+    body = again.find_element(By.CSS_SELECTOR, ".body")
+    assert "<img src=x onerror=\"document.title='pwned'\"> stays text, so does this." in body.text
+    assert body.find_elements(By.TAG_NAME, "img") == [] and browser.title == "mdrag"
+    assert [a.get_attribute("href") for a in body.find_elements(By.TAG_NAME, "a")] == [f"{served}#t3-src-1"]
     assert "No relevant information" in turns(browser)[0].text and note.is_displayed()
     # Stop: the answer ends, the server closes the LLM request, and the page goes on
     script.tokens, script.delay = ["word "] * 400, 0.05
