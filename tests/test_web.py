@@ -1,5 +1,6 @@
 """The page of `mdrag serve` in a real Chromium (the distribution's, driven by Selenium), against a
-real `mdrag serve examples/docs` on 127.0.0.1 with the real MiniLM model and the loopback fake LLM.
+real `mdrag serve examples/docs` on 127.0.0.1 with the real MiniLM model and the loopback fake LLM
+(the loading state: a QAServer in a thread whose embedder waits for the test).
 
 Skipped when Chromium or its driver is missing (`.ci/run` installs them: `apt-get install chromium
 chromium-driver`). Set MDRAG_SCREENSHOT=docs/web.png to write the README's screenshot.
@@ -7,12 +8,13 @@ chromium-driver`). Set MDRAG_SCREENSHOT=docs/web.png to write the README's scree
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import sys
 import threading
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, contextmanager
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -20,7 +22,10 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.conftest import listening
+from mdrag.config import load_config
+from mdrag.index import Index
+from mdrag.server import QAServer
+from tests.conftest import HashEmbedder, listening
 from tests.fake_llm import FakeServer, Handler, Script
 
 REPO = Path(__file__).resolve().parents[1]
@@ -325,3 +330,63 @@ def test_with_a_token_the_page_asks_for_it_and_keeps_it_for_the_session(
         browser.refresh()  # the same session: no question asked again
         wait_for(browser, lambda b: state(b).startswith("empty"), "the empty state after a reload")
         browser.execute_script("sessionStorage.clear()")
+
+
+@contextmanager
+def in_thread(server: QAServer) -> Iterator[QAServer]:
+    """Run ``server`` on an event loop in a thread until the block ends."""
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    asyncio.run_coroutine_threadsafe(server.start(), loop).result(60)
+    try:
+        yield server
+    finally:
+        asyncio.run_coroutine_threadsafe(server.stop(), loop).result(60)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()
+
+
+def test_while_loading_the_page_says_so_and_asks_again_once_ready(
+    browser: WebDriver, tmp_path: Path, fake_llm: FakeServer, script: Script
+) -> None:
+    release = threading.Event()
+
+    class Held(HashEmbedder):  # the index stays "loading" until the test releases it
+        def embed_batch(self, texts):  # type: ignore[no-untyped-def]
+            release.wait(60)
+            return super().embed_batch(texts)
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "install.md").write_text("# Install\n\nRun the installer, then restart the service.\n")
+    llm_url = f"http://127.0.0.1:{fake_llm.server_address[1]}/v1"
+    config = load_config(
+        {
+            "index": "w" + os.urandom(4).hex(),
+            "server.port": 0,
+            "llm.base_url": llm_url,
+            "search.threshold": 0,  # the hashing embedder's scores are low: answer from any match
+            "answer.min_score": 0,
+            "answer.max_unknown": 1,
+        }
+    )
+    server = QAServer(config, [docs], overrides={"server.port": 0}, index=Index(config, embedder=Held()))
+    script.tokens = ["Run the installer [1]."]
+    try:
+        with in_thread(server):
+            browser.get(f"http://127.0.0.1:{server.port}/")
+            wait_for(browser, lambda b: state(b) == "loading the index…", "the loading state")
+            turn = ask(browser, "How do I run the installer?")
+            wait_for(browser, lambda b: "still loading" in turn.text, "the not-ready note")
+            assert script.requests == []
+            release.set()
+            finished(browser, turn)  # asked again by the page once the index is ready
+            assert state(browser) == "ready: 1 files, 1 chunks"
+            assert "Run the installer" in turn.text and "still loading" not in turn.text
+            assert turn.find_element(By.CSS_SELECTOR, ".sources summary").get_attribute("title") == str(
+                docs / "install.md"
+            )
+    finally:
+        release.set()
