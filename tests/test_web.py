@@ -62,6 +62,7 @@ def browser() -> Iterator[WebDriver]:
         f"--host-resolver-rules=MAP {FOREIGN} 127.0.0.1",
     ):
         options.add_argument(arg)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})  # the console: script errors, CSP reports
     drv = webdriver.Chrome(options=options, service=webdriver.ChromeService(executable_path=driver))
     try:
         yield drv
@@ -217,6 +218,8 @@ def test_a_question_streams_its_answer_with_sources_that_open_their_passages(
         browser.set_window_size(900, 860)
         browser.find_element(By.ID, "log").click()
         browser.save_screenshot(shot)
+    # no script error and no Content-Security-Policy violation on the way
+    assert [e["message"] for e in browser.get_log("browser") if e["level"] == "SEVERE"] == []
     # readable at phone width: nothing wider than the screen
     browser.set_window_size(390, 844)
     assert browser.execute_script("return document.documentElement.scrollWidth <= window.innerWidth")
