@@ -243,7 +243,9 @@ def test_no_relevant_information_errors_and_stop(browser: WebDriver, served: str
     script.tokens = [
         "Hello, world [1]. ",
         "<img src=x onerror=\"document.title='pwned'\"> stays text, ",
-        "[so does this](javascript:document.title='pwned').",
+        "[so does this](javascript:document.title='pwned').\n\n",
+        "| setting | effect |\n|---|---|\n",
+        "| `chunk.size` | <b>tokens</b> per chunk |\n",
     ]
     again = ask(browser, "How do I change the chunk size?")
     finished(browser, again)
@@ -252,6 +254,9 @@ def test_no_relevant_information_errors_and_stop(browser: WebDriver, served: str
     body = again.find_element(By.CSS_SELECTOR, ".body")
     assert "<img src=x onerror=\"document.title='pwned'\"> stays text, so does this." in body.text
     assert body.find_elements(By.TAG_NAME, "img") == [] and browser.title == "mdrag"
+    cells = [c.text for c in body.find_elements(By.CSS_SELECTOR, "table th, table td")]
+    assert cells == ["setting", "effect", "chunk.size", "<b>tokens</b> per chunk"]
+    assert body.find_elements(By.TAG_NAME, "b") == []
     assert [a.get_attribute("href") for a in body.find_elements(By.TAG_NAME, "a")] == [f"{served}#t3-src-1"]
     assert "No relevant information" in turns(browser)[0].text and note.is_displayed()
     # Stop: the answer ends, the server closes the LLM request, and the page goes on

@@ -1,13 +1,14 @@
 // A small Markdown renderer that builds DOM nodes and never parses HTML: text from documents and
 // from the LLM only ever becomes text nodes, so a "<script>" or "<img onerror>" in it shows as text.
-// It covers what answers use: headings, paragraphs, lists, block quotes, fenced code, rules, and
-// inline code, bold, italics, http(s) links and citations [n].
+// It covers what answers use: headings, paragraphs, lists, block quotes, fenced code, rules, tables,
+// and inline code, bold, italics, http(s) links and citations [n].
 
 const FENCE = /^\s{0,3}(`{3,}|~{3,})/;
 const HEADING = /^\s{0,3}(#{1,6})\s+(.*?)\s*#*\s*$/;
 const RULE = /^\s{0,3}([-*_])(\s*\1){2,}\s*$/;
 const QUOTE = /^\s{0,3}>\s?/;
 const ITEM = /^(\s*)([-*+]|\d{1,9}[.)])\s+(.*)$/;
+const TABLE_RULE = /^\s*\|?\s*:?-+:?\s*(\|\s*:?-+:?\s*)*\|?\s*$/;
 // code | link | **bold** | __bold__ | *em* | _em_ | [n] citation | <autolink>
 const INLINE =
   /(`+)([^`]|[^`][\s\S]*?[^`])\1(?!`)|\[([^\]\n]+)\]\(\s*(\S+?)(?:\s+"[^"]*")?\s*\)|\*\*(\S[\s\S]*?)\*\*|__(\S[\s\S]*?)__|\*(\S[^*]*?)\*|(?<![\w])_(\S[^_]*?)_(?![\w])|\[(\d{1,3})\]|<(https?:\/\/[^>\s]+)>/g;
@@ -84,6 +85,9 @@ function blocks(lines, parent, options) {
       inline(m[2], h, options);
       parent.append(h);
       i++;
+    } else if (line.includes("|") && TABLE_RULE.test(lines[i + 1] ?? "") && lines[i + 1].includes("-")) {
+      flush();
+      i = table(lines, i, parent, options);
     } else if (RULE.test(line)) {
       flush();
       parent.append(node("hr"));
@@ -104,6 +108,27 @@ function blocks(lines, parent, options) {
     }
   }
   flush();
+}
+
+function cells(line) {
+  return line.trim().replace(/^\|/, "").replace(/\|$/, "").split("|").map((c) => c.trim());
+}
+
+/** A table (a header row, a |---| rule, rows up to a blank line); wrapped so a wide one scrolls. */
+function table(lines, start, parent, options) {
+  const wrap = node("div");
+  wrap.className = "table";
+  const t = wrap.appendChild(node("table"));
+  const head = t.appendChild(node("thead")).appendChild(node("tr"));
+  for (const c of cells(lines[start])) inline(c, head.appendChild(node("th")), options);
+  const body = t.appendChild(node("tbody"));
+  let i = start + 2;
+  for (; i < lines.length && lines[i].includes("|") && lines[i].trim(); i++) {
+    const tr = body.appendChild(node("tr"));
+    for (const c of cells(lines[i])) inline(c, tr.appendChild(node("td")), options);
+  }
+  parent.append(wrap);
+  return i;
 }
 
 /** A list starting at lines[start]; items indented deeper than the first make a nested list. */
