@@ -374,7 +374,8 @@ def _cmd_serve(args: argparse.Namespace, config: Any) -> int:
                 raise MdragError(f"could not load the index: {server.failed}")
             print(
                 f"mdrag: listening on {server.url}: {server.files} files, {server.chunks} chunks"
-                + ("" if server.chunks else " (no indexed content: give folders to index)"),
+                + ("" if server.chunks else " (no indexed content: give folders to index)")
+                + f"; in a browser: {server.url.replace('ws://', 'http://', 1)}/",
                 file=sys.stderr,
                 flush=True,
             )

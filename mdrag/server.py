@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import parse_qs, urlsplit
 
-from mdrag import protocol
+from mdrag import protocol, web
 from mdrag.answer import LLMSettings, answer_stream, numbered_sources
 from mdrag.config import DEFAULTS, Config, load_config
 from mdrag.errors import ConfigError, IndexingCancelledError, LLMError, MdragError, ProtocolError
@@ -138,6 +138,7 @@ class QAServer:
         self._tasks: set[asyncio.Task[Any]] = set()  # background tasks, cancelled on stop
         self._stop = asyncio.Event()  # stops the file watchers
         self._http: Any = None  # httpx.AsyncClient shared by LLM requests (keep-alive connections)
+        self._page = web.load_static()  # the browser page, answered to plain HTTP requests on the same port
         self.ready = asyncio.Event()  # set once the index is loaded (or known to be empty), or loading failed
         self.failed: str | None = None  # why loading the index failed; the server must then stop
 
@@ -346,7 +347,10 @@ class QAServer:
 
     # -- connections --------------------------------------------------------
     def _check_request(self, connection: Any, request: Any) -> Any:
-        """Refuse browser pages from other origins, and clients without the token."""
+        """Answer plain HTTP requests with the page; refuse WebSocket handshakes from browser pages
+        of other origins, and from clients without the token."""
+        if not web.is_handshake(request):
+            return web.respond(self._page, request)  # static files, no data: no token needed
         origin = request.headers.get("Origin")
         if origin is not None and not self._origin_allowed(origin):
             log.warning("refused a connection from origin %s", origin[:200])

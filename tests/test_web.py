@@ -1,0 +1,400 @@
+"""The page of `mdrag serve` in a real Chromium (the distribution's, driven by Selenium), against a
+real `mdrag serve examples/docs` on 127.0.0.1 with the real MiniLM model and the loopback fake LLM
+(the loading state: a QAServer in a thread whose embedder waits for the test).
+
+Skipped when Chromium or its driver is missing (`.ci/run` installs them: `apt-get install chromium
+chromium-driver`). Set MDRAG_SCREENSHOT=docs/web.png to write the README's screenshot.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from mdrag.config import load_config
+from mdrag.index import Index
+from mdrag.server import QAServer
+from tests.conftest import HashEmbedder, listening
+from tests.fake_llm import FakeServer, Handler, Script
+
+REPO = Path(__file__).resolve().parents[1]
+FOREIGN = "foreign.example"  # a name the browser maps to 127.0.0.1: a page of another origin
+
+webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed (pip install -e '.[dev]')")
+from selenium.common.exceptions import TimeoutException  # noqa: E402
+from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.common.keys import Keys  # noqa: E402
+from selenium.webdriver.remote.webdriver import WebDriver  # noqa: E402
+from selenium.webdriver.remote.webelement import WebElement  # noqa: E402
+from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+
+def _which(*names: str) -> str | None:
+    return next((p for p in map(shutil.which, names) if p), None)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[WebDriver]:
+    chromium = _which("chromium", "chromium-browser", "google-chrome")
+    driver = _which("chromedriver")
+    if not chromium or not driver:
+        pytest.skip("Chromium and chromedriver are not installed (apt-get install chromium chromium-driver)")
+    options = webdriver.ChromeOptions()
+    options.binary_location = chromium
+    for arg in (
+        "--headless=new",
+        "--no-sandbox",  # CI runs as root
+        "--disable-dev-shm-usage",
+        "--window-size=1000,900",
+        f"--host-resolver-rules=MAP {FOREIGN} 127.0.0.1",
+    ):
+        options.add_argument(arg)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})  # the console: script errors, CSP reports
+    drv = webdriver.Chrome(options=options, service=webdriver.ChromeService(executable_path=driver))
+    try:
+        yield drv
+    finally:
+        drv.quit()
+
+
+@pytest.fixture(scope="module")
+def fake_llm() -> Iterator[FakeServer]:
+    server = FakeServer(("127.0.0.1", 0), Handler)
+    server.script = Script()
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.script.stop.set()
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.fixture
+def script(fake_llm: FakeServer) -> Iterator[Script]:
+    """A fresh script for the fake LLM for each test."""
+    fake_llm.script = Script()
+    yield fake_llm.script
+    fake_llm.script.stop.set()
+
+
+def _serve(home: Path, folder: Path, llm_url: str | None, *flags: str) -> AbstractContextManager[int]:
+    """Run `mdrag serve folder` with its own home (and the LLM at ``llm_url``); the block gets its port."""
+    home.mkdir(parents=True, exist_ok=True)
+    if llm_url:
+        config = {"llm": {"base_url": llm_url, "api_key": "sk-test", "model": "test-model"}}
+        (home / "config.yaml").write_text(yaml.safe_dump(config))
+    unset = [k for k in os.environ if k.startswith("MARKDOWN_QA_") or k.lower().endswith("_proxy")]
+    env = ["env", *(f"-u{k}" for k in unset), f"MDRAG_HOME={home}", "HF_HUB_OFFLINE=1", f"PYTHONPATH={REPO}"]
+
+    def argv(port: int) -> list[str]:
+        return [*env, sys.executable, "-m", "mdrag", "serve", str(folder), "--port", str(port), *flags]
+
+    def exited(tail: str) -> None:
+        pytest.fail(f"mdrag serve exited: {tail}")
+
+    return listening(argv, home / "serve.log", 120, exited)
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory, fake_llm: FakeServer) -> Iterator[str]:
+    """`mdrag serve examples/docs` with the fake LLM; yields the page's address."""
+    home = tmp_path_factory.mktemp("web") / "home"
+    url = f"http://127.0.0.1:{fake_llm.server_address[1]}/v1"
+    with _serve(home, REPO / "examples" / "docs", url) as port:
+        yield f"http://127.0.0.1:{port}/"
+
+
+def wait_for(browser: WebDriver, what: Callable[[WebDriver], Any], why: str, timeout: float = 60) -> Any:
+    try:
+        return WebDriverWait(browser, timeout, poll_frequency=0.05).until(what)
+    except TimeoutException:
+        pytest.fail(f"the page never showed {why}; it shows: {browser.find_element(By.TAG_NAME, 'body').text[-1500:]}")
+
+
+def state(browser: WebDriver) -> str:
+    return str(browser.find_element(By.ID, "state").text)
+
+
+def open_page(browser: WebDriver, url: str) -> None:
+    browser.get(url)
+    wait_for(browser, lambda b: state(b).startswith("ready:"), "the ready state", 180)
+
+
+def turns(browser: WebDriver) -> list[WebElement]:
+    return list(browser.find_elements(By.CSS_SELECTOR, "#log .turn"))
+
+
+def ask(browser: WebDriver, text: str) -> WebElement:
+    """Type a question and press Enter; the new turn once it has an answer, a note or results."""
+    before = len(turns(browser))
+    box = browser.find_element(By.ID, "question")
+    box.send_keys(text + Keys.ENTER)
+    turn = wait_for(browser, lambda b: len(turns(b)) > before and turns(b)[-1], "the question")
+    return turn  # type: ignore[no-any-return]
+
+
+def finished(browser: WebDriver, turn: WebElement) -> None:
+    wait_for(browser, lambda b: turn.get_attribute("data-done") is not None, "the end of the answer")
+
+
+def test_a_question_streams_its_answer_with_sources_that_open_their_passages(
+    browser: WebDriver, served: str, script: Script
+) -> None:
+    script.tokens = [
+        "When indexing is **interrupted** (Ctrl+C, a crash), ",
+        "run `mdrag index` again: ",
+        "it removes half-written chunks ",
+        "and finishes the job [1].\n\n",
+        "- files already embedded are not embedded again;\n",
+        "- an edited file is chunked again [1].\n",
+    ]
+    script.delay = 0.1  # the answer grows over several frames
+    open_page(browser, served)
+    assert "files" in state(browser) and "chunks" in state(browser)
+    # watch the answer grow: every change of the newest answer's text length, as the page makes it
+    browser.execute_script(
+        "window.lengths = [];"
+        "new MutationObserver(() => { const b = document.querySelector('#log .turn:last-of-type .body');"
+        " if (b) window.lengths.push(b.textContent.length); })"
+        ".observe(document.getElementById('log'), {childList: true, subtree: true, characterData: true});"
+    )
+    box = browser.find_element(By.ID, "question")
+    box.send_keys("What happens when indexing is interrupted?", Keys.SHIFT, Keys.ENTER, Keys.SHIFT, "In short.")
+    assert box.get_attribute("value") == "What happens when indexing is interrupted?\nIn short."  # Shift+Enter
+    assert turns(browser) == []
+    box.send_keys(Keys.ENTER)
+    turn = wait_for(browser, lambda b: turns(b) and turns(b)[-1], "the question")
+    finished(browser, turn)
+    assert (
+        turn.find_element(By.CSS_SELECTOR, ".question").text == "What happens when indexing is interrupted?\nIn short."
+    )
+    body = turn.find_element(By.CSS_SELECTOR, ".body")
+    assert "When indexing is interrupted (Ctrl+C, a crash), run mdrag index again" in body.text
+    assert body.find_element(By.CSS_SELECTOR, "strong").text == "interrupted"
+    assert body.find_element(By.CSS_SELECTOR, "code").text == "mdrag index"
+    assert len(body.find_elements(By.CSS_SELECTOR, "li")) == 2
+    lengths = [n for n in browser.execute_script("return window.lengths") if n]
+    final = len(body.get_attribute("textContent"))
+    partial = {n for n in lengths if n < final}
+    assert len(partial) >= 2, f"the answer did not grow in steps: {lengths}"
+    # sources: each path once, numbered as the text cites them; [1] opens its passage
+    sources = turn.find_elements(By.CSS_SELECTOR, ".sources > li")
+    paths = [s.find_element(By.TAG_NAME, "summary").get_attribute("title") for s in sources]
+    assert paths and len(paths) == len(set(paths)) and all(p.startswith(str(REPO / "examples" / "docs")) for p in paths)
+    assert sources[0].find_element(By.CSS_SELECTOR, ".num").text == "[1]"
+    body.find_element(By.CSS_SELECTOR, "a.cite").click()
+    passage = wait_for(browser, lambda b: sources[0].find_elements(By.CSS_SELECTOR, ".passage"), "the cited passage")[0]
+    where = passage.find_element(By.CSS_SELECTOR, ".where").text
+    assert paths[0].endswith(passage.find_element(By.CSS_SELECTOR, ".file").text)
+    assert "lines" in where
+    assert passage.find_element(By.CSS_SELECTOR, ".text").text.strip()
+    # the figures: first text on the page after stream_start reached it, and the page's transfer size
+    first_ms = browser.execute_script(
+        "const m = n => performance.getEntriesByName(n)[0].startTime;"
+        "return m('mdrag:first_text:t1') - m('mdrag:stream_start:t1');"
+    )
+    transfer = browser.execute_script(
+        "return performance.getEntriesByType('navigation').concat(performance.getEntriesByType('resource'))"
+        ".filter(e => e.name.startsWith(location.origin)).reduce((s, e) => s + e.transferSize, 0);"
+    )
+    print(f"\nweb page: first answer text {first_ms:.1f} ms after stream_start; page transfer {transfer} bytes")
+    shot = os.environ.get("MDRAG_SCREENSHOT")
+    if shot:
+        browser.set_window_size(900, 860)
+        browser.find_element(By.ID, "log").click()
+        browser.save_screenshot(shot)
+    # no script error and no Content-Security-Policy violation on the way
+    assert [e["message"] for e in browser.get_log("browser") if e["level"] == "SEVERE"] == []
+    # readable at phone width: nothing wider than the screen
+    browser.set_window_size(390, 844)
+    assert browser.execute_script("return document.documentElement.scrollWidth <= window.innerWidth")
+    browser.set_window_size(1000, 900)
+
+
+def test_no_relevant_information_errors_and_stop(browser: WebDriver, served: str, script: Script) -> None:
+    open_page(browser, served)
+    # nothing relevant: said as such, without sources, and the LLM is not asked
+    turn = ask(browser, "What is the boiling point of liquid nitrogen in kelvin?")
+    finished(browser, turn)
+    assert "no-info" in turn.get_attribute("class")
+    assert turn.find_element(By.CSS_SELECTOR, ".label").text == "No relevant information"
+    assert turn.find_elements(By.CSS_SELECTOR, ".sources") == [] and script.requests == []
+    # an LLM error is shown in its turn; the conversation stays and goes on
+    script.status, script.error_body = 500, b'{"error": {"message": "model overloaded"}}'
+    failed = ask(browser, "How do I change the chunk size?")
+    note = wait_for(browser, lambda b: failed.find_elements(By.CSS_SELECTOR, ".note.error"), "the error")[0]
+    assert note.text.startswith("Error:")
+    script.status = 200
+    script.tokens = [
+        "Hello, world [1]. ",
+        "<img src=x onerror=\"document.title='pwned'\"> stays text, ",
+        "[so does this](javascript:document.title='pwned').\n\n",
+        "| setting | effect |\n|---|---|\n",
+        "| `chunk.size` | <b>tokens</b> per chunk |\n",
+    ]
+    again = ask(browser, "How do I change the chunk size?")
+    finished(browser, again)
+    assert "Hello, world" in again.text and len(turns(browser)) == 3
+    # nothing from the LLM runs: the tag is text, the javascript: link is no link
+    body = again.find_element(By.CSS_SELECTOR, ".body")
+    assert "<img src=x onerror=\"document.title='pwned'\"> stays text, so does this." in body.text
+    assert body.find_elements(By.TAG_NAME, "img") == [] and browser.title == "mdrag"
+    cells = [c.text for c in body.find_elements(By.CSS_SELECTOR, "table th, table td")]
+    assert cells == ["setting", "effect", "chunk.size", "<b>tokens</b> per chunk"]
+    assert body.find_elements(By.TAG_NAME, "b") == []
+    assert [a.get_attribute("href") for a in body.find_elements(By.TAG_NAME, "a")] == [f"{served}#t3-src-1"]
+    assert "No relevant information" in turns(browser)[0].text and note.is_displayed()
+    # Stop: the answer ends, the server closes the LLM request, and the page goes on
+    script.tokens, script.delay = ["word "] * 400, 0.05
+    stopped = ask(browser, "How do I change the chunk size?")
+    wait_for(browser, lambda b: "word" in stopped.text, "the first words")
+    browser.find_element(By.ID, "stop").click()
+    assert script.disconnected.wait(30), "the LLM request was not closed"
+    wait_for(browser, lambda b: stopped.find_elements(By.CSS_SELECTOR, ".note.stopped"), "the stop")
+    wait_for(browser, lambda b: state(b).startswith("ready:"), "the ready state after the stop")
+    assert not browser.find_element(By.ID, "stop").is_displayed()
+    script.tokens, script.delay = ["Done [1]."], 0.0
+    last = ask(browser, "How do I change the chunk size?")
+    finished(browser, last)
+    assert "Done" in last.text
+
+
+def test_search_only_lists_ranked_passages(browser: WebDriver, served: str, script: Script) -> None:
+    open_page(browser, served)
+    browser.find_element(By.ID, "search-only").click()
+    assert browser.find_element(By.ID, "send").text == "Search"
+    turn = ask(browser, "chunk size setting")
+    results = wait_for(browser, lambda b: turn.find_elements(By.CSS_SELECTOR, ".results .passage"), "results")
+    scores = [float(r.find_element(By.CSS_SELECTOR, ".score").text.split()[-1]) for r in results]
+    assert scores == sorted(scores, reverse=True)
+    assert any("configuration.md" in r.find_element(By.CSS_SELECTOR, ".file").text for r in results)
+    assert script.requests == []
+
+
+class _PageHandler(SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
+        pass
+
+
+def test_a_page_of_another_origin_cannot_connect(
+    browser: WebDriver, served: str, tmp_path: Path, script: Script
+) -> None:
+    ws_url = served.replace("http://", "ws://")
+    (tmp_path / "probe.html").write_text(
+        "<!doctype html><title>probe</title><script>"
+        f"const ws = new WebSocket('{ws_url}');"
+        "ws.onmessage = e => { document.title = 'open ' + JSON.parse(e.data).type; };"
+        "ws.onerror = () => { document.title = 'refused'; };"
+        "</script>"
+    )
+    handler = lambda *a, **kw: _PageHandler(*a, directory=str(tmp_path), **kw)  # noqa: E731
+    other = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=other.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    try:
+        port = other.server_address[1]
+        # the same probe from a loopback page connects (so the refusal below is the origin's doing)
+        browser.get(f"http://127.0.0.1:{port}/probe.html")
+        wait_for(browser, lambda b: b.title != "probe", "the probe's outcome")
+        assert browser.title == "open status"
+        browser.get(f"http://{FOREIGN}:{port}/probe.html")
+        wait_for(browser, lambda b: b.title != "probe", "the probe's outcome")
+        assert browser.title == "refused"
+    finally:
+        other.shutdown()
+        other.server_close()
+
+
+def test_with_a_token_the_page_asks_for_it_and_keeps_it_for_the_session(
+    browser: WebDriver, tmp_path: Path, script: Script
+) -> None:
+    (tmp_path / "empty").mkdir()
+    with _serve(tmp_path / "home", tmp_path / "empty", None, "--token", "s3cret-t0ken") as port:
+        browser.get(f"http://127.0.0.1:{port}/")
+        wait_for(browser, lambda b: b.find_element(By.ID, "token-form").is_displayed(), "the token form")
+        assert "token" in state(browser)
+        field = browser.find_element(By.ID, "token")
+        field.send_keys("wrong" + Keys.ENTER)
+        wait_for(browser, lambda b: "refused the token" in state(b), "the refused token")
+        field.send_keys("s3cret-t0ken" + Keys.ENTER)
+        wait_for(browser, lambda b: state(b).startswith("empty"), "the empty state")
+        assert not browser.find_element(By.ID, "token-form").is_displayed()
+        assert browser.execute_script("return sessionStorage.getItem('mdrag-token')") == "s3cret-t0ken"
+        assert browser.execute_script("return localStorage.length") == 0
+        browser.refresh()  # the same session: no question asked again
+        wait_for(browser, lambda b: state(b).startswith("empty"), "the empty state after a reload")
+        browser.execute_script("sessionStorage.clear()")
+
+
+@contextmanager
+def in_thread(server: QAServer) -> Iterator[QAServer]:
+    """Run ``server`` on an event loop in a thread until the block ends."""
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    asyncio.run_coroutine_threadsafe(server.start(), loop).result(60)
+    try:
+        yield server
+    finally:
+        asyncio.run_coroutine_threadsafe(server.stop(), loop).result(60)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()
+
+
+def test_while_loading_the_page_says_so_and_asks_again_once_ready(
+    browser: WebDriver, tmp_path: Path, fake_llm: FakeServer, script: Script
+) -> None:
+    release = threading.Event()
+
+    class Held(HashEmbedder):  # the index stays "loading" until the test releases it
+        def embed_batch(self, texts):  # type: ignore[no-untyped-def]
+            release.wait(60)
+            return super().embed_batch(texts)
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "install.md").write_text("# Install\n\nRun the installer, then restart the service.\n")
+    llm_url = f"http://127.0.0.1:{fake_llm.server_address[1]}/v1"
+    config = load_config(
+        {
+            "index": "w" + os.urandom(4).hex(),
+            "server.port": 0,
+            "llm.base_url": llm_url,
+            "search.threshold": 0,  # the hashing embedder's scores are low: answer from any match
+            "answer.min_score": 0,
+            "answer.max_unknown": 1,
+        }
+    )
+    server = QAServer(config, [docs], overrides={"server.port": 0}, index=Index(config, embedder=Held()))
+    script.tokens = ["Run the installer [1]."]
+    try:
+        with in_thread(server):
+            browser.get(f"http://127.0.0.1:{server.port}/")
+            wait_for(browser, lambda b: state(b) == "loading the index…", "the loading state")
+            turn = ask(browser, "How do I run the installer?")
+            wait_for(browser, lambda b: "still loading" in turn.text, "the not-ready note")
+            assert script.requests == []
+            release.set()
+            finished(browser, turn)  # asked again by the page once the index is ready
+            assert state(browser) == "ready: 1 files, 1 chunks"
+            assert "Run the installer" in turn.text and "still loading" not in turn.text
+            assert turn.find_element(By.CSS_SELECTOR, ".sources summary").get_attribute("title") == str(
+                docs / "install.md"
+            )
+    finally:
+        release.set()
