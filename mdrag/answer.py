@@ -40,7 +40,7 @@ import openai
 from openai.types.chat import ChatCompletionChunk
 
 from mdrag.errors import LLMError
-from mdrag.httperrors import MAX_SERVER_MESSAGE, server_message
+from mdrag.httperrors import one_line, server_message
 from mdrag.redact import redact, redact_url
 from mdrag.types import SearchResult
 
@@ -367,9 +367,10 @@ async def _stream_llm(
             f"check that it is running and that llm.base_url is right"
         ) from None
     except openai.APIError as exc:  # an {"error": ...} event in the stream
-        raise call.error(f"the LLM at {call.shown} reported an error: {_one_line(exc.message)}") from None
+        reason = one_line(exc.message, call.llm.api_key)
+        raise call.error(f"the LLM at {call.shown} reported an error: {reason}") from None
     except json.JSONDecodeError as exc:
-        snippet = " ".join(exc.doc[:80].split())
+        snippet = " ".join(redact(exc.doc, call.llm.api_key)[:80].split())  # redacted before it is cut
         raise call.malformed(f"an event is not JSON: {snippet!r}") from None
     logger.info("LLM at %s answered in %.2f s (%d pieces)", call.shown, time.monotonic() - started, pieces)
 
@@ -377,7 +378,7 @@ async def _stream_llm(
 def _http_error(call: _Call, exc: openai.APIStatusError) -> LLMError:
     """The LLMError for a response whose status is not 2xx."""
     status = exc.status_code
-    detail = server_message(exc.response.content[:MAX_ERROR_BODY], lambda text: redact(text, call.llm.api_key))
+    detail = server_message(exc.response.content[:MAX_ERROR_BODY], call.llm.api_key)
     said = f" (server said: {detail})" if detail else ""
     logger.warning("LLM at %s answered HTTP %d", call.shown, status)
     if status in (401, 403):
@@ -403,14 +404,6 @@ def _http_error(call: _Call, exc: openai.APIStatusError) -> LLMError:
     return call.error(f"the LLM at {call.shown} answered HTTP {status}{': ' + detail if detail else ''}")
 
 
-def _one_line(text: str) -> str:
-    """A server's error text on one line, at most :data:`MAX_SERVER_MESSAGE` characters."""
-    text = " ".join(text.split())
-    if len(text) > MAX_SERVER_MESSAGE:
-        text = text[: MAX_SERVER_MESSAGE - 3] + "..."
-    return text
-
-
 def _parse_completion(call: _Call, raw: bytes) -> str:
     """The answer of a non-streaming response: ``choices[0].message.content``."""
     try:
@@ -424,7 +417,7 @@ def _parse_completion(call: _Call, raw: bytes) -> str:
         if isinstance(err, dict):
             err = err.get("message", err)
         text = err if isinstance(err, str) else json.dumps(err)
-        raise call.error(f"the LLM at {call.shown} reported an error: {_one_line(text)}")
+        raise call.error(f"the LLM at {call.shown} reported an error: {one_line(text, call.llm.api_key)}")
     try:
         content = doc["choices"][0]["message"]["content"]
     except (KeyError, IndexError, TypeError):

@@ -8,15 +8,16 @@ own error message (OpenAI's ``{"error": {"message": ...}}``, FastAPI's
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 
-__all__ = ["MAX_SERVER_MESSAGE", "server_message"]
+from mdrag.redact import redact
+
+__all__ = ["MAX_SERVER_MESSAGE", "one_line", "server_message"]
 
 MAX_SERVER_MESSAGE = 300  # characters of a server's error text we quote
 
 
-def server_message(raw: bytes, redact: Callable[[str], str]) -> str:
-    """The error text in a response body: one line, secrets redacted, at most 300 characters."""
+def server_message(raw: bytes, *secrets: str | None) -> str:
+    """The error text in a response body: one line, ``secrets`` (API keys) redacted, at most 300 characters."""
     text = raw.decode("utf-8", errors="replace").strip()
     try:
         data = json.loads(text)
@@ -28,7 +29,12 @@ def server_message(raw: bytes, redact: Callable[[str], str]) -> str:
             err = err.get("message", err)
         if err is not None:
             text = err if isinstance(err, str) else json.dumps(err)
-    text = " ".join(redact(text).split())
+    return one_line(text, *secrets)
+
+
+def one_line(text: str, *secrets: str | None) -> str:
+    """A server's error text fit to quote: one line, ``secrets`` redacted, at most 300 characters."""
+    text = " ".join(redact(text, *secrets).split())
     if len(text) > MAX_SERVER_MESSAGE:
         text = text[: MAX_SERVER_MESSAGE - 3] + "..."
     return text

@@ -26,7 +26,8 @@ class Script:
     status: int = 200  # anything else: an error response with error_body
     error_body: bytes = b""
     hang: str | None = None  # "before_headers" or "after_first": go silent until the test ends
-    malformed: bool = False  # send an event that is not JSON after the first token
+    malformed: bool = False  # send an event that is not JSON (bad_event) after the first token
+    bad_event: bytes = b"{this is not json"
     cut: bool = False  # drop the connection after the first token, in the middle of the stream
     error_event: str | None = None  # send {"error": {"message": error_event}} after the first token
     as_json: bool = False  # answer with one non-streaming JSON completion
@@ -88,7 +89,7 @@ class Handler(BaseHTTPRequestHandler):
         for i, token in enumerate(script.tokens):
             events.append(sse({"choices": [{"index": 0, "delta": {"content": token}, "finish_reason": None}]}))
             if i == 0 and script.malformed:
-                events.append(b"data: {this is not json\n\n")
+                events.append(b"data: " + script.bad_event + b"\n\n")
             if i == 0 and script.error_event is not None:
                 events.append(sse({"error": {"message": script.error_event}}))
         events.append(sse({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}))

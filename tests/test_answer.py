@@ -11,7 +11,6 @@ import traceback
 
 import pytest
 
-from mdrag import answer
 from mdrag.answer import NO_RELEVANT, LLMSettings, answer_stream, build_messages, numbered_sources
 from mdrag.errors import LLMError
 from mdrag.types import SearchResult
@@ -289,6 +288,17 @@ def test_malformed_event_raises(llm: LLM, caplog: pytest.LogCaptureFixture) -> N
     exc, got = failure(llm.settings())
     assert got == ["Hel"]
     assert "malformed" in str(exc) and "not JSON" in str(exc)
+    assert_no_key(exc, caplog)
+
+
+def test_a_key_in_a_malformed_event_is_redacted_before_the_quote_is_cut(
+    llm: LLM, caplog: pytest.LogCaptureFixture
+) -> None:
+    llm.script.malformed = True
+    llm.script.bad_event = b"x" * 70 + KEY.encode() + b" not json"  # the quote's 80 characters end inside the key
+    exc, _ = failure(llm.settings())
+    assert "an event is not JSON: 'xxxxx" in str(exc) and "***" in str(exc)
+    assert KEY[:8] not in str(exc)
     assert_no_key(exc, caplog)
 
 

@@ -433,6 +433,13 @@ def test_malformed_response_names_the_problem(server: FakeOpenAI, what: str, cap
     assert_no_key(exc, caplog)
 
 
+def test_a_key_in_a_malformed_response_is_redacted_before_the_quote_is_cut(server: FakeOpenAI) -> None:
+    server.always((200, {}, b"x" * 70 + KEY.encode() + b" not json"))  # the quote's 80 characters end in the key
+    exc = raised(lambda: embedder(server).embed(["a"]))
+    assert "not JSON: 'xxxxx" in str(exc) and "***" in str(exc)
+    assert KEY[:8] not in str(exc)
+
+
 def test_missing_index_falls_back_to_position(server: FakeOpenAI) -> None:
     server.always(
         lambda body: (

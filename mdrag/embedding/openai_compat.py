@@ -27,7 +27,7 @@ import openai
 from mdrag.embedding.base import Embedder
 from mdrag.errors import EmbeddingError
 from mdrag.httperrors import server_message
-from mdrag.redact import redact
+from mdrag.redact import redact, redact_url
 
 __all__ = ["OpenAIEmbedder"]
 
@@ -170,7 +170,7 @@ class OpenAIEmbedder(Embedder):
             return raw.http_response.content
         except openai.APIStatusError as exc:
             status = exc.status_code
-            detail = server_message(exc.response.content[: 64 * 1024], self._redact)
+            detail = server_message(exc.response.content[: 64 * 1024], self._api_key)
             if status in (401, 403):
                 raise EmbeddingError(
                     f"{self.url} rejected the API key (HTTP {status}): set embedding.api_key or MARKDOWN_QA_API_KEY"
@@ -206,7 +206,7 @@ class OpenAIEmbedder(Embedder):
         """Event hook after each answer: remember why it failed, for the retry's warning."""
         if not response.is_success:
             response.read()
-            detail = server_message(response.content[: 64 * 1024], self._redact)
+            detail = server_message(response.content[: 64 * 1024], self._api_key)
             self._attempt.failure = f"HTTP {response.status_code}" + (f": {detail}" if detail else "")
 
     def _client_error(self, status: int, detail: str, response: httpx2.Response) -> str:
@@ -215,15 +215,11 @@ class OpenAIEmbedder(Embedder):
         if detail:
             msg += f": {detail}"
         if 300 <= status < 400:
-            location = self._redact(response.headers.get("Location") or "")
+            location = redact_url(redact(response.headers.get("Location") or "", self._api_key))
             return f"{msg}: it redirects to {location or 'another URL'}; set embedding.base_url to the final URL"
         if status == 404:
             return f"{msg}: check embedding.base_url (it usually ends in /v1) and embedding.model"
         return f"{msg}: check embedding.model and the input"
-
-    def _redact(self, text: str) -> str:
-        """Remove the API key should a server echo it back."""
-        return redact(text, self._api_key)
 
     # -- response ---------------------------------------------------------------
 
@@ -239,7 +235,8 @@ class OpenAIEmbedder(Embedder):
         try:
             doc = json.loads(payload)
         except ValueError:
-            snippet = " ".join(self._redact(payload[:80].decode("utf-8", "replace")).split())
+            text = redact(payload[:4096].decode("utf-8", "replace"), self._api_key)
+            snippet = " ".join(text[:80].split())  # redacted before it is cut
             raise bad(f"not JSON: {snippet!r}") from None
         if not isinstance(doc, dict) or not isinstance(doc.get("data"), list):
             raise bad("no 'data' list")
