@@ -40,7 +40,7 @@ import openai
 from openai.types.chat import ChatCompletionChunk
 
 from mdrag.errors import LLMError
-from mdrag.httperrors import one_line, server_message
+from mdrag.httperrors import NO_KEY, auth_headers, one_line, server_message
 from mdrag.redact import redact, redact_url
 from mdrag.types import SearchResult
 
@@ -71,7 +71,6 @@ NO_LLM_NOTE = (
 MAX_SOURCE_CHARS = 12_000  # characters of passages put in the prompt
 MAX_EXTRACTIVE = 5  # passages quoted by an extractive answer
 MAX_ERROR_BODY = 64 * 1024  # bytes of an error response we quote from
-_NO_KEY = "no-key"  # the openai client needs a key; without one no Authorization header is sent
 
 SYSTEM_PROMPT = (
     "You answer questions about a set of documents using ONLY the numbered sources given "
@@ -312,7 +311,7 @@ async def _stream_llm(
                 client = await stack.enter_async_context(httpx2.AsyncClient(follow_redirects=False))
             api = openai.AsyncOpenAI(
                 base_url=llm.url.removesuffix("/chat/completions"),
-                api_key=llm.api_key or _NO_KEY,
+                api_key=llm.api_key or NO_KEY,
                 max_retries=0,  # an answer fails at once; the user asks again
                 timeout=llm.timeout,
                 http_client=client,
@@ -322,7 +321,7 @@ async def _stream_llm(
                 messages=cast("Any", build_messages(question, sources)),
                 stream=True,
                 max_tokens=llm.max_tokens if llm.max_tokens is not None else openai.omit,
-                extra_headers=None if llm.api_key else {"Authorization": openai.Omit()},
+                extra_headers=auth_headers(llm.api_key),
             )
             response = raw.http_response
             stack.push_async_callback(response.aclose)

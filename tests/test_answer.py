@@ -251,12 +251,17 @@ def test_error_event_in_the_stream(llm: LLM, caplog: pytest.LogCaptureFixture) -
 
 
 def test_openai_environment_is_not_used(llm: LLM, monkeypatch: pytest.MonkeyPatch) -> None:
-    """OPENAI_API_KEY and OPENAI_BASE_URL belong to other tools: mdrag sends only what its settings say."""
+    """OPENAI_* variables belong to other tools: mdrag sends only the key its settings give, or none."""
     monkeypatch.setenv("OPENAI_API_KEY", "sk-from-the-environment")
     monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")
+    monkeypatch.setenv("OPENAI_CUSTOM_HEADERS", "Authorization: Bearer sk-custom-header")
+    monkeypatch.setenv("OPENAI_ORG_ID", "org-environment")
+    monkeypatch.setenv("OPENAI_PROJECT_ID", "proj-environment")
     assert collect(QUESTION, RESULTS, LLMSettings(llm.base_url, model="m", timeout=5.0)) == llm.script.tokens
-    [req] = llm.script.requests
-    assert "authorization" not in req["headers"]
+    assert collect(QUESTION, RESULTS, llm.settings()) == llm.script.tokens
+    without, with_key = (r["headers"] for r in llm.script.requests)
+    assert "authorization" not in without and with_key["authorization"] == f"Bearer {KEY}"
+    assert not {"openai-organization", "openai-project"} & (without.keys() | with_key.keys())
 
 
 def test_connection_refused(caplog: pytest.LogCaptureFixture) -> None:

@@ -209,11 +209,17 @@ def test_request_format_and_headers(server: FakeOpenAI) -> None:
 
 
 def test_no_authorization_header_without_key(server: FakeOpenAI, monkeypatch: pytest.MonkeyPatch) -> None:
-    """OPENAI_API_KEY and OPENAI_BASE_URL belong to other tools: mdrag sends only what its settings say."""
+    """OPENAI_* variables belong to other tools: mdrag sends only the key its settings give, or none."""
     monkeypatch.setenv("OPENAI_API_KEY", "sk-from-the-environment")
     monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")
+    monkeypatch.setenv("OPENAI_CUSTOM_HEADERS", "Authorization: Bearer sk-custom-header")
+    monkeypatch.setenv("OPENAI_ORG_ID", "org-environment")
+    monkeypatch.setenv("OPENAI_PROJECT_ID", "proj-environment")
     embedder(server, api_key=None).embed(["hello"])
-    assert "authorization" not in {k.lower() for k in server.requests[0].headers}
+    embedder(server).embed(["hello"])
+    without, with_key = (r.headers for r in server.requests)
+    assert "authorization" not in without and with_key["authorization"] == f"Bearer {KEY}"
+    assert not {"openai-organization", "openai-project"} & (without.keys() | with_key.keys())
 
 
 def test_model_id_and_repr(server: FakeOpenAI) -> None:

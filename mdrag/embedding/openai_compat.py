@@ -26,7 +26,7 @@ import openai
 
 from mdrag.embedding.base import Embedder
 from mdrag.errors import EmbeddingError
-from mdrag.httperrors import server_message
+from mdrag.httperrors import NO_KEY, auth_headers, server_message
 from mdrag.redact import redact, redact_url
 
 __all__ = ["OpenAIEmbedder"]
@@ -34,7 +34,6 @@ __all__ = ["OpenAIEmbedder"]
 logger = logging.getLogger(__name__)
 
 DIMENSION_PROBE = "dimension probe"  # text embedded to learn the dimension
-_NO_KEY = "no-key"  # the openai client needs a key; without one no Authorization header is sent
 
 
 class OpenAIEmbedder(Embedder):
@@ -110,7 +109,7 @@ class OpenAIEmbedder(Embedder):
         # Retries, timeouts and typed errors; redirects refused (a POST must not move, nor the key with it).
         self._client: openai.OpenAI = openai.OpenAI(
             base_url=base_url.rstrip("/"),
-            api_key=self._api_key or _NO_KEY,
+            api_key=self._api_key or NO_KEY,
             timeout=timeout,
             max_retries=max_retries,
             http_client=httpx2.Client(
@@ -165,7 +164,7 @@ class OpenAIEmbedder(Embedder):
                 model=self.model,
                 input=texts,
                 encoding_format="float",
-                extra_headers=None if self._api_key else {"Authorization": openai.Omit()},
+                extra_headers=auth_headers(self._api_key),
             )
             return raw.http_response.content
         except openai.APIStatusError as exc:
