@@ -12,7 +12,8 @@ Three cases, decided by the caller's results and settings:
 * no LLM configured: an extractive answer that quotes the best passages;
 * an LLM configured: ``POST {base_url}/chat/completions`` with ``"stream": true``
   (any OpenAI-compatible server: OpenAI, vLLM, llama.cpp, Ollama's ``/v1``,
-  LiteLLM ...), yielding each content delta of its server-sent events.
+  LiteLLM ...) through the official ``openai`` client, yielding each content
+  delta of its stream; its exceptions become :class:`LLMError` with mdrag's words.
 
 The API key goes into the ``Authorization`` header and nowhere else: it never
 appears in a log record, an exception message or ``repr()``; a server that

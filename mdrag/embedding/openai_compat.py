@@ -34,6 +34,8 @@ __all__ = ["OpenAIEmbedder"]
 logger = logging.getLogger(__name__)
 
 DIMENSION_PROBE = "dimension probe"  # text embedded to learn the dimension
+RETRIED_4XX = frozenset({408, 409, 429})  # the openai client retries these and every 5xx
+MAX_ERROR_BODY = 64 * 1024  # bytes of an error response we quote from
 
 
 class OpenAIEmbedder(Embedder):
@@ -169,12 +171,12 @@ class OpenAIEmbedder(Embedder):
             return raw.http_response.content
         except openai.APIStatusError as exc:
             status = exc.status_code
-            detail = server_message(exc.response.content[: 64 * 1024], self._api_key)
+            detail = server_message(exc.response.content[:MAX_ERROR_BODY], self._api_key)
             if status in (401, 403):
                 raise EmbeddingError(
                     f"{self.url} rejected the API key (HTTP {status}): set embedding.api_key or MARKDOWN_QA_API_KEY"
                 ) from None
-            if status not in (408, 409, 429) and status < 500:
+            if status not in RETRIED_4XX and status < 500:
                 raise EmbeddingError(self._client_error(status, detail, exc.response)) from None
             last = f"HTTP {status}" + (f": {detail}" if detail else "")
         except openai.APIConnectionError as exc:  # timeouts included
@@ -189,13 +191,13 @@ class OpenAIEmbedder(Embedder):
 
     def _on_request(self, request: httpx2.Request) -> None:
         """Event hook before each attempt: count it, and warn when it retries a failed one."""
-        self._attempt.count = getattr(self._attempt, "count", 0) + 1
+        self._attempt.count += 1  # set to 0 by _post, in this same thread
         retry = self._attempt.count - 1
         if retry:
             logger.warning(
                 "Embedding request to %s failed (%s); retry %d of %d",
                 self.url,
-                getattr(self._attempt, "failure", "") or "no answer: the connection failed or timed out",
+                self._attempt.failure or "no answer: the connection failed or timed out",
                 retry,
                 self.max_retries,
             )
@@ -205,7 +207,7 @@ class OpenAIEmbedder(Embedder):
         """Event hook after each answer: remember why it failed, for the retry's warning."""
         if not response.is_success:
             response.read()
-            detail = server_message(response.content[: 64 * 1024], self._api_key)
+            detail = server_message(response.content[:MAX_ERROR_BODY], self._api_key)
             self._attempt.failure = f"HTTP {response.status_code}" + (f": {detail}" if detail else "")
 
     def _client_error(self, status: int, detail: str, response: httpx2.Response) -> str:
