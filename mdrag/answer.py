@@ -12,7 +12,8 @@ Three cases, decided by the caller's results and settings:
 * no LLM configured: an extractive answer that quotes the best passages;
 * an LLM configured: ``POST {base_url}/chat/completions`` with ``"stream": true``
   (any OpenAI-compatible server: OpenAI, vLLM, llama.cpp, Ollama's ``/v1``,
-  LiteLLM ...), yielding each content delta of its server-sent events.
+  LiteLLM ...) through the official ``openai`` client, yielding each content
+  delta of its stream; its exceptions become :class:`LLMError` with mdrag's words.
 
 The API key goes into the ``Authorization`` header and nowhere else: it never
 appears in a log record, an exception message or ``repr()``; a server that
@@ -35,10 +36,13 @@ from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
-import httpx
+import httpx2
+import openai
+from openai.types.chat import ChatCompletionChunk
 
 from mdrag.errors import LLMError
-from mdrag.httperrors import MAX_SERVER_MESSAGE, server_message
+from mdrag.httperrors import NO_KEY, auth_headers, one_line, server_message
+from mdrag.redact import redact, redact_url
 from mdrag.types import SearchResult
 
 __all__ = [
@@ -67,7 +71,7 @@ NO_LLM_NOTE = (
 
 MAX_SOURCE_CHARS = 12_000  # characters of passages put in the prompt
 MAX_EXTRACTIVE = 5  # passages quoted by an extractive answer
-MAX_ERROR_BODY = 64 * 1024  # bytes of an error response we read
+MAX_ERROR_BODY = 64 * 1024  # bytes of an error response we quote from
 
 SYSTEM_PROMPT = (
     "You answer questions about a set of documents using ONLY the numbered sources given "
@@ -111,7 +115,7 @@ class LLMSettings:
     def __repr__(self) -> str:
         key = "set" if self.api_key else "none"
         return (
-            f"LLMSettings(base_url={_display_url(self.base_url or '') or None!r}, api_key={key}, "
+            f"LLMSettings(base_url={redact_url(self.base_url or '') or None!r}, api_key={key}, "
             f"model={self.model!r}, timeout={self.timeout!r}, max_tokens={self.max_tokens!r})"
         )
 
@@ -213,7 +217,7 @@ async def answer_stream(
     question: str,
     sources: Sequence[Source],
     llm: LLMSettings | None,
-    client: httpx.AsyncClient | None = None,
+    client: httpx2.AsyncClient | None = None,
 ) -> AsyncGenerator[str, None]:
     """Yield the answer to ``question`` piece by piece, from ``sources``.
 
@@ -249,17 +253,6 @@ def _extractive(sources: Sequence[Source]) -> list[str]:
     return [NO_LLM_NOTE] + [f"\n\n{_source_text(s)}" for s in sources]
 
 
-def _display_url(url: str) -> str:
-    """``url`` without any ``user:password@`` part, for messages and logs."""
-    try:
-        parts = urllib.parse.urlsplit(url)
-    except ValueError:
-        return "<invalid URL>"
-    if "@" in parts.netloc:
-        parts = parts._replace(netloc=parts.netloc.rsplit("@", 1)[1])
-    return urllib.parse.urlunsplit(parts)
-
-
 class _Call:
     """One chat completions request: its URL for messages, and redaction of the key."""
 
@@ -267,27 +260,22 @@ class _Call:
         # The settings of this call.
         self.llm: LLMSettings = llm
         # Where the request goes, safe to show (no credentials).
-        self.shown: str = _display_url(llm.url)
-        # Secret; only removed from text here, never written into it.
-        self._key: str | None = llm.api_key or None
-
-    def redact(self, text: str) -> str:
-        """Remove the API key should a server or library echo it back."""
-        if self._key:
-            text = text.replace(self._key, "***")
-        return text
+        self.shown: str = redact_url(llm.url)
 
     def error(self, message: str) -> LLMError:
-        """An LLMError whose text cannot hold the key."""
-        return LLMError(self.redact(message))
+        """An LLMError whose text cannot hold the key (a server or library may echo it back)."""
+        return LLMError(redact(message, self.llm.api_key))
 
     def check(self) -> None:
         """Raise LLMError for settings that cannot work."""
-        parts = urllib.parse.urlsplit(self.llm.url)
+        try:
+            parts = urllib.parse.urlsplit(self.llm.url)
+        except ValueError:
+            parts = urllib.parse.SplitResult("", "", "", "", "")
         if parts.scheme not in ("http", "https") or not parts.netloc:
             raise self.error(
                 f"llm.base_url must be an http:// or https:// URL such as 'http://127.0.0.1:8000/v1', "
-                f"got {_display_url(self.llm.base_url or '')!r}: set llm.base_url or MARKDOWN_QA_API_BASE_URL"
+                f"got {redact_url(self.llm.base_url or '')!r}: set llm.base_url or MARKDOWN_QA_API_BASE_URL"
             )
         if not self.llm.model:
             raise self.error("llm.model is empty: set it to the model name the server expects")
@@ -310,63 +298,87 @@ class _Call:
 
 
 async def _stream_llm(
-    question: str, sources: Sequence[Source], llm: LLMSettings, client: httpx.AsyncClient | None = None
+    question: str, sources: Sequence[Source], llm: LLMSettings, client: httpx2.AsyncClient | None = None
 ) -> AsyncGenerator[str, None]:
-    """Stream the answer from ``POST {base_url}/chat/completions``."""
+    """Stream the answer from ``POST {base_url}/chat/completions`` through the openai client."""
     call = _Call(llm)
     call.check()
-    body: dict[str, Any] = {"model": llm.model, "messages": build_messages(question, sources), "stream": True}
-    if llm.max_tokens is not None:
-        body["max_tokens"] = llm.max_tokens
-    headers = {"Accept": "text/event-stream, application/json"}
-    if llm.api_key:
-        headers["Authorization"] = f"Bearer {llm.api_key}"
     logger.debug("Asking %s (model %s) with %d sources", call.shown, llm.model, len(sources))
     started = time.monotonic()
     pieces = 0
     try:
         async with contextlib.AsyncExitStack() as stack:
             if client is None:
-                client = await stack.enter_async_context(httpx.AsyncClient(follow_redirects=False))
-            response = await stack.enter_async_context(
-                client.stream("POST", llm.url, json=body, headers=headers, timeout=httpx.Timeout(llm.timeout))
+                client = await stack.enter_async_context(httpx2.AsyncClient(follow_redirects=False))
+            api = openai.AsyncOpenAI(
+                base_url=llm.url.removesuffix("/chat/completions"),
+                api_key=llm.api_key or NO_KEY,
+                max_retries=0,  # an answer fails at once; the user asks again
+                timeout=llm.timeout,
+                http_client=client,
             )
-            if not response.is_success:
-                raise await _http_error(call, response)
+            raw = await api.chat.completions.with_raw_response.create(
+                model=llm.model,
+                messages=cast("Any", build_messages(question, sources)),
+                stream=True,
+                max_tokens=llm.max_tokens if llm.max_tokens is not None else openai.omit,
+                extra_headers=auth_headers(llm.api_key),
+            )
+            response = raw.http_response
+            stack.push_async_callback(response.aclose)
             ctype = response.headers.get("content-type", "").split(";")[0].strip().lower()
-            if ctype == "application/json":
-                raw = await response.aread()
-                text = _parse_completion(call, raw)
+            if ctype == "application/json":  # a server that does not stream
+                text = _parse_completion(call, await response.aread())
                 if text:
                     pieces += 1
                     yield text
             else:
-                async with contextlib.aclosing(_read_events(call, response, ctype)) as events:
-                    async for text in events:
-                        pieces += 1
-                        yield text
-    except httpx.TimeoutException:
+                finished = False
+                chunks = 0
+                async with raw.parse() as stream:
+                    async for chunk in stream:
+                        chunks += 1
+                        text, done = _delta(chunk)
+                        finished = finished or done
+                        if text:
+                            pieces += 1
+                            yield text
+                if not chunks:
+                    raise call.malformed(f"no server-sent events in a {ctype or 'untyped'} response")
+                if not finished:
+                    logger.warning(
+                        "LLM at %s ended its stream without a finish reason; the answer may be cut short", call.shown
+                    )
+    except openai.APITimeoutError:
         logger.warning("LLM at %s timed out after %.1f s", call.shown, time.monotonic() - started)
         raise call.timed_out() from None
-    except httpx.ConnectError as exc:
-        reason = call.redact(str(exc) or type(exc).__name__)
+    except openai.APIStatusError as exc:
+        raise _http_error(call, exc) from None
+    except openai.APIConnectionError as exc:
+        cause = exc.__cause__ or exc
+        reason = str(cause) or type(cause).__name__
+        if isinstance(cause, httpx2.ConnectError):
+            raise call.error(
+                f"cannot reach the LLM at {call.shown}: {reason}: check that it is running and that "
+                f"llm.base_url (or MARKDOWN_QA_API_BASE_URL) is right"
+            ) from None
         raise call.error(
-            f"cannot reach the LLM at {call.shown}: {reason}: check that it is running and that "
-            f"llm.base_url (or MARKDOWN_QA_API_BASE_URL) is right"
-        ) from None
-    except (httpx.HTTPError, httpx.InvalidURL) as exc:
-        reason = call.redact(str(exc) or type(exc).__name__)
-        raise call.error(
-            f"the connection to the LLM at {call.shown} failed ({type(exc).__name__}: {reason}): "
+            f"the connection to the LLM at {call.shown} failed ({type(cause).__name__}: {reason}): "
             f"check that it is running and that llm.base_url is right"
         ) from None
+    except openai.APIError as exc:  # an {"error": ...} event in the stream
+        reason = one_line(exc.message, call.llm.api_key)
+        raise call.error(f"the LLM at {call.shown} reported an error: {reason}") from None
+    except json.JSONDecodeError as exc:
+        snippet = " ".join(redact(exc.doc, call.llm.api_key)[:80].split())  # redacted before it is cut
+        raise call.malformed(f"an event is not JSON: {snippet!r}") from None
     logger.info("LLM at %s answered in %.2f s (%d pieces)", call.shown, time.monotonic() - started, pieces)
 
 
-async def _http_error(call: _Call, response: httpx.Response) -> LLMError:
+def _http_error(call: _Call, exc: openai.APIStatusError) -> LLMError:
     """The LLMError for a response whose status is not 2xx."""
-    status = response.status_code
-    detail = await _server_message(call, response)
+    status = exc.status_code
+    detail = server_message(exc.response.content[:MAX_ERROR_BODY], call.llm.api_key)
     said = f" (server said: {detail})" if detail else ""
     logger.warning("LLM at %s answered HTTP %d", call.shown, status)
     if status in (401, 403):
@@ -375,7 +387,7 @@ async def _http_error(call: _Call, response: httpx.Response) -> LLMError:
             f"MARKDOWN_QA_API_KEY{said}"
         )
     if 300 <= status < 400:
-        location = _display_url(response.headers.get("location", "")) or "another URL"
+        location = redact_url(exc.response.headers.get("location", "")) or "another URL"
         return call.error(
             f"the LLM at {call.shown} redirects to {location} (HTTP {status}): set llm.base_url to the final URL"
         )
@@ -392,19 +404,6 @@ async def _http_error(call: _Call, response: httpx.Response) -> LLMError:
     return call.error(f"the LLM at {call.shown} answered HTTP {status}{': ' + detail if detail else ''}")
 
 
-async def _server_message(call: _Call, response: httpx.Response) -> str:
-    """The server's error text, from ``{"error": {"message": ...}}`` or the raw body, on one short line."""
-    raw = b""
-    try:
-        async for part in response.aiter_bytes():
-            raw += part
-            if len(raw) >= MAX_ERROR_BODY:
-                break
-    except httpx.HTTPError:
-        pass  # what arrived is still worth quoting
-    return server_message(raw[:MAX_ERROR_BODY], call.redact)
-
-
 def _parse_completion(call: _Call, raw: bytes) -> str:
     """The answer of a non-streaming response: ``choices[0].message.content``."""
     try:
@@ -413,7 +412,12 @@ def _parse_completion(call: _Call, raw: bytes) -> str:
         raise call.malformed("not JSON") from None
     if not isinstance(doc, dict):
         raise call.malformed("not a JSON object")
-    _raise_in_band_error(call, doc)
+    err = doc.get("error")
+    if err is not None:  # an error sent with a 200 status
+        if isinstance(err, dict):
+            err = err.get("message", err)
+        text = err if isinstance(err, str) else json.dumps(err)
+        raise call.error(f"the LLM at {call.shown} reported an error: {one_line(text, call.llm.api_key)}")
     try:
         content = doc["choices"][0]["message"]["content"]
     except (KeyError, IndexError, TypeError):
@@ -425,100 +429,17 @@ def _parse_completion(call: _Call, raw: bytes) -> str:
     return content
 
 
-def _raise_in_band_error(call: _Call, doc: dict[str, Any]) -> None:
-    """Raise LLMError for an ``{"error": ...}`` object sent with a 200 status."""
-    err = doc.get("error")
-    if err is None:
-        return
-    if isinstance(err, dict):
-        err = err.get("message", err)
-    text = err if isinstance(err, str) else json.dumps(err)
-    text = " ".join(text.split())
-    if len(text) > MAX_SERVER_MESSAGE:
-        text = text[: MAX_SERVER_MESSAGE - 3] + "..."
-    raise call.error(f"the LLM at {call.shown} reported an error: {text}")
+def _delta(chunk: ChatCompletionChunk) -> tuple[str, bool]:
+    """The text of one streamed chunk (``choices[0].delta.content``), and whether it ends the answer.
 
-
-class _EventDecoder:
-    """Server-sent events, line by line: no I/O, so it is tested without sockets.
-
-    An event is one or more ``data:`` lines ended by a blank line (several
-    ``data:`` lines are joined with newlines, as the SSE format says); comments
-    (``:``) and the other fields (``event:``, ``id:``, ``retry:``) are ignored.
+    Role-only, empty and usage-only chunks have no text; some servers send the
+    ``message`` shape instead of ``delta`` when streaming.
     """
-
-    def __init__(self) -> None:
-        # The data lines of the event being read.
-        self._data: list[str] = []
-        # How many events have been completed, to tell an empty stream from a short one.
-        self.events: int = 0
-
-    def feed(self, line: str) -> str | None:
-        """Take one line (without its line ending); return the event's data when the line completes one."""
-        if line == "":
-            return self.end()
-        if line.startswith(":"):
-            return None
-        field, _, value = line.partition(":")
-        if field == "data":
-            self._data.append(value[1:] if value.startswith(" ") else value)
-        return None
-
-    def end(self) -> str | None:
-        """Complete the pending event, if any (also called when the stream ends without a blank line)."""
-        if not self._data:
-            return None
-        payload = "\n".join(self._data)
-        self._data = []
-        self.events += 1
-        return payload
-
-
-async def _read_events(call: _Call, response: httpx.Response, ctype: str) -> AsyncGenerator[str, None]:
-    """Yield the content deltas of an OpenAI-style event stream until ``data: [DONE]``."""
-    decoder = _EventDecoder()
-    async with contextlib.aclosing(cast("AsyncGenerator[str, None]", response.aiter_lines())) as lines:
-        async for line in lines:
-            payload = decoder.feed(line)
-            if payload is None:
-                continue
-            if payload.strip() == "[DONE]":
-                return
-            text = _delta(call, payload)
-            if text:
-                yield text
-    payload = decoder.end()  # the last event lacked its blank line
-    if payload is not None and payload.strip() == "[DONE]":
-        return
-    if payload is not None:
-        text = _delta(call, payload)
-        if text:
-            yield text
-    if not decoder.events:
-        raise call.malformed(f"no server-sent events in a {ctype or 'untyped'} response")
-    logger.warning("LLM at %s ended its stream without data: [DONE]; the answer may be cut short", call.shown)
-
-
-def _delta(call: _Call, payload: str) -> str:
-    """The text of one streamed chunk: ``choices[0].delta.content``, or "" for role-only and empty deltas."""
-    try:
-        doc = json.loads(payload)
-    except ValueError:
-        snippet = " ".join(payload[:80].split())
-        raise call.malformed(f"an event is not JSON: {snippet!r}") from None
-    if not isinstance(doc, dict):
-        raise call.malformed("an event is not a JSON object")
-    _raise_in_band_error(call, doc)
-    choices = doc.get("choices")
-    if not isinstance(choices, list) or not choices:
-        return ""  # e.g. a final usage-only chunk
-    first = choices[0]
-    if not isinstance(first, dict):
-        raise call.malformed("choices[0] is not an object")
-    delta = first.get("delta")
-    if delta is None:
-        delta = first.get("message")  # some servers repeat the message shape when streaming
-    if not isinstance(delta, dict):
-        return ""
-    content = delta.get("content")
-    return content if isinstance(content, str) else ""
+    if not chunk.choices:
+        return "", False
+    first = chunk.choices[0]
+    content: object = first.delta.content if first.delta is not None else None
+    if content is None:
+        message = (first.model_extra or {}).get("message")
+        content = message.get("content") if isinstance(message, dict) else None
+    return (content if isinstance(content, str) else ""), first.finish_reason is not None

@@ -170,7 +170,7 @@ def _setup_logging(args: argparse.Namespace) -> None:
     logging.basicConfig(level=level, stream=sys.stderr, format="mdrag: %(levelname)s: %(message)s")
     # pymilvus logs every failed RPC with a traceback; mdrag reports the error itself.
     logging.getLogger("pymilvus").setLevel(logging.CRITICAL if args.verbose < 2 else logging.DEBUG)
-    for noisy in ("sentence_transformers", "transformers", "httpx", "pypdf"):
+    for noisy in ("sentence_transformers", "transformers", "httpx2", "openai", "pypdf"):
         logging.getLogger(noisy).setLevel(max(level, logging.WARNING) if args.verbose < 2 else logging.DEBUG)
 
 

@@ -18,7 +18,6 @@ import time
 from collections.abc import Callable
 from types import TracebackType
 from typing import Any, NoReturn
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus, InvalidURI, WebSocketException
 from websockets.sync.client import ClientConnection
@@ -27,6 +26,7 @@ from websockets.uri import parse_uri
 
 from mdrag.errors import MdragError
 from mdrag.protocol import MAX_QUESTION_CHARS, encode, is_loopback
+from mdrag.redact import redact_url
 
 __all__ = ["DEFAULT_SERVER", "Client", "ServerUnavailableError", "sanitize"]
 
@@ -66,19 +66,6 @@ def _one_line(text: str) -> str:
     return " ".join(sanitize(text).split())
 
 
-def _redact(url: str) -> str:
-    """The URL for messages: a ``token`` query value and a password are replaced by ``***``."""
-    parts = urlsplit(url)
-    netloc = parts.netloc
-    if parts.password is not None:
-        netloc = netloc.replace(f":{parts.password}@", ":***@", 1)
-    query = parts.query
-    if query:
-        pairs = parse_qsl(query, keep_blank_values=True)
-        query = urlencode([(k, "***" if k.lower() == "token" else v) for k, v in pairs], safe="*")
-    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
-
-
 def _closed_reason(e: ConnectionClosed) -> str:
     if e.rcvd is None:
         return "the connection dropped"
@@ -113,9 +100,10 @@ class Client:
             uri = parse_uri(url)
         except InvalidURI:
             raise ValueError(
-                f"invalid server address {_redact(url)!r}: use ws://HOST:PORT or wss://HOST:PORT, e.g. {DEFAULT_SERVER}"
+                f"invalid server address {redact_url(url)!r}: use ws://HOST:PORT or wss://HOST:PORT, "
+                f"e.g. {DEFAULT_SERVER}"
             ) from None
-        self.url = url  # as given; messages show _redact(url)
+        self.url = url  # as given; messages show redact_url(url)
         self.token = token  # sent as "Authorization: Bearer <token>"
         self.timeout = timeout  # the most seconds to wait for one message of a reply
         self.open_timeout = open_timeout  # the most seconds for the handshake and the first status
@@ -142,7 +130,7 @@ class Client:
         """
         if self._ws is not None:
             return self.server_status
-        shown = _redact(self.url)
+        shown = redact_url(self.url)
         headers = {"Authorization": f"Bearer {self.token}"} if self.token else None
         try:
             self._ws = ws_connect(
@@ -195,7 +183,7 @@ class Client:
             ws.close()
 
     def _unreachable(self, why: str) -> str:
-        return f"cannot reach the mdrag server at {_redact(self.url)} ({why}). {_START_HINT}"
+        return f"cannot reach the mdrag server at {redact_url(self.url)} ({why}). {_START_HINT}"
 
     def _refused(self, e: InvalidStatus) -> str:
         status = e.response.status_code
@@ -204,11 +192,11 @@ class Client:
         if body:
             why += f": {body}"
         if status < 400:
-            return f"the server at {_redact(self.url)} did not accept a WebSocket connection ({why}); {_NOT_MDRAG}"
+            return f"the server at {redact_url(self.url)} did not accept a WebSocket connection ({why}); {_NOT_MDRAG}"
         hint = ""
         if status in (401, 403):
             hint = " Check the token (setting server.token on the server, sent as `Authorization: Bearer TOKEN`)."
-        return f"the mdrag server at {_redact(self.url)} refused the connection ({why}).{hint}"
+        return f"the mdrag server at {redact_url(self.url)} refused the connection ({why}).{hint}"
 
     # -- messages -----------------------------------------------------------------------------------
 
@@ -247,13 +235,13 @@ class Client:
         except TimeoutError:
             self.close()  # a late reply would be read as the answer to the next question
             raise ServerUnavailableError(
-                f"no reply from the mdrag server at {_redact(self.url)} in {self.timeout:g} s"
+                f"no reply from the mdrag server at {redact_url(self.url)} in {self.timeout:g} s"
             ) from None
 
     def _lost(self, e: ConnectionClosed) -> NoReturn:
         self._ws = None
         raise ServerUnavailableError(
-            f"lost the connection to the mdrag server at {_redact(self.url)} ({_closed_reason(e)})"
+            f"lost the connection to the mdrag server at {redact_url(self.url)} ({_closed_reason(e)})"
         ) from None
 
     def _wait_while_loading(self, deadline: float) -> None:

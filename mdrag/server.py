@@ -137,14 +137,14 @@ class QAServer:
         self._server: Any = None  # websockets Server
         self._tasks: set[asyncio.Task[Any]] = set()  # background tasks, cancelled on stop
         self._stop = asyncio.Event()  # stops the file watchers
-        self._http: Any = None  # httpx.AsyncClient shared by LLM requests (keep-alive connections)
+        self._http: Any = None  # httpx2.AsyncClient shared by LLM requests (keep-alive connections)
         self._page = web.load_static()  # the browser page, answered to plain HTTP requests on the same port
         self.ready = asyncio.Event()  # set once the index is loaded (or known to be empty), or loading failed
         self.failed: str | None = None  # why loading the index failed; the server must then stop
 
     # -- lifecycle ---------------------------------------------------------
     async def start(self) -> None:
-        import httpx
+        import httpx2
         from websockets.asyncio.server import serve
 
         host, port = self.config["server.host"], self.config["server.port"]
@@ -153,7 +153,7 @@ class QAServer:
                 f"binding to {host} exposes your documents to the network: set a token with "
                 "--token (setting server.token), or bind to 127.0.0.1"
             )
-        self._http = httpx.AsyncClient(follow_redirects=False, limits=httpx.Limits(max_connections=64))
+        self._http = httpx2.AsyncClient(follow_redirects=False, limits=httpx2.Limits(max_connections=64))
         self._server = await serve(
             self._handle,
             host,

@@ -26,10 +26,13 @@ class Script:
     status: int = 200  # anything else: an error response with error_body
     error_body: bytes = b""
     hang: str | None = None  # "before_headers" or "after_first": go silent until the test ends
-    malformed: bool = False  # send an event that is not JSON after the first token
+    malformed: bool = False  # send an event that is not JSON (bad_event) after the first token
+    bad_event: bytes = b"{this is not json"
+    cut: bool = False  # drop the connection after the first token, in the middle of the stream
+    error_event: str | None = None  # send {"error": {"message": error_event}} after the first token
     as_json: bool = False  # answer with one non-streaming JSON completion
     role_first: bool = True  # start with a role-only delta, as OpenAI does
-    requests: list[dict[str, Any]] = field(default_factory=list)  # {"path", "headers", "body"}
+    requests: list[dict[str, Any]] = field(default_factory=list)  # {"path", "headers" (lower-case names), "body"}
     disconnected: threading.Event = field(default_factory=threading.Event)  # a write failed
     finished: threading.Event = field(default_factory=threading.Event)  # the whole stream was written
     stop: threading.Event = field(default_factory=threading.Event)  # set at teardown: end all waits
@@ -52,7 +55,9 @@ class Handler(BaseHTTPRequestHandler):
         script = self.server.script
         length = int(self.headers.get("Content-Length") or 0)
         body = json.loads(self.rfile.read(length)) if length else None
-        script.requests.append({"path": self.path, "headers": dict(self.headers.items()), "body": body})
+        script.requests.append(
+            {"path": self.path, "headers": {k.lower(): v for k, v in self.headers.items()}, "body": body}
+        )
         if script.hang == "before_headers":
             script.stop.wait(10)
             return
@@ -84,7 +89,9 @@ class Handler(BaseHTTPRequestHandler):
         for i, token in enumerate(script.tokens):
             events.append(sse({"choices": [{"index": 0, "delta": {"content": token}, "finish_reason": None}]}))
             if i == 0 and script.malformed:
-                events.append(b"data: {this is not json\n\n")
+                events.append(b"data: " + script.bad_event + b"\n\n")
+            if i == 0 and script.error_event is not None:
+                events.append(sse({"error": {"message": script.error_event}}))
         events.append(sse({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}))
         events.append(b"data: [DONE]\n\n")
         tokens_sent = 0
@@ -93,6 +100,9 @@ class Handler(BaseHTTPRequestHandler):
                 return
             if b'"content"' in event:
                 tokens_sent += 1
+                if tokens_sent == 1 and script.cut:
+                    self.close_connection = True  # no closing chunk: the body ends in the middle
+                    return
                 if tokens_sent == 1 and script.hang == "after_first":
                     script.stop.wait(10)
                     return

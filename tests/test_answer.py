@@ -11,7 +11,6 @@ import traceback
 
 import pytest
 
-from mdrag import answer
 from mdrag.answer import NO_RELEVANT, LLMSettings, answer_stream, build_messages, numbered_sources
 from mdrag.errors import LLMError
 from mdrag.types import SearchResult
@@ -135,14 +134,6 @@ def test_settings_repr_hides_the_key() -> None:
     assert LLMSettings("http://h/v1/chat/completions").url == "http://h/v1/chat/completions"
 
 
-def test_event_decoder_joins_data_lines_and_skips_other_fields() -> None:
-    d = answer._EventDecoder()
-    fed = [d.feed(line) for line in [": comment", "event: x", "id: 1", "data: a", "data:b", "retry: 5", ""]]
-    assert fed == [None] * 6 + ["a\nb"]
-    assert d.feed("") is None and d.events == 1
-    assert d.feed("data: [DONE]") is None and d.end() == "[DONE]"
-
-
 # -- answers without an LLM -------------------------------------------------------------
 
 
@@ -177,7 +168,7 @@ def test_streams_tokens_in_order_and_sends_the_request(llm: LLM, caplog: pytest.
     assert llm.script.finished.is_set()
     [req] = llm.script.requests
     assert req["path"] == "/v1/chat/completions"
-    assert req["headers"]["Authorization"] == f"Bearer {KEY}"
+    assert req["headers"]["authorization"] == f"Bearer {KEY}"
     body = req["body"]
     assert body["model"] == "test-model" and body["stream"] is True and body["max_tokens"] == 200
     assert body["messages"] == build_messages(QUESTION, numbered_sources(RESULTS, llm.settings()))
@@ -192,7 +183,7 @@ def test_trailing_slash_no_key_no_max_tokens(llm: LLM) -> None:
     assert collect(QUESTION, RESULTS, settings) == llm.script.tokens
     [req] = llm.script.requests
     assert req["path"] == "/v1/chat/completions"
-    assert "Authorization" not in req["headers"] and "max_tokens" not in req["body"]
+    assert "authorization" not in req["headers"] and "max_tokens" not in req["body"]
 
 
 def test_non_streaming_json_answer_is_one_piece(llm: LLM) -> None:
@@ -221,6 +212,56 @@ def test_server_error_quotes_the_message(llm: LLM, caplog: pytest.LogCaptureFixt
     assert llm.base_url in str(exc)
     assert len(str(exc)) < 500  # the server's text is cut to 300 characters
     assert_no_key(exc, caplog)
+
+
+@pytest.mark.parametrize(
+    ("status", "says"),
+    [(404, "check llm.base_url (it usually ends in /v1) and llm.model"), (429, "rate limiting requests (HTTP 429)")],
+)
+def test_not_found_and_rate_limited_say_what_to_do(
+    llm: LLM, status: int, says: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    llm.script.status = status
+    llm.script.error_body = json.dumps({"error": {"message": f"no luck for {KEY}"}}).encode()
+    exc, got = failure(llm.settings())
+    assert got == [] and f"HTTP {status}" in str(exc) and says in str(exc)
+    assert "no luck for ***" in str(exc)
+    assert len(llm.script.requests) == 1  # an answer is not retried: the user asks again
+    assert_no_key(exc, caplog)
+
+
+def test_stream_cut_in_the_middle_is_an_error(llm: LLM, caplog: pytest.LogCaptureFixture) -> None:
+    """The connection drops after the first token: the answer so far, then an error, not a quiet end."""
+    caplog.set_level(logging.DEBUG)
+    llm.script.cut = True
+    exc, got = failure(llm.settings())
+    assert got == ["Hel"]
+    assert f"the connection to the LLM at {llm.base_url}/chat/completions failed" in str(exc)
+    assert_no_key(exc, caplog)
+
+
+def test_error_event_in_the_stream(llm: LLM, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    llm.script.error_event = f"model overloaded (key {KEY})"
+    exc, got = failure(llm.settings())
+    assert got == ["Hel"]
+    assert "reported an error: model overloaded (key ***)" in str(exc)
+    assert_no_key(exc, caplog)
+
+
+def test_openai_environment_is_not_used(llm: LLM, monkeypatch: pytest.MonkeyPatch) -> None:
+    """OPENAI_* variables belong to other tools: mdrag sends only the key its settings give, or none."""
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-from-the-environment")
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")
+    monkeypatch.setenv("OPENAI_CUSTOM_HEADERS", "Authorization: Bearer sk-custom-header")
+    monkeypatch.setenv("OPENAI_ORG_ID", "org-environment")
+    monkeypatch.setenv("OPENAI_PROJECT_ID", "proj-environment")
+    assert collect(QUESTION, RESULTS, LLMSettings(llm.base_url, model="m", timeout=5.0)) == llm.script.tokens
+    assert collect(QUESTION, RESULTS, llm.settings()) == llm.script.tokens
+    without, with_key = (r["headers"] for r in llm.script.requests)
+    assert "authorization" not in without and with_key["authorization"] == f"Bearer {KEY}"
+    assert not {"openai-organization", "openai-project"} & (without.keys() | with_key.keys())
 
 
 def test_connection_refused(caplog: pytest.LogCaptureFixture) -> None:
@@ -252,6 +293,17 @@ def test_malformed_event_raises(llm: LLM, caplog: pytest.LogCaptureFixture) -> N
     exc, got = failure(llm.settings())
     assert got == ["Hel"]
     assert "malformed" in str(exc) and "not JSON" in str(exc)
+    assert_no_key(exc, caplog)
+
+
+def test_a_key_in_a_malformed_event_is_redacted_before_the_quote_is_cut(
+    llm: LLM, caplog: pytest.LogCaptureFixture
+) -> None:
+    llm.script.malformed = True
+    llm.script.bad_event = b"x" * 70 + KEY.encode() + b" not json"  # the quote's 80 characters end inside the key
+    exc, _ = failure(llm.settings())
+    assert "an event is not JSON: 'xxxxx" in str(exc) and "***" in str(exc)
+    assert KEY[:8] not in str(exc)
     assert_no_key(exc, caplog)
 
 

@@ -25,6 +25,7 @@ from mdrag.errors import EmbeddingError
 
 KEY = "sk-test-SECRET-d3adb33f-7c1e"  # distinctive, so a leak is easy to spot
 DIM = 8
+SOON = {"Retry-After": "0.01"}  # a server's own wait, honored: keeps retry tests quick
 
 # A scripted reply: (status, headers, body) or a function of the request body.
 Reply = tuple[int, dict[str, str], bytes]
@@ -98,12 +99,13 @@ def make_handler(state: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
             raw = self.rfile.read(int(self.headers.get("Content-Length", "0")))
             body = json.loads(raw)
             with state.lock:
-                state.requests.append(Recorded(self.path, dict(self.headers.items()), body))
+                state.requests.append(Recorded(self.path, {k.lower(): v for k, v in self.headers.items()}, body))
             status, headers, payload = state.reply(body)
             try:
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(payload)))
+                if "Content-Length" not in headers:  # a reply may promise more than it sends
+                    self.send_header("Content-Length", str(len(payload)))
                 for k, v in headers.items():
                     self.send_header(k, v)
                 self.end_headers()
@@ -145,7 +147,6 @@ def server() -> Iterator[FakeOpenAI]:
 def embedder(server: FakeOpenAI, **kw: Any) -> OpenAIEmbedder:
     kw.setdefault("api_key", KEY)
     kw.setdefault("model", "test-embed")
-    kw.setdefault("backoff", 0.01)
     kw.setdefault("max_retries", 3)
     kw.setdefault("timeout", 5.0)
     return OpenAIEmbedder(server.url, **kw)
@@ -201,15 +202,24 @@ def test_request_format_and_headers(server: FakeOpenAI) -> None:
     e.embed(["hello"])
     (req,) = server.requests
     assert req.path == "/v1/embeddings"
-    assert req.body == {"model": "m-1", "input": ["hello"]}
+    assert req.body == {"model": "m-1", "input": ["hello"], "encoding_format": "float"}
     headers = {k.lower(): v for k, v in req.headers.items()}
     assert headers["authorization"] == f"Bearer {KEY}"
     assert headers["content-type"] == "application/json"
 
 
-def test_no_authorization_header_without_key(server: FakeOpenAI) -> None:
+def test_no_authorization_header_without_key(server: FakeOpenAI, monkeypatch: pytest.MonkeyPatch) -> None:
+    """OPENAI_* variables belong to other tools: mdrag sends only the key its settings give, or none."""
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-from-the-environment")
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")
+    monkeypatch.setenv("OPENAI_CUSTOM_HEADERS", "Authorization: Bearer sk-custom-header")
+    monkeypatch.setenv("OPENAI_ORG_ID", "org-environment")
+    monkeypatch.setenv("OPENAI_PROJECT_ID", "proj-environment")
     embedder(server, api_key=None).embed(["hello"])
-    assert "authorization" not in {k.lower() for k in server.requests[0].headers}
+    embedder(server).embed(["hello"])
+    without, with_key = (r.headers for r in server.requests)
+    assert "authorization" not in without and with_key["authorization"] == f"Bearer {KEY}"
+    assert not {"openai-organization", "openai-project"} & (without.keys() | with_key.keys())
 
 
 def test_model_id_and_repr(server: FakeOpenAI) -> None:
@@ -269,55 +279,52 @@ def test_dimension_mismatch_is_an_error(server: FakeOpenAI) -> None:
 @pytest.mark.parametrize("status", [429, 500, 502, 503, 504])
 def test_retry_then_success(server: FakeOpenAI, status: int, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.DEBUG)
-    server.script = [error_json(status, "busy"), error_json(status, "busy")]
+    server.script = [error_json(status, f"busy, key {KEY}", SOON), error_json(status, "busy", SOON)]
     vectors = embedder(server).embed(["a", "b"])
     np.testing.assert_allclose(vectors, expected(["a", "b"]), rtol=1e-6)
     assert len(server.requests) == 3
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING and r.name == openai_compat.__name__]
     assert len(warnings) == 2
-    assert f"HTTP {status}" in warnings[0].getMessage()
+    assert f"HTTP {status}: busy, key ***" in warnings[0].getMessage() and "retry 1 of 3" in warnings[0].getMessage()
     assert_no_key(None, caplog)
 
 
-def test_retry_after_zero_beats_a_long_backoff(server: FakeOpenAI) -> None:
-    server.script = [error_json(429, "slow down", {"Retry-After": "0"})] * 2
-    start = time.monotonic()
-    embedder(server, backoff=10.0).embed(["a"])
-    assert time.monotonic() - start < 2.0
-    assert len(server.requests) == 3
-
-
-def test_backoff_doubles_honors_retry_after_and_is_capped(server: FakeOpenAI, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_retry_after_is_honored_then_waits_grow(server: FakeOpenAI, monkeypatch: pytest.MonkeyPatch) -> None:
     waits: list[float] = []
-    monkeypatch.setattr(openai_compat, "_sleep", waits.append)
-    server.script = [
-        error_json(503, "x"),
-        error_json(503, "x"),
-        error_json(429, "x", {"Retry-After": "3"}),
-        error_json(429, "x", {"Retry-After": "1000"}),
-        error_json(503, "x", {"Retry-After": "Wed, 21 Oct 2015 07:28:00 GMT"}),
-        error_json(503, "x"),
-        error_json(503, "x"),
-    ]
-    embedder(server, backoff=1.0, max_retries=7).embed(["a"])
-    assert waits == [1.0, 2.0, 3.0, 30.0, 16.0, 30.0, 30.0]
-    assert len(server.requests) == 8
+    monkeypatch.setattr(time, "sleep", waits.append)  # the openai client waits with time.sleep
+    server.script = [error_json(429, "x", {"Retry-After": "3"}), error_json(503, "x"), error_json(503, "x")]
+    embedder(server, max_retries=3).embed(["a"])
+    assert len(server.requests) == 4
+    assert waits[0] == 3.0
+    assert 0 < waits[1] < waits[2] <= 8.0
+
+
+def test_a_response_cut_in_the_middle_is_retried(server: FakeOpenAI, caplog: pytest.LogCaptureFixture) -> None:
+    """The server promises a body and closes the connection halfway: another attempt, then the vectors."""
+    caplog.set_level(logging.DEBUG)
+    server.script = [lambda body: (200, {"Content-Length": "4000"}, b'{"object": "list", "data": [')]
+    vectors = embedder(server).embed(["a", "b"])
+    np.testing.assert_allclose(vectors, expected(["a", "b"]), rtol=1e-6)
+    assert len(server.requests) == 2
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "retry 1 of 3" in warnings[0]
+    assert_no_key(None, caplog)
 
 
 def test_retries_exhausted(server: FakeOpenAI, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.DEBUG)
-    server.always(error_json(503, "model is loading"))
+    server.always(error_json(503, f"model is loading (key {KEY})", SOON))
     exc = raised(lambda: embedder(server, max_retries=2).embed(["a"]))
     assert len(server.requests) == 3
     msg = str(exc)
     assert server.url + "/embeddings" in msg
-    assert "HTTP 503" in msg and "model is loading" in msg
+    assert "HTTP 503" in msg and "model is loading (key ***)" in msg
     assert "3 attempts" in msg and "embedding.max_retries" in msg
     assert_no_key(exc, caplog)
 
 
 def test_zero_retries_means_one_request(server: FakeOpenAI) -> None:
-    server.always(error_json(429, "rate limited", {"Retry-After": "0"}))
+    server.always(error_json(429, "rate limited", SOON))
     raised(lambda: embedder(server, max_retries=0).embed(["a"]))
     assert len(server.requests) == 1
 
@@ -432,6 +439,13 @@ def test_malformed_response_names_the_problem(server: FakeOpenAI, what: str, cap
     assert_no_key(exc, caplog)
 
 
+def test_a_key_in_a_malformed_response_is_redacted_before_the_quote_is_cut(server: FakeOpenAI) -> None:
+    server.always((200, {}, b"x" * 70 + KEY.encode() + b" not json"))  # the quote's 80 characters end in the key
+    exc = raised(lambda: embedder(server).embed(["a"]))
+    assert "not JSON: 'xxxxx" in str(exc) and "***" in str(exc)
+    assert KEY[:8] not in str(exc)
+
+
 def test_missing_index_falls_back_to_position(server: FakeOpenAI) -> None:
     server.always(
         lambda body: (
@@ -458,13 +472,13 @@ def test_connection_refused_fails_fast_with_the_url(
 ) -> None:
     caplog.set_level(logging.DEBUG)
     url = f"http://127.0.0.1:{closed_port()}/v1"
-    e = OpenAIEmbedder(url, api_key=KEY, backoff=0.01, max_retries=2)
+    e = OpenAIEmbedder(url, api_key=KEY, max_retries=1)
     start = time.monotonic()
     exc = raised(lambda: e.embed(["a"]))
     assert time.monotonic() - start < 2.0
     assert url + "/embeddings" in str(exc)
     assert "connection refused" in str(exc)
-    assert len([r for r in caplog.records if r.levelno == logging.WARNING]) == 2
+    assert len([r for r in caplog.records if r.levelno == logging.WARNING]) == 1
     assert_no_key(exc, caplog)
 
 
@@ -496,7 +510,6 @@ def test_base_url_must_be_http(url: str) -> None:
         {"batch_size": 0},
         {"timeout": 0},
         {"max_retries": -1},
-        {"backoff": -1},
         {"dimension": 0},
     ],
 )
@@ -526,6 +539,6 @@ def test_an_index_built_through_the_api(server: FakeOpenAI, tmp_path, monkeypatc
     summary = index.update([docs])
     assert summary.chunks_embedded == 2
     assert index.status()["model"] == {"model": "openai:test-embed", "dimension": 8}
-    assert server.requests and all(r.headers.get("Authorization") == "Bearer sk-index-test" for r in server.requests)
+    assert server.requests and all(r.headers.get("authorization") == "Bearer sk-index-test" for r in server.requests)
     assert index.search("Alpha rockets", k=1, threshold=0)[0].rel_path == "a.md"
     index.close()

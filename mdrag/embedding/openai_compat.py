@@ -1,49 +1,41 @@
 """Embedder for any OpenAI-compatible ``POST {base_url}/embeddings`` endpoint.
 
 Works with OpenAI itself and with servers that speak the same format (vLLM,
-llama.cpp, Ollama's ``/v1``, LiteLLM, text-embeddings-inference ...). Only the
-standard library is used for HTTP.
+llama.cpp, Ollama's ``/v1``, LiteLLM, text-embeddings-inference ...). Requests
+go through the official ``openai`` client, which retries and times them out;
+the answers are checked here, strictly, since not every server is OpenAI.
 
 The API key is sent in the ``Authorization`` header and nowhere else: it never
 appears in a log record, an exception message or ``repr()``, and it is not
 forwarded when a server answers with a redirect (redirects are refused).
+``OPENAI_API_KEY`` and ``OPENAI_BASE_URL`` from the environment are not used.
 """
 
 from __future__ import annotations
 
-import http.client
 import json
 import logging
-import math
-import time
-import urllib.error
+import threading
 import urllib.parse
-import urllib.request
 from collections.abc import Sequence
 from typing import Any
 
+import httpx2
 import numpy as np
+import openai
 
 from mdrag.embedding.base import Embedder
 from mdrag.errors import EmbeddingError
-from mdrag.httperrors import server_message
+from mdrag.httperrors import NO_KEY, auth_headers, server_message
+from mdrag.redact import redact, redact_url
 
 __all__ = ["OpenAIEmbedder"]
 
 logger = logging.getLogger(__name__)
 
-RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})  # worth another try
-MAX_DELAY = 30.0  # seconds; no single wait between retries is longer
 DIMENSION_PROBE = "dimension probe"  # text embedded to learn the dimension
-
-_sleep = time.sleep  # indirection so tests can record the waits
-
-
-class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    """Refuse redirects: urllib would turn the POST into a GET and drop the body."""
-
-    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
-        return None
+RETRIED_4XX = frozenset({408, 409, 429})  # the openai client retries these and every 5xx
+MAX_ERROR_BODY = 64 * 1024  # bytes of an error response we quote from
 
 
 class OpenAIEmbedder(Embedder):
@@ -60,12 +52,12 @@ class OpenAIEmbedder(Embedder):
         model: the model name the server expects.
         batch_size: texts per request.
         timeout: seconds to wait for one response.
-        max_retries: further attempts after a 429, 5xx, connection error or
-            timeout (so at most ``max_retries + 1`` requests per batch).
+        max_retries: further attempts after a 408, 409, 429, 5xx, connection
+            error or timeout (so at most ``max_retries + 1`` requests per
+            batch); the openai client waits 0.5 s, then twice as long each
+            time (at most 8 s), or what the server's ``Retry-After`` says.
         dimension: the vector length if known; otherwise learned from the
             first response.
-        backoff: first wait between retries in seconds, doubled each time
-            (a numeric ``Retry-After`` header wins); no wait exceeds 30 s.
 
     Raises:
         EmbeddingError: when a setting is invalid.
@@ -80,7 +72,6 @@ class OpenAIEmbedder(Embedder):
         timeout: float = 60.0,
         max_retries: int = 5,
         dimension: int | None = None,
-        backoff: float = 0.5,
     ) -> None:
         parsed = urllib.parse.urlsplit(base_url or "")
         if parsed.scheme not in ("http", "https") or not parsed.netloc:
@@ -96,8 +87,6 @@ class OpenAIEmbedder(Embedder):
             raise EmbeddingError(f"embedding.timeout must be positive, got {timeout}")
         if max_retries < 0:
             raise EmbeddingError(f"embedding.max_retries must be 0 or more, got {max_retries}")
-        if not backoff >= 0:
-            raise EmbeddingError(f"embedding.backoff must be 0 or more, got {backoff}")
         if dimension is not None and dimension < 1:
             raise EmbeddingError(f"embedding.dimension must be at least 1, got {dimension}")
 
@@ -113,14 +102,23 @@ class OpenAIEmbedder(Embedder):
         self.timeout: float = timeout
         # Extra attempts after a retryable failure before giving up.
         self.max_retries: int = max_retries
-        # First wait between retries in seconds; doubled on each further retry.
-        self.backoff: float = backoff
-        # Secret; only ever written into the Authorization header.
+        # Secret; only ever given to the openai client, which writes it into the Authorization header.
         self._api_key: str | None = api_key or None
         # Vector length: given, or learned from the first response (None until then).
         self._dimension: int | None = dimension
-        # Our own opener: proxies read from the environment now, redirects refused.
-        self._opener: urllib.request.OpenerDirector = urllib.request.build_opener(_NoRedirect)
+        # This thread's request: attempts so far and why the last one failed (for the retry warnings).
+        self._attempt: threading.local = threading.local()
+        # Retries, timeouts and typed errors; redirects refused (a POST must not move, nor the key with it).
+        self._client: openai.OpenAI = openai.OpenAI(
+            base_url=base_url.rstrip("/"),
+            api_key=self._api_key or NO_KEY,
+            timeout=timeout,
+            max_retries=max_retries,
+            http_client=httpx2.Client(
+                follow_redirects=False,
+                event_hooks={"request": [self._on_request], "response": [self._on_response]},
+            ),
+        )
 
     def __repr__(self) -> str:
         key = "set" if self._api_key else "none"
@@ -146,8 +144,7 @@ class OpenAIEmbedder(Embedder):
         texts = list(texts)
         if not texts:
             return np.zeros((0, self.dimension), dtype=np.float32)
-        body = json.dumps({"model": self.model, "input": texts}).encode("utf-8")
-        payload = self._post(body)
+        payload = self._post(texts)
         vectors = self._parse(payload, len(texts))
         if self._dimension is None:
             self._dimension = vectors.shape[1]
@@ -160,52 +157,31 @@ class OpenAIEmbedder(Embedder):
 
     # -- HTTP -----------------------------------------------------------------
 
-    def _request(self, body: bytes) -> urllib.request.Request:
-        req = urllib.request.Request(self.url, data=body, method="POST")
-        req.add_header("Content-Type", "application/json")
-        req.add_header("Accept", "application/json")
-        req.add_header("User-Agent", "mdrag")
-        if self._api_key:
-            # Unredirected: never copied onto a request to another URL.
-            req.add_unredirected_header("Authorization", f"Bearer {self._api_key}")
-        return req
-
-    def _post(self, body: bytes) -> bytes:
-        """POST with retries; returns the response body of a 2xx answer."""
-        attempts = self.max_retries + 1
-        last = ""
-        for attempt in range(attempts):
-            retry_after: float | None = None
-            try:
-                with self._opener.open(self._request(body), timeout=self.timeout) as resp:
-                    return bytes(resp.read())
-            except urllib.error.HTTPError as exc:
-                status = exc.code
-                detail = self._server_message(exc)
-                exc.close()
-                if status in (401, 403):
-                    raise EmbeddingError(
-                        f"{self.url} rejected the API key (HTTP {status}): set embedding.api_key or MARKDOWN_QA_API_KEY"
-                    ) from None
-                if status not in RETRY_STATUSES:
-                    raise EmbeddingError(self._client_error(status, detail, exc)) from None
-                last = f"HTTP {status}" + (f": {detail}" if detail else "")
-                retry_after = _parse_retry_after(exc.headers.get("Retry-After"))
-            except (urllib.error.URLError, http.client.HTTPException, OSError) as exc:
-                last = _describe_connection_error(exc)
-            if attempt + 1 >= attempts:
-                break
-            delay = retry_after if retry_after is not None else self.backoff * 2**attempt
-            delay = min(delay, MAX_DELAY)
-            logger.warning(
-                "Embedding request to %s failed (%s); retrying in %.2f s (retry %d of %d)",
-                self.url,
-                last,
-                delay,
-                attempt + 1,
-                self.max_retries,
+    def _post(self, texts: list[str]) -> bytes:
+        """POST the texts (the openai client retries); returns the body of a 2xx answer."""
+        self._attempt.count = 0
+        self._attempt.failure = ""
+        try:
+            raw = self._client.embeddings.with_raw_response.create(
+                model=self.model,
+                input=texts,
+                encoding_format="float",
+                extra_headers=auth_headers(self._api_key),
             )
-            _sleep(delay)
+            return raw.http_response.content
+        except openai.APIStatusError as exc:
+            status = exc.status_code
+            detail = server_message(exc.response.content[:MAX_ERROR_BODY], self._api_key)
+            if status in (401, 403):
+                raise EmbeddingError(
+                    f"{self.url} rejected the API key (HTTP {status}): set embedding.api_key or MARKDOWN_QA_API_KEY"
+                ) from None
+            if status not in RETRIED_4XX and status < 500:
+                raise EmbeddingError(self._client_error(status, detail, exc.response)) from None
+            last = f"HTTP {status}" + (f": {detail}" if detail else "")
+        except openai.APIConnectionError as exc:  # timeouts included
+            last = _describe_connection_error(exc)
+        attempts = max(self._attempt.count, 1)
         raise EmbeddingError(
             f"embedding endpoint {self.url} still failing after {attempts} attempt"
             f"{'s' if attempts != 1 else ''} (last error: {last}): check that the "
@@ -213,31 +189,38 @@ class OpenAIEmbedder(Embedder):
             f"embedding.max_retries if it is overloaded"
         )
 
-    def _client_error(self, status: int, detail: str, exc: urllib.error.HTTPError) -> str:
+    def _on_request(self, request: httpx2.Request) -> None:
+        """Event hook before each attempt: count it, and warn when it retries a failed one."""
+        self._attempt.count += 1  # set to 0 by _post, in this same thread
+        retry = self._attempt.count - 1
+        if retry:
+            logger.warning(
+                "Embedding request to %s failed (%s); retry %d of %d",
+                self.url,
+                self._attempt.failure or "no answer: the connection failed or timed out",
+                retry,
+                self.max_retries,
+            )
+        self._attempt.failure = ""
+
+    def _on_response(self, response: httpx2.Response) -> None:
+        """Event hook after each answer: remember why it failed, for the retry's warning."""
+        if not response.is_success:
+            response.read()
+            detail = server_message(response.content[:MAX_ERROR_BODY], self._api_key)
+            self._attempt.failure = f"HTTP {response.status_code}" + (f": {detail}" if detail else "")
+
+    def _client_error(self, status: int, detail: str, response: httpx2.Response) -> str:
         """Message for a non-retryable HTTP error."""
         msg = f"{self.url} refused the request (HTTP {status})"
         if detail:
             msg += f": {detail}"
         if 300 <= status < 400:
-            location = self._redact(exc.headers.get("Location") or "")
+            location = redact_url(redact(response.headers.get("Location") or "", self._api_key))
             return f"{msg}: it redirects to {location or 'another URL'}; set embedding.base_url to the final URL"
         if status == 404:
             return f"{msg}: check embedding.base_url (it usually ends in /v1) and embedding.model"
         return f"{msg}: check embedding.model and the input"
-
-    def _server_message(self, exc: urllib.error.HTTPError) -> str:
-        """The server's error text, from ``{"error": {"message": ...}}`` or the raw body."""
-        try:
-            raw = exc.read(64 * 1024)
-        except (OSError, http.client.HTTPException):
-            return ""
-        return server_message(raw, self._redact)
-
-    def _redact(self, text: str) -> str:
-        """Remove the API key should a server echo it back."""
-        if self._api_key:
-            text = text.replace(self._api_key, "***")
-        return text
 
     # -- response ---------------------------------------------------------------
 
@@ -253,7 +236,8 @@ class OpenAIEmbedder(Embedder):
         try:
             doc = json.loads(payload)
         except ValueError:
-            snippet = " ".join(self._redact(payload[:80].decode("utf-8", "replace")).split())
+            text = redact(payload[:4096].decode("utf-8", "replace"), self._api_key)
+            snippet = " ".join(text[:80].split())  # redacted before it is cut
             raise bad(f"not JSON: {snippet!r}") from None
         if not isinstance(doc, dict) or not isinstance(doc.get("data"), list):
             raise bad("no 'data' list")
@@ -286,25 +270,15 @@ class OpenAIEmbedder(Embedder):
         return vectors
 
 
-def _parse_retry_after(value: str | None) -> float | None:
-    """Seconds from a numeric ``Retry-After`` header; None if absent or a date."""
-    if value is None:
-        return None
-    try:
-        seconds = float(value.strip())
-    except ValueError:
-        return None
-    if not math.isfinite(seconds) or seconds < 0:
-        return None
-    return seconds
-
-
-def _describe_connection_error(exc: BaseException) -> str:
+def _describe_connection_error(exc: openai.APIConnectionError) -> str:
     """A short reason for a failure before any HTTP status arrived."""
-    reason: object = exc.reason if isinstance(exc, urllib.error.URLError) else exc
-    if isinstance(reason, TimeoutError):
+    if isinstance(exc, openai.APITimeoutError):
         return "timed out"
-    if isinstance(reason, ConnectionRefusedError):
-        return "connection refused"
-    text = str(reason) or type(reason).__name__
-    return f"connection error: {text}"
+    cause: BaseException | None = exc.__cause__
+    seen = 0
+    while cause is not None and seen < 10:  # the OS error is a few links down the chain
+        if isinstance(cause, ConnectionRefusedError):
+            return "connection refused"
+        cause, seen = cause.__cause__ or cause.__context__, seen + 1
+    reason = exc.__cause__ or exc
+    return f"connection error: {str(reason) or type(reason).__name__}"
