@@ -721,8 +721,13 @@ class FaissStore:
         params: list[Any] = []
         if where.path_prefix:
             field = "path" if where.path_prefix.startswith("/") else "rel_path"
-            conds.append(f"{field} >= ? AND substr({field}, 1, ?) = ?")
-            params += [where.path_prefix, len(where.path_prefix), where.path_prefix]
+            try:
+                raw = where.path_prefix.encode("utf-8")
+            except UnicodeEncodeError as e:
+                raise ConfigError(f"path prefixes must be valid Unicode text: {where.path_prefix!r}") from e
+            # compared as bytes: SQLite's text functions stop at a NUL character
+            conds.append(f"{field} >= ? AND substr(CAST({field} AS BLOB), 1, ?) = ?")
+            params += [where.path_prefix, len(raw), raw]
             end = _prefix_end(where.path_prefix)
             if end is not None:
                 conds.append(f"{field} < ?")
