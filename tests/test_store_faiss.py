@@ -1,0 +1,82 @@
+"""What only the FAISS store has: its files (SQLite, the saved .faiss index) and what happens when they are damaged."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mdrag.config import load_config
+from mdrag.errors import StoreDamagedError
+from mdrag.store.faiss import FaissStore
+from tests.test_store_contract import IDENTITY, make_chunks, vectors
+
+
+def _store(name: str) -> FaissStore:
+    return FaissStore.from_config(load_config(), name, IDENTITY, None)
+
+
+def _filled(name: str) -> tuple[FaissStore, np.ndarray]:
+    s = _store(name)
+    s.open()
+    chunks, vecs = make_chunks(1, 40), vectors(1, 40)
+    s.upsert(chunks, vecs)
+    s.end_run(set(), set(), whole=True)
+    return s, vecs
+
+
+def test_files_live_in_the_cache_folder(mdrag_home: Path) -> None:
+    s, _ = _filled("docs")
+    s.close()
+    folder = mdrag_home / "cache" / "faiss"
+    assert (folder / "docs.sqlite").is_file() and (folder / "docs.faiss").is_file()
+    assert not list(folder.glob("*.pkl")) and not list(folder.glob("*.tmp"))
+
+
+@pytest.mark.parametrize("damage", ["missing", "garbage", "stale"])
+def test_a_missing_damaged_or_stale_faiss_file_is_rebuilt_from_sqlite(mdrag_home: Path, damage: str) -> None:
+    name = "d" + uuid.uuid4().hex[:8]
+    s, vecs = _filled(name)
+    before = [h["id"] for h in s.search(vecs[5], 5)]
+    faiss_file = mdrag_home / "cache" / "faiss" / f"{name}.faiss"
+    old = faiss_file.read_bytes()
+    if damage == "stale":  # a later run whose file was never written (killed between commit and save)
+        s.upsert(make_chunks(2, 3), vectors(2, 3))
+        s.end_run(set(), set(), whole=False)
+    s.close()
+    if damage == "missing":
+        faiss_file.unlink()
+    elif damage == "garbage":
+        faiss_file.write_bytes(b"\0" * 100)
+    else:
+        faiss_file.write_bytes(old)
+    s = _store(name)
+    assert s.open(create=False)
+    try:
+        assert s.count() == (43 if damage == "stale" else 40)
+        if damage == "stale":
+            assert s.search(vectors(2, 3)[1], 1)[0]["id"] == make_chunks(2, 3)[1].id
+            assert s.search(vecs[5], 1)[0]["id"] == before[0]
+        else:
+            assert [h["id"] for h in s.search(vecs[5], 5)] == before
+        assert not s.unchanged_since_last_run()  # the file is not the one the last run wrote
+    finally:
+        s.close()
+
+
+def test_a_damaged_sqlite_file_is_reported_and_set_aside(mdrag_home: Path) -> None:
+    s, _ = _filled("docs")
+    s.close()
+    db = mdrag_home / "cache" / "faiss" / "docs.sqlite"
+    db.write_bytes(b"this is not a database" * 100)
+    s = _store("docs")
+    with pytest.raises(StoreDamagedError, match=r"damaged.*mdrag index --rebuild"):
+        s.open()
+    moved = s.set_aside()
+    assert moved is not None and moved.parent == mdrag_home / "cache" / "damaged"
+    assert (moved / "docs.sqlite").read_bytes().startswith(b"this is not")
+    assert not db.exists()
+    assert s.open() and s.count() == 0
+    s.close()
