@@ -65,7 +65,7 @@ log = logging.getLogger(__name__)
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")
 _TOKEN = re.compile(r"\w+", re.UNICODE)  # words, as Milvus's "standard" analyzer splits them (lowercased)
 _BATCH = 500  # values per SQL `IN (...)` list
-_SMALL_FILTER = 4096  # filtered dense search over at most this many chunks: numpy over their vectors
+_GATHER = 8  # a filter passing at most 1/_GATHER of the chunks: numpy over their vectors; else a FAISS ID selector
 _K1, _B = 1.2, 0.75  # BM25 parameters: Milvus's defaults
 
 _SCHEMA = """
@@ -263,6 +263,7 @@ class FaissStore:
         self._rows: set[int] = set()  # row numbers held in memory
         self._pos: np.ndarray | None = None  # row number -> position in the flat index (-1: none); None: stale
         self._foreign: dict[str, Any] | None = None  # the identity of another model, found in SQLite by _sync
+        self._passing: dict[Filter, np.ndarray] = {}  # the rows each recent filter passes, until the next change
 
     @classmethod
     def from_config(
@@ -386,6 +387,7 @@ class FaissStore:
             self._bm25 = _Bm25()
             self._rows = set()
             self._pos = None
+            self._passing.clear()
             self._version = -1
 
     def drop(self) -> None:
@@ -550,6 +552,7 @@ class FaissStore:
         self._bm25 = _Bm25()
         self._rows = set()
         self._pos = None
+        self._passing.clear()
 
     def _add_memory(self, rows: list[int], vecs: np.ndarray, texts: list[str]) -> None:
         if rows:
@@ -557,6 +560,7 @@ class FaissStore:
             self._bm25.add(rows, texts)
             self._rows.update(rows)
             self._pos = None
+            self._passing.clear()
 
     def _remove_memory(self, rows: Iterable[int]) -> None:
         rows = [r for r in rows if r in self._rows]
@@ -565,6 +569,7 @@ class FaissStore:
             self._bm25.remove(rows)
             self._rows.difference_update(rows)
             self._pos = None
+            self._passing.clear()
 
     def _load(self) -> None:
         """Fill memory from the ``.faiss`` file when SQLite names it as current, else from SQLite."""
@@ -754,7 +759,14 @@ class FaissStore:
         with self._lock:
             self._read()
             q = _unit(np.asarray(vector, dtype=np.float32).reshape(-1))
-            cand = self._candidates(where) if where else None
+            cand = None
+            if where:
+                cand = self._passing.get(where)
+                if cand is None:
+                    cand = self._candidates(where)
+                    if len(self._passing) >= 64:
+                        self._passing.clear()
+                    self._passing[where] = cand
             if k <= 0 or self._index.ntotal == 0 or (cand is not None and len(cand) == 0):
                 return []
             if mode == "bm25":
@@ -767,7 +779,7 @@ class FaissStore:
                 rows = np.asarray([r for r, _ in ranked], dtype=np.int64)
                 ranks = [s for _, s in ranked]
                 cosines = (self._vectors(rows) @ q).tolist() if len(rows) else []
-            elif cand is not None and len(cand) <= _SMALL_FILTER:
+            elif cand is not None and len(cand) * _GATHER <= self._index.ntotal:
                 sims = self._vectors(cand) @ q
                 top = np.argsort(-sims, kind="stable")[:k]
                 rows, cosines = cand[top], sims[top].tolist()
