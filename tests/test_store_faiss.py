@@ -80,3 +80,39 @@ def test_a_damaged_sqlite_file_is_reported_and_set_aside(mdrag_home: Path) -> No
     assert not db.exists()
     assert s.open() and s.count() == 0
     s.close()
+
+
+def test_hnsw_from_its_threshold_skips_deleted_chunks_and_filters_stay_exact(
+    mdrag_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mdrag.store import faiss as faiss_store
+    from mdrag.store.base import Filter
+
+    monkeypatch.setattr(faiss_store, "_HNSW_MIN", 100)  # the graph from 100 chunks, so the test stays small
+    s = _store("big")
+    s.open()
+    chunks, vecs = make_chunks(3, 300), vectors(3, 300)
+    s.upsert(chunks, vecs)
+    s.end_run(set(), set(), whole=True)
+    assert s._hnsw
+    gone = {c.id for c in chunks[:40]}
+    s.delete_ids(gone)
+    s.end_run(set(), set(), whole=False)  # 40 deleted of 260: kept in the graph, skipped
+    assert s._hnsw and len(s._dead) == 40
+    s.close()
+    s = _store("big")
+    assert s.open(create=False)  # from the saved graph, deleted rows and all
+    try:
+        assert s._hnsw and len(s._dead) == 40 and s.count() == 260
+        for i in (0, 5, 39):  # the nearest chunk to a deleted chunk's vector is never that chunk
+            assert gone.isdisjoint(h["id"] for h in s.search(vecs[i], 10))
+        hits = [s.search(v, 1)[0]["id"] for v in vecs[40:90]]
+        assert sum(h == c.id for h, c in zip(hits, chunks[40:90])) >= 48  # approximate, but close to exact
+        where = Filter(tags=("odd",))
+        live = [i for i in range(40, 300) if where.matches({"metadata": chunks[i].metadata})]
+        q = vectors(33, 1)[0]
+        sims = vecs[live] @ q
+        exact = [chunks[live[j]].id for j in np.argsort(-sims)[:10]]
+        assert [h["id"] for h in s.search(q, 10, where=where)] == exact
+    finally:
+        s.close()

@@ -65,8 +65,13 @@ log = logging.getLogger(__name__)
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")
 _TOKEN = re.compile(r"\w+", re.UNICODE)  # words, as Milvus's "standard" analyzer splits them (lowercased)
 _BATCH = 500  # values per SQL `IN (...)` list
-_GATHER = 8  # a filter passing at most 1/_GATHER of the chunks: numpy over their vectors; else a FAISS ID selector
+_GATHER = 8  # a filter passing at most 1/_GATHER of the chunks: a product over their vectors only
+# From this many chunks, dense search without a filter walks an HNSW graph (approximate, as Milvus's
+# AUTOINDEX), built with these parameters (M and ef as Milvus's); below it, and with a filter, it is exact.
+_HNSW_MIN = 20_000
+_HNSW_M, _HNSW_EF_BUILD, _HNSW_EF = 16, 40, 64
 _K1, _B = 1.2, 0.75  # BM25 parameters: Milvus's defaults
+_PENDING_MAX = 16384  # BM25 texts added before they become a segment (bounds the memory a load takes)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -159,7 +164,7 @@ class _Bm25:
             counts = Counter(vocab.setdefault(t, len(vocab)) for t in self.tokens(text))
             length = sum(counts.values())
             self.pending.append(
-                (row, np.fromiter(counts.keys(), np.int64, len(counts)), np.fromiter(counts.values(), np.float32))
+                (row, np.fromiter(counts.keys(), np.int32, len(counts)), np.fromiter(counts.values(), np.float32))
             )
             if self.alive[row]:
                 self.total -= float(self.dl[row])
@@ -168,6 +173,8 @@ class _Bm25:
             self.dl[row] = length
             self.n += 1
             self.total += length
+        if len(self.pending) >= _PENDING_MAX:
+            self._flush()
 
     def remove(self, rows: Iterable[int]) -> None:
         for row in rows:
@@ -179,7 +186,7 @@ class _Bm25:
     def _flush(self) -> None:
         if self.pending:
             terms = np.concatenate([p[1] for p in self.pending])
-            docs = np.repeat(np.array([p[0] for p in self.pending], dtype=np.int64), [len(p[1]) for p in self.pending])
+            docs = np.repeat(np.array([p[0] for p in self.pending], dtype=np.int32), [len(p[1]) for p in self.pending])
             tf = np.concatenate([p[2] for p in self.pending])
             self.pending = []
             self.segments.append(self._segment(terms, docs, tf))
@@ -264,6 +271,9 @@ class FaissStore:
         self._pos: np.ndarray | None = None  # row number -> position in the flat index (-1: none); None: stale
         self._foreign: dict[str, Any] | None = None  # the identity of another model, found in SQLite by _sync
         self._passing: dict[Filter, np.ndarray] = {}  # the rows each recent filter passes, until the next change
+        self._hnsw = False  # the vector index is an HNSW graph (else flat)
+        self._dead: set[int] = set()  # deleted rows an HNSW graph still holds (skipped by searches)
+        self._dead_sel: tuple[Any, Any] | None = None  # the ID selector that skips them
 
     @classmethod
     def from_config(
@@ -294,6 +304,7 @@ class FaissStore:
                 self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=30)
                 self.db.execute("PRAGMA journal_mode=WAL")
                 self.db.execute("PRAGMA synchronous=NORMAL")
+                self.db.execute("PRAGMA journal_size_limit=67108864")  # the WAL shrinks back after a large run
                 stored = self._stored_identity()
                 if stored is None:
                     if not create:
@@ -513,9 +524,15 @@ class FaissStore:
         self._remove_memory(rows)
 
     def end_run(self, written: set[str], live: set[str], whole: bool) -> None:
-        """Save the FAISS index (atomic rename), record it, and commit the run."""
+        """Choose and tidy the vector index, save it (atomic rename), record it, and commit the run."""
         with self._lock:
             self._begin()
+            live_rows = len(self._rows)
+            hnsw = live_rows >= _HNSW_MIN
+            if (hnsw and not self._hnsw) or (self._hnsw and live_rows < _HNSW_MIN // 2):
+                self._rebuild_index(hnsw)
+            elif self._hnsw and len(self._dead) > live_rows // 4:
+                self._rebuild_index(True)  # drop the deleted vectors the graph still holds
             self._save_faiss()
             self._commit(run=True)
 
@@ -547,12 +564,41 @@ class FaissStore:
     def _dim(self) -> int:
         return int(self.identity["dimension"])
 
-    def _reset_memory(self) -> None:
-        self._index = faiss.IndexIDMap2(faiss.IndexFlatIP(self._dim))
+    def _new_index(self, hnsw: bool) -> Any:
+        inner: Any
+        if hnsw:
+            inner = faiss.IndexHNSWFlat(self._dim, _HNSW_M, faiss.METRIC_INNER_PRODUCT)
+            inner.hnsw.efConstruction = _HNSW_EF_BUILD
+            inner.hnsw.efSearch = _HNSW_EF
+        else:
+            inner = faiss.IndexFlatIP(self._dim)
+        return faiss.IndexIDMap2(inner)
+
+    def _set_index(self, index: Any) -> None:
+        self._index = index
+        self._hnsw = isinstance(faiss.downcast_index(index.index), faiss.IndexHNSW)
+        self._dead = set()
+        self._dead_sel = None
+        self._pos = None
+
+    def _reset_memory(self, hnsw: bool = False) -> None:
+        self._set_index(self._new_index(hnsw))
         self._bm25 = _Bm25()
         self._rows = set()
-        self._pos = None
         self._passing.clear()
+
+    def _rebuild_index(self, hnsw: bool) -> None:
+        """A new vector index of the live rows: HNSW from ``_HNSW_MIN`` chunks, else flat."""
+        rows = np.asarray(sorted(self._rows), dtype=np.int64)
+        vecs = self._vectors(rows) if len(rows) else np.zeros((0, self._dim), np.float32)
+        index = self._new_index(hnsw)
+        t = time.perf_counter()
+        if len(rows):
+            index.add_with_ids(np.ascontiguousarray(vecs), rows)
+        self._set_index(index)
+        log.info(
+            "built the %s index of %d chunks in %.1f s", "HNSW" if hnsw else "flat", len(rows), time.perf_counter() - t
+        )
 
     def _add_memory(self, rows: list[int], vecs: np.ndarray, texts: list[str]) -> None:
         if rows:
@@ -563,12 +609,17 @@ class FaissStore:
             self._passing.clear()
 
     def _remove_memory(self, rows: Iterable[int]) -> None:
+        """Forget these rows: removed from a flat index; an HNSW graph keeps them, skipped, until rebuilt."""
         rows = [r for r in rows if r in self._rows]
         if rows:
-            self._index.remove_ids(faiss.IDSelectorBatch(np.asarray(rows, dtype=np.int64)))
+            if self._hnsw:
+                self._dead.update(rows)
+                self._dead_sel = None
+            else:
+                self._index.remove_ids(faiss.IDSelectorBatch(np.asarray(rows, dtype=np.int64)))
+                self._pos = None
             self._bm25.remove(rows)
             self._rows.difference_update(rows)
-            self._pos = None
             self._passing.clear()
 
     def _load(self) -> None:
@@ -580,26 +631,27 @@ class FaissStore:
             self.db.execute("COMMIT")
 
     def _load_snapshot(self) -> None:
-        self._reset_memory()
         self._version = self._data_version()
         self._foreign = None
+        stored = {r[0] for r in self.db.execute("SELECT n FROM chunks")}
         index: Any = None
         if self._faiss_file_current():
             try:
                 index = faiss.read_index(str(self.faiss_path))
             except RuntimeError as e:
                 log.warning("cannot read %s (%s): building it from SQLite", self.faiss_path, e)
-        if index is not None and index.d == self._dim:
-            self._index = index
-            self._rows = set(faiss.vector_to_array(index.id_map).tolist())
+        held = set(faiss.vector_to_array(index.id_map).tolist()) if index is not None else set()
+        if index is not None and index.d == self._dim and stored <= held:
+            self._reset_memory()
+            self._set_index(index)
+            self._rows = held
+            self._remove_memory(held - stored)  # rows an HNSW graph still held when it was saved
             for part in self._fetch_texts():
                 self._bm25.add([r for r, _ in part], [t for _, t in part])
         else:
-            self._load_rows(None)
-        missing = set(r[0] for r in self.db.execute("SELECT n FROM chunks")) ^ self._rows
-        if missing:  # a file that matches its stamp but not SQLite: trust SQLite
-            log.warning("%s does not match %s: building it from SQLite", self.faiss_path, self.path)
-            self._reset_memory()
+            if index is not None:
+                log.warning("%s does not match %s: building it from SQLite", self.faiss_path, self.path)
+            self._reset_memory(hnsw=len(stored) >= _HNSW_MIN)
             self._load_rows(None)
 
     def _fetch_texts(self) -> Iterator[list[tuple[int, str]]]:
@@ -648,7 +700,7 @@ class FaissStore:
             self.db.execute("COMMIT")
 
     def _positions(self) -> np.ndarray:
-        """Row number -> position in the flat index (-1 when not there)."""
+        """Row number -> position in the vector index (-1 when not there)."""
         if self._pos is None:
             ids = faiss.vector_to_array(self._index.id_map)
             pos = np.full(int(ids.max()) + 1 if len(ids) else 1, -1, dtype=np.int64)
@@ -656,11 +708,41 @@ class FaissStore:
             self._pos = pos
         return self._pos
 
+    def _xb(self) -> np.ndarray:
+        """Every stored vector, by position: a view of the index's own storage."""
+        inner: Any = faiss.downcast_index(self._index.index)
+        flat: Any = faiss.downcast_index(inner.storage) if self._hnsw else inner
+        n = flat.ntotal
+        return faiss.rev_swig_ptr(flat.get_xb(), n * self._dim).reshape(n, self._dim)
+
     def _vectors(self, rows: np.ndarray) -> np.ndarray:
-        n = self._index.ntotal
-        flat: Any = faiss.downcast_index(self._index.index)
-        xb = faiss.rev_swig_ptr(flat.get_xb(), n * self._dim).reshape(n, self._dim)
-        return np.asarray(xb[self._positions()[rows]])
+        return np.asarray(self._xb()[self._positions()[rows]])
+
+    def _nearest(self, q: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """(rows, cosines) of the ``k`` nearest live chunks: exact (flat) or HNSW."""
+        params = None
+        if self._hnsw:
+            params = faiss.SearchParametersHNSW()  # type: ignore[attr-defined]
+            params.efSearch = max(_HNSW_EF, k)
+            if self._dead:
+                if self._dead_sel is None:
+                    dead = faiss.IDSelectorBatch(np.asarray(sorted(self._dead), dtype=np.int64))
+                    self._dead_sel = (dead, faiss.IDSelectorNot(dead))  # the first must outlive the second
+                params.sel = self._dead_sel[1]
+        dist, ids = self._index.search(q[None, :], min(k, len(self._rows)), params=params)
+        keep = ids[0] >= 0
+        return ids[0][keep], dist[0][keep]
+
+    def _nearest_among(self, q: np.ndarray, rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """(rows, cosines) of the ``k`` nearest of these chunks, exactly."""
+        pos = self._positions()[rows]
+        if len(rows) * _GATHER <= self._index.ntotal:
+            sims = self._xb()[pos] @ q
+        else:  # most chunks pass: one product over all of them, then pick
+            sims = (self._xb() @ q)[pos]
+        top = np.argpartition(-sims, k - 1)[:k] if len(sims) > k else np.arange(len(sims))
+        top = top[np.lexsort((rows[top], -sims[top]))]
+        return rows[top], sims[top]
 
     # -- reads --------------------------------------------------------------
     def _read(self) -> sqlite3.Connection:
@@ -767,7 +849,7 @@ class FaissStore:
                     if len(self._passing) >= 64:
                         self._passing.clear()
                     self._passing[where] = cand
-            if k <= 0 or self._index.ntotal == 0 or (cand is not None and len(cand) == 0):
+            if k <= 0 or not self._rows or (cand is not None and len(cand) == 0):
                 return []
             if mode == "bm25":
                 allowed = None
@@ -779,22 +861,9 @@ class FaissStore:
                 rows = np.asarray([r for r, _ in ranked], dtype=np.int64)
                 ranks = [s for _, s in ranked]
                 cosines = (self._vectors(rows) @ q).tolist() if len(rows) else []
-            elif cand is not None and len(cand) * _GATHER <= self._index.ntotal:
-                sims = self._vectors(cand) @ q
-                top = np.argsort(-sims, kind="stable")[:k]
-                rows, cosines = cand[top], sims[top].tolist()
-                ranks = cosines
             else:
-                params = None
-                if cand is not None:
-                    mask = np.zeros(int(cand.max()) + 1, dtype=bool)
-                    mask[cand] = True
-                    bits = np.packbits(mask, bitorder="little")
-                    params = faiss.SearchParameters(sel=faiss.IDSelectorBitmap(len(mask), faiss.swig_ptr(bits)))  # type: ignore[call-arg]
-                dist, ids = self._index.search(q[None, :], min(k, self._index.ntotal), params=params)
-                keep = ids[0] >= 0
-                rows, cosines = ids[0][keep], dist[0][keep].tolist()
-                ranks = cosines
+                rows, sims = self._nearest(q, k) if cand is None else self._nearest_among(q, cand, k)
+                cosines = ranks = sims.tolist()
             return self._rows_out(rows, cosines, ranks)
 
     def _rows_out(self, rows: np.ndarray, cosines: list[float], ranks: list[float]) -> list[dict[str, Any]]:
