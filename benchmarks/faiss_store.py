@@ -75,13 +75,13 @@ def rss_mb() -> dict[str, float]:
     return {"rss_mb": round(int(fields["VmRSS"]) / 1024, 1), "peak_rss_mb": round(int(fields["VmHWM"]) / 1024, 1)}
 
 
-def child(folder: str, n: int) -> None:
+def child(folder: str) -> None:
     """In a fresh process: open the store, run hybrid searches, print load time and RSS as JSON."""
     t = time.perf_counter()
     store = FaissStore(folder, "bench", IDENTITY, stemmer())
     store.open(create=False)
     load_s = time.perf_counter() - t
-    _, queries = make_vectors(n, seed=n)
+    queries = np.load(Path(folder) / "queries.npy")
     texts = questions()
     for i in range(200):
         hybrid(store, queries[i % len(queries)], texts[i % len(texts)])
@@ -133,11 +133,10 @@ def run_size(n: int, passages: list[Any], tmp: Path) -> dict[str, Any]:
     for label in ("dense", "bm25", "hybrid", "dense_filtered", "bm25_filtered"):
         res[label]["x_baseline"] = round(res[label]["p50_ms"] / res["baseline_numpy_dense"]["p50_ms"], 2)
     store.close()
-    out = subprocess.run(
-        [sys.executable, __file__, "--child", str(folder), str(n)], capture_output=True, text=True, check=True
-    )
+    np.save(folder / "queries.npy", queries)
+    out = subprocess.run([sys.executable, __file__, "--child", str(folder)], capture_output=True, text=True, check=True)
     res["fresh_process"] = json.loads(out.stdout.strip().splitlines()[-1])
-    res["disk_mb"] = round(sum(f.stat().st_size for f in folder.iterdir()) / 2**20, 1)
+    res["disk_mb"] = {f.name: round(f.stat().st_size / 2**20, 1) for f in folder.iterdir() if f.suffix != ".npy"}
     return res
 
 
@@ -145,10 +144,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="3600,100000")
     ap.add_argument("--json", type=Path)
-    ap.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
+    ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        child(args.child[0], int(args.child[1]))
+        child(args.child)
         return
     passages = hugo_passages()
     out: dict[str, Any] = {}

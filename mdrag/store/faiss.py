@@ -65,7 +65,7 @@ log = logging.getLogger(__name__)
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")
 _TOKEN = re.compile(r"\w+", re.UNICODE)  # words, as Milvus's "standard" analyzer splits them (lowercased)
 _BATCH = 500  # values per SQL `IN (...)` list
-_GATHER = 8  # a filter passing at most 1/_GATHER of the chunks: a product over their vectors only
+_GATHER = 3  # a filter passing at most 1/_GATHER of the chunks: a product over their vectors only
 # From this many chunks, dense search without a filter walks an HNSW graph (approximate, as Milvus's
 # AUTOINDEX), built with these parameters (M and ef as Milvus's); below it, and with a filter, it is exact.
 _HNSW_MIN = 20_000
@@ -729,7 +729,12 @@ class FaissStore:
                     dead = faiss.IDSelectorBatch(np.asarray(sorted(self._dead), dtype=np.int64))
                     self._dead_sel = (dead, faiss.IDSelectorNot(dead))  # the first must outlive the second
                 params.sel = self._dead_sel[1]
-        dist, ids = self._index.search(q[None, :], min(k, len(self._rows)), params=params)
+        threads = faiss.omp_get_max_threads()
+        faiss.omp_set_num_threads(1)  # this thread's setting: one query gains nothing from more, and waits for them
+        try:
+            dist, ids = self._index.search(q[None, :], min(k, len(self._rows)), params=params)
+        finally:
+            faiss.omp_set_num_threads(threads)
         keep = ids[0] >= 0
         return ids[0][keep], dist[0][keep]
 
