@@ -116,3 +116,24 @@ def test_hnsw_from_its_threshold_skips_deleted_chunks_and_filters_stay_exact(
         assert [h["id"] for h in s.search(q, 10, where=where)] == exact
     finally:
         s.close()
+
+
+def test_a_run_ended_by_another_thread_lets_the_next_writer_in() -> None:
+    import threading
+
+    s = _store("threads")
+    s.open()
+    writer = threading.Thread(target=s.upsert, args=(make_chunks(4, 5), vectors(4, 5)))
+    writer.start()
+    writer.join()
+    s.end_run(set(), set(), whole=True)  # in this thread: the writers' lock is released all the same
+    other = _store("threads")
+    other.lock_wait_s = 0.5
+    other.open()
+    try:
+        other.upsert(make_chunks(5, 2), vectors(5, 2))
+        other.end_run(set(), set(), whole=False)
+        assert other.count() == 7
+    finally:
+        other.close()
+        s.close()

@@ -261,7 +261,8 @@ class FaissStore:
         self.prepare_text = prepare_text  # applied to BM25 text and BM25 queries (stemming), if set
         self.has_bm25 = True
         self._lock = threading.RLock()  # one call at a time on the connection and the in-memory index
-        self._writer = filelock.FileLock(str(self.folder / f"{index}.lock"))
+        # not thread-local: a run may start writing in one thread and end in another
+        self._writer = filelock.FileLock(str(self.folder / f"{index}.lock"), thread_local=False)
         self._db: sqlite3.Connection | None = None
         self._in_run = False  # a write transaction is open, and the writers' lock held
         self._version = -1  # PRAGMA data_version when memory last matched SQLite
