@@ -11,6 +11,7 @@ import pytest
 from mdrag.config import load_config
 from mdrag.errors import StoreDamagedError
 from mdrag.store.faiss import FaissStore
+from mdrag.types import Chunk
 from tests.test_store_contract import IDENTITY, make_chunks, vectors
 
 
@@ -136,4 +137,27 @@ def test_a_run_ended_by_another_thread_lets_the_next_writer_in() -> None:
         assert other.count() == 7
     finally:
         other.close()
+        s.close()
+
+
+def test_a_failed_write_leaves_sqlite_and_memory_as_they_were(monkeypatch: pytest.MonkeyPatch) -> None:
+    s, vecs = _filled("fail")
+    chunks = make_chunks(1, 40)
+    edited = [Chunk(**{**c.__dict__, "text": "edited"}) for c in chunks[:5]]
+    real = s._add_memory
+
+    def broken(*args: object) -> None:
+        raise OSError("no space left on device")
+
+    monkeypatch.setattr(s, "_add_memory", broken)
+    with pytest.raises(OSError):
+        s.upsert(edited, vecs[:5])  # the old rows were deleted, the new ones written: all undone
+    monkeypatch.setattr(s, "_add_memory", real)
+    try:
+        assert s.count() == 40
+        hit = s.search(vecs[2], 1)[0]
+        assert hit["id"] == chunks[2].id and hit["text"] == chunks[2].text
+        s.end_run(set(), set(), whole=False)
+        assert s.count() == 40 and s.search(vecs[3], 1)[0]["text"] == chunks[3].text
+    finally:
         s.close()

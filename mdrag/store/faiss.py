@@ -49,6 +49,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -56,7 +57,14 @@ import faiss
 import filelock
 import numpy as np
 
-from mdrag.errors import ConfigError, ModelMismatchError, StoreDamagedError, StoreError, StoreInUseError
+from mdrag.errors import (
+    ConfigError,
+    ModelMismatchError,
+    StoreDamagedError,
+    StoreError,
+    StoreInUseError,
+    StoreUnavailableError,
+)
 from mdrag.store.base import ROW_FIELDS, Filter
 from mdrag.types import Chunk
 
@@ -340,6 +348,11 @@ class FaissStore:
             return True
 
     def _damaged(self, e: Exception) -> StoreError:
+        if isinstance(e, sqlite3.OperationalError) and ("readonly" in str(e) or "unable to open" in str(e)):
+            return StoreUnavailableError(
+                f"Cannot open the FAISS store {self.path} for writing ({e}). Check that its folder exists and "
+                "is writable, or set MDRAG_HOME to a folder mdrag may write."
+            )
         if isinstance(e, sqlite3.OperationalError) and "locked" in str(e):
             return StoreInUseError(
                 f"The FAISS store {self.path} is locked by another process (a running `mdrag index`?). "
@@ -491,31 +504,49 @@ class FaissStore:
             chunks = [chunks[i] for i in keep]
             vecs = _unit(np.asarray(vectors)[keep]) if keep else np.zeros((0, self._dim), np.float32)
             self._begin()
-            self._delete_rows(self._rows_of([c.id for c in chunks]))
-            rows: list[int] = []
-            texts: list[str] = []
-            for c, v in zip(chunks, vecs):
-                bm25 = self.prepare_text(c.embed_text) if self.prepare_text else c.embed_text
-                cur = self.db.execute(
-                    f"INSERT INTO chunks (id, {_FIELDS}, bm25_text, vector) VALUES ({_marks(len(ROW_FIELDS) + 3)})",  # noqa: S608
-                    (
-                        c.id, c.text, c.context, c.path, c.rel_path, c.root, json.dumps(list(c.heading_path)),
-                        c.level, c.position, c.page or 0, c.line_start or 0, c.line_end or 0, c.content_hash,
-                        json.dumps(c.metadata), bm25, v.tobytes(),
-                    ),
-                )  # fmt: skip
-                row = int(cur.lastrowid or 0)
-                self.db.executemany("INSERT INTO tags (tag, n) VALUES (?, ?)", [(t, row) for t in _tags(c.metadata)])
-                rows.append(row)
-                texts.append(bm25)
-            self._add_memory(rows, vecs, texts)
+            with self._undo_on_error():
+                self._insert(chunks, vecs)
+
+    def _insert(self, chunks: Sequence[Chunk], vecs: np.ndarray) -> None:
+        self._delete_rows(self._rows_of([c.id for c in chunks]))
+        rows: list[int] = []
+        texts: list[str] = []
+        for c, v in zip(chunks, vecs):
+            bm25 = self.prepare_text(c.embed_text) if self.prepare_text else c.embed_text
+            cur = self.db.execute(
+                f"INSERT INTO chunks (id, {_FIELDS}, bm25_text, vector) VALUES ({_marks(len(ROW_FIELDS) + 3)})",  # noqa: S608
+                (
+                    c.id, c.text, c.context, c.path, c.rel_path, c.root, json.dumps(list(c.heading_path)),
+                    c.level, c.position, c.page or 0, c.line_start or 0, c.line_end or 0, c.content_hash,
+                    json.dumps(c.metadata), bm25, v.tobytes(),
+                ),
+            )  # fmt: skip
+            row = int(cur.lastrowid or 0)
+            self.db.executemany("INSERT INTO tags (tag, n) VALUES (?, ?)", [(t, row) for t in _tags(c.metadata)])
+            rows.append(row)
+            texts.append(bm25)
+        self._add_memory(rows, vecs, texts)
 
     def delete_ids(self, ids: Iterable[str]) -> None:
         with self._lock:
             rows = self._rows_of(sorted(set(ids)))
             if rows:
                 self._begin()
-                self._delete_rows(rows)
+                with self._undo_on_error():
+                    self._delete_rows(rows)
+
+    @contextmanager
+    def _undo_on_error(self) -> Iterator[None]:
+        """A write call that fails leaves SQLite and memory as they were before it."""
+        self.db.execute("SAVEPOINT write_call")
+        try:
+            yield
+        except BaseException:
+            self.db.execute("ROLLBACK TO write_call")
+            self.db.execute("RELEASE write_call")
+            self._load_snapshot()  # memory from scratch: rows it dropped are back in SQLite
+            raise
+        self.db.execute("RELEASE write_call")
 
     def _rows_of(self, ids: Sequence[str]) -> list[int]:
         out: list[int] = []
@@ -700,12 +731,21 @@ class FaissStore:
         try:
             stored = self._stored_identity()
             self._foreign = stored if stored is not None and not self._same_model(stored) else None
-            rows = {r[0] for r in self.db.execute("SELECT n FROM chunks")} if stored and not self._foreign else set()
-            self._remove_memory(self._rows - rows)
-            self._load_rows(sorted(rows - self._rows))
+            if stored is None or self._foreign:
+                self._reset_memory()
+            else:
+                self._reconcile()
+                if self._hnsw and len(self._dead) > len(self._rows) // 4 and self._faiss_file_current():
+                    self._load_snapshot()  # the writer has rebuilt the graph without them: take its file
             self._version = version
         finally:
             self.db.execute("COMMIT")
+
+    def _reconcile(self) -> None:
+        """Make memory hold exactly the rows SQLite holds (row numbers are never reused: a set difference)."""
+        rows = {r[0] for r in self.db.execute("SELECT n FROM chunks")}
+        self._remove_memory(self._rows - rows)
+        self._load_rows(sorted(rows - self._rows))
 
     def _positions(self) -> np.ndarray:
         """Row number -> position in the vector index (-1 when not there)."""
