@@ -161,3 +161,40 @@ def test_a_failed_write_leaves_sqlite_and_memory_as_they_were(monkeypatch: pytes
         assert s.count() == 40 and s.search(vecs[3], 1)[0]["text"] == chunks[3].text
     finally:
         s.close()
+
+
+def test_bm25_scores_use_collection_wide_statistics_after_updates_and_deletes() -> None:
+    import math
+    import re
+    from collections import Counter
+
+    texts = [f"alpha beta {'gamma ' * (i % 3)}delta{i % 5} word{i}" for i in range(60)]
+    chunks, vecs = make_chunks(6, 60, texts=texts), vectors(6, 60)
+    s = _store("bm25")
+    s.open()
+    try:
+        for i in range(0, 60, 7):  # small batches, as small updates write them: one set of statistics all the same
+            s.upsert(chunks[i : i + 7], vecs[i : i + 7])
+            s.search(vecs[0], 1, mode="bm25", text="alpha")  # each batch becomes its own segment
+        s.delete_ids([c.id for c in chunks[:10]])
+        s.end_run(set(), set(), whole=False)
+        live = chunks[10:]
+        docs = [Counter(re.findall(r"\w+", c.embed_text.lower())) for c in live]
+        avgdl = sum(sum(d.values()) for d in docs) / len(docs)
+
+        def bm25(doc: Counter[str], query: list[str]) -> float:
+            total = 0.0
+            for term in query:
+                df = sum(1 for d in docs if term in d)
+                idf = math.log(1 + (len(docs) - df + 0.5) / (df + 0.5))
+                tf, dl = doc[term], sum(doc.values())
+                total += idf * tf * 2.2 / (tf + 1.2 * (0.25 + 0.75 * dl / avgdl)) if tf else 0.0
+            return total
+
+        query = ["gamma", "delta3", "word42"]
+        want = sorted(((bm25(d, query), c.id) for d, c in zip(docs, live)), reverse=True)[:8]
+        got = s.search(vecs[0], 8, mode="bm25", text=" ".join(query))
+        assert [h["rank_score"] for h in got] == pytest.approx([w for w, _ in want], rel=1e-5)
+        assert got[0]["id"] == want[0][1]
+    finally:
+        s.close()
