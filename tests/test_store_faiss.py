@@ -198,3 +198,27 @@ def test_bm25_scores_use_collection_wide_statistics_after_updates_and_deletes() 
         assert got[0]["id"] == want[0][1]
     finally:
         s.close()
+
+
+def test_a_reader_in_another_process_sees_ended_runs_only() -> None:
+    from tests.test_store_contract import _child
+
+    proc = _child(("faiss", None), "shared")  # one run ended (chunks of seed 40), a second one written, not ended
+    reader = _store("shared")
+    try:
+        assert reader.open(create=False)
+        ended, pending = make_chunks(40, 30), make_chunks(41, 30)
+        assert reader.all_ids() == {c.id for c in ended}
+        assert reader.search(vectors(41, 30)[0], 1)[0]["id"] != pending[0].id
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+        assert proc.stdout.readline().strip() == "ended"
+        assert reader.count() == 60
+        assert reader.search(vectors(41, 30)[0], 1)[0]["id"] == pending[0].id
+        assert reader.search(vectors(41, 30)[0], 1, mode="bm25", text="seed 41")[0]["id"] in {c.id for c in pending}
+    finally:
+        reader.close()
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
