@@ -281,10 +281,10 @@ class FaissStore:
         self._db: sqlite3.Connection | None = None
         self._in_run = False  # a write transaction is open, and the writers' lock held
         self._version = -1  # PRAGMA data_version when memory last matched SQLite
-        self._index: Any = None  # faiss.IndexIDMap2 over IndexFlatIP, ids = chunks.n
+        self._index: Any = None  # faiss.IndexIDMap2 over IndexFlatIP or IndexHNSWFlat, ids = chunks.n
         self._bm25 = _Bm25()
         self._rows: set[int] = set()  # row numbers held in memory
-        self._pos: np.ndarray | None = None  # row number -> position in the flat index (-1: none); None: stale
+        self._pos: np.ndarray | None = None  # row number -> position in the vector index (-1: none); None: stale
         self._foreign: dict[str, Any] | None = None  # the identity of another model, found in SQLite by _sync
         self._passing: dict[Filter, np.ndarray] = {}  # the rows each recent filter passes, until the next change
         self._hnsw = False  # the vector index is an HNSW graph (else flat)
