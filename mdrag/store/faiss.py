@@ -1,0 +1,937 @@
+"""Chunks in SQLite, vectors in a FAISS index held in memory: the ``faiss`` store backend.
+
+Files, under ``<cache>/faiss/``:
+
+- ``<index>.sqlite``: the source of truth (SQLite in WAL mode). One row per
+  chunk: its fields, ``headings`` and ``metadata`` as JSON, the text BM25
+  ranks, and its vector as a float32 blob; a ``tags`` table for tag filters,
+  and a ``meta`` table holding the model identity and a commit counter.
+- ``<index>.faiss``: the vector index (FAISS ``IndexIDMap2``, keyed by the
+  chunks' SQLite row numbers), written at the end of each run with an atomic
+  rename, and named in SQLite by its size, time and inode in the same commit.
+  It is only a faster start: a missing or stale file is built again from SQLite.
+- ``<index>.lock``: the writers' lock (:mod:`filelock`).
+
+Nothing here is pickled: SQLite rows, JSON and FAISS's own format hold
+everything, and loading them runs no code.
+
+Reads never touch disk for ranking. Dense search: a flat index (exact) below
+20,000 chunks, an HNSW graph from there (M 16, efConstruction 100, ef 64:
+recall@10 0.9985 at 100k chunks, as Milvus Lite's AUTOINDEX); a filtered
+search is always exact, a product over the vectors of every chunk that passes
+(found in SQLite, parameters only). Each search runs FAISS on one OpenMP
+thread (a per-thread setting): one query gains nothing from more, and on a busy
+machine waits for them (HNSW at 100k: 8 ms on two threads, 0.4 ms on one).
+BM25 is an in-memory inverted index over the same texts Milvus ranks, with
+collection-wide statistics and Milvus's formula (k1 1.2, b 0.75, idf
+``log(1 + (N - df + 0.5) / (df + 0.5))``, words as its standard analyzer
+splits them); SQLite's FTS5 ``bm25()`` was measured at 131 ms per Hugo
+question on 100k chunks (it scores every match), too slow for a search path.
+
+A run's writes are one SQLite transaction, held under the writers' lock from
+the first write to :meth:`FaissStore.end_run`, which commits; a process killed
+mid-run leaves SQLite at its last commit, and :meth:`FaissStore.close` without
+``end_run`` rolls back. Other processes see a run once it is committed: every
+read first asks SQLite whether another connection committed (``PRAGMA
+data_version``) and, if so, loads what changed (row numbers are never reused,
+so the new and deleted rows are the set difference).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import re
+import sqlite3
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import faiss
+import filelock
+import numpy as np
+
+from mdrag.errors import (
+    ConfigError,
+    ModelMismatchError,
+    StoreDamagedError,
+    StoreError,
+    StoreInUseError,
+    StoreUnavailableError,
+)
+from mdrag.store.base import ROW_FIELDS, Filter
+from mdrag.types import Chunk
+
+if TYPE_CHECKING:
+    from mdrag.config import Config
+
+__all__ = ["FaissStore"]
+
+log = logging.getLogger(__name__)
+
+_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")
+_TOKEN = re.compile(r"\w+", re.UNICODE)  # words, as Milvus's "standard" analyzer splits them (lowercased)
+_BATCH = 500  # values per SQL `IN (...)` list
+_GATHER = 3  # a filter passing at most 1/_GATHER of the chunks: a product over their vectors only
+# From this many chunks, dense search without a filter walks an HNSW graph (approximate, as Milvus's
+# AUTOINDEX); below it, and with a filter, it is exact. Measured at 100k chunks (benchmarks/faiss_store.py
+# vectors, 2 cores): efConstruction 40 / 100 / 200 build in 12 / 49 / 95 s, recall@10 at ef 64 0.958 /
+# 0.9985 / 0.9995 (Milvus Lite's AUTOINDEX, efConstruction 200: 0.999), search 0.3 ms.
+_HNSW_MIN = 20_000
+_HNSW_M, _HNSW_EF_BUILD, _HNSW_EF = 16, 100, 64
+_K1, _B = 1.2, 0.75  # BM25 parameters: Milvus's defaults
+_PENDING_MAX = 16384  # BM25 texts added before they become a segment (bounds the memory a load takes)
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS chunks (
+    n INTEGER PRIMARY KEY AUTOINCREMENT,  -- the FAISS id, never reused: readers diff by it
+    id TEXT NOT NULL UNIQUE,
+    text TEXT NOT NULL, context TEXT NOT NULL, path TEXT NOT NULL, rel_path TEXT NOT NULL,
+    root TEXT NOT NULL, headings TEXT NOT NULL, level INTEGER NOT NULL, position INTEGER NOT NULL,
+    page INTEGER NOT NULL, line_start INTEGER NOT NULL, line_end INTEGER NOT NULL,
+    content_hash TEXT NOT NULL, metadata TEXT NOT NULL, bm25_text TEXT NOT NULL, vector BLOB NOT NULL
+);
+CREATE INDEX IF NOT EXISTS chunks_hash ON chunks (content_hash);
+CREATE INDEX IF NOT EXISTS chunks_root ON chunks (root);
+CREATE INDEX IF NOT EXISTS chunks_path ON chunks (path);
+CREATE INDEX IF NOT EXISTS chunks_rel_path ON chunks (rel_path);
+CREATE TABLE IF NOT EXISTS tags (tag TEXT NOT NULL, n INTEGER NOT NULL, PRIMARY KEY (tag, n)) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS tags_n ON tags (n);
+"""
+_FIELDS = ", ".join(ROW_FIELDS)
+
+
+def _batches(values: Sequence[Any], size: int = _BATCH) -> Iterator[Sequence[Any]]:
+    for i in range(0, len(values), size):
+        yield values[i : i + size]
+
+
+def _marks(n: int) -> str:
+    return ",".join("?" * n)
+
+
+def _unit(v: np.ndarray) -> np.ndarray:
+    v = np.asarray(v, dtype=np.float32)
+    norm = np.linalg.norm(v, axis=-1, keepdims=True)
+    return np.ascontiguousarray(v / np.where(norm > 0, norm, 1.0), dtype=np.float32)
+
+
+def _tags(metadata: dict[str, Any]) -> set[str]:
+    """The tags a chunk carries, as :meth:`Filter.matches` reads them."""
+    tags = metadata.get("tags")
+    if isinstance(tags, str):
+        return {tags}
+    return {t for t in tags if isinstance(t, str)} if isinstance(tags, list) else set()
+
+
+def _prefix_end(prefix: str) -> str | None:
+    """The least string greater than every string starting with ``prefix`` (None: no such bound)."""
+    last = ord(prefix[-1])
+    if last >= 0x10FFFF:
+        return None
+    nxt = last + 1 if last + 1 != 0xD800 else 0xE000  # skip the surrogates, which UTF-8 cannot hold
+    return prefix[:-1] + chr(nxt)
+
+
+_Segment = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]  # BM25 postings: terms, starts, docs, tf
+
+
+class _Bm25:
+    """An in-memory BM25 index over chunk texts, keyed by row number, with collection-wide statistics.
+
+    Postings live in segments (term-sorted arrays); texts added since the last
+    search wait in ``pending`` and become a segment when a search needs them.
+    A removed row is only marked dead: its postings are skipped, and dropped
+    when segments are merged.
+    """
+
+    def __init__(self) -> None:
+        self.vocab: dict[str, int] = {}
+        self.segments: list[_Segment] = []  # terms, starts, docs, tf
+        self.pending: list[tuple[int, np.ndarray, np.ndarray]] = []  # (row, term ids, term counts)
+        self.alive = np.zeros(0, dtype=bool)  # by row number
+        self.dl = np.zeros(0, dtype=np.float32)  # document length (tokens), by row number
+        self.n = 0
+        self.total = 0.0  # sum of the live documents' lengths
+
+    def _grow(self, top: int) -> None:
+        if top >= len(self.alive):
+            cap = max(1024, 2 * top)
+            self.alive = np.concatenate([self.alive, np.zeros(cap - len(self.alive), dtype=bool)])
+            self.dl = np.concatenate([self.dl, np.zeros(cap - len(self.dl), dtype=np.float32)])
+
+    def tokens(self, text: str) -> list[str]:
+        return _TOKEN.findall(text.lower())
+
+    def add(self, rows: Sequence[int], texts: Sequence[str]) -> None:
+        if not rows:
+            return
+        self._grow(max(rows))
+        vocab = self.vocab
+        for row, text in zip(rows, texts):
+            counts = Counter(vocab.setdefault(t, len(vocab)) for t in self.tokens(text))
+            length = sum(counts.values())
+            self.pending.append(
+                (row, np.fromiter(counts.keys(), np.int32, len(counts)), np.fromiter(counts.values(), np.float32))
+            )
+            if self.alive[row]:
+                self.total -= float(self.dl[row])
+                self.n -= 1
+            self.alive[row] = True
+            self.dl[row] = length
+            self.n += 1
+            self.total += length
+        if len(self.pending) >= _PENDING_MAX:
+            self._flush()
+
+    def remove(self, rows: Iterable[int]) -> None:
+        for row in rows:
+            if row < len(self.alive) and self.alive[row]:
+                self.alive[row] = False
+                self.n -= 1
+                self.total -= float(self.dl[row])
+
+    def _flush(self) -> None:
+        if self.pending:
+            terms = np.concatenate([p[1] for p in self.pending])
+            docs = np.repeat(np.array([p[0] for p in self.pending], dtype=np.int32), [len(p[1]) for p in self.pending])
+            tf = np.concatenate([p[2] for p in self.pending])
+            self.pending = []
+            self.segments.append(self._segment(terms, docs, tf))
+        if len(self.segments) > 8:  # merge all but the largest, dropping dead postings
+            self.segments.sort(key=lambda s: -len(s[2]))
+            keep, small = self.segments[0], self.segments[1:]
+            parts = [(np.repeat(s[0], np.diff(np.append(s[1], len(s[2])))), s[2], s[3]) for s in small]
+            terms, docs, tf = (np.concatenate([p[i] for p in parts]) for i in range(3))
+            live = self.alive[docs]
+            self.segments = [keep, self._segment(terms[live], docs[live], tf[live])]
+
+    @staticmethod
+    def _segment(terms: np.ndarray, docs: np.ndarray, tf: np.ndarray) -> _Segment:
+        order = np.argsort(terms, kind="stable")
+        terms = terms[order]
+        uniq, starts = np.unique(terms, return_index=True)
+        return uniq, starts, docs[order], tf[order]
+
+    def search(self, query: str, k: int, allowed: np.ndarray | None) -> list[tuple[int, float]]:
+        """The ``k`` best (row, BM25 score) pairs with a positive score; ``allowed``: a mask by row number."""
+        self._flush()
+        wanted = Counter(self.vocab[t] for t in self.tokens(query) if t in self.vocab)
+        if not wanted or self.n == 0:
+            return []
+        avgdl = self.total / self.n
+        scores = np.zeros(len(self.alive), dtype=np.float32)
+        for term, qtf in wanted.items():
+            docs_parts, tf_parts = [], []
+            for terms, starts, docs, tf in self.segments:
+                i = int(np.searchsorted(terms, term))
+                if i < len(terms) and terms[i] == term:
+                    end = starts[i + 1] if i + 1 < len(starts) else len(docs)
+                    d, f = docs[starts[i] : end], tf[starts[i] : end]
+                    live = self.alive[d]
+                    docs_parts.append(d[live])
+                    tf_parts.append(f[live])
+            if not docs_parts:
+                continue
+            d = np.concatenate(docs_parts)
+            f = np.concatenate(tf_parts)
+            df = len(d)
+            if df == 0:
+                continue
+            idf = math.log(1.0 + (self.n - df + 0.5) / (df + 0.5))
+            scores[d] += qtf * idf * f * (_K1 + 1) / (f + _K1 * (1 - _B + _B * self.dl[d] / avgdl))
+        if allowed is not None:
+            scores[: len(allowed)] *= allowed[: len(scores)]
+            scores[len(allowed) :] = 0
+        hit = np.flatnonzero(scores > 0)
+        if len(hit) > k:
+            hit = hit[np.argpartition(-scores[hit], k - 1)[:k]]
+        hit = hit[np.lexsort((hit, -scores[hit]))]
+        return [(int(r), float(scores[r])) for r in hit]
+
+
+class FaissStore:
+    """One index's chunks in SQLite, its vectors in a FAISS index held in memory (see the module docstring)."""
+
+    lock_wait_s = 10.0  # how long a writer waits for another process's run to end before StoreInUseError
+
+    def __init__(
+        self, folder: str | Path, index: str, identity: dict[str, Any], prepare_text: Callable[[str], str] | None
+    ) -> None:
+        if not _NAME.match(index):
+            raise StoreError(f"invalid index name {index!r}: use a letter, then letters, digits or '_' (64 at most)")
+        self.folder = Path(folder).expanduser()
+        self.name = index
+        self.path = self.folder / f"{index}.sqlite"  # the source of truth
+        self.faiss_path = self.folder / f"{index}.faiss"  # the saved vector index: a faster start
+        self.uri = str(self.path)
+        self.identity = identity  # {"model": ..., "dimension": ...} of the embedder
+        self.prepare_text = prepare_text  # applied to BM25 text and BM25 queries (stemming), if set
+        self.has_bm25 = True
+        self._lock = threading.RLock()  # one call at a time on the connection and the in-memory index
+        # not thread-local: a run may start writing in one thread and end in another
+        self._writer = filelock.FileLock(str(self.folder / f"{index}.lock"), thread_local=False)
+        self._db: sqlite3.Connection | None = None
+        self._in_run = False  # a write transaction is open, and the writers' lock held
+        self._version = -1  # PRAGMA data_version when memory last matched SQLite
+        self._index: Any = None  # faiss.IndexIDMap2 over IndexFlatIP or IndexHNSWFlat, ids = chunks.n
+        self._bm25 = _Bm25()
+        self._rows: set[int] = set()  # row numbers held in memory
+        self._pos: np.ndarray | None = None  # row number -> position in the vector index (-1: none); None: stale
+        self._foreign: dict[str, Any] | None = None  # the identity of another model, found in SQLite by _sync
+        self._passing: dict[Filter, np.ndarray] = {}  # the rows each recent filter passes, until the next change
+        self._hnsw = False  # the vector index is an HNSW graph (else flat)
+        self._dead: set[int] = set()  # deleted rows an HNSW graph still holds (skipped by searches)
+        self._dead_sel: tuple[Any, Any] | None = None  # the ID selector that skips them
+
+    @classmethod
+    def from_config(
+        cls, config: Config, name: str, identity: dict[str, Any], prepare_text: Callable[[str], str] | None
+    ) -> FaissStore:
+        """The store of index ``name`` under ``<cache>/faiss/``."""
+        return cls(config.cache_dir / "faiss", name, identity, prepare_text)
+
+    # -- life cycle ---------------------------------------------------------
+    @property
+    def db(self) -> sqlite3.Connection:
+        if self._db is None:
+            raise StoreError("the store is not open")
+        return self._db
+
+    def open(self, create: bool = True, replace_mismatch: bool = False) -> bool:
+        """Open the SQLite file, check the model identity, and load the vectors and BM25 index into memory.
+
+        Returns False when the index does not exist and ``create`` is False.
+        """
+        with self._lock:
+            if self._db is not None:
+                self.close()
+            if not self.path.exists() and not create:
+                return False
+            try:
+                self.folder.mkdir(parents=True, exist_ok=True)
+                self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=30)
+                self.db.execute("PRAGMA journal_mode=WAL")
+                self.db.execute("PRAGMA synchronous=NORMAL")
+                self.db.execute("PRAGMA journal_size_limit=67108864")  # the WAL shrinks back after a large run
+                stored = self._stored_identity()
+                if stored is None:
+                    if not create:
+                        self.close()
+                        return False
+                    self._create()
+                elif not self._same_model(stored):
+                    if not replace_mismatch:
+                        raise self._mismatch(stored)
+                    log.warning("%s Rebuilding it now.", self._mismatch(stored))
+                    self.drop()
+                    self._create()
+                self._load()
+            except sqlite3.DatabaseError as e:
+                self.close()
+                raise self._damaged(e) from e
+            except OSError as e:
+                self.close()
+                raise StoreError(
+                    f"Cannot open the FAISS store {self.path}: {e}. Check that its folder is writable."
+                ) from e
+            except BaseException:
+                self.close()
+                raise
+            return True
+
+    def _damaged(self, e: Exception) -> StoreError:
+        if isinstance(e, sqlite3.OperationalError) and ("readonly" in str(e) or "unable to open" in str(e)):
+            return StoreUnavailableError(
+                f"Cannot open the FAISS store {self.path} for writing ({e}). Check that its folder exists and "
+                "is writable, or set MDRAG_HOME to a folder mdrag may write."
+            )
+        if isinstance(e, sqlite3.OperationalError) and "locked" in str(e):
+            return StoreInUseError(
+                f"The FAISS store {self.path} is locked by another process (a running `mdrag index`?). "
+                "Wait for it to finish, or stop it, and try again."
+            )
+        return StoreDamagedError(
+            f"The index store is damaged: SQLite cannot read {self.path} ({e}). `mdrag index --rebuild` "
+            "moves it aside (into the cache's damaged/ folder) and builds the index again from its folders."
+        )
+
+    def _stored_identity(self) -> dict[str, Any] | None:
+        tables = {r[0] for r in self.db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if "meta" not in tables:
+            return None
+        row = self.db.execute("SELECT value FROM meta WHERE key = 'identity'").fetchone()
+        return json.loads(row[0]) if row else None
+
+    def _same_model(self, stored: dict[str, Any]) -> bool:
+        return stored.get("model") == self.identity.get("model") and int(stored.get("dimension", -1)) == int(
+            self.identity["dimension"]
+        )
+
+    def _mismatch(self, stored: dict[str, Any]) -> ModelMismatchError:
+        return ModelMismatchError(
+            f"Index {self.name!r} was built with {stored.get('model')} ({stored.get('dimension')}-d) but the "
+            f"configured embedding model is {self.identity.get('model')} ({self.identity['dimension']}-d). "
+            "Rebuild it with `mdrag index --rebuild DIR ...`, or set embedding.model back, or use another --index name."
+        )
+
+    def _create(self) -> None:
+        self._begin()
+        for statement in filter(None, (s.strip() for s in _SCHEMA.split(";"))):
+            self.db.execute(statement)
+        stored = self._stored_identity()
+        if stored is not None and not self._same_model(stored):  # another process created it meanwhile
+            self.db.execute("ROLLBACK")
+            self._end_write()
+            raise self._mismatch(stored)
+        self._set("identity", json.dumps(self.identity, sort_keys=True))
+        self._commit(run=False)
+        log.info("created the FAISS store %s (%d-d)", self.path, self._dim)
+
+    def _set(self, key: str, value: Any) -> None:
+        self.db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, str(value)))
+
+    def _get(self, key: str) -> str | None:
+        row = self.db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return row[0] if row else None
+
+    def close(self) -> None:
+        """Close; a run not ended by :meth:`end_run` is rolled back (the indexer's repair redoes it)."""
+        with self._lock:
+            if self._db is not None:
+                if self._in_run:
+                    log.warning("%s: a run was not ended; its writes are rolled back", self.path)
+                    try:
+                        self.db.execute("ROLLBACK")
+                    except sqlite3.Error:
+                        pass
+                    self._end_write()
+                self._db.close()
+                self._db = None
+            self._index = None
+            self._bm25 = _Bm25()
+            self._rows = set()
+            self._pos = None
+            self._passing.clear()
+            self._version = -1
+
+    def drop(self) -> None:
+        """Delete every chunk and the model identity, at once (committed)."""
+        with self._lock:
+            self._begin()
+            self.db.execute("DELETE FROM chunks")
+            self.db.execute("DELETE FROM tags")
+            self.db.execute("DELETE FROM meta WHERE key != 'commits'")
+            self._commit(run=False)
+            self.faiss_path.unlink(missing_ok=True)
+            self._reset_memory()
+
+    def set_aside(self) -> Path | None:
+        """Move the SQLite and FAISS files into ``<cache>/damaged/<index>-<time>/``; None when there are none."""
+        with self._lock:
+            self.close()
+            files = [
+                p
+                for p in (self.path, Path(f"{self.path}-wal"), Path(f"{self.path}-shm"), self.faiss_path)
+                if p.exists()
+            ]
+            if not self.path.exists():
+                return None
+            dest = self.folder.parent / "damaged" / f"faiss-{self.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+            dest.mkdir(parents=True, exist_ok=True)
+            for p in files:
+                os.replace(p, dest / p.name)
+            log.warning("moved the damaged FAISS store %s to %s", self.path, dest)
+            return dest
+
+    def unchanged_since_last_run(self) -> bool:
+        """Whether SQLite's last commit was an :meth:`end_run` and the ``.faiss`` file is the one it wrote."""
+        with self._lock:
+            if self._db is None or self._in_run:
+                return False
+            try:
+                commits, run = self._get("commits"), self._get("run_commit")
+                return commits is not None and commits == run and self._faiss_file_current()
+            except sqlite3.Error:
+                return False
+
+    # -- writes -------------------------------------------------------------
+    def _begin(self) -> None:
+        """Start a write transaction under the writers' lock, unless one is open."""
+        if self._in_run:
+            return
+        try:
+            self._writer.acquire(timeout=self.lock_wait_s)
+        except filelock.Timeout:
+            raise StoreInUseError(
+                f"The FAISS store {self.path} is being written by another process (a running `mdrag index`, "
+                "or `mdrag serve` updating it). Wait for it to finish, or stop it, and try again."
+            ) from None
+        try:
+            self._sync()  # what the previous writer committed
+            self.db.execute("BEGIN IMMEDIATE")
+        except BaseException:
+            self._writer.release()
+            raise
+        self._in_run = True
+
+    def _end_write(self) -> None:
+        self._in_run = False
+        self._writer.release()
+
+    def _commit(self, run: bool) -> None:
+        commits = int(self._get("commits") or 0) + 1
+        self._set("commits", commits)
+        if run:
+            self._set("run_commit", commits)
+        self.db.execute("COMMIT")
+        self._end_write()
+
+    def upsert(self, chunks: Sequence[Chunk], vectors: np.ndarray) -> None:
+        """Insert or replace chunks by id (a replaced chunk gets a new row number)."""
+        if len(chunks) != len(vectors):
+            raise ValueError(f"{len(chunks)} chunks but {len(vectors)} vectors")
+        with self._lock:
+            latest = {c.id: i for i, c in enumerate(chunks)}  # one id twice in a batch: the last wins
+            keep = sorted(latest.values())
+            chunks = [chunks[i] for i in keep]
+            vecs = _unit(np.asarray(vectors)[keep]) if keep else np.zeros((0, self._dim), np.float32)
+            self._begin()
+            with self._undo_on_error():
+                self._insert(chunks, vecs)
+
+    def _insert(self, chunks: Sequence[Chunk], vecs: np.ndarray) -> None:
+        self._delete_rows(self._rows_of([c.id for c in chunks]))
+        rows: list[int] = []
+        texts: list[str] = []
+        for c, v in zip(chunks, vecs):
+            bm25 = self.prepare_text(c.embed_text) if self.prepare_text else c.embed_text
+            cur = self.db.execute(
+                f"INSERT INTO chunks (id, {_FIELDS}, bm25_text, vector) VALUES ({_marks(len(ROW_FIELDS) + 3)})",  # noqa: S608
+                (
+                    c.id, c.text, c.context, c.path, c.rel_path, c.root, json.dumps(list(c.heading_path)),
+                    c.level, c.position, c.page or 0, c.line_start or 0, c.line_end or 0, c.content_hash,
+                    json.dumps(c.metadata), bm25, v.tobytes(),
+                ),
+            )  # fmt: skip
+            row = int(cur.lastrowid or 0)
+            self.db.executemany("INSERT INTO tags (tag, n) VALUES (?, ?)", [(t, row) for t in _tags(c.metadata)])
+            rows.append(row)
+            texts.append(bm25)
+        self._add_memory(rows, vecs, texts)
+
+    def delete_ids(self, ids: Iterable[str]) -> None:
+        with self._lock:
+            rows = self._rows_of(sorted(set(ids)))
+            if rows:
+                self._begin()
+                with self._undo_on_error():
+                    self._delete_rows(rows)
+
+    @contextmanager
+    def _undo_on_error(self) -> Iterator[None]:
+        """A write call that fails leaves SQLite and memory as they were before it."""
+        self.db.execute("SAVEPOINT write_call")
+        try:
+            yield
+        except BaseException:
+            self.db.execute("ROLLBACK TO write_call")
+            self.db.execute("RELEASE write_call")
+            self._load_snapshot()  # memory from scratch: rows it dropped are back in SQLite
+            raise
+        self.db.execute("RELEASE write_call")
+
+    def _rows_of(self, ids: Sequence[str]) -> list[int]:
+        out: list[int] = []
+        for part in _batches(ids):
+            out += [r[0] for r in self.db.execute(f"SELECT n FROM chunks WHERE id IN ({_marks(len(part))})", part)]  # noqa: S608
+        return out
+
+    def _delete_rows(self, rows: list[int]) -> None:
+        if not rows:
+            return
+        for part in _batches(rows):
+            self.db.execute(f"DELETE FROM chunks WHERE n IN ({_marks(len(part))})", part)  # noqa: S608
+            self.db.execute(f"DELETE FROM tags WHERE n IN ({_marks(len(part))})", part)  # noqa: S608
+        self._remove_memory(rows)
+
+    def end_run(self, written: set[str], live: set[str], whole: bool) -> None:
+        """Choose and tidy the vector index, save it (atomic rename), record it, and commit the run."""
+        with self._lock:
+            self._begin()
+            live_rows = len(self._rows)
+            hnsw = live_rows >= _HNSW_MIN
+            if (hnsw and not self._hnsw) or (self._hnsw and live_rows < _HNSW_MIN // 2):
+                self._rebuild_index(hnsw)
+            elif self._hnsw and len(self._dead) > live_rows // 4:
+                self._rebuild_index(True)  # drop the deleted vectors the graph still holds
+            self._save_faiss()
+            self._commit(run=True)
+
+    def _save_faiss(self) -> None:
+        """Write the ``.faiss`` file and note in SQLite (same transaction) which file it is."""
+        tmp = self.faiss_path.with_name(f"{self.faiss_path.name}.{os.getpid()}.tmp")
+        try:
+            faiss.write_index(self._index, str(tmp))
+            os.replace(tmp, self.faiss_path)
+        except (OSError, RuntimeError) as e:
+            tmp.unlink(missing_ok=True)
+            log.warning("could not save %s (%s): the next start builds it from SQLite", self.faiss_path, e)
+            self._set("faiss_file", "")
+            return
+        self._set("faiss_file", self._faiss_stamp())
+
+    def _faiss_stamp(self) -> str:
+        st = self.faiss_path.stat()
+        return f"{st.st_size}:{st.st_mtime_ns}:{st.st_ino}"
+
+    def _faiss_file_current(self) -> bool:
+        try:
+            return bool(self._get("faiss_file")) and self._get("faiss_file") == self._faiss_stamp()
+        except OSError:
+            return False
+
+    # -- memory ---------------------------------------------------------------
+    @property
+    def _dim(self) -> int:
+        return int(self.identity["dimension"])
+
+    def _new_index(self, hnsw: bool) -> Any:
+        inner: Any
+        if hnsw:
+            inner = faiss.IndexHNSWFlat(self._dim, _HNSW_M, faiss.METRIC_INNER_PRODUCT)
+            inner.hnsw.efConstruction = _HNSW_EF_BUILD
+            inner.hnsw.efSearch = _HNSW_EF
+        else:
+            inner = faiss.IndexFlatIP(self._dim)
+        return faiss.IndexIDMap2(inner)
+
+    def _set_index(self, index: Any) -> None:
+        self._index = index
+        self._hnsw = isinstance(faiss.downcast_index(index.index), faiss.IndexHNSW)
+        self._dead = set()
+        self._dead_sel = None
+        self._pos = None
+
+    def _reset_memory(self, hnsw: bool = False) -> None:
+        self._set_index(self._new_index(hnsw))
+        self._bm25 = _Bm25()
+        self._rows = set()
+        self._passing.clear()
+
+    def _rebuild_index(self, hnsw: bool) -> None:
+        """A new vector index of the live rows: HNSW from ``_HNSW_MIN`` chunks, else flat."""
+        rows = np.asarray(sorted(self._rows), dtype=np.int64)
+        vecs = self._vectors(rows) if len(rows) else np.zeros((0, self._dim), np.float32)
+        index = self._new_index(hnsw)
+        t = time.perf_counter()
+        if len(rows):
+            index.add_with_ids(np.ascontiguousarray(vecs), rows)
+        self._set_index(index)
+        log.info(
+            "built the %s index of %d chunks in %.1f s", "HNSW" if hnsw else "flat", len(rows), time.perf_counter() - t
+        )
+
+    def _add_memory(self, rows: list[int], vecs: np.ndarray, texts: list[str]) -> None:
+        if rows:
+            self._index.add_with_ids(vecs, np.asarray(rows, dtype=np.int64))
+            self._bm25.add(rows, texts)
+            self._rows.update(rows)
+            self._pos = None
+            self._passing.clear()
+
+    def _remove_memory(self, rows: Iterable[int]) -> None:
+        """Forget these rows: removed from a flat index; an HNSW graph keeps them, skipped, until rebuilt."""
+        rows = [r for r in rows if r in self._rows]
+        if rows:
+            if self._hnsw:
+                self._dead.update(rows)
+                self._dead_sel = None
+            else:
+                self._index.remove_ids(faiss.IDSelectorBatch(np.asarray(rows, dtype=np.int64)))
+                self._pos = None
+            self._bm25.remove(rows)
+            self._rows.difference_update(rows)
+            self._passing.clear()
+
+    def _load(self) -> None:
+        """Fill memory from the ``.faiss`` file when SQLite names it as current, else from SQLite."""
+        self.db.execute("BEGIN")  # one snapshot for every read below
+        try:
+            self._load_snapshot()
+        finally:
+            self.db.execute("COMMIT")
+
+    def _load_snapshot(self) -> None:
+        self._version = self._data_version()
+        self._foreign = None
+        stored = {r[0] for r in self.db.execute("SELECT n FROM chunks")}
+        index: Any = None
+        if self._faiss_file_current():
+            try:
+                index = faiss.read_index(str(self.faiss_path))
+            except RuntimeError as e:
+                log.warning("cannot read %s (%s): building it from SQLite", self.faiss_path, e)
+        held = set(faiss.vector_to_array(index.id_map).tolist()) if index is not None else set()
+        if index is not None and index.d == self._dim and stored <= held:
+            self._reset_memory()
+            self._set_index(index)
+            self._rows = held
+            self._remove_memory(held - stored)  # rows an HNSW graph still held when it was saved
+            for part in self._fetch_texts():
+                self._bm25.add([r for r, _ in part], [t for _, t in part])
+        else:
+            if index is not None:
+                log.warning("%s does not match %s: building it from SQLite", self.faiss_path, self.path)
+            self._reset_memory()  # flat (exact): quick to fill; the next run's end_run builds the graph
+            self._load_rows(None)
+
+    def _fetch_texts(self) -> Iterator[list[tuple[int, str]]]:
+        cur = self.db.execute("SELECT n, bm25_text FROM chunks")
+        while part := cur.fetchmany(4096):
+            yield part
+
+    def _load_rows(self, rows: list[int] | None) -> None:
+        """Load these rows (all when None) from SQLite into memory."""
+        if rows is None:
+            cur = self.db.execute("SELECT n, vector, bm25_text FROM chunks")
+            parts: Iterable[list[Any]] = iter(lambda: cur.fetchmany(4096), [])
+        else:
+            parts = (
+                self.db.execute(f"SELECT n, vector, bm25_text FROM chunks WHERE n IN ({_marks(len(p))})", p).fetchall()  # noqa: S608
+                for p in _batches(rows)
+            )
+        for part in parts:
+            if part:
+                vecs = np.frombuffer(b"".join(r[1] for r in part), dtype=np.float32).reshape(len(part), self._dim)
+                self._add_memory([r[0] for r in part], vecs, [r[2] for r in part])
+
+    def _data_version(self) -> int:
+        return int(self.db.execute("PRAGMA data_version").fetchone()[0])
+
+    def _sync(self) -> None:
+        """Load what other processes committed since memory last matched SQLite.
+
+        Row numbers are never reused, so what changed is the difference between
+        the rows in memory and the rows in SQLite.
+        """
+        if self._in_run:
+            return  # this process is the writer: nobody else commits
+        version = self._data_version()
+        if version == self._version:
+            return
+        self.db.execute("BEGIN")  # one snapshot for every read below
+        try:
+            stored = self._stored_identity()
+            self._foreign = stored if stored is not None and not self._same_model(stored) else None
+            if stored is None or self._foreign:
+                self._reset_memory()
+            else:
+                self._reconcile()
+                if self._hnsw and len(self._dead) > len(self._rows) // 4 and self._faiss_file_current():
+                    self._load_snapshot()  # the writer has rebuilt the graph without them: take its file
+            self._version = version
+        finally:
+            self.db.execute("COMMIT")
+
+    def _reconcile(self) -> None:
+        """Make memory hold exactly the rows SQLite holds (row numbers are never reused: a set difference)."""
+        rows = {r[0] for r in self.db.execute("SELECT n FROM chunks")}
+        self._remove_memory(self._rows - rows)
+        self._load_rows(sorted(rows - self._rows))
+
+    def _positions(self) -> np.ndarray:
+        """Row number -> position in the vector index (-1 when not there)."""
+        if self._pos is None:
+            ids = faiss.vector_to_array(self._index.id_map)
+            pos = np.full(int(ids.max()) + 1 if len(ids) else 1, -1, dtype=np.int64)
+            pos[ids] = np.arange(len(ids))
+            self._pos = pos
+        return self._pos
+
+    def _xb(self) -> np.ndarray:
+        """Every stored vector, by position: a view of the index's own storage."""
+        inner: Any = faiss.downcast_index(self._index.index)
+        flat: Any = faiss.downcast_index(inner.storage) if self._hnsw else inner
+        n = flat.ntotal
+        return faiss.rev_swig_ptr(flat.get_xb(), n * self._dim).reshape(n, self._dim)
+
+    def _vectors(self, rows: np.ndarray) -> np.ndarray:
+        return np.asarray(self._xb()[self._positions()[rows]])
+
+    def _nearest(self, q: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """(rows, cosines) of the ``k`` nearest live chunks: exact (flat) or HNSW."""
+        params = None
+        if self._hnsw:
+            params = faiss.SearchParametersHNSW()  # type: ignore[attr-defined]
+            params.efSearch = max(_HNSW_EF, k)
+            if self._dead:
+                if self._dead_sel is None:
+                    dead = faiss.IDSelectorBatch(np.asarray(sorted(self._dead), dtype=np.int64))
+                    self._dead_sel = (dead, faiss.IDSelectorNot(dead))  # the first must outlive the second
+                params.sel = self._dead_sel[1]
+        threads = faiss.omp_get_max_threads()
+        faiss.omp_set_num_threads(1)  # this thread's setting: one query gains nothing from more, and waits for them
+        try:
+            dist, ids = self._index.search(q[None, :], min(k, len(self._rows)), params=params)
+        finally:
+            faiss.omp_set_num_threads(threads)
+        keep = ids[0] >= 0
+        return ids[0][keep], dist[0][keep]
+
+    def _nearest_among(self, q: np.ndarray, rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """(rows, cosines) of the ``k`` nearest of these chunks, exactly."""
+        pos = self._positions()[rows]
+        if len(rows) * _GATHER <= self._index.ntotal:
+            sims = self._xb()[pos] @ q
+        else:  # most chunks pass: one product over all of them, then pick
+            sims = (self._xb() @ q)[pos]
+        top = np.argpartition(-sims, k - 1)[:k] if len(sims) > k else np.arange(len(sims))
+        top = top[np.lexsort((rows[top], -sims[top]))]
+        return rows[top], sims[top]
+
+    # -- reads --------------------------------------------------------------
+    def _read(self) -> sqlite3.Connection:
+        try:
+            self._sync()
+        except sqlite3.DatabaseError as e:
+            raise self._damaged(e) from e
+        if self._foreign is not None:
+            raise self._mismatch(self._foreign)
+        return self.db
+
+    def vectors_by_hash(self, hashes: Iterable[str]) -> dict[str, np.ndarray]:
+        with self._lock:
+            db = self._read()
+            found: dict[str, np.ndarray] = {}
+            for part in _batches(sorted(set(hashes))):
+                q = f"SELECT content_hash, vector FROM chunks WHERE content_hash IN ({_marks(len(part))})"  # noqa: S608
+                for h, blob in db.execute(q, part):
+                    found.setdefault(h, np.frombuffer(blob, dtype=np.float32).copy())
+            return found
+
+    def _where_roots(self, roots: Sequence[str] | None) -> tuple[str, list[str]]:
+        if not roots:
+            return "", []
+        return f" WHERE root IN ({_marks(len(roots))})", list(roots)
+
+    def all_ids(self, roots: Sequence[str] | None = None) -> set[str]:
+        return set(self.id_paths(roots))
+
+    def id_paths(self, roots: Sequence[str] | None = None) -> dict[str, str]:
+        with self._lock:
+            db = self._read()
+            out: dict[str, str] = {}
+            for part in _batches(list(roots)) if roots else [None]:
+                where, params = self._where_roots(part)
+                out.update(db.execute(f"SELECT id, path FROM chunks{where}", params).fetchall())  # noqa: S608
+            return out
+
+    def count(self, roots: Sequence[str] | None = None) -> int:
+        with self._lock:
+            db = self._read()
+            total = 0
+            for part in _batches(list(roots)) if roots else [None]:
+                where, params = self._where_roots(part)
+                total += int(db.execute(f"SELECT count(*) FROM chunks{where}", params).fetchone()[0])  # noqa: S608
+            return total
+
+    def search_texts(self, share: int = 16) -> Iterator[str]:
+        digits = "0123456789abcdef"[: max(1, min(share, 16))] if share < 16 else ""
+        for prefix in digits or [""]:
+            with self._lock:
+                db = self._read()
+                if prefix:
+                    q = "SELECT bm25_text FROM chunks WHERE substr(id, 1, 1) = ?"
+                    texts = [r[0] for r in db.execute(q, (prefix,))]
+                else:
+                    texts = [r[0] for r in db.execute("SELECT bm25_text FROM chunks")]
+            yield from texts
+
+    def _candidates(self, where: Filter) -> np.ndarray:
+        """The row numbers of the chunks that pass ``where``: SQL with the values as parameters."""
+        conds: list[str] = []
+        params: list[Any] = []
+        if where.path_prefix:
+            field = "path" if where.path_prefix.startswith("/") else "rel_path"
+            try:
+                raw = where.path_prefix.encode("utf-8")
+            except UnicodeEncodeError as e:
+                raise ConfigError(f"path prefixes must be valid Unicode text: {where.path_prefix!r}") from e
+            # compared as bytes: SQLite's text functions stop at a NUL character
+            conds.append(f"{field} >= ? AND substr(CAST({field} AS BLOB), 1, ?) = ?")
+            params += [where.path_prefix, len(raw), raw]
+            end = _prefix_end(where.path_prefix)
+            if end is not None:
+                conds.append(f"{field} < ?")
+                params.append(end)
+        for tag in where.tags:
+            conds.append("n IN (SELECT n FROM tags WHERE tag = ?)")
+            params.append(tag)
+        if where.root:
+            conds.append("root = ?")
+            params.append(where.root)
+        sql = "SELECT n FROM chunks" + (" WHERE " + " AND ".join(conds) if conds else "")
+        try:
+            rows = [r[0] for r in self.db.execute(sql, params)]
+        except (UnicodeEncodeError, sqlite3.ProgrammingError) as e:
+            raise ConfigError(f"filter values must be valid Unicode text: {e}") from e
+        return np.asarray(rows, dtype=np.int64)
+
+    def search(
+        self, vector: np.ndarray, k: int, where: Filter | None = None, mode: str = "dense", text: str = ""
+    ) -> list[dict[str, Any]]:
+        """The ``k`` best chunks passing ``where``, exactly (see :class:`mdrag.store.base.Store`)."""
+        if mode not in ("dense", "bm25"):
+            raise ValueError(f"unknown store search mode {mode!r}: dense or bm25")
+        with self._lock:
+            self._read()
+            q = _unit(np.asarray(vector, dtype=np.float32).reshape(-1))
+            cand = None
+            if where:
+                cand = self._passing.get(where)
+                if cand is None:
+                    cand = self._candidates(where)
+                    if len(self._passing) >= 64:
+                        self._passing.clear()
+                    self._passing[where] = cand
+            if k <= 0 or not self._rows or (cand is not None and len(cand) == 0):
+                return []
+            if mode == "bm25":
+                allowed = None
+                if cand is not None:
+                    allowed = np.zeros(max(len(self._bm25.alive), int(cand.max()) + 1), dtype=bool)
+                    allowed[cand] = True
+                query = self.prepare_text(text) if self.prepare_text else text
+                ranked = self._bm25.search(query, k, allowed)
+                rows = np.asarray([r for r, _ in ranked], dtype=np.int64)
+                ranks = [s for _, s in ranked]
+                cosines = (self._vectors(rows) @ q).tolist() if len(rows) else []
+            else:
+                rows, sims = self._nearest(q, k) if cand is None else self._nearest_among(q, cand, k)
+                cosines = ranks = sims.tolist()
+            return self._rows_out(rows, cosines, ranks)
+
+    def _rows_out(self, rows: np.ndarray, cosines: list[float], ranks: list[float]) -> list[dict[str, Any]]:
+        found: dict[int, dict[str, Any]] = {}
+        for part in _batches([int(r) for r in rows]):
+            q = f"SELECT n, id, {_FIELDS} FROM chunks WHERE n IN ({_marks(len(part))})"  # noqa: S608
+            for r in self.db.execute(q, part):
+                row = dict(zip(("id", *ROW_FIELDS), r[1:]))
+                row["headings"] = json.loads(row["headings"])
+                row["metadata"] = json.loads(row["metadata"])
+                found[r[0]] = row
+        out = []
+        for n, cos, rank in zip(rows.tolist(), cosines, ranks):
+            row = found[n]
+            row["score"] = float(cos)
+            row["rank_score"] = float(rank)
+            out.append(row)
+        return out

@@ -1,0 +1,224 @@
+"""What only the FAISS store has: its files (SQLite, the saved .faiss index) and what happens when they are damaged."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mdrag.config import load_config
+from mdrag.errors import StoreDamagedError
+from mdrag.store.faiss import FaissStore
+from mdrag.types import Chunk
+from tests.test_store_contract import IDENTITY, make_chunks, vectors
+
+
+def _store(name: str) -> FaissStore:
+    return FaissStore.from_config(load_config(), name, IDENTITY, None)
+
+
+def _filled(name: str) -> tuple[FaissStore, np.ndarray]:
+    s = _store(name)
+    s.open()
+    chunks, vecs = make_chunks(1, 40), vectors(1, 40)
+    s.upsert(chunks, vecs)
+    s.end_run(set(), set(), whole=True)
+    return s, vecs
+
+
+def test_files_live_in_the_cache_folder(mdrag_home: Path) -> None:
+    s, _ = _filled("docs")
+    s.close()
+    folder = mdrag_home / "cache" / "faiss"
+    assert (folder / "docs.sqlite").is_file() and (folder / "docs.faiss").is_file()
+    assert not list(folder.glob("*.pkl")) and not list(folder.glob("*.tmp"))
+
+
+@pytest.mark.parametrize("damage", ["missing", "garbage", "stale"])
+def test_a_missing_damaged_or_stale_faiss_file_is_rebuilt_from_sqlite(mdrag_home: Path, damage: str) -> None:
+    name = "d" + uuid.uuid4().hex[:8]
+    s, vecs = _filled(name)
+    before = [h["id"] for h in s.search(vecs[5], 5)]
+    faiss_file = mdrag_home / "cache" / "faiss" / f"{name}.faiss"
+    old = faiss_file.read_bytes()
+    if damage == "stale":  # a later run whose file was never written (killed between commit and save)
+        s.upsert(make_chunks(2, 3), vectors(2, 3))
+        s.end_run(set(), set(), whole=False)
+    s.close()
+    if damage == "missing":
+        faiss_file.unlink()
+    elif damage == "garbage":
+        faiss_file.write_bytes(b"\0" * 100)
+    else:
+        faiss_file.write_bytes(old)
+    s = _store(name)
+    assert s.open(create=False)
+    try:
+        assert s.count() == (43 if damage == "stale" else 40)
+        if damage == "stale":
+            assert s.search(vectors(2, 3)[1], 1)[0]["id"] == make_chunks(2, 3)[1].id
+            assert s.search(vecs[5], 1)[0]["id"] == before[0]
+        else:
+            assert [h["id"] for h in s.search(vecs[5], 5)] == before
+        assert not s.unchanged_since_last_run()  # the file is not the one the last run wrote
+    finally:
+        s.close()
+
+
+def test_a_damaged_sqlite_file_is_reported_and_set_aside(mdrag_home: Path) -> None:
+    s, _ = _filled("docs")
+    s.close()
+    db = mdrag_home / "cache" / "faiss" / "docs.sqlite"
+    db.write_bytes(b"this is not a database" * 100)
+    s = _store("docs")
+    with pytest.raises(StoreDamagedError, match=r"damaged.*mdrag index --rebuild"):
+        s.open()
+    moved = s.set_aside()
+    assert moved is not None and moved.parent == mdrag_home / "cache" / "damaged"
+    assert (moved / "docs.sqlite").read_bytes().startswith(b"this is not")
+    assert not db.exists()
+    assert s.open() and s.count() == 0
+    s.close()
+
+
+def test_hnsw_from_its_threshold_skips_deleted_chunks_and_filters_stay_exact(
+    mdrag_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mdrag.store import faiss as faiss_store
+    from mdrag.store.base import Filter
+
+    monkeypatch.setattr(faiss_store, "_HNSW_MIN", 100)  # the graph from 100 chunks, so the test stays small
+    s = _store("big")
+    s.open()
+    chunks, vecs = make_chunks(3, 300), vectors(3, 300)
+    s.upsert(chunks, vecs)
+    s.end_run(set(), set(), whole=True)
+    assert s._hnsw
+    gone = {c.id for c in chunks[:40]}
+    s.delete_ids(gone)
+    s.end_run(set(), set(), whole=False)  # 40 deleted of 260: kept in the graph, skipped
+    assert s._hnsw and len(s._dead) == 40
+    s.close()
+    s = _store("big")
+    assert s.open(create=False)  # from the saved graph, deleted rows and all
+    try:
+        assert s._hnsw and len(s._dead) == 40 and s.count() == 260
+        for i in (0, 5, 39):  # the nearest chunk to a deleted chunk's vector is never that chunk
+            assert gone.isdisjoint(h["id"] for h in s.search(vecs[i], 10))
+        hits = [s.search(v, 1)[0]["id"] for v in vecs[40:90]]
+        assert sum(h == c.id for h, c in zip(hits, chunks[40:90])) >= 48  # approximate, but close to exact
+        where = Filter(tags=("odd",))
+        live = [i for i in range(40, 300) if where.matches({"metadata": chunks[i].metadata})]
+        q = vectors(33, 1)[0]
+        sims = vecs[live] @ q
+        exact = [chunks[live[j]].id for j in np.argsort(-sims)[:10]]
+        assert [h["id"] for h in s.search(q, 10, where=where)] == exact
+    finally:
+        s.close()
+
+
+def test_a_run_ended_by_another_thread_lets_the_next_writer_in() -> None:
+    import threading
+
+    s = _store("threads")
+    s.open()
+    writer = threading.Thread(target=s.upsert, args=(make_chunks(4, 5), vectors(4, 5)))
+    writer.start()
+    writer.join()
+    s.end_run(set(), set(), whole=True)  # in this thread: the writers' lock is released all the same
+    other = _store("threads")
+    other.lock_wait_s = 0.5
+    other.open()
+    try:
+        other.upsert(make_chunks(5, 2), vectors(5, 2))
+        other.end_run(set(), set(), whole=False)
+        assert other.count() == 7
+    finally:
+        other.close()
+        s.close()
+
+
+def test_a_failed_write_leaves_sqlite_and_memory_as_they_were(monkeypatch: pytest.MonkeyPatch) -> None:
+    s, vecs = _filled("fail")
+    chunks = make_chunks(1, 40)
+    edited = [Chunk(**{**c.__dict__, "text": "edited"}) for c in chunks[:5]]
+    real = s._add_memory
+
+    def broken(*args: object) -> None:
+        raise OSError("no space left on device")
+
+    monkeypatch.setattr(s, "_add_memory", broken)
+    with pytest.raises(OSError):
+        s.upsert(edited, vecs[:5])  # the old rows were deleted, the new ones written: all undone
+    monkeypatch.setattr(s, "_add_memory", real)
+    try:
+        assert s.count() == 40
+        hit = s.search(vecs[2], 1)[0]
+        assert hit["id"] == chunks[2].id and hit["text"] == chunks[2].text
+        s.end_run(set(), set(), whole=False)
+        assert s.count() == 40 and s.search(vecs[3], 1)[0]["text"] == chunks[3].text
+    finally:
+        s.close()
+
+
+def test_bm25_scores_use_collection_wide_statistics_after_updates_and_deletes() -> None:
+    import math
+    import re
+    from collections import Counter
+
+    texts = [f"alpha beta {'gamma ' * (i % 3)}delta{i % 5} word{i}" for i in range(60)]
+    chunks, vecs = make_chunks(6, 60, texts=texts), vectors(6, 60)
+    s = _store("bm25")
+    s.open()
+    try:
+        for i in range(0, 60, 7):  # small batches, as small updates write them: one set of statistics all the same
+            s.upsert(chunks[i : i + 7], vecs[i : i + 7])
+            s.search(vecs[0], 1, mode="bm25", text="alpha")  # each batch becomes its own segment
+        s.delete_ids([c.id for c in chunks[:10]])
+        s.end_run(set(), set(), whole=False)
+        live = chunks[10:]
+        docs = [Counter(re.findall(r"\w+", c.embed_text.lower())) for c in live]
+        avgdl = sum(sum(d.values()) for d in docs) / len(docs)
+
+        def bm25(doc: Counter[str], query: list[str]) -> float:
+            total = 0.0
+            for term in query:
+                df = sum(1 for d in docs if term in d)
+                idf = math.log(1 + (len(docs) - df + 0.5) / (df + 0.5))
+                tf, dl = doc[term], sum(doc.values())
+                total += idf * tf * 2.2 / (tf + 1.2 * (0.25 + 0.75 * dl / avgdl)) if tf else 0.0
+            return total
+
+        query = ["gamma", "delta3", "word42"]
+        want = sorted(((bm25(d, query), c.id) for d, c in zip(docs, live)), reverse=True)[:8]
+        got = s.search(vecs[0], 8, mode="bm25", text=" ".join(query))
+        assert [h["rank_score"] for h in got] == pytest.approx([w for w, _ in want], rel=1e-5)
+        assert got[0]["id"] == want[0][1]
+    finally:
+        s.close()
+
+
+def test_a_reader_in_another_process_sees_ended_runs_only() -> None:
+    from tests.test_store_contract import _child
+
+    proc = _child(("faiss", None), "shared")  # one run ended (chunks of seed 40), a second one written, not ended
+    reader = _store("shared")
+    try:
+        assert reader.open(create=False)
+        ended, pending = make_chunks(40, 30), make_chunks(41, 30)
+        assert reader.all_ids() == {c.id for c in ended}
+        assert reader.search(vectors(41, 30)[0], 1)[0]["id"] != pending[0].id
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+        assert proc.stdout.readline().strip() == "ended"
+        assert reader.count() == 60
+        assert reader.search(vectors(41, 30)[0], 1)[0]["id"] == pending[0].id
+        assert reader.search(vectors(41, 30)[0], 1, mode="bm25", text="seed 41")[0]["id"] in {c.id for c in pending}
+    finally:
+        reader.close()
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
