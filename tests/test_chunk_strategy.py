@@ -20,10 +20,6 @@ from mdrag.manifest import Manifest
 from mdrag.parsers import parse_file
 from tests.conftest import HashEmbedder
 
-pytest.importorskip(
-    "langchain_text_splitters", reason="the langchain extra is not installed (pip install -e .[langchain])"
-)
-
 WORDS = " ".join(f"word{i}" for i in range(90))  # 90 words, 619 characters: over a 50-token window
 
 
@@ -155,3 +151,21 @@ def test_a_bad_strategy_or_a_missing_package_says_what_to_do(
     err = capsys.readouterr().err
     assert code != 0 and "pip install 'mdrag[langchain]'" in err
     assert not (tmp_path / "mdrag-home" / "cache" / "manifests").exists(), "nothing was written"
+
+
+@pytest.mark.slow
+def test_the_cli_with_minilm_warns_with_the_chunks_it_truncates(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Real model, real command: 900 characters of hex ids are far over 256 word pieces; a sentence is not."""
+    root = tmp_path / "docs"
+    root.mkdir()
+    (root / "ids.md").write_text("# Ids\n\n" + " ".join(os.urandom(4).hex() for _ in range(100)) + "\n")
+    (root / "cats.md").write_text("# Cats\n\nCats sleep most of the day.\n")
+    (tmp_path / "mdrag-home" / "config.yaml").write_text("chunk:\n  strategy: langchain\n")
+    with caplog.at_level(logging.WARNING):
+        assert main(["index", str(root)]) == 0
+    [warning] = _lc_warnings(caplog)
+    assert "1 of the 2 chunks made in this run are longer than the embedding model reads (256 tokens)" in warning
+    assert main(["search", "how long do cats sleep", "--json"]) == 0
+    assert '"cats.md"' in capsys.readouterr().out
