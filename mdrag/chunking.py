@@ -24,10 +24,11 @@ from dataclasses import asdict, dataclass
 from functools import partial
 from typing import Any, Literal
 
+from mdrag.chunking_langchain import Truncated, langchain_chunks, splitter_class
 from mdrag.errors import ConfigError
 from mdrag.types import FRONTMATTER_FIELDS, Block, Chunk, Document
 
-__all__ = ["ChunkSettings", "chunk_document", "chunk_id", "content_hash", "split_text"]
+__all__ = ["ChunkSettings", "Truncated", "chunk_document", "chunk_id", "content_hash", "split_text"]
 
 TokenCounter = Callable[[Sequence[str]], list[int]]
 Sizes = Callable[[Sequence[str]], list[int]]  # the size of each text, in one call: lengths or token counts
@@ -56,6 +57,9 @@ class ChunkSettings:
     # The file's folder and file names, as words, lead that header (not with "none").
     # Off by default: measured, it lowers hybrid nDCG@10 on the Hugo questions.
     path_words: bool = False
+    # Who cuts: this module (by headings, fitted to the model's window) or LangChain's
+    # MarkdownTextSplitter, as md-qa does (mdrag/chunking_langchain.py).
+    strategy: Literal["headings", "langchain"] = "headings"
 
     def __post_init__(self) -> None:
         if self.size < 50:
@@ -68,9 +72,18 @@ class ChunkSettings:
             raise ConfigError(f"chunk.unit must be 'chars' or 'tokens', got {self.unit!r}")
         if self.context not in ("none", "headings", "frontmatter"):
             raise ConfigError(f"chunk.context must be 'none', 'headings' or 'frontmatter', got {self.context!r}")
+        if self.strategy not in ("headings", "langchain"):
+            raise ConfigError(f"chunk.strategy must be 'headings' or 'langchain', got {self.strategy!r}")
+        if self.strategy == "langchain":
+            splitter_class()  # installed, or a ConfigError before any file is read
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The settings as the manifest records them; ``strategy`` only when not the default,
+        so that indexes built before it existed are not chunked again."""
+        d = asdict(self)
+        if self.strategy == "headings":
+            del d["strategy"]
+        return d
 
 
 def chunk_id(root: str, rel_path: str, position: int, text_hash: str) -> str:
@@ -393,17 +406,21 @@ def chunk_document(
     settings: ChunkSettings | None = None,
     count_tokens: TokenCounter | None = None,
     max_tokens: int | None = None,
+    truncated: Truncated | None = None,
 ) -> list[Chunk]:
     """Cut a parsed document into chunks.
 
     ``count_tokens``/``max_tokens`` come from the embedder: with them, no chunk's
-    embedded text is longer than the model's window, a block that fits the
+    embedded text is longer than the model's window (strategy headings; with
+    langchain, ``truncated`` counts those that are), a block that fits the
     window is never cut, and ``settings.unit == "tokens"`` counts sizes in the
     model's tokens.
     """
     settings = settings or ChunkSettings()
     if settings.unit == "tokens" and count_tokens is None:
         raise ConfigError("chunk.unit 'tokens' needs an embedder that can count tokens")
+    if settings.strategy == "langchain":
+        return _langchain(doc, root, rel_path, settings, count_tokens, max_tokens, truncated)
 
     sizes = _token_counts(count_tokens) if count_tokens is not None and settings.unit == "tokens" else _lengths
     meta = _frontmatter_fields(doc.metadata, doc.title)
@@ -451,6 +468,53 @@ def chunk_document(
                 metadata=dict(meta),
             )
         )
+    return chunks
+
+
+def _langchain(
+    doc: Document,
+    root: str,
+    rel_path: str,
+    settings: ChunkSettings,
+    count_tokens: TokenCounter | None,
+    max_tokens: int | None,
+    truncated: Truncated | None,
+) -> list[Chunk]:
+    """``chunk.strategy: langchain``: MarkdownTextSplitter's chunks, with the headings strategy's metadata."""
+    counter = count_tokens if settings.unit == "tokens" else None
+    pieces = langchain_chunks(doc, settings.size, settings.overlap, counter)
+    meta = _frontmatter_fields(doc.metadata, doc.title)
+    topics = _topics(meta)
+    where = _path_words(rel_path) if settings.path_words else ""
+    chunks: list[Chunk] = []
+    for position, (text, si, line_start, line_end) in enumerate(pieces):
+        section = doc.sections[si]
+        ctx = _context(settings.context, doc.title, section.heading_path, topics if position == 0 else "", where)
+        embed = f"{ctx}\n\n{text}" if ctx else text
+        text_hash = content_hash(embed)
+        chunks.append(
+            Chunk(
+                id=chunk_id(root, rel_path, position, text_hash),
+                text=text,
+                context=ctx,
+                path=doc.path,
+                rel_path=rel_path,
+                root=root,
+                heading_path=list(section.heading_path),
+                level=section.level,
+                position=position,
+                content_hash=text_hash,
+                page=section.page,
+                line_start=line_start,
+                line_end=line_end,
+                metadata=dict(meta),
+            )
+        )
+    if truncated is not None and count_tokens is not None and max_tokens is not None:
+        counts = _token_counts(count_tokens)([c.embed_text for c in chunks])
+        truncated.chunks += len(chunks)
+        truncated.over += sum(n > max_tokens for n in counts)
+        truncated.max_tokens = max_tokens
     return chunks
 
 

@@ -48,6 +48,7 @@ DEFAULTS: dict[str, tuple[type | tuple[type, ...], Any]] = {
     "chunk.unit": (str, "chars"),  # chars | tokens
     "chunk.context": (str, "frontmatter"),  # none | headings | frontmatter: header embedded with each chunk
     "chunk.path_words": (bool, False),  # the file's folder and file names lead that header
+    "chunk.strategy": (str, "headings"),  # headings | langchain (md-qa's MarkdownTextSplitter; extra mdrag[langchain])
     "search.k": (int, 10),
     "search.threshold": ((int, float), 0.35),
     "search.mode": (str, "hybrid"),  # dense | bm25 | hybrid (see README "Search modes")
@@ -87,6 +88,7 @@ _CHOICES = {
     "embedding.provider": ("local", "openai"),
     "chunk.unit": ("chars", "tokens"),
     "chunk.context": ("none", "headings", "frontmatter"),
+    "chunk.strategy": ("headings", "langchain"),
     "search.mode": ("dense", "bm25", "hybrid"),
     "embedding.backend": ("auto", "torch", "onnx", "openvino"),
     "search.fusion": ("rrf", "weighted"),

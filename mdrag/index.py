@@ -107,7 +107,12 @@ class Index:
         c = self.config
         # How files are cut; a change re-chunks everything.
         self.settings = ChunkSettings(
-            c["chunk.size"], c["chunk.overlap"], c["chunk.unit"], c["chunk.context"], c["chunk.path_words"]
+            c["chunk.size"],
+            c["chunk.overlap"],
+            c["chunk.unit"],
+            c["chunk.context"],
+            c["chunk.path_words"],
+            c["chunk.strategy"],
         )
         stem = None
         if self.config["search.stemming"]:

@@ -33,7 +33,7 @@ from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
 
-from mdrag.chunking import ChunkSettings, chunk_document
+from mdrag.chunking import ChunkSettings, Truncated, chunk_document
 from mdrag.embedding.base import Embedder
 from mdrag.errors import (
     ConfigError,
@@ -256,13 +256,14 @@ def update_index(
     # With parse_limits, files are parsed in a child process that can be stopped.
     worker = ParseWorker(parse_limits[1]) if parse_limits and any(err is None for _, err in todo) else None
     timeout = parse_limits[0] if parse_limits else 0.0
+    truncated = Truncated()  # chunks longer than the model reads (chunk.strategy langchain): one warning
 
     def parse(item: tuple[str, str | None]) -> _Parsed:
         path, err = item
         if err:
             return _Parsed(None, [], err)
         root, rel, mtime_ns, size = found.files[path]
-        return _parse(path, root, rel, mtime_ns, size, embedder, settings, worker, timeout)
+        return _parse(path, root, rel, mtime_ns, size, embedder, settings, worker, timeout, truncated)
 
     def write(batch: list[tuple[str, FileState, list[Chunk]]]) -> set[str]:
         ids = _write_batch(store, embedder, m, batch, summary, on_upsert, retired, run_hashes, bar)
@@ -311,6 +312,8 @@ def update_index(
     if batch:
         written |= write(batch)
     bar.close()
+    if msg := truncated.message():
+        _warn(summary, msg)
 
     # Files gone from disk: their chunks go, after the new files could reuse their vectors.
     for p in removed:
@@ -626,6 +629,7 @@ def _parse(
     settings: ChunkSettings,
     worker: ParseWorker | None = None,
     timeout: float = 0.0,
+    truncated: Truncated | None = None,
 ) -> _Parsed:
     try:
         data = Path(path).read_bytes()
@@ -634,7 +638,7 @@ def _parse(
         return _Parsed(None, [], str(e).removeprefix(f"{path}: "), crashed=isinstance(e, ParserCrashError))
     except OSError as e:
         return _Parsed(None, [], f"cannot read: {e}")
-    chunks = chunk_document(doc, root, rel, settings, embedder.count_tokens, embedder.max_tokens)
+    chunks = chunk_document(doc, root, rel, settings, embedder.count_tokens, embedder.max_tokens, truncated)
     state = FileState(root=root, rel_path=rel, mtime_ns=mtime_ns, size=size, hash=_file_hash(data))
     state.chunks = [c.id for c in chunks]
     return _Parsed(state, chunks, None, doc.encoding, warnings=doc.warnings)
