@@ -550,9 +550,15 @@ def _cmd_eval(args: argparse.Namespace, index: Any) -> int:
 
 def _cmd_config(args: argparse.Namespace) -> int:
     from mdrag.config import load_config, settings_table
+    from mdrag.knowledge.config import keys_table
 
-    if args.markdown:
-        print(settings_table(), end="")
+    if args.markdown:  # README's two generated tables, each between the comments that mark it there
+        for what, source, table in (
+            ("settings table", "mdrag/config.py", settings_table()),
+            (".knowledge/config.yaml keys", "mdrag/knowledge/config.py", keys_table()),
+        ):
+            print(f"<!-- {what}: made by `mdrag config --markdown` from {source}; edit it there -->")
+            print(f"{table}<!-- end of {what} -->\n")
         return 0
     config = load_config(_overrides(args))
     rows = config.explain()
