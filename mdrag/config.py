@@ -440,11 +440,11 @@ def _flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def _check(values: Mapping[str, Any], origin: str) -> dict[str, Any]:
+def _check(values: Mapping[str, Any], origin: str, strict: bool = False) -> dict[str, Any]:
     """``values`` (dotted keys) checked and converted; an unknown key is an error from a flag, else a warning.
 
-    Text from the environment or a flag is converted (``"800"``, ``"off"``); a file's values must have their
-    type already (YAML and TOML have numbers and booleans).
+    Text from the environment or a flag is converted (``"800"``, ``"off"``); with ``strict`` (a file's values:
+    YAML and TOML have numbers and booleans) values must have their type already.
     """
     known: dict[str, Any] = {}
     for key, value in values.items():
@@ -458,7 +458,7 @@ def _check(values: Mapping[str, Any], origin: str) -> dict[str, Any]:
         elif value is not None:
             known[key] = value
     try:
-        checked = Settings.model_validate(known, strict=origin.startswith("config file"))
+        checked = Settings.model_validate(known, strict=strict)
     except ValidationError as e:
         raise ConfigError("; ".join(_explain(err, known, origin) for err in _first_per_key(e))) from None
     dumped = checked.model_dump(by_alias=True)
@@ -570,7 +570,7 @@ def load_config(overrides: Mapping[str, Any] | None = None, home: Path | None = 
     if file is not None:
         layers.append(("file", f"config file {file}", _read_file(file)))
     for source, origin, layer in layers:
-        for k, v in _check(layer, origin).items():
+        for k, v in _check(layer, origin, strict=source == "file").items():
             values[k] = v
             sources[k] = source
     cfg = Config(values, home, sources, file)

@@ -52,6 +52,8 @@ def test_toml_file(mdrag_home: Path) -> None:
         ("server:\n  port: 70000\n", "server.port"),
         ("index: ../../etc/x\n", "index"),
         ("search:\n  stemming: maybe\n", "search.stemming"),
+        ("chunk:\n  size: '800'\n", "chunk.size"),  # a file's number is written as one
+        ("chunk:\n  size: true\n", "chunk.size"),
     ],
 )
 def test_invalid_values_name_their_key(mdrag_home: Path, text: str, key: str) -> None:
