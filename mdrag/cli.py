@@ -44,6 +44,7 @@ EXAMPLES = {
     "ask": 'example: mdrag ask "How do I create a custom shortcode?"   (no question: interactive)',
     "mcp": "example: register `mdrag mcp` (or `agentic-knowledge-mcp`) as a stdio server in your MCP client",
     "knowledge": "example: mdrag knowledge init react   |   mdrag knowledge refresh   |   mdrag knowledge status",
+    "config": "example: mdrag config --json   (each setting's value and where it came from)",
     "eval": "example: mdrag eval benchmarks/data/hugo_qa.jsonl --index hugo   "
     "(BEIR: mdrag eval --queries queries.tsv --qrels qrels/test.tsv --doc-id stem)",
 }
@@ -140,6 +141,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--doc-id", choices=["path", "stem"], default="path", help="match gold by path or by file stem")
     p.add_argument("--mode", choices=["dense", "bm25", "hybrid", "all"], default="all", help="ranking mode(s)")
     p.add_argument("--json", action="store_true", help="print the figures as JSON")
+    _common(p)
+
+    p = sub.add_parser("config", help="show the settings in effect and where each came from", epilog=EXAMPLES["config"])
+    p.add_argument("--json", action="store_true", help="print as JSON")
+    p.add_argument("--markdown", action="store_true", help="print every setting's default and help as a Markdown table")
     _common(p)
 
     p = sub.add_parser("mcp", help="run the MCP server for AI assistants (stdio)", epilog=EXAMPLES["mcp"])
@@ -543,6 +549,33 @@ def _cmd_eval(args: argparse.Namespace, index: Any) -> int:
     return 0
 
 
+def _cmd_config(args: argparse.Namespace) -> int:
+    from mdrag.config import load_config, settings_table
+    from mdrag.knowledge.config import keys_table
+
+    if args.markdown:  # README's two generated tables, each between the comments that mark it there
+        for what, source, table in (
+            ("settings table", "mdrag/config.py", settings_table()),
+            (".knowledge/config.yaml keys", "mdrag/knowledge/config.py", keys_table()),
+        ):
+            print(f"<!-- {what}: made by `mdrag config --markdown` from {source}; edit it there -->")
+            print(f"{table}<!-- end of {what} -->\n")
+        return 0
+    config = load_config(_overrides(args))
+    rows = config.explain()
+    if args.json:
+        print(
+            json.dumps({"home": str(config.home), "file": config.file and str(config.file), "settings": rows}, indent=2)
+        )
+        return 0
+    print(f"# config file: {config.file or f'none ({config.home}/config.yaml or config.toml)'}")
+    width = max(map(len, rows))
+    for key, row in rows.items():
+        where = row.get("variable") or row["source"]
+        print(f"{key:<{width}}  {json.dumps(row['value'])}  # {where}")
+    return 0
+
+
 def _cmd_mcp(args: argparse.Namespace) -> int:
     from mdrag.mcp import run_stdio
 
@@ -675,6 +708,8 @@ def _main(argv: Sequence[str] | None) -> int:
             return _cmd_mcp(args)
         if args.command == "knowledge":
             return _cmd_knowledge(args)
+        if args.command == "config":
+            return _cmd_config(args)
         config = load_config(_overrides(args))
         if args.command == "serve":
             return _cmd_serve(args, config)

@@ -2,100 +2,375 @@
 
 The config file is ``$MDRAG_HOME/config.yaml`` or ``config.toml`` (home
 defaults to ``~/.md-qa``). Keys are nested sections; flags and code give them
-as dotted names (``chunk.size``). Every value is checked against its type and
-an invalid one is reported with its key. See README.md for every setting.
+as dotted names (``chunk.size``). :class:`Settings` describes every setting
+once: its type, default, checks and help text (the README's settings table is
+made from it: ``mdrag config --markdown``). A setting is one field there.
 """
 
 from __future__ import annotations
 
+import copy
+import difflib
+import json
 import logging
 import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal, get_args, get_origin
+
+import annotated_types
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic_core import ErrorDetails, PydanticCustomError
 
 from mdrag.errors import ConfigError
+from mdrag.redact import redact_url
 
-__all__ = ["DEFAULTS", "ENV_VARS", "Config", "home_dir", "load_config"]
+__all__ = ["DEFAULTS", "ENV_VARS", "Config", "Settings", "home_dir", "load_config", "settings_table"]
 
 log = logging.getLogger(__name__)
 
+_INDEX_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")  # also a collection and a file name
+_CONFIG_FILES = ("config.yaml", "config.yml", "config.toml")  # in $MDRAG_HOME; the first that exists is read
+
+
+def _not_bool(value: Any) -> Any:
+    if isinstance(value, bool):  # YAML `size: yes`: True is an int to Python, not to a user
+        raise ValueError("a boolean is not a number")
+    return value
+
+
+def _listify(value: Any) -> Any:
+    return [value] if isinstance(value, str) else value  # `folders: ./docs` is a list of one
+
+
+def _index_name(value: str) -> str:
+    if not _INDEX_NAME.match(value):
+        raise PydanticCustomError(
+            "mdrag", "must start with a letter and hold only letters, digits and '_' (64 at most)"
+        )
+    return value
+
+
+def _absolute_folder(value: str) -> str:
+    """``value`` with ``~`` expanded and every link resolved; a relative folder is refused (relative to what?)."""
+    p = Path(value).expanduser()
+    if not p.is_absolute():
+        raise PydanticCustomError(
+            "mdrag",
+            "must list absolute folders (or ones starting with ~)",
+            {"hint": "write the full path, e.g. ~/docs/react"},
+        )
+    return str(p.resolve())
+
+
+Int = Annotated[int, BeforeValidator(_not_bool)]
+Number = Annotated[int | float, BeforeValidator(_not_bool)]
+StrList = Annotated[list[str], BeforeValidator(_listify)]
+IndexName = Annotated[str, AfterValidator(_index_name)]
+FolderList = Annotated[list[Annotated[str, AfterValidator(_absolute_folder)]], BeforeValidator(_listify)]
+
+
+def setting(
+    default: Any, help: str, *, env: str | None = None, shown: str | None = None, secret: bool = False, **checks: Any
+) -> Any:
+    """One setting's field: its default, one line of help, and optionally its environment variable, how the
+    README shows a ``None`` default (``shown``), whether it is a secret, and range checks (``ge``, ``gt``, ``le``).
+    """
+    extra = {"env": env, "shown": shown, "secret": secret or None}
+    return Field(
+        default, description=help, json_schema_extra={k: v for k, v in extra.items() if v is not None}, **checks
+    )
+
+
+class Settings(BaseModel):
+    """Every mdrag setting. A field ``section__name`` is the setting ``section.name``; ``None`` is "unset"."""
+
+    model_config = ConfigDict(alias_generator=lambda name: name.replace("__", "."), frozen=True)
+
+    index: IndexName = setting(
+        "default",
+        "index name (one Milvus collection, `mdrag_<name>`)",
+        env="MARKDOWN_QA_INDEX",
+    )
+    folders: StrList = setting(
+        ["./markdown"],
+        "folders `mdrag index` adds when none are given: the default only for an index that has no "
+        "folders yet; a value you set is always added",
+    )
+    index__include: StrList = setting(
+        [],
+        "gitignore-style patterns relative to each folder: when set, only matching files are indexed "
+        '(e.g. `["docs/**", "*.md"]`)',
+    )
+    index__exclude: StrList = setting(
+        [],
+        'gitignore-style patterns: matching files and folders are left out (e.g. `["drafts/", "*.draft.md"]`)',
+    )
+    index__gitignore: bool = setting(
+        True,
+        "honour `.gitignore` files inside the indexed folders",
+    )
+    index__max_file_mb: Number = setting(
+        20,
+        "files larger than this are skipped with a reason (`0`: no limit)",
+        ge=0,
+    )
+    index__parse_timeout: Number = setting(
+        120,
+        "seconds one file may take to parse; files are parsed in a child process, which is stopped then, "
+        "and the file is skipped with the reason",
+        gt=0,
+    )
+    index__max_parse_mb: Number = setting(
+        2048,
+        "memory (MB) one file's parse may use in that process, then the file is skipped with the reason (`0`: no cap)",
+        ge=0,
+    )
+    milvus_uri: str | None = setting(
+        None,
+        "a Milvus Lite file, or `http://host:19530` for a Milvus server",
+        env="MARKDOWN_QA_MILVUS_URI",
+        shown="`$MDRAG_HOME/cache/milvus.db`",
+    )
+    milvus_token: str | None = setting(
+        None,
+        "credentials for a Milvus server (`user:password` or a token)",
+        secret=True,
+        shown="unset",
+    )
+    api__base_url: str | None = setting(
+        None,
+        "OpenAI-compatible API base URL shared by `embedding` and `llm`",
+        env="MARKDOWN_QA_API_BASE_URL",
+        shown="unset",
+    )
+    api__api_key: str | None = setting(
+        None,
+        "its API key; never logged",
+        env="MARKDOWN_QA_API_KEY",
+        secret=True,
+        shown="unset",
+    )
+    embedding__provider: Literal["local", "openai"] = setting(
+        "local",
+        "`local` (sentence-transformers) or `openai` (an OpenAI-compatible `/v1/embeddings`)",
+        env="MARKDOWN_QA_EMBEDDING_PROVIDER",
+    )
+    embedding__model: str | None = setting(
+        None,
+        "model name; for `local`, the packaged MiniLM or a local model folder",
+        env="MARKDOWN_QA_EMBEDDING_MODEL",
+        shown="all-MiniLM-L6-v2 / `text-embedding-3-small`",
+    )
+    embedding__base_url: str | None = setting(
+        None,
+        "embedding endpoint, when it differs from the LLM's",
+        shown="`api.base_url`",
+    )
+    embedding__api_key: str | None = setting(
+        None,
+        "its key",
+        secret=True,
+        shown="`api.api_key`",
+    )
+    embedding__batch_size: Int = setting(
+        32,
+        "texts per model call",
+        ge=1,
+    )
+    embedding__device: str = setting(
+        "cpu",
+        "torch device for the local model",
+    )
+    embedding__backend: Literal["auto", "torch", "onnx", "openvino"] = setting(
+        "auto",
+        "how the local model runs: `onnx` (onnxruntime on an ONNX export made once with torch and cached "
+        "under `$MDRAG_HOME/cache/models/`, no torch at query time), `torch` (sentence-transformers), "
+        "`openvino` (OpenVINO on the same export; bf16 on CPUs that have it: the embedder alone about "
+        "3.4x torch's speed, a full index of the Hugo docs 2.8x faster; imported with its usage telemetry"
+        " off); `auto` picks `openvino`, then `onnx`, whichever is installed (`torch` when "
+        "`embedding.device` is not `cpu`). All give the same vectors (cosine >= 0.9999 to torch), so an "
+        "index works with any of them",
+    )
+    chunk__size: Int = setting(
+        1000,
+        "chunk size, in `chunk.unit`s",
+    )
+    chunk__overlap: Int = setting(
+        200,
+        "text shared by neighbouring chunks of one section",
+    )
+    chunk__unit: Literal["chars", "tokens"] = setting(
+        "chars",
+        "`chars`, or `tokens` (the embedder's word pieces)",
+    )
+    chunk__context: Literal["none", "headings", "frontmatter"] = setting(
+        "frontmatter",
+        'the header embedded and BM25-indexed with each chunk: `none`, `headings` ("title > heading '
+        "path\"), or `frontmatter` (the same, plus the file's description, summary, tags, topics, keywords"
+        ' and llm_hints on its first chunk); a change re-indexes. See "Chunking"',
+    )
+    chunk__path_words: bool = setting(
+        False,
+        "lead that header with the file's folder and file names as words (`content/en/docs/zero-"
+        'code/java/agent/disable.md`: "zero code java agent disable"); off by default, it lowered hybrid '
+        "nDCG@10 on the Hugo questions; a change re-indexes",
+    )
+    chunk__strategy: Literal["headings", "langchain"] = setting(
+        "headings",
+        "how sections become chunks: `headings` (by headings, to the model's window) or `langchain` "
+        "(md-qa's MarkdownTextSplitter, `chunk.size`/`chunk.overlap` in characters, 1000/200; needs "
+        "`pip install 'mdrag[langchain]'`); a change re-indexes",
+    )
+    search__k: Int = setting(
+        10,
+        "results per query",
+        ge=1,
+    )
+    search__threshold: Number = setting(
+        0.35,
+        'minimum score; see "Relevance threshold" below',
+        ge=0,
+        le=1,
+    )
+    search__mode: Literal["dense", "bm25", "hybrid"] = setting(
+        "hybrid",
+        '`hybrid` (dense and BM25, fused), `dense` (MiniLM cosine) or `bm25` (Milvus full-text); see "Search modes"',
+    )
+    search__fusion: Literal["rrf", "weighted"] = setting(
+        "weighted",
+        "how hybrid fuses the two rankings: `weighted` (each list's scores min-max normalised, then mixed"
+        " by `search.dense_weight`; a clear first place in one list stays near the top) or `rrf` "
+        "(reciprocal rank, k=60)",
+    )
+    search__dense_weight: Number = setting(
+        0.5,
+        "with `weighted` fusion: the dense side's share",
+        ge=0,
+        le=1,
+    )
+    search__stemming: bool = setting(
+        True,
+        "stem the BM25 text and queries (English Snowball, PyStemmer); a change re-indexes",
+    )
+    search__collapse: Literal["none", "section", "file"] = setting(
+        "section",
+        "keep only the best chunk of each `section` or each `file`, or `none`",
+    )
+    llm__base_url: str | None = setting(
+        None,
+        "chat completions endpoint (for the Q&A server)",
+        shown="`api.base_url`",
+    )
+    llm__api_key: str | None = setting(
+        None,
+        "its key",
+        secret=True,
+        shown="`api.api_key`",
+    )
+    llm__model: str = setting(
+        "qwen-flash",
+        "chat model",
+        env="MARKDOWN_QA_LLM_MODEL",
+    )
+    llm__timeout: Number = setting(
+        60,
+        "seconds to wait for the chat model before the answer becomes an error",
+        gt=0,
+    )
+    answer__min_score: Number = setting(
+        0.44,
+        'the Q&A server answers "no relevant information" (without calling the LLM) when the best result '
+        'scores lower; see "Relevance threshold"',
+        ge=0,
+        le=1,
+    )
+    answer__max_unknown: Number = setting(
+        0.2,
+        "... and when more than this share of the question's weight (idf) is on words that no chunk of "
+        'the index holds; `1` turns it off; see "Relevance threshold"',
+        ge=0,
+        le=1,
+    )
+    server__host: str = setting(
+        "127.0.0.1",
+        "Q&A server address; anything but loopback needs `server.token`",
+    )
+    server__port: Int = setting(
+        8765,
+        "Q&A server port (`0`: a free one)",
+        ge=0,
+        le=65535,
+    )
+    server__reload_interval: Int = setting(
+        300,
+        "seconds between rescans in the Q&A server (the file watcher reacts sooner)",
+        ge=1,
+    )
+    server__token: str | None = setting(
+        None,
+        "a token clients must send (`Authorization: Bearer …` or `?token=`); never logged",
+        secret=True,
+        shown="unset",
+    )
+    server__allowed_origins: StrList = setting(
+        [],
+        'browser origins allowed besides loopback pages, e.g. `["https://intranet.example"]`',
+    )
+    server__max_message_bytes: Int = setting(
+        65536,
+        "largest message a client may send (at most 1 MiB); larger ones get an error reply, and over 16 "
+        "MiB the connection closes",
+        ge=1024,
+        le=1 << 20,
+    )
+    server__max_pending: Int = setting(
+        8,
+        "requests that may wait on one connection",
+        ge=1,
+    )
+    knowledge__allowed_paths: FolderList = setting(
+        [],
+        "absolute folders (`~` allowed) outside a project that its docsets may be read from, e.g. "
+        '`["~/docs"]`; each use is logged as a warning; `mdrag mcp` reads it when it starts. A project\'s '
+        'own `.knowledge/config.yaml` cannot allow this (see "Documentation sets for AI assistants")',
+    )
+
+
+_FIELDS = {f.alias or name: f for name, f in Settings.model_fields.items()}
+
+
+def _extra(key: str, name: str) -> Any:
+    extra = _FIELDS[key].json_schema_extra
+    return extra.get(name) if isinstance(extra, dict) else None
+
+
 #: Every setting, by dotted key: (type, default). ``None`` defaults are "unset".
-DEFAULTS: dict[str, tuple[type | tuple[type, ...], Any]] = {
-    "index": (str, "default"),
-    "folders": (list, ["./markdown"]),  # for an index with no folders yet; when set, always added
-    "index.include": (list, []),  # gitignore-style patterns: only matching files are indexed (empty: all)
-    "index.exclude": (list, []),  # gitignore-style patterns: files and folders left out
-    "index.gitignore": (bool, True),  # honour .gitignore files inside the indexed folders
-    "index.max_file_mb": ((int, float), 20),  # larger files are skipped with a reason (0: no limit)
-    "index.parse_timeout": ((int, float), 120),  # seconds one file may take to parse, then it is skipped
-    "index.max_parse_mb": ((int, float), 2048),  # memory one file's parse may take, then it is skipped (0: no cap)
-    "milvus_uri": (str, None),  # default: $MDRAG_HOME/cache/milvus.db (Milvus Lite)
-    "milvus_token": (str, None),
-    "api.base_url": (str, None),  # shared by llm and embedding when theirs are unset
-    "api.api_key": (str, None),
-    "embedding.provider": (str, "local"),  # local | openai
-    "embedding.model": (str, None),  # local: all-MiniLM-L6-v2; openai: text-embedding-3-small
-    "embedding.base_url": (str, None),
-    "embedding.api_key": (str, None),
-    "embedding.batch_size": (int, 32),
-    "embedding.device": (str, "cpu"),
-    "embedding.backend": (str, "auto"),  # auto | torch | onnx | openvino (local models)
-    "chunk.size": (int, 1000),
-    "chunk.overlap": (int, 200),
-    "chunk.unit": (str, "chars"),  # chars | tokens
-    "chunk.context": (str, "frontmatter"),  # none | headings | frontmatter: header embedded with each chunk
-    "chunk.path_words": (bool, False),  # the file's folder and file names lead that header
-    "chunk.strategy": (str, "headings"),  # headings | langchain (md-qa's MarkdownTextSplitter; extra mdrag[langchain])
-    "search.k": (int, 10),
-    "search.threshold": ((int, float), 0.35),
-    "search.mode": (str, "hybrid"),  # dense | bm25 | hybrid (see README "Search modes")
-    "search.fusion": (str, "weighted"),  # weighted | rrf (hybrid mode): see mdrag/fusion.py
-    "search.dense_weight": ((int, float), 0.5),  # weighted fusion: share of the dense score
-    "search.stemming": (bool, True),  # stem BM25 text and queries (English); a change re-indexes
-    "search.collapse": (str, "section"),  # none | section | file: best chunk per section or file
-    "llm.base_url": (str, None),
-    "llm.api_key": (str, None),
-    "llm.model": (str, "qwen-flash"),
-    "llm.timeout": ((int, float), 60),
-    "answer.min_score": ((int, float), 0.44),  # best score below this: "no relevant information", no LLM call
-    "answer.max_unknown": ((int, float), 0.2),  # share of a question's weight on words the index lacks: above, refuse
-    "server.host": (str, "127.0.0.1"),
-    "server.port": (int, 8765),
-    "server.reload_interval": (int, 300),
-    "server.token": (str, None),  # required when server.host is not a loopback address
-    "server.allowed_origins": (list, []),  # browser origins allowed besides loopback pages
-    "server.max_message_bytes": (int, 65536),
-    "server.max_pending": (int, 8),  # requests waiting on one connection
-    "knowledge.allowed_paths": (list, []),  # folders outside a project that its docsets may be read from
-}
+DEFAULTS: dict[str, tuple[Any, Any]] = {k: (f.annotation, f.default) for k, f in _FIELDS.items()}
 
 #: md-qa environment variables and the settings they provide.
-ENV_VARS = {
-    "MARKDOWN_QA_API_BASE_URL": "api.base_url",
-    "MARKDOWN_QA_API_KEY": "api.api_key",
-    "MARKDOWN_QA_EMBEDDING_MODEL": "embedding.model",
-    "MARKDOWN_QA_LLM_MODEL": "llm.model",
-    "MARKDOWN_QA_EMBEDDING_PROVIDER": "embedding.provider",
-    "MARKDOWN_QA_MILVUS_URI": "milvus_uri",
-    "MARKDOWN_QA_INDEX": "index",
-}
+ENV_VARS: dict[str, str] = {_extra(k, "env"): k for k in _FIELDS if _extra(k, "env")}
 
-_INDEX_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")  # also a collection and a file name
-_CHOICES = {
-    "embedding.provider": ("local", "openai"),
-    "chunk.unit": ("chars", "tokens"),
-    "chunk.context": ("none", "headings", "frontmatter"),
-    "chunk.strategy": ("headings", "langchain"),
-    "search.mode": ("dense", "bm25", "hybrid"),
-    "embedding.backend": ("auto", "torch", "onnx", "openvino"),
-    "search.fusion": ("rrf", "weighted"),
-    "search.collapse": ("none", "section", "file"),
-}
-_FRACTIONS = ("search.threshold", "search.dense_weight", "answer.min_score", "answer.max_unknown")
-_SECRETS = {"milvus_token", "api.api_key", "embedding.api_key", "llm.api_key", "server.token"}
+_SECRETS = frozenset(k for k in _FIELDS if _extra(k, "secret"))
+
+
+def _safe(key: str, value: Any) -> Any:
+    if key in _SECRETS and value:
+        return "***"
+    return redact_url(value) if isinstance(value, str) and "://" in value else value  # user:password@host
+
+
+def settings_table() -> str:
+    """The README's settings table in Markdown: each setting, its default and its help, from :class:`Settings`."""
+    rows = ["| setting | default | meaning |", "|---|---|---|"]
+    for key, f in _FIELDS.items():
+        default = f.default if isinstance(f.default, str) else json.dumps(f.default)
+        env = _extra(key, "env")
+        meaning = f"{f.description} (`{env}`)" if env else f.description
+        rows.append(f"| `{key}` | {_extra(key, 'shown') or f'`{default}`'} | {meaning} |")
+    return "\n".join(rows) + "\n"
 
 
 def home_dir() -> Path:
@@ -129,7 +404,23 @@ class Config:
 
     def redacted(self) -> dict[str, Any]:
         """Values safe to print or log: secrets show only whether they are set."""
-        return {k: ("***" if k in _SECRETS and v else v) for k, v in self.values.items()}
+        return {k: _safe(k, v) for k, v in self.values.items()}
+
+    def explain(self) -> dict[str, dict[str, Any]]:
+        """Each setting's value, safe to print, and where it came from: its ``source`` (default, file,
+        environment or flag), with the ``file`` or the environment ``variable`` it was read from.
+        """
+        variables = {key: var for var, key in ENV_VARS.items()}
+        out: dict[str, dict[str, Any]] = {}
+        for key, value in self.redacted().items():
+            source = self.sources.get(key, "default")
+            row: dict[str, Any] = {"value": value, "source": "environment" if source == "env" else source}
+            if source == "env":
+                row["variable"] = variables[key]
+            elif source == "file":
+                row["file"] = str(self.file)
+            out[key] = row
+        return out
 
     def with_overrides(self, overrides: Mapping[str, Any]) -> Config:
         values = dict(self.values)
@@ -155,84 +446,78 @@ def _flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def _check(values: Mapping[str, Any], origin: str) -> dict[str, Any]:
-    out: dict[str, Any] = {}
+def _check(values: Mapping[str, Any], origin: str, strict: bool = False) -> dict[str, Any]:
+    """``values`` (dotted keys) checked and converted; an unknown key is an error from a flag, else a warning.
+
+    Text from the environment or a flag is converted (``"800"``, ``"off"``); with ``strict`` (a file's values:
+    YAML and TOML have numbers and booleans) values must have their type already.
+    """
+    known: dict[str, Any] = {}
     for key, value in values.items():
-        if key not in DEFAULTS:
+        if key not in _FIELDS:
+            hint = _closest(key)
             if origin == "flag":
-                raise ConfigError(f"unknown setting {key!r}")
-            log.warning("ignoring unknown setting %r in the %s", key, origin)
-            continue
-        if value is None:
-            continue
-        typ, _ = DEFAULTS[key]
-        if typ is list and isinstance(value, str):
-            value = [value]
-        from_text = origin in ("environment", "flag")
-        if typ is int and isinstance(value, str) and from_text:
-            try:
-                value = int(value)
-            except ValueError:
-                raise ConfigError(f"{key} must be an integer, got {value!r} (from the {origin})") from None
-        if typ == (int, float) and isinstance(value, str) and from_text:
-            try:
-                value = float(value)
-            except ValueError:
-                raise ConfigError(f"{key} must be a number, got {value!r} (from the {origin})") from None
-        if typ is bool and isinstance(value, str) and from_text:
-            if value.lower() not in ("1", "0", "true", "false", "yes", "no", "on", "off"):
-                raise ConfigError(f"{key} must be true or false, got {value!r} (from the {origin})")
-            value = value.lower() in ("1", "true", "yes", "on")
-        if typ is bool and not isinstance(value, bool):
-            raise ConfigError(f"{key} must be true or false, got {value!r} (from the {origin})")
-        if typ is not bool and (isinstance(value, bool) or not isinstance(value, typ)):
-            names = "number" if typ == (int, float) else getattr(typ, "__name__", str(typ))
-            raise ConfigError(f"{key} must be a {names}, got {value!r} (from the {origin})")
-        value = _range_check(key, value, origin)
-        out[key] = value
-    return out
+                raise ConfigError(f"unknown setting {key!r}" + (f"; did you mean {hint!r}?" if hint else ""))
+            log.warning(
+                "ignoring unknown setting %r in the %s%s", key, origin, f" (did you mean {hint!r}?)" if hint else ""
+            )
+        elif value is not None:
+            known[key] = value
+    try:
+        checked = Settings.model_validate(known, strict=strict)
+    except ValidationError as e:
+        raise ConfigError("; ".join(_explain(err, known, origin) for err in _first_per_key(e))) from None
+    dumped = checked.model_dump(by_alias=True)
+    return {key: dumped[key] for key in known}
 
 
-def _range_check(key: str, value: Any, origin: str) -> Any:
-    """Checks beyond the type: allowed values and ranges."""
-    typ = DEFAULTS[key][0]
-    if typ is list and not all(isinstance(x, str) for x in value):
-        raise ConfigError(f"{key} must be a list of strings, got {value!r} (from the {origin})")
-    if key == "index" and not _INDEX_NAME.match(value):
-        raise ConfigError(
-            f"index must start with a letter and hold only letters, digits and '_' (64 at most), "
-            f"got {value!r} (from the {origin})"
-        )
-    if key in _CHOICES and value not in _CHOICES[key]:
-        raise ConfigError(f"{key} must be one of {', '.join(_CHOICES[key])}, got {value!r} (from the {origin})")
-    if key in _FRACTIONS and not 0 <= value <= 1:
-        raise ConfigError(f"{key} must be between 0 and 1, got {value!r} (from the {origin})")
-    if key in ("server.port",) and not 0 <= value <= 65535:
-        raise ConfigError(f"server.port must be between 0 and 65535, got {value!r} (from the {origin})")
-    if key in ("embedding.batch_size", "search.k", "server.reload_interval", "server.max_pending") and value < 1:
-        raise ConfigError(f"{key} must be at least 1, got {value!r} (from the {origin})")
-    if key == "index.parse_timeout" and not value > 0:
-        raise ConfigError(f"{key} must be more than 0, got {value!r} (from the {origin})")
-    if key in ("index.max_file_mb", "index.max_parse_mb") and value < 0:
-        raise ConfigError(f"{key} must be 0 (no limit) or more, got {value!r} (from the {origin})")
-    if key in ("llm.timeout",) and not value > 0:
-        raise ConfigError(f"{key} must be more than 0, got {value!r} (from the {origin})")
-    if key == "server.max_message_bytes" and not 1024 <= value <= (1 << 20):
-        raise ConfigError(f"{key} must be between 1024 and 1048576, got {value!r} (from the {origin})")
-    if key == "knowledge.allowed_paths":
-        return [_absolute_folder(key, p, origin) for p in value]
-    return value
+def _first_per_key(e: ValidationError) -> list[ErrorDetails]:
+    first: dict[Any, ErrorDetails] = {}
+    for err in e.errors():
+        first.setdefault(err["loc"][0], err)
+    return list(first.values())
 
 
-def _absolute_folder(key: str, value: str, origin: str) -> str:
-    """``value`` with ``~`` expanded and every link resolved; a relative folder is refused (relative to what?)."""
-    p = Path(value).expanduser()
-    if not p.is_absolute():
-        raise ConfigError(
-            f"{key} must list absolute folders (or ones starting with ~), got {value!r} (from the {origin}); "
-            "write the full path, e.g. ~/docs/react"
-        )
-    return str(p.resolve())
+def _explain(err: ErrorDetails, values: Mapping[str, Any], origin: str) -> str:
+    """One failed check as a sentence: the key, what it must be, what it got and where from."""
+    key = str(err["loc"][0])
+    got = values[key]
+    if err["type"] == "mdrag":  # our own check: the message says it, about the one item of a list it is about
+        if isinstance(got, list) and len(err["loc"]) > 1:
+            got = got[int(err["loc"][1])]
+        hint = (err.get("ctx") or {}).get("hint")
+        return f"{key} {err['msg']}, got {got!r} (from the {origin})" + (f"; {hint}" if hint else "")
+    if err["type"] in ("greater_than", "greater_than_equal", "less_than_equal"):
+        return f"{key} must be {_bounds(key)}, got {got!r} (from the {origin})"
+    return f"{key} must be {_kind(key)}, got {got!r} (from the {origin})"
+
+
+def _kind(key: str) -> str:
+    ann = _FIELDS[key].annotation
+    if get_origin(ann) is Literal:
+        return "one of " + ", ".join(get_args(ann))
+    if get_origin(ann) is list:
+        return "a list of strings"
+    kinds = {bool: "true or false", int: "an integer", int | float: "a number"}
+    return next((text for typ, text in kinds.items() if ann == typ), "a string")
+
+
+def _bounds(key: str) -> str:
+    meta = _FIELDS[key].metadata
+    ge = next((m.ge for m in meta if isinstance(m, annotated_types.Ge)), None)
+    gt = next((m.gt for m in meta if isinstance(m, annotated_types.Gt)), None)
+    le = next((m.le for m in meta if isinstance(m, annotated_types.Le)), None)
+    if le is not None:
+        return f"between {ge} and {le}"
+    if gt is not None:
+        return f"more than {gt}"
+    return "0 or more" if ge == 0 else f"at least {ge}"
+
+
+def _closest(key: str) -> str | None:
+    """The known setting ``key`` was most likely meant to be (a typo), if any is close."""
+    match = difflib.get_close_matches(key, _FIELDS, n=1, cutoff=0.6)
+    return match[0] if match else None
 
 
 def _read_file(path: Path) -> dict[str, Any]:
@@ -261,19 +546,38 @@ def _read_file(path: Path) -> dict[str, Any]:
     return _flatten(data)
 
 
+def config_file(home: Path) -> Path | None:
+    """The config file in ``home`` that is read: the first of config.yaml, config.yml, config.toml that exists.
+
+    When more than one exists, a warning says which one is used and that the others are ignored.
+    """
+    found = [home / name for name in _CONFIG_FILES if (home / name).is_file()]
+    if len(found) > 1:
+        log.warning(
+            "using the config file %s; %s ignored: merge its settings into %s and delete it",
+            found[0],
+            " and ".join(str(p) for p in found[1:]) + (" is" if len(found) == 2 else " are"),
+            found[0].name,
+        )
+    return found[0] if found else None
+
+
 def load_config(overrides: Mapping[str, Any] | None = None, home: Path | None = None) -> Config:
     """Resolve every setting; ``overrides`` are dotted keys from flags or code."""
     home = home or home_dir()
-    values = {k: default for k, (_, default) in DEFAULTS.items()}
+    values = {k: copy.deepcopy(default) for k, (_, default) in DEFAULTS.items()}
     sources = dict.fromkeys(values, "default")
-    env = {key: os.environ[var] for var, key in ENV_VARS.items() if os.environ.get(var)}
-    file = next((p for p in (home / "config.yaml", home / "config.yml", home / "config.toml") if p.is_file()), None)
-    layers = [("env", env)]
+    layers = [
+        ("env", f"environment variable {var}", {key: os.environ[var]})
+        for var, key in ENV_VARS.items()
+        if os.environ.get(var)
+    ]
+    file = config_file(home)
     if file is not None:
-        layers.append(("file", _read_file(file)))
-    for origin, layer in layers:
-        for k, v in _check(layer, "config file " + str(file) if origin == "file" else "environment").items():
+        layers.append(("file", f"config file {file}", _read_file(file)))
+    for source, origin, layer in layers:
+        for k, v in _check(layer, origin, strict=source == "file").items():
             values[k] = v
-            sources[k] = origin
+            sources[k] = source
     cfg = Config(values, home, sources, file)
     return cfg.with_overrides(overrides or {})

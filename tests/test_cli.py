@@ -153,3 +153,28 @@ def test_default_folder_is_markdown_in_the_working_directory(
     (tmp_path / "markdown" / "note.md").write_text("# Note\n\nThe default folder is ./markdown.\n")
     code, out, _ = _run(capsys, "index", "--json", "-q")
     assert code == 0 and json.loads(out)["added"] == 1
+
+
+def test_config_shows_each_value_and_where_it_came_from(
+    mdrag_home: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("MARKDOWN_QA_LLM_MODEL", "from-env")
+    monkeypatch.setenv("MARKDOWN_QA_API_KEY", "sk-very-secret")
+    (mdrag_home / "config.yaml").write_text("chunk:\n  size: 800\n")
+    code, out, err = _run(capsys, "config", "--json", "--index", "notes")
+    shown = json.loads(out)
+    assert code == 0 and shown["file"] == str(mdrag_home / "config.yaml")
+    rows = shown["settings"]
+    assert rows["chunk.size"]["value"] == 800 and rows["chunk.size"]["source"] == "file"
+    assert rows["llm.model"] == {"value": "from-env", "source": "environment", "variable": "MARKDOWN_QA_LLM_MODEL"}
+    assert rows["index"] == {"value": "notes", "source": "flag"}
+    assert rows["search.k"] == {"value": 10, "source": "default"}
+    code, out, _ = _run(capsys, "config")
+    assert code == 0 and "sk-very-secret" not in out
+    lines = {line.split()[0]: line for line in out.splitlines() if not line.startswith("#")}
+    assert lines["chunk.size"].endswith("800  # file") and lines["llm.model"].endswith("# MARKDOWN_QA_LLM_MODEL")
+    (mdrag_home / "config.yaml").write_text("chunk:\n  size: huge\n")
+    code, _, err = _run(capsys, "config")
+    assert code == 2 and "chunk.size must be an integer" in err
+    code, out, _ = _run(capsys, "config", "--markdown")  # needs no valid config: it is the schema
+    assert code == 0 and "| `chunk.size` | `1000` |" in out

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from mdrag.config import DEFAULTS, load_config
+from mdrag.config import DEFAULTS, ENV_VARS, Settings, load_config, settings_table
 from mdrag.errors import ConfigError
 
 
@@ -52,6 +52,8 @@ def test_toml_file(mdrag_home: Path) -> None:
         ("server:\n  port: 70000\n", "server.port"),
         ("index: ../../etc/x\n", "index"),
         ("search:\n  stemming: maybe\n", "search.stemming"),
+        ("chunk:\n  size: '800'\n", "chunk.size"),  # a file's number is written as one
+        ("chunk:\n  size: true\n", "chunk.size"),
     ],
 )
 def test_invalid_values_name_their_key(mdrag_home: Path, text: str, key: str) -> None:
@@ -104,3 +106,52 @@ def test_every_setting_is_documented() -> None:
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
     missing = [k for k in DEFAULTS if f"`{k}`" not in readme]
     assert not missing, f"settings missing from README.md: {missing}"
+
+
+def test_readme_settings_table_is_the_generated_one() -> None:
+    """README.md's table is `mdrag config --markdown`'s: change a setting's default or help, then regenerate it."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    start = readme.index("<!-- settings table:")
+    block = readme[readme.index("\n", start) + 1 : readme.index("<!-- end of settings table -->")]
+    assert block == settings_table(), "README.md's settings table is stale: paste `mdrag config --markdown` over it"
+
+
+def test_every_setting_has_help_and_its_environment_variable_is_documented() -> None:
+    assert all(f.description for f in Settings.model_fields.values())
+    table = settings_table()
+    for var, key in ENV_VARS.items():
+        assert f"| `{key}` |" in table and f"(`{var}`)" in table
+
+
+def test_unknown_keys_suggest_the_closest_known_one(mdrag_home: Path, caplog: pytest.LogCaptureFixture) -> None:
+    (mdrag_home / "config.yaml").write_text("chunk:\n  sise: 900\n")
+    assert load_config()["chunk.size"] == 1000
+    [record] = [r for r in caplog.records if "chunk.sise" in r.getMessage()]
+    assert record.levelname == "WARNING"
+    assert str(mdrag_home / "config.yaml") in record.getMessage() and "'chunk.size'" in record.getMessage()
+    with pytest.raises(ConfigError, match=r"unknown setting 'search\.treshold'; did you mean 'search\.threshold'"):
+        load_config({"search.treshold": 0.5})
+
+
+def test_two_config_files_say_which_one_is_read(mdrag_home: Path, caplog: pytest.LogCaptureFixture) -> None:
+    (mdrag_home / "config.yaml").write_text("chunk:\n  size: 800\n")
+    (mdrag_home / "config.toml").write_text("[chunk]\nsize = 700\n")
+    c = load_config()
+    assert c["chunk.size"] == 800 and c.file == mdrag_home / "config.yaml"
+    [record] = [r for r in caplog.records if "config.toml" in r.getMessage()]
+    assert record.levelname == "WARNING" and "ignored" in record.getMessage()
+    assert f"using the config file {mdrag_home / 'config.yaml'}" in record.getMessage()
+
+
+def test_explain_says_where_each_value_came_from(mdrag_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MARKDOWN_QA_LLM_MODEL", "from-env")
+    monkeypatch.setenv("MARKDOWN_QA_API_KEY", "sk-very-secret")
+    monkeypatch.setenv("MARKDOWN_QA_API_BASE_URL", "http://user:pw@llm.example/v1")
+    (mdrag_home / "config.yaml").write_text("chunk:\n  size: 800\n")
+    rows = load_config({"search.k": "3"}).explain()
+    assert rows["chunk.size"] == {"value": 800, "source": "file", "file": str(mdrag_home / "config.yaml")}
+    assert rows["llm.model"] == {"value": "from-env", "source": "environment", "variable": "MARKDOWN_QA_LLM_MODEL"}
+    assert rows["search.k"] == {"value": 3, "source": "flag"}
+    assert rows["chunk.overlap"] == {"value": 200, "source": "default"}
+    assert rows["api.api_key"]["value"] == "***" and "pw" not in rows["api.base_url"]["value"]
+    assert rows.keys() == DEFAULTS.keys()

@@ -29,6 +29,7 @@ from mdrag.knowledge import (
     validate_git_url,
 )
 from mdrag.knowledge import base as knowledge_base
+from mdrag.knowledge import config as knowledge_config
 from mdrag.knowledge import git as knowledge_git
 
 # --------------------------------------------------------------------------- helpers
@@ -143,12 +144,40 @@ def test_unreadable_config_is_a_file_access_error(project: Path) -> None:
         load_config(project / ".knowledge" / "config.yaml")
 
 
-def test_unknown_keys_are_ignored(project: Path) -> None:
+def test_unknown_keys_are_ignored_with_a_warning(project: Path, caplog: pytest.LogCaptureFixture) -> None:
     path = write_config(
-        project, "colour: blue\ndocsets:\n  - id: react\n    flavour: x\n    version: '18.2'\n    aliases: [reactjs]\n"
+        project,
+        "colour: blue\ndocsets:\n  - id: react\n    flavour: x\n    version: '18.2'\n    alias: [reactjs]\n"
+        "    web_sources:\n      - {type: git_repo, url: 'https://example.org/r.git', branches: main}\n",
     )
     cfg = load_config(path)
-    assert [d.id for d in cfg.docsets] == ["react"]
+    assert [d.id for d in cfg.docsets] == ["react"] and cfg.docsets[0].aliases == ()
+    warned = {r.getMessage() for r in caplog.records if r.levelname == "WARNING"}
+    assert f"{path}: ignoring unknown key 'colour'" in warned
+    assert f"{path}: docsets[0] (react): ignoring unknown key 'flavour'" in warned
+    assert f"{path}: docsets[0] (react): ignoring unknown key 'alias' (did you mean 'aliases'?)" in warned
+    assert (
+        f"{path}: docsets[0] (react): web_sources[0]: ignoring unknown key 'branches' (did you mean 'branch'?)"
+        in warned
+    )
+
+
+def test_yaml_and_yml_both_there_says_which_is_read(project: Path, caplog: pytest.LogCaptureFixture) -> None:
+    yaml_file = write_config(project, "docsets: []\n")
+    yml_file = write_config(project, "docsets: [{id: other}]\n", name="config.yml")
+    assert find_config(project) == yaml_file
+    assert any(
+        r.levelname == "WARNING" and f"using {yaml_file}; {yml_file} is ignored" in r.getMessage()
+        for r in caplog.records
+    )
+
+
+def test_keys_table_in_readme_is_the_generated_one() -> None:
+    """README.md's table of .knowledge/config.yaml keys is made from the schema (`mdrag config --markdown`)."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    start = readme.index("<!-- .knowledge/config.yaml keys:")
+    block = readme[readme.index("\n", start) + 1 : readme.index("<!-- end of .knowledge/config.yaml keys -->")]
+    assert block == knowledge_config.keys_table(), "README.md's .knowledge keys table is stale: see its comment"
 
 
 @pytest.mark.parametrize("text", ["", "docs_root: x\n", "- a\n"])

@@ -7,30 +7,95 @@ config; :func:`confine` checks that again before a folder is read or written.
 
 from __future__ import annotations
 
+import difflib
 import json
 import logging
 import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
+from pydantic import BaseModel, Field
 
 from mdrag.config import home_dir
 from mdrag.errors import DocsetError
 from mdrag.knowledge.git import validate_git_url
 from mdrag.knowledge.model import DOCSET_NAME, Docset, KnowledgeConfig, WebSource
 
-__all__ = ["allowed_folders", "confine", "find_config", "load_config"]
+__all__ = ["KnowledgeFile", "allowed_folders", "confine", "find_config", "keys_table", "load_config"]
 
 log = logging.getLogger(__name__)
 
 _CONFIG_NAMES = ("config.yaml", "config.yml")
-_TOP_KEYS = {"docsets", "docs_root", "allow_local_git", "template"}
-_DOCSET_KEYS = {"id", "name", "version", "aliases", "local_path", "template", "web_sources", "description"}
 _ALLOWED_SETTING = "knowledge.allowed_paths"  # the user's mdrag setting that lets docsets out of their project
-_SOURCE_KEYS = {"type", "url", "branch", "paths", "options"}
+
+
+class SourceOptions(BaseModel):
+    """A web source's ``options``: another place for its ``branch`` and ``paths``."""
+
+    branch: str | None = Field(None, description="as the source's `branch`")
+    paths: list[str] = Field([], description="as the source's `paths`")
+
+
+class SourceSpec(BaseModel):
+    """One ``web_sources`` entry of a docset."""
+
+    type: Literal["git_repo"] = Field(description="the kind of source; `git_repo` is the only one")
+    url: str = Field(description="the repository (https, ssh or `git@host:path`; local ones need `allow_local_git`)")
+    branch: str | None = Field(None, description="the branch to copy (default: the remote's default branch)")
+    paths: list[str] = Field(
+        [],
+        description="files or folders of the repository to copy (default: README*, docs/, guides/, examples/, "
+        "tutorials/ and .md/.mdx/.rst/.txt files)",
+    )
+    options: SourceOptions | None = Field(None, description="`branch` and `paths` may be given here instead")
+
+
+class DocsetSpec(BaseModel):
+    """One docset of ``docsets:``; in the mapping form, its key is the ``id``."""
+
+    id: str = Field(description="the docset's name: 1-64 letters, digits, '.', '_' or '-'")
+    name: str | None = Field(None, description="display name (default: the id)")
+    version: str | None = Field(None, description='e.g. "18.2"; part of the default folder name')
+    aliases: list[str] = Field([], description="other names the docset answers to")
+    local_path: str | None = Field(
+        None,
+        description="its folder, relative to the .knowledge folder (default: `docsets/<id>` with web sources, "
+        "else `<docs_root>/<id>-<version>`)",
+    )
+    template: str | None = Field(None, description="its own instructions template (default: the file's `template`)")
+    web_sources: list[SourceSpec] = Field([], description="where `mdrag knowledge init` downloads it from")
+    description: str | None = Field(None, description="one line that `list_docsets` shows")
+
+
+class KnowledgeFile(BaseModel):
+    """The top level of ``.knowledge/config.yaml``."""
+
+    docsets: list[DocsetSpec] | dict[str, DocsetSpec] = Field(
+        description="a list of docsets, or a mapping of id -> settings (`docsets: []` is allowed)"
+    )
+    docs_root: str | None = Field(
+        None,
+        description="where docsets without `local_path` or web sources live, relative to the .knowledge folder "
+        "(default: its `docs` folder)",
+    )
+    allow_local_git: bool = Field(False, description="allow local paths and `file://` URLs as git sources")
+    template: str | None = Field(
+        None,
+        description="instructions template of `search_docs` (`{keywords}`, `{generalized_keywords}`, "
+        "`{local_path}`, `{docset}`, `{version}`)",
+    )
+
+
+#: Each part of the file, by where it sits (``docsets[]``: each item of ``docsets``).
+_SCHEMA: dict[str, type[BaseModel]] = {
+    "": KnowledgeFile,
+    "docsets[].": DocsetSpec,
+    "docsets[].web_sources[].": SourceSpec,
+    "docsets[].web_sources[].options.": SourceOptions,
+}
 _VERSION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,63}$")  # becomes part of a folder name
 _BRANCH = re.compile(r"^(?!-)(?!.*\.\.)[^\s\x00-\x1f\x7f~^:?*\[\\]{1,255}$")
 
@@ -41,10 +106,11 @@ def find_config(start: Path | None = None) -> Path:
     if here.is_file():
         here = here.parent
     for folder in (here, *here.parents):
-        for name in _CONFIG_NAMES:
-            candidate = folder / ".knowledge" / name
-            if candidate.is_file():
-                return candidate
+        found = [folder / ".knowledge" / name for name in _CONFIG_NAMES if (folder / ".knowledge" / name).is_file()]
+        if len(found) > 1:
+            log.warning("using %s; %s is ignored: merge it into %s and delete it", found[0], found[1], found[0].name)
+        if found:
+            return found[0]
     raise DocsetError(
         f"no .knowledge/config.yaml found in {here} or any parent folder; "
         "create .knowledge/config.yaml in your project with a `docsets:` section (see README)"
@@ -80,14 +146,14 @@ def load_config(path: Path, allowed_outside: Iterable[str | Path] = ()) -> Knowl
         data = {}
     if not isinstance(data, Mapping):
         raise DocsetError(f"{path}: the top level must be a mapping with a `docsets:` section")
-    _ignore_unknown(data, _TOP_KEYS, path)
+    _warn_unknown(data, KnowledgeFile, path)
     if "docsets" not in data:
         raise DocsetError(
             f"{path}: the required `docsets` section is missing; add one, e.g.\n"
             'docsets:\n  - id: react\n    version: "18.2"\n(an empty list `docsets: []` is allowed)'
         )
     root = path.parent
-    allow_local = _opt_bool(data, "allow_local_git", str(path), False)
+    allow_local = _opt_bool(data, "allow_local_git", str(path), KnowledgeFile.model_fields["allow_local_git"].default)
     template = _opt_str(data, "template", str(path))
     docs_root = _docs_root(root, _opt_str(data, "docs_root", str(path)))
 
@@ -178,7 +244,7 @@ def _parse_docset(ident: Any, spec: Any, where: str, root: Path, docs_root: Path
             "starting with a letter or digit"
         )
     where = f"{where} ({ident})"
-    _ignore_unknown(spec, _DOCSET_KEYS, where)
+    _warn_unknown(spec, DocsetSpec, where)
     name = _opt_str(spec, "name", where) or ident
     version = spec.get("version")
     if isinstance(version, bool) or not isinstance(version, (str, int, float, type(None))):
@@ -231,7 +297,7 @@ def confine(d: Docset, cfg: KnowledgeConfig) -> None:
 def _parse_source(raw: Any, where: str, allow_local: bool) -> WebSource:
     if not isinstance(raw, Mapping):
         raise DocsetError(f"{where}: a web source must be a mapping such as {{type: git_repo, url: ...}}")
-    _ignore_unknown(raw, _SOURCE_KEYS, where)
+    _warn_unknown(raw, SourceSpec, where)
     kind = raw.get("type")
     if kind != "git_repo":
         raise DocsetError(f"{where}: unsupported web source type {kind!r}; supported types: git_repo")
@@ -241,6 +307,7 @@ def _parse_source(raw: Any, where: str, allow_local: bool) -> WebSource:
     options = raw.get("options") or {}
     if not isinstance(options, Mapping):
         raise DocsetError(f"{where}: options must be a mapping (branch, paths)")
+    _warn_unknown(options, SourceOptions, f"{where}: options")
     branch = raw.get("branch", options.get("branch"))
     if branch is not None and (not isinstance(branch, str) or not _BRANCH.match(branch)):
         raise DocsetError(f"{where}: branch {branch!r} is not a valid branch name")
@@ -256,9 +323,21 @@ def _parse_source(raw: Any, where: str, allow_local: bool) -> WebSource:
     return WebSource("git_repo", url, branch, tuple(paths))
 
 
-def _ignore_unknown(spec: Mapping[Any, Any], known: set[str], where: object) -> None:
-    for key in spec.keys() - known:
-        log.debug("%s: ignoring unknown key %r", where, key)
+def _warn_unknown(spec: Mapping[Any, Any], schema: type[BaseModel], where: object) -> None:
+    """Warn about each key ``schema`` does not know, with the known key it most likely meant."""
+    for key in spec.keys() - schema.model_fields.keys():
+        close = difflib.get_close_matches(str(key), schema.model_fields, n=1, cutoff=0.6)
+        log.warning("%s: ignoring unknown key %r%s", where, key, f" (did you mean {close[0]!r}?)" if close else "")
+
+
+def keys_table() -> str:
+    """README's table of ``.knowledge/config.yaml`` keys, in Markdown, made from the schema models above."""
+    rows = ["| key | default | meaning |", "|---|---|---|"]
+    for prefix, model in _SCHEMA.items():
+        for name, f in model.model_fields.items():
+            default = "required" if f.is_required() else "unset" if f.default is None else f"`{json.dumps(f.default)}`"
+            rows.append(f"| `{prefix}{name}` | {default} | {f.description} |")
+    return "\n".join(rows) + "\n"
 
 
 def _opt_bool(spec: Mapping[Any, Any], key: str, where: str, default: bool) -> bool:
