@@ -4,6 +4,7 @@
 >>> with mdrag.open_index() as index:
 ...     index.update(["docs"])
 ...     hits = index.search("how do I configure the cache?", k=5)
+...     answer = index.ask("how do I configure the cache?")
 
 Heavy libraries (torch, pymilvus) load only when first used.
 """
@@ -27,10 +28,12 @@ from mdrag.types import Chunk, Document, SearchResult, Section
 if TYPE_CHECKING:
     from mdrag.config import Config, load_config
     from mdrag.index import Index, open_index
+    from mdrag.qa import Answer
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "Answer",
     "Chunk",
     "Config",
     "ConfigError",
@@ -50,7 +53,13 @@ __all__ = [
     "open_index",
 ]
 
-_LAZY = {"Index": "mdrag.index", "open_index": "mdrag.index", "Config": "mdrag.config", "load_config": "mdrag.config"}
+_LAZY = {
+    "Answer": "mdrag.qa",
+    "Index": "mdrag.index",
+    "open_index": "mdrag.index",
+    "Config": "mdrag.config",
+    "load_config": "mdrag.config",
+}
 
 
 def __getattr__(name: str) -> Any:

@@ -1,9 +1,9 @@
 """Answers to questions: a prompt from search results, streamed from an LLM or extractively.
 
-This module knows nothing about WebSockets: the server plans the answer's
-:func:`numbered_sources` from its search results, calls :func:`answer_stream`
-with them and forwards each piece of text as it arrives, then sends their paths:
-the answer's ``[n]`` is the n-th path.
+This module knows nothing about WebSockets or when to answer: :mod:`mdrag.qa`
+plans the answer's :func:`numbered_sources` from the search results and calls
+:func:`answer_stream` with them; a front end forwards each piece of text as it
+arrives, then the sources' paths: the answer's ``[n]`` is the n-th path.
 
 Three cases, decided by the caller's results and settings:
 

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mdrag.chunking import ChunkSettings
 from mdrag.config import Config, load_config
@@ -21,6 +21,9 @@ from mdrag.relevance import TermStats
 from mdrag.scan import ScanOptions
 from mdrag.store.milvus import MilvusStore
 from mdrag.types import SearchResult
+
+if TYPE_CHECKING:
+    from mdrag.qa import Answer
 
 __all__ = ["Index", "make_embedder", "open_index"]
 
@@ -465,6 +468,14 @@ class Index:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    def ask(self, question: str, on_text: Callable[[str], None] | None = None) -> Answer:
+        """Answer ``question`` from the index under the answer policy of :mod:`mdrag.qa`: the LLM's
+        answer, the passages when no LLM is set, or "no relevant information" (``refused``);
+        ``on_text`` is called with each piece of text as it arrives."""
+        from mdrag.qa import ask
+
+        return ask(self, question, on_text)
 
 
 def open_index(name: str | None = None, config: Config | None = None, **settings: Any) -> Index:

@@ -31,17 +31,15 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import parse_qs, urlsplit
 
-from mdrag import protocol, web
-from mdrag.answer import LLMSettings, answer_stream, numbered_sources
+from mdrag import protocol, qa, web
 from mdrag.config import DEFAULTS, Config, load_config
 from mdrag.errors import ConfigError, IndexingCancelledError, LLMError, MdragError, ProtocolError
 from mdrag.index import Index
 from mdrag.protocol import is_loopback
-from mdrag.relevance import refuse
 from mdrag.search import build_filter
 from mdrag.types import SearchResult
 
-__all__ = ["LIVE_SETTINGS", "MESSAGE_CEILING_BYTES", "QAServer", "live_settings", "llm_settings"]
+__all__ = ["LIVE_SETTINGS", "MESSAGE_CEILING_BYTES", "QAServer", "live_settings"]
 
 log = logging.getLogger(__name__)
 
@@ -66,15 +64,6 @@ LIVE_SETTINGS = frozenset(
         "search.fusion",
         "search.dense_weight",
         "search.collapse",
-        # read by each answer
-        "answer.min_score",
-        "answer.max_unknown",
-        "llm.base_url",
-        "llm.api_key",
-        "llm.model",
-        "llm.timeout",
-        "api.base_url",
-        "api.api_key",
         # read by each new connection or message, or before the next rescan
         "server.token",
         "server.allowed_origins",
@@ -82,6 +71,7 @@ LIVE_SETTINGS = frozenset(
         "server.max_pending",
         "server.reload_interval",
     }
+    | qa.SETTINGS  # read by each answer
 )
 
 
@@ -97,15 +87,6 @@ def live_settings(config: Config) -> frozenset[str]:
 # A message over server.max_message_bytes (at most 1 MiB) is answered with an error and the connection
 # stays open; the server must hold a message to answer it, so one over this ceiling closes it (1009).
 MESSAGE_CEILING_BYTES = 16 << 20
-
-
-def llm_settings(config: Config) -> LLMSettings:
-    return LLMSettings(
-        base_url=config["llm.base_url"] or config["api.base_url"],
-        api_key=config["llm.api_key"] or config["api.api_key"],
-        model=config["llm.model"],
-        timeout=float(config["llm.timeout"]),
-    )
 
 
 class QAServer:
@@ -383,14 +364,6 @@ class QAServer:
         status["restart_needed"] = list(self.restart_needed)  # settings changed in the file that need a restart
         return status
 
-    def _refuse(self, question: str, results: list[SearchResult]) -> bool:
-        """Whether to answer "no relevant information" from these results (mdrag.relevance); runs in a thread."""
-        if not results:
-            return False  # nothing to drop: the answer is "no relevant information" already
-        assert self.index is not None
-        c = self.config
-        return refuse(question, results, self.index.term_stats(), c["answer.min_score"], c["answer.max_unknown"])
-
     async def _handle(self, ws: Any) -> None:
         from websockets.exceptions import ConnectionClosed
 
@@ -472,14 +445,10 @@ class QAServer:
 
     async def _query(self, req: protocol.QueryRequest, send: Callable[[dict[str, Any]], Awaitable[None]]) -> None:
         assert self.index is not None
-        results = [] if self.state == "empty" else await asyncio.to_thread(self.index.search, req.question)
-        if await asyncio.to_thread(self._refuse, req.question, results):
-            results = []  # nothing relevant enough to answer from: say so, do not ask the LLM
-        llm = llm_settings(self.config)
-        cited = numbered_sources(results, llm)  # the answer's [n] is stream_end's sources[n-1]
+        found: list[SearchResult] | None = [] if self.state == "empty" else None  # empty: not searched
+        plan = await asyncio.to_thread(qa.plan, self.index, req.question, found)
         await send(protocol.stream_start())
-        stream = answer_stream(req.question, cited, llm, self._http)
-        async with contextlib.aclosing(stream):
+        async with contextlib.aclosing(plan.stream(self._http)) as stream:
             async for piece in stream:
                 await send(protocol.stream_chunk(piece))
-        await send(protocol.stream_end([s.path for s in cited]))
+        await send(protocol.stream_end([s.path for s in plan.sources]))  # the answer's [n] is sources[n-1]
