@@ -34,6 +34,7 @@ DEFAULTS: dict[str, tuple[type | tuple[type, ...], Any]] = {
     "index.max_parse_mb": ((int, float), 2048),  # memory one file's parse may take, then it is skipped (0: no cap)
     "milvus_uri": (str, None),  # default: $MDRAG_HOME/cache/milvus.db (Milvus Lite)
     "milvus_token": (str, None),
+    "store.backend": (str, "milvus"),  # milvus | faiss: where chunks and vectors are kept (mdrag.store)
     "api.base_url": (str, None),  # shared by llm and embedding when theirs are unset
     "api.api_key": (str, None),
     "embedding.provider": (str, "local"),  # local | openai
@@ -80,6 +81,7 @@ ENV_VARS = {
     "MARKDOWN_QA_EMBEDDING_PROVIDER": "embedding.provider",
     "MARKDOWN_QA_MILVUS_URI": "milvus_uri",
     "MARKDOWN_QA_INDEX": "index",
+    "MDRAG_STORE": "store.backend",
 }
 
 _INDEX_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")  # also a collection and a file name
@@ -91,6 +93,7 @@ _CHOICES = {
     "embedding.backend": ("auto", "torch", "onnx", "openvino"),
     "search.fusion": ("rrf", "weighted"),
     "search.collapse": ("none", "section", "file"),
+    "store.backend": ("milvus", "faiss"),
 }
 _FRACTIONS = ("search.threshold", "search.dense_weight", "answer.min_score", "answer.max_unknown")
 _SECRETS = {"milvus_token", "api.api_key", "embedding.api_key", "llm.api_key", "server.token"}

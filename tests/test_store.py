@@ -11,6 +11,7 @@ import pytest
 
 from mdrag.errors import ModelMismatchError, StoreError, StoreInUseError, StoreUnavailableError
 from mdrag.store import milvus
+from mdrag.store.base import Filter
 from mdrag.store.milvus import MilvusStore, collection_name
 from mdrag.types import Chunk
 
@@ -242,7 +243,7 @@ def test_bm25_search_ranks_by_terms_and_scores_by_cosine(store_uri: str) -> None
     bm25 = s.search(query, 3, mode="bm25", text="zephyrine quux")
     assert bm25[0]["id"] == chunks[7].id and len(bm25) == 1, "only chunks with the terms"
     assert bm25[0]["score"] == pytest.approx(float(vecs[7] @ query), abs=1e-4), "score is the cosine"
-    filtered = s.search(query, 5, expr='rel_path == "nothing.md"', mode="bm25", text="zephyrine")
+    filtered = s.search(query, 5, Filter(path_prefix="nothing.md"), mode="bm25", text="zephyrine")
     assert filtered == []
     s.close()
 
