@@ -288,6 +288,7 @@ def test_indexers_of_different_folders_can_share_one_index(tmp_path: Path) -> No
         assert any(p.startswith(str(a)) for p in paths) and any(p.startswith(str(b)) for p in paths)
     with Index(config, embedder=emb) as first:
         assert not first.update([a]).repaired
+        first._open(create=False)  # a run that finds nothing to do need not have opened it
         m = Manifest.load(first.manifest_path)
         assert m is not None and first.store.all_ids(roots=[str(a)]) == m.chunk_ids()
 
