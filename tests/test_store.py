@@ -346,3 +346,25 @@ def test_a_filtered_search_returns_the_exact_filtered_top_k_on_the_otel_docs(
         found += len(want) == 10
     assert found >= 3, "most questions' words are in the file"
     s.close()
+
+
+def test_the_backend_comes_from_the_setting_the_environment_or_the_flag(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mdrag import store
+    from mdrag.cli import _overrides, _parser
+    from mdrag.config import load_config
+    from mdrag.errors import ConfigError
+
+    s = store.make_store(load_config({"milvus_uri": str(tmp_path / "m.db")}), "reg", IDENTITY)
+    assert isinstance(s, MilvusStore) and s.uri == str(tmp_path / "m.db") and s.collection == "mdrag_reg"
+    monkeypatch.setenv("MDRAG_STORE", "faiss")
+    assert load_config()["store.backend"] == "faiss"
+    args = _parser().parse_args(["search", "x", "--store", "milvus"])
+    assert load_config(_overrides(args))["store.backend"] == "milvus", "the flag wins over the environment"
+    with pytest.raises(ConfigError, match="store.backend must be one of milvus, faiss"):
+        load_config({"store.backend": "sqlite"})
+    # A backend whose module is missing is named, with the setting that chose it.
+    monkeypatch.setitem(store.BACKENDS, "faiss", "mdrag.store.no_such_backend:Store")
+    with pytest.raises(ConfigError, match=r"store.backend is 'faiss', but this mdrag has no faiss backend"):
+        store.make_store(load_config(), "reg", IDENTITY)
