@@ -1247,7 +1247,7 @@ def section_incremental(data: Data) -> list[str]:
         f"{command(data, 'incremental')}: the gold files of some questions are moved one at a time, one "
         "`mdrag index` run each, so each lands in a small segment of its own; Milvus Lite scores BM25 "
         "per segment, and mdrag pads each small update with a sample of the index (`_pad_segment` in "
-        "mdrag/indexer.py). Baseline: the same questions on the fresh index.",
+        "mdrag/store/milvus.py). Baseline: the same questions on the fresh index.",
         "",
     ]
     if not inc:

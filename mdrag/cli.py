@@ -53,6 +53,11 @@ EXAMPLES = {
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--index", metavar="NAME", help="index name (default: 'default'; setting: index)")
     p.add_argument("--milvus-uri", metavar="URI", help="Milvus Lite file or http://host:19530 (setting: milvus_uri)")
+    p.add_argument(
+        "--store",
+        choices=["milvus", "faiss"],
+        help="where chunks and vectors live (default: milvus; setting: store.backend)",
+    )
     p.add_argument("-v", "--verbose", action="count", default=0, help="more log output (-vv for debug)")
     p.add_argument("-q", "--quiet", action="store_true", help="only errors on stderr")
 
@@ -185,6 +190,7 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
     for attr, key in (
         ("index", "index"),
         ("milvus_uri", "milvus_uri"),
+        ("store", "store.backend"),
         ("chunk_size", "chunk.size"),
         ("chunk_overlap", "chunk.overlap"),
         ("k", "search.k"),

@@ -140,6 +140,12 @@ class Settings(BaseModel):
         secret=True,
         shown="unset",
     )
+    store__backend: Literal["milvus", "faiss"] = setting(
+        "milvus",
+        "where chunks and vectors are kept: `milvus` (a Milvus Lite file, or a server by `milvus_uri`) or "
+        "`faiss` (an in-memory FAISS index and SQLite under the cache folder)",
+        env="MDRAG_STORE",
+    )
     api__base_url: str | None = setting(
         None,
         "OpenAI-compatible API base URL shared by `embedding` and `llm`",

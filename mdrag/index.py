@@ -15,11 +15,11 @@ from mdrag.chunking import ChunkSettings
 from mdrag.config import Config, load_config
 from mdrag.embedding.base import Embedder
 from mdrag.errors import ConfigError, MdragError, StoreDamagedError
-from mdrag.indexer import IndexSummary, record_fingerprint, remove_folders, update_index
+from mdrag.indexer import IndexSummary, remove_folders, update_index
 from mdrag.manifest import Manifest
 from mdrag.relevance import TermStats
 from mdrag.scan import ScanOptions
-from mdrag.store.milvus import MilvusStore
+from mdrag.store import make_store
 from mdrag.types import SearchResult
 
 if TYPE_CHECKING:
@@ -117,20 +117,18 @@ class Index:
             c["chunk.path_words"],
             c["chunk.strategy"],
         )
-        stem = None
+        self._stem = None  # applied to BM25 texts and queries
         if self.config["search.stemming"]:
             from mdrag.stemming import stemmer
 
-            stem = stemmer()
-        self.store = MilvusStore(
-            self.config.milvus_uri, self.name, self.embedder.identity, self.config["milvus_token"], stem
-        )  # opened on first use
+            self._stem = stemmer()
+        # The configured backend (store.backend); opened on first use.
+        self.store = make_store(self.config, self.name, self.embedder.identity, self._stem)
         # The store's connection; these four are guarded by _open_lock.
         self._open_lock = threading.Lock()  # one thread opens (or closes) the store, the others wait
         self._opened = False  # the store is connected and its collection loaded
         self._exists = False  # the collection exists
         self._missing: tuple[int, int] | tuple[()] | None = None  # see _missing_rows; None: not checked yet
-        self._updated = False  # update() wrote through the open store: see close()
         self._update_lock = threading.Lock()  # one update() or remove() at a time
         # What searches see; the fields below are guarded by _cond.
         self._cond = threading.Condition()
@@ -166,7 +164,6 @@ class Index:
     def _open(self, create: bool, set_aside_damage: bool = False) -> bool:
         """Open the store (create the collection with ``create``) unless it is open; whether it exists."""
         with self._open_lock:
-            self._updated = self._updated or create
             if not self._opened or (create and not self._exists):
                 try:
                     self._exists = self.store.open(create=create, replace_mismatch=create)
@@ -422,7 +419,7 @@ class Index:
                 raise MdragError(f"index {self.name!r} does not exist in {self.store.uri}: run `mdrag index` first")
             count = self.store.count()
             share = 16 if count <= _STATS_ROWS else max(1, -(-16 * _STATS_ROWS // count))  # sixteenths read
-            stats = TermStats(self.store.search_texts(share), self.store.prepare_text)
+            stats = TermStats(self.store.search_texts(share), self._stem)
         with self._cond:
             if self._generation == generation:
                 self._stats = (generation, stats)
@@ -459,9 +456,6 @@ class Index:
             with self._open_lock:  # held with _cond: no call can start using the store until it is closed
                 self.store.close()
                 self._opened = False
-                if self._updated:  # the store's files are final once it is closed
-                    record_fingerprint(self.manifest_path, self.store)
-                    self._updated = False
 
     def __enter__(self) -> Index:
         return self

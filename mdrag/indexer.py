@@ -3,10 +3,10 @@
 Crash safety comes from the order of writes. Before the store is touched the
 manifest is saved with ``dirty = True``; chunks are upserted under ids
 derived from their position and content (so a repeated write replaces, never
-duplicates), and the store is flushed once, at the end of the run, before the
-manifest is saved clean. Ids that the new state no longer uses (edited
-chunks, deleted files) are deleted last, after ``on_commit`` has been told
-the new set of ids: a reader that searches only the committed ids (`Index`
+duplicates). Ids that the new state no longer uses (edited chunks, deleted
+files) are deleted after ``on_commit`` has been told the new set of ids; then
+the store is told the run is done (``Store.end_run``: durable, and its own
+upkeep), and the manifest is saved clean: a reader that searches only the committed ids (`Index`
 does) sees the old state until then and the new one after, never a mix. A
 run that is killed at any point leaves ``dirty = True``, and the next run
 compares the store's ids with the manifest's, deletes any orphans, and
@@ -23,7 +23,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import queue
-import random
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -38,7 +37,6 @@ from mdrag.embedding.base import Embedder
 from mdrag.errors import (
     ConfigError,
     IndexingCancelledError,
-    ManifestError,
     MdragError,
     ParseError,
     ParserCrashError,
@@ -48,10 +46,10 @@ from mdrag.manifest import FileState, Manifest, diff
 from mdrag.parsers import parse_file
 from mdrag.parsers.worker import ParseWorker
 from mdrag.scan import ScanOptions, ScanResult, scan
-from mdrag.store.milvus import MilvusStore
+from mdrag.store.base import Store
 from mdrag.types import Chunk
 
-__all__ = ["IndexSummary", "record_fingerprint", "remove_folders", "update_index"]
+__all__ = ["IndexSummary", "remove_folders", "update_index"]
 
 log = logging.getLogger(__name__)
 
@@ -62,9 +60,6 @@ R = TypeVar("R")
 _BATCH_CHUNKS = 512  # chunks per embed + upsert round
 _PARSE_AHEAD = 64  # parsed files waiting for the embedder, at most
 _SAVE_EVERY_S = 5.0  # how often a long run records its progress in the manifest
-# Milvus Lite: rewrite the index whole once small updates have written this share of it.
-_BM25_REWRITE_SHARE = 0.1
-_BM25_SEGMENT_ROWS = 512  # Milvus Lite: fewest chunks a run writes in one segment (see _pad_segment)
 _CANCEL_POLL_S = 0.1  # while waiting for a parsed file, how often a run checks whether it was cancelled
 
 
@@ -118,7 +113,7 @@ def _resolve(folders: Sequence[str | Path]) -> list[str]:
 
 
 def update_index(
-    store: MilvusStore,
+    store: Store,
     embedder: Embedder,
     manifest_path: Path,
     index_name: str,
@@ -139,8 +134,8 @@ def update_index(
     what was indexed from it is kept: only a file that is gone from a folder
     that was listed whole is deleted (removing a folder is :func:`remove_folders`).
     ``store`` must be open, or ``open_store()`` opens it: a run that finds
-    nothing to do, with the store's fingerprint unchanged since the manifest
-    recorded it, does not open it at all. ``rebuild`` drops the collection and starts over.
+    nothing to do, with the store unchanged since its last run
+    (``Store.unchanged_since_last_run``), does not open it at all. ``rebuild`` drops the collection and starts over.
     ``on_upsert(n)`` is called after n chunks with new ids are written (not yet
     committed); ``on_commit(ids)`` with the new state's chunk ids, before the
     ids it replaces are deleted. With ``parse_limits`` (seconds, MB or None),
@@ -171,8 +166,8 @@ def update_index(
         _refuse_rebuild_with_folders_missing(old, found, summary.rebuild)
     if rebuild:
         old = None
-    # The store's files as the last clean run left them: no need to count its rows.
-    as_left = old is not None and old.verified and not old.dirty and _fingerprint_matches(old, store)
+    # The store as the last clean run left it: no need to count its rows.
+    as_left = old is not None and old.verified and not old.dirty and store.unchanged_since_last_run()
     if open_store is not None and old is not None and as_left and summary.rebuild is None:
         if _unchanged(old, roots, found):
             summary.unchanged, summary.chunks_total = len(found.files), old.chunk_count
@@ -194,7 +189,6 @@ def update_index(
     if old is not None and summary.rebuild is None:
         m.files = old.files
         m.dirty = old.dirty or not old.verified
-        m.rows_since_rewrite = old.rows_since_rewrite
         m.retired_roots = old.retired_roots
     # The folders this manifest accounts for: other indexers may write other
     # folders into the same collection, and their chunks are not ours to repair.
@@ -320,10 +314,6 @@ def update_index(
         retired.extend(m.files.pop(p).chunks)
     summary.deleted = len(removed)
 
-    if written:
-        if store.per_segment_bm25 and summary.rebuild is None:
-            _pad_segment(store, m, written)
-        store.flush()  # once per run: every flush seals a segment
     if writes:
         m.save(manifest_path)  # still dirty: a crash from here on is repaired
     live = m.chunk_ids()
@@ -336,7 +326,7 @@ def update_index(
         store.delete_ids(retired)
         summary.chunks_deleted += len(retired)
     if writes:
-        _refresh_bm25(store, m, live, len(written), whole=summary.rebuild is not None)
+        store.end_run(written, live, whole=summary.rebuild is not None)
     if writes or old is None:
         m.retired_roots = []
         m.mark_finished()
@@ -360,7 +350,7 @@ def _refuse_rebuild_with_folders_missing(old: Manifest, found: ScanResult, why: 
 
 
 def remove_folders(
-    store: MilvusStore,
+    store: Store,
     manifest_path: Path,
     folders: Sequence[str | Path],
     on_commit: Callable[[set[str]], None] | None = None,
@@ -397,6 +387,7 @@ def remove_folders(
     ids = sorted((set(retired) | leftovers) - live)
     if ids:
         store.delete_ids(ids)
+    store.end_run(set(), live, whole=False)
     summary.chunks_deleted = len(ids)
     m.retired_roots = []
     m.mark_finished()
@@ -413,7 +404,7 @@ def remove_folders(
 CHUNK_FORMAT = 2
 
 
-def _chunking(store: MilvusStore, embedder: Embedder, settings: ChunkSettings) -> dict[str, object]:
+def _chunking(store: Store, embedder: Embedder, settings: ChunkSettings) -> dict[str, object]:
     """What decides the stored chunks: a change re-chunks (vectors are reused by content hash)."""
     return {
         **settings.as_dict(),
@@ -423,7 +414,7 @@ def _chunking(store: MilvusStore, embedder: Embedder, settings: ChunkSettings) -
     }
 
 
-def _rebuild_reason(old: Manifest, store: MilvusStore, embedder: Embedder, chunking: dict[str, object]) -> str | None:
+def _rebuild_reason(old: Manifest, store: Store, embedder: Embedder, chunking: dict[str, object]) -> str | None:
     if old.model != embedder.identity:
         return f"embedding model changed from {old.model.get('model')} to {embedder.model_id}"
     if old.store_uri != store.uri:
@@ -485,26 +476,6 @@ def _report_scan(summary: IndexSummary, found: ScanResult, old: Manifest | None)
                 f"folder {root} is missing or empty: its {n} indexed files are kept. "
                 f"If you removed it on purpose, run `mdrag remove {root}`.",
             )
-
-
-def _fingerprint_matches(old: Manifest, store: MilvusStore) -> bool:
-    """Whether the store's files are as they were when ``old`` was last saved (see :func:`record_fingerprint`)."""
-    fingerprint = store.fingerprint()
-    return fingerprint is not None and fingerprint == old.store_fingerprint
-
-
-def record_fingerprint(manifest_path: Path, store: MilvusStore) -> None:
-    """After the store is closed: remember its fingerprint (see ``open_store`` in :func:`update_index`)."""
-    fingerprint = store.fingerprint()
-    m = Manifest.load(manifest_path)
-    if fingerprint and m is not None and not m.dirty and m.store_uri == store.uri:
-        if m.store_fingerprint == fingerprint:
-            return
-        m.store_fingerprint = fingerprint
-        try:
-            m.save(manifest_path)
-        except ManifestError as e:  # only a shortcut for the next run is lost
-            log.debug("%s", e)
 
 
 class _Progress:
@@ -644,41 +615,8 @@ def _parse(
     return _Parsed(state, chunks, None, doc.encoding, warnings=doc.warnings)
 
 
-def _pad_segment(store: MilvusStore, m: Manifest, written: set[str]) -> None:
-    """Give a small update's segment BM25 statistics like the whole index's.
-
-    Milvus Lite computes BM25 statistics per segment (see
-    ``MilvusStore.per_segment_bm25``): chunks written alone would score far
-    too low. Writing a random sample of the other chunks again with them
-    makes their segment a sample of the index, with its term frequencies.
-    """
-    if len(written) >= _BM25_SEGMENT_ROWS:
-        return
-    others = sorted(m.chunk_ids() - written)
-    sample = random.Random(len(others)).sample(others, min(len(others), _BM25_SEGMENT_ROWS - len(written)))
-    if sample:
-        store.rewrite(sample, flush=False)
-
-
-def _refresh_bm25(store: MilvusStore, m: Manifest, live: set[str], written: int, whole: bool) -> None:
-    """Keep Milvus Lite's per-segment BM25 statistics close to the whole index's.
-
-    Small updates write segments that are samples of the index
-    (:func:`_pad_segment`); once they add up to ``_BM25_REWRITE_SHARE`` of the
-    index, every chunk is written again, together (about 1 ms per chunk).
-    """
-    if not store.per_segment_bm25 or whole:
-        m.rows_since_rewrite = 0
-        return
-    m.rows_since_rewrite += written
-    if live and m.rows_since_rewrite >= _BM25_REWRITE_SHARE * len(live):
-        log.info("rewriting %d chunks so that BM25 statistics cover the whole index", len(live))
-        store.rewrite(live)
-        m.rows_since_rewrite = 0
-
-
 def _write_batch(
-    store: MilvusStore,
+    store: Store,
     embedder: Embedder,
     m: Manifest,
     batch: list[tuple[str, FileState, list[Chunk]]],
@@ -734,7 +672,7 @@ def _write_batch(
     return {c.id for c in new}
 
 
-def _drop_incomplete(store: MilvusStore, m: Manifest, scope: list[str]) -> None:
+def _drop_incomplete(store: Store, m: Manifest, scope: list[str]) -> None:
     """After a crash, or a manifest changed outside mdrag: forget (so re-index) every file whose
     chunks in the store are not exactly those the manifest lists for it."""
     stored: dict[str, set[str]] = {}

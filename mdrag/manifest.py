@@ -85,12 +85,6 @@ class Manifest:
     files: dict[str, FileState] = field(default_factory=dict)  # absolute path -> state
     dirty: bool = False  # a run was writing to the store and did not finish
     last_indexed: float | None = None  # unix time of the last finished run
-    # Chunks written by small updates since the collection was last written whole
-    # (Milvus Lite keeps BM25 statistics per segment; see indexer._refresh_bm25).
-    rows_since_rewrite: int = 0
-    # MilvusStore.fingerprint() when the last run's store was closed: unchanged,
-    # a run that finds no file changed need not open the store.
-    store_fingerprint: str | None = None
     version: int = VERSION
     # False when the file's checksum did not match (changed outside mdrag): not saved.
     verified: bool = field(default=True, compare=False)
@@ -113,6 +107,8 @@ class Manifest:
         """A manifest from parsed JSON; ValueError naming what is wrong when it is not one."""
         if not isinstance(d, dict):
             raise ValueError(f"a JSON object was expected, not {type(d).__name__}")
+        # Keys the manifest no longer has (the store keeps its own state): "rows_since_rewrite",
+        # "store_fingerprint". A manifest that holds them loads; they are dropped at its next save.
         if d.get("version") != VERSION:
             raise ValueError(f"manifest version {d.get('version')!r}, expected {VERSION}")
         raw_files = d.get("files", {})
@@ -135,8 +131,6 @@ class Manifest:
             files=files,
             dirty=bool(d.get("dirty", False)),
             last_indexed=d.get("last_indexed"),
-            rows_since_rewrite=int(d.get("rows_since_rewrite") or 0),
-            store_fingerprint=d.get("store_fingerprint"),
         )
 
     @classmethod

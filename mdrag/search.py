@@ -8,8 +8,7 @@ from typing import TYPE_CHECKING, Any
 from mdrag.embedding.base import Embedder
 from mdrag.errors import ConfigError
 from mdrag.fusion import fuse
-from mdrag.store import filters as f
-from mdrag.store.milvus import MilvusStore
+from mdrag.store.base import Filter, Store
 from mdrag.types import SearchResult
 
 if TYPE_CHECKING:
@@ -27,36 +26,31 @@ FILTER_KEYS = {
 }
 
 
-def build_filter(filters: Mapping[str, Any] | None) -> str:
-    """A Milvus expression for ``filters``; values are quoted, never pasted.
+def build_filter(filters: Mapping[str, Any] | None) -> Filter | None:
+    """The :class:`~mdrag.store.base.Filter` for ``filters`` (None: no filter); each store translates it.
 
-    ConfigError: an unknown key or a value of the wrong type, or one no path can
-    hold (a NUL character; a backslash in a path prefix).
+    ConfigError: an unknown key, a value of the wrong type, or one no path can
+    hold (a NUL character).
     """
     if not filters:
-        return ""
+        return None
     unknown = set(filters) - set(FILTER_KEYS)
     if unknown:
         raise ConfigError(f"unknown search filter {sorted(unknown)}: use {', '.join(FILTER_KEYS)}")
-    exprs: list[str] = []
-    prefix = filters.get("path_prefix")
-    if prefix:
-        if not isinstance(prefix, str):
-            raise ConfigError(f"filter path_prefix must be a string (a path), not {type(prefix).__name__}")
-        field = "path" if prefix.startswith("/") else "rel_path"
-        exprs.append(f.like_prefix(field, prefix.removeprefix("./")))
-    tags = filters.get("tags")
-    if tags:
-        tags = [tags] if isinstance(tags, str) else tags
-        if not isinstance(tags, list | tuple) or not all(isinstance(t, str) for t in tags):
-            raise ConfigError("filter tags must be a tag or a list of tags (strings)")
-        exprs.extend(f.json_contains("metadata", "tags", tag) for tag in tags)
-    root = filters.get("root")
-    if root:
-        if not isinstance(root, str):
-            raise ConfigError(f"filter root must be a string (an indexed folder), not {type(root).__name__}")
-        exprs.append(f.eq("root", root))
-    return f.and_(*exprs)
+    prefix = filters.get("path_prefix") or None
+    if prefix is not None and not isinstance(prefix, str):
+        raise ConfigError(f"filter path_prefix must be a string (a path), not {type(prefix).__name__}")
+    tags = filters.get("tags") or ()
+    tags = (tags,) if isinstance(tags, str) else tags
+    if not isinstance(tags, list | tuple) or not all(isinstance(t, str) for t in tags):
+        raise ConfigError("filter tags must be a tag or a list of tags (strings)")
+    root = filters.get("root") or None
+    if root is not None and not isinstance(root, str):
+        raise ConfigError(f"filter root must be a string (an indexed folder), not {type(root).__name__}")
+    if any("\x00" in v for v in [prefix or "", *tags, root or ""]):
+        raise ConfigError("filter values cannot contain NUL characters")
+    where = Filter(prefix.removeprefix("./") if prefix else None, tuple(tags), root)
+    return where or None
 
 
 def _section_key(row: Mapping[str, Any]) -> tuple[object, ...]:
@@ -70,7 +64,7 @@ def _section_key(row: Mapping[str, Any]) -> tuple[object, ...]:
 
 
 def search(
-    store: MilvusStore,
+    store: Store,
     embedder: Embedder,
     query: str,
     k: int = 10,
@@ -101,11 +95,11 @@ def search(
         raise ConfigError("the search query is empty: give some words to search for")
     if k < 1:
         raise ConfigError(f"k must be at least 1, got {k}")
-    expr = build_filter(filters)
+    where = build_filter(filters)
     if vector is None:
         vector = embedder.embed_query(query)
     fetch = k * 4 if collapse != "none" else k  # room for the chunks that collapse away
-    rows = _ranked(store, vector, query, min(fetch + max(extra, 0), 16384), expr, mode, fusion, dense_weight)
+    rows = _ranked(store, vector, query, min(fetch + max(extra, 0), 16384), where, mode, fusion, dense_weight)
     if visible is not None:
         rows = [r for r in rows if r["id"] in visible or (visible_roots is not None and r["root"] not in visible_roots)]
     if collapse != "none":
@@ -143,11 +137,11 @@ def search(
 
 
 def _ranked(
-    store: MilvusStore,
+    store: Store,
     vector: np.ndarray,
     query: str,
     n: int,
-    expr: str,
+    where: Filter | None,
     mode: str,
     fusion: str,
     dense_weight: float,
@@ -156,11 +150,11 @@ def _ranked(
     if mode == "hybrid" and not store.has_bm25:
         mode = "dense"  # a collection from before BM25
     if mode != "hybrid":
-        rows = store.search(vector, n, expr, mode=mode, text=query)
+        rows = store.search(vector, n, where, mode=mode, text=query)
         for rank, row in enumerate(rows, 1):
             row["dense_rank" if mode == "dense" else "bm25_rank"] = rank
         return rows
     depth = min(max(n * 3, _HYBRID_DEPTH), 16384)  # candidates from each list before fusion
-    dense = store.search(vector, depth, expr, mode="dense", text=query)
-    bm25 = store.search(vector, depth, expr, mode="bm25", text=query)
+    dense = store.search(vector, depth, where, mode="dense", text=query)
+    bm25 = store.search(vector, depth, where, mode="bm25", text=query)
     return fuse(dense, bm25, fusion, dense_weight)[:n]

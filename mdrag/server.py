@@ -435,12 +435,12 @@ class QAServer:
     async def _search(self, req: protocol.SearchRequest, send: Callable[[dict[str, Any]], Awaitable[None]]) -> None:
         assert self.index is not None
         filters = req.filters.model_dump(exclude_none=True) if req.filters else None
-        try:
-            build_filter(filters)  # a filter the search refuses (a backslash in a path prefix) is the client's error
-        except ConfigError as e:
-            raise ProtocolError(str(e)) from None
         search = functools.partial(self.index.search, mode=req.mode, collapse=req.collapse)
-        results = await asyncio.to_thread(search, req.query, req.k, req.threshold, filters)
+        try:
+            build_filter(filters)
+            results = await asyncio.to_thread(search, req.query, req.k, req.threshold, filters)
+        except ConfigError as e:  # a filter the search refuses (a backslash in a path prefix, on Milvus)
+            raise ProtocolError(str(e)) from None
         await send(protocol.search_results(req.query, [r.to_dict() for r in results]))
 
     async def _query(self, req: protocol.QueryRequest, send: Callable[[dict[str, Any]], Awaitable[None]]) -> None:

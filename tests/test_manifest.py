@@ -106,3 +106,19 @@ def test_a_manifest_changed_outside_mdrag_loads_unverified(tmp_path: Path, caplo
     edited.save(path)
     again = Manifest.load(path)
     assert again is not None and again.verified
+
+
+def test_a_manifest_that_held_store_state_still_loads_verified(tmp_path: Path) -> None:
+    """Manifests before issue 15 held the Milvus Lite store's state (rows_since_rewrite, store_fingerprint);
+    the store keeps it now: such a manifest loads, checksum intact, and its next save drops those keys."""
+    import hashlib
+
+    path = tmp_path / "default.json"
+    d = _manifest().to_json()
+    d.update(rows_since_rewrite=7, store_fingerprint="ab" * 32)
+    body = json.dumps(d, ensure_ascii=False, separators=(",", ":"))
+    path.write_text(f'{body[:-1]},"checksum":"{hashlib.sha256(body.encode()).hexdigest()}"}}')
+    loaded = Manifest.load(path)
+    assert loaded is not None and loaded.verified and loaded == _manifest()
+    loaded.save(path)
+    assert "store_fingerprint" not in path.read_text() and "rows_since_rewrite" not in path.read_text()

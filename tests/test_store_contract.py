@@ -29,10 +29,9 @@ from mdrag.types import Chunk
 ROOT = Path(__file__).resolve().parents[1]
 DIM = 16
 IDENTITY = {"model": "test:contract", "dimension": DIM}
-_PENDING = pytest.mark.xfail(strict=False, reason="store-core branch not merged")  # MilvusStore lacks the interface
 ENGINES = [
-    pytest.param("lite", marks=[pytest.mark.slow, _PENDING]),
-    pytest.param("server", marks=[pytest.mark.slow, _PENDING]),
+    pytest.param("lite", marks=pytest.mark.slow),
+    pytest.param("server", marks=pytest.mark.slow),
     "faiss",
 ]
 

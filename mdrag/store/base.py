@@ -22,7 +22,7 @@ hold each of them on every backend):
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -77,6 +77,8 @@ class Store(Protocol):
 
     uri: str  # where the store lives, as users name it in messages (never holds credentials)
     has_bm25: bool  # BM25 search is possible (False: "bm25" and "hybrid" fall back to dense)
+    # Applied to BM25 texts and BM25 queries (stemming), or None: from_config's ``prepare_text``.
+    prepare_text: Callable[[str], str] | None
 
     # -- life cycle ---------------------------------------------------------
     def open(self, create: bool = True, replace_mismatch: bool = False) -> bool:

@@ -1,5 +1,8 @@
 """Milvus filter expressions built from values, never by pasting user text.
 
+:func:`to_expr` translates the neutral :class:`mdrag.store.base.Filter` that
+search builds; the other functions are the pieces the Milvus store uses.
+
 Milvus Lite rejects pymilvus filter templates (``path == {p}`` with
 ``filter_params``), so every literal goes through :func:`quote`, and every
 ``like`` pattern through :func:`like_prefix`. These are the only places where a
@@ -12,8 +15,9 @@ import re
 from collections.abc import Iterable
 
 from mdrag.errors import ConfigError
+from mdrag.store.base import Filter
 
-__all__ = ["and_", "eq", "in_", "json_contains", "like_prefix", "quote"]
+__all__ = ["and_", "eq", "in_", "json_contains", "like_prefix", "quote", "to_expr"]
 
 _FIELD = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # Milvus's string literals end at a raw line break and know only these escapes (besides \t):
@@ -62,3 +66,18 @@ def json_contains(field: str, key: str, value: str) -> str:
 
 def and_(*exprs: str) -> str:
     return " and ".join(f"({e})" for e in exprs if e)
+
+
+def to_expr(where: Filter | None) -> str:
+    """The Milvus expression of ``where`` ("" for no filter); ConfigError for a value Milvus cannot match
+    literally (a NUL character; a backslash in a path prefix)."""
+    if not where:
+        return ""
+    exprs: list[str] = []
+    if where.path_prefix:
+        field = "path" if where.path_prefix.startswith("/") else "rel_path"
+        exprs.append(like_prefix(field, where.path_prefix))
+    exprs.extend(json_contains("metadata", "tags", tag) for tag in where.tags)
+    if where.root:
+        exprs.append(eq("root", where.root))
+    return and_(*exprs)

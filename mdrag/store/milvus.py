@@ -14,6 +14,12 @@ new collections, Bounded, may serve a read from a few seconds back. Collections
 are created Strong, and each read asks for Strong as well, so that collections
 created before (Bounded) behave the same. Milvus Lite reads its own writes at
 any level.
+
+Milvus Lite's own upkeep lives here too (:meth:`MilvusStore.end_run`): it keeps
+BM25 statistics per segment, so a small update's segment is padded with a
+sample of the index, and the index is written again whole once small updates
+add up to a tenth of it; and a fingerprint of its files lets a run that finds
+nothing changed skip opening the store (:meth:`MilvusStore.unchanged_since_last_run`).
 """
 
 from __future__ import annotations
@@ -22,7 +28,9 @@ import errno
 import hashlib
 import json
 import logging
+import math
 import os
+import random
 import re
 import shutil
 import tempfile
@@ -30,19 +38,34 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from mdrag.errors import ModelMismatchError, StoreDamagedError, StoreError, StoreInUseError, StoreUnavailableError
+from mdrag.manifest import write_atomic
 from mdrag.store import filters
+from mdrag.store.base import Filter
 from mdrag.types import Chunk
+
+if TYPE_CHECKING:
+    from mdrag.config import Config
 
 __all__ = ["MilvusStore", "collection_name"]
 
 log = logging.getLogger(__name__)
 
 _IDENTITY_KEY = "mdrag.identity"
+_ROWS_KEY = "mdrag.rows_since_rewrite"  # collection property: chunks written by small updates since a rewrite
+# Milvus Lite: rewrite the index whole once small updates have written this share of it.
+_BM25_REWRITE_SHARE = 0.1
+_BM25_SEGMENT_ROWS = 512  # Milvus Lite: fewest chunks a run writes in one segment (see _pad_segment)
+# A filtered dense search ranks the matching chunks exactly when there are at most this many
+# (Milvus Lite's HNSW index, searched with a filter, misses some of the best matches). Reading
+# 512 vectors costs Milvus Lite about 55 ms (20,000 chunks of 384-d, this machine); its count
+# of the matches costs more than that, so none is asked for.
+_EXACT_ROWS = 512
+_HNSW_EF = 64  # Milvus Lite's default HNSW search breadth
 _TEXT_MAX = 65535  # VARCHAR limit in bytes
 _PATH_MAX = 4096
 _QUERY_BATCH = 1000  # ids or hashes per `in [...]` expression
@@ -57,7 +80,15 @@ _OUTPUT = [
     "position", "page", "line_start", "line_end", "content_hash", "metadata",
 ]  # fmt: skip
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")
-_WRITES = {"upsert", "insert", "delete", "flush", "create_collection", "drop_collection"}  # refused on a view
+_WRITES = {
+    "upsert",
+    "insert",
+    "delete",
+    "flush",
+    "create_collection",
+    "drop_collection",
+    "alter_collection_properties",
+}  # refused on a view
 _READS = {"query", "search"}  # read with _CONSISTENCY
 _CONSISTENCY = "Strong"  # reads see every acknowledged write: see the module's docstring
 
@@ -118,6 +149,20 @@ class MilvusStore:
         self.has_bm25 = True  # the collection has the BM25 sparse field (collections before 0.1 do not)
         self._lite_engine: bool | None = None  # the server is Milvus Lite: see per_segment_bm25
         self._view: str | None = None  # a read-only Lite folder is opened through this view: see _lite_view
+        # The store is as the last run left it (see unchanged_since_last_run): found so when it was
+        # opened, made false by any write, true again at end_run. Recorded when it closes.
+        self._as_left = False
+
+    @classmethod
+    def from_config(
+        cls,
+        config: Config,
+        name: str,
+        identity: dict[str, Any],
+        prepare_text: Callable[[str], str] | None = None,
+    ) -> MilvusStore:
+        """The store of index ``name`` at the configured ``milvus_uri`` (a Milvus Lite file by default)."""
+        return cls(config.milvus_uri, name, identity, config["milvus_token"], prepare_text)
 
     # -- connection -------------------------------------------------------
     def open(self, create: bool = True, replace_mismatch: bool = False, _retry: bool = True) -> bool:
@@ -130,7 +175,9 @@ class MilvusStore:
         its index files (see :meth:`_set_aside_index_files`).
         """
         try:
-            if self._client is None:
+            fresh = self._client is None
+            if fresh:
+                as_left = self.unchanged_since_last_run()
                 self._connect(create)
             exists = self.client.has_collection(self.collection)
             if not exists:
@@ -148,6 +195,8 @@ class MilvusStore:
                     self._create()
             self._check_fields()
             self._ensure_loaded()
+            if fresh:
+                self._as_left = as_left and exists
         except (ModelMismatchError, StoreError):
             raise
         except Exception as e:
@@ -241,6 +290,7 @@ class MilvusStore:
             return None
         dest = db.parent / "damaged" / f"{self.collection}-{time.strftime('%Y%m%d-%H%M%S')}"
         dest.parent.mkdir(parents=True, exist_ok=True)
+        self._forget_fingerprint()
         os.replace(where, dest)
         log.warning("moved the damaged collection %s to %s", where, dest)
         return dest
@@ -270,9 +320,15 @@ class MilvusStore:
                 _lite_users[_lite_key(uri)] = _lite_users.get(_lite_key(uri), 0) + 1
 
     def close(self) -> None:
-        """Disconnect; a Milvus Lite file is released when its last store closes."""
+        """Disconnect; a Milvus Lite file is released when its last store closes.
+
+        The fingerprint of a Milvus Lite collection's files is recorded then, when the
+        store is as the last run left it (see :meth:`unchanged_since_last_run`).
+        """
         if self._client is None:
             return
+        record, view = self._as_left, self._view
+        self._as_left = False
         try:
             self._client.close()
         finally:
@@ -280,13 +336,53 @@ class MilvusStore:
             if not _is_remote(self.uri):
                 _lite_release(self._view or self.uri)
             self._drop_view()
+        if view is None:
+            self._record_fingerprint() if record else self._forget_fingerprint()
 
     def _drop_view(self) -> None:
         if self._view is not None:
             shutil.rmtree(Path(self._view).parent, ignore_errors=True)
             self._view = None
 
-    def fingerprint(self) -> str | None:
+    def unchanged_since_last_run(self) -> bool:
+        """Whether a Milvus Lite collection's files are as they were when the store was last closed after
+        a run (:meth:`end_run`); read without connecting. Always False for a server URI."""
+        state = self._state_file()
+        if state is None:
+            return False
+        try:
+            recorded = json.loads(state.read_text(encoding="utf-8")).get("fingerprint")
+        except (OSError, ValueError, AttributeError):
+            return False
+        fingerprint = self._fingerprint()
+        return fingerprint is not None and fingerprint == recorded
+
+    def _state_file(self) -> Path | None:
+        """Where mdrag keeps what it knows of a Milvus Lite collection (its fingerprint): beside the
+        database folder, so that writing it changes no file of the collection. None for a server."""
+        if _is_remote(self.uri):
+            return None
+        db = Path(self.uri).expanduser()
+        return db.with_name(db.name + ".mdrag") / f"{self.collection}.json"
+
+    def _record_fingerprint(self) -> None:
+        state, fingerprint = self._state_file(), self._fingerprint()
+        if state is None or fingerprint is None:
+            return
+        try:
+            write_atomic(state, json.dumps({"fingerprint": fingerprint}))
+        except OSError as e:  # only a shortcut for the next run is lost
+            log.debug("cannot record the store's fingerprint in %s: %s", state, e)
+
+    def _forget_fingerprint(self) -> None:
+        state = self._state_file()
+        if state is not None:
+            try:
+                state.unlink(missing_ok=True)
+            except OSError as e:
+                log.debug("cannot remove %s: %s", state, e)
+
+    def _fingerprint(self) -> str | None:
         """A digest of a Milvus Lite collection's files, read without connecting; None otherwise.
 
         It changes whenever Milvus Lite commits anything to the collection (its
@@ -403,6 +499,8 @@ class MilvusStore:
 
     def drop(self) -> None:
         """Delete the whole collection (a rebuild with another model)."""
+        self._as_left = False
+        self._forget_fingerprint()
         if self.client.has_collection(self.collection):
             self.client.drop_collection(self.collection)
 
@@ -410,9 +508,10 @@ class MilvusStore:
     def upsert(self, chunks: Sequence[Chunk], vectors: np.ndarray) -> None:
         """Insert or replace chunks by id; searchable at once, sealed by :meth:`flush`.
 
-        A run flushes once at its end: every flush seals a segment, and small
+        A run flushes once, in :meth:`end_run`: every flush seals a segment, and small
         segments cost search time (and, in Milvus Lite, BM25 quality).
         """
+        self._as_left = False
         rows = (_row(c, v, self.has_bm25, self.prepare_text) for c, v in zip(chunks, vectors))
         self._write(rows)
 
@@ -439,41 +538,79 @@ class MilvusStore:
         StoreError rather than being guessed at (a wrong guess leaves small
         updates with skewed BM25 scores, or rewrites rows for nothing).
         """
-        if not self.has_bm25:
-            return False
-        if self._lite_engine is None:
-            client = self.client  # StoreError when not connected
-            try:
-                version = str(client.get_server_version())
-            except Exception as e:
-                raise StoreError(
-                    f"Cannot tell which Milvus serves {self.uri} (its version request failed: {_reason(e)}). "
-                    "Check that milvus_uri points at a Milvus 2.4 or later server, or at a Milvus Lite file."
-                ) from e
-            self._lite_engine = version.startswith("milvus_lite")
-        return self._lite_engine
+        return self.has_bm25 and self._lite()
 
-    def rewrite(self, ids: Iterable[str], flush: bool = True) -> None:
-        """Write these rows again, unchanged, so that they share one set of segments."""
+    def rewrite(self, ids: Iterable[str]) -> None:
+        """Write these rows again, unchanged, so that they share one set of segments (sealed by a flush)."""
+        self._as_left = False
         ids = sorted(ids)
         fields = ["id", *_OUTPUT, "vector", "bm25_text"]
         for i in range(0, len(ids), _QUERY_BATCH):
             expr = filters.in_("id", ids[i : i + _QUERY_BATCH])
             rows = self._call("query", self.collection, filter=expr, output_fields=fields)
             self._write({k: r[k] for k in fields} for r in rows)
-        if flush:
-            self.flush()
 
-    def delete_ids(self, ids: Iterable[str], flush: bool = True) -> None:
+    def delete_ids(self, ids: Iterable[str]) -> None:
+        """Delete these chunks (ids not stored are ignored); sealed by :meth:`end_run`'s flush."""
+        self._as_left = False
         ids = list(ids)
         for i in range(0, len(ids), _QUERY_BATCH):
             expr = filters.in_("id", ids[i : i + _QUERY_BATCH])
             self._call("delete", self.collection, filter=expr)
-        if ids and flush:
-            self.flush()
 
     def flush(self) -> None:
         self._call("flush", self.collection)
+
+    def end_run(self, written: set[str], live: set[str], whole: bool) -> None:
+        """An indexing run is done writing: pad a small update's segment (Milvus Lite), flush once
+        (every flush seals a segment), and write the index again whole when small updates add up to
+        ``_BM25_REWRITE_SHARE`` of it (Milvus Lite; see :attr:`per_segment_bm25`)."""
+        if written and not whole and self.per_segment_bm25:
+            self._pad_segment(written, live)
+        self.flush()
+        self._refresh_bm25(live, len(written), whole)
+        self._as_left = True
+
+    def _pad_segment(self, written: set[str], live: set[str]) -> None:
+        """Give a small update's segment BM25 statistics like the whole index's.
+
+        Milvus Lite computes BM25 statistics per segment (see :attr:`per_segment_bm25`):
+        chunks written alone would score far too low. Writing a random sample of the
+        other chunks again with them makes their segment a sample of the index, with
+        its term frequencies.
+        """
+        if len(written) >= _BM25_SEGMENT_ROWS:
+            return
+        others = sorted(live - written)
+        sample = random.Random(len(others)).sample(others, min(len(others), _BM25_SEGMENT_ROWS - len(written)))
+        if sample:
+            self.rewrite(sample)
+
+    def _refresh_bm25(self, live: set[str], written: int, whole: bool) -> None:
+        """Keep Milvus Lite's per-segment BM25 statistics close to the whole index's.
+
+        Small updates write segments that are samples of the index (:meth:`_pad_segment`);
+        once they add up to ``_BM25_REWRITE_SHARE`` of the index, every chunk is written
+        again, together (about 1 ms per chunk). The count of chunks so written is kept in
+        the collection's properties.
+        """
+        before = self.rows_since_rewrite()
+        rows = 0 if whole or not self.per_segment_bm25 else before + written
+        if live and rows >= _BM25_REWRITE_SHARE * len(live):
+            log.info("rewriting %d chunks so that BM25 statistics cover the whole index", len(live))
+            self.rewrite(live)
+            self.flush()
+            rows = 0
+        if rows != before:
+            self._call("alter_collection_properties", self.collection, properties={_ROWS_KEY: str(rows)})
+
+    def rows_since_rewrite(self) -> int:
+        """Chunks written by small updates since the collection was last written whole (see :meth:`end_run`)."""
+        props = self._call("describe_collection", self.collection).get("properties") or {}
+        try:
+            return int(props.get(_ROWS_KEY) or 0)
+        except ValueError:
+            return 0
 
     # -- reads -------------------------------------------------------------
     def vectors_by_hash(self, hashes: Iterable[str]) -> dict[str, np.ndarray]:
@@ -525,24 +662,31 @@ class MilvusStore:
 
     def count(self, roots: Sequence[str] | None = None) -> int:
         """Chunks in the collection, or under these indexed folders."""
-        expr = filters.in_("root", roots) if roots else ""
-        rows = self._call("query", self.collection, filter=expr, output_fields=["count(*)"])
-        return int(rows[0]["count(*)"]) if rows else 0
+        return self._count(filters.in_("root", roots) if roots else "")
 
     def search(
         self,
         vector: np.ndarray,
         k: int,
-        expr: str = "",
+        where: Filter | None = None,
         mode: str = "dense",
         text: str = "",
     ) -> list[dict[str, Any]]:
-        """The ``k`` best chunks as row dicts, best first.
+        """The ``k`` best chunks passing ``where`` as row dicts, best first.
 
         ``mode`` "dense" ranks by cosine; "bm25" by BM25 on the text (hybrid
         ranking fuses the two lists: mdrag.fusion). Every row's ``score`` is its
         cosine similarity to ``vector``, whatever ranked it, so one threshold
         means the same in every mode; ``rank_score`` is the ranking mode's own score.
+
+        A filter never costs recall: Milvus Lite's HNSW index, searched with a
+        filter, skips the chunks that fail it during its walk of the graph and
+        misses some of the best that pass when they are few. A filtered dense
+        search therefore ranks the matching chunks exactly when there are at most
+        ``_EXACT_ROWS``; past that, Milvus Lite's walk is widened in proportion to
+        the share of chunks that may fail the filter (the walk then reaches several
+        times more chunks than hold the ``k`` best that pass). BM25 search reads every
+        posting list: exact.
         """
         if mode not in ("dense", "bm25"):
             raise ValueError(f"unknown store search mode {mode!r}: dense or bm25")
@@ -550,16 +694,26 @@ class MilvusStore:
             mode = "dense"
         if mode == "bm25" and self.prepare_text is not None:
             text = self.prepare_text(text)
-        q = vector.astype(np.float32).tolist()
+        expr = filters.to_expr(where)
+        params: dict[str, Any] = {"metric_type": "COSINE" if mode == "dense" else "BM25"}
+        if mode == "dense" and expr:
+            matching = self._call(
+                "query", self.collection, filter=expr, output_fields=["vector"], limit=_EXACT_ROWS + 1
+            )
+            if len(matching) <= _EXACT_ROWS:
+                return self._exact_dense(vector, k, matching)
+            if self._lite():  # at least len(matching) pass: the share that fails is at most 1 - that / total
+                total = self._count("")
+                params["params"] = {"ef": min(total, max(_HNSW_EF, 4 * k) * math.ceil(total / len(matching)))}
         if mode == "dense":
             res = self._call(
                 "search",
                 self.collection,
-                data=[q],
+                data=[vector.astype(np.float32).tolist()],
                 limit=k,
                 filter=expr,
                 output_fields=_OUTPUT,
-                search_params={"metric_type": "COSINE"},
+                search_params=params,
             )
         else:
             res = self._call(
@@ -570,7 +724,7 @@ class MilvusStore:
                 limit=k,
                 filter=expr,
                 output_fields=[*_OUTPUT, "vector"],
-                search_params={"metric_type": "BM25"},
+                search_params=params,
             )
         out = []
         for hit in res[0] if res else []:
@@ -582,6 +736,46 @@ class MilvusStore:
             row["score"] = float(np.dot(np.asarray(stored, dtype=np.float32), vector)) if stored else row["rank_score"]
             out.append(row)
         return out
+
+    def _exact_dense(self, vector: np.ndarray, k: int, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The ``k`` of ``rows`` (their ``id`` and ``vector``) most similar to ``vector``, ranked exactly
+        here (cosine), as :meth:`search` returns them."""
+        if not rows:
+            return []
+        ids = [r["id"] for r in rows]
+        vectors = np.asarray([r["vector"] for r in rows], dtype=np.float32)
+        norms = np.linalg.norm(vectors, axis=1) * (np.linalg.norm(vector) or 1.0)
+        cosine = (vectors @ vector.astype(np.float32)) / np.where(norms > 0, norms, 1.0)
+        best = sorted(range(len(ids)), key=lambda i: (-cosine[i], ids[i]))[:k]
+        top = [ids[i] for i in best]
+        found = {
+            r["id"]: r
+            for r in self._call("query", self.collection, filter=filters.in_("id", top), output_fields=_OUTPUT)
+        }
+        out = []
+        for i in best:
+            row = found.get(ids[i])
+            if row is not None:  # deleted between the two queries
+                out.append({**row, "score": float(cosine[i]), "rank_score": float(cosine[i])})
+        return out
+
+    def _count(self, expr: str) -> int:
+        rows = self._call("query", self.collection, filter=expr, output_fields=["count(*)"])
+        return int(rows[0]["count(*)"]) if rows else 0
+
+    def _lite(self) -> bool:
+        """Whether the server is Milvus Lite (embedded, or ``milvus-lite server``); asked once."""
+        if self._lite_engine is None:
+            client = self.client  # StoreError when not connected
+            try:
+                version = str(client.get_server_version())
+            except Exception as e:
+                raise StoreError(
+                    f"Cannot tell which Milvus serves {self.uri} (its version request failed: {_reason(e)}). "
+                    "Check that milvus_uri points at a Milvus 2.4 or later server, or at a Milvus Lite file."
+                ) from e
+            self._lite_engine = version.startswith("milvus_lite")
+        return self._lite_engine
 
     def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
         """``self.client.<method>(...)``, with failures as StoreError naming the URI."""
