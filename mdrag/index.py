@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 from mdrag.chunking import ChunkSettings
 from mdrag.config import Config, load_config
-from mdrag.embedding.base import Embedder
-from mdrag.errors import ConfigError, MdragError, StoreDamagedError
+from mdrag.embedding import Embedder, make_embedder
+from mdrag.errors import MdragError, StoreDamagedError
 from mdrag.indexer import IndexSummary, remove_folders, update_index
 from mdrag.manifest import Manifest
 from mdrag.relevance import TermStats
@@ -35,54 +35,6 @@ _READERS_GRACE_S = 60.0
 
 # term_stats() counts at most about this many chunks' words; a larger index is sampled.
 _STATS_ROWS = 40000
-
-
-def make_embedder(config: Config) -> Embedder:
-    """The embedder the configuration asks for (nothing is loaded yet)."""
-    provider = config["embedding.provider"]
-    if provider == "openai":
-        from mdrag.embedding.openai_compat import OpenAIEmbedder
-
-        base_url = config["embedding.base_url"] or config["api.base_url"]
-        if not base_url:
-            raise ConfigError(
-                "embedding.provider is 'openai' but no base URL is set: set embedding.base_url "
-                "or MARKDOWN_QA_API_BASE_URL"
-            )
-        return OpenAIEmbedder(
-            base_url,
-            api_key=config["embedding.api_key"] or config["api.api_key"],
-            model=config["embedding.model"] or "text-embedding-3-small",
-            batch_size=max(config["embedding.batch_size"], 1),
-        )
-    from mdrag.embedding.local import DEFAULT_MODEL, LocalEmbedder
-
-    backend = config["embedding.backend"]
-    if backend == "auto":
-        # The fastest backend that passes the quality guard (benchmarks/RESULTS.md): OpenVINO
-        # (bf16 where the CPU has it), then onnxruntime; torch for a GPU or when neither is installed.
-        from mdrag.embedding.onnx import onnx_available, openvino_available
-
-        if config["embedding.device"] != "cpu":
-            backend = "torch"
-        elif openvino_available():
-            backend = "openvino"
-        else:
-            backend = "onnx" if onnx_available() else "torch"
-    if backend in ("onnx", "openvino"):
-        from mdrag.embedding.onnx import OnnxEmbedder, OpenVinoEmbedder
-
-        cls = OnnxEmbedder if backend == "onnx" else OpenVinoEmbedder
-        return cls(
-            config["embedding.model"] or DEFAULT_MODEL,
-            batch_size=config["embedding.batch_size"],
-            cache_dir=config.cache_dir,
-        )
-    return LocalEmbedder(
-        config["embedding.model"] or DEFAULT_MODEL,
-        batch_size=config["embedding.batch_size"],
-        device=config["embedding.device"],
-    )
 
 
 class Index:

@@ -269,9 +269,9 @@ def test_a_corrupt_export_is_redone(onnx_cache: Path, tmp_path: Path, caplog: py
 
 def test_auto_backend_picks_the_fastest_installed_runtime(mdrag_home: Path) -> None:
     from mdrag.config import load_config
+    from mdrag.embedding import make_embedder
     from mdrag.embedding.local import LocalEmbedder
     from mdrag.embedding.onnx import OnnxEmbedder, OpenVinoEmbedder, openvino_available
-    from mdrag.index import make_embedder
 
     auto = make_embedder(load_config())
     assert type(auto) is (OpenVinoEmbedder if openvino_available() else OnnxEmbedder)

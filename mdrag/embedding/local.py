@@ -13,12 +13,15 @@ import threading
 from collections.abc import Sequence
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from mdrag.embedding.base import Embedder
 from mdrag.errors import EmbeddingError
+
+if TYPE_CHECKING:
+    from mdrag.config import Config
 
 __all__ = ["DEFAULT_MODEL", "LocalEmbedder", "resolve_model_dir"]
 
@@ -58,6 +61,15 @@ class LocalEmbedder(Embedder):
         self.model_id = DEFAULT_MODEL if model in _ALIASES else model  # recorded in the index
         self.batch_size = batch_size  # texts per forward pass
         self.device = device  # torch device; CPU by default
+
+    @classmethod
+    def from_config(cls, config: Config) -> LocalEmbedder:
+        """The embedder of ``embedding.model``, ``embedding.batch_size`` and ``embedding.device``."""
+        return cls(
+            config["embedding.model"] or DEFAULT_MODEL,
+            batch_size=config["embedding.batch_size"],
+            device=config["embedding.device"],
+        )
 
     @cached_property
     def _st_config(self) -> dict[str, Any]:

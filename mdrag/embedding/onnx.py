@@ -29,13 +29,16 @@ import warnings
 from collections.abc import Callable, Sequence
 from functools import cached_property, lru_cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from mdrag.embedding.base import Embedder
 from mdrag.embedding.local import _ALIASES, DEFAULT_MODEL, resolve_model_dir
 from mdrag.errors import EmbeddingError
+
+if TYPE_CHECKING:
+    from mdrag.config import Config
 
 __all__ = [
     "OnnxEmbedder",
@@ -257,6 +260,15 @@ class OnnxEmbedder(Embedder):
         self.cache_dir = Path(cache_dir)  # the export lives under <cache_dir>/models/
         self.threads = threads or os.cpu_count() or 1  # onnxruntime intra-op threads
         self._check_pipeline()
+
+    @classmethod
+    def from_config(cls, config: Config) -> OnnxEmbedder:
+        """The embedder of ``embedding.model`` and ``embedding.batch_size``, its export under the cache folder."""
+        return cls(
+            config["embedding.model"] or DEFAULT_MODEL,
+            batch_size=config["embedding.batch_size"],
+            cache_dir=config.cache_dir,
+        )
 
     def _check_pipeline(self) -> None:
         """Refuse models whose sentence-transformers pipeline does more than transformer + pooling."""

@@ -18,16 +18,19 @@ import logging
 import threading
 import urllib.parse
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx2
 import numpy as np
 import openai
 
 from mdrag.embedding.base import Embedder
-from mdrag.errors import EmbeddingError
+from mdrag.errors import ConfigError, EmbeddingError
 from mdrag.httperrors import NO_KEY, auth_headers, server_message
 from mdrag.redact import redact, redact_url
+
+if TYPE_CHECKING:
+    from mdrag.config import Config
 
 __all__ = ["OpenAIEmbedder"]
 
@@ -62,6 +65,22 @@ class OpenAIEmbedder(Embedder):
     Raises:
         EmbeddingError: when a setting is invalid.
     """
+
+    @classmethod
+    def from_config(cls, config: Config) -> OpenAIEmbedder:
+        """The embedder of ``embedding.*`` (``api.*`` where those are unset)."""
+        base_url = config["embedding.base_url"] or config["api.base_url"]
+        if not base_url:
+            raise ConfigError(
+                "embedding.provider is 'openai' but no base URL is set: set embedding.base_url "
+                "or MARKDOWN_QA_API_BASE_URL"
+            )
+        return cls(
+            base_url,
+            api_key=config["embedding.api_key"] or config["api.api_key"],
+            model=config["embedding.model"] or "text-embedding-3-small",
+            batch_size=max(config["embedding.batch_size"], 1),
+        )
 
     def __init__(
         self,
