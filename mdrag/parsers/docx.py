@@ -31,7 +31,8 @@ from docx.table import Table
 from docx.text.paragraph import Paragraph
 
 from mdrag.errors import ParseError
-from mdrag.types import Block, Document, Section
+from mdrag.parsers.sections import SectionBuilder
+from mdrag.types import Block, Document
 
 __all__ = ["parse"]
 
@@ -285,16 +286,14 @@ def parse(data: bytes, path: str) -> Document:
     reader = _Reader(doc)
     warnings: list[str] = []
     metadata = _core_properties(doc, warnings, path)
-    sections: list[Section] = []
-    stack: list[tuple[int, str]] = []  # (level, title) of the open headings
-    current = Section(heading_path=[], level=0)
+    builder = SectionBuilder()
     style_title: str | None = None
     first_heading: str | None = None
     list_lines: list[str] = []  # consecutive list items, kept together in one block
 
     def flush_list() -> None:
         if list_lines:
-            current.blocks.append(Block("\n".join(list_lines)))
+            builder.add(Block("\n".join(list_lines)))
             list_lines.clear()
 
     for item in reader.walk(doc.element.body):
@@ -306,7 +305,7 @@ def parse(data: bytes, path: str) -> Document:
                 warnings.append(f"{path}: table skipped: {type(exc).__name__}: {exc}")
                 continue
             if text:
-                current.blocks.append(Block(text, kind="table"))
+                builder.add(Block(text, kind="table"))
             continue
         text = reader.paragraph_text(item)
         boxes = reader.text_boxes(item)
@@ -316,26 +315,21 @@ def parse(data: bytes, path: str) -> Document:
                 list_lines.append("- " + text)
             elif text:
                 flush_list()
-                current.blocks.append(Block(text))
+                builder.add(Block(text))
             if boxes:
                 flush_list()
-                current.blocks.extend(Block(box) for box in boxes)
+                for box in boxes:
+                    builder.add(Block(box))
             continue
         flush_list()
         title = " ".join(text.split())
         if item.style is not None and (item.style.name or "").lower() == "title":
             style_title = style_title or title
         first_heading = first_heading or title
-        if current.blocks:
-            sections.append(current)
-        while stack and stack[-1][0] >= level:
-            stack.pop()
-        stack.append((level, title))
-        current = Section(heading_path=[t for _, t in stack], level=level)
-        current.blocks.extend(Block(box) for box in boxes)
+        builder.heading(level, title)
+        for box in boxes:
+            builder.add(Block(box))
     flush_list()
-    if current.blocks:
-        sections.append(current)
     extra: list[tuple[str, Callable[[], list[Block]]]] = [
         ("Footnotes", lambda: _note_blocks(doc, reader, RT.FOOTNOTES, "footnote", reader.footnotes)),
         ("Endnotes", lambda: _note_blocks(doc, reader, RT.ENDNOTES, "endnote", reader.endnotes)),
@@ -349,8 +343,10 @@ def parse(data: bytes, path: str) -> Document:
             logger.debug("%s: %s not read", path, heading.lower(), exc_info=True)
             warnings.append(f"{path}: {heading.lower()} skipped: {type(exc).__name__}: {exc}")
             continue
-        if blocks:
-            sections.append(Section(heading_path=[heading], level=1, blocks=blocks))
+        builder.heading(1, heading)  # a section of its own, dropped when it has no blocks
+        for block in blocks:
+            builder.add(block)
+    sections = builder.finish()
     if not sections:
         warnings.append(f"{path}: the document has no text")
     doc_title: str | None = metadata.get("title") or style_title or first_heading

@@ -34,6 +34,7 @@ from bs4.element import CData, PageElement
 from readability import Document as ReadabilityDocument
 
 from mdrag.errors import ParseError
+from mdrag.parsers.sections import Heading, SectionBuilder
 from mdrag.parsers.text import decode_text
 from mdrag.types import Block, Document, Section
 
@@ -204,11 +205,8 @@ class _Builder:
 
     def __init__(self, article: _Article | None = None) -> None:
         self.article = article  # None: read the whole page
-        self.sections: list[Section] = []  # finished sections with blocks
-        self.stack: list[tuple[int, str]] = []  # (level, title) of the open headings
-        self.current = Section(heading_path=[], level=0)  # the section being filled
+        self.sections = SectionBuilder()  # the heading tree and the blocks under each heading
         self.buf: list[str] = []  # text pieces and break markers since the last flush
-        self.first_h1: str | None = None  # fallback title
 
     def flush(self) -> None:
         text = "".join(self.buf).replace(_LINE_BREAK, "\n")
@@ -217,40 +215,26 @@ class _Builder:
             lines = [_clean(line) for line in para.split("\n")]
             lines = [line for line in lines if line and line != "-"]
             if lines:
-                self.current.blocks.append(Block("\n".join(lines)))
+                self.sections.add(Block("\n".join(lines)))
 
     def add_block(self, block: Block | None) -> None:
         self.flush()
         if block is not None and block.text.strip():
-            self.current.blocks.append(block)
+            self.sections.add(block)
 
     def heading(self, level: int, title: str) -> None:
         self.flush()
-        if level == 1 and title and self.first_h1 is None:
-            self.first_h1 = title
-        if self.current.blocks:
-            self.sections.append(self.current)
-        while self.stack and self.stack[-1][0] >= level:
-            self.stack.pop()
-        self.stack.append((level, title))
-        self.current = Section(heading_path=[t for _, t in self.stack if t], level=level)
+        self.sections.heading(level, title)
 
-    def restore(self, stack: tuple[tuple[int, str], ...]) -> None:
-        """Close the headings opened since the open headings were ``stack`` (an aside's, at its end)."""
-        if list(stack) == self.stack:
-            return
-        self.flush()
-        if self.current.blocks:
-            self.sections.append(self.current)
-        self.stack = list(stack)
-        level = stack[-1][0] if stack else 0
-        self.current = Section(heading_path=[t for _, t in self.stack if t], level=level)
+    def restore(self, headings: tuple[Heading, ...]) -> None:
+        """Close the headings opened since the open headings were ``headings`` (an aside's, at its end)."""
+        if headings != self.sections.open_headings:
+            self.flush()
+            self.sections.restore(headings)
 
     def finish(self) -> list[Section]:
         self.flush()
-        if self.current.blocks:
-            self.sections.append(self.current)
-        return self.sections
+        return self.sections.finish()
 
     def walk(self, root: Tag) -> None:
         """Iterative pre-order walk (deeply nested pages would exhaust recursion)."""
@@ -290,7 +274,7 @@ class _Builder:
                 self.buf.append(marker)
                 todo.append(marker)
             if name == "aside":  # a share bar's "Share this story" must not head the article after it
-                todo.append(tuple(self.stack))
+                todo.append(self.sections.open_headings)
             todo.extend(reversed(tag.contents))
             if name == "li":
                 self.buf.append("- ")
@@ -403,7 +387,7 @@ def parse(data: bytes, path: str, *, main_content: bool = True) -> Document:
         path=path,
         sections=sections,
         metadata=metadata,
-        title=title or builder.first_h1 or _first_h1(soup),
+        title=title or builder.sections.first_h1 or _first_h1(soup),
         warnings=warnings,
         encoding=encoding,
     )

@@ -19,8 +19,9 @@ from frontmatter.default_handlers import BaseHandler, YAMLHandler
 from markdown_it import MarkdownIt
 from markdown_it.token import Token
 
+from mdrag.parsers.sections import SectionBuilder
 from mdrag.parsers.text import decode_text
-from mdrag.types import Block, Document, Section
+from mdrag.types import Block, Document
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -132,26 +133,13 @@ def parse(data: bytes, path: str) -> Document:
     env: dict[str, Any] = {}  # link reference definitions, for links in headings
     tokens = _md.parse(body, env)
 
-    sections: list[Section] = []
-    stack: list[tuple[int, str]] = []  # (level, title) of the open headings
-    current = Section(heading_path=[], level=0)
-    first_h1: str | None = None
-
+    builder = SectionBuilder()
     for i, tok in enumerate(tokens):
         if tok.level != 0 or tok.nesting == -1 or tok.map is None:
             continue  # only top-level opening or self-contained tokens
         start, end = tok.map
         if tok.type == "heading_open":
-            if current.blocks:
-                sections.append(current)
-            level = int(tok.tag[1])
-            title = _inline_text(_inline_md.parseInline(tokens[i + 1].content, env)[0])
-            if level == 1 and first_h1 is None and title:
-                first_h1 = title
-            while stack and stack[-1][0] >= level:
-                stack.pop()
-            stack.append((level, title))
-            current = Section(heading_path=[t for _, t in stack if t], level=level)
+            builder.heading(int(tok.tag[1]), _inline_text(_inline_md.parseInline(tokens[i + 1].content, env)[0]))
             continue
         if tok.type == "hr":
             continue  # a thematic break carries no text
@@ -163,12 +151,11 @@ def parse(data: bytes, path: str) -> Document:
             kind = "table" if tok.type == "table_open" else "text"
             block = _block(lines, start, end, offset, kind=kind)
         if block is not None:
-            current.blocks.append(block)
-    if current.blocks:
-        sections.append(current)
+            builder.add(block)
+    sections = builder.finish()
 
     fm_title = metadata.get("title")
-    doc_title = fm_title.strip() if isinstance(fm_title, str) and fm_title.strip() else first_h1
+    doc_title = fm_title.strip() if isinstance(fm_title, str) and fm_title.strip() else builder.first_h1
     return Document(
         path=path, sections=sections, metadata=metadata, title=doc_title, warnings=warnings, encoding=encoding
     )
