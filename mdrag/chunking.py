@@ -55,7 +55,7 @@ class ChunkSettings:
     # its frontmatter topics (description, tags, keywords...).
     context: Literal["none", "headings", "frontmatter"] = "frontmatter"
     # The file's folder and file names, as words, lead that header (not with "none").
-    # Off by default: measured, it lowers hybrid nDCG@10 on the Hugo questions.
+    # Off by default: it lowers hybrid nDCG@10 on the Hugo questions (benchmarks/RESULTS.md).
     path_words: bool = False
     # Who cuts: this module (by headings, fitted to the model's window) or LangChain's
     # MarkdownTextSplitter, as md-qa does (mdrag/chunking_langchain.py).

@@ -58,7 +58,7 @@ class Document:
 class Chunk:
     """One indexed unit of text with everything needed to cite and filter it."""
 
-    id: str  # stable: derived from root, relative path and position
+    id: str  # from root, relative path, position and content_hash (chunking.chunk_id): an edit gives a new id
     text: str  # body text shown to users
     context: str  # header embedded with the text: "title > heading > subheading" (+ frontmatter topics)
     path: str  # absolute file path

@@ -430,8 +430,9 @@ class OpenVinoEmbedder(OnnxEmbedder):
 
     ``precision`` is OpenVINO's inference precision: None keeps its default,
     which is bf16 on CPUs with native bf16 (AMX, AVX-512 BF16) and f32
-    elsewhere; "f32" forces full precision. bf16 stays within the quality
-    guard (cosine to torch above 0.9999) while running several times faster.
+    elsewhere; "f32" forces full precision. bf16 passes the quality guard
+    (mean cosine to torch's vectors at least 0.9999); its speed and quality
+    are in benchmarks/RESULTS.md.
     """
 
     def __init__(

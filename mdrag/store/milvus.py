@@ -2,9 +2,10 @@
 
 One collection per index. The model that wrote the vectors is recorded in the
 collection's properties, and a store opened with another model refuses to
-work. Every write batch is flushed (a search right after unflushed inserts is
-~100x slower), and the collection is loaded on open (a reopened Milvus Lite
-collection is "released" until loaded).
+work. Writes are searchable at once; an indexing run flushes once, when it
+ends (:meth:`MilvusStore.end_run`), since every flush seals a segment. The
+collection is loaded on open (a reopened Milvus Lite collection is "released"
+until loaded).
 
 Every read is Strong: it sees every write acknowledged before it began, from
 this process or another. The indexer reads its own writes (vectors it may
@@ -61,9 +62,8 @@ _ROWS_KEY = "mdrag.rows_since_rewrite"  # collection property: chunks written by
 _BM25_REWRITE_SHARE = 0.1
 _BM25_SEGMENT_ROWS = 512  # Milvus Lite: fewest chunks a run writes in one segment (see _pad_segment)
 # A filtered dense search ranks the matching chunks exactly when there are at most this many
-# (Milvus Lite's HNSW index, searched with a filter, misses some of the best matches). Reading
-# 512 vectors costs Milvus Lite about 55 ms (20,000 chunks of 384-d, this machine); its count
-# of the matches costs more than that, so none is asked for.
+# (Milvus Lite's HNSW index, searched with a filter, misses some of the best matches). The
+# matches are read, at most this many plus one, rather than counted: Milvus Lite's count costs more.
 _EXACT_ROWS = 512
 _HNSW_EF = 64  # Milvus Lite's default HNSW search breadth
 _TEXT_MAX = 65535  # VARCHAR limit in bytes
@@ -591,8 +591,7 @@ class MilvusStore:
 
         Small updates write segments that are samples of the index (:meth:`_pad_segment`);
         once they add up to ``_BM25_REWRITE_SHARE`` of the index, every chunk is written
-        again, together (about 1 ms per chunk). The count of chunks so written is kept in
-        the collection's properties.
+        again, together. The count of chunks so written is kept in the collection's properties.
         """
         before = self.rows_since_rewrite()
         rows = 0 if whole or not self.per_segment_bm25 else before + written
