@@ -52,6 +52,7 @@ CORPORA = {  # name -> (documents under ../shared/data, question set)
     "otel": ("markdown_otel_docs", HERE / "data" / "otel_qa.jsonl"),
     "cncf": ("markdown_cncf_glossary", HERE / "data" / "cncf_qa.jsonl"),
     "commonmark": ("commonmark/spec-0.31.2.txt", HERE / "data" / "commonmark_qa.jsonl"),
+    "html": ("html_readability_pages", HERE / "data" / "html_qa.jsonl"),
 }
 SWEEP_UNKNOWN = (0.1, 0.15, 0.2, 0.25, 0.3, 1.0)  # 1.0: the words never refuse (the old rule)
 SWEEP_SCORE = (0.35, 0.4, 0.44, 0.45, 0.5)
@@ -79,6 +80,12 @@ def main() -> None:
         folder_md.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(docs, folder_md / "commonmark-spec.md")
         docs = folder_md
+    elif args.corpus == "html":  # each page's source.html (not Readability's expected.html), named after its folder
+        folder_html = args.home / "docs"
+        folder_html.mkdir(parents=True, exist_ok=True)
+        for page in sorted(docs.glob("*/source.html")):
+            shutil.copyfile(page, folder_html / f"{page.parent.name}.html")
+        docs = folder_html
     os.environ["MDRAG_HOME"] = str(args.home)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from mdrag.config import load_config
