@@ -16,11 +16,14 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from mdrag import __version__
 from mdrag.errors import ConfigError, MdragError
 from mdrag.redact import redact_url
+
+if TYPE_CHECKING:
+    from mdrag.config import Config
 
 __all__ = ["main", "run_ask"]
 
@@ -50,14 +53,18 @@ EXAMPLES = {
 }
 
 
-def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--index", metavar="NAME", help="index name (default: 'default'; setting: index)")
-    p.add_argument("--milvus-uri", metavar="URI", help="Milvus Lite file or http://host:19530 (setting: milvus_uri)")
+def _store_flag(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--store",
         choices=["milvus", "faiss"],
         help="where chunks and vectors live (default: milvus; setting: store.backend)",
     )
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--index", metavar="NAME", help="index name (default: 'default'; setting: index)")
+    p.add_argument("--milvus-uri", metavar="URI", help="Milvus Lite file or http://host:19530 (setting: milvus_uri)")
+    _store_flag(p)
     p.add_argument("-v", "--verbose", action="count", default=0, help="more log output (-vv for debug)")
     p.add_argument("-q", "--quiet", action="store_true", help="only errors on stderr")
 
@@ -154,6 +161,7 @@ def _parser() -> argparse.ArgumentParser:
     _common(p)
 
     p = sub.add_parser("mcp", help="run the MCP server for AI assistants (stdio)", epilog=EXAMPLES["mcp"])
+    _store_flag(p)
     p.add_argument("-v", "--verbose", action="count", default=0, help="more log output on stderr")
     p.add_argument("-q", "--quiet", action="store_true", help="only errors on stderr")
 
@@ -173,6 +181,7 @@ def _parser() -> argparse.ArgumentParser:
         kp.add_argument("--json", action="store_true", help="print the result as JSON")
         kp.add_argument("-v", "--verbose", action="count", default=0, help="more log output")
         kp.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
+        _store_flag(kp)
     return parser
 
 
@@ -583,9 +592,10 @@ def _cmd_config(args: argparse.Namespace) -> int:
 
 
 def _cmd_mcp(args: argparse.Namespace) -> int:
+    from mdrag.config import load_config
     from mdrag.mcp import run_stdio
 
-    run_stdio()
+    run_stdio(config=load_config(_overrides(args)))
     return 0
 
 
@@ -593,7 +603,8 @@ def _cmd_knowledge(args: argparse.Namespace) -> int:
     from mdrag import knowledge as k
     from mdrag.config import load_config
 
-    kb = k.KnowledgeBase(allowed_outside=load_config()["knowledge.allowed_paths"])
+    config = load_config(_overrides(args))
+    kb = k.KnowledgeBase(allowed_outside=config["knowledge.allowed_paths"])
 
     def progress(message: str) -> None:
         if not args.quiet:
@@ -629,7 +640,7 @@ def _cmd_knowledge(args: argparse.Namespace) -> int:
                     print(f"{d.id}: {s.url}: failed: {s.error}")
                 if s.warning:
                     print(f"{d.id}: {s.url}: warning: {s.warning}")
-        indexed = _index_docset(d, kb.config().root.parent, progress=not (args.quiet or args.json), named=named)
+        indexed = _index_docset(d, kb.config().root.parent, config, progress=not (args.quiet or args.json), named=named)
         failed += "error" in indexed
         out[d.id] = {"sources": [s.__dict__ for s in sources], **indexed}
         if not args.json:
@@ -642,7 +653,7 @@ def _cmd_knowledge(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
-def _index_docset(d: Any, project: Path, progress: bool, named: bool) -> dict[str, Any]:
+def _index_docset(d: Any, project: Path, config: Config, progress: bool, named: bool) -> dict[str, Any]:
     """Build or update the project's docset's index, the one `mdrag mcp` searches.
 
     Returns {"index": its summary}, {"error": why not} (a failure), or {"note": why
@@ -656,7 +667,7 @@ def _index_docset(d: Any, project: Path, progress: bool, named: bool) -> dict[st
     except MdragError as e:
         return {"error" if named else "note": str(e)}
     try:
-        with docset_index(d.id, project) as index:
+        with docset_index(d.id, project, config) as index:
             summary = update_docset_index(index, d, progress=progress)
     except StoreInUseError as e:
         return {"error": f"{e} If `mdrag mcp` is running, it updates the docset's index itself."}

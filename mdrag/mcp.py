@@ -240,19 +240,21 @@ def _legacy_index_name(docset_id: str) -> str:
     return name if len(name) <= 64 else name[:55] + "_" + sha1(docset_id.encode()).hexdigest()[:8]
 
 
-def _docsets_config(name: str) -> Config:
-    """Settings of the docset index ``name``: the user's, in the docsets store."""
+def _docsets_config(name: str, base: Config | None = None) -> Config:
+    """Settings of the docset index ``name``: ``base`` (default: the user's), in the docsets store."""
     from mdrag.config import load_config
 
-    base = load_config()
-    return load_config({"index": name, "milvus_uri": base["milvus_uri"] or str(base.cache_dir / "docsets.db")})
+    base = base or load_config()
+    return base.with_overrides({"index": name, "milvus_uri": base["milvus_uri"] or str(base.cache_dir / "docsets.db")})
 
 
-def docset_index(docset_id: str, project: Path) -> Index:
-    """The index of the project's docset ``docset_id`` in the docsets store (opened by its first use)."""
+def docset_index(docset_id: str, project: Path, config: Config | None = None) -> Index:
+    """The index of the project's docset ``docset_id`` in the docsets store (opened by its first use).
+
+    ``config``: the settings to start from (flags applied), default the user's."""
     from mdrag.index import Index
 
-    return Index(_docsets_config(index_name(docset_id, project)))
+    return Index(_docsets_config(index_name(docset_id, project), config))
 
 
 def docset_folder(ds: Docset) -> str:
@@ -301,7 +303,7 @@ def _retire_legacy_index(index: Index, docset_id: str, folder: str) -> None:
     name = _legacy_index_name(docset_id)
     if _HASHED.search(name):  # it may be another docset's current index
         return
-    config = _docsets_config(name)
+    config = _docsets_config(name, index.config)
     if not config.manifest_path(name).is_file():
         return
     from mdrag.index import Index
@@ -452,8 +454,10 @@ class KnowledgeTools:
         refresh_interval: float = REFRESH_INTERVAL_S,
         hint_budget: float = HINT_BUDGET_S,
         search_wait: float = SEARCH_WAIT_S,
+        config: Config | None = None,
     ) -> None:
         self.kb = kb  # docsets, templates, config discovery and reload
+        self.config = config  # the settings the docsets' indexes start from (None: the user's, read when used)
         self.refresh_interval = refresh_interval  # seconds before `search` refreshes an index again
         self.hint_budget = hint_budget  # seconds search_docs may spend on ranked sections
         self.search_wait = search_wait  # seconds `search` waits for an index update
@@ -622,7 +626,7 @@ class KnowledgeTools:
         name = index_name(ds.id, project)
         entry = self._indexes.get(name)
         if entry is None:
-            index = docset_index(ds.id, project)
+            index = docset_index(ds.id, project, self.config)
             entry = _DocsetIndex(index, searchable=bool(index.folders))
             self._indexes[name] = entry
         return entry
@@ -840,10 +844,15 @@ def _result_dict(ds: Docset, r: SearchResult) -> dict[str, Any]:
 
 
 def build_server(
-    kb: KnowledgeBase, refresh_interval: float = REFRESH_INTERVAL_S, search_wait: float = SEARCH_WAIT_S
+    kb: KnowledgeBase,
+    refresh_interval: float = REFRESH_INTERVAL_S,
+    search_wait: float = SEARCH_WAIT_S,
+    config: Config | None = None,
 ) -> Server[Any]:
-    """The MCP server for ``kb``, for in-process use (``mcp.Client(server)``) and :func:`run_stdio`."""
-    return KnowledgeTools(kb, refresh_interval, search_wait=search_wait).server()
+    """The MCP server for ``kb``, for in-process use (``mcp.Client(server)``) and :func:`run_stdio`.
+
+    ``config``: the settings the docsets' indexes start from (default: the user's)."""
+    return KnowledgeTools(kb, refresh_interval, search_wait=search_wait, config=config).server()
 
 
 # -- stdio: every line answered --------------------------------------------------
@@ -1073,19 +1082,21 @@ async def _serve_stdio(server: Server[Any]) -> None:
         await server.run(read, write, server.create_initialization_options())
 
 
-def run_stdio(start: Path | None = None) -> None:
+def run_stdio(start: Path | None = None, config: Config | None = None) -> None:
     """Serve the MCP tools on stdin/stdout until stdin closes; logs go to stderr.
 
     ``start``: where to look for ``.knowledge/config.yaml`` (default: the
     current directory, then its parents). A missing or broken config does not
     stop the server: each tool call reports it, and a config created later is
-    picked up by the next call.
+    picked up by the next call. ``config``: the settings the docsets' indexes
+    start from (flags applied; default: the user's).
     """
     if not logging.getLogger().handlers:
         logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="mdrag mcp: %(levelname)s: %(message)s")
     from mdrag.config import load_config
 
-    server = build_server(KnowledgeBase(start, allowed_outside=load_config()["knowledge.allowed_paths"]))
+    config = config or load_config()
+    server = build_server(KnowledgeBase(start, allowed_outside=config["knowledge.allowed_paths"]), config=config)
     try:
         anyio.run(_serve_stdio, server)
     except KeyboardInterrupt:

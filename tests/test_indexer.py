@@ -1,5 +1,6 @@
 """The incremental indexer on a real Milvus Lite file (and a Milvus server), with a
-small deterministic embedder that counts what it embeds."""
+small deterministic embedder that counts what it embeds; the incremental and
+repair tests on the FAISS store too."""
 
 from __future__ import annotations
 
@@ -50,6 +51,20 @@ def _corpus(tmp_path: Path, n: int = 5) -> Path:
     return root
 
 
+#: The incremental and repair tests run on both store backends.
+both_backends = pytest.mark.parametrize("backend", ["milvus", "faiss"])
+
+
+@pytest.fixture(params=["lite", "server", "faiss"])
+def engine(request: pytest.FixtureRequest, tmp_path: Path) -> dict[str, str]:
+    """Settings for a Milvus Lite file, a Milvus server, or the FAISS store."""
+    if request.param == "faiss":
+        return {"store.backend": "faiss"}
+    if request.param == "lite":
+        return {"milvus_uri": str(tmp_path / "store" / "milvus.db")}
+    return {"milvus_uri": str(request.getfixturevalue("milvus_server"))}
+
+
 def _consistent(idx: Index) -> None:
     """No orphan and no missing chunk: store ids == manifest ids."""
 
@@ -60,10 +75,10 @@ def _consistent(idx: Index) -> None:
 
 
 @pytest.mark.slow
-def test_incremental_runs_embed_only_what_changed(tmp_path: Path, store_uri: str) -> None:
+def test_incremental_runs_embed_only_what_changed(tmp_path: Path, engine: dict[str, str]) -> None:
     root = _corpus(tmp_path)
     emb = HashEmbedder()
-    idx = _index(emb, store_uri)
+    idx = _index(emb, **engine)
     s = idx.update([root])
     assert (s.added, s.modified, s.deleted, s.skipped) == (6, 0, 0, 0)
     assert s.chunks_embedded == s.chunks_total > 6
@@ -94,10 +109,11 @@ def test_incremental_runs_embed_only_what_changed(tmp_path: Path, store_uri: str
 
 
 @pytest.mark.slow
-def test_moved_file_reuses_its_vectors(tmp_path: Path) -> None:
+@both_backends
+def test_moved_file_reuses_its_vectors(tmp_path: Path, backend: str) -> None:
     root = _corpus(tmp_path)
     emb = HashEmbedder()
-    idx = _index(emb)
+    idx = _index(emb, **{"store.backend": backend})
     idx.update([root])
     (root / "sub" / "page1.md").rename(root / "page1-moved.md")
     s = idx.update([root])
@@ -160,10 +176,11 @@ def test_unparsable_files_are_skipped_and_the_run_goes_on(tmp_path: Path, caplog
     _consistent(idx)
 
 
-def test_corrupt_manifest_falls_back_to_a_rebuild_without_duplicates(tmp_path: Path) -> None:
+@both_backends
+def test_corrupt_manifest_falls_back_to_a_rebuild_without_duplicates(tmp_path: Path, backend: str) -> None:
     root = _corpus(tmp_path)
     emb = HashEmbedder()
-    idx = _index(emb)
+    idx = _index(emb, **{"store.backend": backend})
     first = idx.update([root])
     idx.manifest_path.write_text("{ not json")
     s = idx.update([root])
@@ -222,9 +239,10 @@ def test_model_change_rebuilds_and_search_with_the_old_model_is_refused(tmp_path
         Index(idx.config, embedder=HashEmbedder()).search("install")
 
 
-def test_store_emptied_behind_the_manifest_is_repaired(tmp_path: Path) -> None:
+@both_backends
+def test_store_emptied_behind_the_manifest_is_repaired(tmp_path: Path, backend: str) -> None:
     root = _corpus(tmp_path)
-    idx = _index(HashEmbedder())
+    idx = _index(HashEmbedder(), **{"store.backend": backend})
     first = idx.update([root])
     idx.store.delete_ids(list(idx.store.all_ids())[:3])
     s = idx.update([root])
@@ -319,7 +337,10 @@ def test_summary_is_json_serializable(tmp_path: Path) -> None:
     assert json.loads(json.dumps(s.to_dict()))["added"] == 2
 
 
-def test_searches_during_an_update_see_the_old_or_the_new_state_never_a_mix(tmp_path: Path, monkeypatch) -> None:
+@both_backends
+def test_searches_during_an_update_see_the_old_or_the_new_state_never_a_mix(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, backend: str
+) -> None:
     import threading
 
     import mdrag.indexer
@@ -334,7 +355,7 @@ def test_searches_during_an_update_see_the_old_or_the_new_state_never_a_mix(tmp_
             time.sleep(0.05)
             return super().embed_batch(texts)
 
-    idx = _index(Slow())
+    idx = _index(Slow(), **{"store.backend": backend})
     idx.update([root])
     for i in range(30):
         (root / f"f{i}.md").write_text(f"# File {i}\n\nversion two of marker text number {i}\n")

@@ -555,6 +555,34 @@ async def test_knowledge_commands_build_the_index(
 
 
 @pytest.mark.anyio
+async def test_the_store_flag_picks_the_docsets_backend(tmp_path: Path, mdrag_home: Path) -> None:
+    """`mdrag knowledge init --store faiss` builds the docset's index in the FAISS store, and
+    `mdrag mcp --store faiss` searches it there (the flag applies, not only MDRAG_STORE)."""
+    kb, local = react_docs(tmp_path)
+    project = kb.config().root.parent
+    cli = [sys.executable, "-m", "mdrag"]
+    env = {**os.environ, **server_env(mdrag_home)}
+    init = subprocess.run(
+        [*cli, "knowledge", "init", "react", "-q", "--store", "faiss"],
+        cwd=project, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert init.returncode == 0, init.stderr
+    name = index_name("react", project)
+    assert (mdrag_home / "cache" / "faiss" / f"{name}.sqlite").is_file()
+    assert not (mdrag_home / "cache" / "docsets.db").exists(), "nothing went to the Milvus docsets store"
+    params = StdioServerParameters(
+        command=sys.executable, args=["-m", "mdrag", "mcp", "--store", "faiss"], cwd=project, env=server_env(mdrag_home)
+    )
+    with anyio.fail_after(300), open(tmp_path / "err.log", "a", encoding="utf-8") as err:
+        async with stdio_client(params, errlog=err) as (read, write), ClientSession(read, write) as session:
+            await session.initialize()
+            found = json.loads(ok(await session.call_tool("search", {"query": "useEffect cleanup", "docset": "react"})))
+    assert "indexing" not in found, "the index init built is searched at once"
+    assert found["indexed"]["react"]["chunks_total"] == 3 and found["results"][0]["rel_path"] == "hooks.md"
+    assert not (mdrag_home / "cache" / "docsets.db").exists()
+
+
+@pytest.mark.anyio
 async def test_tool_arguments_checked_in_process(tmp_path: Path, mdrag_home: Path) -> None:
     """Called in process (no JSON on the way), the tools check their arguments themselves and say what
     to change: lone surrogates, a 5,000-digit k, a query over 4,000 characters."""

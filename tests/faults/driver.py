@@ -11,10 +11,16 @@ call. Phases (:data:`PHASES`):
 - ``scan``: ``mdrag.indexer.scan``, the folder walk
 - ``parse``: ``ParseWorker.parse`` (the indexer's parse thread, waiting on the parse child)
 - ``embed``: the embedder's ``embed_batch``
-- ``upsert``: ``MilvusStore.upsert`` (chunk batches, segment padding, BM25 rewrites)
+- ``upsert``: the store's ``upsert`` (chunk batches)
 - ``commit``: the ``on_commit`` callback ``Index.update`` gives ``update_index``
-- ``delete``: ``MilvusStore.delete_ids``
-- ``save``: ``Manifest.save`` (dirty, per batch, before the commit, clean, fingerprint)
+- ``delete``: the store's ``delete_ids``
+- ``end_run``: the store's ``end_run`` (Milvus: flush, segment padding, BM25 rewrites; FAISS: the
+  ``.faiss`` file and the SQLite commit)
+- ``save``: ``Manifest.save`` (dirty, per batch, before the commit, clean)
+- ``faiss_file`` (FAISS only, :data:`BACKEND_PHASES`): ``FaissStore._save_faiss``, inside ``end_run``:
+  ``after`` kills with the new ``.faiss`` file in place and SQLite not yet committed
+
+The store is the configured backend's (``store.backend``: ``MDRAG_STORE`` in the environment).
 
 ``--counts FILE`` writes how often each phase ran (a run without a fault:
 how many kill points each phase has). ``--slow S`` sleeps S seconds in every
@@ -30,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
 import io
 import json
 import os
@@ -40,14 +47,22 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-PHASES = ("scan", "parse", "embed", "upsert", "commit", "delete", "save")
+PHASES = ("scan", "parse", "embed", "upsert", "commit", "delete", "end_run", "save")
+#: Kill points only one backend has: phase -> the store method it wraps.
+BACKEND_PHASES = {"milvus": {}, "faiss": {"faiss_file": "_save_faiss"}}
+ALL_PHASES = PHASES + tuple(p for extra in BACKEND_PHASES.values() for p in extra)
+
+
+def phases(backend: str) -> tuple[str, ...]:
+    """The kill points of a run on this store backend."""
+    return PHASES + tuple(BACKEND_PHASES[backend])
 
 
 def _args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m tests.faults.driver")
     p.add_argument("folder")
     p.add_argument("--index", default="faults")
-    p.add_argument("--phase", choices=PHASES)
+    p.add_argument("--phase", choices=ALL_PHASES)
     p.add_argument("--n", type=int, default=1, help="kill at the n-th call of the phase (1 = first)")
     p.add_argument("--when", choices=("before", "after"), default="before")
     p.add_argument("--counts", help="write the calls per phase here (JSON) when the run ends")
@@ -62,8 +77,9 @@ def main(argv: list[str] | None = None) -> int:
     import mdrag.index
     import mdrag.indexer
     import mdrag.manifest
-    import mdrag.store.milvus
     from mdrag.cli import main as mdrag_main
+    from mdrag.config import load_config
+    from mdrag.store import BACKENDS
     from tests.conftest import HashEmbedder
 
     calls: Counter[str] = Counter()
@@ -95,9 +111,13 @@ def main(argv: list[str] | None = None) -> int:
     from mdrag.parsers.worker import ParseWorker
 
     ParseWorker.parse = faulty("parse", ParseWorker.parse)  # type: ignore[method-assign]
-    Store = mdrag.store.milvus.MilvusStore
-    Store.upsert = faulty("upsert", Store.upsert)  # type: ignore[method-assign]
-    Store.delete_ids = faulty("delete", Store.delete_ids)  # type: ignore[method-assign]
+    backend = load_config()["store.backend"]
+    module, _, name = BACKENDS[backend].partition(":")
+    Store = getattr(importlib.import_module(module), name)
+    for phase, method in {"upsert": "upsert", "delete": "delete_ids", "end_run": "end_run"}.items():
+        setattr(Store, method, faulty(phase, getattr(Store, method)))
+    for phase, method in BACKEND_PHASES[backend].items():
+        setattr(Store, method, faulty(phase, getattr(Store, method)))
     mdrag.manifest.Manifest.save = faulty("save", mdrag.manifest.Manifest.save)  # type: ignore[method-assign]
     real_update = mdrag.index.update_index
 

@@ -74,10 +74,17 @@ def driver(folder: Path, home: Path, *args: str) -> list[str]:
     return [sys.executable, "-m", "tests.faults.driver", str(folder), *args]
 
 
-def run_driver(folder: Path, home: Path, *args: str, timeout: float = 300) -> tuple[int, dict[str, Any] | None, str]:
-    """Run the driver to its end: (return code, its JSON report or None when killed, stderr)."""
+def run_driver(
+    folder: Path, home: Path, *args: str, timeout: float = 300, store: str = "milvus"
+) -> tuple[int, dict[str, Any] | None, str]:
+    """Run the driver to its end on this store backend: (return code, its JSON report or None when killed, stderr)."""
     p = subprocess.run(
-        driver(folder, home, *args), env=env(home), cwd=REPO, capture_output=True, text=True, timeout=timeout
+        driver(folder, home, *args),
+        env=env(home, MDRAG_STORE=store),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )
     report = json.loads(p.stdout.strip().splitlines()[-1]) if p.returncode >= 0 and p.stdout.strip() else None
     return p.returncode, report, p.stderr
@@ -99,23 +106,25 @@ def assert_clear_error(p: subprocess.CompletedProcess[str], *words: str) -> None
     assert last.startswith("mdrag: error:") and all(w in last for w in words), p.stderr
 
 
-def distinctive_words(home: Path, index: str) -> dict[str, str]:
+def distinctive_words(home: Path, index: str, store: str = "milvus") -> dict[str, str]:
     """For each file of an index: a word of its chunks whose stem no other file's chunks have."""
     from mdrag.stemming import stemmer
+    from mdrag.store.base import Filter
 
     stem = stemmer()
-    idx = Index(load_config({"index": index}, home=home), embedder=HashEmbedder())
+    idx = Index(load_config({"index": index, "store.backend": store}, home=home), embedder=HashEmbedder())
     try:
-        idx.status()  # opens the store
-        rows = idx.store.client.query(
-            idx.store.collection, filter="", output_fields=["path", "text", "bm25_text"], limit=16384
-        )
+        n = idx.status()["chunks"]  # opens the store
+        # Every row, through the store interface: a filtered search is exact, and every path starts with "/".
+        rows = idx.store.search(HashEmbedder().embed_query("any"), n, where=Filter(path_prefix="/"))
+        assert len(rows) == n, f"a filtered search for all {n} rows returned {len(rows)}"
     finally:
         idx.close()
     stems_of: dict[str, set[str]] = defaultdict(set)
     words_of: dict[str, set[str]] = defaultdict(set)
     for r in rows:
-        stems_of[r["path"]].update(r["bm25_text"].split())
+        embed_text = f"{r['context']}\n\n{r['text']}" if r["context"] else r["text"]  # Chunk.embed_text
+        stems_of[r["path"]].update(stem(embed_text).split())  # the words BM25 ranks
         words_of[r["path"]].update(w for w in re.findall(r"[a-z]{6,}", r["text"].lower()))
     seen: dict[str, int] = defaultdict(int)
     for stems in stems_of.values():
@@ -136,6 +145,7 @@ def verify(
     expected: dict[str, list[str]] | None = None,
     words: dict[str, str] | None = None,
     embedder: Embedder | None = None,
+    store: str = "milvus",
 ) -> dict[str, list[str]]:
     """Assert that the index is whole; return each file's chunk ids.
 
@@ -144,9 +154,11 @@ def verify(
     manifest lists every file in ``root``; with ``expected`` (what this returned
     for a fresh index of the same files), every file has exactly those chunks;
     with ``words`` (path -> a word only that file has), a search for each word
-    finds its file. ``embedder`` (default: a HashEmbedder) must have the identity of the one that wrote it.
+    finds its file. ``embedder`` (default: a HashEmbedder) must have the identity of the one that wrote it;
+    ``store``: the store backend.
     """
-    idx = Index(load_config({"index": index}, home=home), embedder=embedder or HashEmbedder())
+    config = load_config({"index": index, "store.backend": store}, home=home)
+    idx = Index(config, embedder=embedder or HashEmbedder())
     try:
         m = Manifest.load(idx.manifest_path)
         assert m is not None and not m.dirty, "the manifest is clean"

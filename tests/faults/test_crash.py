@@ -18,7 +18,8 @@ from tests.faults.harness import REPO, corpus, driver, env, mutate, run_driver, 
 
 
 @pytest.mark.slow
-def test_kill_9_at_many_points_then_repair(tmp_path: Path, shared_data: Path, mdrag_home: Path) -> None:
+@pytest.mark.parametrize("store", ["milvus", "faiss"])
+def test_kill_9_at_many_points_then_repair(tmp_path: Path, shared_data: Path, mdrag_home: Path, store: str) -> None:
     import random
 
     rng = random.Random(7)
@@ -30,7 +31,7 @@ def test_kill_9_at_many_points_then_repair(tmp_path: Path, shared_data: Path, md
             mutate(root, round_)
         # A slow embedder (0.1 s a batch), so that kills land mid-run.
         cmd = driver(root, mdrag_home, "--index", "crash", "--slow", "0.1")
-        proc = subprocess.Popen(cmd, env=env(mdrag_home), cwd=REPO, stdout=subprocess.PIPE)
+        proc = subprocess.Popen(cmd, env=env(mdrag_home, MDRAG_STORE=store), cwd=REPO, stdout=subprocess.PIPE)
         wait_until_writing(proc, manifest)
         time.sleep(rng.uniform(0.0, 0.5))  # somewhere in parse / embed / upsert / delete / save
         if proc.poll() is None:
@@ -38,13 +39,13 @@ def test_kill_9_at_many_points_then_repair(tmp_path: Path, shared_data: Path, md
             kills += 1
         proc.wait()
     assert kills >= 5, "the kills must land while indexing runs"
-    code, report, err = run_driver(root, mdrag_home, "--index", "crash")
+    code, report, err = run_driver(root, mdrag_home, "--index", "crash", store=store)
     assert code == 0 and report is not None, err
-    repaired = verify(mdrag_home, root, "crash")
+    repaired = verify(mdrag_home, root, "crash", store=store)
     # The same corpus indexed cleanly gives exactly the same chunks.
     clean_home = tmp_path / "clean-home"
-    assert run_driver(root, clean_home, "--index", "crash")[0] == 0
-    assert verify(clean_home, root, "crash") == repaired
+    assert run_driver(root, clean_home, "--index", "crash", store=store)[0] == 0
+    assert verify(clean_home, root, "crash", store=store) == repaired
 
 
 @pytest.mark.slow

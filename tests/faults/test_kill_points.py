@@ -10,6 +10,10 @@ chunks of a fresh index of the same files, every file searchable.
 The kill points are drawn from a seeded generator (``MDRAG_FAULT_SEED``, 0
 by default), among the calls a run without a fault makes, so every kill
 lands. Every trial's figures go to the summary line and benchmarks/out/faults.json.
+
+Both store backends: on Milvus Lite every pair, more single kills at random
+pairs and double kills; on FAISS (a quicker run) every pair of its phases
+(its ``.faiss`` file write included) and one double kill.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from typing import Any
 import pytest
 
 from mdrag.manifest import Manifest
-from tests.faults.driver import PHASES
+from tests.faults.driver import phases
 from tests.faults.harness import TRIALS, corpus, distinctive_words, run_driver, verify
 
 pytestmark = pytest.mark.slow
@@ -33,16 +37,21 @@ pytestmark = pytest.mark.slow
 SEED = int(os.environ.get("MDRAG_FAULT_SEED", "0"))
 INDEX = "faults"
 MODES = ("fresh", "incremental")
-# A fresh build retires no chunk, so it never calls delete_ids: that pair has no kill point.
-PAIRS = [(mode, phase) for mode in MODES for phase in PHASES if (mode, phase) != ("fresh", "delete")]
-EXTRA = 13  # more single kills, at random pairs
-DOUBLE = 2  # a kill, then a kill of the run that repairs it
+BACKENDS = ("milvus", "faiss")
+EXTRA = {"milvus": 11, "faiss": 0}  # more single kills, at random pairs
+DOUBLE = {"milvus": 2, "faiss": 1}  # a kill, then a kill of the run that repairs it
+
+
+def _pairs(backend: str) -> list[tuple[str, str]]:
+    # A fresh build retires no chunk, so it never calls delete_ids: that pair has no kill point.
+    return [(mode, phase) for mode in MODES for phase in phases(backend) if (mode, phase) != ("fresh", "delete")]
 
 
 @dataclass
 class Lab:
     """Fixed paths (the manifest records absolute paths) and the saved states trials start from."""
 
+    backend: str  # store.backend
     docs: Path  # the indexed folder, refilled from a saved corpus before each trial
     home: Path  # MDRAG_HOME, refilled from a saved home before each trial
     saved: Path  # saved corpora and homes
@@ -63,7 +72,7 @@ class Lab:
         shutil.copytree(what, self.saved / name, symlinks=True)
 
     def run(self, *args: str) -> tuple[int, dict[str, Any] | None, str]:
-        return run_driver(self.docs, self.home, "--index", INDEX, *args)
+        return run_driver(self.docs, self.home, "--index", INDEX, *args, store=self.backend)
 
     def count(self) -> dict[str, int]:
         """Calls per phase of a run without a fault from the current state (which it changes)."""
@@ -88,27 +97,27 @@ def _edit(root: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def lab(tmp_path_factory: pytest.TempPathFactory, shared_data: Path) -> Lab:
-    base = tmp_path_factory.mktemp("faults")
-    lab = Lab(docs=base / "docs", home=base / "home", saved=base / "saved")
+def lab(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, shared_data: Path) -> Lab:
+    base = tmp_path_factory.mktemp(f"faults-{request.param}")
+    lab = Lab(backend=request.param, docs=base / "docs", home=base / "home", saved=base / "saved")
     corpus(lab.saved / "docs-fresh", shared_data, n=48, step=20)
     shutil.copytree(lab.saved / "docs-fresh", lab.saved / "docs-incremental")
     _edit(lab.saved / "docs-incremental")
 
     lab.restore("docs-fresh", None)
     lab.counts["fresh"] = lab.count()
-    lab.expected["fresh"] = verify(lab.home, lab.docs, INDEX)
-    lab.words["fresh"] = distinctive_words(lab.home, INDEX)
+    lab.expected["fresh"] = verify(lab.home, lab.docs, INDEX, store=lab.backend)
+    lab.words["fresh"] = distinctive_words(lab.home, INDEX, lab.backend)
     lab.save(lab.home, "home-fresh-built")  # where incremental trials start
 
     lab.restore("docs-incremental", "home-fresh-built")
     lab.counts["incremental"] = lab.count()
-    updated = verify(lab.home, lab.docs, INDEX)
+    updated = verify(lab.home, lab.docs, INDEX, store=lab.backend)
     lab.restore("docs-incremental", None)
     assert lab.run()[0] == 0
-    lab.expected["incremental"] = verify(lab.home, lab.docs, INDEX)
+    lab.expected["incremental"] = verify(lab.home, lab.docs, INDEX, store=lab.backend)
     assert updated == lab.expected["incremental"], "an update without a fault gives the chunks of a fresh index"
-    lab.words["incremental"] = distinctive_words(lab.home, INDEX)
+    lab.words["incremental"] = distinctive_words(lab.home, INDEX, lab.backend)
     for mode in MODES:
         with_chunks = sum(1 for ids in lab.expected[mode].values() if ids)
         assert len(lab.words[mode]) >= 0.8 * with_chunks, "most files have a word of their own"
@@ -117,31 +126,37 @@ def lab(tmp_path_factory: pytest.TempPathFactory, shared_data: Path) -> Lab:
 
 
 def _trials() -> list[Any]:
-    out = [pytest.param(f"{mode}-{phase}", mode, [phase], id=f"{mode}-{phase}") for mode, phase in PAIRS]
-    for i in range(EXTRA):
-        mode, phase = random.Random(f"{SEED}:extra:{i}").choice(PAIRS)
-        out.append(pytest.param(f"extra-{i}", mode, [phase], id=f"extra{i}-{mode}-{phase}"))
-    for i in range(DOUBLE):
-        mode, phase = random.Random(f"{SEED}:double:{i}").choice(PAIRS)
-        out.append(pytest.param(f"double-{i}", mode, [phase, None], id=f"double{i}-{mode}-{phase}-then-any"))
+    out = []
+    for b in BACKENDS:
+        pairs = _pairs(b)
+        out += [pytest.param(b, f"{mode}-{phase}", mode, [phase], id=f"{b}-{mode}-{phase}") for mode, phase in pairs]
+        for i in range(EXTRA[b]):
+            mode, phase = random.Random(f"{SEED}:extra:{i}").choice(pairs)
+            out.append(pytest.param(b, f"extra-{i}", mode, [phase], id=f"{b}-extra{i}-{mode}-{phase}"))
+        for i in range(DOUBLE[b]):
+            mode, phase = random.Random(f"{SEED}:double:{i}").choice(pairs)
+            name = f"{b}-double{i}-{mode}-{phase}-then-any"
+            out.append(pytest.param(b, f"double-{i}", mode, [phase, None], id=name))
     return out
 
 
-@pytest.mark.parametrize(("name", "mode", "phases"), _trials())
-def test_kill_at_a_point_then_repair(lab: Lab, name: str, mode: str, phases: list[str | None]) -> None:
-    rng = random.Random(f"{SEED}:{name}")
-    record: dict[str, Any] = {"trial": name, "mode": mode, "seed": SEED, "faults": [], "passed": False}
+@pytest.mark.parametrize(("lab", "name", "mode", "faults"), _trials(), indirect=["lab"])
+def test_kill_at_a_point_then_repair(lab: Lab, name: str, mode: str, faults: list[str | None]) -> None:
+    rng = random.Random(f"{SEED}:{lab.backend}:{name}")
+    record: dict[str, Any] = {
+        "trial": name, "backend": lab.backend, "mode": mode, "seed": SEED, "faults": [], "passed": False
+    }  # fmt: skip
     TRIALS.append(record)
     lab.restore(f"docs-{mode}", None if mode == "fresh" else "home-fresh-built")
     counts = lab.counts[mode]
-    for phase in phases:
+    for phase in faults:
         if phase is None:  # any phase of the run that repairs the last kill
             scratch = lab.saved / "before-kill"
             lab.save(lab.home, scratch.name)
             counts = lab.count()
             shutil.rmtree(lab.home)
             shutil.copytree(scratch, lab.home, symlinks=True)
-            phase = rng.choice(sorted(p for p in PHASES if counts.get(p)))
+            phase = rng.choice(sorted(p for p in phases(lab.backend) if counts.get(p)))
         n, when = rng.randint(1, counts[phase]), rng.choice(("before", "after"))
         record["faults"].append({"phase": phase, "n": n, "of": counts[phase], "when": when})
         code, _, err = lab.run("--phase", phase, "--n", str(n), "--when", when)
@@ -156,6 +171,6 @@ def test_kill_at_a_point_then_repair(lab: Lab, name: str, mode: str, phases: lis
     record["repair_s"] = report["seconds"]
     record["repaired"] = report["summary"]["repaired"]
     assert report["summary"]["repaired"] == left_dirty, "the run repairs exactly when the last one left it dirty"
-    verify(lab.home, lab.docs, INDEX, lab.expected[mode], lab.words[mode])
+    verify(lab.home, lab.docs, INDEX, lab.expected[mode], lab.words[mode], store=lab.backend)
     record["files"], record["files_searched"] = len(lab.expected[mode]), len(lab.words[mode])
     record["passed"] = True
