@@ -8,6 +8,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +20,7 @@ from mdrag.indexer import IndexSummary, remove_folders, update_index
 from mdrag.manifest import Manifest
 from mdrag.relevance import TermStats
 from mdrag.scan import ScanOptions
+from mdrag.search import SearchOptions, Visible, search
 from mdrag.store import make_store
 from mdrag.types import SearchResult
 
@@ -144,6 +146,16 @@ class Index:
         self._generation = 0  # bumped at each commit
         self._readers: Counter[int] = Counter()  # searches running, by the generation they read
         self._stats: tuple[int, TermStats] | None = None  # term_stats() and the generation it counted
+        self._search_options: tuple[Config, SearchOptions] | None = None  # see search_options
+
+    @property
+    def search_options(self) -> SearchOptions:
+        """The search settings (``search.*``) as one value, built once for each ``config`` (a server
+        replaces ``config`` when its settings file changes)."""
+        built = self._search_options
+        if built is None or built[0] is not self.config:
+            built = self._search_options = (self.config, SearchOptions.from_config(self.config))
+        return built[1]
 
     @property
     def manifest_path(self) -> Path:
@@ -351,8 +363,14 @@ class Index:
         mode: str | None,
         collapse: str | None,
     ) -> list[SearchResult]:
-        from mdrag.search import search
-
+        o = self.search_options
+        options = replace(
+            o,
+            k=k or o.k,
+            threshold=o.threshold if threshold is None else threshold,
+            mode=mode or o.mode,
+            collapse=o.collapse if collapse is None else collapse,
+        )
         vector = None
         if not self._opened and query.strip():  # unlocked read: at worst the query is embedded alone
             # First search: load the model and embed the query while the store opens.
@@ -384,17 +402,10 @@ class Index:
                 self.store,
                 self.embedder,
                 query,
-                k or self.config["search.k"],
-                self.config["search.threshold"] if threshold is None else threshold,
+                options,
                 filters,
-                visible=visible,
-                visible_roots=visible_roots,
-                extra=pending,
-                mode=mode or self.config["search.mode"],
-                fusion=self.config["search.fusion"],
-                dense_weight=self.config["search.dense_weight"],
-                collapse=self.config["search.collapse"] if collapse is None else collapse,
-                vector=vector,
+                Visible(visible, visible_roots, pending),
+                vector,
             )
         finally:
             with self._cond:
