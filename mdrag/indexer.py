@@ -49,7 +49,7 @@ from mdrag.errors import (
 from mdrag.manifest import FileState, Manifest
 from mdrag.parsers import parse_file
 from mdrag.parsers.worker import ParseWorker
-from mdrag.plan import mismatched, nothing_to_do, plan_update, to_hash
+from mdrag.plan import Plan, mismatched, nothing_to_do, plan_update, to_hash
 from mdrag.scan import ScanOptions, ScanResult, scan
 from mdrag.store.base import Store
 from mdrag.types import Chunk
@@ -229,6 +229,58 @@ def update_index(
 
     hashes = {p: _read_hash(p) for p in to_hash(m.files, roots, found)}
     plan = plan_update(m.files, roots, found, hashes)
+    writes = bool(plan.todo or plan.delete or repair or m.retired_roots or (old is not None and old.roots != m.roots))
+    run = _Run(store, embedder, settings, manifest_path, summary, progress, on_upsert, on_commit, parse_limits, cancel)
+    sweep = scope if repair or m.retired_roots else None
+    _apply(run, m, plan, found, writes, sweep, run_hashes)
+    summary.folders = list(m.roots)
+    summary.chunks_total = m.chunk_count
+    summary.seconds = round(time.perf_counter() - t0, 3)
+    summary.embed_seconds = round(summary.embed_seconds, 3)
+    return summary
+
+
+@dataclass
+class _Run:
+    """What carrying out a plan needs besides the plan: where it writes, and whom it tells (see update_index)."""
+
+    store: Store
+    embedder: Embedder
+    settings: ChunkSettings
+    manifest_path: Path
+    summary: IndexSummary
+    progress: bool | Callable[[int, int], None]
+    on_upsert: Callable[[int], None] | None
+    on_commit: Callable[[set[str]], None] | None
+    parse_limits: tuple[float, float | None] | None
+    cancel: threading.Event | None
+
+
+def _apply(
+    run: _Run,
+    m: Manifest,
+    plan: Plan,
+    found: ScanResult,
+    writes: bool,
+    sweep: list[str] | None,
+    run_hashes: set[int] | None,
+) -> None:
+    """Carry out ``plan`` on the store and the manifest ``m``, and save ``m`` clean.
+
+    Touched files are recorded; the files to do are parsed, chunked, embedded
+    and written; ``on_commit`` is told the new state; then the chunks it no
+    longer uses are deleted (with ``sweep``, every chunk under those folders
+    that it does not use: a repair) and the store is told the run is done.
+    With ``writes`` False the store holds the new state already: the manifest
+    is not saved. ``run_hashes``: see :func:`_write_batch`.
+    """
+    store, embedder, settings, manifest_path, summary = (
+        run.store,
+        run.embedder,
+        run.settings,
+        run.manifest_path,
+        run.summary,
+    )
     todo, removed = plan.todo, plan.delete
     summary.unchanged = len(plan.unchanged) + len(plan.touched)
     summary.kept = len(plan.kept)
@@ -236,8 +288,6 @@ def update_index(
     for p, (mtime_ns, size) in plan.touched.items():
         m.files[p].mtime_ns, m.files[p].size = mtime_ns, size
         log.info("%s: touched, content unchanged: already embedded", p)
-
-    writes = bool(todo or removed or repair or m.retired_roots or (old is not None and old.roots != m.roots))
     if writes:
         m.dirty = True
         m.save(manifest_path)
@@ -247,11 +297,11 @@ def update_index(
     retired: list[str] = []  # ids the new state no longer uses: deleted after the commit
     batch: list[tuple[str, FileState, list[Chunk]]] = []
     batch_chunks = 0
-    bar = _Progress(len(todo), progress)
+    bar = _Progress(len(todo), run.progress)
 
     # With parse_limits, files are parsed in a child process that can be stopped.
-    worker = ParseWorker(parse_limits[1]) if parse_limits and any(err is None for _, err in todo) else None
-    timeout = parse_limits[0] if parse_limits else 0.0
+    worker = ParseWorker(run.parse_limits[1]) if run.parse_limits and any(err is None for _, err in todo) else None
+    timeout = run.parse_limits[0] if run.parse_limits else 0.0
     truncated = Truncated()  # chunks longer than the model reads (chunk.strategy langchain): one warning
 
     def parse(item: tuple[str, str | None]) -> _Parsed:
@@ -262,14 +312,14 @@ def update_index(
         return _parse(path, root, rel, mtime_ns, size, embedder, settings, worker, timeout, truncated)
 
     def write(batch: list[tuple[str, FileState, list[Chunk]]]) -> set[str]:
-        ids = _write_batch(store, embedder, m, batch, summary, on_upsert, retired, run_hashes, bar)
+        ids = _write_batch(store, embedder, m, batch, summary, run.on_upsert, retired, run_hashes, bar)
         bar.done(len(batch))
         return ids
 
     # Files are parsed and chunked in a thread while the last batch is embedded.
     try:
         for (path, _), (state, chunks, err, encoding, crashed, doc_warnings) in bar.files(
-            _ahead(todo, parse, cancel=cancel)
+            _ahead(todo, parse, cancel=run.cancel)
         ):
             is_new = path not in m.files
             for w in doc_warnings:
@@ -319,25 +369,19 @@ def update_index(
     if writes:
         m.save(manifest_path)  # still dirty: a crash from here on is repaired
     live = m.chunk_ids()
-    if on_commit is not None:
-        on_commit(live)
-    if repair or m.retired_roots:
-        retired.extend(store.all_ids(roots=scope) - live)
+    if run.on_commit is not None:
+        run.on_commit(live)
+    if sweep is not None:
+        retired.extend(store.all_ids(roots=sweep) - live)
     retired = sorted(set(retired) - live)
     if retired:
         store.delete_ids(retired)
         summary.chunks_deleted += len(retired)
     if writes:
         store.end_run(written, live, whole=summary.rebuild is not None)
-    if writes or old is None:
         m.retired_roots = []
         m.mark_finished()
         m.save(manifest_path)
-    summary.folders = list(m.roots)
-    summary.chunks_total = m.chunk_count
-    summary.seconds = round(time.perf_counter() - t0, 3)
-    summary.embed_seconds = round(summary.embed_seconds, 3)
-    return summary
 
 
 def _refuse_rebuild_with_folders_missing(old: Manifest, found: ScanResult, why: str) -> None:
