@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +19,8 @@ from mdrag.indexer import IndexSummary, remove_folders, update_index
 from mdrag.manifest import Manifest
 from mdrag.relevance import TermStats
 from mdrag.scan import ScanOptions
+from mdrag.search import SearchOptions, search
+from mdrag.snapshot import Snapshot
 from mdrag.store import make_store
 from mdrag.types import SearchResult
 
@@ -82,20 +84,21 @@ class Index:
         self._exists = False  # the collection exists
         self._missing: tuple[int, int] | tuple[()] | None = None  # see _missing_rows; None: not checked yet
         self._update_lock = threading.Lock()  # one update() or remove() at a time
-        # What searches see; the fields below are guarded by _cond.
-        self._cond = threading.Condition()
+        self._cond = threading.Condition()  # guards the two fields below
         self._busy = 0  # calls using the store now (search, status, update, remove): close() waits for them
-        # Committed chunk ids: search returns only these, so a running update is
-        # invisible until it commits, then visible all at once. None: no filter.
-        self._visible: frozenset[str] | None = None
-        # The folders those ids account for; chunks of other folders (written by
-        # other indexers into the same collection) are not filtered. None: all.
-        self._visible_roots: frozenset[str] | None = None
-        self._visible_loaded = False  # the two above hold the manifest's state or a commit's
-        self._pending = 0  # chunks written by a running update and not yet committed
-        self._generation = 0  # bumped at each commit
-        self._readers: Counter[int] = Counter()  # searches running, by the generation they read
-        self._stats: tuple[int, TermStats] | None = None  # term_stats() and the generation it counted
+        self._stats: tuple[int, TermStats] | None = None  # term_stats() and the snapshot generation it counted
+        # What searches see: a running update is invisible until it commits, then visible all at once.
+        self._snapshot = Snapshot()
+        self._search_options: tuple[Config, SearchOptions] | None = None  # see search_options
+
+    @property
+    def search_options(self) -> SearchOptions:
+        """The search settings (``search.*``) as one value, built once for each ``config`` (a server
+        replaces ``config`` when its settings file changes)."""
+        built = self._search_options
+        if built is None or built[0] is not self.config:
+            built = self._search_options = (self.config, SearchOptions.from_config(self.config))
+        return built[1]
 
     @property
     def manifest_path(self) -> Path:
@@ -201,10 +204,6 @@ class Index:
             self._open(create=True, set_aside_damage=set_aside)
             self._load_visible()
 
-        def upserted(n: int) -> None:
-            with self._cond:
-                self._pending += n
-
         roots = frozenset(str(Path(f).expanduser().resolve()) for f in folders)
 
         with self._using(), self._update_lock:
@@ -221,7 +220,7 @@ class Index:
                     self.settings,
                     rebuild,
                     progress,
-                    on_upsert=upserted,
+                    on_upsert=self._snapshot.written,
                     on_commit=lambda ids: self._commit(ids, roots),
                     open_store=None if opened else open_store,  # a run with nothing to do need not open it
                     selection=self._selection(),
@@ -229,8 +228,7 @@ class Index:
                     cancel=cancel,
                 )
             finally:
-                with self._cond:
-                    self._pending = 0  # what a failed run wrote stays invisible; the next run deletes it
+                self._snapshot.abandon()  # what a failed run wrote stays invisible; the next run deletes it
                 self._forget_missing()
 
     def remove(self, folders: Sequence[str | Path]) -> IndexSummary:
@@ -250,36 +248,31 @@ class Index:
                 self._forget_missing()
 
     def _commit(self, ids: set[str], roots: frozenset[str]) -> None:
-        """A run's new state becomes what searches see: ``ids`` are visible, chunks under ``roots`` filtered."""
-        with self._cond:
-            old = self._generation
-            self._visible, self._pending = frozenset(ids), 0
-            self._visible_roots = roots | (self._visible_roots or frozenset())
-            self._visible_loaded = True
-            self._generation += 1
-            # The replaced chunks are deleted when this returns: let the
-            # searches that still read the old state finish first.
-            if not self._cond.wait_for(lambda: self._readers[old] == 0, timeout=_READERS_GRACE_S):
-                log.warning(
-                    "index %r: %d searches still read the state before this update after %g s; deleting the "
-                    "chunks it replaced now, so those searches may miss some results",
-                    self.name,
-                    self._readers[old],
-                    _READERS_GRACE_S,
-                )
+        """A run's new state becomes what searches see: ``ids`` are visible, chunks under ``roots`` filtered.
+
+        The replaced chunks are deleted when this returns: the searches that still
+        read the old state may finish first (for up to ``_READERS_GRACE_S``).
+        """
+        still = self._snapshot.commit(ids, roots, _READERS_GRACE_S)
+        if still:
+            log.warning(
+                "index %r: %d searches still read the state before this update after %g s; deleting the "
+                "chunks it replaced now, so those searches may miss some results",
+                self.name,
+                still,
+                _READERS_GRACE_S,
+            )
 
     def _load_visible(self) -> None:
         """Take the committed state from the manifest, unless a commit (or another thread) set it meanwhile."""
-        with self._cond:
-            if self._visible_loaded:
-                return
-        m = Manifest.load(self.manifest_path)  # read unlocked: a commit meanwhile wins over what it read
-        if m is None or not m.files:
-            return  # nothing committed yet: no filter, and the manifest is read again next time
-        with self._cond:
-            if not self._visible_loaded:
-                self._visible, self._visible_roots = frozenset(m.chunk_ids()), frozenset(m.roots)
-                self._visible_loaded = True
+
+        def read() -> tuple[frozenset[str], frozenset[str]] | None:
+            m = Manifest.load(self.manifest_path)
+            if m is None or not m.files:
+                return None  # nothing committed yet: no filter, and the manifest is read again next time
+            return frozenset(m.chunk_ids()), frozenset(m.roots)
+
+        self._snapshot.load(read)
 
     def search(
         self,
@@ -303,8 +296,14 @@ class Index:
         mode: str | None,
         collapse: str | None,
     ) -> list[SearchResult]:
-        from mdrag.search import search
-
+        o = self.search_options
+        options = replace(
+            o,
+            k=k or o.k,
+            threshold=o.threshold if threshold is None else threshold,
+            mode=mode or o.mode,
+            collapse=o.collapse if collapse is None else collapse,
+        )
         vector = None
         if not self._opened and query.strip():  # unlocked read: at worst the query is embedded alone
             # First search: load the model and embed the query while the store opens.
@@ -327,33 +326,8 @@ class Index:
                 raise StoreDamagedError(msg[0].upper() + msg[1:] + ".")
             log.warning("%s; until then results are incomplete", msg)
         self._load_visible()
-        with self._cond:
-            generation, visible, pending = self._generation, self._visible, self._pending
-            visible_roots = self._visible_roots
-            self._readers[generation] += 1
-        try:
-            return search(
-                self.store,
-                self.embedder,
-                query,
-                k or self.config["search.k"],
-                self.config["search.threshold"] if threshold is None else threshold,
-                filters,
-                visible=visible,
-                visible_roots=visible_roots,
-                extra=pending,
-                mode=mode or self.config["search.mode"],
-                fusion=self.config["search.fusion"],
-                dense_weight=self.config["search.dense_weight"],
-                collapse=self.config["search.collapse"] if collapse is None else collapse,
-                vector=vector,
-            )
-        finally:
-            with self._cond:
-                self._readers[generation] -= 1
-                if not self._readers[generation]:
-                    del self._readers[generation]
-                self._cond.notify_all()
+        with self._snapshot.reading() as visible:
+            return search(self.store, self.embedder, query, options, filters, visible, vector)
 
     def term_stats(self) -> TermStats:
         """Document frequencies of the words in the index's chunks, for :mod:`mdrag.relevance`.
@@ -362,10 +336,10 @@ class Index:
         chunks; an index of more than ``_STATS_ROWS`` chunks is sampled by chunk
         id, a hex digest, so the sample is uniform), and again after each commit.
         """
+        generation = self._snapshot.generation
         with self._cond:
-            if self._stats is not None and self._stats[0] == self._generation:
+            if self._stats is not None and self._stats[0] == generation:
                 return self._stats[1]
-            generation = self._generation
         with self._using():
             if not self._open(create=False):
                 raise MdragError(f"index {self.name!r} does not exist in {self.store.uri}: run `mdrag index` first")
@@ -373,7 +347,7 @@ class Index:
             share = 16 if count <= _STATS_ROWS else max(1, -(-16 * _STATS_ROWS // count))  # sixteenths read
             stats = TermStats(self.store.search_texts(share), self._stem)
         with self._cond:
-            if self._generation == generation:
+            if self._snapshot.generation == generation:
                 self._stats = (generation, stats)
         return stats
 

@@ -1,4 +1,8 @@
-"""Keep an index current: scan -> diff -> parse -> chunk -> embed -> store.
+"""Keep an index current: scan -> plan -> parse -> chunk -> embed -> store.
+
+What to do with each file is worked out by :mod:`mdrag.plan` from the manifest,
+the scan and the changed files' hashes, with no store; this module reads the
+files and the store, and applies the plan.
 
 Crash safety comes from the order of writes. Before the store is touched the
 manifest is saved with ``dirty = True``; chunks are upserted under ids
@@ -42,9 +46,10 @@ from mdrag.errors import (
     ParserCrashError,
     UnsupportedFormatError,
 )
-from mdrag.manifest import FileState, Manifest, diff
+from mdrag.manifest import FileState, Manifest
 from mdrag.parsers import parse_file
 from mdrag.parsers.worker import ParseWorker
+from mdrag.plan import Plan, mismatched, nothing_to_do, plan_update, to_hash
 from mdrag.scan import ScanOptions, ScanResult, scan
 from mdrag.store.base import Store
 from mdrag.types import Chunk
@@ -100,6 +105,14 @@ class IndexSummary:
 
 def _file_hash(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+def _read_hash(path: str) -> str | OSError:
+    """The sha256 of the file's bytes, or why it cannot be read."""
+    try:
+        return _file_hash(Path(path).read_bytes())
+    except OSError as e:
+        return e
 
 
 def _warn(summary: IndexSummary | None, msg: str) -> None:
@@ -169,7 +182,7 @@ def update_index(
     # The store as the last clean run left it: no need to count its rows.
     as_left = old is not None and old.verified and not old.dirty and store.unchanged_since_last_run()
     if open_store is not None and old is not None and as_left and summary.rebuild is None:
-        if _unchanged(old, roots, found):
+        if nothing_to_do(old, roots, found):
             summary.unchanged, summary.chunks_total = len(found.files), old.chunk_count
             summary.skipped_files = [(p, reason) for p, (_, reason) in found.skipped.items()]
             summary.skipped = len(summary.skipped_files)
@@ -201,7 +214,9 @@ def update_index(
     if m.dirty:
         summary.repaired = True
         log.warning("the previous run of index %r did not finish, or its files changed: repairing", index_name)
-        _drop_incomplete(store, m, scope)
+        for path in mismatched(m.files, store.id_paths(roots=scope)):
+            log.info("re-indexing %s: its chunks in the store do not match the manifest", path)
+            del m.files[path]
         # A repaired file may lie in any folder of the index: list them all.
         if set(m.roots) - set(roots):
             roots = m.roots
@@ -212,30 +227,67 @@ def update_index(
     # repeat): only their hashes are looked up.
     run_hashes: set[int] | None = set() if summary.rebuild is not None and store.count() == 0 else None
 
-    plan = _plan(m, roots, found)
-    moved, removed = plan.moved, plan.removed
-    summary.unchanged = len(plan.unchanged)
+    hashes = {p: _read_hash(p) for p in to_hash(m.files, roots, found)}
+    plan = plan_update(m.files, roots, found, hashes)
+    writes = bool(plan.todo or plan.delete or repair or m.retired_roots or (old is not None and old.roots != m.roots))
+    run = _Run(store, embedder, settings, manifest_path, summary, progress, on_upsert, on_commit, parse_limits, cancel)
+    sweep = scope if repair or m.retired_roots else None
+    _apply(run, m, plan, found, writes, sweep, run_hashes)
+    summary.folders = list(m.roots)
+    summary.chunks_total = m.chunk_count
+    summary.seconds = round(time.perf_counter() - t0, 3)
+    summary.embed_seconds = round(summary.embed_seconds, 3)
+    return summary
+
+
+@dataclass
+class _Run:
+    """What carrying out a plan needs besides the plan: where it writes, and whom it tells (see update_index)."""
+
+    store: Store
+    embedder: Embedder
+    settings: ChunkSettings
+    manifest_path: Path
+    summary: IndexSummary
+    progress: bool | Callable[[int, int], None]
+    on_upsert: Callable[[int], None] | None
+    on_commit: Callable[[set[str]], None] | None
+    parse_limits: tuple[float, float | None] | None
+    cancel: threading.Event | None
+
+
+def _apply(
+    run: _Run,
+    m: Manifest,
+    plan: Plan,
+    found: ScanResult,
+    writes: bool,
+    sweep: list[str] | None,
+    run_hashes: set[int] | None,
+) -> None:
+    """Carry out ``plan`` on the store and the manifest ``m``, and save ``m`` clean.
+
+    Touched files are recorded; the files to do are parsed, chunked, embedded
+    and written; ``on_commit`` is told the new state; then the chunks it no
+    longer uses are deleted (with ``sweep``, every chunk under those folders
+    that it does not use: a repair) and the store is told the run is done.
+    With ``writes`` False the store holds the new state already: the manifest
+    is not saved. ``run_hashes``: see :func:`_write_batch`.
+    """
+    store, embedder, settings, manifest_path, summary = (
+        run.store,
+        run.embedder,
+        run.settings,
+        run.manifest_path,
+        run.summary,
+    )
+    todo, removed = plan.todo, plan.delete
+    summary.unchanged = len(plan.unchanged) + len(plan.touched)
     summary.kept = len(plan.kept)
-
-    todo: list[tuple[str, str | None]] = [(p, None) for p in plan.added + moved]  # (path, error)
-    todo += [(p, reason) for p, (_, reason) in found.skipped.items()]
-    for p in plan.stat_changed:  # mtime or size differ: the content hash decides
-        try:
-            data = Path(p).read_bytes()
-        except OSError as e:
-            todo.append((p, f"cannot read: {e}"))
-            continue
-        h = _file_hash(data)
-        known = m.files[p]
-        if h == known.hash and (known.root, known.rel_path) == found.files[p][:2]:
-            known.mtime_ns, known.size = found.files[p][2], found.files[p][3]
-            summary.unchanged += 1
-            summary.touched += 1
-            log.info("%s: touched, content unchanged: already embedded", p)
-        else:
-            todo.append((p, None))  # read again when parsed: memory stays bounded
-
-    writes = bool(todo or removed or repair or m.retired_roots or (old is not None and old.roots != m.roots))
+    summary.touched = len(plan.touched)
+    for p, (mtime_ns, size) in plan.touched.items():
+        m.files[p].mtime_ns, m.files[p].size = mtime_ns, size
+        log.info("%s: touched, content unchanged: already embedded", p)
     if writes:
         m.dirty = True
         m.save(manifest_path)
@@ -245,11 +297,11 @@ def update_index(
     retired: list[str] = []  # ids the new state no longer uses: deleted after the commit
     batch: list[tuple[str, FileState, list[Chunk]]] = []
     batch_chunks = 0
-    bar = _Progress(len(todo), progress)
+    bar = _Progress(len(todo), run.progress)
 
     # With parse_limits, files are parsed in a child process that can be stopped.
-    worker = ParseWorker(parse_limits[1]) if parse_limits and any(err is None for _, err in todo) else None
-    timeout = parse_limits[0] if parse_limits else 0.0
+    worker = ParseWorker(run.parse_limits[1]) if run.parse_limits and any(err is None for _, err in todo) else None
+    timeout = run.parse_limits[0] if run.parse_limits else 0.0
     truncated = Truncated()  # chunks longer than the model reads (chunk.strategy langchain): one warning
 
     def parse(item: tuple[str, str | None]) -> _Parsed:
@@ -260,14 +312,14 @@ def update_index(
         return _parse(path, root, rel, mtime_ns, size, embedder, settings, worker, timeout, truncated)
 
     def write(batch: list[tuple[str, FileState, list[Chunk]]]) -> set[str]:
-        ids = _write_batch(store, embedder, m, batch, summary, on_upsert, retired, run_hashes, bar)
+        ids = _write_batch(store, embedder, m, batch, summary, run.on_upsert, retired, run_hashes, bar)
         bar.done(len(batch))
         return ids
 
     # Files are parsed and chunked in a thread while the last batch is embedded.
     try:
         for (path, _), (state, chunks, err, encoding, crashed, doc_warnings) in bar.files(
-            _ahead(todo, parse, cancel=cancel)
+            _ahead(todo, parse, cancel=run.cancel)
         ):
             is_new = path not in m.files
             for w in doc_warnings:
@@ -317,25 +369,19 @@ def update_index(
     if writes:
         m.save(manifest_path)  # still dirty: a crash from here on is repaired
     live = m.chunk_ids()
-    if on_commit is not None:
-        on_commit(live)
-    if repair or m.retired_roots:
-        retired.extend(store.all_ids(roots=scope) - live)
+    if run.on_commit is not None:
+        run.on_commit(live)
+    if sweep is not None:
+        retired.extend(store.all_ids(roots=sweep) - live)
     retired = sorted(set(retired) - live)
     if retired:
         store.delete_ids(retired)
         summary.chunks_deleted += len(retired)
     if writes:
         store.end_run(written, live, whole=summary.rebuild is not None)
-    if writes or old is None:
         m.retired_roots = []
         m.mark_finished()
         m.save(manifest_path)
-    summary.folders = list(m.roots)
-    summary.chunks_total = m.chunk_count
-    summary.seconds = round(time.perf_counter() - t0, 3)
-    summary.embed_seconds = round(summary.embed_seconds, 3)
-    return summary
 
 
 def _refuse_rebuild_with_folders_missing(old: Manifest, found: ScanResult, why: str) -> None:
@@ -424,40 +470,6 @@ def _rebuild_reason(old: Manifest, store: Store, embedder: Embedder, chunking: d
     if old.chunking != chunking:
         return "chunk settings changed"
     return None
-
-
-@dataclass
-class _Plan:
-    """What a run does with the files of the folders it lists (pure: manifest and scan in)."""
-
-    added: list[str]
-    stat_changed: list[str]  # mtime or size differ: the content hash decides
-    unchanged: list[str]
-    moved: list[str]  # now found under another indexed folder: new chunk ids
-    removed: list[str]  # gone from a folder that was listed whole
-    kept: list[str]  # not found, but their folder is missing, empty or unreadable: kept
-
-
-def _plan(m: Manifest, roots: Sequence[str], found: ScanResult) -> _Plan:
-    scoped = {p: s for p, s in m.files.items() if s.root in roots}
-    d = diff(scoped, {p: (mt, sz) for p, (_, _, mt, sz) in found.files.items()})
-    # A file found now that the manifest holds under a folder not listed in this run: it moved.
-    elsewhere = [p for p in d.added if p in m.files]
-    added = [p for p in d.added if p not in m.files]
-    moved = elsewhere + [p for p in d.unchanged if (m.files[p].root, m.files[p].rel_path) != found.files[p][:2]]
-    unchanged = [p for p in d.unchanged if p not in set(moved)]
-    gone = [p for p in d.removed if p not in found.skipped]  # skipped files are handled as skipped
-    removed = [p for p in gone if found.complete(m.files[p].root) and not found.kept(p)]
-    kept = [p for p in gone if p not in set(removed)]
-    return _Plan(added, d.stat_changed, unchanged, moved, removed, kept)
-
-
-def _unchanged(old: Manifest, roots: list[str], found: ScanResult) -> bool:
-    """Whether a clean manifest still describes every file found, and the folder set is the same."""
-    if old.dirty or old.retired_roots or not set(roots) - set(found.missing) <= set(old.roots):
-        return False
-    p = _plan(old, roots, found)
-    return not (p.added or p.stat_changed or p.moved or p.removed or any(f in old.files for f in found.skipped))
 
 
 def _report_scan(summary: IndexSummary, found: ScanResult, old: Manifest | None) -> None:
@@ -670,14 +682,3 @@ def _write_batch(
             retired.extend(set(prev.chunks) - set(state.chunks))
         m.files[path] = state
     return {c.id for c in new}
-
-
-def _drop_incomplete(store: Store, m: Manifest, scope: list[str]) -> None:
-    """After a crash, or a manifest changed outside mdrag: forget (so re-index) every file whose
-    chunks in the store are not exactly those the manifest lists for it."""
-    stored: dict[str, set[str]] = {}
-    for cid, path in store.id_paths(roots=scope).items():
-        stored.setdefault(path, set()).add(cid)
-    for path in [p for p, s in m.files.items() if set(s.chunks) != stored.get(p, set())]:
-        log.info("re-indexing %s: its chunks in the store do not match the manifest", path)
-        del m.files[path]

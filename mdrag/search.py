@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from mdrag.embedding.base import Embedder
@@ -14,7 +15,9 @@ from mdrag.types import SearchResult
 if TYPE_CHECKING:
     import numpy as np
 
-__all__ = ["FILTER_KEYS", "build_filter", "search"]
+    from mdrag.config import Config
+
+__all__ = ["FILTER_KEYS", "SearchOptions", "Visible", "build_filter", "search"]
 
 _HYBRID_DEPTH = 30  # fewest candidates taken from each list in hybrid mode
 
@@ -24,6 +27,41 @@ FILTER_KEYS = {
     "tags": "files whose frontmatter tags contain this tag (a list: all of them)",
     "root": "files found under this indexed folder (absolute path)",
 }
+
+
+@dataclass(frozen=True)
+class SearchOptions:
+    """How a search ranks and cuts its results: the ``search.*`` settings as one value."""
+
+    k: int = 10  # results, at most
+    threshold: float | None = None  # results scoring below it are dropped; None: none are
+    mode: str = "dense"  # the ranking: dense, bm25 or hybrid (the score is the cosine in every mode)
+    fusion: str = "rrf"  # how hybrid fuses its two lists (mdrag.fusion)
+    dense_weight: float = 0.5  # the dense list's weight in weighted fusion
+    # Keep only the best chunk of each "section" (heading path; a PDF page without outline
+    # headings is a section) or "file", so one long section or file cannot fill every place.
+    collapse: str = "none"
+
+    @classmethod
+    def from_config(cls, config: Config) -> SearchOptions:
+        """The options the settings ``search.k``, ``search.threshold``, ... ask for."""
+        return cls(
+            k=config["search.k"],
+            threshold=config["search.threshold"],
+            mode=config["search.mode"],
+            fusion=config["search.fusion"],
+            dense_weight=config["search.dense_weight"],
+            collapse=config["search.collapse"],
+        )
+
+
+@dataclass(frozen=True)
+class Visible:
+    """Which chunks a search may return: the index's committed state when the search began."""
+
+    ids: frozenset[str] | None = None  # only these chunk ids; None: every chunk
+    roots: frozenset[str] | None = None  # the folders ``ids`` account for (others pass); None: all folders
+    pending: int = 0  # chunks written and not yet visible: fetched in addition, to make up for them
 
 
 def build_filter(filters: Mapping[str, Any] | None) -> Filter | None:
@@ -67,30 +105,18 @@ def search(
     store: Store,
     embedder: Embedder,
     query: str,
-    k: int = 10,
-    threshold: float | None = None,
+    options: SearchOptions = SearchOptions(),
     filters: Mapping[str, Any] | None = None,
-    visible: frozenset[str] | None = None,
-    visible_roots: frozenset[str] | None = None,
-    extra: int = 0,
-    mode: str = "dense",
-    fusion: str = "rrf",
-    dense_weight: float = 0.5,
-    collapse: str = "none",
+    visible: Visible = Visible(),
     vector: np.ndarray | None = None,
 ) -> list[SearchResult]:
-    """The ``k`` chunks most similar to ``query`` whose score is at least ``threshold``.
+    """The ``options.k`` chunks most similar to ``query`` whose score is at least ``options.threshold``.
 
     Scores are cosine similarities clipped to 0..1 (MiniLM vectors are normalized).
-    With ``visible``, only those chunk ids are returned (of the chunks under
-    ``visible_roots``, when given; others pass); ``extra`` more are
-    fetched to make up for chunks written but not yet visible. ``mode`` picks
-    the ranking (dense, bm25 or hybrid); the score is the cosine in every mode.
-    ``collapse`` keeps only the best chunk of each "section" (heading path; a
-    PDF page without outline headings is a section) or "file", so one long
-    section or file cannot fill every place. ``vector`` is the query's
-    embedding when the caller has it already.
+    Only the chunks ``visible`` lets through are returned; ``filters`` are
+    :data:`FILTER_KEYS`. ``vector`` is the query's embedding when the caller has it already.
     """
+    k, threshold, collapse = options.k, options.threshold, options.collapse
     if not query or not query.strip():
         raise ConfigError("the search query is empty: give some words to search for")
     if k < 1:
@@ -99,9 +125,11 @@ def search(
     if vector is None:
         vector = embedder.embed_query(query)
     fetch = k * 4 if collapse != "none" else k  # room for the chunks that collapse away
-    rows = _ranked(store, vector, query, min(fetch + max(extra, 0), 16384), where, mode, fusion, dense_weight)
-    if visible is not None:
-        rows = [r for r in rows if r["id"] in visible or (visible_roots is not None and r["root"] not in visible_roots)]
+    n = min(fetch + max(visible.pending, 0), 16384)
+    rows = _ranked(store, vector, query, n, where, options.mode, options.fusion, options.dense_weight)
+    if visible.ids is not None:
+        ids, roots = visible.ids, visible.roots
+        rows = [r for r in rows if r["id"] in ids or (roots is not None and r["root"] not in roots)]
     if collapse != "none":
         seen: set[tuple[object, ...]] = set()
         kept = []

@@ -1,0 +1,42 @@
+"""The search settings as one value (mdrag.search.SearchOptions), as an Index reads them."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from mdrag.config import load_config
+from mdrag.index import Index
+from mdrag.search import SearchOptions
+from tests.conftest import HashEmbedder
+
+
+def test_options_come_from_the_settings() -> None:
+    config = load_config(
+        {
+            "search.k": 7,
+            "search.threshold": 0.25,
+            "search.mode": "hybrid",
+            "search.fusion": "weighted",
+            "search.dense_weight": 0.8,
+            "search.collapse": "file",
+        }
+    )
+    assert SearchOptions.from_config(config) == SearchOptions(7, 0.25, "hybrid", "weighted", 0.8, "file")
+
+
+def test_an_index_searches_with_the_settings_of_its_current_config(tmp_path: Path) -> None:
+    """Options are built once per config: a server that replaces the config (a live change) is obeyed."""
+    root = tmp_path / "docs"
+    root.mkdir()
+    for i in range(6):
+        (root / f"page{i}.md").write_text(f"# Page {i}\n\nTopic {i} words here.\n")
+    config = load_config({"index": "t" + os.urandom(4).hex(), "search.k": 2, "search.threshold": 0})
+    with Index(config, embedder=HashEmbedder()) as idx:
+        idx.update([root])
+        assert len(idx.search("Topic words")) == 2
+        assert idx.search_options is idx.search_options  # built once for a config
+        idx.config = config.with_overrides({"search.k": 4})
+        assert idx.search_options.k == 4
+        assert len(idx.search("Topic words")) == 4
+        assert len(idx.search("Topic words", k=1)) == 1  # a call's own value wins

@@ -1,0 +1,68 @@
+"""What searches see while an update runs (mdrag.snapshot.Snapshot), without a store."""
+
+from __future__ import annotations
+
+import threading
+
+from mdrag.search import Visible
+from mdrag.snapshot import Snapshot
+
+WAIT = 120  # seconds a test waits for an event that must come, before it fails instead of hanging
+
+
+def test_a_running_update_stays_invisible_until_it_commits() -> None:
+    snap = Snapshot()
+    snap.load(lambda: (frozenset({"a"}), frozenset({"/docs"})))
+    snap.written(3)
+    with snap.reading() as before:
+        assert before == Visible(frozenset({"a"}), frozenset({"/docs"}), 3)
+    assert snap.commit({"a", "b"}, frozenset({"/more"}), grace_s=0) == 0
+    with snap.reading() as after:  # the new ids at once; the folders of both states are filtered
+        assert after == Visible(frozenset({"a", "b"}), frozenset({"/docs", "/more"}), 0)
+    assert snap.generation == 1
+    snap.written(2)
+    snap.abandon()  # a failed run: what it wrote stays invisible and is no longer made up for
+    with snap.reading() as v:
+        assert v.pending == 0 and v.ids == frozenset({"a", "b"})
+
+
+def test_a_commit_waits_for_the_searches_reading_the_state_before_it() -> None:
+    snap = Snapshot()
+    inside, leave = threading.Event(), threading.Event()
+
+    def search() -> None:
+        with snap.reading():
+            inside.set()
+            leave.wait(WAIT)
+
+    reader = threading.Thread(target=search)
+    reader.start()
+    assert inside.wait(WAIT)
+    assert snap.commit({"x"}, frozenset(), grace_s=0) == 1  # gave up at once: one search still reads
+    with snap.reading():  # a search of the new state does not hold the next commit back
+        pass
+    done: list[int] = []
+    committer = threading.Thread(target=lambda: done.append(snap.commit({"y"}, frozenset(), grace_s=WAIT)))
+    committer.start()
+    leave.set()
+    reader.join(WAIT)
+    committer.join(WAIT)
+    assert done == [0]  # the old state's search ended, and the commit went on
+
+
+def test_the_manifest_state_is_loaded_once_and_never_over_a_commit() -> None:
+    snap = Snapshot()
+    calls: list[int] = []
+
+    def nothing() -> None:
+        calls.append(1)
+
+    snap.load(nothing)
+    snap.load(nothing)  # nothing committed yet: read again
+    assert len(calls) == 2
+    with snap.reading() as v:
+        assert v.ids is None  # no filter
+    snap.commit({"new"}, frozenset({"/docs"}), grace_s=0)
+    snap.load(lambda: (frozenset({"stale"}), frozenset({"/docs"})))
+    with snap.reading() as v:
+        assert v.ids == frozenset({"new"})
