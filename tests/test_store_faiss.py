@@ -163,7 +163,8 @@ def test_a_failed_write_leaves_sqlite_and_memory_as_they_were(monkeypatch: pytes
         s.close()
 
 
-def test_bm25_scores_use_collection_wide_statistics_after_updates_and_deletes() -> None:
+@pytest.mark.parametrize("search_between", [True, False], ids=["searched-between-batches", "first-search-at-the-end"])
+def test_bm25_scores_use_collection_wide_statistics_after_updates_and_deletes(search_between: bool) -> None:
     import math
     import re
     from collections import Counter
@@ -175,7 +176,8 @@ def test_bm25_scores_use_collection_wide_statistics_after_updates_and_deletes() 
     try:
         for i in range(0, 60, 7):  # small batches, as small updates write them: one set of statistics all the same
             s.upsert(chunks[i : i + 7], vecs[i : i + 7])
-            s.search(vecs[0], 1, mode="bm25", text="alpha")  # each batch becomes its own segment
+            if search_between:  # each batch becomes its own segment
+                s.search(vecs[0], 1, mode="bm25", text="alpha")
         s.delete_ids([c.id for c in chunks[:10]])
         s.end_run(set(), set(), whole=False)
         live = chunks[10:]
@@ -222,3 +224,28 @@ def test_a_reader_in_another_process_sees_ended_runs_only() -> None:
         if proc.poll() is None:
             proc.kill()
         proc.wait()
+
+
+def test_a_run_with_nothing_to_do_answers_without_opening_the_store(
+    mdrag_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mdrag.index import Index
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.md").write_text("# Alpha\n\nThe alpha page talks about gardens.\n")
+    config = load_config(overrides={"store.backend": "faiss"})
+    with Index(config) as index:
+        index.update([docs])
+    fresh = _store(config["index"])
+    assert fresh.unchanged_since_last_run()  # answered from SQLite without opening (and loading) the store
+
+    def no_open(*args: object, **kwargs: object) -> bool:
+        raise AssertionError("a run with nothing to do opened the store")
+
+    monkeypatch.setattr(FaissStore, "open", no_open)
+    with Index(config) as index:
+        assert index.update([docs]).chunks_embedded == 0
+    monkeypatch.undo()
+    fresh.faiss_path.write_bytes(fresh.faiss_path.read_bytes())  # not the file the last run wrote
+    assert not fresh.unchanged_since_last_run()

@@ -49,7 +49,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -282,7 +282,7 @@ class FaissStore:
         self._in_run = False  # a write transaction is open, and the writers' lock held
         self._version = -1  # PRAGMA data_version when memory last matched SQLite
         self._index: Any = None  # faiss.IndexIDMap2 over IndexFlatIP or IndexHNSWFlat, ids = chunks.n
-        self._bm25 = _Bm25()
+        self._bm25: _Bm25 | None = None  # built from SQLite by the first BM25 search (writers need none)
         self._rows: set[int] = set()  # row numbers held in memory
         self._pos: np.ndarray | None = None  # row number -> position in the vector index (-1: none); None: stale
         self._foreign: dict[str, Any] | None = None  # the identity of another model, found in SQLite by _sync
@@ -416,7 +416,7 @@ class FaissStore:
                 self._db.close()
                 self._db = None
             self._index = None
-            self._bm25 = _Bm25()
+            self._bm25 = None
             self._rows = set()
             self._pos = None
             self._passing.clear()
@@ -452,15 +452,32 @@ class FaissStore:
             return dest
 
     def unchanged_since_last_run(self) -> bool:
-        """Whether SQLite's last commit was an :meth:`end_run` and the ``.faiss`` file is the one it wrote."""
+        """Whether SQLite's last commit was an :meth:`end_run` and the ``.faiss`` file is the one it wrote.
+
+        Answered without opening the store (a read-only look at SQLite), so that a run
+        with nothing to do loads nothing.
+        """
         with self._lock:
-            if self._db is None or self._in_run:
+            if self._in_run:
+                return False
+            if self._db is not None:
+                return self._last_commit_was_run(self._db)
+            if not self.path.exists():
                 return False
             try:
-                commits, run = self._get("commits"), self._get("run_commit")
-                return commits is not None and commits == run and self._faiss_file_current()
+                with closing(sqlite3.connect(f"{self.path.as_uri()}?mode=ro", uri=True, timeout=5)) as db:
+                    return self._last_commit_was_run(db)
             except sqlite3.Error:
                 return False
+
+    def _last_commit_was_run(self, db: sqlite3.Connection) -> bool:
+        try:
+            got = dict(db.execute("SELECT key, value FROM meta WHERE key IN ('commits', 'run_commit', 'faiss_file')"))
+            if got.get("commits") is None or got.get("commits") != got.get("run_commit") or not got.get("faiss_file"):
+                return False
+            return bool(got["faiss_file"] == self._faiss_stamp())
+        except (sqlite3.Error, OSError):
+            return False
 
     # -- writes -------------------------------------------------------------
     def _begin(self) -> None:
@@ -622,7 +639,7 @@ class FaissStore:
 
     def _reset_memory(self, hnsw: bool = False) -> None:
         self._set_index(self._new_index(hnsw))
-        self._bm25 = _Bm25()
+        self._bm25 = None
         self._rows = set()
         self._passing.clear()
 
@@ -642,7 +659,8 @@ class FaissStore:
     def _add_memory(self, rows: list[int], vecs: np.ndarray, texts: list[str]) -> None:
         if rows:
             self._index.add_with_ids(vecs, np.asarray(rows, dtype=np.int64))
-            self._bm25.add(rows, texts)
+            if self._bm25 is not None:
+                self._bm25.add(rows, texts)
             self._rows.update(rows)
             self._pos = None
             self._passing.clear()
@@ -657,7 +675,8 @@ class FaissStore:
             else:
                 self._index.remove_ids(faiss.IDSelectorBatch(np.asarray(rows, dtype=np.int64)))
                 self._pos = None
-            self._bm25.remove(rows)
+            if self._bm25 is not None:
+                self._bm25.remove(rows)
             self._rows.difference_update(rows)
             self._passing.clear()
 
@@ -685,18 +704,24 @@ class FaissStore:
             self._set_index(index)
             self._rows = held
             self._remove_memory(held - stored)  # rows an HNSW graph still held when it was saved
-            for part in self._fetch_texts():
-                self._bm25.add([r for r, _ in part], [t for _, t in part])
         else:
             if index is not None:
                 log.warning("%s does not match %s: building it from SQLite", self.faiss_path, self.path)
             self._reset_memory()  # flat (exact): quick to fill; the next run's end_run builds the graph
             self._load_rows(None)
 
-    def _fetch_texts(self) -> Iterator[list[tuple[int, str]]]:
-        cur = self.db.execute("SELECT n, bm25_text FROM chunks")
-        while part := cur.fetchmany(4096):
-            yield part
+    def _bm25_index(self) -> _Bm25:
+        """The BM25 index of the rows in memory, built from SQLite the first time a search needs it."""
+        if self._bm25 is None:
+            t = time.perf_counter()
+            bm25 = _Bm25()
+            cur = self.db.execute("SELECT n, bm25_text FROM chunks")
+            while part := cur.fetchmany(4096):
+                part = [(r, text) for r, text in part if r in self._rows]
+                bm25.add([r for r, _ in part], [text for _, text in part])
+            self._bm25 = bm25
+            log.info("built the BM25 index of %d chunks in %.2f s", bm25.n, time.perf_counter() - t)
+        return self._bm25
 
     def _load_rows(self, rows: list[int] | None) -> None:
         """Load these rows (all when None) from SQLite into memory."""
@@ -906,11 +931,12 @@ class FaissStore:
                 return []
             if mode == "bm25":
                 allowed = None
+                bm25 = self._bm25_index()
                 if cand is not None:
-                    allowed = np.zeros(max(len(self._bm25.alive), int(cand.max()) + 1), dtype=bool)
+                    allowed = np.zeros(max(len(bm25.alive), int(cand.max()) + 1), dtype=bool)
                     allowed[cand] = True
                 query = self.prepare_text(text) if self.prepare_text else text
-                ranked = self._bm25.search(query, k, allowed)
+                ranked = bm25.search(query, k, allowed)
                 rows = np.asarray([r for r, _ in ranked], dtype=np.int64)
                 ranks = [s for _, s in ranked]
                 cosines = (self._vectors(rows) @ q).tolist() if len(rows) else []
