@@ -78,6 +78,7 @@ def main() -> None:
         "--stemming", action=argparse.BooleanOptionalAction, default=True, help="search.stemming (default: on)"
     )
     ap.add_argument("--backend", default="auto", help="embedding.backend: auto, torch, onnx or openvino")
+    ap.add_argument("--store", choices=("milvus", "faiss"), help="store.backend (default: the setting's default)")
     args = ap.parse_args()
     if not DATA.is_dir():
         sys.exit(f"shared data not found at {DATA}")
@@ -96,7 +97,14 @@ def main() -> None:
             (docs / f"{d['_id']}.md").write_text(f"# {d['title']}\n\n{d['text']}\n", encoding="utf-8")
         os.environ["MDRAG_HOME"] = str(Path(tmp) / "home")
         index = Index(
-            load_config({"index": "scifact", "search.stemming": args.stemming, "embedding.backend": args.backend})
+            load_config(
+                {
+                    "index": "scifact",
+                    "search.stemming": args.stemming,
+                    "embedding.backend": args.backend,
+                    **({"store.backend": args.store} if args.store else {}),
+                }
+            )
         )
         t = time.perf_counter()
         summary = index.update([docs])
@@ -135,6 +143,7 @@ def main() -> None:
 
     out = {
         "backend": args.backend,
+        "store": index.store.__class__.__name__,
         "embedder": type(index.embedder).__name__,
         "mdrag_dense": ours,
         "modes": by_mode,

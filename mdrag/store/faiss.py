@@ -47,7 +47,7 @@ import re
 import sqlite3
 import threading
 import time
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import closing, contextmanager
 from pathlib import Path
@@ -86,6 +86,7 @@ _GATHER = 3  # a filter passing at most 1/_GATHER of the chunks: a product over 
 _HNSW_MIN = 20_000
 _HNSW_M, _HNSW_EF_BUILD, _HNSW_EF = 16, 100, 64
 _K1, _B = 1.2, 0.75  # BM25 parameters: Milvus's defaults
+_ROW_CACHE = 16384  # decoded rows kept for search results (a hybrid search reads a few hundred)
 _PENDING_MAX = 16384  # BM25 texts added before they become a segment (bounds the memory a load takes)
 
 _SCHEMA = """
@@ -287,6 +288,9 @@ class FaissStore:
         self._pos: np.ndarray | None = None  # row number -> position in the vector index (-1: none); None: stale
         self._foreign: dict[str, Any] | None = None  # the identity of another model, found in SQLite by _sync
         self._passing: dict[Filter, np.ndarray] = {}  # the rows each recent filter passes, until the next change
+        # Decoded rows by row number, most recently returned last. A row number names one content for good
+        # (never reused) except after a rollback, which clears this cache (_reset_memory, close).
+        self._row_cache: OrderedDict[int, dict[str, Any]] = OrderedDict()
         self._hnsw = False  # the vector index is an HNSW graph (else flat)
         self._dead: set[int] = set()  # deleted rows an HNSW graph still holds (skipped by searches)
         self._dead_sel: tuple[Any, Any] | None = None  # the ID selector that skips them
@@ -420,6 +424,7 @@ class FaissStore:
             self._rows = set()
             self._pos = None
             self._passing.clear()
+            self._row_cache.clear()
             self._version = -1
 
     def drop(self) -> None:
@@ -642,6 +647,7 @@ class FaissStore:
         self._bm25 = None
         self._rows = set()
         self._passing.clear()
+        self._row_cache.clear()
 
     def _rebuild_index(self, hnsw: bool) -> None:
         """A new vector index of the live rows: HNSW from ``_HNSW_MIN`` chunks, else flat."""
@@ -946,18 +952,23 @@ class FaissStore:
             return self._rows_out(rows, cosines, ranks)
 
     def _rows_out(self, rows: np.ndarray, cosines: list[float], ranks: list[float]) -> list[dict[str, Any]]:
-        found: dict[int, dict[str, Any]] = {}
-        for part in _batches([int(r) for r in rows]):
+        """The rows' fields, from the row cache or SQLite, with their scores."""
+        cache = self._row_cache
+        wanted = rows.tolist()
+        missing = [n for n in wanted if n not in cache]
+        for part in _batches(missing):
             q = f"SELECT n, id, {_FIELDS} FROM chunks WHERE n IN ({_marks(len(part))})"  # noqa: S608
             for r in self.db.execute(q, part):
                 row = dict(zip(("id", *ROW_FIELDS), r[1:]))
                 row["headings"] = json.loads(row["headings"])
                 row["metadata"] = json.loads(row["metadata"])
-                found[r[0]] = row
+                cache[r[0]] = row
         out = []
-        for n, cos, rank in zip(rows.tolist(), cosines, ranks):
-            row = found[n]
-            row["score"] = float(cos)
-            row["rank_score"] = float(rank)
-            out.append(row)
+        for n, cos, rank in zip(wanted, cosines, ranks):
+            cache.move_to_end(n)
+            row = cache[n]
+            # a copy per search (its headings and metadata values are the cache's: read them, do not change them)
+            out.append({**row, "score": float(cos), "rank_score": float(rank)})
+        while len(cache) > _ROW_CACHE:
+            cache.popitem(last=False)
         return out
