@@ -22,6 +22,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -108,6 +109,9 @@ def main() -> None:
     ap.add_argument("--clients", type=int, default=50)
     ap.add_argument("--queries", type=int, default=20)
     ap.add_argument("--json", type=Path)
+    ap.add_argument(
+        "--no-llm", action="store_true", help="no LLM configured: the server answers with its extractive answer"
+    )
     args = ap.parse_args()
     os.environ["MDRAG_HOME"] = str(args.home.resolve())
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -126,9 +130,12 @@ def main() -> None:
             base.append(time.perf_counter() - t)
     index.close()
 
-    llm_url, llm = start_llm()
+    llm: Any = None
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MARKDOWN_QA_API_")}
+    if not args.no_llm:
+        llm_url, llm = start_llm()
+        env.update(MARKDOWN_QA_API_BASE_URL=llm_url, MARKDOWN_QA_API_KEY="bench")
     port = free_port()
-    env = {**os.environ, "MARKDOWN_QA_API_BASE_URL": llm_url, "MARKDOWN_QA_API_KEY": "bench"}
     proc = subprocess.Popen(
         [sys.executable, "-m", "mdrag", "serve", "--port", str(port), "-q"],
         env=env,
@@ -170,10 +177,13 @@ def main() -> None:
     finally:
         proc.terminate()
         proc.wait(30)
-        llm.shutdown()  # type: ignore[attr-defined]
+        if llm is not None:
+            llm.shutdown()
 
     ok = [r for r in loaded if r[3]]
     out = {
+        "llm": "none (extractive answers)" if args.no_llm else "instant stand-in on loopback",
+        "store": load_config()["store.backend"],
         "server_ready_s": round(boot_s, 2),
         "sequential": {
             "to_stream_start_ms": spread([r[0] for r in sequential]),
