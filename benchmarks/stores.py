@@ -159,18 +159,11 @@ def hugo_one(backend: str, tmp: Path) -> dict[str, Any]:
 def hugo(args: argparse.Namespace) -> dict[str, Any]:
     res: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp) if args.keep is None else args.keep.resolve()  # an index cannot move: built in place
         for backend in args.stores.split(","):
             print(f"hugo: {backend}...", file=sys.stderr)
-            res[backend] = hugo_one(backend, Path(tmp))
-            if args.keep:
-                dest = args.keep / backend
-                shutil.rmtree(dest, ignore_errors=True)
-                shutil.copytree(Path(tmp) / backend, dest, symlinks=True)
-                res[backend]["home"] = str(dest / "home")
-                # the manifest names the copied folder: point the kept index at the kept docs
-                (dest / "home" / "config.yaml").write_text(
-                    f"store:\n  backend: {backend}\nfolders: [{json.dumps(str(dest / 'hugo'))}]\n"
-                )
+            shutil.rmtree(work / backend, ignore_errors=True)
+            res[backend] = hugo_one(backend, work)
     return res
 
 

@@ -311,7 +311,14 @@ def _apply(
         root, rel, mtime_ns, size = found.files[path]
         return _parse(path, root, rel, mtime_ns, size, embedder, settings, worker, timeout, truncated)
 
+    # The model loads while the first files are parsed (a parse worker takes a while to start, too).
+    warming = _WarmUp(embedder) if todo else None
+
     def write(batch: list[tuple[str, FileState, list[Chunk]]]) -> set[str]:
+        nonlocal warming
+        if warming is not None:
+            summary.embed_seconds += warming.finish()
+            warming = None
         ids = _write_batch(store, embedder, m, batch, summary, run.on_upsert, retired, run_hashes, bar)
         bar.done(len(batch))
         return ids
@@ -382,6 +389,27 @@ def _apply(
         m.retired_roots = []
         m.mark_finished()
         m.save(manifest_path)
+
+
+class _WarmUp:
+    """Load the embedder's model in a thread; :meth:`finish` waits for it and says how long the load took."""
+
+    def __init__(self, embedder: Embedder) -> None:
+        self.seconds = 0.0
+        self._thread = threading.Thread(target=self._run, args=(embedder,), name="mdrag-model-load", daemon=True)
+        self._thread.start()
+
+    def _run(self, embedder: Embedder) -> None:
+        t = time.perf_counter()
+        try:
+            embedder.warm_up()
+        except Exception as e:  # the first embed call loads it again and raises the error where it is handled
+            log.debug("loading the model ahead of the first batch failed: %s", e)
+        self.seconds = time.perf_counter() - t
+
+    def finish(self) -> float:
+        self._thread.join()
+        return self.seconds
 
 
 def _refuse_rebuild_with_folders_missing(old: Manifest, found: ScanResult, why: str) -> None:

@@ -505,3 +505,38 @@ def test_parse_ahead_keeps_order_raises_errors_and_stops_early() -> None:
     gen.close()  # the consumer stops: the thread stops too, without parsing the rest
     assert len(calls) < 10
     assert not any(t.name == "mdrag-parse" for t in threading.enumerate())
+
+
+def test_the_model_loads_while_files_are_parsed_and_never_for_a_run_with_nothing_to_do(tmp_path: Path) -> None:
+    class Loading(HashEmbedder):
+        def __init__(self, fail: bool) -> None:
+            super().__init__()
+            self.fail, self.loads, self.loaded_before_embedding = fail, 0, []
+
+        def warm_up(self) -> None:
+            self.loads += 1
+            if self.fail:
+                raise RuntimeError("the model cannot be loaded ahead")
+
+        def embed_batch(self, texts):
+            self.loaded_before_embedding.append(self.loads > 0)
+            return super().embed_batch(texts)
+
+    root = _corpus(tmp_path)
+    emb = Loading(fail=False)
+    idx = _index(emb)
+    idx.update([root])
+    assert emb.loads == 1 and emb.loaded_before_embedding and all(emb.loaded_before_embedding)
+    assert idx.update([root]).chunks_embedded == 0
+    assert emb.loads == 1  # nothing to parse: no model loaded
+    (root / "install.md").write_text(DOC + "\n## Mac\n\nDrag the app to Applications.\n")
+    idx.update([root])
+    assert emb.loads == 2
+    idx.close()
+
+    failing = Loading(fail=True)  # a failed warm-up is not the run's failure: the first batch embeds as usual
+    idx = _index(failing)
+    s = idx.update([_corpus(tmp_path / "other")])
+    assert failing.loads == 1 and s.chunks_embedded > 0 and s.skipped == 0
+    assert idx.search("package manager apt", k=1, threshold=0)[0].rel_path == "install.md"
+    idx.close()

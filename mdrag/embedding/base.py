@@ -74,6 +74,10 @@ class Embedder(ABC):
         out[order] = np.vstack(parts)
         return _normalize(out)
 
+    def warm_up(self) -> None:
+        """Load the model now, so that the first :meth:`embed` call does not (a no-op where nothing loads)."""
+        return None
+
     def embed_query(self, text: str) -> np.ndarray:
         """Embed one query; returns a (dimension,) vector."""
         return self.embed([text])[0]

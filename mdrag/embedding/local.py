@@ -105,6 +105,9 @@ class LocalEmbedder(Embedder):
             return []
         return [len(e.ids) for e in self._tokenizer.encode_batch(list(texts))]
 
+    def warm_up(self) -> None:
+        self.model  # noqa: B018  # loads it
+
     @property
     def model(self) -> Any:
         """The loaded SentenceTransformer (loaded once per process and device)."""

@@ -383,6 +383,9 @@ class OnnxEmbedder(Embedder):
     def _io_names(self, session: Any) -> tuple[set[str], list[str]]:
         return {i.name for i in session.get_inputs()}, [o.name for o in session.get_outputs()]
 
+    def warm_up(self) -> None:
+        self._input_names  # noqa: B018  # loads (or exports) the model
+
     @cached_property
     def _input_names(self) -> set[str]:
         return self._io_names(self.session)[0]
