@@ -3,7 +3,9 @@
 
 The server runs as its own process (`mdrag serve`), answering from an index
 built beforehand (the Hugo docs, from `hugo_index.py --keep`), with an instant
-stand-in LLM on loopback (the OpenAI streaming format, five tokens, no delay).
+stand-in LLM on loopback (the OpenAI streaming format, five tokens, no delay),
+or with `--no-llm` none (the extractive answer). Questions: 10 of ours and the
+Hugo QA questions, 90 in all, so 1,000 queries ask each about 11 times.
 Baseline in the same run: `Index.search` in process on the same questions,
 the retrieval floor under every answer.
 
@@ -42,6 +44,13 @@ QUESTIONS = [
     "sort pages by date descending",
 ]
 
+
+# and the Hugo QA questions: mostly distinct questions, as users ask them (no cache serves a repeat)
+QUESTIONS += [
+    json.loads(line)["question"]
+    for line in (ROOT / "benchmarks" / "data" / "hugo_qa.jsonl").read_text().splitlines()
+    if line.strip()
+]
 
 ERRORS: list[str] = []  # error messages received, to report
 
