@@ -21,6 +21,7 @@ same vectors.
 
     python benchmarks/stores.py hugo [--keep DIR] [--json out.json]
     python benchmarks/stores.py scale [--sizes 10000,100000] [--stores milvus,faiss] [--json out.json]
+    python benchmarks/stores.py plot   # benchmarks/plots/stores_side_by_side.png from the two JSON files
 
 Ratios are FAISS / Milvus Lite of the same run.
 """
@@ -329,6 +330,39 @@ def print_scale(res: dict[str, Any]) -> None:
             print("| " + " | ".join(cells) + " |")
 
 
+def plot(args: argparse.Namespace) -> None:
+    """Two panels from the JSON files of `hugo` and `scale`: warm hybrid p50 and memory, by chunks."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    hugo_res = json.loads(args.hugo.read_text())
+    scale_res = json.loads(args.scale.read_text())
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+    for backend, label, style, color in (("milvus", "Milvus Lite", "o-", "C0"), ("faiss", "FAISS", "s-", "C1")):
+        sizes = [int(n) for n in scale_res if backend in scale_res[n]]
+        hybrid = [scale_res[str(n)][backend]["hybrid"]["p50_ms"] for n in sizes]
+        rss = [scale_res[str(n)][backend]["fresh_process"]["rss_mb"] for n in sizes]
+        left.plot(sizes, hybrid, style, color=color, label=f"{label}, the store alone")
+        if backend in hugo_res:
+            h = hugo_res[backend]
+            left.plot([h["index"]["chunks"]], [h["warm"]["hybrid"]["p50_ms"]], style[0], color=color, markersize=9,
+                      markerfacecolor="none", label=f"{label}, Hugo docs via Index.search")  # fmt: skip
+        right.plot(sizes, rss, style, color=color, label=label)
+    left.set(xscale="log", yscale="log", xlabel="chunks", ylabel="warm hybrid search p50 (ms)")
+    right.set(xscale="log", xlabel="chunks", ylabel="RSS after 200 hybrid searches (MB)")
+    left.axhline(5, color="grey", lw=0.8, ls="--")
+    for ax in (left, right):
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle("Milvus Lite and FAISS, same run (benchmarks/stores.py)")
+    fig.tight_layout()
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(args.out, dpi=110)
+    print(f"wrote {args.out}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="part", required=True)
@@ -339,6 +373,10 @@ def main() -> None:
     for p in (h, s):
         p.add_argument("--stores", default=",".join(STORES))
         p.add_argument("--json", type=Path)
+    pl = sub.add_parser("plot", help="draw the figures of `hugo` and `scale` from their JSON files")
+    pl.add_argument("--hugo", type=Path, default=ROOT / "benchmarks" / "out" / "stores-hugo.json")
+    pl.add_argument("--scale", type=Path, default=ROOT / "benchmarks" / "out" / "stores-scale.json")
+    pl.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "plots" / "stores_side_by_side.png")
     c = sub.add_parser("child")
     c.add_argument("backend")
     c.add_argument("folder")
@@ -346,6 +384,9 @@ def main() -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     if args.part == "child":
         child(args.backend, args.folder)
+        return
+    if args.part == "plot":
+        plot(args)
         return
     res = hugo(args) if args.part == "hugo" else scale(args)
     (print_hugo if args.part == "hugo" else print_scale)(res)
