@@ -1,6 +1,7 @@
-"""The incremental indexer on a real Milvus Lite file (and a Milvus server), with a
+"""The incremental indexer on the default store (FAISS for a new index), with a
 small deterministic embedder that counts what it embeds; the incremental and
-repair tests on the FAISS store too."""
+repair tests on a Milvus Lite file and a Milvus server too, and Milvus's own
+mechanics (segments, flushes, a collection shared by homes) on Milvus."""
 
 from __future__ import annotations
 
