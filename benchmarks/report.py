@@ -2283,8 +2283,14 @@ def section_hostile(data: Data) -> list[str]:
             sent,
             (
                 f"{fint(ws.get('fuzz_error_replies'))} of {fint(ws.get('fuzz_messages'))} answered with an error "
-                'reply (no "internal error", traceback or path of the server\'s folders in it), '
-                f"{fint(ws.get('fuzz_closes'))} connections closed; {fint(ws.get('load_answered'))} of "
+                'reply (no "internal error", traceback or path of the server\'s folders in it)'
+                + (
+                    f", {fint(ws.get('fuzz_searched'))} with results (valid on the {ws.get('store', NA)} store: a "
+                    "backslash in a path prefix, which only Milvus refuses)"
+                    if ws.get("fuzz_searched")
+                    else ""
+                )
+                + f", {fint(ws.get('fuzz_closes'))} connections closed; {fint(ws.get('load_answered'))} of "
                 f"{fint(load_total)} searches answered with results, {fint(ws.get('load_errors'))} errors, "
                 f"{fint(ws.get('load_closes'))} closes; the probe answered {fint(ws.get('probe_answered'))} of "
                 f"{fint(ws.get('probe_sent'))} times"

@@ -78,7 +78,9 @@ def main() -> None:
         "--stemming", action=argparse.BooleanOptionalAction, default=True, help="search.stemming (default: on)"
     )
     ap.add_argument("--backend", default="auto", help="embedding.backend: auto, torch, onnx or openvino")
-    ap.add_argument("--store", choices=("milvus", "faiss"), help="store.backend (default: the setting's default)")
+    ap.add_argument(
+        "--store", choices=("auto", "milvus", "faiss"), help="store.backend (default: the setting's default)"
+    )
     args = ap.parse_args()
     if not DATA.is_dir():
         sys.exit(f"shared data not found at {DATA}")

@@ -128,6 +128,7 @@ def main() -> None:
     # Baseline: retrieval alone, in process, before the server takes the index.
     from mdrag.config import load_config
     from mdrag.index import Index
+    from mdrag.store import resolve_backend
 
     index = Index(load_config())
     index.search(QUESTIONS[0])
@@ -192,7 +193,7 @@ def main() -> None:
     ok = [r for r in loaded if r[3]]
     out = {
         "llm": "none (extractive answers)" if args.no_llm else "instant stand-in on loopback",
-        "store": load_config()["store.backend"],
+        "store": resolve_backend(load_config())[0],
         "server_ready_s": round(boot_s, 2),
         "sequential": {
             "to_stream_start_ms": spread([r[0] for r in sequential]),

@@ -56,8 +56,8 @@ EXAMPLES = {
 def _store_flag(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--store",
-        choices=["milvus", "faiss"],
-        help="where chunks and vectors live (default: milvus; setting: store.backend)",
+        choices=["auto", "milvus", "faiss"],
+        help="where chunks and vectors live (default: auto, FAISS for a new index; setting: store.backend)",
     )
 
 
@@ -352,7 +352,8 @@ def _cmd_status(args: argparse.Namespace, config: Any, index: Any | None) -> int
         return 0
     last = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(st["last_indexed"])) if st["last_indexed"] else "never"
     print(f"index:        {st['index']}")
-    print(f"store:        {st['store_uri']}" + ("" if st["exists"] else "  (empty: run `mdrag index DIR`)"))
+    empty = "" if st["exists"] else "  (empty: run `mdrag index DIR`)"
+    print(f"store:        {st['backend']}, {st['store_uri']}{empty}")
     print(f"model:        {st['model'].get('model')} ({st['model'].get('dimension')}-d)")
     print(f"folders:      {', '.join(st['folders']) or '-'}")
     print(f"files:        {st['files']}")

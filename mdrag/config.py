@@ -91,7 +91,7 @@ class Settings(BaseModel):
 
     index: IndexName = setting(
         "default",
-        "index name (one Milvus collection, `mdrag_<name>`)",
+        "index name (its FAISS store `<name>.sqlite`, or its Milvus collection `mdrag_<name>`)",
         env="MARKDOWN_QA_INDEX",
     )
     folders: StrList = setting(
@@ -130,7 +130,7 @@ class Settings(BaseModel):
     )
     milvus_uri: str | None = setting(
         None,
-        "a Milvus Lite file, or `http://host:19530` for a Milvus server",
+        "a Milvus Lite file, or `http://host:19530` for a Milvus server (which `store.backend` `auto` then uses)",
         env="MARKDOWN_QA_MILVUS_URI",
         shown="`$MDRAG_HOME/cache/milvus.db`",
     )
@@ -140,10 +140,12 @@ class Settings(BaseModel):
         secret=True,
         shown="unset",
     )
-    store__backend: Literal["milvus", "faiss"] = setting(
-        "milvus",
-        "where chunks and vectors are kept: `milvus` (a Milvus Lite file, or a server by `milvus_uri`) or "
-        "`faiss` (an in-memory FAISS index and SQLite under the cache folder)",
+    store__backend: Literal["auto", "milvus", "faiss"] = setting(
+        "auto",
+        "where chunks and vectors are kept: `faiss` (an in-memory FAISS index and SQLite under the cache "
+        "folder), `milvus` (a Milvus Lite file, or a server by `milvus_uri`), or `auto`: `milvus` when "
+        "`milvus_uri` is a server, or for an index already in the Milvus Lite file; `faiss` otherwise "
+        '(see "Two stores")',
         env="MDRAG_STORE",
     )
     api__base_url: str | None = setting(

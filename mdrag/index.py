@@ -21,7 +21,7 @@ from mdrag.relevance import TermStats
 from mdrag.scan import ScanOptions
 from mdrag.search import SearchOptions, search
 from mdrag.snapshot import Snapshot
-from mdrag.store import make_store
+from mdrag.store import make_store, resolve_backend
 from mdrag.types import SearchResult
 
 if TYPE_CHECKING:
@@ -76,8 +76,10 @@ class Index:
             from mdrag.stemming import stemmer
 
             self._stem = stemmer()
-        # The configured backend (store.backend); opened on first use.
-        self.store = make_store(self.config, self.name, self.embedder.identity, self._stem)
+        # The store backend (store.backend, or what `auto` picks for this index) and why; opened on first use.
+        self.backend, self.backend_reason = resolve_backend(self.config, self.name)
+        log.info("index %r: %s store (%s)", self.name, self.backend, self.backend_reason)
+        self.store = make_store(self.config, self.name, self.embedder.identity, self._stem, self.backend)
         # The store's connection; these four are guarded by _open_lock.
         self._open_lock = threading.Lock()  # one thread opens (or closes) the store, the others wait
         self._opened = False  # the store is connected and its collection loaded
@@ -352,7 +354,7 @@ class Index:
         return stats
 
     def status(self) -> dict[str, Any]:
-        """Name, store, model, files, chunks and last run of the index (JSON-ready)."""
+        """Name, store backend (and why it was picked), store, model, files, chunks and last run (JSON-ready)."""
         with self._using():
             m = Manifest.load(self.manifest_path)
             exists = self._open(create=False)
@@ -360,6 +362,8 @@ class Index:
             chunks = self.store.count() if exists else 0
         return {
             "index": self.name,
+            "backend": self.backend,
+            "backend_reason": self.backend_reason,
             "store_uri": self.store.uri,
             "exists": exists,
             "model": (m.model if m else self.embedder.identity),

@@ -28,16 +28,19 @@ Errors (REQ-7, REQ-8):
   ``-32602`` invalid params), with the request's ``id`` when it has a usable one,
   else ``id: null``; notifications and responses are never answered.
 
-Each docset has its own mdrag index (:func:`index_name`) in the Milvus Lite file
-``$MDRAG_HOME/cache/docsets.db`` (or the configured ``milvus_uri``), built or
-updated by :func:`update_docset_index`: by ``mdrag knowledge init/refresh``, and
-by this server, which starts updating every docset's index in the background
-when it starts (one docset at a time, in a worker thread) and refreshes an
-index again when a ``search`` finds it older than :data:`REFRESH_INTERVAL_S`.
-A ``search`` waits at most :data:`SEARCH_WAIT_S` for an update (sending
-progress notifications when the client asked for them), then answers with what
-is ready: an index being refreshed is searched as it was; a docset whose first
-index is still being built is reported with its progress (files done / total).
+Each docset has its own mdrag index (:func:`index_name`) in the store that
+``store.backend`` picks: with ``auto`` (the default), FAISS under
+``$MDRAG_HOME/cache/faiss/`` for a new index, or the Milvus Lite file
+``$MDRAG_HOME/cache/docsets.db`` (or the configured ``milvus_uri``) for one
+already there or with ``milvus``, built or updated by
+:func:`update_docset_index`: by ``mdrag knowledge init/refresh``, and by this
+server, which starts updating every docset's index in the background when it
+starts (one docset at a time, in a worker thread) and refreshes an index again
+when a ``search`` finds it older than :data:`REFRESH_INTERVAL_S`. A ``search``
+waits at most :data:`SEARCH_WAIT_S` for an update (sending progress
+notifications when the client asked for them), then answers with what is ready:
+an index being refreshed is searched as it was; a docset whose first index is
+still being built is reported with its progress (files done / total).
 
 ``search_docs`` must answer within 10 ms (REQ-9) and never indexes: the ranked
 sections are added only when the docset's index is already open in this

@@ -1,4 +1,4 @@
-"""chunk.strategy langchain: md-qa's MarkdownTextSplitter chunks, end to end (Milvus Lite, real files)."""
+"""chunk.strategy langchain: md-qa's MarkdownTextSplitter chunks, end to end (the default store, real files)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The `mdrag` command end to end: real MiniLM, real Milvus Lite, real Hugo docs."""
+"""The `mdrag` command end to end: real MiniLM, the default store (FAISS for a new index), real Hugo docs."""
 
 from __future__ import annotations
 

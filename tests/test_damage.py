@@ -2,7 +2,8 @@
 `mdrag index` (a store missing rows, an edited manifest, a store damaged by a killed run), by
 any command (index files Milvus Lite cannot load: built again from the data) or `mdrag index
 --rebuild` (any other store Milvus Lite cannot open, moved aside first).
-Driven through the real CLI on a real Milvus Lite file."""
+Driven through the real CLI on a real Milvus Lite file (`store.backend: milvus`); the tests of a damaged
+manifest also on the default store (FAISS for a new index). The FAISS store's own damage: test_store_faiss.py."""
 
 from __future__ import annotations
 
@@ -24,6 +25,22 @@ DOCS = {
     "shortcodes.md": "# Shortcodes\n\nA shortcode is a template called from content.\n",
     "sub/colours.md": "# Colours\n\nThe palette has seven unusual colours like vermilion.\n",
 }
+
+
+@pytest.fixture
+def backend() -> str:
+    """The setting ``store.backend`` of the test's home: ``milvus``, unless a test is parametrized."""
+    return "milvus"
+
+
+@pytest.fixture(autouse=True)
+def _store_setting(mdrag_home: Path, backend: str) -> None:
+    if backend != "auto":  # auto: no setting, the default
+        (mdrag_home / "config.yaml").write_text(f"store:\n  backend: {backend}\n")
+
+
+#: The tests of a damaged manifest run on Milvus Lite and on the default store.
+both_stores = pytest.mark.parametrize("backend", ["milvus", "auto"])
 
 
 @pytest.fixture
@@ -195,7 +212,10 @@ def _manifest(home: Path) -> Path:
     [b"\xff\xfe\x00\x01not utf-8", b"[]", b"null", None],
     ids=["not-utf8", "list", "null", "files-null"],
 )
-def test_an_unreadable_manifest_never_crashes_a_command(cli, docs: Path, mdrag_home: Path, raw: bytes | None) -> None:
+@both_stores
+def test_an_unreadable_manifest_never_crashes_a_command(
+    cli, docs: Path, mdrag_home: Path, raw: bytes | None, backend: str
+) -> None:
     total = _build(cli, docs)
     path = _manifest(mdrag_home)
     if raw is None:
@@ -216,7 +236,10 @@ def test_an_unreadable_manifest_never_crashes_a_command(cli, docs: Path, mdrag_h
     assert code == 0 and json.loads(out)["chunks_total"] == total, err
 
 
-def test_a_manifest_entry_emptied_by_hand_is_reconciled_with_the_store(cli, docs: Path, mdrag_home: Path) -> None:
+@both_stores
+def test_a_manifest_entry_emptied_by_hand_is_reconciled_with_the_store(
+    cli, docs: Path, mdrag_home: Path, backend: str
+) -> None:
     total = _build(cli, docs)
     path = _manifest(mdrag_home)
     d = json.loads(path.read_text())
@@ -230,8 +253,9 @@ def test_a_manifest_entry_emptied_by_hand_is_reconciled_with_the_store(cli, docs
     _assert_whole(cli, total)
 
 
+@both_stores
 def test_a_full_disk_at_manifest_save_is_one_clear_message(
-    cli, docs: Path, mdrag_home: Path, monkeypatch: pytest.MonkeyPatch
+    cli, docs: Path, mdrag_home: Path, monkeypatch: pytest.MonkeyPatch, backend: str
 ) -> None:
     total = _build(cli, docs)
     (docs / "new.md").write_text("# New\n\nA page written while the disk was full.\n")

@@ -84,24 +84,27 @@ def test_remove_takes_a_folder_out_even_when_it_is_gone(tmp_path: Path) -> None:
         assert idx.update().folders == [str(a)]
 
 
-def test_a_removal_interrupted_after_its_manifest_save_is_finished_by_the_next_run(tmp_path: Path) -> None:
-    from mdrag.store.milvus import MilvusStore
-
+@pytest.mark.parametrize("backend", ["milvus", "faiss"])
+def test_a_removal_interrupted_after_its_manifest_save_is_finished_by_the_next_run(
+    tmp_path: Path, backend: str
+) -> None:
     a, b = _folder(tmp_path / "alpha", "alpha"), _folder(tmp_path / "beta", "beta")
-    with _index() as idx:
+    with _index(**{"store.backend": backend}) as idx:
         idx.update([a, b])
     with _index() as idx:
-        real = MilvusStore.delete_ids
+        assert idx.backend == backend, "store.backend auto finds the index where it was built"
 
         def crash(*args: object, **kwargs: object) -> None:
             raise KeyboardInterrupt  # the process dies before the chunks are deleted
 
-        MilvusStore.delete_ids = crash  # type: ignore[method-assign]
+        store_class = type(idx.store)
+        real = store_class.delete_ids
+        store_class.delete_ids = crash  # type: ignore[method-assign]
         try:
             with pytest.raises(KeyboardInterrupt):
                 idx.remove([b])
         finally:
-            MilvusStore.delete_ids = real  # type: ignore[method-assign]
+            store_class.delete_ids = real  # type: ignore[method-assign]
     with _index() as idx:
         s = idx.update()
         assert s.repaired and s.folders == [str(a)]
@@ -151,7 +154,7 @@ def test_gitignore_include_exclude_size_links_and_unsupported(tmp_path: Path) ->
         assert s.unsupported == {".png": 1, ".txt": 1}
     with _index(**{"index.exclude": ["drafts/"], "index.max_file_mb": 0.1}) as idx:
         again = idx.update([root])  # nothing changed (answered without opening the store): still reported
-        assert idx.store._client is None
+        assert not idx._opened, "the store was not opened"
         assert {Path(p).name for p, _ in again.skipped_files} == {"big.md", "link.md"} and again.skipped == 2
     with _index(**{"index.gitignore": False, "index.include": ["build/**"]}) as idx:
         s = idx.update([root])

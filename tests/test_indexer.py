@@ -1,6 +1,7 @@
-"""The incremental indexer on a real Milvus Lite file (and a Milvus server), with a
+"""The incremental indexer on the default store (FAISS for a new index), with a
 small deterministic embedder that counts what it embeds; the incremental and
-repair tests on the FAISS store too."""
+repair tests on a Milvus Lite file and a Milvus server too, and Milvus's own
+mechanics (segments, flushes, a collection shared by homes) on Milvus."""
 
 from __future__ import annotations
 
@@ -53,6 +54,8 @@ def _corpus(tmp_path: Path, n: int = 5) -> Path:
 
 #: The incremental and repair tests run on both store backends.
 both_backends = pytest.mark.parametrize("backend", ["milvus", "faiss"])
+#: Tests of Milvus's own mechanics (segments, flushes, its client, one collection shared by homes).
+MILVUS = {"store.backend": "milvus"}
 
 
 @pytest.fixture(params=["lite", "server", "faiss"])
@@ -61,7 +64,7 @@ def engine(request: pytest.FixtureRequest, tmp_path: Path) -> dict[str, str]:
     if request.param == "faiss":
         return {"store.backend": "faiss"}
     if request.param == "lite":
-        return {"milvus_uri": str(tmp_path / "store" / "milvus.db")}
+        return {"store.backend": "milvus", "milvus_uri": str(tmp_path / "store" / "milvus.db")}
     return {"milvus_uri": str(request.getfixturevalue("milvus_server"))}
 
 
@@ -253,7 +256,7 @@ def test_store_emptied_behind_the_manifest_is_repaired(tmp_path: Path, backend: 
 def test_a_run_with_nothing_to_do_does_not_open_the_store_unless_it_changed(tmp_path: Path) -> None:
     root = _corpus(tmp_path)
     emb = HashEmbedder()
-    with _index(emb) as idx:
+    with _index(emb, **MILVUS) as idx:
         first = idx.update([root])
         config = idx.config
     with Index(config, embedder=emb) as idx:  # nothing changed: answered from the manifest
@@ -285,7 +288,7 @@ def test_indexers_of_different_folders_can_share_one_index(tmp_path: Path) -> No
 
     a, b = _corpus(tmp_path / "a"), _corpus(tmp_path / "b", n=2)
     emb = HashEmbedder()
-    with _index(emb) as first:
+    with _index(emb, **MILVUS) as first:  # one Milvus collection; a FAISS store is its home's own
         config = first.config
         sa = first.update([a])
     home_b = tmp_path / "home_b"  # the second indexer keeps its own manifest
@@ -434,7 +437,7 @@ def test_one_flush_per_run(tmp_path: Path, hash_embedder: HashEmbedder) -> None:
     for i in range(60):  # well over one batch of chunks
         body = "\n\n".join(f"## Part {j}\n\nFile {i} part {j} " + "text " * 150 for j in range(12))
         (root / f"f{i}.md").write_text(f"# File {i}\n\n{body}\n")
-    with _index(hash_embedder) as idx:
+    with _index(hash_embedder, **MILVUS) as idx:
         flushes = []
         real = idx.store.flush
         idx.store.flush = lambda: (flushes.append(1), real())[1]  # type: ignore[method-assign]
@@ -452,12 +455,12 @@ def test_lite_small_updates_get_the_bm25_scores_of_a_fresh_build(tmp_path: Path,
         return {r.rel_path: r.rank_score for r in idx.search("quokka mode", k=30, threshold=0)}
 
     def fresh() -> dict[str, float | None]:
-        with _index(hash_embedder, **{"search.mode": "bm25"}) as f:
+        with _index(hash_embedder, **MILVUS, **{"search.mode": "bm25"}) as f:
             f.update([root])
             return bm25(f)
 
     root = _corpus(tmp_path, n=20)
-    with _index(hash_embedder, **{"search.mode": "bm25"}) as idx:
+    with _index(hash_embedder, **MILVUS, **{"search.mode": "bm25"}) as idx:
         idx.update([root])
         assert idx.store.per_segment_bm25
         total = idx.store.count()

@@ -376,7 +376,9 @@ async def test_search_hugo_docs(tmp_path: Path, mdrag_home: Path, shared_data: P
     state = first["indexed"]["hugo"]
     assert state["index"] == index_name("hugo", project)
     assert state["chunks_embedded"] == state["chunks_total"] > 40
-    assert (mdrag_home / "cache" / "docsets.db").exists()
+    # A new docset index goes to the default store, FAISS (store.backend auto), not the Milvus docsets file.
+    assert (mdrag_home / "cache" / "faiss" / f"{state['index']}.sqlite").is_file()
+    assert not (mdrag_home / "cache" / "docsets.db").exists()
 
     assert second["results"] == first["results"]
     assert second["indexed"]["hugo"]["refreshed"] is False
@@ -498,8 +500,10 @@ def test_docsets_with_one_slug_have_their_own_index(
         Path(ds.local_path).mkdir(parents=True)
         (Path(ds.local_path) / f"{word}.md").write_text(f"# {word.title()}\n\nAll about {word}.\n")
     folders = [str(Path(d.local_path).resolve()) for d in (dash, dot)]
-    old = load_config({"index": "docset_react_dom", "milvus_uri": str(mdrag_home / "cache" / "docsets.db")})
-    with Index(old) as shared:  # as an earlier mdrag left it
+    # As an earlier mdrag left it: in the Milvus Lite docsets file, its store then.
+    docsets_db = str(mdrag_home / "cache" / "docsets.db")
+    old = load_config({"index": "docset_react_dom", "milvus_uri": docsets_db, "store.backend": "milvus"})
+    with Index(old) as shared:
         shared.update(folders)
 
     with docset_index("react-dom", project) as index:
@@ -509,7 +513,8 @@ def test_docsets_with_one_slug_have_their_own_index(
     with docset_index("react.dom", project) as index:
         update_docset_index(index, dot)
         assert not old.manifest_path("docset_react_dom").exists()
-        assert not index.store.client.has_collection("mdrag_docset_react_dom")
+    with Index(old) as shared:
+        assert not shared.store.open(create=False), "its collection was dropped from the docsets file"
     for ds, word in ((dash, "hydration"), (dot, "portals")):
         with docset_index(ds.id, project) as index:
             assert index.folders == [str(Path(ds.local_path).resolve())]

@@ -308,7 +308,7 @@ def test_a_filtered_search_returns_the_exact_filtered_top_k_on_the_otel_docs(
     docs = shared_data / "markdown_otel_docs" / "content" / "en" / "docs" / "zero-code"
     if not docs.is_dir():
         pytest.skip(f"the otel docs are not in {docs} (see shared/data/README.md)")
-    with Index(load_config({"index": "otel"}), embedder=hash_embedder) as idx:
+    with Index(load_config({"index": "otel", "store.backend": "milvus"}), embedder=hash_embedder) as idx:
         idx.update([docs])
     s = MilvusStore.from_config(load_config(), "otel", hash_embedder.identity)
     s.open(create=False)  # reopened: the HNSW index is built and loaded
@@ -355,14 +355,18 @@ def test_the_backend_comes_from_the_setting_the_environment_or_the_flag(
     from mdrag.cli import _overrides, _parser
     from mdrag.config import load_config
     from mdrag.errors import ConfigError
+    from mdrag.store.faiss import FaissStore
 
-    s = store.make_store(load_config({"milvus_uri": str(tmp_path / "m.db")}), "reg", IDENTITY)
+    s = store.make_store(
+        load_config({"store.backend": "milvus", "milvus_uri": str(tmp_path / "m.db")}), "reg", IDENTITY
+    )
     assert isinstance(s, MilvusStore) and s.uri == str(tmp_path / "m.db") and s.collection == "mdrag_reg"
+    assert isinstance(store.make_store(load_config(), "reg", IDENTITY), FaissStore), "auto: FAISS for a new index"
     monkeypatch.setenv("MDRAG_STORE", "faiss")
     assert load_config()["store.backend"] == "faiss"
     args = _parser().parse_args(["search", "x", "--store", "milvus"])
     assert load_config(_overrides(args))["store.backend"] == "milvus", "the flag wins over the environment"
-    with pytest.raises(ConfigError, match="store.backend must be one of milvus, faiss"):
+    with pytest.raises(ConfigError, match="store.backend must be one of auto, milvus, faiss"):
         load_config({"store.backend": "sqlite"})
     # A backend whose module is missing is named, with the setting that chose it.
     monkeypatch.setitem(store.BACKENDS, "faiss", "mdrag.store.no_such_backend:Store")

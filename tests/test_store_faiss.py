@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from mdrag.config import load_config
-from mdrag.errors import StoreDamagedError
+from mdrag.errors import StoreDamagedError, StoreError, StoreUnavailableError
 from mdrag.store.faiss import FaissStore
 from mdrag.types import Chunk
 from tests.test_store_contract import IDENTITY, make_chunks, vectors
@@ -159,6 +159,43 @@ def test_a_failed_write_leaves_sqlite_and_memory_as_they_were(monkeypatch: pytes
         assert hit["id"] == chunks[2].id and hit["text"] == chunks[2].text
         s.end_run(set(), set(), whole=False)
         assert s.count() == 40 and s.search(vecs[3], 1)[0]["text"] == chunks[3].text
+    finally:
+        s.close()
+
+
+def test_a_folder_it_may_not_write_is_searched_read_only_and_never_written(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A read-only home or mount: SQLite cannot make its shared-memory file there, so the store opens
+    its file read-only (immutable) to search it, and an indexing run is refused with the reason."""
+    s, vecs = _filled("ro")
+    before = [h["id"] for h in s.search(vecs[5], 5)]
+    s.close()
+    monkeypatch.setattr(FaissStore, "_writable", lambda self: False)
+    s = _store("ro")
+    with pytest.raises(StoreUnavailableError, match="is read-only: mdrag can search it but not index into it"):
+        s.open(create=True)
+    assert s.open(create=False)
+    try:
+        assert s.count() == 40 and [h["id"] for h in s.search(vecs[5], 5)] == before
+        with pytest.raises(StoreUnavailableError, match="read-only"):
+            s.upsert(make_chunks(2, 1), vectors(2, 1))
+        assert s.count() == 40
+    finally:
+        s.close()
+
+
+def test_a_full_disk_is_said_plainly_and_what_was_committed_stays() -> None:
+    s, vecs = _filled("full")
+    pages = s.db.execute("PRAGMA page_count").fetchone()[0]
+    s.db.execute(f"PRAGMA max_page_count = {pages + 1}")  # as if the disk had room for one more page
+    big = [Chunk(**{**c.__dict__, "text": "words " * 4000}) for c in make_chunks(2, 20)]
+    try:
+        with pytest.raises(StoreError, match=r"the disk is full \(database or disk is full\)\. Free some space"):
+            s.upsert(big, vectors(2, 20))
+        assert s.count() == 40 and s.search(vecs[5], 1)[0]["id"] == make_chunks(1, 40)[5].id
+        s.db.execute("PRAGMA max_page_count = 1073741823")  # space freed: the run goes on
+        s.upsert(big, vectors(2, 20))
+        s.end_run(set(), set(), whole=False)
+        assert s.count() == 60
     finally:
         s.close()
 

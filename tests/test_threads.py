@@ -31,6 +31,7 @@ from mdrag.types import Block, Chunk, Document, Section
 from tests.conftest import HashEmbedder
 
 WAIT = 120  # seconds a test waits for an event that must come, before it fails instead of hanging
+MILVUS = {"store.backend": "milvus"}  # where a test checks that the Milvus Lite file was released
 
 
 def _hold_searches(idx: Index) -> tuple[threading.Event, threading.Event]:
@@ -207,7 +208,7 @@ def _built(tmp_path: Path, **overrides: Any) -> tuple[Config, Path]:
 
 
 def test_first_searches_from_several_threads_open_the_store_once(tmp_path: Path) -> None:
-    config, _ = _built(tmp_path)
+    config, _ = _built(tmp_path, **MILVUS)
     idx = Index(config, embedder=HashEmbedder())
     start = threading.Barrier(6)
     results: list[int] = []
@@ -258,7 +259,7 @@ def test_a_commit_during_a_first_search_is_not_undone_by_the_search(
 
 
 def test_close_waits_for_a_search_in_flight(tmp_path: Path) -> None:
-    config, _ = _built(tmp_path)
+    config, _ = _built(tmp_path, **MILVUS)
     idx = Index(config, embedder=HashEmbedder())
     idx.status()
     inside, go = _hold_searches(idx)

@@ -109,6 +109,12 @@ CREATE INDEX IF NOT EXISTS tags_n ON tags (n);
 _FIELDS = ", ".join(ROW_FIELDS)
 
 
+def _disk_full(e: BaseException) -> bool:
+    """Whether ``e`` is SQLite's "database or disk is full"."""
+    code = getattr(e, "sqlite_errorcode", None)  # Python 3.11+
+    return isinstance(e, sqlite3.OperationalError) and (code == 13 or "disk is full" in str(e))  # SQLITE_FULL
+
+
 def _batches(values: Sequence[Any], size: int = _BATCH) -> Iterator[Sequence[Any]]:
     for i in range(0, len(values), size):
         yield values[i : i + size]
@@ -319,12 +325,21 @@ class FaissStore:
                 self.close()
             if not self.path.exists() and not create:
                 return False
+            writable = self._writable()
+            if create and not writable:
+                raise StoreUnavailableError(
+                    f"The FAISS store folder {self.folder} is read-only: mdrag can search it but not index "
+                    "into it. Index where mdrag can write (MDRAG_HOME)."
+                )
             try:
-                self.folder.mkdir(parents=True, exist_ok=True)
-                self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=30)
-                self.db.execute("PRAGMA journal_mode=WAL")
-                self.db.execute("PRAGMA synchronous=NORMAL")
-                self.db.execute("PRAGMA journal_size_limit=67108864")  # the WAL shrinks back after a large run
+                if writable:
+                    self.folder.mkdir(parents=True, exist_ok=True)
+                    self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=30)
+                    self.db.execute("PRAGMA journal_mode=WAL")
+                    self.db.execute("PRAGMA synchronous=NORMAL")
+                    self.db.execute("PRAGMA journal_size_limit=67108864")  # the WAL shrinks back after a large run
+                else:
+                    self._db = self._connect_read_only()
                 stored = self._stored_identity()
                 if stored is None:
                     if not create:
@@ -351,7 +366,49 @@ class FaissStore:
                 raise
             return True
 
+    def _writable(self) -> bool:
+        """Whether this process may write the store's folder (or create it) and its SQLite file."""
+        if self.path.exists():
+            return os.access(self.folder, os.W_OK) and os.access(self.path, os.W_OK)
+        folder = self.folder
+        while not folder.exists() and folder != folder.parent:
+            folder = folder.parent  # the folder is created: its first existing parent must be writable
+        return os.access(folder, os.W_OK)
+
+    def _connect_read_only(self) -> sqlite3.Connection:
+        """SQLite opened read-only, for searching a store in a folder this process may not write (a
+        read-only home or mount): SQLite cannot create its shared-memory file there, so the file is
+        opened as immutable, unless a write-ahead log is left beside it (a writer that did not close),
+        whose commits are read too."""
+        wal = Path(f"{self.path}-wal").exists()
+        uri = f"{self.path.as_uri()}?mode=ro" + ("" if wal else "&immutable=1")
+        return sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False, timeout=30)
+
+    def _write_error(self, e: Exception) -> StoreError:
+        """A failed write as mdrag says it: a full disk, a read-only folder, or the SQLite error."""
+        if _disk_full(e):
+            return StoreError(
+                f"Cannot write the FAISS store {self.path}: the disk is full ({e}). Free some space on that "
+                "disk and run `mdrag index` again: what was indexed is kept, and that run repairs the rest."
+            )
+        if isinstance(e, sqlite3.OperationalError) and "readonly" in str(e):
+            return StoreUnavailableError(
+                f"The FAISS store {self.path} is read-only ({e}): mdrag can search it but not index into it. "
+                "Index where mdrag can write (MDRAG_HOME)."
+            )
+        return StoreError(f"Cannot write the FAISS store {self.path}: {e}")
+
+    @contextmanager
+    def _writing(self) -> Iterator[None]:
+        """SQLite errors of a write call, said as :meth:`_write_error` says them."""
+        try:
+            yield
+        except sqlite3.Error as e:
+            raise self._write_error(e) from e
+
     def _damaged(self, e: Exception) -> StoreError:
+        if _disk_full(e):
+            return self._write_error(e)
         if isinstance(e, sqlite3.OperationalError) and ("readonly" in str(e) or "unable to open" in str(e)):
             return StoreUnavailableError(
                 f"Cannot open the FAISS store {self.path} for writing ({e}). Check that its folder exists and "
@@ -429,7 +486,7 @@ class FaissStore:
 
     def drop(self) -> None:
         """Delete every chunk and the model identity, at once (committed)."""
-        with self._lock:
+        with self._lock, self._writing():
             self._begin()
             self.db.execute("DELETE FROM chunks")
             self.db.execute("DELETE FROM tags")
@@ -509,11 +566,22 @@ class FaissStore:
         self._writer.release()
 
     def _commit(self, run: bool) -> None:
-        commits = int(self._get("commits") or 0) + 1
-        self._set("commits", commits)
-        if run:
-            self._set("run_commit", commits)
-        self.db.execute("COMMIT")
+        """Commit the open transaction; should that fail (a full disk), roll it back, so that memory and
+        SQLite hold what was last committed, and raise."""
+        try:
+            commits = int(self._get("commits") or 0) + 1
+            self._set("commits", commits)
+            if run:
+                self._set("run_commit", commits)
+            self.db.execute("COMMIT")
+        except sqlite3.Error:
+            try:
+                self.db.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass  # SQLite rolled it back already
+            self._end_write()
+            self._load()
+            raise
         self._end_write()
 
     def upsert(self, chunks: Sequence[Chunk], vectors: np.ndarray) -> None:
@@ -525,9 +593,10 @@ class FaissStore:
             keep = sorted(latest.values())
             chunks = [chunks[i] for i in keep]
             vecs = _unit(np.asarray(vectors)[keep]) if keep else np.zeros((0, self._dim), np.float32)
-            self._begin()
-            with self._undo_on_error():
-                self._insert(chunks, vecs)
+            with self._writing():
+                self._begin()
+                with self._undo_on_error():
+                    self._insert(chunks, vecs)
 
     def _insert(self, chunks: Sequence[Chunk], vecs: np.ndarray) -> None:
         self._delete_rows(self._rows_of([c.id for c in chunks]))
@@ -553,20 +622,27 @@ class FaissStore:
         with self._lock:
             rows = self._rows_of(sorted(set(ids)))
             if rows:
-                self._begin()
-                with self._undo_on_error():
-                    self._delete_rows(rows)
+                with self._writing():
+                    self._begin()
+                    with self._undo_on_error():
+                        self._delete_rows(rows)
 
     @contextmanager
     def _undo_on_error(self) -> Iterator[None]:
-        """A write call that fails leaves SQLite and memory as they were before it."""
+        """A write call that fails leaves SQLite and memory as they were before it; one that SQLite
+        answered by rolling the whole run back (a full disk, an I/O error) leaves them at the last commit,
+        and the run ended."""
         self.db.execute("SAVEPOINT write_call")
         try:
             yield
         except BaseException:
-            self.db.execute("ROLLBACK TO write_call")
-            self.db.execute("RELEASE write_call")
-            self._load_snapshot()  # memory from scratch: rows it dropped are back in SQLite
+            if self.db.in_transaction:
+                self.db.execute("ROLLBACK TO write_call")
+                self.db.execute("RELEASE write_call")
+                self._load_snapshot()  # memory from scratch: rows it dropped are back in SQLite
+            else:
+                self._end_write()
+                self._load()
             raise
         self.db.execute("RELEASE write_call")
 
@@ -586,7 +662,7 @@ class FaissStore:
 
     def end_run(self, written: set[str], live: set[str], whole: bool) -> None:
         """Choose and tidy the vector index, save it (atomic rename), record it, and commit the run."""
-        with self._lock:
+        with self._lock, self._writing():
             self._begin()
             live_rows = len(self._rows)
             hnsw = live_rows >= _HNSW_MIN

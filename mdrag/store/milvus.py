@@ -46,6 +46,7 @@ import numpy as np
 from mdrag.errors import ModelMismatchError, StoreDamagedError, StoreError, StoreInUseError, StoreUnavailableError
 from mdrag.manifest import write_atomic
 from mdrag.store import filters
+from mdrag.store import is_server_uri as _is_remote
 from mdrag.store.base import Filter
 from mdrag.types import Chunk
 
@@ -116,10 +117,6 @@ def collection_name(index: str) -> str:
     if not _NAME.match(index):
         raise StoreError(f"invalid index name {index!r}: use a letter, then letters, digits or '_' (64 at most)")
     return f"mdrag_{index}"
-
-
-def _is_remote(uri: str) -> bool:
-    return uri.startswith(("http://", "https://", "tcp://", "grpc://", "unix:"))
 
 
 def _clip(s: str, limit: int) -> str:

@@ -20,7 +20,8 @@ call. Phases (:data:`PHASES`):
 - ``faiss_file`` (FAISS only, :data:`BACKEND_PHASES`): ``FaissStore._save_faiss``, inside ``end_run``:
   ``after`` kills with the new ``.faiss`` file in place and SQLite not yet committed
 
-The store is the configured backend's (``store.backend``: ``MDRAG_STORE`` in the environment).
+The store is the configured backend's (``store.backend``: ``MDRAG_STORE`` in the environment; ``auto``:
+the one :func:`mdrag.store.resolve_backend` picks for the index).
 
 ``--counts FILE`` writes how often each phase ran (a run without a fault:
 how many kill points each phase has). ``--slow S`` sleeps S seconds in every
@@ -79,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     import mdrag.manifest
     from mdrag.cli import main as mdrag_main
     from mdrag.config import load_config
-    from mdrag.store import BACKENDS
+    from mdrag.store import BACKENDS, resolve_backend
     from tests.conftest import HashEmbedder
 
     calls: Counter[str] = Counter()
@@ -111,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     from mdrag.parsers.worker import ParseWorker
 
     ParseWorker.parse = faulty("parse", ParseWorker.parse)  # type: ignore[method-assign]
-    backend = load_config()["store.backend"]
+    backend, _ = resolve_backend(load_config(), args.index)
     module, _, name = BACKENDS[backend].partition(":")
     Store = getattr(importlib.import_module(module), name)
     for phase, method in {"upsert": "upsert", "delete": "delete_ids", "end_run": "end_run"}.items():

@@ -145,7 +145,7 @@ def verify(
     expected: dict[str, list[str]] | None = None,
     words: dict[str, str] | None = None,
     embedder: Embedder | None = None,
-    store: str = "milvus",
+    store: str | None = None,
 ) -> dict[str, list[str]]:
     """Assert that the index is whole; return each file's chunk ids.
 
@@ -155,9 +155,9 @@ def verify(
     for a fresh index of the same files), every file has exactly those chunks;
     with ``words`` (path -> a word only that file has), a search for each word
     finds its file. ``embedder`` (default: a HashEmbedder) must have the identity of the one that wrote it;
-    ``store``: the store backend.
+    ``store``: the store backend (default: the one the home's settings pick for the index).
     """
-    config = load_config({"index": index, "store.backend": store}, home=home)
+    config = load_config({"index": index, **({"store.backend": store} if store else {})}, home=home)
     idx = Index(config, embedder=embedder or HashEmbedder())
     try:
         m = Manifest.load(idx.manifest_path)

@@ -55,6 +55,15 @@ def indexing(docs: Path, home: Path, tmp_path: Path) -> Iterator[subprocess.Pope
 
 
 @pytest.fixture
+def home(home: Path) -> Path:
+    """The home, with its indexes in Milvus Lite: what these tests hold is Milvus Lite's one process at a
+    time (the FAISS store lets readers in while a run writes: tests/test_store_faiss.py)."""
+    with open(home / "config.yaml", "a", encoding="utf-8") as f:
+        f.write("store:\n  backend: milvus\n")
+    return home
+
+
+@pytest.fixture
 def docs(tmp_path: Path, shared_data: Path) -> Path:
     return corpus(tmp_path / "docs", shared_data, n=12, step=40)
 

@@ -1,7 +1,8 @@
 """The machine misbehaves: stdout's reader goes away, MDRAG_HOME is read-only, the disk is full.
 
 Real `python -m mdrag` processes, the real model (its export shared by every
-test), Milvus Lite. Read-only homes are tested two ways: permissions (chmod
+test), the default store (FAISS for a new index); the read-only home and the full
+disk on Milvus Lite too. Read-only homes are tested two ways: permissions (chmod
 a-w; as root, the process runs without CAP_DAC_OVERRIDE so that permissions
 apply to it) and a read-only bind mount (root only). A full disk is an 8 MB
 tmpfs (root only).
@@ -49,9 +50,27 @@ def docs(tmp_path: Path, shared_data: Path) -> Path:
     return corpus(tmp_path / "docs", shared_data, n=12, step=40)
 
 
+#: The stores a read-only home and a full disk are tried on: the default (``auto``: FAISS for a new
+#: index), and Milvus Lite, which searches a read-only folder through a private view of it.
+STORES = ["auto", "milvus"]
+
+
 @pytest.fixture
-def indexed(docs: Path, home: Path) -> Path:
-    """``home`` with an index of ``docs`` written by the real model."""
+def backend() -> str:
+    """The home's ``store.backend``: the default, unless a test is parametrized over :data:`STORES`."""
+    return "auto"
+
+
+def _set_store(home: Path, backend: str) -> None:
+    if backend != "auto":
+        with open(home / "config.yaml", "a", encoding="utf-8") as f:
+            f.write(f"store:\n  backend: {backend}\n")
+
+
+@pytest.fixture
+def indexed(docs: Path, home: Path, backend: str) -> Path:
+    """``home`` with an index of ``docs`` written by the real model, in the ``backend`` store."""
+    _set_store(home, backend)
     p = mdrag(home, "index", str(docs), "-q")
     assert p.returncode == 0, p.stderr
     return home
@@ -134,8 +153,9 @@ def read_only(request: pytest.FixtureRequest, indexed: Path) -> Iterator[tuple[P
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("backend", STORES)
 def test_search_and_status_work_on_a_read_only_home(
-    read_only: tuple[Path, list[str]], docs: Path, tmp_path: Path
+    read_only: tuple[Path, list[str]], docs: Path, tmp_path: Path, backend: str
 ) -> None:
     home, prefix = read_only
     probe = subprocess.run([*prefix, "touch", str(home / "probe")], capture_output=True)
@@ -161,6 +181,7 @@ def test_search_and_status_work_on_a_read_only_home(
     st = run("status", "--json")
     assert st.returncode == 0 and "Traceback" not in st.stderr, st.stderr
     assert json.loads(st.stdout)["chunks"] > 0 and json.loads(st.stdout)["files"] == 12
+    assert json.loads(st.stdout)["backend"] == ("faiss" if backend == "auto" else backend)
     # Indexing needs to write: a clear error. Nothing changed, nothing left behind.
     (docs / "added.md").write_text("# Zeppelins\n\nAirships and their hangars.\n")
     assert_clear_error(run("index", str(docs)), "read-only")
@@ -219,10 +240,12 @@ def _fill(disk: Path, leave: int) -> Path:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("backend", STORES)
 @pytest.mark.parametrize("left", [0, 64 * 1024], ids=["full-before-the-run", "full-during-the-run"])
 def test_index_on_a_full_disk_fails_clearly_then_repairs(
-    small_disk: Path, tmp_path: Path, shared_data: Path, left: int
+    small_disk: Path, tmp_path: Path, shared_data: Path, left: int, backend: str
 ) -> None:
+    _set_store(small_disk, backend)
     docs = corpus(tmp_path / "docs", shared_data, n=12, step=40)
     p = mdrag(small_disk, "index", str(docs), "-q")
     assert p.returncode == 0, p.stderr
