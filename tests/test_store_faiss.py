@@ -286,3 +286,18 @@ def test_a_run_with_nothing_to_do_answers_without_opening_the_store(
     monkeypatch.undo()
     fresh.faiss_path.write_bytes(fresh.faiss_path.read_bytes())  # not the file the last run wrote
     assert not fresh.unchanged_since_last_run()
+
+
+def test_a_store_in_a_relative_folder_answers_before_opening(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`make demo` runs with MDRAG_HOME=.mdrag-demo: the read-only look at SQLite needs a file URI."""
+    monkeypatch.chdir(tmp_path)
+    s = FaissStore("relative/faiss", "rel", IDENTITY, None)
+    s.open()
+    s.upsert(make_chunks(7, 3), vectors(7, 3))
+    s.end_run(set(), set(), whole=True)
+    s.close()
+    again = FaissStore("relative/faiss", "rel", IDENTITY, None)
+    assert again.unchanged_since_last_run()
+    monkeypatch.chdir(tmp_path / "relative")  # the process moves: the store's files stay where they were
+    assert again.unchanged_since_last_run() and again.open(create=False) and again.count() == 3
+    again.close()

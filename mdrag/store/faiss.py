@@ -274,7 +274,7 @@ class FaissStore:
     ) -> None:
         if not _NAME.match(index):
             raise StoreError(f"invalid index name {index!r}: use a letter, then letters, digits or '_' (64 at most)")
-        self.folder = Path(folder).expanduser()
+        self.folder = Path(folder).expanduser().absolute()  # SQLite URIs (read-only opens) need it absolute
         self.name = index
         self.path = self.folder / f"{index}.sqlite"  # the source of truth
         self.faiss_path = self.folder / f"{index}.faiss"  # the saved vector index: a faster start
