@@ -200,9 +200,13 @@ class QAServer:
             if self.index is None:
                 self.index = Index(self.config)
             await self._reload("startup", raise_errors=True)
-        except MdragError as e:
-            self.failed = str(e)
-            log.error("could not load index %r: %s", self.config["index"], e)
+        except Exception as e:  # never left "loading" for good: clients would wait forever
+            if isinstance(e, MdragError):
+                self.failed = str(e)
+                log.error("could not load index %r: %s", self.config["index"], e)
+            else:
+                self.failed = f"unexpected error ({type(e).__name__}: {e}); see the server log"
+                log.exception("could not load index %r", self.config["index"])
             self.ready.set()
             return
         finally:
@@ -241,10 +245,15 @@ class QAServer:
                             summary.chunks_embedded,
                         )
                 st = await self._in_thread(index.status)
-            except MdragError as e:
+            except Exception as e:  # an unexpected error too: the periodic rescan and the file watcher go on
                 if raise_errors:
                     raise
-                log.error("reload (%s) failed: %s (the index stays as it was)", why, e)
+                log.error(
+                    "reload (%s) failed: %s (the index stays as it was)",
+                    why,
+                    e,
+                    exc_info=not isinstance(e, MdragError),
+                )
                 return
             self.files, self.chunks = st["files"], st["chunks"]
             self.state = "ready" if self.chunks else "empty"

@@ -9,6 +9,7 @@ import logging
 import os
 import shutil
 import sys
+import threading
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -657,3 +658,29 @@ def test_a_failing_load_is_reported_and_stops_the_server(tmp_path: Path, capsys:
     code = main(["serve", "--index", config["index"], "--port", "0"])
     err = capsys.readouterr().err
     assert code == 1 and "could not load the index" in err and "damaged" in err and "mdrag index --rebuild" in err
+
+
+def test_an_unexpected_error_at_load_stops_the_server_instead_of_loading_for_ever(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bug (not an MdragError) while the index loads: `mdrag serve` says so and exits 1; it used to stay
+    "loading" for good, and `mdrag ask` waited on it."""
+    from mdrag.cli import main
+
+    root = _docs(tmp_path, 1)
+    config = _config()
+    with Index(config, embedder=HashEmbedder()) as idx:
+        idx.update([root])
+
+    def broken(self: Index, *args: object, **kwargs: object) -> None:
+        raise RuntimeError("a bug in the indexer")
+
+    monkeypatch.setattr(Index, "update", broken)
+    done: dict[str, int] = {}
+    args = ["serve", "--index", config["index"], "--port", "0"]
+    serve = threading.Thread(target=lambda: done.update(code=main(args)), daemon=True)
+    serve.start()
+    serve.join(120)  # a guard against the old hang, not a timing check: the answer comes at once
+    assert "code" in done, "mdrag serve is still loading after an unexpected error"
+    err = capsys.readouterr().err
+    assert done["code"] == 1 and "could not load the index" in err and "RuntimeError: a bug in the indexer" in err
