@@ -13,6 +13,13 @@ then three rules decide whether to answer:
   thing the question names (a run of capitalised words, not one ordinary
   English word; `relevance.names`) has a word the index holds in none of the
   first `NAMED_TOP` results while the best score is below `NAMED_SURE`.
+  It decides when no LLM is configured, or with `answer.judge: scores`.
+
+With an LLM configured and `answer.judge: llm` (the default) the LLM reads the
+passages and replies NO_ANSWER when they do not answer; before it, only a
+question with no result at all is refused. This script asks no LLM: for that
+judge it prints the questions refused before the LLM and those it would be
+sent (the LLM's own verdicts need a real model, which it does not have).
 
 What was tuned where: `max_unknown` on the OpenTelemetry docs; `NAMED_TOP` on
 the OpenTelemetry docs; `NAMED_SURE` (0.65; at 0.7 one more Hugo question is
@@ -172,6 +179,7 @@ def main() -> None:
                 or checks
                 or (best < AGREE_BELOW and agree > AGREE_RANK),
                 "calibrated_refused": not results or best < probe_floor or checks,
+                "llm_judge_refused_before": not results,  # answer.judge llm: what the LLM is never asked
                 "top": results[0].rel_path if results else None,
             }
         )
@@ -182,6 +190,7 @@ def main() -> None:
     new = _shares([r["new_refused"] for r in rows], is_ans)
     agreed = _shares([r["agree_refused"] for r in rows], is_ans)
     calibrated = _shares([r["calibrated_refused"] for r in rows], is_ans)
+    llm_before = _shares([r["llm_judge_refused_before"] for r in rows], is_ans)
     sweep = [  # the new rule (names checked) at other settings
         {
             "min_score": c,
@@ -208,8 +217,13 @@ def main() -> None:
         ("new: ... or a name not in the results", new),
         (f"tried: agree (floor {AGREE_FLOOR})", agreed),
         (f"tried: calibrated (floor {probe_floor:.2f})", calibrated),
+        ("judge llm: refused before the LLM", llm_before),
     ):
         print(f"{name:<38} {r['unanswerable_refused']:>21.1%} {r['answerable_refused']:>19.1%}")
+    print(
+        f"judge llm: the LLM reads the passages of {1 - llm_before['unanswerable_refused']:.1%} of the unanswerable "
+        f"and {1 - llm_before['answerable_refused']:.1%} of the answerable questions (its verdicts: not measured here)"
+    )
     print(f"{'min_score':>9} {'max_unknown':>11} {'unanswerable refused':>21} {'answerable refused':>19}")
     for r in sweep:
         print(
@@ -250,6 +264,7 @@ def main() -> None:
             "new": new,
             "tried_agree": agreed,
             "tried_calibrated": calibrated,
+            "llm_judge_refused_before": llm_before,
             "probe_floor": probe_floor,
             "sweep": sweep,
             "latency": latency,

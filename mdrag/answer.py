@@ -14,6 +14,9 @@ Three cases, decided by the caller's results and settings:
   (any OpenAI-compatible server: OpenAI, vLLM, llama.cpp, Ollama's ``/v1``,
   LiteLLM ...) through the official ``openai`` client, yielding each content
   delta of its stream; its exceptions become :class:`LLMError` with mdrag's words.
+  The model is told to reply :data:`DECLINE` when its sources do not answer;
+  :func:`declined` recognises that reply (:mod:`mdrag.qa` turns it into
+  :data:`NO_RELEVANT`).
 
 The API key goes into the ``Authorization`` header and nowhere else: it never
 appears in a log record, an exception message or ``repr()``; a server that
@@ -30,6 +33,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import re
 import time
 import urllib.parse
 from collections.abc import AsyncGenerator, Sequence
@@ -46,6 +50,7 @@ from mdrag.redact import redact, redact_url
 from mdrag.types import SearchResult
 
 __all__ = [
+    "DECLINE",
     "LLMSettings",
     "MAX_EXTRACTIVE",
     "MAX_SOURCE_CHARS",
@@ -55,6 +60,7 @@ __all__ = [
     "Source",
     "answer_stream",
     "build_messages",
+    "declined",
     "numbered_sources",
 ]
 
@@ -76,11 +82,29 @@ MAX_ERROR_BODY = 64 * 1024  # bytes of an error response we quote from
 SYSTEM_PROMPT = (
     "You answer questions about a set of documents using ONLY the numbered sources given "
     "in the user's message. Cite the sources you use as [1], [2] and so on, right after "
-    "the statements they support. If the sources do not contain the answer, say plainly "
-    "that the indexed documents do not answer the question; do not guess, and do not add "
+    "the statements they support. If the sources do not contain the answer, reply with the "
+    "single word NO_ANSWER and nothing else; do not guess, and do not add "
     "facts, names, numbers, commands or links that are not in the sources. Be concise, and "
     "keep code, commands and identifiers exactly as the sources write them."
 )
+
+#: What the system prompt tells the LLM to reply when its sources do not answer; see :func:`declined`.
+DECLINE = "NO_ANSWER"
+_DECLINE_KEY = "NOANSWER"
+_DECORATION = re.compile(r"[\s*_`'\"]+")  # what a model may wrap the word in, or write for its underscore
+
+
+def declined(text: str) -> bool | None:
+    """Whether an LLM answer that begins with ``text`` is :data:`DECLINE` (the sources do not answer).
+
+    True: it is ("NO_ANSWER", "**No answer.**", "no_answer"); False: it is an
+    answer; None: ``text`` is too short to tell (empty, "NO_", "No an"). Case,
+    white space, underscores, emphasis and quotes do not count.
+    """
+    head = _DECORATION.sub("", text).upper()
+    if head.startswith(_DECLINE_KEY):
+        return True
+    return None if _DECLINE_KEY.startswith(head) else False
 
 
 @dataclass(frozen=True, repr=False)

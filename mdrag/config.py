@@ -288,10 +288,16 @@ class Settings(BaseModel):
         "seconds to wait for the chat model before the answer becomes an error",
         gt=0,
     )
+    answer__judge: Literal["llm", "scores"] = setting(
+        "llm",
+        "who decides that the documents do not answer: `llm`, when one is configured, reads the passages and "
+        "says so (only a question with no result is refused before it); `scores`, and any answer without an "
+        'LLM: `answer.min_score` and `answer.max_unknown`; see "Relevance threshold"',
+    )
     answer__min_score: Number = setting(
         0.44,
-        'the Q&A server answers "no relevant information" (without calling the LLM) when the best result '
-        'scores lower; see "Relevance threshold"',
+        'with no LLM to judge (see `answer.judge`), answers are "no relevant information" when the best '
+        'result scores lower; see "Relevance threshold"',
         ge=0,
         le=1,
     )

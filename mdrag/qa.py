@@ -1,12 +1,21 @@
 """Answering a question from an index: the answer policy, in one place for every front end.
 
-:func:`plan` searches the index, decides whether to answer at all (no result,
-or none relevant enough by :func:`mdrag.relevance.refuse` with
-``answer.min_score`` and ``answer.max_unknown``: "no relevant information", and
-no LLM is asked) and numbers the sources the answer is given
-(:func:`mdrag.answer.numbered_sources`). Its :class:`Plan` then streams the
-answer, from the configured LLM or extractively (:func:`mdrag.answer.answer_stream`):
-the answer's ``[n]`` is ``plan.sources[n - 1]``.
+:func:`plan` searches the index, decides whether to answer at all and numbers
+the sources the answer is given (:func:`mdrag.answer.numbered_sources`). Its
+:class:`Plan` then streams the answer, from the configured LLM or extractively
+(:func:`mdrag.answer.answer_stream`): the answer's ``[n]`` is ``plan.sources[n - 1]``.
+
+Who decides that the documents do not answer ("no relevant information") is
+``answer.judge``. With ``llm`` (the default) and an LLM configured, the LLM
+reads the passages: it is told to reply :data:`mdrag.answer.DECLINE` when they
+do not answer, and :meth:`Plan.stream` turns that reply into
+:data:`mdrag.answer.NO_RELEVANT` with no sources; only a question with no
+result at all is refused before it is asked. A question's words and scores
+cannot tell a missing fact on a page about the same subject ("How much does
+the Apple Vision Pro cost?" finds the page on it, at 0.73, that lacks the
+price): only reading can. Otherwise (``scores``, or no LLM configured: the
+extractive answer reads nothing) :func:`mdrag.relevance.refuse` decides before
+any answer, with ``answer.min_score`` and ``answer.max_unknown``.
 
 The server runs :func:`plan` in a thread and forwards :meth:`Plan.stream`;
 :func:`ask` (``Index.ask()``) does both synchronously.
@@ -16,12 +25,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncGenerator, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from mdrag.answer import LLMSettings, Source, answer_stream, numbered_sources
+from mdrag.answer import NO_RELEVANT, LLMSettings, Source, answer_stream, declined, numbered_sources
 from mdrag.config import Config
 from mdrag.relevance import refuse
 from mdrag.types import SearchResult
@@ -33,9 +43,12 @@ if TYPE_CHECKING:
 
 __all__ = ["SETTINGS", "Answer", "Plan", "ask", "llm_settings", "plan"]
 
+logger = logging.getLogger(__name__)
+
 #: The settings read at each question (a running server applies a change to them at once).
 SETTINGS = frozenset(
     {
+        "answer.judge",
         "answer.min_score",
         "answer.max_unknown",
         "llm.base_url",
@@ -58,20 +71,45 @@ def llm_settings(config: Config) -> LLMSettings:
     )
 
 
-@dataclass(frozen=True)
+@dataclass
 class Plan:
-    """How a question will be answered: decided before any answer text is produced."""
+    """How a question will be answered: decided before any answer text is produced, except that an
+    LLM that finds no answer in its sources turns the plan into a refusal while it streams
+    (:meth:`stream`): read ``refused`` and ``sources`` once the stream has ended."""
 
     question: str
     results: list[SearchResult]  # what the search found, best first (also when refused)
-    refused: bool  # the answer is "no relevant information": nothing found, or nothing relevant enough
+    refused: bool  # the answer is "no relevant information": nothing found, nothing relevant enough, or the LLM said so
     sources: list[Source]  # numbered sources the answer is given (none when refused): [n] is sources[n - 1]
     llm: LLMSettings  # who writes the answer; not configured: an extractive answer quotes the sources
 
-    def stream(self, client: httpx2.AsyncClient | None = None) -> AsyncGenerator[str, None]:
+    async def stream(self, client: httpx2.AsyncClient | None = None) -> AsyncGenerator[str, None]:
         """The answer's text, piece by piece (see :func:`mdrag.answer.answer_stream`; ``client`` is
-        an HTTP client to reuse). Raises LLMError when the LLM fails."""
-        return answer_stream(self.question, self.sources, self.llm, client)
+        an HTTP client to reuse). Raises LLMError when the LLM fails.
+
+        An LLM answer is held back until its first characters show whether it is
+        :data:`mdrag.answer.DECLINE`; if so, the LLM is stopped, the answer is
+        :data:`mdrag.answer.NO_RELEVANT`, ``refused`` becomes True and ``sources`` empty.
+        """
+        held: list[str] | None = [] if self.llm.configured and self.sources else None
+        async with contextlib.aclosing(answer_stream(self.question, self.sources, self.llm, client)) as pieces:
+            async for piece in pieces:
+                if held is None:
+                    yield piece
+                    continue
+                held.append(piece)
+                verdict = declined("".join(held))
+                if verdict is None:
+                    continue
+                if verdict:
+                    logger.info("The LLM found no answer in %d sources: no relevant information", len(self.sources))
+                    self.refused, self.sources = True, []
+                    yield NO_RELEVANT
+                    return
+                yield "".join(held)
+                held = None
+        if held:  # the whole answer was a beginning of the word ("NO"): it is what the LLM said
+            yield "".join(held)
 
 
 def plan(index: Index, question: str, results: Sequence[SearchResult] | None = None) -> Plan:
@@ -84,10 +122,12 @@ def plan(index: Index, question: str, results: Sequence[SearchResult] | None = N
     """
     config = index.config
     found = list(index.search(question) if results is None else results)
-    refused = not found or refuse(
-        question, found, index.term_stats(), config["answer.min_score"], config["answer.max_unknown"]
-    )
     llm = llm_settings(config)
+    llm_judges = config["answer.judge"] == "llm" and llm.configured
+    refused = not found or (
+        not llm_judges
+        and refuse(question, found, index.term_stats(), config["answer.min_score"], config["answer.max_unknown"])
+    )
     return Plan(question, found, refused, [] if refused else numbered_sources(found, llm), llm)
 
 
@@ -98,7 +138,7 @@ class Answer:
     question: str
     text: str  # the LLM's answer, the extractive one, or mdrag.answer.NO_RELEVANT
     sources: list[Source]  # [n] in text is sources[n - 1]; empty when refused
-    refused: bool  # "no relevant information": nothing found, or nothing relevant enough
+    refused: bool  # "no relevant information": nothing found, nothing relevant enough, or the LLM said so
     results: list[SearchResult]  # what the search found, best first
 
 

@@ -11,7 +11,16 @@ import traceback
 
 import pytest
 
-from mdrag.answer import NO_RELEVANT, LLMSettings, answer_stream, build_messages, numbered_sources
+from mdrag.answer import (
+    DECLINE,
+    NO_RELEVANT,
+    SYSTEM_PROMPT,
+    LLMSettings,
+    answer_stream,
+    build_messages,
+    declined,
+    numbered_sources,
+)
 from mdrag.errors import LLMError
 from mdrag.types import SearchResult
 from tests.fake_llm import KEY, LLM
@@ -124,6 +133,28 @@ def test_build_messages_caps_sources_by_dropping_the_lowest_ranked_whole() -> No
     small_cap = build_messages(QUESTION, numbered_sources(big, LLM_SET, max_chars=100))[1]["content"]
     assert "end1" in small_cap and "[2]" not in small_cap  # the best source is kept whole even if too long
     assert len(build_messages(QUESTION, numbered_sources(RESULTS, LLM_SET, max_chars=10**6))[1]["content"]) < 2000
+
+
+@pytest.mark.parametrize(
+    ("text", "verdict"),
+    [
+        ("NO_ANSWER", True),
+        ("  **No answer.**", True),
+        ("`no_answer`\nThe sources do not say.", True),
+        ('"NO ANSWER"', True),
+        ("", None),
+        ("  ", None),
+        ("NO", None),
+        ("No an", None),
+        ("No, run `hugo server` [1].", False),
+        ("Nothing in the sources", False),
+        ("Run the installer [1].", False),
+        ("<think>", False),
+    ],
+)
+def test_declined_tells_the_decline_word_from_an_answer_as_early_as_it_can(text: str, verdict: bool | None) -> None:
+    assert declined(text) is verdict
+    assert DECLINE in SYSTEM_PROMPT and declined(DECLINE) is True  # the word the prompt asks for is recognised
 
 
 def test_settings_repr_hides_the_key() -> None:

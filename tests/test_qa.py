@@ -60,10 +60,34 @@ def test_ask_streams_the_llm_answer_from_numbered_sources(minilm: Embedder, llm:
             assert f"[{s.number}] {s.title}\n" in prompt
         assert answer.sources[0].path == str(DOCS / "configuration.md")
 
-        refused = index.ask(UNANSWERABLE)
-        assert refused.refused and refused.text == NO_RELEVANT and len(llm.script.requests) == 1  # not asked
-
         async def from_async_code() -> mdrag.Answer:  # as in a Jupyter cell: an event loop is running
             return index.ask(ANSWERABLE)
 
         assert asyncio.run(from_async_code()).text == "Hello, world [1]." and len(llm.script.requests) == 2
+
+
+def test_the_llm_judges_whether_its_passages_answer(minilm: Embedder, llm: LLM) -> None:
+    """answer.judge: llm (the default) asks the LLM even when the best score is weak, and its NO_ANSWER
+    becomes "no relevant information" with no sources; answer.judge: scores refuses before asking."""
+    settings = {"llm.base_url": llm.base_url, "llm.api_key": KEY, "search.threshold": 0}
+    with _index(minilm, **settings) as index:
+        assert index.search(UNANSWERABLE)[0].score < index.config["answer.min_score"], "scores alone would refuse"
+        llm.script.tokens = ["NO", "_ANS", "WER", "\n", "The sources do not say."]
+        pieces: list[str] = []
+        refused = index.ask(UNANSWERABLE, on_text=pieces.append)
+        assert len(llm.script.requests) == 1, "with an LLM configured, it judges"
+        prompt = llm.script.requests[0]["body"]["messages"]
+        assert "NO_ANSWER" in prompt[0]["content"] and prompt[-1]["content"].rstrip().endswith(UNANSWERABLE)
+        assert pieces == [NO_RELEVANT] and refused.text == NO_RELEVANT
+        assert refused.refused and refused.sources == [] and refused.results
+
+        llm.script.tokens = ["No", ", the", " chunk size is set in the config [1]."]  # "No" begins an answer
+        answered = index.ask(ANSWERABLE)
+        assert answered.text == "No, the chunk size is set in the config [1]." and not answered.refused
+        assert answered.sources and answered.sources[0].path == str(DOCS / "configuration.md")
+        llm.script.tokens = ["NO"]  # the whole answer: what the LLM said, not a refusal
+        assert index.ask(ANSWERABLE).text == "NO" and len(llm.script.requests) == 3
+
+    with _index(minilm, **settings, **{"answer.judge": "scores"}) as index:
+        refused = index.ask(UNANSWERABLE)
+        assert refused.refused and refused.text == NO_RELEVANT and len(llm.script.requests) == 3  # not asked

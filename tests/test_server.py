@@ -280,7 +280,9 @@ def test_a_weak_best_match_is_refused_without_calling_the_llm(tmp_path: Path, ll
     root = _docs(tmp_path)
 
     async def scenario() -> None:
-        config = _config(**{"llm.base_url": llm.base_url, "search.threshold": 0, "answer.min_score": 0.99})
+        config = _config(
+            **{"llm.base_url": llm.base_url, "search.threshold": 0, "answer.min_score": 0.99, "answer.judge": "scores"}
+        )
         async with serving(config, [root]) as server:
             ws = await opened(server)
             text, sources, _ = await ask(ws, "Topic 1 feature1")
@@ -292,14 +294,39 @@ def test_a_weak_best_match_is_refused_without_calling_the_llm(tmp_path: Path, ll
     asyncio.run(scenario())
 
 
+def test_an_llm_that_finds_no_answer_in_its_sources_is_no_relevant_information(tmp_path: Path, llm: LLM) -> None:
+    """answer.judge: llm (the default): the LLM is asked, and its NO_ANSWER reaches the client as "no relevant
+    information" with no sources; the server stops the LLM at once (the rest of its answer is never read)."""
+    root = _docs(tmp_path)
+    llm.script.tokens = ["**NO", "_ANSWER**", " The sources are about topics, not volcanoes."] + ["more "] * 50
+    llm.script.delay = 0.05
+
+    async def scenario() -> None:
+        config = _config(**{"llm.base_url": llm.base_url, "search.threshold": 0})
+        async with serving(config, [root]) as server:
+            ws = await opened(server)
+            text, sources, messages = await ask(ws, "Which volcano erupted in 1815?")
+            assert [m["type"] for m in messages] == ["stream_start", "stream_chunk", "stream_end"]
+            assert text == NO_RELEVANT and sources == [] and len(llm.script.requests) == 1
+            assert await asyncio.to_thread(llm.script.disconnected.wait, 30), "the LLM's stream was not closed"
+            assert not llm.script.finished.is_set()
+            llm.script.tokens, llm.script.delay = ["Topic 1 has feature1 [1]."], 0
+            text, sources, _ = await ask(ws, "Topic 1 feature1")  # the next answer is the LLM's own
+            assert text == "Topic 1 has feature1 [1]." and sources
+            await ws.close()
+
+    asyncio.run(scenario())
+
+
 def test_a_question_about_what_real_docs_never_name_is_refused(shared_data: Path, minilm: Embedder, llm: LLM) -> None:
     """On the OpenTelemetry docs a question about Istio's Envoy access logs scores above answer.min_score
-    (near their subject: logs, sidecars) though they never name Istio or Envoy: "no relevant information"."""
+    (near their subject: logs, sidecars) though they never name Istio or Envoy: with answer.judge scores,
+    "no relevant information" before the LLM is asked."""
     docs = shared_data / "markdown_otel_docs" / "content" / "en" / "docs" / "concepts"  # ~280 chunks: words count
     unanswerable = "How do I make Istio's Envoy sidecars write access logs in JSON format?"
 
     async def scenario() -> None:
-        config = _config(**{"llm.base_url": llm.base_url})
+        config = _config(**{"llm.base_url": llm.base_url, "answer.judge": "scores"})
         async with serving(config, [docs], minilm) as server:
             ws = await opened(server)
             await ws.send(json.dumps({"type": "search", "query": unanswerable}))
