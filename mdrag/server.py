@@ -221,9 +221,22 @@ class QAServer:
             self.url,
         )
         self.ready.set()
+        if self.state == "ready":
+            self._spawn(self._warm_up())
         if self.folders:
             self._spawn(self._watch_files())
             self._spawn(self._periodic())
+
+    async def _warm_up(self) -> None:
+        """Load the model and the store's search structures before the first question needs them."""
+        assert self.index is not None
+        t = time.monotonic()
+        try:
+            await self._in_thread(self.index.warm_up)
+        except Exception as e:  # the first question will meet the same error and report it
+            log.warning("could not prepare the index for searches: %s", e, exc_info=not isinstance(e, MdragError))
+            return
+        log.info("ready for searches: model and search structures loaded in %.1f s", time.monotonic() - t)
 
     async def _reload(self, why: str, raise_errors: bool = False) -> None:
         """Run the incremental indexer in a thread; queries go on meanwhile."""
