@@ -22,6 +22,7 @@ import os
 import random
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -97,9 +98,22 @@ def _edit(root: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def lab(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, shared_data: Path) -> Lab:
-    base = tmp_path_factory.mktemp(f"faults-{request.param}")
-    lab = Lab(backend=request.param, docs=base / "docs", home=base / "home", saved=base / "saved")
+def labs(tmp_path_factory: pytest.TempPathFactory, shared_data: Path) -> Callable[[str], Lab]:
+    """A backend's Lab, made once per module: its trials restore the saved states they start from. (An
+    indirectly parametrized module fixture would be made again for every trial: the trials' other
+    parameters give the parametrization function scope.)"""
+    made: dict[str, Lab] = {}
+
+    def get(backend: str) -> Lab:
+        if backend not in made:
+            made[backend] = _make_lab(backend, tmp_path_factory.mktemp(f"faults-{backend}"), shared_data)
+        return made[backend]
+
+    return get
+
+
+def _make_lab(backend: str, base: Path, shared_data: Path) -> Lab:
+    lab = Lab(backend=backend, docs=base / "docs", home=base / "home", saved=base / "saved")
     corpus(lab.saved / "docs-fresh", shared_data, n=48, step=20)
     shutil.copytree(lab.saved / "docs-fresh", lab.saved / "docs-incremental")
     _edit(lab.saved / "docs-incremental")
@@ -140,8 +154,11 @@ def _trials() -> list[Any]:
     return out
 
 
-@pytest.mark.parametrize(("lab", "name", "mode", "faults"), _trials(), indirect=["lab"])
-def test_kill_at_a_point_then_repair(lab: Lab, name: str, mode: str, faults: list[str | None]) -> None:
+@pytest.mark.parametrize(("backend", "name", "mode", "faults"), _trials())
+def test_kill_at_a_point_then_repair(
+    labs: Callable[[str], Lab], backend: str, name: str, mode: str, faults: list[str | None]
+) -> None:
+    lab = labs(backend)
     rng = random.Random(f"{SEED}:{lab.backend}:{name}")
     record: dict[str, Any] = {
         "trial": name, "backend": lab.backend, "mode": mode, "seed": SEED, "faults": [], "passed": False
