@@ -232,8 +232,8 @@ def _rss_mb() -> dict[str, float]:
     return {"rss_mb": round(int(fields["VmRSS"]) / 1024), "peak_rss_mb": round(int(fields["VmHWM"]) / 1024)}
 
 
-def child(backend: str, folder: str) -> None:
-    """In a fresh process: open the store, answer one hybrid search, then 200; print load time and RSS."""
+def child(backend: str, folder: str, n_queries: int = 200) -> None:
+    """In a fresh process: open the store, answer one hybrid search, then ``n_queries``; print load time and RSS."""
     queries = np.load(Path(folder) / "queries.npy")
     texts = _questions()
     t = time.perf_counter()
@@ -241,13 +241,13 @@ def child(backend: str, folder: str) -> None:
     opened = time.perf_counter() - t
     _hybrid(store, queries[0], texts[0])
     first = time.perf_counter() - t
-    for i in range(200):
+    for i in range(n_queries):
         _hybrid(store, queries[i % len(queries)], texts[i % len(texts)])
     print(json.dumps({"open_s": round(opened, 2), "open_to_first_answer_s": round(first, 2), **_rss_mb()}))
     store.close()
 
 
-def scale_one(backend: str, n: int, tmp: Path) -> dict[str, Any]:
+def scale_one(backend: str, n: int, tmp: Path, n_queries: int = 200) -> dict[str, Any]:
     from store_scale import hugo_passages, make_chunks, make_vectors
 
     folder = tmp / f"{backend}-{n}"
@@ -260,10 +260,10 @@ def scale_one(backend: str, n: int, tmp: Path) -> dict[str, Any]:
     store.end_run(set(), set(), whole=True)
     build_s = time.perf_counter() - t
     texts = _questions()
-    qs = [(queries[i % len(queries)], texts[i % len(texts)]) for i in range(200)]
+    qs = [(queries[i % len(queries)], texts[i % len(texts)]) for i in range(n_queries)]
     for q, text in qs[:20]:
         _hybrid(store, q, text)
-    res: dict[str, Any] = {"chunks": store.count(), "build_s": round(build_s, 1)}
+    res: dict[str, Any] = {"chunks": store.count(), "build_s": round(build_s, 1), "queries": n_queries}
     for mode, fn in {
         "dense": lambda a: store.search(a[0], K, mode="dense"),
         "bm25": lambda a: store.search(a[0], K, mode="bm25", text=a[1]),
@@ -283,7 +283,10 @@ def scale_one(backend: str, n: int, tmp: Path) -> dict[str, Any]:
     res["close_s"] = round(time.perf_counter() - t, 2)
     np.save(folder / "queries.npy", queries)
     proc = subprocess.run(
-        [sys.executable, __file__, "child", backend, str(folder)], capture_output=True, text=True, check=True
+        [sys.executable, __file__, "child", backend, str(folder), str(n_queries)],
+        capture_output=True,
+        text=True,
+        check=True,
     )
     res["fresh_process"] = json.loads(proc.stdout.strip().splitlines()[-1])
     res["disk_mb"] = round(sum(f.stat().st_size for f in folder.rglob("*") if f.is_file()) / 2**20)
@@ -305,7 +308,7 @@ def scale(args: argparse.Namespace) -> dict[str, Any]:
         for n in (int(x) for x in args.sizes.split(",")):
             for backend in args.stores.split(","):
                 print(f"scale: {backend} at {n:,} chunks...", file=sys.stderr)
-                res.setdefault(str(n), {})[backend] = scale_one(backend, n, Path(tmp))
+                res.setdefault(str(n), {})[backend] = scale_one(backend, n, Path(tmp), args.queries)
     return res
 
 
@@ -370,6 +373,7 @@ def main() -> None:
     h.add_argument("--keep", type=Path, help="keep each backend's home and docs under DIR/<backend>")
     s = sub.add_parser("scale")
     s.add_argument("--sizes", default="10000,100000")
+    s.add_argument("--queries", type=int, default=200, help="questions timed per mode (fewer for a slow store at 1M)")
     for p in (h, s):
         p.add_argument("--stores", default=",".join(STORES))
         p.add_argument("--json", type=Path)
@@ -380,10 +384,11 @@ def main() -> None:
     c = sub.add_parser("child")
     c.add_argument("backend")
     c.add_argument("folder")
+    c.add_argument("queries", type=int, nargs="?", default=200)
     args = ap.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     if args.part == "child":
-        child(args.backend, args.folder)
+        child(args.backend, args.folder, args.queries)
         return
     if args.part == "plot":
         plot(args)
