@@ -17,7 +17,8 @@ everything, and loading them runs no code.
 
 Reads never touch disk for ranking. Dense search: a flat index (exact) below
 20,000 chunks, an HNSW graph from there (M 16, efConstruction 100, ef 64:
-recall@10 0.9985 at 100k chunks, as Milvus Lite's AUTOINDEX); a filtered
+recall@10 0.9985 at 100k chunks, as Milvus Lite's AUTOINDEX; ef grows with
+the graph past 100k: :func:`_ef_search`); a filtered
 search is always exact, a product over the vectors of every chunk that passes
 (found in SQLite, parameters only). Each search runs FAISS on one OpenMP
 thread (a per-thread setting): one query gains nothing from more, and on a busy
@@ -85,7 +86,19 @@ _GATHER = 3  # a filter passing at most 1/_GATHER of the chunks: a product over 
 # 0.9985 / 0.9995 (Milvus Lite's AUTOINDEX, efConstruction 200: 0.999), search 0.3 ms.
 _HNSW_MIN = 20_000
 _HNSW_M, _HNSW_EF_BUILD, _HNSW_EF = 16, 100, 64
+# A bigger graph needs a wider walk for the same recall (benchmarks/hnsw_ef.py: store_scale.py's vectors,
+# 200 queries, one thread): at 100,000 ef 64 gives recall@10 0.99; at 1,000,000 ef 64 / 128 / 256 / 512
+# give 0.851 / 0.950 / 0.989 / 0.994 in 0.38 / 0.55 / 0.80 / 1.80 ms. So ef is 64 up to _HNSW_EF_ROWS
+# chunks and grows as (rows / _HNSW_EF_ROWS) ** 0.6 from there: 255 at a million.
+_HNSW_EF_ROWS = 100_000
 _K1, _B = 1.2, 0.75  # BM25 parameters: Milvus's defaults
+
+
+def _ef_search(rows: int) -> int:
+    """The HNSW search breadth for a graph of ``rows`` chunks (see _HNSW_EF_ROWS)."""
+    return max(_HNSW_EF, math.ceil(_HNSW_EF * (rows / _HNSW_EF_ROWS) ** 0.6))
+
+
 _ROW_CACHE = 16384  # decoded rows kept for search results (a hybrid search reads a few hundred)
 _PENDING_MAX = 16384  # BM25 texts added before they become a segment (bounds the memory a load takes)
 
@@ -878,7 +891,7 @@ class FaissStore:
         params = None
         if self._hnsw:
             params = faiss.SearchParametersHNSW()  # type: ignore[attr-defined]
-            params.efSearch = max(_HNSW_EF, k)
+            params.efSearch = max(_ef_search(len(self._rows)), k)
             if self._dead:
                 if self._dead_sel is None:
                     dead = faiss.IDSelectorBatch(np.asarray(sorted(self._dead), dtype=np.int64))
