@@ -17,9 +17,11 @@ then three rules decide whether to answer:
 
 With an LLM configured and `answer.judge: llm` (the default) the LLM reads the
 passages and replies NO_ANSWER when they do not answer; before it, only a
-question with no result at all is refused. This script asks no LLM: for that
-judge it prints the questions refused before the LLM and those it would be
-sent (the LLM's own verdicts need a real model, which it does not have).
+question with no result at all is refused. For that judge this script prints
+the questions refused before the LLM and those it is sent; with ``--llm URL``
+(an OpenAI-compatible API; ``--llm-model``, key in MARKDOWN_QA_API_KEY) it
+also asks the LLM each of those, as the Q&A server does (mdrag.qa), and
+counts its refusals.
 
 What was tuned where: `max_unknown` on the OpenTelemetry docs; `NAMED_TOP` on
 the OpenTelemetry docs; `NAMED_SURE` (0.65; at 0.7 one more Hugo question is
@@ -112,6 +114,8 @@ def main() -> None:
     ap.add_argument("--docs", type=Path, help="the documents (default: ../shared/data/<the corpus's folder>)")
     ap.add_argument("--qa", type=Path, help="the question set (default: benchmarks/data/<corpus>_qa.jsonl)")
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--llm", help="an OpenAI-compatible API (http://host:port/v1): measure answer.judge llm with it")
+    ap.add_argument("--llm-model", default="qwen-flash", help="its model name")
     args = ap.parse_args()
     folder, qa_path = CORPORA[args.corpus]
     docs, qa_path = args.docs or DATA / folder, args.qa or qa_path
@@ -130,10 +134,12 @@ def main() -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from mdrag.config import load_config
     from mdrag.index import Index
+    from mdrag.qa import answer, plan
     from mdrag.relevance import MIN_CHUNKS, NAMED_SURE, missing_names, refuse, unknown_share
 
     qa = [json.loads(line) for line in qa_path.read_text().splitlines() if line.strip()]
-    config = load_config({})
+    llm = {"llm.base_url": args.llm, "llm.model": args.llm_model, "answer.judge": "llm"} if args.llm else {}
+    config = load_config(llm)
     index = Index(config)
     if not index.status()["chunks"]:
         t = time.perf_counter()
@@ -180,6 +186,7 @@ def main() -> None:
                 or (best < AGREE_BELOW and agree > AGREE_RANK),
                 "calibrated_refused": not results or best < probe_floor or checks,
                 "llm_judge_refused_before": not results,  # answer.judge llm: what the LLM is never asked
+                "llm_refused": answer(plan(index, q["question"], results)).refused if args.llm else None,
                 "top": results[0].rel_path if results else None,
             }
         )
@@ -191,6 +198,7 @@ def main() -> None:
     agreed = _shares([r["agree_refused"] for r in rows], is_ans)
     calibrated = _shares([r["calibrated_refused"] for r in rows], is_ans)
     llm_before = _shares([r["llm_judge_refused_before"] for r in rows], is_ans)
+    llm_judged = _shares([bool(r["llm_refused"]) for r in rows], is_ans) if args.llm else None
     sweep = [  # the new rule (names checked) at other settings
         {
             "min_score": c,
@@ -222,8 +230,13 @@ def main() -> None:
         print(f"{name:<38} {r['unanswerable_refused']:>21.1%} {r['answerable_refused']:>19.1%}")
     print(
         f"judge llm: the LLM reads the passages of {1 - llm_before['unanswerable_refused']:.1%} of the unanswerable "
-        f"and {1 - llm_before['answerable_refused']:.1%} of the answerable questions (its verdicts: not measured here)"
+        f"and {1 - llm_before['answerable_refused']:.1%} of the answerable questions"
     )
+    if llm_judged is not None:
+        print(
+            f"{'judge llm: ' + args.llm_model:<38} {llm_judged['unanswerable_refused']:>21.1%} "
+            f"{llm_judged['answerable_refused']:>19.1%}"
+        )
     print(f"{'min_score':>9} {'max_unknown':>11} {'unanswerable refused':>21} {'answerable refused':>19}")
     for r in sweep:
         print(
@@ -265,6 +278,7 @@ def main() -> None:
             "tried_agree": agreed,
             "tried_calibrated": calibrated,
             "llm_judge_refused_before": llm_before,
+            "llm_judge": {"model": args.llm_model, **llm_judged} if llm_judged else None,
             "probe_floor": probe_floor,
             "sweep": sweep,
             "latency": latency,

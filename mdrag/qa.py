@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 
     from mdrag.index import Index
 
-__all__ = ["SETTINGS", "Answer", "Plan", "ask", "llm_settings", "plan"]
+__all__ = ["SETTINGS", "Answer", "Plan", "answer", "ask", "llm_settings", "plan"]
 
 logger = logging.getLogger(__name__)
 
@@ -149,7 +149,11 @@ def ask(index: Index, question: str, on_text: Callable[[str], None] | None = Non
     Async code that should not wait here plans in a thread and iterates the stream itself:
     ``p = await asyncio.to_thread(plan, index, question)``, then ``async for piece in p.stream()``.
     """
-    p = plan(index, question)
+    return answer(plan(index, question), on_text)
+
+
+def answer(p: Plan, on_text: Callable[[str], None] | None = None) -> Answer:
+    """The whole answer of a plan, synchronously (see :func:`ask`)."""
     pieces: list[str] = []
 
     async def collect() -> None:
@@ -166,4 +170,4 @@ def ask(index: Index, question: str, on_text: Callable[[str], None] | None = Non
     else:  # called from async code (a Jupyter cell): its event loop waits while another thread answers
         with ThreadPoolExecutor(1, thread_name_prefix="mdrag-ask") as pool:
             pool.submit(asyncio.run, collect()).result()
-    return Answer(question, "".join(pieces), p.sources, p.refused, p.results)
+    return Answer(p.question, "".join(pieces), p.sources, p.refused, p.results)
