@@ -314,7 +314,7 @@ def scale(args: argparse.Namespace) -> dict[str, Any]:
 
 def print_scale(res: dict[str, Any]) -> None:
     print("| chunks | store | build | dense p50 (p95) | bm25 p50 (p95) | hybrid p50 (p95) | recall@10 | "
-          "fresh process: open, first answer | RSS after 200 hybrid | disk | numpy exact p50 |")  # fmt: skip
+          "fresh process: open, first answer | RSS after its hybrid searches | disk | numpy exact p50 |")  # fmt: skip
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for n, by in res.items():
         for backend, r in by.items():
