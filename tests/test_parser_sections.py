@@ -29,3 +29,20 @@ def test_headings_nest_close_and_restore() -> None:
         (["Usage"], 1, "mdrag ask"),
     ]
     assert b.first_h1 == "Guide"
+
+
+def test_an_aside_with_no_text_does_not_split_the_section_it_interrupts() -> None:
+    # ars-1: a photo credit ("Kevin"), then a share bar whose only text is its heading, then the article
+    b = SectionBuilder()
+    b.heading(2, "Intro")
+    b.add(Block("Kevin"))
+    saved = b.open_headings
+    b.heading(4, "Share this story")  # no blocks
+    b.restore(saved)
+    b.add(Block("A flaw in the wildly popular online game Minecraft"))
+    b.heading(2, "Next")
+    b.add(Block("more"))
+    assert [(s.heading_path, s.text) for s in b.finish()] == [
+        (["Intro"], "Kevin\n\nA flaw in the wildly popular online game Minecraft"),
+        (["Next"], "more"),
+    ]

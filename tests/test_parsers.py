@@ -828,6 +828,8 @@ def test_html_reads_the_article_not_the_site_chrome(shared_data: Path) -> None:
     assert len(sentences) >= 10 and all(s in text for s in sentences)
     # "Share this story", a heading in the share bar's aside, does not head the article.
     assert all("Share this story" not in s.heading_path for s in doc.sections)
+    # Nor does it cut the article from the photo credit before it: "Kevin" is no section of its own.
+    assert all(s.text.strip() != "Kevin" for s in doc.sections)
     assert doc.title == "Just-released Minecraft exploit makes it easy to crash game servers | Ars Technica"
     assert doc.metadata["description"] == "Two-year-old bug exposes thousands of servers to crippling attack."
 
@@ -848,8 +850,9 @@ def test_html_search_ranks_the_article_above_the_site_chrome(shared_data: Path, 
         hits = idx.search("Minecraft servers crash bug", k=5, threshold=0, collapse="none")
     assert hits[0].rel_path == "ars-1.html"
     article = " ".join(BeautifulSoup((pages / "ars-1/expected.html").read_text(), "html.parser").get_text().split())
-    # An article chunk within the first three (a one-word image credit, "Kevin", may come first
-    # until tiny chunks are merged into their neighbours), and no site chrome in the first five.
+    # The article first (a one-word image credit, "Kevin", was a chunk of its own and came first),
+    # and no site chrome in the first five.
+    assert "A flaw in the wildly popular online game Minecraft" in hits[0].text
     assert any(len(h.text) > 200 and " ".join(h.text.split()) in article for h in hits[:3])
     assert not [h for h in hits if any(b in " ".join(h.text.split()) for b in ARS_BOILERPLATE)]
 

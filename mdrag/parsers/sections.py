@@ -51,9 +51,18 @@ class SectionBuilder:
         self._start(level)
 
     def restore(self, headings: tuple[Heading, ...]) -> None:
-        """Close every heading opened since the open headings were ``headings``; what follows goes under them."""
+        """Close every heading opened since the open headings were ``headings``; what follows goes under them.
+
+        Where the headings closed held no text (an aside's "Share this story"),
+        what follows continues the section they interrupted instead of
+        starting another: a photo credit before a share bar is not a section
+        of its own.
+        """
         self._stack = list(headings)
         self._start(headings[-1][0] if headings else 0)
+        last = self.sections[-1] if self.sections else None
+        if last is not None and (last.heading_path, last.level) == (self.current.heading_path, self.current.level):
+            self.current = self.sections.pop()
 
     def finish(self) -> list[Section]:
         """The sections with blocks, in reading order."""
