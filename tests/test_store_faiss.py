@@ -227,7 +227,7 @@ def test_bm25_scores_use_collection_wide_statistics_after_updates_and_deletes(se
                 df = sum(1 for d in docs if term in d)
                 idf = math.log(1 + (len(docs) - df + 0.5) / (df + 0.5))
                 tf, dl = doc[term], sum(doc.values())
-                total += idf * tf * 2.2 / (tf + 1.2 * (0.25 + 0.75 * dl / avgdl)) if tf else 0.0
+                total += idf * tf * 2.5 / (tf + 1.5 * (0.25 + 0.75 * dl / avgdl)) if tf else 0.0
             return total
 
         query = ["gamma", "delta3", "word42"]
