@@ -218,7 +218,6 @@ def test_bm25_search_ranks_by_the_words_and_scores_by_cosine(store: Any) -> None
         store.search(q, 5, mode="sparse")
 
 
-
 def test_bm25_scores_are_the_same_formula_on_every_engine(store: Any) -> None:
     """Okapi BM25 with k1 1.5, b 0.75 and collection-wide statistics, as Milvus Lite scores (one segment).
 
