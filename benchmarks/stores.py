@@ -21,7 +21,7 @@ same vectors.
 
     python benchmarks/stores.py hugo [--keep DIR] [--json out.json]
     python benchmarks/stores.py scale [--sizes 10000,100000] [--stores milvus,faiss] [--json out.json]
-    python benchmarks/stores.py plot   # benchmarks/plots/stores_side_by_side.png from the two JSON files
+    python benchmarks/stores.py plot [--scale a.json b.json]   # benchmarks/plots/stores_side_by_side.png
 
 Ratios are FAISS / Milvus Lite of the same run.
 """
@@ -341,10 +341,12 @@ def plot(args: argparse.Namespace) -> None:
     import matplotlib.pyplot as plt
 
     hugo_res = json.loads(args.hugo.read_text())
-    scale_res = json.loads(args.scale.read_text())
+    scale_res: dict[str, Any] = {}
+    for path in args.scale:  # e.g. 10k and 100k from one run, 1M (a long one) from another
+        scale_res.update(json.loads(path.read_text()))
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
     for backend, label, style, color in (("milvus", "Milvus Lite", "o-", "C0"), ("faiss", "FAISS", "s-", "C1")):
-        sizes = [int(n) for n in scale_res if backend in scale_res[n]]
+        sizes = sorted(int(n) for n in scale_res if backend in scale_res[n])
         hybrid = [scale_res[str(n)][backend]["hybrid"]["p50_ms"] for n in sizes]
         rss = [scale_res[str(n)][backend]["fresh_process"]["rss_mb"] for n in sizes]
         left.plot(sizes, hybrid, style, color=color, label=f"{label}, the store alone")
@@ -379,7 +381,13 @@ def main() -> None:
         p.add_argument("--json", type=Path)
     pl = sub.add_parser("plot", help="draw the figures of `hugo` and `scale` from their JSON files")
     pl.add_argument("--hugo", type=Path, default=ROOT / "benchmarks" / "out" / "stores-hugo.json")
-    pl.add_argument("--scale", type=Path, default=ROOT / "benchmarks" / "out" / "stores-scale.json")
+    pl.add_argument(
+        "--scale",
+        type=Path,
+        nargs="+",
+        default=[ROOT / "benchmarks" / "out" / "stores-scale.json"],
+        help="one or more JSON files of `scale` (a size in several: the last one's figures)",
+    )
     pl.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "plots" / "stores_side_by_side.png")
     c = sub.add_parser("child")
     c.add_argument("backend")
