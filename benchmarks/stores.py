@@ -356,12 +356,12 @@ def plot(args: argparse.Namespace) -> None:
                       markerfacecolor="none", label=f"{label}, Hugo docs via Index.search")  # fmt: skip
         right.plot(sizes, rss, style, color=color, label=label)
     left.set(xscale="log", yscale="log", xlabel="chunks", ylabel="warm hybrid search p50 (ms)")
-    right.set(xscale="log", xlabel="chunks", ylabel="RSS after 200 hybrid searches (MB)")
+    right.set(xscale="log", xlabel="chunks", ylabel="RSS after the timed hybrid searches (MB)")
     left.axhline(5, color="grey", lw=0.8, ls="--")
     for ax in (left, right):
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=8)
-    fig.suptitle("Milvus Lite and FAISS, same run (benchmarks/stores.py)")
+    fig.suptitle("Milvus Lite and FAISS, both stores of a size in one run (benchmarks/stores.py)")
     fig.tight_layout()
     args.out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(args.out, dpi=110)
