@@ -474,7 +474,7 @@ def remove_folders(
 
 #: What parsing and chunking give for a file: raised when a release changes it (2: issue 14's chunk
 #: boundaries and line spans, PDF outline sections, DOCX notes and text boxes, HTML main content;
-#: 3: an HTML aside with no text does not split the section it interrupts),
+#: 3: an HTML aside with no text does not split the section it interrupts; PDF running headers and footers left out),
 #: so an index built by an older release is chunked again rather than mixing both.
 CHUNK_FORMAT = 3
 

@@ -463,13 +463,37 @@ def test_pdf_outline_entries_are_sections_with_heading_paths(shared_data: Path) 
     assert first[0].text.startswith("1 Topologische Grundbegriﬀe\n1.1 Topologische Räume\n")
     assert ["4 Euklidische und nichteuklidische Geometrie", "4.2 Weitere Eigenschaften einer euklidischen Ebene",
             "4.2.1 Flächeninhalt"] in [s.heading_path for s in by_page[78]]  # fmt: skip
-    # Nothing lost, nothing moved: each page's sections hold exactly that page's text.
+    # Nothing lost, nothing moved: each page's sections hold exactly that page's text, less a running
+    # header ("48 3.2. FUNDAMENTALGRUPPE": the first line of the section's pages, page number aside).
     from pypdf import PdfReader
 
     pages = PdfReader(path).pages
-    for number in [4, 6, 50, 51, 52, 78, 114, 115]:
-        expected = " ".join(pages[number - 1].extract_text().replace("\x00", "").split())
+    for number, header in [(4, False), (6, False), (50, False), (51, True), (52, True), (78, True), (114, False)]:
+        lines = pages[number - 1].extract_text().replace("\x00", "").split("\n")
+        expected = " ".join(" ".join(lines[1:] if header else lines).split())
         assert " ".join(" ".join(s.text for s in by_page.get(number, [])).split()) == expected, number
+
+
+def test_pdf_running_headers_and_footers_are_left_out(shared_data: Path) -> None:
+    """GeoTopo starts every page with "<page> <section number>. <SECTION>": it began each page's chunk,
+    and on page 26, where a new section starts below it, "23 1.6. WEGE UND KNOTEN" was a chunk alone."""
+    import re
+
+    doc = parse_file(shared_data / "pdf_py-pdf_sample-files/009-pdflatex-geotopo/GeoTopo-komprimiert.pdf")
+    header = re.compile(r"^\d+ \d+\.\d+\. [A-ZÄÖÜ ]+$")
+    page26 = [s for s in doc.sections if s.page == 26]
+    assert [s.heading_path[-1] for s in page26] == ["Übungsaufgaben"]
+    assert not [s.page for s in doc.sections if s.text.split("\n")[0] == "23 1.6. WEGE UND KNOTEN"]
+    # A section of three pages or more loses its running header on each of them.
+    pages = {s.page: s.text.split("\n")[0] for s in doc.sections if s.heading_path[-1:] == ["1.6 Wege und Knoten"]}
+    assert sorted(pages) == [21, 22, 23, 24, 25, 26][: len(pages)] and len(pages) >= 5
+    assert not [line for line in pages.values() if header.match(line)]
+    # Page-number footers go (pdflatex numbers each page at its foot); a page that is one line keeps it.
+    four = parse_file(shared_data / "pdf_py-pdf_sample-files/004-pdflatex-4-pages/pdflatex-4-pages.pdf")
+    assert [s.text.split("\n")[-1] for s in four.sections] != ["1", "2", "3", "4"]
+    assert not [s for s in four.sections if s.text.split("\n")[-1].strip().isdigit()]
+    habibi = parse_file(shared_data / "pdf_py-pdf_sample-files/015-arabic/habibi-rotated.pdf")
+    assert len(habibi.sections) >= 3 and all("habibi" in s.text for s in habibi.sections)
 
 
 def test_pdf_outline_titles_match_after_a_section_number(shared_data: Path) -> None:

@@ -8,6 +8,12 @@ section number, if any); when no line does, at the line as far down the page's
 text as its destination's height is down the page. A section never spans two
 pages, so every chunk keeps its page number; text before the first entry has
 no heading path.
+
+Running headers and footers are left out: a page's first (or last) line
+that, numbers aside, is the first (or last) line of at least
+:data:`_RUNNING_PAGES` pages ("18 1.6. WEGE UND KNOTEN", "Page 3 of 9"),
+unless it is all the page holds. Kept, it began every page's chunk and, on a
+page where a new section starts below it, was a chunk of its own.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ import logging
 import re
 import threading
 import unicodedata
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -40,6 +47,8 @@ _MAX_OUTLINE_DEPTH = 32  # deeper nesting (or a loop pypdf did not catch) is cut
 _MAX_OUTLINE_ENTRIES = 10_000
 _TITLE_LINES = 3  # a heading may wrap over this many lines of page text
 _NUMBER = re.compile(r"[\divxlcdm.]{0,15}")  # a section number before a title: "1.2.", "iv.", "" (compared casefolded)
+_RUNNING_PAGES = 3  # a first or last line on this many pages, numbers aside, is a running header or footer
+_DIGITS = re.compile(r"\d+")
 
 
 _quiet_lock = threading.Lock()  # guards the two globals below
@@ -137,6 +146,26 @@ def _outline(reader: PdfReader, doc_warnings: list[str], path: str) -> list[_Ent
     # Top of the page first: a larger /Top is higher up. Entries without one keep their outline order.
     entries.sort(key=lambda e: (e.page, -e.top if e.top is not None else float("-inf")))
     return entries
+
+
+def _running_key(line: str) -> str:
+    """A page's first or last line as it recurs from page to page: numbers, case and spacing aside."""
+    return " ".join(_DIGITS.sub("#", unicodedata.normalize("NFKC", line)).casefold().split())
+
+
+def _strip_running(texts: list[str]) -> list[str]:
+    """Each page's text less its running header and footer (see the module docstring)."""
+    pages = [text.split("\n") for text in texts]
+    firsts = Counter(_running_key(lines[0]) for lines in pages if len(lines) > 1)
+    lasts = Counter(_running_key(lines[-1]) for lines in pages if len(lines) > 1)
+    out = []
+    for lines in pages:
+        if len(lines) > 1 and firsts[_running_key(lines[0])] >= _RUNNING_PAGES:
+            lines = lines[1:]
+        if len(lines) > 1 and lasts[_running_key(lines[-1])] >= _RUNNING_PAGES:
+            lines = lines[:-1]
+        out.append("\n".join(lines).strip("\n"))
+    return out
 
 
 def _key(text: str) -> str:
@@ -269,18 +298,25 @@ def parse(data: bytes, path: str) -> Document:
         outline: dict[int, list[_Entry]] = {}  # 0-based page index -> the entries that start there
         for entry in _outline(reader, doc_warnings, path):
             outline.setdefault(entry.page, []).append(entry)
-        sections: list[Section] = []
-        blank: list[int] = []  # pages with no text: images, scans, empty pages
-        in_force: list[str] = []  # the heading path of the outline entry the text is under
+        texts: list[str | None] = []  # each page's text; None where extraction failed
         for number, page in enumerate(pages, start=1):
-            starts = outline.get(number - 1, [])
             try:
-                text = _page_text(page.extract_text() or "")
+                texts.append(_page_text(page.extract_text() or ""))
             except DependencyError as exc:
                 raise _needs_crypto(exc) from exc
             except Exception as exc:  # pypdf on a damaged page, or a bug in it: the other pages go on
                 logger.debug("%s: page %d: text extraction failed", path, number, exc_info=True)
                 doc_warnings.append(f"{path}: page {number}: text extraction failed: {type(exc).__name__}: {exc}")
+                texts.append(None)
+        read = [i for i, t in enumerate(texts) if t]  # the pages with text
+        for i, cleaned in zip(read, _strip_running([texts[i] or "" for i in read])):
+            texts[i] = cleaned
+        sections: list[Section] = []
+        blank: list[int] = []  # pages with no text: images, scans, empty pages
+        in_force: list[str] = []  # the heading path of the outline entry the text is under
+        for number, (page, text) in enumerate(zip(pages, texts), start=1):
+            starts = outline.get(number - 1, [])
+            if text is None:
                 in_force = starts[-1].path if starts else in_force
                 continue
             if text.strip():
