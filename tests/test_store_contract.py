@@ -218,24 +218,17 @@ def test_bm25_search_ranks_by_the_words_and_scores_by_cosine(store: Any) -> None
         store.search(q, 5, mode="sparse")
 
 
-def test_bm25_scores_are_the_same_formula_on_every_engine(store: Any) -> None:
-    """Okapi BM25 with k1 1.5, b 0.75 and collection-wide statistics, as Milvus Lite scores (one segment).
-
-    The FAISS store said it used Milvus's k1 of 1.2; Milvus Lite scores with 1.5, so the two stores
-    ranked differently (SciFact BM25 nDCG@10 0.6663 against 0.6706).
-    """
+def bm25_ranking(chunks: list[Chunk], query: list[str], n: int) -> list[tuple[float, str]]:
+    """The reference: the ``n`` best (score, id) by Okapi BM25 with k1 1.5, b 0.75 and statistics over
+    ``chunks`` (their embedded text split into lowercase words), as Milvus Lite scores one segment."""
     import math
     import re
     from collections import Counter
 
-    texts = [f"alpha {'beta ' * (i % 4)}gamma{i % 3} {'filler ' * (i % 9)}word{i}" for i in range(40)]
-    chunks, vecs = make_chunks(9, 40, texts=texts), vectors(9, 40)
-    store.upsert(chunks, vecs)
-    store.end_run(set(), {c.id for c in chunks}, whole=True)
     docs = [Counter(re.findall(r"\w+", c.embed_text.lower())) for c in chunks]
     avgdl = sum(sum(d.values()) for d in docs) / len(docs)
 
-    def bm25(doc: Counter[str], query: list[str]) -> float:
+    def bm25(doc: Counter[str]) -> float:
         total = 0.0
         for term in query:
             df = sum(1 for d in docs if term in d)
@@ -244,8 +237,21 @@ def test_bm25_scores_are_the_same_formula_on_every_engine(store: Any) -> None:
             total += idf * tf * 2.5 / (tf + 1.5 * (0.25 + 0.75 * dl / avgdl)) if tf else 0.0
         return total
 
+    return sorted(((bm25(d), c.id) for d, c in zip(docs, chunks)), reverse=True)[:n]
+
+
+def test_bm25_scores_are_the_same_formula_on_every_engine(store: Any) -> None:
+    """Okapi BM25 with k1 1.5, b 0.75 and collection-wide statistics, as Milvus Lite scores (one segment).
+
+    The FAISS store said it used Milvus's k1 of 1.2; Milvus Lite scores with 1.5, so the two stores
+    ranked differently (SciFact BM25 nDCG@10 0.6663 against 0.6706).
+    """
+    texts = [f"alpha {'beta ' * (i % 4)}gamma{i % 3} {'filler ' * (i % 9)}word{i}" for i in range(40)]
+    chunks, vecs = make_chunks(9, 40, texts=texts), vectors(9, 40)
+    store.upsert(chunks, vecs)
+    store.end_run(set(), {c.id for c in chunks}, whole=True)
     for query in (["beta"], ["beta", "gamma1"], ["filler", "word7", "beta"]):
-        want = sorted(((bm25(d, query), c.id) for d, c in zip(docs, chunks)), reverse=True)[:10]
+        want = bm25_ranking(chunks, query, 10)
         got = store.search(vecs[0], 10, mode="bm25", text=" ".join(query))
         assert [h["rank_score"] for h in got] == pytest.approx([w for w, _ in want], rel=1e-4)
 

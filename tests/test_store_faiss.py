@@ -12,7 +12,7 @@ from mdrag.config import load_config
 from mdrag.errors import StoreDamagedError, StoreError, StoreUnavailableError
 from mdrag.store.faiss import FaissStore, _ef_search
 from mdrag.types import Chunk
-from tests.test_store_contract import IDENTITY, make_chunks, vectors
+from tests.test_store_contract import IDENTITY, bm25_ranking, make_chunks, vectors
 
 
 def _store(name: str) -> FaissStore:
@@ -202,10 +202,6 @@ def test_a_full_disk_is_said_plainly_and_what_was_committed_stays() -> None:
 
 @pytest.mark.parametrize("search_between", [True, False], ids=["searched-between-batches", "first-search-at-the-end"])
 def test_bm25_scores_use_collection_wide_statistics_after_updates_and_deletes(search_between: bool) -> None:
-    import math
-    import re
-    from collections import Counter
-
     texts = [f"alpha beta {'gamma ' * (i % 3)}delta{i % 5} word{i}" for i in range(60)]
     chunks, vecs = make_chunks(6, 60, texts=texts), vectors(6, 60)
     s = _store("bm25")
@@ -217,21 +213,8 @@ def test_bm25_scores_use_collection_wide_statistics_after_updates_and_deletes(se
                 s.search(vecs[0], 1, mode="bm25", text="alpha")
         s.delete_ids([c.id for c in chunks[:10]])
         s.end_run(set(), set(), whole=False)
-        live = chunks[10:]
-        docs = [Counter(re.findall(r"\w+", c.embed_text.lower())) for c in live]
-        avgdl = sum(sum(d.values()) for d in docs) / len(docs)
-
-        def bm25(doc: Counter[str], query: list[str]) -> float:
-            total = 0.0
-            for term in query:
-                df = sum(1 for d in docs if term in d)
-                idf = math.log(1 + (len(docs) - df + 0.5) / (df + 0.5))
-                tf, dl = doc[term], sum(doc.values())
-                total += idf * tf * 2.5 / (tf + 1.5 * (0.25 + 0.75 * dl / avgdl)) if tf else 0.0
-            return total
-
         query = ["gamma", "delta3", "word42"]
-        want = sorted(((bm25(d, query), c.id) for d, c in zip(docs, live)), reverse=True)[:8]
+        want = bm25_ranking(chunks[10:], query, 8)  # statistics of the live chunks only
         got = s.search(vecs[0], 8, mode="bm25", text=" ".join(query))
         assert [h["rank_score"] for h in got] == pytest.approx([w for w, _ in want], rel=1e-5)
         assert got[0]["id"] == want[0][1]
