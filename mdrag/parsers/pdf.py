@@ -153,18 +153,18 @@ def _running_key(line: str) -> str:
     return " ".join(_DIGITS.sub("#", unicodedata.normalize("NFKC", line)).casefold().split())
 
 
-def _strip_running(texts: list[str]) -> list[str]:
-    """Each page's text less its running header and footer (see the module docstring)."""
-    pages = [text.split("\n") for text in texts]
+def _strip_running(texts: list[str | None]) -> list[str | None]:
+    """Each page's text less its running header and footer (see the module docstring); None stays None."""
+    pages = [text.split("\n") if text else [] for text in texts]
     firsts = Counter(_running_key(lines[0]) for lines in pages if len(lines) > 1)
     lasts = Counter(_running_key(lines[-1]) for lines in pages if len(lines) > 1)
-    out = []
-    for lines in pages:
+    out: list[str | None] = []
+    for text, lines in zip(texts, pages):
         if len(lines) > 1 and firsts[_running_key(lines[0])] >= _RUNNING_PAGES:
             lines = lines[1:]
         if len(lines) > 1 and lasts[_running_key(lines[-1])] >= _RUNNING_PAGES:
             lines = lines[:-1]
-        out.append("\n".join(lines).strip("\n"))
+        out.append("\n".join(lines).strip("\n") if text else text)
     return out
 
 
@@ -308,9 +308,7 @@ def parse(data: bytes, path: str) -> Document:
                 logger.debug("%s: page %d: text extraction failed", path, number, exc_info=True)
                 doc_warnings.append(f"{path}: page {number}: text extraction failed: {type(exc).__name__}: {exc}")
                 texts.append(None)
-        read = [i for i, t in enumerate(texts) if t]  # the pages with text
-        for i, cleaned in zip(read, _strip_running([texts[i] or "" for i in read])):
-            texts[i] = cleaned
+        texts = _strip_running(texts)
         sections: list[Section] = []
         blank: list[int] = []  # pages with no text: images, scans, empty pages
         in_force: list[str] = []  # the heading path of the outline entry the text is under
