@@ -248,7 +248,19 @@ def _cmd_index(args: argparse.Namespace, index: Any) -> int:
             print(f"skipped {path}: {reason}")
         print(f"folders: {', '.join(s.folders) or '-'}")
         print(f"done in {s.seconds:.2f} s")
-    return 0
+    return _missing_given(args.folders, summary.missing_folders)
+
+
+def _missing_given(given: list[str] | None, missing: list[str]) -> int:
+    """1, with an error, when a folder named on the command line was not found (the rest is indexed)."""
+    named = [f for f in given or () if str(Path(f).expanduser().resolve()) in missing]
+    if not named:
+        return 0
+    print(
+        f"mdrag: error: not found, so not indexed: {', '.join(named)}. Check the path; the index is unchanged for it.",
+        file=sys.stderr,
+    )
+    return 1
 
 
 def _print_chunks(s: Any) -> None:
@@ -382,6 +394,10 @@ def _cmd_serve(args: argparse.Namespace, config: Any) -> int:
     import asyncio
 
     from mdrag.server import QAServer
+
+    missing = [f for f in args.folders if not Path(f).expanduser().is_dir()]
+    if missing:  # refused before it starts: a server must not run on without a folder it was told to serve
+        raise MdragError(f"not found: {', '.join(missing)}. Check the path; nothing was started.")
 
     async def run() -> None:
         server = QAServer(config, args.folders, overrides=_overrides(args))

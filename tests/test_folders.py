@@ -168,13 +168,18 @@ def test_the_cli_keeps_folders_and_removes_on_request(
     a, b = _folder(tmp_path / "glossary", "glossary"), _folder(tmp_path / "notes", "notes")
     monkeypatch.chdir(tmp_path)  # no ./markdown here
 
-    def run(*argv: str) -> dict:
-        assert main([*argv, "--json", "-q"]) == 0
-        return json.loads(capsys.readouterr().out)
+    errors: list[str] = []
+
+    def run(*argv: str, code: int = 0) -> dict:
+        assert main([*argv, "--json", "-q"]) == code
+        out, err = capsys.readouterr()
+        errors.append(err)
+        return json.loads(out)
 
     total = run("index", str(a), str(b))["chunks_total"]
-    s = run("index", "missing")
+    s = run("index", "missing", code=1)  # a folder named but not found is an error, and loses nothing
     assert (s["deleted"], s["chunks_total"]) == (0, total)
+    assert "not found, so not indexed: missing." in errors[-1]
     s = run("index")
     assert (s["deleted"], s["chunks_total"], s["folders"]) == (0, total, [str(a), str(b)])
     s = run("remove", str(b))
@@ -243,3 +248,24 @@ def test_a_change_that_rechunks_everything_waits_for_a_missing_folder(tmp_path: 
         s = idx.update()
         assert s.rebuild == "chunk settings changed" and s.folders == [str(a), str(b)]
         _consistent(idx)
+
+
+def test_a_folder_named_but_not_found_is_an_error_the_others_are_indexed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr("mdrag.index.Index.__init__.__defaults__", (None, HashEmbedder()))
+    a = _folder(tmp_path / "glossary", "glossary")
+    monkeypatch.chdir(tmp_path)
+
+    assert main(["index", str(a), "notse", "-q"]) == 1  # a typo beside a real folder
+    out, err = capsys.readouterr()
+    assert "folders: " + str(a) in out and "3 added" in out
+    assert "not found, so not indexed: notse." in err and str(a) not in err
+    assert main(["index", str(a), "-q"]) == 0  # all found: no error
+    capsys.readouterr()
+
+    # `mdrag serve` is refused before it starts, and touches nothing
+    assert main(["serve", "notse", "--port", "1"]) == 1
+    assert "not found: notse. Check the path; nothing was started." in capsys.readouterr().err
+    assert main(["status", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["folders"] == [str(a)]
