@@ -26,6 +26,7 @@ from mdrag.types import SearchResult
 
 if TYPE_CHECKING:
     from mdrag.qa import Answer
+    from mdrag.store.base import Store
 
 __all__ = ["Index", "make_embedder", "open_index"]
 
@@ -79,7 +80,8 @@ class Index:
         # The store backend (store.backend, or what `auto` picks for this index) and why; opened on first use.
         self.backend, self.backend_reason = resolve_backend(self.config, self.name)
         log.info("index %r: %s store (%s)", self.name, self.backend, self.backend_reason)
-        self.store = make_store(self.config, self.name, self.embedder.identity, self._stem, self.backend)
+        self._store: Store | None = None  # made on first use (see store)
+        self._store_lock = threading.Lock()
         # The store's connection; these four are guarded by _open_lock.
         self._open_lock = threading.Lock()  # one thread opens (or closes) the store, the others wait
         self._opened = False  # the store is connected and its collection loaded
@@ -92,6 +94,15 @@ class Index:
         # What searches see: a running update is invisible until it commits, then visible all at once.
         self._snapshot = Snapshot()
         self._search_options: tuple[Config, SearchOptions] | None = None  # see search_options
+
+    @property
+    def store(self) -> Store:
+        """The index's store, made on first use: the embedder's identity, which the store records, may
+        ask an embedding API for its vectors' size, and a new ``Index`` never waits on the network."""
+        with self._store_lock:
+            if self._store is None:
+                self._store = make_store(self.config, self.name, self.embedder.identity, self._stem, self.backend)
+            return self._store
 
     @property
     def search_options(self) -> SearchOptions:
@@ -391,7 +402,8 @@ class Index:
         with self._cond:
             self._cond.wait_for(lambda: self._busy == 0)
             with self._open_lock:  # held with _cond: no call can start using the store until it is closed
-                self.store.close()
+                if self._store is not None:
+                    self._store.close()
                 self._opened = False
 
     def __enter__(self) -> Index:

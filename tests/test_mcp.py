@@ -607,3 +607,44 @@ async def test_tool_arguments_checked_in_process(tmp_path: Path, mdrag_home: Pat
     assert "'k'" in huge_k and "5001 digits" in huge_k and "set_int_max_str_digits" not in huge_k
     assert "too long (4001 characters, at most 4000)" in long_query
     assert "no files yet" in at_limit  # 4,000 characters are taken: the docset's missing folder is the error
+
+
+@pytest.mark.anyio
+async def test_an_embedding_api_that_does_not_answer_does_not_hold_the_server(
+    tmp_path: Path, mdrag_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An API embedder learns its vectors' size from its first answer. While the API gives none, the
+    server still starts and answers list_docsets, search_docs and (with an "indexing" note) search:
+    making a docset's index asks the embedder nothing."""
+    from mcp import Client
+
+    from tests.conftest import HashEmbedder
+
+    asked, released, answered_api = threading.Event(), threading.Event(), threading.Event()
+
+    class Unanswered(HashEmbedder):
+        @property
+        def dimension(self) -> int:  # as OpenAIEmbedder: one request, which here gets no answer until released
+            asked.set()
+            released.wait(60)
+            answered_api.set()
+            return super().dimension
+
+    monkeypatch.setattr("mdrag.index.make_embedder", lambda config: Unanswered())
+    kb, _ = react_docs(tmp_path)
+    tools = KnowledgeTools(kb, search_wait=0)
+    answered: dict[str, Any] = {}
+    hint = {"docset": "react", "keywords": ["hooks"], "generalized_keywords": ["react"]}
+    with anyio.fail_after(120):
+        async with Client(tools.server()) as client:
+            try:  # released before the server stops: it waits for its update
+                answered["list"] = json.loads(ok(await client.call_tool("list_docsets", {})))
+                answered["hint"] = ok(await client.call_tool("search_docs", hint))
+                answered["search"] = json.loads(ok(await client.call_tool("search", {"query": "x", "docset": "react"})))
+                answered["still_held"] = not answered_api.is_set()
+            finally:
+                released.set()
+    assert answered["still_held"] and asked.is_set(), "the update asked the API, in its worker thread"
+    assert [d["id"] for d in answered["list"]["docsets"]] == ["react", "hugo"]
+    assert "Search for 'hooks'" in answered["hint"]
+    assert answered["search"]["results"] == [] and answered["search"]["indexing"]["react"]["state"] == "scanning"
