@@ -23,6 +23,7 @@ import contextlib
 import functools
 import hmac
 import logging
+import os
 import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -35,6 +36,7 @@ from mdrag import protocol, qa, web
 from mdrag.config import DEFAULTS, Config, load_config
 from mdrag.errors import ConfigError, IndexingCancelledError, LLMError, MdragError, ProtocolError
 from mdrag.index import Index
+from mdrag.indexer import IndexSummary
 from mdrag.protocol import is_loopback
 from mdrag.search import build_filter
 from mdrag.types import SearchResult
@@ -103,7 +105,8 @@ class QAServer:
         self.started_with = config  # the settings that need a restart keep these values
         self.restart_needed: list[str] = []  # settings the config file changed that need a restart
         self.overrides = dict(overrides or {})  # command-line settings, kept across config reloads
-        # Folders to add at start; then all of the index's folders, watched and rescanned.
+        # Folders to add at start; then the index's folders as its last run recorded them (`mdrag index DIR`
+        # and `mdrag remove DIR` from another process change them), watched and rescanned.
         self.folders = [str(Path(f).expanduser().resolve()) for f in folders]
         self.index = index  # the open index (created in _load when None)
         self.state = "loading"  # loading | ready | empty
@@ -118,6 +121,7 @@ class QAServer:
         self._server: Any = None  # websockets Server
         self._tasks: set[asyncio.Task[Any]] = set()  # background tasks, cancelled on stop
         self._stop = asyncio.Event()  # stops the file watchers
+        self._rewatch = asyncio.Event()  # set when the folders change: the file watcher starts again on them
         self._http: Any = None  # httpx2.AsyncClient shared by LLM requests (keep-alive connections)
         self._page = web.load_static()  # the browser page, answered to plain HTTP requests on the same port
         self.ready = asyncio.Event()  # set once the index is loaded (or known to be empty), or loading failed
@@ -160,6 +164,7 @@ class QAServer:
     async def stop(self) -> None:
         """Stop serving; a running reload stops at its next safe point, and the index is closed after it."""
         self._stop.set()
+        self._rewatch.set()
         self._cancel.set()
         for t in list(self._tasks):
             t.cancel()
@@ -244,10 +249,11 @@ class QAServer:
         async with self._reload_lock:
             index = self.index
             try:
-                if self.folders or not self.reloads:
-                    update = functools.partial(index.update, self.folders or None, cancel=self._cancel)
-                    summary = await self._in_thread(update)
-                    self.folders = summary.folders
+                summary = await self._in_thread(functools.partial(self._update, index, first=not self.reloads))
+                if summary is not None:
+                    if summary.folders != self.folders:
+                        self.folders = summary.folders
+                        self._rewatch.set()
                     if summary.added or summary.modified or summary.deleted:
                         log.info(
                             "reload (%s): %d added, %d modified, %d deleted; %d chunks embedded",
@@ -272,6 +278,15 @@ class QAServer:
             self.state = "ready" if self.chunks else "empty"
             self.reloads += 1
 
+    def _update(self, index: Index, first: bool) -> IndexSummary | None:
+        """The first run adds the folders the server was given (or, with none, updates the index's own);
+        later runs update the index's folders as they are now, so that a folder another process removed
+        is not added back. None: the index has no folders to update."""
+        folders = self.folders if first else index.folders
+        if not folders and not first:
+            return None
+        return index.update(folders or None, cancel=self._cancel)
+
     async def _periodic(self) -> None:
         while True:
             await asyncio.sleep(self.config["server.reload_interval"])
@@ -282,16 +297,23 @@ class QAServer:
 
         from mdrag.parsers import supported_extensions
 
-        roots = [f for f in self.folders if Path(f).is_dir()]
-        if not roots:
-            return
         exts = tuple(supported_extensions())
+        while not self._stop.is_set():
+            self._rewatch.clear()
+            roots = [f for f in self.folders if Path(f).is_dir()]
 
-        def relevant(change: Any, path: str) -> bool:
-            return path.lower().endswith(exts) and "/." not in path
+            def relevant(change: Any, path: str, roots: list[str] = roots) -> bool:
+                if not path.lower().endswith(exts):
+                    return False
+                # hidden files and folders are not indexed: below the folder, not in the folder's own path
+                root = max((r for r in roots if path.startswith(r.rstrip(os.sep) + os.sep)), key=len, default="")
+                return f"{os.sep}." not in path[len(root.rstrip(os.sep)) :]
 
-        async for _changes in awatch(*roots, watch_filter=relevant, debounce=500, stop_event=self._stop):
-            await self._reload("files changed")
+            if not roots:
+                await self._rewatch.wait()
+                continue
+            async for _changes in awatch(*roots, watch_filter=relevant, debounce=500, stop_event=self._rewatch):
+                await self._reload("files changed")
 
     async def _watch_config(self) -> None:
         from watchfiles import awatch

@@ -744,3 +744,44 @@ def test_an_unexpected_error_at_load_stops_the_server_instead_of_loading_for_eve
     assert "code" in done, "mdrag serve is still loading after an unexpected error"
     err = capsys.readouterr().err
     assert done["code"] == 1 and "could not load the index" in err and "RuntimeError: a bug in the indexer" in err
+
+
+def test_the_server_follows_folders_that_another_process_adds_or_removes(tmp_path: Path) -> None:
+    """`mdrag remove B` and `mdrag index C` from another process while the server runs: the server's next
+    reload neither adds B back nor forgets C, and its file watcher follows C. The served folders sit
+    under a hidden folder (~/.notes), which hides nothing below them."""
+    a, b, c = (tmp_path / ".notes" / name for name in ("a", "b", "c"))
+    for folder, word in ((a, "alpha"), (b, "bravo"), (c, "charlie")):
+        folder.mkdir(parents=True)
+        (folder / f"{word}.md").write_text(f"# {word.title()}\n\nThe {word} page.\n")
+
+    async def found(server: QAServer, word: str) -> set[str]:
+        assert server.index is not None
+        results = await asyncio.to_thread(server.index.search, word, 5, threshold=0)
+        return {r.rel_path for r in results if word in r.text}
+
+    async def eventually(server: QAServer, word: str, rel_path: str) -> bool:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if rel_path in await found(server, word):
+                return True
+            await asyncio.sleep(0.3)
+        return False
+
+    async def scenario() -> None:
+        config = _config(**{"search.threshold": 0})  # the periodic rescan is minutes away: the watcher reloads
+        async with serving(config, [a, b]) as server:
+            other = Index(config, embedder=HashEmbedder())  # as `mdrag remove` / `mdrag index` would
+            try:
+                await asyncio.to_thread(other.remove, [b])
+                await asyncio.to_thread(other.update, [c])
+            finally:
+                other.close()
+            (a / "saved.md").write_text("# Saved\n\nThe xylophonic page.\n")
+            assert await eventually(server, "xylophonic", "saved.md"), "a save below a hidden folder is seen"
+            assert server.folders == [str(a), str(c)]
+            assert await found(server, "bravo") == set(), "the removed folder stays out"
+            (c / "charlie.md").write_text("# Charlie\n\nThe quintessential page.\n")
+            assert await eventually(server, "quintessential", "charlie.md"), "the added folder is watched"
+
+    asyncio.run(scenario())
