@@ -183,7 +183,8 @@ TOOLS: tuple[types.Tool, ...] = (
         description=(
             "Semantic search over the docsets' content with mdrag's local embedding index: returns the most "
             'relevant sections as JSON {"results": [{docset, text, path, rel_path, heading_path, score}]}, '
-            "best first, score 0-1. Use it for questions in natural language, or when you do not know the "
+            "best first, score 0-1, with line_start and line_end for text files and page for PDFs. Use it for "
+            "questions in natural language, or when you do not know the "
             "words the docs use; use search_docs instead to grep the files yourself. Searches one docset, or "
             "all of them when docset is omitted. The server indexes the docsets in the background; while a "
             'docset\'s first index is being built, the answer says so under "indexing" (files done / '
@@ -843,6 +844,8 @@ def _result_dict(ds: Docset, r: SearchResult) -> dict[str, Any]:
     }
     if r.line_start is not None:
         d["line_start"], d["line_end"] = r.line_start, r.line_end
+    if r.page is not None:  # PDFs: the page the text is on
+        d["page"] = r.page
     return d
 
 

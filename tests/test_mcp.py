@@ -648,3 +648,30 @@ async def test_an_embedding_api_that_does_not_answer_does_not_hold_the_server(
     assert [d["id"] for d in answered["list"]["docsets"]] == ["react", "hugo"]
     assert "Search for 'hooks'" in answered["hint"]
     assert answered["search"]["results"] == [] and answered["search"]["indexing"]["react"]["state"] == "scanning"
+
+
+@pytest.mark.anyio
+async def test_search_results_from_a_pdf_name_their_page(
+    tmp_path: Path, mdrag_home: Path, shared_data: Path, hash_embedder: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An assistant cites a PDF by its page, as `mdrag search` does; text files keep their lines."""
+    from mcp import Client
+
+    monkeypatch.setattr("mdrag.index.make_embedder", lambda config: hash_embedder)
+    (mdrag_home / "config.yaml").write_text("search:\n  threshold: 0.0\n")
+    kb, local = react_docs(tmp_path)
+    pdf = shared_data / "pdf_pypdf_resources" / "resources" / "Seige_of_Vicksburg_Sample_OCR.pdf"
+    shutil.copy(pdf, local / pdf.name)
+    tools = KnowledgeTools(kb, search_wait=60)
+    with anyio.fail_after(120):
+        async with Client(tools.server()) as client:
+            found = json.loads(ok(await client.call_tool("search", {"query": "Vicksburg", "docset": "react", "k": 10})))
+    pages = [r for r in found["results"] if r["rel_path"] == pdf.name]
+    texts = [r for r in found["results"] if r["rel_path"].endswith(".md")]
+    assert pages and all(isinstance(r["page"], int) and r["page"] >= 1 for r in pages)
+    assert "line_start" not in pages[0]
+    assert texts and all("page" not in r and r["line_start"] >= 1 for r in texts)
+    from pypdf import PdfReader
+
+    words = set(PdfReader(pdf).pages[pages[0]["page"] - 1].extract_text().split())
+    assert set(pages[0]["text"].split()[-5:]) <= words, "the text is on the page named"
