@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import functools
 import hmac
 import logging
@@ -138,16 +139,24 @@ class QAServer:
                 f"binding to {host} exposes your documents to the network: set a token with "
                 "--token (setting server.token), or bind to 127.0.0.1"
             )
+        try:
+            self._server = await serve(
+                self._handle,
+                host,
+                port,
+                process_request=self._check_request,
+                max_size=MESSAGE_CEILING_BYTES,
+                ping_interval=20,
+                server_header=None,
+            )
+        except OSError as e:  # the port is taken, the address is not this machine's, ...
+            hint = (
+                "another program (another `mdrag serve`?) listens there: pick another port with --port"
+                if e.errno == errno.EADDRINUSE
+                else "check server.host (--host) and server.port (--port)"
+            )
+            raise MdragError(f"cannot listen on {host}:{port} ({e.strerror or e}): {hint}") from None
         self._http = httpx2.AsyncClient(follow_redirects=False, limits=httpx2.Limits(max_connections=64))
-        self._server = await serve(
-            self._handle,
-            host,
-            port,
-            process_request=self._check_request,
-            max_size=MESSAGE_CEILING_BYTES,
-            ping_interval=20,
-            server_header=None,
-        )
         sock = self._server.sockets[0].getsockname()
         self.host, self.port = sock[0], sock[1]
         self._spawn(self._load())

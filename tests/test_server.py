@@ -785,3 +785,16 @@ def test_the_server_follows_folders_that_another_process_adds_or_removes(tmp_pat
             assert await eventually(server, "quintessential", "charlie.md"), "the added folder is watched"
 
     asyncio.run(scenario())
+
+
+def test_a_port_in_use_is_one_clear_error(tmp_path: Path) -> None:
+    from mdrag.errors import MdragError
+
+    async def scenario() -> None:
+        async with serving(_config(), [_docs(tmp_path, 1)]) as first:
+            second = QAServer(_config(**{"server.port": first.port}), [])
+            with pytest.raises(MdragError, match=rf"cannot listen on 127.0.0.1:{first.port} .*pick another port"):
+                await second.start()
+            await second.stop()  # nothing was started: stopping is harmless
+
+    asyncio.run(scenario())
