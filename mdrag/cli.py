@@ -185,9 +185,25 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _safe(text: str) -> str:
+    """``text`` without what could drive the terminal: file names and texts from documents are printed."""
+    from mdrag.client import sanitize
+
+    return sanitize(text)
+
+
+class _TerminalSafe(logging.Formatter):
+    """Log lines as :func:`_safe` makes them."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return _safe(super().format(record))
+
+
 def _setup_logging(args: argparse.Namespace) -> None:
     level = logging.ERROR if args.quiet else (logging.WARNING, logging.INFO, logging.DEBUG)[min(args.verbose, 2)]
-    logging.basicConfig(level=level, stream=sys.stderr, format="mdrag: %(levelname)s: %(message)s")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_TerminalSafe("mdrag: %(levelname)s: %(message)s"))
+    logging.basicConfig(level=level, handlers=[handler])
     # pymilvus logs every failed RPC with a traceback; mdrag reports the error itself.
     logging.getLogger("pymilvus").setLevel(logging.CRITICAL if args.verbose < 2 else logging.DEBUG)
     for noisy in ("sentence_transformers", "transformers", "httpx2", "openai", "pypdf"):
@@ -242,10 +258,10 @@ def _cmd_index(args: argparse.Namespace, index: Any) -> int:
             kinds = ", ".join(f"{ext} {count}" for ext, count in s.unsupported.items())
             print(f"not indexed: {n} files with no parser ({kinds}; -v lists them)")
         for path, encoding in s.decoded.items():
-            print(f"decoded {path} as {encoding}")
+            print(_safe(f"decoded {path} as {encoding}"))
         _print_chunks(s)
         for path, reason in s.skipped_files:
-            print(f"skipped {path}: {reason}")
+            print(_safe(f"skipped {path}: {reason}"))
         print(f"folders: {', '.join(s.folders) or '-'}")
         print(f"done in {s.seconds:.2f} s")
     return _missing_given(args.folders, summary.missing_folders)
@@ -257,7 +273,10 @@ def _missing_given(given: list[str] | None, missing: list[str]) -> int:
     if not named:
         return 0
     print(
-        f"mdrag: error: not found, so not indexed: {', '.join(named)}. Check the path; the index is unchanged for it.",
+        _safe(
+            f"mdrag: error: not found, so not indexed: {', '.join(named)}. "
+            "Check the path; the index is unchanged for it."
+        ),
         file=sys.stderr,
     )
     return 1
@@ -339,12 +358,17 @@ def _cmd_search(args: argparse.Namespace, config: Any, index: Any | None) -> int
         print(json.dumps(results, indent=2, ensure_ascii=False))
         return 0
     if not results:
-        print("no results above the threshold (try --threshold 0, or other words)")
+        print(
+            "no results: no chunk of the files the filters let through is above the threshold "
+            "(try other words, or --threshold 0; check --path and --tag)"
+            if _filters(args)
+            else "no results above the threshold (try --threshold 0, or other words)"
+        )
     for i, r in enumerate(results, 1):
         where = r["rel_path"] + (f" p.{r['page']}" if r["page"] else "")
         where += f":{r['line_start']}" if r["line_start"] else ""
-        print(f"{i:2}. {r['score']:.3f}  {where}" + (f"  [{r['heading']}]" if r["heading"] else ""))
-        snippet = " ".join(r["text"].split())
+        print(_safe(f"{i:2}. {r['score']:.3f}  {where}" + (f"  [{r['heading']}]" if r["heading"] else "")))
+        snippet = " ".join(_safe(r["text"]).split())
         print(f"    {snippet[:200]}{'…' if len(snippet) > 200 else ''}")
     return 0
 
@@ -760,10 +784,10 @@ def _main(argv: Sequence[str] | None) -> int:
             commands = {"index": _cmd_index, "remove": _cmd_remove, "eval": _cmd_eval}
             return commands[args.command](args, index)
     except ConfigError as e:
-        print(f"mdrag: configuration error: {e}", file=sys.stderr)
+        print(_safe(f"mdrag: configuration error: {e}"), file=sys.stderr)
         return 2
     except MdragError as e:
-        print(f"mdrag: error: {e}", file=sys.stderr)
+        print(_safe(f"mdrag: error: {e}"), file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("mdrag: interrupted (the next `mdrag index` repairs the index)", file=sys.stderr)

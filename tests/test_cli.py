@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import subprocess
@@ -178,3 +179,36 @@ def test_config_shows_each_value_and_where_it_came_from(
     assert code == 2 and "chunk.size must be an integer" in err
     code, out, _ = _run(capsys, "config", "--markdown")  # needs no valid config: it is the schema
     assert code == 0 and "| `chunk.size` | `1000` |" in out
+
+
+def test_search_and_log_lines_cannot_drive_the_terminal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Texts and file names come from documents: escape sequences in them are not printed (`mdrag ask`
+    already cleaned them; `search`, `index` and the log did not)."""
+    from tests.conftest import HashEmbedder
+
+    monkeypatch.setattr("mdrag.index.Index.__init__.__defaults__", (None, HashEmbedder()))
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    page = "<h1>Esc &#27;[31mred</h1><p>escnameqq &#27;[2J cleared &#27;]0;PWNED&#7; title end</p>"
+    (docs / "esc.html").write_text(f"<html><body>{page}</body></html>")  # a text file with ESC is binary
+    (docs / "a\x1b[2Jb.md").write_bytes(b"\x00\x01binary")  # skipped, and its name printed
+    (docs / "x.txt\x1b[2J").mkdir()
+    assert main(["index", str(docs)]) == 0
+    out, err = capsys.readouterr()
+    assert "skipped " in out and "ab.md: binary content" in out
+    assert main(["search", "escnameqq", "--threshold", "0"]) == 0
+    found, _ = capsys.readouterr()
+    assert "escnameqq cleared title end" in found and "esc.html  [Esc red]" in found
+    printed = out + err + found
+    assert not any(c in printed for c in "\x1b\x07\x9b"), ascii(printed)
+    assert main(["index", str(tmp_path / "no\x1b[2Jsuch")]) == 1
+    _, err = capsys.readouterr()
+    assert "not found, so not indexed: " in err and "no[2Jsuch" not in err and "nosuch" in err
+    from mdrag.cli import _TerminalSafe
+
+    record = logging.LogRecord(
+        "mdrag.scan", logging.WARNING, __file__, 1, "folder %s: skipped", ("a\x1b]0;X\x07b",), None
+    )
+    assert _TerminalSafe("%(message)s").format(record) == "folder ab: skipped", "log lines are cleaned too"
