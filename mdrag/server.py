@@ -328,9 +328,15 @@ class QAServer:
         from watchfiles import awatch
 
         home = self.config.home
-        if not home.is_dir():
-            return
         names = {"config.yaml", "config.yml", "config.toml"}
+        if not home.is_dir():  # a first start: loading the index makes it, and a config file may come later
+            while not home.is_dir():
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(self._stop.wait(), 0.5)
+                if self._stop.is_set():
+                    return
+            if any((home / name).is_file() for name in names):  # written before the watch below began
+                self.reload_config()
         async for _changes in awatch(
             home, watch_filter=lambda c, p: Path(p).name in names, debounce=300, stop_event=self._stop, recursive=False
         ):

@@ -798,3 +798,21 @@ def test_a_port_in_use_is_one_clear_error(tmp_path: Path) -> None:
             await second.stop()  # nothing was started: stopping is harmless
 
     asyncio.run(scenario())
+
+
+def test_a_config_file_written_after_a_first_start_applies(tmp_path: Path, mdrag_home: Path) -> None:
+    """On a first start MDRAG_HOME does not exist yet (the server makes it): a config file written there
+    afterwards (a token, a threshold) still applies, as it would after a restart."""
+    shutil.rmtree(mdrag_home)
+
+    async def scenario() -> None:
+        async with serving(_config(), [_docs(tmp_path, 1)]) as server:
+            assert mdrag_home.is_dir(), "loading the index made it"
+            await asyncio.sleep(1)  # the watcher has seen the folder appear
+            (mdrag_home / "config.yaml").write_text("search:\n  threshold: 0.9\n")
+            deadline = time.monotonic() + 20
+            while server.config["search.threshold"] != 0.9 and time.monotonic() < deadline:
+                await asyncio.sleep(0.1)
+            assert server.config["search.threshold"] == 0.9
+
+    asyncio.run(scenario())
