@@ -302,7 +302,7 @@ class QAServer:
             await self._reload("periodic rescan")
 
     async def _watch_files(self) -> None:
-        from watchfiles import awatch
+        from watchfiles import Change, awatch
 
         from mdrag.parsers import supported_extensions
 
@@ -311,12 +311,13 @@ class QAServer:
             self._rewatch.clear()
             roots = [f for f in self.folders if Path(f).is_dir()]
 
-            def relevant(change: Any, path: str, roots: list[str] = roots) -> bool:
-                if not path.lower().endswith(exts):
-                    return False
+            def relevant(change: Change, path: str, roots: list[str] = roots) -> bool:
                 # hidden files and folders are not indexed: below the folder, not in the folder's own path
                 root = max((r for r in roots if path.startswith(r.rstrip(os.sep) + os.sep)), key=len, default="")
-                return f"{os.sep}." not in path[len(root.rstrip(os.sep)) :]
+                if f"{os.sep}." in path[len(root.rstrip(os.sep)) :]:
+                    return False
+                # a document; or a folder renamed, moved in or out (what is gone cannot be told from a file)
+                return path.lower().endswith(exts) or change == Change.deleted or Path(path).is_dir()
 
             if not roots:
                 await self._rewatch.wait()

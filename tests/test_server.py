@@ -816,3 +816,39 @@ def test_a_config_file_written_after_a_first_start_applies(tmp_path: Path, mdrag
             assert server.config["search.threshold"] == 0.9
 
     asyncio.run(scenario())
+
+
+def test_a_folder_renamed_or_moved_in_is_seen_by_the_watcher(tmp_path: Path) -> None:
+    """Renaming a subfolder, or moving one in, changes no document's name the watcher saw: the folder's
+    own event must start the reload (the periodic rescan is minutes away)."""
+    root = _docs(tmp_path, 1)
+    (root / "dA").mkdir()
+    (root / "dA" / "f.md").write_text("# F\n\nThe wanderlust page.\n")
+    outside = tmp_path / "outside" / "dC"
+    outside.mkdir(parents=True)
+    (outside / "g.md").write_text("# G\n\nThe homecoming page.\n")
+
+    async def paths(server: QAServer, word: str) -> set[str]:
+        assert server.index is not None
+        return {
+            r.rel_path for r in await asyncio.to_thread(server.index.search, word, 5, threshold=0) if word in r.text
+        }
+
+    async def until(server: QAServer, word: str, want: set[str]) -> set[str]:
+        deadline, got = time.monotonic() + 30, set()
+        while time.monotonic() < deadline:
+            got = await paths(server, word)
+            if got == want:
+                break
+            await asyncio.sleep(0.3)
+        return got
+
+    async def scenario() -> None:
+        async with serving(_config(), [root]) as server:
+            assert await paths(server, "wanderlust") == {"dA/f.md"}
+            (root / "dA").rename(root / "dB")
+            assert await until(server, "wanderlust", {"dB/f.md"}) == {"dB/f.md"}, "the old path is gone too"
+            outside.rename(root / "dC")
+            assert await until(server, "homecoming", {"dC/g.md"}) == {"dC/g.md"}
+
+    asyncio.run(scenario())
