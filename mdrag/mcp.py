@@ -618,6 +618,12 @@ class KnowledgeTools:
             out["note"] = _indexing_note(indexing)
             out["indexing"] = indexing
         out["results"] = [_result_dict(ds, r) for ds, r in hits[:k]]
+        if not hits and not indexing and targets:
+            threshold = targets[0][1].index.config["search.threshold"]
+            out["note"] = (
+                f"no section scored above the relevance threshold (search.threshold {threshold:g}): the docs may "
+                "not cover this. Try other words, or search_docs to search the files yourself."
+            )
         out["indexed"] = indexed
         if skipped:
             out["skipped"] = skipped

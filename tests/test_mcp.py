@@ -675,3 +675,23 @@ async def test_search_results_from_a_pdf_name_their_page(
 
     words = set(PdfReader(pdf).pages[pages[0]["page"] - 1].extract_text().split())
     assert set(pages[0]["text"].split()[-5:]) <= words, "the text is on the page named"
+
+
+@pytest.mark.anyio
+async def test_no_result_above_the_threshold_says_so(
+    tmp_path: Path, mdrag_home: Path, hash_embedder: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An empty list alone reads as "the docs say nothing": the answer says that nothing passed the
+    threshold and what to try; a search with results has no note."""
+    from mcp import Client
+
+    monkeypatch.setattr("mdrag.index.make_embedder", lambda config: hash_embedder)
+    kb, _ = react_docs(tmp_path)
+    tools = KnowledgeTools(kb, search_wait=60)
+    with anyio.fail_after(120):
+        async with Client(tools.server()) as client:
+            empty = json.loads(ok(await client.call_tool("search", {"query": "zebra xylophone", "docset": "react"})))
+            found = json.loads(ok(await client.call_tool("search", {"query": "useEffect runs", "docset": "react"})))
+    assert empty["results"] == [] and "indexing" not in empty
+    assert "search.threshold 0.35" in empty["note"] and "search_docs" in empty["note"]
+    assert found["results"] and "note" not in found
