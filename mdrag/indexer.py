@@ -25,6 +25,7 @@ being parsed is left to its thread, which writes nothing.
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import queue
 import threading
@@ -36,6 +37,7 @@ from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
 
+from mdrag import __version__
 from mdrag.chunking import ChunkSettings, Truncated, chunk_document
 from mdrag.embedding.base import Embedder
 from mdrag.errors import (
@@ -46,7 +48,7 @@ from mdrag.errors import (
     ParserCrashError,
     UnsupportedFormatError,
 )
-from mdrag.manifest import FileState, Manifest
+from mdrag.manifest import FileState, Manifest, SkippedFile
 from mdrag.parsers import parse_file
 from mdrag.parsers.worker import ParseWorker
 from mdrag.plan import Plan, mismatched, nothing_to_do, plan_update, to_hash
@@ -179,6 +181,9 @@ def update_index(
         _refuse_rebuild_with_folders_missing(old, found, summary.rebuild)
     if rebuild:
         old = None
+    key = _skip_key(parse_limits)
+    skips = old.skipped if old is not None and summary.rebuild is None else {}
+    _recall_skips(found, skips, key)
     # The store as the last clean run left it: no need to count its rows.
     as_left = old is not None and old.verified and not old.dirty and store.unchanged_since_last_run()
     if open_store is not None and old is not None and as_left and summary.rebuild is None:
@@ -203,6 +208,8 @@ def update_index(
         m.files = old.files
         m.dirty = old.dirty or not old.verified
         m.retired_roots = old.retired_roots
+        # kept while the file is there as it was, or its folder was not listed in this run
+        m.skipped = {p: f for p, f in skips.items() if p in found.skipped or f.root not in roots}
     # The folders this manifest accounts for: other indexers may write other
     # folders into the same collection, and their chunks are not ours to repair.
     m.roots = _resolve([*(old.roots if old is not None else []), *(r for r in roots if r not in found.missing)])
@@ -221,6 +228,7 @@ def update_index(
         if set(m.roots) - set(roots):
             roots = m.roots
             found = scan(roots, selection)
+            _recall_skips(found, m.skipped, key)
     _report_scan(summary, found, old)
 
     # A store that starts empty holds no vectors to reuse but the ones this run writes (texts that
@@ -238,6 +246,25 @@ def update_index(
     summary.seconds = round(time.perf_counter() - t0, 3)
     summary.embed_seconds = round(summary.embed_seconds, 3)
     return summary
+
+
+def _skip_key(parse_limits: tuple[float, float | None] | None) -> str:
+    """What a parse failure depends on besides the file: mdrag's release and the parse limits."""
+    return json.dumps([__version__, list(parse_limits) if parse_limits else None])
+
+
+_SKIPPED_BEFORE = " (as at an earlier run, the file unchanged since: tried again when it changes, or with --rebuild)"
+
+
+def _recall_skips(found: ScanResult, skips: dict[str, SkippedFile], key: str) -> None:
+    """Move the files a parse failed on, unchanged since (same mtime, size and ``key``), from
+    ``found.files`` to ``found.skipped``: they are reported as skipped without being parsed again (a
+    file that made the parser time out would cost its full time limit at every run and every save)."""
+    for path, s in skips.items():
+        now = found.files.get(path)
+        if now is not None and (now[0], now[2], now[3], s.key) == (s.root, s.mtime_ns, s.size, key):
+            del found.files[path]
+            found.skipped[path] = (s.root, s.reason + _SKIPPED_BEFORE)
 
 
 @dataclass
@@ -282,6 +309,7 @@ def _apply(
         run.summary,
     )
     todo, removed = plan.todo, plan.delete
+    key = _skip_key(run.parse_limits)
     summary.unchanged = len(plan.unchanged) + len(plan.touched)
     summary.kept = len(plan.kept)
     summary.touched = len(plan.touched)
@@ -325,7 +353,7 @@ def _apply(
 
     # Files are parsed and chunked in a thread while the last batch is embedded.
     try:
-        for (path, _), (state, chunks, err, encoding, crashed, doc_warnings) in bar.files(
+        for (path, preset), (state, chunks, err, encoding, crashed, doc_warnings) in bar.files(
             _ahead(todo, parse, cancel=run.cancel)
         ):
             is_new = path not in m.files
@@ -335,11 +363,15 @@ def _apply(
                 summary.skipped += 1
                 summary.parser_errors += crashed
                 summary.skipped_files.append((path, err or "unknown error"))
-                log.warning("skipped %s: %s", path, err)
+                (log.info if path in m.skipped else log.warning)("skipped %s: %s", path, err)
+                if preset is None:  # its parse failed (not the scan, not a read): remembered until it changes
+                    root, _, mtime_ns, size = found.files[path]
+                    m.skipped[path] = SkippedFile(root, mtime_ns, size, err or "unknown error", key)
                 bar.done(1)
                 if not is_new:  # its old content is stale: remove it, retry next run
                     retired.extend(m.files.pop(path).chunks)
                 continue
+            m.skipped.pop(path, None)
             if encoding and encoding.replace("-", "_").lower() not in ("utf_8", "utf_8_sig", "ascii"):
                 summary.decoded[path] = encoding
                 log.info("%s: decoded as %s", path, encoding)

@@ -24,7 +24,7 @@ from typing import Any
 
 from mdrag.errors import ManifestError
 
-__all__ = ["Diff", "FileState", "Manifest", "diff", "write_atomic"]
+__all__ = ["Diff", "FileState", "Manifest", "SkippedFile", "diff", "write_atomic"]
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +71,17 @@ class FileState:
 
 
 @dataclass
+class SkippedFile:
+    """A file a parse failed on, as it was then: it is not parsed again until it changes, or ``key`` does."""
+
+    root: str  # the indexed folder it was found under
+    mtime_ns: int
+    size: int
+    reason: str  # why it was skipped
+    key: str  # what else would change the outcome (mdrag's version, the parse limits)
+
+
+@dataclass
 class Manifest:
     """Per-index state: settings that must match, and every file's state."""
 
@@ -83,6 +94,7 @@ class Manifest:
     # removal finishes, so a repair after a crash deletes them too.
     retired_roots: list[str] = field(default_factory=list)
     files: dict[str, FileState] = field(default_factory=dict)  # absolute path -> state
+    skipped: dict[str, SkippedFile] = field(default_factory=dict)  # absolute path -> the parse failure
     dirty: bool = False  # a run was writing to the store and did not finish
     last_indexed: float | None = None  # unix time of the last finished run
     version: int = VERSION
@@ -100,6 +112,7 @@ class Manifest:
         """A view for ``json.dumps``: it shares this manifest's lists and dicts (no deep copy)."""
         d = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "verified"}
         d["files"] = {p: vars(s) for p, s in sorted(self.files.items())}
+        d["skipped"] = {p: vars(s) for p, s in sorted(self.skipped.items())}
         return d
 
     @classmethod
@@ -121,6 +134,9 @@ class Manifest:
                 raise ValueError(f"the entry for {p!r} is not a file state")
             state.chunks = list(state.chunks or [])
             files[p] = state
+        raw_skipped = d.get("skipped") or {}  # absent in manifests of earlier releases
+        if not isinstance(raw_skipped, dict) or not all(isinstance(s, dict) for s in raw_skipped.values()):
+            raise ValueError("'skipped' must be an object of skipped files")
         return cls(
             index=str(d["index"]),
             store_uri=str(d["store_uri"]),
@@ -129,6 +145,7 @@ class Manifest:
             roots=[str(r) for r in d.get("roots") or []],
             retired_roots=[str(r) for r in d.get("retired_roots") or []],
             files=files,
+            skipped={p: SkippedFile(**s) for p, s in raw_skipped.items()},
             dirty=bool(d.get("dirty", False)),
             last_indexed=d.get("last_indexed"),
         )

@@ -15,6 +15,7 @@ from mdrag.cli import main
 from mdrag.config import load_config
 from mdrag.errors import ConfigError
 from mdrag.index import Index
+from mdrag.manifest import Manifest
 from tests.conftest import HashEmbedder
 from tests.test_indexer import _consistent
 
@@ -228,6 +229,27 @@ def test_a_file_that_never_finishes_parsing_is_skipped_and_the_run_goes_on(tmp_p
             ("deep.html", "parsing took longer than 0.5 s (setting index.parse_timeout): skipped")
         ]
         assert _paths(idx, "page number") == {"docs"}
+        _consistent(idx)
+
+        # Not parsed again while unchanged: each run would wait out the time limit again (two minutes by
+        # default), and so would the server at each save. It says so, and it is tried again on a change.
+        again = idx.update([root])
+        assert (again.added, again.unchanged, again.skipped) == (0, 2, 1)
+        assert again.skipped_files[0][1].endswith(
+            "(as at an earlier run, the file unchanged since: tried again when it changes, or with --rebuild)"
+        )
+        manifest = Manifest.load(idx.manifest_path)
+        assert manifest is not None and list(manifest.skipped) == [str(root / "deep.html")]
+    with _index(**{"index.parse_timeout": 0.6}) as idx:  # another limit may let it through: tried again
+        retried = idx.update([root])
+        assert retried.skipped_files == [
+            (str(root / "deep.html"), "parsing took longer than 0.6 s (setting index.parse_timeout): skipped")
+        ]
+        (root / "deep.html").write_text("<html><body><p>A shallow page now.</p></body></html>")
+        fixed = idx.update([root])
+        assert (fixed.added, fixed.skipped) == (1, 0) and _paths(idx, "shallow page") >= {"docs"}
+        manifest = Manifest.load(idx.manifest_path)
+        assert manifest is not None and manifest.skipped == {}
         _consistent(idx)
 
 
