@@ -188,6 +188,17 @@ class Settings(BaseModel):
         "texts per model call",
         ge=1,
     )
+    embedding__timeout: Number = setting(
+        60,
+        "seconds to wait for one answer of the embedding API (`openai`); a search's query waits at most 10",
+        gt=0,
+    )
+    embedding__max_retries: Int = setting(
+        5,
+        "further requests to the embedding API after a failed one (429, 5xx, no answer) while indexing; a "
+        "search's query makes at most one",
+        ge=0,
+    )
     embedding__device: str = setting(
         "cpu",
         "torch device for the local model",

@@ -323,6 +323,35 @@ def test_retries_exhausted(server: FakeOpenAI, caplog: pytest.LogCaptureFixture)
     assert_no_key(exc, caplog)
 
 
+def test_a_search_query_retries_once_where_indexing_retries_more(
+    server: FakeOpenAI, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A search waits for its query's vector: one retry at most (and at most QUERY_TIMEOUT_S an answer),
+    where indexing retries embedding.max_retries times; the settings reach the embedder."""
+    from mdrag.config import load_config
+
+    server.always(error_json(503, "overloaded", SOON))
+    e = OpenAIEmbedder.from_config(
+        load_config(
+            {
+                "embedding.provider": "openai",
+                "embedding.base_url": server.url,
+                "embedding.api_key": KEY,
+                "embedding.timeout": 0.5,
+                "embedding.max_retries": 3,
+            }
+        )
+    )
+    assert (e.timeout, e.max_retries) == (0.5, 3)
+    msg = str(raised(lambda: e.embed_query("how do I")))
+    assert len(server.requests) == 2 and "after 2 attempts" in msg and "a search waits at most 0.5 s" in msg
+    assert str(raised(lambda: e.embed(["a"]))).count("raise embedding.max_retries or embedding.timeout") == 1
+    assert len(server.requests) == 2 + 4, "indexing: 1 + embedding.max_retries requests"
+    retries = [r.getMessage().rsplit("; ", 1)[-1] for r in caplog.records if "; retry " in r.getMessage()]
+    assert retries == ["retry 1 of 1", "retry 1 of 3", "retry 2 of 3", "retry 3 of 3"]
+    assert_no_key(None, caplog)
+
+
 def test_zero_retries_means_one_request(server: FakeOpenAI) -> None:
     server.always(error_json(429, "rate limited", SOON))
     raised(lambda: embedder(server, max_retries=0).embed(["a"]))

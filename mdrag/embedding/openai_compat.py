@@ -18,6 +18,7 @@ import logging
 import threading
 import urllib.parse
 from collections.abc import Sequence
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 import httpx2
@@ -39,6 +40,8 @@ logger = logging.getLogger(__name__)
 DIMENSION_PROBE = "dimension probe"  # text embedded to learn the dimension
 RETRIED_4XX = frozenset({408, 409, 429})  # the openai client retries these and every 5xx
 MAX_ERROR_BODY = 64 * 1024  # bytes of an error response we quote from
+QUERY_TIMEOUT_S = 10.0  # a search's query waits at most this long for one answer
+QUERY_RETRIES = 1  # and makes at most this many further requests: a search fails in about 20 s, not minutes
 
 
 class OpenAIEmbedder(Embedder):
@@ -80,6 +83,8 @@ class OpenAIEmbedder(Embedder):
             api_key=config["embedding.api_key"] or config["api.api_key"],
             model=config["embedding.model"] or "text-embedding-3-small",
             batch_size=max(config["embedding.batch_size"], 1),
+            timeout=float(config["embedding.timeout"]),
+            max_retries=int(config["embedding.max_retries"]),
         )
 
     def __init__(
@@ -151,6 +156,25 @@ class OpenAIEmbedder(Embedder):
         assert self._dimension is not None  # set by embed_batch or it raised
         return self._dimension
 
+    def embed_query(self, text: str) -> np.ndarray:
+        """Embed one query; returns a (dimension,) vector.
+
+        A search waits for it: at most QUERY_TIMEOUT_S per answer (or embedding.timeout, when shorter) and
+        QUERY_RETRIES further requests (or embedding.max_retries), where indexing may wait minutes.
+        """
+        self._attempt.query = True
+        try:
+            return self.embed([text])[0]
+        finally:
+            self._attempt.query = False
+
+    @cached_property
+    def _query_client(self) -> openai.OpenAI:
+        """The client of :meth:`embed_query`: the same connection pool, a search's time budget."""
+        return self._client.with_options(
+            timeout=min(self.timeout, QUERY_TIMEOUT_S), max_retries=min(self.max_retries, QUERY_RETRIES)
+        )
+
     def embed_batch(self, texts: Sequence[str]) -> np.ndarray:
         """Embed ``texts`` in one request; returns an (n, dimension) float32 array.
 
@@ -178,10 +202,13 @@ class OpenAIEmbedder(Embedder):
 
     def _post(self, texts: list[str]) -> bytes:
         """POST the texts (the openai client retries); returns the body of a 2xx answer."""
+        query = getattr(self._attempt, "query", False)
+        client = self._query_client if query else self._client
         self._attempt.count = 0
         self._attempt.failure = ""
+        self._attempt.retries = client.max_retries
         try:
-            raw = self._client.embeddings.with_raw_response.create(
+            raw = client.embeddings.with_raw_response.create(
                 model=self.model,
                 input=texts,
                 encoding_format="float",
@@ -201,11 +228,15 @@ class OpenAIEmbedder(Embedder):
         except openai.APIConnectionError as exc:  # timeouts included
             last = _describe_connection_error(exc)
         attempts = max(self._attempt.count, 1)
+        more = (
+            f"; a search waits at most {client.timeout:g} s per attempt"
+            if query
+            else ", or raise embedding.max_retries or embedding.timeout if it is overloaded"
+        )
         raise EmbeddingError(
             f"embedding endpoint {self.url} still failing after {attempts} attempt"
             f"{'s' if attempts != 1 else ''} (last error: {last}): check that the "
-            f"server is running and embedding.base_url is right, or raise "
-            f"embedding.max_retries if it is overloaded"
+            f"server is running and embedding.base_url is right{more}"
         )
 
     def _on_request(self, request: httpx2.Request) -> None:
@@ -218,7 +249,7 @@ class OpenAIEmbedder(Embedder):
                 self.url,
                 self._attempt.failure or "no answer: the connection failed or timed out",
                 retry,
-                self.max_retries,
+                self._attempt.retries,
             )
         self._attempt.failure = ""
 
