@@ -28,6 +28,7 @@ __all__ = [
     "DocsetError",
     "EmbeddingError",
     "IndexingCancelledError",
+    "KnowledgeConfigError",
     "MdragError",
     "ModelMismatchError",
     "LLMError",
@@ -109,3 +110,7 @@ class LLMError(MdragError):
 
 class DocsetError(MdragError):
     """A docset problem: no .knowledge/config.yaml, an unknown docset, a failed git source."""
+
+
+class KnowledgeConfigError(DocsetError, ConfigError):
+    """The project's .knowledge/config.yaml is missing, unreadable or invalid (a configuration error)."""

@@ -376,7 +376,7 @@ def test_the_knowledge_command_passes_the_users_allowed_paths(
     project = tmp_path / "project"
     write_config(project, HOSTILE_OPT_OUT["docset"].format(outside=outside))
     monkeypatch.chdir(project)
-    assert cli.main(["knowledge", "status"]) == 1
+    assert cli.main(["knowledge", "status"]) == 2  # a configuration error
     assert "knowledge.allowed_paths" in capsys.readouterr().err
     (mdrag_home / "config.yaml").write_text(f"knowledge:\n  allowed_paths: [{json.dumps(str(outside))}]\n")
     assert cli.main(["knowledge", "status"]) == 0, capsys.readouterr().err

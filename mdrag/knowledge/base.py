@@ -117,7 +117,7 @@ class KnowledgeBase:
         if not DOCSET_NAME.match(name.strip()):
             raise DocsetError(
                 f"invalid docset name {shown!r}: use 1-64 letters, digits, '.', '_' or '-', "
-                "starting with a letter or digit; call list_docsets to see the configured docsets"
+                f"starting with a letter or digit; {_available(cfg)}"
             )
         raise DocsetError(f"unknown docset {shown!r}; {_available(cfg)}")
 

@@ -20,7 +20,7 @@ import yaml
 from pydantic import BaseModel, Field
 
 from mdrag.config import home_dir
-from mdrag.errors import DocsetError
+from mdrag.errors import DocsetError, KnowledgeConfigError
 from mdrag.knowledge.git import validate_git_url
 from mdrag.knowledge.model import DOCSET_NAME, Docset, KnowledgeConfig, WebSource
 
@@ -111,7 +111,7 @@ def find_config(start: Path | None = None) -> Path:
             log.warning("using %s; %s is ignored: merge it into %s and delete it", found[0], found[1], found[0].name)
         if found:
             return found[0]
-    raise DocsetError(
+    raise KnowledgeConfigError(
         f"no .knowledge/config.yaml found in {here} or any parent folder; "
         "create .knowledge/config.yaml in your project with a `docsets:` section (see README)"
     )
@@ -130,7 +130,7 @@ def load_config(path: Path, allowed_outside: Iterable[str | Path] = ()) -> Knowl
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
         reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
-        raise DocsetError(
+        raise KnowledgeConfigError(
             f"cannot read {path}: {reason} (file access error); check that the file exists, is readable and is UTF-8"
         ) from e
     try:
@@ -139,16 +139,16 @@ def load_config(path: Path, allowed_outside: Iterable[str | Path] = ()) -> Knowl
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
         problem = getattr(e, "problem", None) or str(e)
-        raise DocsetError(
+        raise KnowledgeConfigError(
             f"{path}: invalid YAML{where}: {problem}; fix the syntax (indentation, colons, quotes)"
         ) from e
     if data is None:
         data = {}
     if not isinstance(data, Mapping):
-        raise DocsetError(f"{path}: the top level must be a mapping with a `docsets:` section")
+        raise KnowledgeConfigError(f"{path}: the top level must be a mapping with a `docsets:` section")
     _warn_unknown(data, KnowledgeFile, path)
     if "docsets" not in data:
-        raise DocsetError(
+        raise KnowledgeConfigError(
             f"{path}: the required `docsets` section is missing; add one, e.g.\n"
             'docsets:\n  - id: react\n    version: "18.2"\n(an empty list `docsets: []` is allowed)'
         )
@@ -164,10 +164,10 @@ def load_config(path: Path, allowed_outside: Iterable[str | Path] = ()) -> Knowl
     elif isinstance(raw, list):
         for i, item in enumerate(raw):
             if not isinstance(item, Mapping):
-                raise DocsetError(f"{path}: docsets[{i}] must be a mapping with an `id`")
+                raise KnowledgeConfigError(f"{path}: docsets[{i}] must be a mapping with an `id`")
             entries.append((item.get("id", item.get("name")), item, f"{path}: docsets[{i}]"))
     elif raw is not None:
-        raise DocsetError(f"{path}: `docsets` must be a list of docsets or a mapping of id -> settings")
+        raise KnowledgeConfigError(f"{path}: `docsets` must be a list of docsets or a mapping of id -> settings")
 
     docsets: list[Docset] = []
     owner: dict[str, str] = {}  # lower-cased id or alias -> docset id
@@ -175,7 +175,7 @@ def load_config(path: Path, allowed_outside: Iterable[str | Path] = ()) -> Knowl
         d = _parse_docset(ident, spec, where, root, docs_root, allow_local)
         real = _outside_project(d, root)
         if real is not None and not _allowed(real, allowed):
-            raise DocsetError(
+            raise KnowledgeConfigError(
                 f"{where} ({d.id}): its folder {d.local_path} is outside the project folder {root.parent} "
                 f"(it resolves to {real}); move the documentation into the project, or, if you trust it, "
                 f"{_how_to_allow(real)}"
@@ -191,7 +191,7 @@ def load_config(path: Path, allowed_outside: Iterable[str | Path] = ()) -> Knowl
             )
         for key in dict.fromkeys(k.lower() for k in (d.id, *d.aliases)):  # an alias may repeat its own id
             if key in owner:
-                raise DocsetError(
+                raise KnowledgeConfigError(
                     f"{path}: {key!r} names more than one docset ({owner[key]} and {d.id}); "
                     "ids and aliases must be unique (case-insensitively)"
                 )
@@ -235,11 +235,11 @@ def _docs_root(root: Path, value: str | None) -> Path:
 
 def _parse_docset(ident: Any, spec: Any, where: str, root: Path, docs_root: Path, allow_local: bool) -> Docset:
     if not isinstance(spec, Mapping):
-        raise DocsetError(f"{where}: settings must be a mapping (version, aliases, local_path, ...)")
+        raise KnowledgeConfigError(f"{where}: settings must be a mapping (version, aliases, local_path, ...)")
     if isinstance(ident, int) and not isinstance(ident, bool):
         ident = str(ident)
     if not isinstance(ident, str) or not DOCSET_NAME.match(ident):
-        raise DocsetError(
+        raise KnowledgeConfigError(
             f"{where}: docset id {ident!r} is missing or invalid; use 1-64 letters, digits, '.', '_' or '-', "
             "starting with a letter or digit"
         )
@@ -248,18 +248,20 @@ def _parse_docset(ident: Any, spec: Any, where: str, root: Path, docs_root: Path
     name = _opt_str(spec, "name", where) or ident
     version = spec.get("version")
     if isinstance(version, bool) or not isinstance(version, (str, int, float, type(None))):
-        raise DocsetError(f'{where}: version must be a string such as "18.2", got {version!r}')
+        raise KnowledgeConfigError(f'{where}: version must be a string such as "18.2", got {version!r}')
     version = str(version).strip() if version is not None and str(version).strip() else None
     if version is not None and not _VERSION.match(version):
-        raise DocsetError(f"{where}: version {version!r} may hold only letters, digits, '.', '_', '+' and '-'")
+        raise KnowledgeConfigError(f"{where}: version {version!r} may hold only letters, digits, '.', '_', '+' and '-'")
     aliases = spec.get("aliases") or ()
     if isinstance(aliases, str):
         aliases = (aliases,)
     if not isinstance(aliases, (list, tuple)) or not all(isinstance(a, str) and DOCSET_NAME.match(a) for a in aliases):
-        raise DocsetError(f"{where}: aliases must be a list of names made of letters, digits, '.', '_' and '-'")
+        raise KnowledgeConfigError(
+            f"{where}: aliases must be a list of names made of letters, digits, '.', '_' and '-'"
+        )
     raw_sources = spec.get("web_sources") or []
     if not isinstance(raw_sources, list):
-        raise DocsetError(f"{where}: web_sources must be a list of sources such as `- type: git_repo`")
+        raise KnowledgeConfigError(f"{where}: web_sources must be a list of sources such as `- type: git_repo`")
     sources = tuple(_parse_source(s, f"{where}: web_sources[{i}]", allow_local) for i, s in enumerate(raw_sources))
     local = _opt_str(spec, "local_path", where)
     if local:
@@ -288,7 +290,7 @@ def confine(d: Docset, cfg: KnowledgeConfig) -> None:
     """Check again, before a docset's folder is read or written, that no link has led it out of the project since."""
     real = _outside_project(d, cfg.root)
     if real is not None and not _allowed(real, cfg.allowed_outside):
-        raise DocsetError(
+        raise KnowledgeConfigError(
             f"docset {d.id!r}: its folder {d.local_path} resolves to {real}, outside the project folder "
             f"{cfg.root.parent}; remove the symbolic link that leads there, or, if you trust it, {_how_to_allow(real)}"
         )
@@ -296,30 +298,30 @@ def confine(d: Docset, cfg: KnowledgeConfig) -> None:
 
 def _parse_source(raw: Any, where: str, allow_local: bool) -> WebSource:
     if not isinstance(raw, Mapping):
-        raise DocsetError(f"{where}: a web source must be a mapping such as {{type: git_repo, url: ...}}")
+        raise KnowledgeConfigError(f"{where}: a web source must be a mapping such as {{type: git_repo, url: ...}}")
     _warn_unknown(raw, SourceSpec, where)
     kind = raw.get("type")
     if kind != "git_repo":
-        raise DocsetError(f"{where}: unsupported web source type {kind!r}; supported types: git_repo")
+        raise KnowledgeConfigError(f"{where}: unsupported web source type {kind!r}; supported types: git_repo")
     url = raw.get("url")
     if not isinstance(url, str) or not url:
-        raise DocsetError(f"{where}: `url` is required, e.g. https://github.com/owner/repo.git")
+        raise KnowledgeConfigError(f"{where}: `url` is required, e.g. https://github.com/owner/repo.git")
     options = raw.get("options") or {}
     if not isinstance(options, Mapping):
-        raise DocsetError(f"{where}: options must be a mapping (branch, paths)")
+        raise KnowledgeConfigError(f"{where}: options must be a mapping (branch, paths)")
     _warn_unknown(options, SourceOptions, f"{where}: options")
     branch = raw.get("branch", options.get("branch"))
     if branch is not None and (not isinstance(branch, str) or not _BRANCH.match(branch)):
-        raise DocsetError(f"{where}: branch {branch!r} is not a valid branch name")
+        raise KnowledgeConfigError(f"{where}: branch {branch!r} is not a valid branch name")
     paths = raw.get("paths", options.get("paths")) or ()
     if isinstance(paths, str):
         paths = (paths,)
     if not isinstance(paths, (list, tuple)) or not all(isinstance(p, str) and p.strip() for p in paths):
-        raise DocsetError(f"{where}: paths must be a list of files or folders in the repository, e.g. [docs/]")
+        raise KnowledgeConfigError(f"{where}: paths must be a list of files or folders in the repository, e.g. [docs/]")
     try:
         validate_git_url(url, allow_local, must_exist=False)
     except DocsetError as e:
-        raise DocsetError(f"{where}: {e}") from None
+        raise KnowledgeConfigError(f"{where}: {e}") from None
     return WebSource("git_repo", url, branch, tuple(paths))
 
 
@@ -343,14 +345,14 @@ def keys_table() -> str:
 def _opt_bool(spec: Mapping[Any, Any], key: str, where: str, default: bool) -> bool:
     value = spec.get(key, default)
     if not isinstance(value, bool):
-        raise DocsetError(f"{where}: {key} must be true or false, got {value!r}")
+        raise KnowledgeConfigError(f"{where}: {key} must be true or false, got {value!r}")
     return value
 
 
 def _opt_str(spec: Mapping[Any, Any], key: str, where: str) -> str | None:
     value = spec.get(key)
     if value is not None and not isinstance(value, str):
-        raise DocsetError(f"{where}: {key} must be a string, got {value!r}")
+        raise KnowledgeConfigError(f"{where}: {key} must be a string, got {value!r}")
     return value
 
 
