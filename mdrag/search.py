@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -117,7 +118,8 @@ def search(
     :data:`FILTER_KEYS`. ``vector`` is the query's embedding when the caller has it already.
     """
     k, threshold, collapse = options.k, options.threshold, options.collapse
-    if not query or not query.strip():
+    if not any(not ch.isspace() and unicodedata.category(ch) != "Cf" for ch in query):
+        # blank: whitespace and invisible format characters (a zero-width space, a BOM) only
         raise ConfigError("the search query is empty: give some words to search for")
     if k < 1:
         raise ConfigError(f"k must be at least 1, got {k}")

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
+
 from mdrag.config import load_config
 from mdrag.index import Index
 from mdrag.search import SearchOptions
@@ -40,3 +42,16 @@ def test_an_index_searches_with_the_settings_of_its_current_config(tmp_path: Pat
         assert idx.search_options.k == 4
         assert len(idx.search("Topic words")) == 4
         assert len(idx.search("Topic words", k=1)) == 1  # a call's own value wins
+
+
+@pytest.mark.parametrize("query", ["", "  \n\t", "\u200b", "\ufeff \u200b\u2060"])
+def test_a_blank_query_is_refused_before_any_search(query: str) -> None:
+    """Invisible characters alone (a zero-width space, a BOM) are no words: "Ouch." was found at 0.38."""
+    from typing import Any, cast
+
+    from mdrag.errors import ConfigError
+    from mdrag.search import search
+
+    nothing = cast(Any, None)  # neither the store nor the embedder is reached
+    with pytest.raises(ConfigError, match="the search query is empty"):
+        search(nothing, nothing, query)
