@@ -457,6 +457,26 @@ def _cmd_ask(args: argparse.Namespace, config: Any) -> int:
     return run_ask(args.question, url, sys.stdout, sys.stderr, token=config["server.token"], index=args.index)
 
 
+def _ask_again_if_lost(client: Any, question: str, printer: _Printer, index: str | None) -> list[str]:
+    """``client.ask``, asked once more on a new connection when the last one was lost before any answer
+    came (a server restarted between two questions at the prompt)."""
+    from mdrag.client import ServerUnavailableError
+
+    answered = False
+
+    def chunk(text: str) -> None:
+        nonlocal answered
+        answered = True
+        printer.chunk(text)
+
+    try:
+        return list(client.ask(question, chunk, index=index))
+    except ServerUnavailableError:
+        if answered:
+            raise
+        return list(client.ask(question, printer.chunk, index=index))  # the client connects again
+
+
 def run_ask(
     question: str | None,
     url: str,
@@ -470,7 +490,8 @@ def run_ask(
 
     Returns the exit code: 0 done, 1 error (server unreachable, connection lost,
     an error for a one-shot question), 2 an invalid server address, 130
-    interrupted during a one-shot question.
+    interrupted during a one-shot question. At the prompt, an error is printed
+    and the prompt goes on; a lost connection is opened again.
     """
     from mdrag.client import Client, ServerUnavailableError
 
@@ -512,10 +533,8 @@ def run_ask(
                 if line.lower() in ("quit", "exit"):
                     return 0
                 try:
-                    sources = client.ask(line, printer.chunk, index=index)
-                except ServerUnavailableError:
-                    raise
-                except MdragError as e:
+                    sources = _ask_again_if_lost(client, line, printer, index)
+                except MdragError as e:  # the server gone too: the next question connects again
                     printer.end_line()
                     err.write(f"error: {e}\n")
                     err.flush()

@@ -852,3 +852,41 @@ def test_a_folder_renamed_or_moved_in_is_seen_by_the_watcher(tmp_path: Path) -> 
             assert await until(server, "homecoming", {"dC/g.md"}) == {"dC/g.md"}
 
     asyncio.run(scenario())
+
+
+def test_the_prompt_asks_again_on_a_new_connection_after_a_server_restart(tmp_path: Path) -> None:
+    """`mdrag ask` at its prompt: the server restarted between two questions; the next question is
+    answered on a new connection instead of ending the prompt with "lost the connection"."""
+    import io
+    import queue
+    import threading
+
+    from mdrag.cli import run_ask
+
+    root = _docs(tmp_path, 3)
+    questions: queue.Queue[str] = queue.Queue()
+    out, err, codes = io.StringIO(), io.StringIO(), []
+
+    async def answered(n: int) -> bool:
+        deadline = time.monotonic() + 60
+        while out.getvalue().count("Sources:") < n and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+        return out.getvalue().count("Sources:") >= n
+
+    async def scenario() -> None:
+        async with serving(_config(**{"search.threshold": 0}), [root]) as first:
+            port, url = first.port, first.url
+            prompt = threading.Thread(
+                target=lambda: codes.append(run_ask(None, url, out, err, input_fn=lambda _: questions.get(timeout=60)))
+            )
+            prompt.start()
+            questions.put("Topic 1 feature1")
+            assert await answered(1), err.getvalue()
+        async with serving(_config(**{"search.threshold": 0, "server.port": port}), [root]):
+            questions.put("Topic 2 feature2")
+            assert await answered(2), err.getvalue()
+            questions.put("quit")
+            await asyncio.to_thread(prompt.join, 60)
+        assert codes == [0] and "topic2.md" in out.getvalue().split("Sources:")[-1]
+
+    asyncio.run(scenario())
