@@ -604,6 +604,8 @@ class KnowledgeTools:
             if found is not None:
                 indexed[ds.id] = self._index_state(entry, refreshed=entry.finished > finished)
                 hits.extend((ds, r) for r in found)
+                if not found and entry.update is not None:  # what the update writes may hold the answer
+                    indexing[ds.id] = entry.update.progress()
             elif entry.update is not None:
                 indexing[ds.id] = entry.update.progress()
             elif single:

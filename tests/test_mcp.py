@@ -695,3 +695,40 @@ async def test_no_result_above_the_threshold_says_so(
     assert empty["results"] == [] and "indexing" not in empty
     assert "search.threshold 0.35" in empty["note"] and "search_docs" in empty["note"]
     assert found["results"] and "note" not in found
+
+
+@pytest.mark.anyio
+async def test_no_result_while_an_update_runs_says_indexing_not_nothing_found(
+    tmp_path: Path, mdrag_home: Path, hash_embedder: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An index that answers while an update of it runs (a new file, or another server's first build):
+    an empty list is not final, so the answer says that indexing is in progress."""
+    from mcp import Client
+
+    monkeypatch.setattr("mdrag.index.make_embedder", lambda config: hash_embedder)
+    kb, local = react_docs(tmp_path)
+    tools = KnowledgeTools(kb, refresh_interval=0, search_wait=60)
+    go_on = threading.Event()
+    embed_batch = hash_embedder.embed_batch
+
+    def held(texts: list[str]) -> Any:  # the new file's chunk waits here; queries go through
+        if any("Effects" in t for t in texts):
+            go_on.wait(60)
+        return embed_batch(texts)
+
+    question = {"query": "zorblax transmogrifier", "docset": "react"}
+    with anyio.fail_after(120):
+        async with Client(tools.server()) as client:
+            try:
+                ok(await client.call_tool("search", question))  # the first build, finished
+                (local / "effects.md").write_text("# Effects\n\nThe zorblax transmogrifier.\n")
+                monkeypatch.setattr(hash_embedder, "embed_batch", held)
+                tools.search_wait = 0
+                during = json.loads(ok(await client.call_tool("search", question)))  # the update cannot end yet
+            finally:
+                go_on.set()
+            tools.search_wait = 60
+            after = json.loads(ok(await client.call_tool("search", question)))
+    assert during["results"] == [] and during["indexing"]["react"]["state"] in ("scanning", "indexing")
+    assert "indexing in progress" in during["note"] and "threshold" not in during["note"]
+    assert [r["rel_path"] for r in after["results"]][:1] == ["effects.md"]

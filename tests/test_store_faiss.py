@@ -293,3 +293,34 @@ def test_the_hnsw_walk_widens_with_the_graph() -> None:
     efs = [_ef_search(n) for n in sizes]
     assert efs[:2] == [64, 64] and efs == sorted(efs) and len(set(efs[1:])) == 4
     assert 250 <= _ef_search(1_000_000) <= 300
+
+
+def test_a_writer_waiting_for_another_process_does_not_hold_up_searches() -> None:
+    """While this process's writer waits for another process's run (its lock), a search in this process
+    answers from what was committed; the writer goes on once the other run ends. (A second `mdrag mcp`
+    on the same MDRAG_HOME answered each search after the 10 s the writer waited.)"""
+    import threading
+    import time
+
+    import filelock
+
+    s, vecs = _filled("waits")
+    s.lock_wait_s = 60
+    other_run = filelock.FileLock(str(s.folder / "waits.lock"))  # as another process's writer holds it
+    other_run.acquire()
+    writer = threading.Thread(target=s.upsert, args=(make_chunks(7, 3), vectors(7, 3)))
+    found: list[int] = []
+    searcher = threading.Thread(target=lambda: found.append(len(s.search(vecs[0], 5))))
+    try:
+        writer.start()
+        time.sleep(0.3)  # the writer is waiting by now (were it not, the search still must answer)
+        searcher.start()
+        searcher.join(30)
+        assert found == [5] and writer.is_alive(), "the search answered while the writer still waited"
+    finally:
+        other_run.release()
+        writer.join(30)
+        searcher.join(30)
+    s.end_run(set(), set(), whole=False)
+    assert s.count() == 43
+    s.close()

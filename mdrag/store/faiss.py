@@ -103,6 +103,7 @@ def _ef_search(rows: int) -> int:
 
 
 _ROW_CACHE = 16384  # decoded rows kept for search results (a hybrid search reads a few hundred)
+_LOCK_POLL_S = 0.05  # how often a writer waiting for another process's run tries its lock again
 _PENDING_MAX = 16384  # BM25 texts added before they become a segment (bounds the memory a load takes)
 
 _SCHEMA = """
@@ -299,6 +300,8 @@ class FaissStore:
         self.prepare_text = prepare_text  # applied to BM25 text and BM25 queries (stemming), if set
         self.has_bm25 = True
         self._lock = threading.RLock()  # one call at a time on the connection and the in-memory index
+        self._unlocked = threading.Condition(self._lock)  # a writer waiting for another process lets searches in
+        self._opening = False  # open() runs: a writer waits holding the lock (the store is half loaded)
         # not thread-local: a run may start writing in one thread and end in another
         self._writer = filelock.FileLock(str(self.folder / f"{index}.lock"), thread_local=False)
         self._db: sqlite3.Connection | None = None
@@ -336,6 +339,14 @@ class FaissStore:
 
         Returns False when the index does not exist and ``create`` is False.
         """
+        with self._lock:
+            self._opening = True
+            try:
+                return self._open(create, replace_mismatch)
+            finally:
+                self._opening = False
+
+    def _open(self, create: bool, replace_mismatch: bool) -> bool:
         with self._lock:
             if self._db is not None:
                 self.close()
@@ -562,13 +573,21 @@ class FaissStore:
         """Start a write transaction under the writers' lock, unless one is open."""
         if self._in_run:
             return
-        try:
-            self._writer.acquire(timeout=self.lock_wait_s)
-        except filelock.Timeout:
-            raise StoreInUseError(
-                f"The FAISS store {self.path} is being written by another process (a running `mdrag index`, "
-                "or `mdrag serve` updating it). Wait for it to finish, or stop it, and try again."
-            ) from None
+        deadline = time.monotonic() + self.lock_wait_s
+        while True:
+            try:
+                # Waiting for another process's run, searches in this one go on (the lock is let go
+                # meanwhile), but while open() loads the store.
+                self._writer.acquire(timeout=self.lock_wait_s if self._opening else 0)
+                break
+            except filelock.Timeout:
+                left = deadline - time.monotonic()
+                if self._opening or left <= 0:
+                    raise StoreInUseError(
+                        f"The FAISS store {self.path} is being written by another process (a running `mdrag "
+                        "index`, or `mdrag serve` updating it). Wait for it to finish, or stop it, and try again."
+                    ) from None
+                self._unlocked.wait(min(_LOCK_POLL_S, left))
         try:
             self._sync()  # what the previous writer committed
             self.db.execute("BEGIN IMMEDIATE")
@@ -635,11 +654,12 @@ class FaissStore:
         self._add_memory(rows, vecs, texts)
 
     def delete_ids(self, ids: Iterable[str]) -> None:
+        wanted = sorted(set(ids))
         with self._lock:
-            rows = self._rows_of(sorted(set(ids)))
-            if rows:
+            if self._rows_of(wanted):
                 with self._writing():
                     self._begin()
+                    rows = self._rows_of(wanted)  # again: another process may have written while _begin waited
                     with self._undo_on_error():
                         self._delete_rows(rows)
 
