@@ -612,6 +612,18 @@ def _cmd_eval(args: argparse.Namespace, index: Any) -> int:
     modes = ev.MODES if args.mode == "all" else (args.mode,)
     result = ev.evaluate(index.search, questions, modes, doc_key=args.doc_id)
     result["search"] = {key: index.config[f"search.{key}"] for key in ("mode", "k", "threshold", "collapse")}
+    result["unknown_gold"] = ev.unknown_gold(questions, index.files, doc_key=args.doc_id)
+    if result["unknown_gold"]:
+        unknown = result["unknown_gold"]
+        log.warning(
+            "%d gold document%s name%s no indexed file, so every question citing %s counts as a miss "
+            "(a typo, or a file outside the index?): %s",
+            len(unknown),
+            "" if len(unknown) == 1 else "s",
+            "s" if len(unknown) == 1 else "",
+            "it" if len(unknown) == 1 else "them",
+            ", ".join(unknown[:10]) + (", ..." if len(unknown) > 10 else ""),
+        )
     if args.json:
         print(json.dumps(result, indent=2))
         return 0

@@ -130,6 +130,17 @@ def evaluate(
     return out
 
 
+def unknown_gold(questions: Sequence[Question], files: Iterable[str], doc_key: str = "path") -> list[str]:
+    """The gold documents that name no indexed file (``files``: relative paths), as :func:`evaluate`
+    matches them: a typo there counts as a miss and nothing else says so."""
+    names = list(files)
+    keys = {Path(f).stem for f in names} if doc_key == "stem" else set(names)
+    gold = sorted({g for q in questions for g in q.gold})
+    if doc_key == "stem":
+        return [g for g in gold if g not in keys]
+    return [g for g in gold if g not in keys and _match(g, names) == g]
+
+
 def _match(gold: str, ranked: Sequence[str]) -> str:
     """The ranked document a gold path names (paths may be relative to different folders)."""
     for d in ranked:

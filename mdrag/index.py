@@ -168,6 +168,12 @@ class Index:
         m = Manifest.load(self.manifest_path)
         return list(m.roots) if m is not None else []
 
+    @property
+    def files(self) -> list[str]:
+        """The indexed files' paths relative to their folder, as the last run recorded them."""
+        m = Manifest.load(self.manifest_path)
+        return sorted(f.rel_path for f in m.files.values()) if m is not None else []
+
     def _folders_to_update(self, folders: Sequence[str | Path] | None) -> list[str | Path]:
         """``folders`` when given; else the index's folders, with the setting ``folders`` when it was set
         (its default, ./markdown, only for an index that has no folders yet)."""

@@ -79,6 +79,12 @@ def test_the_command_on_the_sample_docs(tmp_path: Path, capsys: pytest.CaptureFi
     assert main(["eval", str(qa), "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
     assert result["questions"] == 2 and result["dense"]["hit@5"] == 1.0 and set(result) >= {"bm25", "hybrid"}
+    assert result["unknown_gold"] == []
+    # a gold path with a typo, and one naming a file by a longer path: only the typo is reported
+    with qa.open("a") as f:
+        f.write(json.dumps({"question": "how do I start", "gold": ["docs/getting-started.md", "gettin-started.md"]}))
+    assert main(["eval", str(qa), "--json", "--mode", "bm25"]) == 0
+    assert json.loads(capsys.readouterr().out)["unknown_gold"] == ["gettin-started.md"]
     assert main(["eval", str(qa), "--mode", "dense"]) == 0
     assert "nDCG@10" in capsys.readouterr().out
     assert main(["eval"]) == 2
