@@ -398,16 +398,24 @@ def test_interactive_eof_and_interrupt_end_cleanly(start_server: Callable[..., F
     assert len(srv.received) == 1
 
 
-def test_interactive_connection_lost_exits_1(start_server: Callable[..., FakeServer]) -> None:
+def test_interactive_connection_lost_is_an_error_and_the_prompt_goes_on(
+    start_server: Callable[..., FakeServer],
+) -> None:
+    """A question whose connection is lost before any answer is asked once more on a new connection
+    (a restarted server answers it); lost again, it is an error and the prompt goes on."""
+    asked: list[str] = []
+
     async def handler(ws: ServerConnection, state: FakeServer) -> None:
         await ws.send(protocol.encode(ready()))
-        await ws.recv()
+        asked.append(json.loads(await ws.recv())["question"])
         await ws.close(1001, "server shutting down")
 
     srv = start_server(handler)
     code, out, err = ask(srv.url, None, input_fn=inputs("q", "q2"))
-    assert code == 1
-    assert err.splitlines()[-1].startswith("mdrag: error: lost the connection")
+    assert code == 0, "EOF at the prompt ends it"
+    assert asked == ["q", "q", "q2", "q2"]
+    lost = [line for line in err.splitlines() if line.startswith("error: lost the connection")]
+    assert len(lost) == 2, err
 
 
 # -- connecting -----------------------------------------------------------------------------------
