@@ -102,7 +102,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("query", help="what to look for, in plain words")
     p.add_argument("-k", type=int, metavar="N", help="number of results (default 10; setting search.k)")
     p.add_argument("--threshold", type=float, metavar="S", help="minimum score 0..1 (setting search.threshold)")
-    p.add_argument("--path", metavar="PREFIX", help="only files under this path (relative or absolute)")
+    p.add_argument(
+        "--path",
+        metavar="PREFIX",
+        help="only files whose path starts with PREFIX: relative to the indexed folder (as results show "
+        "it) or absolute; end it with / for a folder (docs/api also matches docs/api-old)",
+    )
     p.add_argument("--tag", action="append", metavar="TAG", help="only files with this frontmatter tag (repeatable)")
     p.add_argument(
         "--mode", dest="search_mode", choices=["dense", "bm25", "hybrid"], help="ranking (setting search.mode)"
