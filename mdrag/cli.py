@@ -32,6 +32,7 @@ _EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: what a shell reports for a Unix tool w
 
 log = logging.getLogger("mdrag")
 
+_TOKEN_HELP = "the token of the server asked (setting server.token)"
 _SERVER_HELP = (
     "ask this `mdrag serve` (ws://HOST:PORT) instead of opening the local index; without it, the server on "
     "server.port is asked only while it owns the local index"
@@ -119,11 +120,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--json", action="store_true", help="print results as JSON")
     p.add_argument("--server", metavar="URL", help=_SERVER_HELP)
+    p.add_argument("--token", help=_TOKEN_HELP)
     _common(p)
 
     p = sub.add_parser("status", help="show what the index holds", epilog=EXAMPLES["status"])
     p.add_argument("--json", action="store_true", help="print as JSON")
     p.add_argument("--server", metavar="URL", help=_SERVER_HELP)
+    p.add_argument("--token", help=_TOKEN_HELP)
     _common(p)
 
     p = sub.add_parser("serve", help="run the WebSocket Q&A server", epilog=EXAMPLES["serve"])
@@ -148,7 +151,7 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("ask", help="ask the server a question", epilog=EXAMPLES["ask"])
     p.add_argument("question", nargs="?", help="the question; none: interactive prompt")
     p.add_argument("--server", metavar="URL", help="server address (default ws://localhost:PORT from server.port)")
-    p.add_argument("--token", help="the server's token (setting server.token)")
+    p.add_argument("--token", help=_TOKEN_HELP)
     _common(p)
 
     p = sub.add_parser("eval", help="measure retrieval quality on known questions", epilog=EXAMPLES["eval"])

@@ -8,6 +8,7 @@ import json
 import logging
 import os
 import shutil
+import subprocess
 import sys
 import threading
 import time
@@ -888,5 +889,26 @@ def test_the_prompt_asks_again_on_a_new_connection_after_a_server_restart(tmp_pa
             questions.put("quit")
             await asyncio.to_thread(prompt.join, 60)
         assert codes == [0] and "topic2.md" in out.getvalue().split("Sources:")[-1]
+
+    asyncio.run(scenario())
+
+
+def test_search_and_status_through_a_server_with_a_token(tmp_path: Path) -> None:
+    """`--token` on `search --server` and `status --server`, as on `ask` (only the setting had it)."""
+    root = _docs(tmp_path, 2)
+
+    def cli(*argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "mdrag", *argv], capture_output=True, text=True, cwd=REPO)
+
+    async def scenario() -> None:
+        async with serving(_config(**{"search.threshold": 0, "server.token": "s3cret"}), [root]) as server:
+            found = await asyncio.to_thread(
+                cli, "search", "Topic 1", "--server", server.url, "--token", "s3cret", "--json"
+            )
+            status = await asyncio.to_thread(cli, "status", "--server", server.url, "--token", "s3cret", "--json")
+            refused = await asyncio.to_thread(cli, "search", "Topic 1", "--server", server.url)
+        assert found.returncode == 0 and json.loads(found.stdout)[0]["rel_path"].startswith("topic1"), found.stderr
+        assert status.returncode == 0 and json.loads(status.stdout)["chunks"] == 3, status.stderr
+        assert refused.returncode == 1 and "token" in refused.stderr and "s3cret" not in refused.stderr
 
     asyncio.run(scenario())
