@@ -195,7 +195,10 @@ class Client:
             return f"the server at {redact_url(self.url)} did not accept a WebSocket connection ({why}); {_NOT_MDRAG}"
         hint = ""
         if status in (401, 403):
-            hint = " Check the token (setting server.token on the server, sent as `Authorization: Bearer TOKEN`)."
+            hint = (
+                " Give the server's token: --token TOKEN, or the setting server.token in your config "
+                "(it is sent as `Authorization: Bearer TOKEN`)."
+            )
         return f"the mdrag server at {redact_url(self.url)} refused the connection ({why}).{hint}"
 
     # -- messages -----------------------------------------------------------------------------------

@@ -466,7 +466,7 @@ def test_token_is_sent_as_bearer_header(start_server: Callable[..., FakeServer])
     assert ask(srv.url, token="t0ken")[0] == 0
     assert srv.authorization == ["Bearer t0ken"]
     code, _, err = ask(srv.url)
-    assert code == 1 and "HTTP 401" in err
+    assert code == 1 and "HTTP 401" in err and "--token TOKEN, or the setting server.token" in err
     assert "Authorization" not in seen[1]
 
 
