@@ -417,7 +417,7 @@ class QAServer:
     def _status(self) -> dict[str, Any]:
         messages = {
             "loading": "loading the index: not ready yet, retry shortly",
-            "ready": "ready",
+            "ready": f"ready: {self.files} files, {self.chunks} chunks",
             "empty": "no indexed content: start the server with folders (mdrag serve DIR)",
         }
         status = protocol.status(self.state, self.config["index"], self.files, self.chunks, messages[self.state])

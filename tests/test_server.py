@@ -189,6 +189,7 @@ def test_bad_messages_get_errors_and_the_connection_stays_open(
             await ws.send(json.dumps({"type": "status"}))
             st = await recv(ws)
             assert st["type"] == "status" and st["state"] == "ready" and st["files"] == 7 and st["chunks"] == 7
+            assert st["message"] == "ready: 7 files, 7 chunks", "as docs/protocol.md shows it"
             await ws.close()
 
     with caplog.at_level(logging.WARNING, logger="mdrag"):
