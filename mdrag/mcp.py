@@ -1053,7 +1053,13 @@ class _CheckedLines:
                     _error(None, types.INVALID_REQUEST, f"Invalid Request: the message is over {mib} MiB")
                 )
                 continue
-            line = raw.decode("utf-8", "replace")
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:  # JSON-RPC over stdio is UTF-8: guessing would change the request
+                await self._answer(
+                    _error(None, types.PARSE_ERROR, f"Parse error: not UTF-8 ({e.reason} at byte {e.start})")
+                )
+                continue
             if len(line) < _CHECK_INLINE_CHARS:
                 forward, reply = _check_message(line)
             else:  # a long one could hold up the other requests for a while

@@ -221,6 +221,9 @@ def test_malformed_json_rpc_gets_a_parse_error(tmp_path: Path, mdrag_home: Path)
         b'{"jsonrpc": "2.0", "method": "notifications/initialized"}',
         b'{"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "nope", "arguments": {}}}',
         b'{"jsonrpc": "2.0", "id": 3, "method": "ping"}',
+        # JSON, but a string in it is not UTF-8: refused, not read with U+FFFD in place of the bytes
+        b'{"jsonrpc": "2.0", "id": 4, "method": "tools/call", '
+        b'"params": {"name": "list_docsets", "arguments": {"x": "\xff"}}}',
     ]
     proc = subprocess.Popen(
         [sys.executable, "-c", SERVE],
@@ -236,7 +239,7 @@ def test_malformed_json_rpc_gets_a_parse_error(tmp_path: Path, mdrag_home: Path)
         assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
         proc.stdin.write(b"\n".join(lines) + b"\n")
         proc.stdin.flush()
-        replies = [json.loads(proc.stdout.readline()) for _ in range(6)]  # the server keeps going
+        replies = [json.loads(proc.stdout.readline()) for _ in range(7)]  # the server keeps going
         proc.stdin.close()
         assert proc.wait() == 0  # and stops at the end of its input
         stderr = proc.stderr.read()
@@ -244,8 +247,9 @@ def test_malformed_json_rpc_gets_a_parse_error(tmp_path: Path, mdrag_home: Path)
         watchdog.cancel()
         proc.kill()
     errors = [r for r in replies if r.get("id") is None]
-    assert [e["error"]["code"] for e in errors] == [-32700, -32700, -32600]
+    assert [e["error"]["code"] for e in errors] == [-32700, -32700, -32600, -32700]
     assert all(e["jsonrpc"] == "2.0" and "Parse error" in e["error"]["message"] for e in errors[:2])
+    assert "not UTF-8" in errors[3]["error"]["message"] and 4 not in {r.get("id") for r in replies}
     by_id = {r["id"]: r for r in replies if r.get("id") is not None}
     assert by_id[1]["result"]["serverInfo"]["name"] == "agentic-knowledge"
     assert by_id[2]["error"]["code"] == -32601
