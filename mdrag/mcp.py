@@ -1057,7 +1057,11 @@ class _CheckedLines:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as e:  # JSON-RPC over stdio is UTF-8: guessing would change the request
                 await self._answer(
-                    _error(None, types.PARSE_ERROR, f"Parse error: not UTF-8 ({e.reason} at byte {e.start})")
+                    _error(
+                        None,
+                        types.PARSE_ERROR,
+                        f"Parse error: not UTF-8 text ({e.reason} at byte {e.start}); JSON-RPC messages are UTF-8 JSON",
+                    )
                 )
                 continue
             if len(line) < _CHECK_INLINE_CHARS:

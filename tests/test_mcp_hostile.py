@@ -129,7 +129,8 @@ def cases() -> list[tuple[str, bytes, str | int, int | str | None, str]]:
         i = next(n)
         add(label, call(i, "search_docs", args), i, TOOL, word)
     i = next(n)
-    add("query not UTF-8", raw_call(i, "search", b'{"query": "\xff\xfe"}'), i, TOOL, "no docset")
+    # a line that is not UTF-8 is refused whole: its id cannot be trusted either
+    add("query not UTF-8", raw_call(i, "search", b'{"query": "\xff\xfe"}'), NULL, -32700, "not UTF-8")
     # never answered: notifications and responses
     add(
         "notification, params a number",
