@@ -478,11 +478,11 @@ def _ask_again_if_lost(client: Any, question: str, printer: _Printer, index: str
         printer.chunk(text)
 
     try:
-        return list(client.ask(question, chunk, index=index))
+        return client.ask(question, chunk, index=index)
     except ServerUnavailableError:
         if answered:
             raise
-        return list(client.ask(question, printer.chunk, index=index))  # the client connects again
+        return client.ask(question, printer.chunk, index=index)  # the client connects again
 
 
 def run_ask(

@@ -99,10 +99,13 @@ class Index:
     def store(self) -> Store:
         """The index's store, made on first use: the embedder's identity, which the store records, may
         ask an embedding API for its vectors' size, and a new ``Index`` never waits on the network."""
-        with self._store_lock:
-            if self._store is None:
-                self._store = make_store(self.config, self.name, self.embedder.identity, self._stem, self.backend)
-            return self._store
+        store = self._store  # made already: every search comes here, no lock needed
+        if store is None:
+            with self._store_lock:
+                if self._store is None:
+                    self._store = make_store(self.config, self.name, self.embedder.identity, self._stem, self.backend)
+                store = self._store
+        return store
 
     @property
     def search_options(self) -> SearchOptions:

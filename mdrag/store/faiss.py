@@ -656,10 +656,12 @@ class FaissStore:
     def delete_ids(self, ids: Iterable[str]) -> None:
         wanted = sorted(set(ids))
         with self._lock:
-            if self._rows_of(wanted):
+            rows = self._rows_of(wanted)
+            if rows:
                 with self._writing():
-                    self._begin()
-                    rows = self._rows_of(wanted)  # again: another process may have written while _begin waited
+                    if not self._in_run:  # the run starts here: another process may commit before it is ours
+                        self._begin()
+                        rows = self._rows_of(wanted)
                     with self._undo_on_error():
                         self._delete_rows(rows)
 
