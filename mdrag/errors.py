@@ -16,6 +16,7 @@ wrong and what to do next::
     │   └── StoreDamagedError                 the store's files are damaged
     ├── ManifestError                         the index manifest cannot be written
     ├── IndexingCancelledError                an indexing run was asked to stop, and did
+    ├── IndexBuildingError                    a search of an index whose first build has not committed
     ├── ProtocolError (also ValueError)       a malformed WebSocket message
     ├── LLMError                              the chat model failed or timed out
     └── DocsetError                           .knowledge config, docsets, web sources
@@ -27,6 +28,7 @@ __all__ = [
     "ConfigError",
     "DocsetError",
     "EmbeddingError",
+    "IndexBuildingError",
     "IndexingCancelledError",
     "KnowledgeConfigError",
     "MdragError",
@@ -98,6 +100,15 @@ class ManifestError(MdragError):
 
 class IndexingCancelledError(MdragError):
     """An indexing run stopped at a safe point because it was asked to; the next run finishes its work."""
+
+
+class IndexBuildingError(MdragError):
+    """A search of an index whose first build has committed nothing yet: it says how far the build is
+    (``done`` of ``total`` files; ``total`` None while its folders are scanned) rather than "nothing found"."""
+
+    def __init__(self, message: str, done: int = 0, total: int | None = None) -> None:
+        super().__init__(message)
+        self.done, self.total = done, total
 
 
 class ProtocolError(MdragError, ValueError):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import replace
@@ -14,13 +14,13 @@ from typing import TYPE_CHECKING, Any
 from mdrag.chunking import ChunkSettings
 from mdrag.config import Config, load_config
 from mdrag.embedding import Embedder, make_embedder
-from mdrag.errors import MdragError, StoreDamagedError
+from mdrag.errors import IndexBuildingError, MdragError, StoreDamagedError
 from mdrag.indexer import IndexSummary, remove_folders, update_index
 from mdrag.manifest import Manifest
 from mdrag.relevance import TermStats
 from mdrag.scan import ScanOptions
 from mdrag.search import SearchOptions, search
-from mdrag.snapshot import Snapshot
+from mdrag.snapshot import Snapshot, State
 from mdrag.store import make_store, resolve_backend
 from mdrag.types import SearchResult
 
@@ -93,6 +93,8 @@ class Index:
         self._stats: tuple[int, TermStats] | None = None  # term_stats() and the snapshot generation it counted
         # What searches see: a running update is invisible until it commits, then visible all at once.
         self._snapshot = Snapshot()
+        self._progress: tuple[int, int | None] | None = None  # (files done, to do) of this process's update
+        self._seen_manifest: tuple[tuple[int, ...] | None, bool] | None = None  # see _manifest_stamped
         self._search_options: tuple[Config, SearchOptions] | None = None  # see search_options
 
     @property
@@ -203,6 +205,9 @@ class Index:
         rebuild: bool = False,
         progress: bool | Callable[[int, int], None] = False,
         cancel: threading.Event | None = None,
+        only: Collection[str] | None = None,
+        pause: threading.Event | None = None,
+        batch_chunks: int | None = None,
     ) -> IndexSummary:
         """Add or update ``folders`` (default: all of the index's folders), incrementally.
 
@@ -212,7 +217,9 @@ class Index:
         on stderr, or a function told (files done, files to do). Setting ``cancel``
         (from another thread) stops the run before its next file with
         IndexingCancelledError; searches keep the last committed state, and the
-        next run finishes the work.
+        next run finishes the work. ``only``, ``pause`` and ``batch_chunks`` keep a
+        run short (see :func:`mdrag.indexer.update_index`): :class:`mdrag.keeper.IndexKeeper`
+        commits a long update in steps with them.
         """
         folders = self._folders_to_update(folders)
 
@@ -224,11 +231,16 @@ class Index:
 
         def open_store() -> None:
             self._open(create=True, set_aside_damage=set_aside)
-            self._load_visible()
 
         roots = frozenset(str(Path(f).expanduser().resolve()) for f in folders)
 
+        def told(done: int, total: int) -> None:
+            self._progress = (done, total)
+            if callable(progress):
+                progress(done, total)
+
         with self._using(), self._update_lock:
+            self._begin_run()
             opened = self._opened
             if opened:
                 open_store()
@@ -241,17 +253,19 @@ class Index:
                     folders,
                     self.settings,
                     rebuild,
-                    progress,
+                    told if callable(progress) or progress is False else True,
                     on_upsert=self._snapshot.written,
                     on_commit=lambda ids: self._commit(ids, roots),
                     open_store=None if opened else open_store,  # a run with nothing to do need not open it
                     selection=self._selection(),
                     parse_limits=(self.config["index.parse_timeout"], self.config["index.max_parse_mb"] or None),
                     cancel=cancel,
+                    only=only,
+                    pause=pause,
+                    batch_chunks=batch_chunks,
                 )
             finally:
-                self._snapshot.abandon()  # what a failed run wrote stays invisible; the next run deletes it
-                self._forget_missing()
+                self._end_run()
 
     def remove(self, folders: Sequence[str | Path]) -> IndexSummary:
         """Take ``folders`` out of the index and delete their chunks (the folders need not exist).
@@ -260,14 +274,14 @@ class Index:
         """
         removed = frozenset(str(Path(f).expanduser().resolve()) for f in folders) | frozenset(map(str, folders))
         with self._using(), self._update_lock:
-            self._open(create=True)
-            self._load_visible()
+            self._begin_run()
             try:
+                self._open(create=True)
                 return remove_folders(
                     self.store, self.manifest_path, folders, on_commit=lambda ids: self._commit(ids, removed)
                 )
             finally:
-                self._forget_missing()
+                self._end_run()
 
     def _commit(self, ids: set[str], roots: frozenset[str]) -> None:
         """A run's new state becomes what searches see: ``ids`` are visible, chunks under ``roots`` filtered.
@@ -285,16 +299,58 @@ class Index:
                 _READERS_GRACE_S,
             )
 
-    def _load_visible(self) -> None:
-        """Take the committed state from the manifest, unless a commit (or another thread) set it meanwhile."""
+    def _committed(self) -> State:
+        """The last committed state as the manifest records it (none yet: no chunk is visible)."""
+        m = Manifest.load(self.manifest_path)
+        return m.visible() if m is not None else (frozenset(), None)
 
-        def read() -> tuple[frozenset[str], frozenset[str]] | None:
+    def _begin_run(self) -> None:
+        """This process's update or removal starts: searches see the last commit until it commits."""
+        self._progress = (0, None)
+        self._snapshot.begin(self._committed())
+
+    def _end_run(self) -> None:
+        """What a failed run wrote stays invisible (the next run deletes it); searches follow the store again."""
+        self._progress = None
+        self._snapshot.end()
+        self._forget_missing()
+
+    def _follow_committed(self) -> None:
+        """Outside this process's runs, searches see the last commit of any process: all a transactional
+        store shows, or, for a store without transactions, the ids the manifest records as committed
+        (read again when the manifest file changes)."""
+        if self.store.transactional:
+            self._snapshot.follow("store", lambda: None)
+            return
+        self._snapshot.follow(("manifest", self._manifest_stamped()[0]), self._committed)
+
+    def _manifest_stamped(self) -> tuple[tuple[int, ...] | None, bool]:
+        """The manifest file's (inode, mtime, size), None when there is none, and whether it records a
+        first build that has not committed (read again only when the stamp changes)."""
+        try:
+            st = self.manifest_path.stat()
+            stamp: tuple[int, ...] | None = (st.st_ino, st.st_mtime_ns, st.st_size)
+        except OSError:
+            return None, False
+        seen = self._seen_manifest
+        if seen is None or seen[0] != stamp:
             m = Manifest.load(self.manifest_path)
-            if m is None or not m.files:
-                return None  # nothing committed yet: no filter, and the manifest is read again next time
-            return frozenset(m.chunk_ids()), frozenset(m.roots)
+            seen = self._seen_manifest = (stamp, m is not None and m.building)
+        return seen
 
-        self._snapshot.load(read)
+    def _building(self) -> IndexBuildingError:
+        """The error a search of an index with nothing committed yet gets: how far its first build is."""
+        progress = self._progress
+        running_here = progress is not None
+        if progress is None:
+            m = Manifest.load(self.manifest_path)
+            progress = (m.progress[0], m.progress[1]) if m is not None and m.progress else (0, None)
+        done, total = progress
+        where = f"{done} of {total} files done" if total is not None else "scanning its folders"
+        msg = f"index {self.name!r} is being built ({where}): search again when it is done"
+        if not running_here:
+            msg += " (if no `mdrag index` or `mdrag serve` is running, its first build was stopped: run `mdrag index`)"
+        return IndexBuildingError(msg, done, total)
 
     def search(
         self,
@@ -336,6 +392,9 @@ class Index:
         else:
             exists = self._open(create=False)
         if not exists:
+            m = Manifest.load(self.manifest_path)
+            if self._progress is not None or (m is not None and m.building):
+                raise self._building()
             raise MdragError(f"index {self.name!r} does not exist in {self.store.uri}: run `mdrag index DIR` first")
         missing = self._missing_rows()
         if missing is not None:
@@ -347,9 +406,14 @@ class Index:
             if not stored:
                 raise StoreDamagedError(msg[0].upper() + msg[1:] + ".")
             log.warning("%s; until then results are incomplete", msg)
-        self._load_visible()
+        self._follow_committed()
         with self._snapshot.reading() as visible:
-            return search(self.store, self.embedder, query, options, filters, visible, vector)
+            if visible.ids is not None and not visible.ids and visible.roots is None:
+                raise self._building()
+            results = search(self.store, self.embedder, query, options, filters, visible, vector)
+        if not results and self._progress is None and self._manifest_stamped()[1]:
+            raise self._building()  # a transactional store being built by another process shows nothing yet
+        return results
 
     def warm_up(self) -> None:
         """Load now what the first question would wait for: the embedder's model, the store's in-memory
@@ -399,6 +463,7 @@ class Index:
             "chunks": chunks,
             "last_indexed": m.last_indexed if m else None,
             "interrupted": bool(m and (m.dirty or not m.verified)),
+            "building": bool(m and m.building) or (self._progress is not None and m is None),
             "damaged": (
                 f"the store holds {missing[0]} of the {missing[1]} chunks the manifest lists" if missing else None
             ),

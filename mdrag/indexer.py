@@ -30,7 +30,8 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Generator, Iterator, Sequence
+from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
@@ -68,6 +69,9 @@ _BATCH_CHUNKS = 512  # chunks per embed + upsert round
 _PARSE_AHEAD = 64  # parsed files waiting for the embedder, at most
 _SAVE_EVERY_S = 5.0  # how often a long run records its progress in the manifest
 _CANCEL_POLL_S = 0.1  # while waiting for a parsed file, how often a run checks whether it was cancelled
+# How long readers in other processes get to see a commit in the manifest before the chunks it replaced
+# are deleted (a search reads the manifest's state, then the store: a few milliseconds apart).
+_PUBLISH_GRACE_S = 0.5
 
 
 @dataclass
@@ -90,6 +94,7 @@ class IndexSummary:
     embed_seconds: float = 0.0  # of which in the embedder (loading the model the first time included)
     rebuild: str | None = None  # why the whole corpus was re-chunked, if it was
     repaired: bool = False  # a previous run was interrupted and its leftovers were cleaned
+    remaining: int = 0  # files to do that a paused run left for the next one (see update_index's pause)
     folders: list[str] = field(default_factory=list)  # the index's folders after the run
     missing_folders: list[str] = field(default_factory=list)  # folders of the index not found on disk
     removed_folders: list[str] = field(default_factory=list)  # folders taken out of the index (`mdrag remove`)
@@ -136,12 +141,15 @@ def update_index(
     settings: ChunkSettings,
     rebuild: bool = False,
     progress: bool | Callable[[int, int], None] = False,
-    on_upsert: Callable[[int], None] | None = None,
+    on_upsert: Callable[[list[str]], None] | None = None,
     on_commit: Callable[[set[str]], None] | None = None,
     open_store: Callable[[], None] | None = None,
     selection: ScanOptions | None = None,
     parse_limits: tuple[float, float | None] | None = None,
     cancel: threading.Event | None = None,
+    only: Collection[str] | None = None,
+    pause: threading.Event | None = None,
+    batch_chunks: int | None = None,
 ) -> IndexSummary:
     """Add or update ``folders`` in the index; the index's other folders are kept as they are.
 
@@ -151,7 +159,7 @@ def update_index(
     ``store`` must be open, or ``open_store()`` opens it: a run that finds
     nothing to do, with the store unchanged since its last run
     (``Store.unchanged_since_last_run``), does not open it at all. ``rebuild`` drops the collection and starts over.
-    ``on_upsert(n)`` is called after n chunks with new ids are written (not yet
+    ``on_upsert(ids)`` is called with the ids of the chunks just written (not yet
     committed); ``on_commit(ids)`` with the new state's chunk ids, before the
     ids it replaces are deleted. With ``parse_limits`` (seconds, MB or None),
     files are parsed in a child process (:class:`~mdrag.parsers.worker.ParseWorker`)
@@ -161,13 +169,21 @@ def update_index(
     it raises stops the run, which the next run repairs).
     Once ``cancel`` is set, the run stops before its next file and raises
     IndexingCancelledError (the manifest is saved dirty: the next run repairs and finishes).
+
+    A run can be kept short, so that a long update is committed in steps: with
+    ``only`` (absolute paths), it parses only those of the files to do (a watched
+    change goes ahead of the rest); once ``pause`` is set, it stops reading files,
+    commits what it wrote, and returns with ``remaining`` files left for the next
+    run. ``batch_chunks``: chunks per embed and write round (default
+    ``_BATCH_CHUNKS``; fewer: a pause is
+    heeded sooner, and the embedder holds the CPU for less time at once).
     """
     t0 = time.perf_counter()
     summary = IndexSummary()
     roots = _resolve(folders)
     # What decides the stored chunks: a change re-chunks (vectors are reused by content hash).
     chunking = _chunking(store, embedder, settings)
-    old = Manifest.load(manifest_path)
+    old = before = Manifest.load(manifest_path)
     if rebuild:
         summary.rebuild = "requested (--rebuild)"
     elif old is None:
@@ -197,9 +213,6 @@ def update_index(
             return summary
     if open_store is not None:
         open_store()
-    if rebuild:
-        store.drop()
-        store.open(create=True)
     if summary.rebuild:
         log.info("full re-index: %s", summary.rebuild)
 
@@ -208,6 +221,7 @@ def update_index(
         m.files = old.files
         m.dirty = old.dirty or not old.verified
         m.retired_roots = old.retired_roots
+        m.committed_ids, m.committed_roots = old.committed_ids, old.committed_roots
         # kept while the file is there as it was, or its folder was not listed in this run
         m.skipped = {p: f for p, f in skips.items() if p in found.skipped or f.root not in roots}
     # The folders this manifest accounts for: other indexers may write other
@@ -231,21 +245,32 @@ def update_index(
             _recall_skips(found, m.skipped, key)
     _report_scan(summary, found, old)
 
+    m.keep_committed(before)  # what readers keep seeing until this run commits
     # A store that starts empty holds no vectors to reuse but the ones this run writes (texts that
-    # repeat): only their hashes are looked up.
-    run_hashes: set[int] | None = set() if summary.rebuild is not None and store.count() == 0 else None
+    # repeat), and --rebuild trusts none of the stored vectors: only this run's hashes are looked up.
+    run_hashes: set[int] | None = set() if rebuild or (summary.rebuild and store.count() == 0) else None
 
     hashes = {p: _read_hash(p) for p in to_hash(m.files, roots, found)}
     plan = plan_update(m.files, roots, found, hashes)
+    if only is not None:
+        plan.todo = [t for t in plan.todo if t[0] in only]
     writes = bool(plan.todo or plan.delete or repair or m.retired_roots or (old is not None and old.roots != m.roots))
-    run = _Run(store, embedder, settings, manifest_path, summary, progress, on_upsert, on_commit, parse_limits, cancel)
-    sweep = scope if repair or m.retired_roots else None
+    run = _Run(
+        store, embedder, settings, manifest_path, summary, progress, on_upsert, on_commit, parse_limits, cancel, pause,
+        batch_chunks or _BATCH_CHUNKS,
+    )  # fmt: skip
+    # A rebuild writes the whole index beside what readers see, then deletes every chunk it did not write.
+    sweep = _EVERYTHING if rebuild else scope if repair or m.retired_roots else None
     _apply(run, m, plan, found, writes, sweep, run_hashes)
     summary.folders = list(m.roots)
     summary.chunks_total = m.chunk_count
     summary.seconds = round(time.perf_counter() - t0, 3)
     summary.embed_seconds = round(summary.embed_seconds, 3)
     return summary
+
+
+#: ``sweep`` of a rebuild: every chunk in the store that the new state does not use is deleted.
+_EVERYTHING: list[str] = []
 
 
 def _skip_key(parse_limits: tuple[float, float | None] | None) -> str:
@@ -277,10 +302,12 @@ class _Run:
     manifest_path: Path
     summary: IndexSummary
     progress: bool | Callable[[int, int], None]
-    on_upsert: Callable[[int], None] | None
+    on_upsert: Callable[[list[str]], None] | None
     on_commit: Callable[[set[str]], None] | None
     parse_limits: tuple[float, float | None] | None
     cancel: threading.Event | None
+    pause: threading.Event | None = None  # once set, the run commits what it wrote and returns
+    batch_chunks: int = 0  # chunks per embed and write round
 
 
 def _apply(
@@ -324,7 +351,6 @@ def _apply(
     written: set[str] = set()  # ids of the chunks this run upserted
     retired: list[str] = []  # ids the new state no longer uses: deleted after the commit
     batch: list[tuple[str, FileState, list[Chunk]]] = []
-    batch_chunks = 0
     bar = _Progress(len(todo), run.progress)
 
     # With parse_limits, files are parsed in a child process that can be stopped.
@@ -347,46 +373,28 @@ def _apply(
         if warming is not None:
             summary.embed_seconds += warming.finish()
             warming = None
-        ids = _write_batch(store, embedder, m, batch, summary, run.on_upsert, retired, run_hashes, bar)
+        ids = _write_batch(
+            store, embedder, m, batch, summary, run.on_upsert, retired, run_hashes, bar, run.batch_chunks
+        )
         bar.done(len(batch))
         return ids
 
     # Files are parsed and chunked in a thread while the last batch is embedded.
+    read = 0  # files taken from todo
     try:
-        for (path, preset), (state, chunks, err, encoding, crashed, doc_warnings) in bar.files(
-            _ahead(todo, parse, cancel=run.cancel)
-        ):
-            is_new = path not in m.files
-            for w in doc_warnings:
-                _warn(summary, w)
-            if state is None:
-                summary.skipped += 1
-                summary.parser_errors += crashed
-                summary.skipped_files.append((path, err or "unknown error"))
-                (log.info if path in m.skipped else log.warning)("skipped %s: %s", path, err)
-                if preset is None:  # its parse failed (not the scan, not a read): remembered until it changes
-                    root, _, mtime_ns, size = found.files[path]
-                    m.skipped[path] = SkippedFile(root, mtime_ns, size, err or "unknown error", key)
-                bar.done(1)
-                if not is_new:  # its old content is stale: remove it, retry next run
-                    retired.extend(m.files.pop(path).chunks)
-                continue
-            m.skipped.pop(path, None)
-            if encoding and encoding.replace("-", "_").lower() not in ("utf_8", "utf_8_sig", "ascii"):
-                summary.decoded[path] = encoding
-                log.info("%s: decoded as %s", path, encoding)
-            if is_new:
-                summary.added += 1
-            else:
-                summary.modified += 1
-            batch.append((path, state, chunks))
-            batch_chunks += len(chunks)
-            if batch_chunks >= _BATCH_CHUNKS:
-                written |= write(batch)
-                batch, batch_chunks = [], 0
-                if time.monotonic() - last_save > _SAVE_EVERY_S:
-                    m.save(manifest_path)
-                    last_save = time.monotonic()
+        with closing(_ahead(todo, parse, cancel=run.cancel)) as parsed:
+            for (path, preset), result in bar.files(parsed):
+                read += 1
+                _take(m, found, summary, bar, key, retired, batch, path, preset, result)
+                if sum(len(chunks) for _, _, chunks in batch) >= run.batch_chunks:
+                    written |= write(batch)
+                    batch.clear()
+                    if time.monotonic() - last_save > _SAVE_EVERY_S:
+                        m.progress = [bar.done_files, bar.total]
+                        m.save(manifest_path)
+                        last_save = time.monotonic()
+                if run.pause is not None and run.pause.is_set():
+                    break
     except IndexingCancelledError:
         if writes:
             m.save(manifest_path)  # what was written so far, still dirty: the next run repairs and goes on
@@ -397,6 +405,7 @@ def _apply(
     if batch:
         written |= write(batch)
     bar.close()
+    summary.remaining = len(todo) - read
     if msg := truncated.message():
         _warn(summary, msg)
 
@@ -405,22 +414,84 @@ def _apply(
         retired.extend(m.files.pop(p).chunks)
     summary.deleted = len(removed)
 
-    if writes:
-        m.save(manifest_path)  # still dirty: a crash from here on is repaired
     live = m.chunk_ids()
+    if writes:
+        _publish(store, m, live)
+        m.save(manifest_path)  # still dirty: a crash from here on is repaired
     if run.on_commit is not None:
         run.on_commit(live)
     if sweep is not None:
-        retired.extend(store.all_ids(roots=sweep) - live)
+        retired.extend(store.all_ids(roots=None if sweep is _EVERYTHING else sweep) - live)
     retired = sorted(set(retired) - live)
     if retired:
-        store.delete_ids(retired)
+        _delete_replaced(store, retired)
         summary.chunks_deleted += len(retired)
     if writes:
         store.end_run(written, live, whole=summary.rebuild is not None)
         m.retired_roots = []
         m.mark_finished()
         m.save(manifest_path)
+
+
+def _publish(store: Store, m: Manifest, live: set[str]) -> None:
+    """The commit for readers in other processes, in the manifest, when the store has none of its own.
+
+    A store whose writes other processes see at once (Milvus) is read through the manifest's committed
+    ids: the run's chunks are all written, so they become the committed state before the replaced ones
+    are deleted. A transactional store (FAISS) commits at :meth:`~mdrag.store.base.Store.end_run`, and
+    its readers in other processes see the last commit without the manifest.
+    """
+    if not store.transactional:
+        m.publish(live, m.roots)
+
+
+def _delete_replaced(store: Store, ids: list[str]) -> None:
+    """Delete the chunks a commit replaced; readers in other processes of a store without transactions
+    first get ``_PUBLISH_GRACE_S`` to take the new committed state from the manifest."""
+    if not store.transactional:
+        time.sleep(_PUBLISH_GRACE_S)
+    store.delete_ids(ids)
+
+
+def _take(
+    m: Manifest,
+    found: ScanResult,
+    summary: IndexSummary,
+    bar: _Progress,
+    key: str,
+    retired: list[str],
+    batch: list[tuple[str, FileState, list[Chunk]]],
+    path: str,
+    preset: str | None,
+    parsed: _Parsed,
+) -> None:
+    """Account for one parsed file: a skip is recorded (an indexed file's stale chunks join ``retired``);
+    a file's chunks join ``batch``."""
+    state, chunks, err, encoding, crashed, doc_warnings = parsed
+    is_new = path not in m.files
+    for w in doc_warnings:
+        _warn(summary, w)
+    if state is None:
+        summary.skipped += 1
+        summary.parser_errors += crashed
+        summary.skipped_files.append((path, err or "unknown error"))
+        (log.info if path in m.skipped else log.warning)("skipped %s: %s", path, err)
+        if preset is None:  # its parse failed (not the scan, not a read): remembered until it changes
+            root, _, mtime_ns, size = found.files[path]
+            m.skipped[path] = SkippedFile(root, mtime_ns, size, err or "unknown error", key)
+        bar.done(1)
+        if not is_new:  # its old content is stale: remove it, retry next run
+            retired.extend(m.files.pop(path).chunks)
+        return
+    m.skipped.pop(path, None)
+    if encoding and encoding.replace("-", "_").lower() not in ("utf_8", "utf_8_sig", "ascii"):
+        summary.decoded[path] = encoding
+        log.info("%s: decoded as %s", path, encoding)
+    if is_new:
+        summary.added += 1
+    else:
+        summary.modified += 1
+    batch.append((path, state, chunks))
 
 
 class _WarmUp:
@@ -469,6 +540,7 @@ def remove_folders(
     m = Manifest.load(manifest_path)
     if m is None:
         raise ConfigError(f"the index has no readable manifest at {manifest_path}: nothing to remove")
+    m.keep_committed(m)  # what readers keep seeing until the removal commits
     targets = []
     for f in folders:
         resolved = str(Path(f).expanduser().resolve())
@@ -485,14 +557,15 @@ def remove_folders(
     retired = [cid for p in gone for cid in m.files.pop(p).chunks]
     summary.deleted = len(gone)
     m.dirty = True
-    m.save(manifest_path)  # from here a crash is repaired: the retired folders' chunks are deleted then
     live = m.chunk_ids()
+    _publish(store, m, live)
+    m.save(manifest_path)  # from here a crash is repaired: the retired folders' chunks are deleted then
     if on_commit is not None:
         on_commit(live)
     leftovers = store.all_ids(roots=m.retired_roots) - live
     ids = sorted((set(retired) | leftovers) - live)
     if ids:
-        store.delete_ids(ids)
+        _delete_replaced(store, ids)
     store.end_run(set(), live, whole=False)
     summary.chunks_deleted = len(ids)
     m.retired_roots = []
@@ -579,6 +652,16 @@ class _Progress:
                 self._bar.update(1)
             yield item
 
+    @property
+    def done_files(self) -> int:
+        """Files written or skipped so far."""
+        return self._done
+
+    @property
+    def total(self) -> int:
+        """Files this run reads."""
+        return self._total
+
     def done(self, files: int) -> None:
         self._done += files
         if self._report is not None:
@@ -596,7 +679,7 @@ class _Progress:
 
 def _ahead(
     items: Sequence[A], work: Callable[[A], R], depth: int = _PARSE_AHEAD, cancel: threading.Event | None = None
-) -> Iterator[tuple[A, R]]:
+) -> Generator[tuple[A, R], None, None]:
     """``(item, work(item))`` in order, computed by a thread up to ``depth`` items ahead.
 
     The thread overlaps parsing (Python) with embedding (native code that
@@ -694,10 +777,11 @@ def _write_batch(
     m: Manifest,
     batch: list[tuple[str, FileState, list[Chunk]]],
     summary: IndexSummary,
-    on_upsert: Callable[[int], None] | None,
+    on_upsert: Callable[[list[str]], None] | None,
     retired: list[str],
     run_hashes: set[int] | None,
     bar: _Progress,
+    batch_chunks: int,
 ) -> set[str]:
     """Embed what is new, upsert, record the files; returns the ids of the chunks written.
 
@@ -713,8 +797,8 @@ def _write_batch(
     all_chunks = [c for _, _, cs in batch for c in cs]
     new = [c for c in all_chunks if c.id not in stored]  # same id: same text, already stored
     summary.chunks_reused += len(all_chunks) - len(new)
-    for i in range(0, len(new), _BATCH_CHUNKS):
-        chunks = new[i : i + _BATCH_CHUNKS]
+    for i in range(0, len(new), batch_chunks):
+        chunks = new[i : i + batch_chunks]
         hashes = [c.content_hash for c in chunks]
         if run_hashes is None:
             known = store.vectors_by_hash(hashes)
@@ -735,7 +819,7 @@ def _write_batch(
         summary.chunks_reused += len(chunks) - len(todo)
         store.upsert(chunks, np.vstack([known[c.content_hash] for c in chunks]))
         if on_upsert is not None:
-            on_upsert(len(chunks))
+            on_upsert([c.id for c in chunks])
         bar.wrote(len(chunks))
     for path, state, _ in batch:
         prev = m.files.get(path)

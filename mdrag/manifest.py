@@ -18,6 +18,7 @@ import logging
 import os
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -97,6 +98,11 @@ class Manifest:
     skipped: dict[str, SkippedFile] = field(default_factory=dict)  # absolute path -> the parse failure
     dirty: bool = False  # a run was writing to the store and did not finish
     last_indexed: float | None = None  # unix time of the last finished run
+    # While a run writes (``dirty``): the last committed state, which readers keep seeing until the run
+    # commits (``files`` holds the run's progress). ``committed_ids`` None: ``files`` is the committed state.
+    committed_ids: list[str] | None = None
+    committed_roots: list[str] | None = None  # the folders those ids account for (None: all of them)
+    progress: list[int] | None = None  # [files done, files to do] of the run writing, as last saved
     version: int = VERSION
     # False when the file's checksum did not match (changed outside mdrag): not saved.
     verified: bool = field(default=True, compare=False)
@@ -107,6 +113,34 @@ class Manifest:
 
     def chunk_ids(self) -> set[str]:
         return {cid for f in self.files.values() for cid in f.chunks}
+
+    def visible(self) -> tuple[frozenset[str], frozenset[str] | None]:
+        """The last committed state, (chunk ids, the folders they account for): what readers see while a
+        run writes the next one. A first build that has not committed yet: no id, and every folder."""
+        if self.dirty and self.committed_ids is not None:
+            roots = self.committed_roots
+            return frozenset(self.committed_ids), frozenset(roots) if roots else None
+        return frozenset(self.chunk_ids()), frozenset(self.roots)
+
+    @property
+    def building(self) -> bool:
+        """A first build is writing (or was stopped): nothing has been committed for readers yet."""
+        return self.dirty and self.committed_ids is not None and not self.committed_ids
+
+    def keep_committed(self, before: Manifest | None) -> None:
+        """Record ``before``'s committed state (see :meth:`visible`) before this run's first write."""
+        if self.committed_ids is not None:
+            return
+        if before is None:
+            self.committed_ids, self.committed_roots = [], None
+            return
+        ids, roots = before.visible()
+        self.committed_ids, self.committed_roots = sorted(ids), sorted(roots) if roots is not None else None
+
+    def publish(self, ids: set[str], roots: Sequence[str]) -> None:
+        """The run's new state is the committed one (its chunks are written; the replaced ones not yet deleted)."""
+        self.committed_ids = sorted(ids)
+        self.committed_roots = sorted({*roots, *(self.committed_roots or ())})
 
     def to_json(self) -> dict[str, Any]:
         """A view for ``json.dumps``: it shares this manifest's lists and dicts (no deep copy)."""
@@ -148,6 +182,9 @@ class Manifest:
             skipped={p: SkippedFile(**s) for p, s in raw_skipped.items()},
             dirty=bool(d.get("dirty", False)),
             last_indexed=d.get("last_indexed"),
+            committed_ids=_strings(d.get("committed_ids"), "committed_ids"),
+            committed_roots=_strings(d.get("committed_roots"), "committed_roots"),
+            progress=[int(n) for n in d["progress"]] if isinstance(d.get("progress"), list) else None,
         )
 
     @classmethod
@@ -201,6 +238,16 @@ class Manifest:
     def mark_finished(self) -> None:
         self.dirty = False
         self.last_indexed = time.time()
+        self.committed_ids = self.committed_roots = self.progress = None
+
+
+def _strings(value: Any, key: str) -> list[str] | None:
+    """A list of strings from JSON, or None; ValueError naming ``key`` when it is something else."""
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ValueError(f"{key!r} must be a list of strings")
+    return list(value)
 
 
 def _checksum_ok(raw: str) -> bool:

@@ -3,18 +3,27 @@
 A running update writes chunks that stay invisible until it commits; then the
 new state is visible all at once. A commit waits for the searches still reading
 the state before it, so the chunks it replaces are not deleted under them.
+
+Outside this process's own runs, searches follow the committed state that the
+store or the manifest shows (:meth:`Snapshot.follow`): a transactional store
+needs no filter, since other processes' runs reach it whole at their commit;
+a store without transactions is read through the ids the manifest records as
+committed.
 """
 
 from __future__ import annotations
 
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Hashable, Iterator
 from contextlib import contextmanager
 
 from mdrag.search import Visible
 
-__all__ = ["Snapshot"]
+__all__ = ["Snapshot", "State"]
+
+#: A committed state: (chunk ids, the folders they account for; None: every folder), or None: no filter.
+State = tuple[frozenset[str], frozenset[str] | None] | None
 
 
 class Snapshot:
@@ -22,48 +31,72 @@ class Snapshot:
 
     def __init__(self) -> None:
         self._cond = threading.Condition()
-        # Committed chunk ids: searches return only these. None: no filter (nothing committed yet).
+        # Committed chunk ids: searches return only these. None: no filter.
         self._ids: frozenset[str] | None = None
         # The folders those ids account for; chunks of other folders (written by
         # other indexers into the same collection) are not filtered. None: all.
         self._roots: frozenset[str] | None = None
-        self._loaded = False  # the two above hold the manifest's state or a commit's
+        self._run = False  # a run of this process writes: it alone changes the state (begin .. end)
+        self._source: Hashable = None  # what follow() last took the state from (None: nothing yet)
         self._pending = 0  # chunks written by a running update and not yet committed
-        self._generation = 0  # bumped at each commit
+        self._generation = 0  # bumped at each commit seen
         self._readers: Counter[int] = Counter()  # searches running, by the generation they read
 
     @property
     def generation(self) -> int:
-        """How many commits this snapshot has seen: what a cache of the committed state is keyed by."""
+        """How many commits this snapshot has seen (its own, and those it followed): what a cache of the
+        committed content is keyed by."""
         with self._cond:
             return self._generation
 
-    def load(self, read: Callable[[], tuple[frozenset[str], frozenset[str]] | None]) -> None:
-        """Take the committed (ids, roots) from ``read()`` (the manifest), unless a commit set them already.
-
-        ``read`` runs unlocked: a commit meanwhile wins over what it read. None:
-        nothing committed yet (no filter), and ``read`` is called again next time.
-        """
+    @property
+    def committed(self) -> frozenset[str] | None:
+        """The ids searches may return now (None: every chunk)."""
         with self._cond:
-            if self._loaded:
+            return self._ids
+
+    def _set(self, state: State) -> bool:
+        """Take ``state``; whether it changed."""
+        ids, roots = state if state is not None else (None, None)
+        if (ids, roots) == (self._ids, self._roots):
+            return False
+        self._ids, self._roots = ids, roots
+        return True
+
+    def follow(self, source: Hashable, read: Callable[[], State]) -> None:
+        """Outside this process's runs: take the committed state from ``read()`` when ``source`` (a
+        stamp of where ``read`` looks) differs from the last one. ``read`` runs unlocked; a run that
+        begins meanwhile wins over what it read."""
+        with self._cond:
+            if self._run or (source is not None and source == self._source):
                 return
         state = read()
-        if state is None:
-            return
         with self._cond:
-            if not self._loaded:
-                self._ids, self._roots = state
-                self._loaded = True
+            if not self._run:
+                if self._set(state) and state is not None:
+                    self._generation += 1  # another process committed
+                self._source = source
 
-    def written(self, n: int) -> None:
-        """A running update wrote ``n`` chunks that are not visible yet (searches fetch that many more)."""
+    def begin(self, state: State) -> None:
+        """A run of this process starts writing: searches see ``state`` (the last commit) until it commits."""
         with self._cond:
-            self._pending += n
-
-    def abandon(self) -> None:
-        """The update ended without committing what it wrote: it stays invisible (the next run deletes it)."""
-        with self._cond:
+            self._run = True
             self._pending = 0
+            self._set(state)
+
+    def written(self, ids: Collection[str]) -> None:
+        """A running update wrote these chunks; those not visible (searches fetch that many more)."""
+        with self._cond:
+            visible = self._ids
+            self._pending += len(ids) if visible is None else sum(1 for i in ids if i not in visible)
+
+    def end(self) -> None:
+        """The run is over (committed or not: what it did not commit stays invisible, and the next run
+        deletes it); searches follow the store's or the manifest's state again."""
+        with self._cond:
+            self._run = False
+            self._pending = 0
+            self._source = None
 
     def commit(self, ids: set[str], roots: frozenset[str], grace_s: float) -> int:
         """``ids`` become what searches see; chunks under ``roots`` (and the folders before) are filtered.
@@ -76,7 +109,6 @@ class Snapshot:
             old = self._generation
             self._ids, self._pending = frozenset(ids), 0
             self._roots = roots | (self._roots or frozenset())
-            self._loaded = True
             self._generation += 1
             if self._cond.wait_for(lambda: self._readers[old] == 0, timeout=grace_s):
                 return 0

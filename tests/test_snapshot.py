@@ -12,16 +12,16 @@ WAIT = 120  # seconds a test waits for an event that must come, before it fails 
 
 def test_a_running_update_stays_invisible_until_it_commits() -> None:
     snap = Snapshot()
-    snap.load(lambda: (frozenset({"a"}), frozenset({"/docs"})))
-    snap.written(3)
+    snap.begin((frozenset({"a"}), frozenset({"/docs"})))
+    snap.written(["a", "b", "c", "d"])  # "a" was visible already: rewritten, not pending
     with snap.reading() as before:
         assert before == Visible(frozenset({"a"}), frozenset({"/docs"}), 3)
     assert snap.commit({"a", "b"}, frozenset({"/more"}), grace_s=0) == 0
     with snap.reading() as after:  # the new ids at once; the folders of both states are filtered
         assert after == Visible(frozenset({"a", "b"}), frozenset({"/docs", "/more"}), 0)
     assert snap.generation == 1
-    snap.written(2)
-    snap.abandon()  # a failed run: what it wrote stays invisible and is no longer made up for
+    snap.written(["e", "f"])
+    snap.end()  # a failed run: what it wrote stays invisible and is no longer made up for
     with snap.reading() as v:
         assert v.pending == 0 and v.ids == frozenset({"a", "b"})
 
@@ -50,19 +50,25 @@ def test_a_commit_waits_for_the_searches_reading_the_state_before_it() -> None:
     assert done == [0]  # the old state's search ended, and the commit went on
 
 
-def test_the_manifest_state_is_loaded_once_and_never_over_a_commit() -> None:
+def test_outside_a_run_the_state_follows_its_source_and_a_run_wins_over_it() -> None:
     snap = Snapshot()
-    calls: list[int] = []
+    calls: list[str] = []
 
-    def nothing() -> None:
-        calls.append(1)
+    def read(ids: set[str]) -> tuple[frozenset[str], frozenset[str]]:
+        calls.append("read")
+        return frozenset(ids), frozenset({"/docs"})
 
-    snap.load(nothing)
-    snap.load(nothing)  # nothing committed yet: read again
-    assert len(calls) == 2
+    snap.follow(("manifest", 1), lambda: read({"a"}))
+    snap.follow(("manifest", 1), lambda: read({"stale"}))  # same source: not read again
+    assert calls == ["read"] and snap.committed == frozenset({"a"}) and snap.generation == 1
+    snap.follow(("manifest", 2), lambda: read({"a", "b"}))  # another process committed
+    assert snap.committed == frozenset({"a", "b"}) and snap.generation == 2
+    snap.begin((frozenset({"a", "b"}), frozenset({"/docs"})))
+    snap.follow(("manifest", 3), lambda: read({"half"}))  # this process's run owns the state
+    assert snap.committed == frozenset({"a", "b"})
+    snap.commit({"c"}, frozenset({"/docs"}), grace_s=0)
+    snap.end()
+    assert snap.committed == frozenset({"c"})
+    snap.follow("store", lambda: None)  # a transactional store: no filter
     with snap.reading() as v:
-        assert v.ids is None  # no filter
-    snap.commit({"new"}, frozenset({"/docs"}), grace_s=0)
-    snap.load(lambda: (frozenset({"stale"}), frozenset({"/docs"})))
-    with snap.reading() as v:
-        assert v.ids == frozenset({"new"})
+        assert v.ids is None

@@ -231,9 +231,10 @@ def test_first_searches_from_several_threads_open_the_store_once(tmp_path: Path)
 def test_a_commit_during_a_first_search_is_not_undone_by_the_search(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    config, root = _built(tmp_path)
+    # Milvus: a store without transactions, whose searches take the committed ids from the manifest.
+    config, root = _built(tmp_path, **MILVUS)
     idx = Index(config, embedder=HashEmbedder())
-    idx.status()  # the store is open: the search below reads the manifest once, for what is committed
+    idx.status()  # the store is open: the search below reads the manifest, for what is committed
     read, go = threading.Event(), threading.Event()
     searcher: list[threading.Thread] = []
     load = Manifest.load

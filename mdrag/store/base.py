@@ -8,7 +8,8 @@ Rules every backend keeps (the contract tests in ``tests/test_store_contract.py`
 hold each of them on every backend):
 
 - Writes are visible to reads of the same process at once, and to other
-  processes once :meth:`Store.end_run` has returned.
+  processes once :meth:`Store.end_run` has returned (``transactional``), or
+  at once (not ``transactional``: readers filter by the committed ids).
 - A filter never costs recall: a filtered search returns the ``k`` best chunks
   that pass the filter, as an exact search would.
 - ``score`` is the cosine similarity of the chunk's vector to the query vector
@@ -77,6 +78,9 @@ class Store(Protocol):
 
     uri: str  # where the store lives, as users name it in messages (never holds credentials)
     has_bm25: bool  # BM25 search is possible (False: "bm25" and "hybrid" fall back to dense)
+    # Other processes see a run's writes only at its end_run, all at once (True), or as they are
+    # written (False: they read the committed ids the manifest records, see mdrag.manifest).
+    transactional: bool
     # Applied to BM25 texts and BM25 queries (stemming), or None: from_config's ``prepare_text``.
     prepare_text: Callable[[str], str] | None
 

@@ -299,6 +299,7 @@ class FaissStore:
         self.identity = identity  # {"model": ..., "dimension": ...} of the embedder
         self.prepare_text = prepare_text  # applied to BM25 text and BM25 queries (stemming), if set
         self.has_bm25 = True
+        self.transactional = True  # a run is one SQLite transaction: other processes see it at end_run
         self._lock = threading.RLock()  # one call at a time on the connection and the in-memory index
         self._unlocked = threading.Condition(self._lock)  # a writer waiting for another process lets searches in
         self._opening = False  # open() runs: a writer waits holding the lock (the store is half loaded)

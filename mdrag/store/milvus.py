@@ -144,6 +144,7 @@ class MilvusStore:
         self._client: Any = None  # pymilvus.MilvusClient, connected in open()
         self.prepare_text = prepare_text  # applied to BM25 text and BM25 queries (stemming), if set
         self.has_bm25 = True  # the collection has the BM25 sparse field (collections before 0.1 do not)
+        self.transactional = False  # writes are searchable at once, from any process
         self._lite_engine: bool | None = None  # the server is Milvus Lite: see per_segment_bm25
         self._view: str | None = None  # a read-only Lite folder is opened through this view: see _lite_view
         # The store is as the last run left it (see unchanged_since_last_run): found so when it was
