@@ -3,10 +3,12 @@
 The server owns its index for the whole run: it loads it (or builds it) in
 the background while already accepting connections, answers queries from
 the open index, and keeps it current with a file watcher and a periodic
-rescan, both running the incremental indexer in a worker thread. Searches
-read only committed chunks, so a reload switches atomically. Stopping asks a
-running indexer to stop at its next safe point and waits for it before the
-index is closed. A change to the config file applies the settings in
+rescan, both asking its :class:`~mdrag.keeper.IndexKeeper` for an update
+(the keeper runs them in its worker thread, commits a long one in steps, and
+lets a watched change go ahead). Searches read only committed chunks, so an
+update switches atomically; an index that holds a committed state is served
+while its startup update runs. Stopping asks a running update to stop at its
+next safe point and waits for it before the index is closed. A change to the config file applies the settings in
 :func:`live_settings` at once; any other change is reported as needing a
 restart, and the server keeps the value it started with.
 
@@ -25,7 +27,6 @@ import functools
 import hmac
 import logging
 import os
-import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from http import HTTPStatus
@@ -35,9 +36,9 @@ from urllib.parse import parse_qs, urlsplit
 
 from mdrag import protocol, qa, web
 from mdrag.config import DEFAULTS, Config, load_config
-from mdrag.errors import ConfigError, IndexingCancelledError, LLMError, MdragError, ProtocolError
+from mdrag.errors import ConfigError, LLMError, MdragError, ProtocolError
 from mdrag.index import Index
-from mdrag.indexer import IndexSummary
+from mdrag.keeper import IndexKeeper, KeeperState
 from mdrag.protocol import is_loopback
 from mdrag.search import build_filter
 from mdrag.types import SearchResult
@@ -110,14 +111,10 @@ class QAServer:
         # and `mdrag remove DIR` from another process change them), watched and rescanned.
         self.folders = [str(Path(f).expanduser().resolve()) for f in folders]
         self.index = index  # the open index (created in _load when None)
-        self.state = "loading"  # loading | ready | empty
-        self.files = 0  # indexed files, for status messages
-        self.chunks = 0  # indexed chunks, for status messages
+        self.keeper: IndexKeeper | None = None  # keeps the index current (made in _load)
         self.host = ""  # bound address, known after start()
         self.port = 0  # bound port, known after start() (useful with port 0)
-        self.reloads = 0  # finished reloads, for tests and logs
-        self._reload_lock = asyncio.Lock()  # one indexer run at a time
-        self._cancel = threading.Event()  # set by stop(): a running indexer stops at its next safe point
+        self._loaded = asyncio.Event()  # the keeper's state left "loading"
         self._threads: set[asyncio.Future[Any]] = set()  # index work in threads: stop() waits for it
         self._server: Any = None  # websockets Server
         self._tasks: set[asyncio.Task[Any]] = set()  # background tasks, cancelled on stop
@@ -174,7 +171,7 @@ class QAServer:
         """Stop serving; a running reload stops at its next safe point, and the index is closed after it."""
         self._stop.set()
         self._rewatch.set()
-        self._cancel.set()
+        self._loaded.set()
         for t in list(self._tasks):
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -183,10 +180,10 @@ class QAServer:
             await self._server.wait_closed()
         if self._http is not None:
             await self._http.aclose()
+        if self.keeper is not None:
+            await asyncio.to_thread(self.keeper.close)  # a running update stops at its next file
         # A cancelled task stopped waiting for its thread, not the thread: wait for it here.
-        results = await asyncio.gather(*self._threads, return_exceptions=True)
-        if any(isinstance(r, IndexingCancelledError) for r in results):
-            log.info("stopped a reload before it finished; the next start completes it")
+        await asyncio.gather(*self._threads, return_exceptions=True)
         if self.index is not None:
             await asyncio.to_thread(self.index.close)  # waits for searches still running in threads
 
@@ -203,43 +200,80 @@ class QAServer:
         work.add_done_callback(self._threads.discard)
         return await asyncio.shield(work)
 
+    # -- the index's state, kept by the keeper --------------------------------
+    @property
+    def state(self) -> str:
+        """loading | ready | empty | failed"""
+        return self.keeper.state.state if self.keeper is not None else "loading"
+
+    @property
+    def files(self) -> int:
+        """Indexed files, as last committed."""
+        return self.keeper.state.files if self.keeper is not None else 0
+
+    @property
+    def chunks(self) -> int:
+        """Indexed chunks, as last committed."""
+        return self.keeper.state.chunks if self.keeper is not None else 0
+
+    @property
+    def reloads(self) -> int:
+        """Updates finished, for tests and logs."""
+        return self.keeper.state.updates if self.keeper is not None else 0
+
     # -- loading and reloading --------------------------------------------
     async def _load(self) -> None:
         t0 = time.monotonic()
-        what = ", ".join(self.folders) or "from the cache"
-        slow = asyncio.get_running_loop().call_later(
-            2.0, lambda: log.warning("still loading index %r (%s)...", self.config["index"], what)
-        )
+        loop = asyncio.get_running_loop()
         try:
             if self.index is None:
                 self.index = Index(self.config)
-            await self._reload("startup", raise_errors=True)
+            self.keeper = IndexKeeper(
+                self.index, self.folders, on_change=lambda st: loop.call_soon_threadsafe(self._changed, st)
+            )
+            self.keeper.start()
         except Exception as e:  # never left "loading" for good: clients would wait forever
-            if isinstance(e, MdragError):
-                self.failed = str(e)
-                log.error("could not load index %r: %s", self.config["index"], e)
-            else:
-                self.failed = f"unexpected error ({type(e).__name__}: {e}); see the server log"
-                log.exception("could not load index %r", self.config["index"])
+            self._fail(e)
+            return
+        await self._loaded.wait()
+        st = self.keeper.state
+        if st.state == "failed":
+            self.failed = st.error
+            log.error("could not load index %r: %s", self.config["index"], st.error)
             self.ready.set()
             return
-        finally:
-            slow.cancel()
         log.info(
-            "index %r %s: %d files, %d chunks (%.1f s); serving on %s",
+            "index %r %s: %d files, %d chunks (%.1f s)%s; serving on %s",
             self.config["index"],
-            "ready" if self.state == "ready" else "has no indexed content",
-            self.files,
-            self.chunks,
+            "ready" if st.state == "ready" else "has no indexed content",
+            st.files,
+            st.chunks,
             time.monotonic() - t0,
+            "; updating it in the background" if st.indexing is not None or st.updates == 0 else "",
             self.url,
         )
         self.ready.set()
-        if self.state == "ready":
+        if st.state == "ready":
             self._spawn(self._warm_up())
-        if self.folders:
-            self._spawn(self._watch_files())
-            self._spawn(self._periodic())
+        self._spawn(self._watch_files())
+        self._spawn(self._periodic())
+
+    def _fail(self, e: Exception) -> None:
+        if isinstance(e, MdragError):
+            self.failed = str(e)
+            log.error("could not load index %r: %s", self.config["index"], e)
+        else:
+            self.failed = f"unexpected error ({type(e).__name__}: {e}); see the server log"
+            log.exception("could not load index %r", self.config["index"])
+        self.ready.set()
+
+    def _changed(self, st: KeeperState) -> None:
+        """The keeper's new state (in the event loop): leave loading; watch the folders it names."""
+        if st.state != "loading":
+            self._loaded.set()
+        if st.folders and st.folders != self.folders:
+            self.folders = list(st.folders)
+            self._rewatch.set()
 
     async def _warm_up(self) -> None:
         """Load the model and the store's search structures before the first question needs them."""
@@ -252,54 +286,15 @@ class QAServer:
             return
         log.info("ready for searches: model and search structures loaded in %.1f s", time.monotonic() - t)
 
-    async def _reload(self, why: str, raise_errors: bool = False) -> None:
-        """Run the incremental indexer in a thread; queries go on meanwhile."""
-        assert self.index is not None
-        async with self._reload_lock:
-            index = self.index
-            try:
-                summary = await self._in_thread(functools.partial(self._update, index, first=not self.reloads))
-                if summary is not None:
-                    if summary.folders != self.folders:
-                        self.folders = summary.folders
-                        self._rewatch.set()
-                    if summary.added or summary.modified or summary.deleted:
-                        log.info(
-                            "reload (%s): %d added, %d modified, %d deleted; %d chunks embedded",
-                            why,
-                            summary.added,
-                            summary.modified,
-                            summary.deleted,
-                            summary.chunks_embedded,
-                        )
-                st = await self._in_thread(index.status)
-            except Exception as e:  # an unexpected error too: the periodic rescan and the file watcher go on
-                if raise_errors:
-                    raise
-                log.error(
-                    "reload (%s) failed: %s (the index stays as it was)",
-                    why,
-                    e,
-                    exc_info=not isinstance(e, MdragError),
-                )
-                return
-            self.files, self.chunks = st["files"], st["chunks"]
-            self.state = "ready" if self.chunks else "empty"
-            self.reloads += 1
-
-    def _update(self, index: Index, first: bool) -> IndexSummary | None:
-        """The first run adds the folders the server was given (or, with none, updates the index's own);
-        later runs update the index's folders as they are now, so that a folder another process removed
-        is not added back. None: the index has no folders to update."""
-        folders = self.folders if first else index.folders
-        if not folders and not first:
-            return None
-        return index.update(folders or None, cancel=self._cancel)
+    def _reload(self, why: str, paths: list[str] | None = None) -> None:
+        """Ask the keeper for an update (of ``paths`` only, ahead of any other, when given)."""
+        if self.keeper is not None:
+            self.keeper.request(why, paths)
 
     async def _periodic(self) -> None:
         while True:
             await asyncio.sleep(self.config["server.reload_interval"])
-            await self._reload("periodic rescan")
+            self._reload("periodic rescan")
 
     async def _watch_files(self) -> None:
         from watchfiles import Change, awatch
@@ -322,8 +317,8 @@ class QAServer:
             if not roots:
                 await self._rewatch.wait()
                 continue
-            async for _changes in awatch(*roots, watch_filter=relevant, debounce=500, stop_event=self._rewatch):
-                await self._reload("files changed")
+            async for changes in awatch(*roots, watch_filter=relevant, debounce=500, stop_event=self._rewatch):
+                self._reload("files changed", [path for _, path in changes])
 
     async def _watch_config(self) -> None:
         from watchfiles import awatch
@@ -383,7 +378,7 @@ class QAServer:
             self.index.config = applied  # read by each search and update
         log.info("configuration reloaded from %s", new.file)
         if rescan and self.folders and self.state != "loading":
-            self._spawn(self._reload("file selection settings changed"))
+            self._reload("file selection settings changed")
         return True
 
     # -- connections --------------------------------------------------------
@@ -415,12 +410,10 @@ class QAServer:
         return parts.scheme in ("http", "https") and is_loopback(parts.hostname or "")
 
     def _status(self) -> dict[str, Any]:
-        messages = {
-            "loading": "loading the index: not ready yet, retry shortly",
-            "ready": f"ready: {self.files} files, {self.chunks} chunks",
-            "empty": "no indexed content: start the server with folders (mdrag serve DIR)",
-        }
-        status = protocol.status(self.state, self.config["index"], self.files, self.chunks, messages[self.state])
+        st = self.keeper.state if self.keeper is not None else KeeperState()
+        status = protocol.status(st.state, self.config["index"], st.files, st.chunks, st.message())
+        if st.indexing is not None:  # an update runs: how far it is
+            status["indexing"] = {"files_done": st.indexing[0], "files_total": st.indexing[1]}
         status["restart_needed"] = list(self.restart_needed)  # settings changed in the file that need a restart
         return status
 

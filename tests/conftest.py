@@ -8,6 +8,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -17,6 +18,8 @@ import numpy as np
 import pytest
 
 from mdrag.embedding.base import Embedder
+from mdrag.parsers import register_parser
+from mdrag.types import Block, Document, Section
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
@@ -166,6 +169,33 @@ def store_uri(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "lite":
         return str(tmp_path / "store" / "milvus.db")
     return str(request.getfixturevalue("milvus_server"))
+
+
+class Held:
+    """A parser for ``.held`` files that waits until released: it holds the indexer mid-run.
+
+    A local object does not pickle, so the indexer runs it in its own parse
+    thread rather than in the parse worker's child process.
+    """
+
+    def __init__(self) -> None:
+        self.started = threading.Event()  # a .held file is being parsed
+        self.release = threading.Event()  # let it finish
+
+    def __call__(self, data: bytes, path: str) -> Document:
+        self.started.set()
+        self.release.wait()
+        return Document(path=path, sections=[Section(["Held"], 1, [Block(data.decode())])])
+
+
+@pytest.fixture
+def held(registry: None) -> Iterator[Held]:
+    parser = Held()
+    register_parser([".held"], parser)
+    try:
+        yield parser
+    finally:
+        parser.release.set()
 
 
 from tests.fake_llm import llm  # noqa: E402,F401 - the stand-in LLM fixture, for every test module

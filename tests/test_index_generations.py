@@ -27,8 +27,8 @@ from mdrag.embedding.base import Embedder
 from mdrag.errors import IndexBuildingError
 from mdrag.index import Index
 from mdrag.manifest import Manifest
-from tests.conftest import HashEmbedder
-from tests.test_threads import WAIT, Held, held  # noqa: F401 - the fixture
+from tests.conftest import HashEmbedder, Held
+from tests.test_threads import WAIT
 
 QUERY = "topic feature options"
 

@@ -24,11 +24,10 @@ from mdrag.embedding.base import Embedder
 from mdrag.errors import IndexingCancelledError
 from mdrag.index import Index
 from mdrag.manifest import Manifest
-from mdrag.parsers import register_parser
 from mdrag.server import QAServer
 from mdrag.store.milvus import MilvusStore, _lite_locked
-from mdrag.types import Block, Chunk, Document, Section
-from tests.conftest import HashEmbedder
+from mdrag.types import Chunk
+from tests.conftest import HashEmbedder, Held
 
 WAIT = 120  # seconds a test waits for an event that must come, before it fails instead of hanging
 MILVUS = {"store.backend": "milvus"}  # where a test checks that the Milvus Lite file was released
@@ -50,33 +49,6 @@ def _hold_searches(idx: Index) -> tuple[threading.Event, threading.Event]:
 
     idx.store.search = held_search  # type: ignore[method-assign]
     return inside, go
-
-
-class Held:
-    """A parser for ``.held`` files that waits until released: it holds the indexer mid-run.
-
-    A local object does not pickle, so the indexer runs it in its own parse
-    thread rather than in the parse worker's child process.
-    """
-
-    def __init__(self) -> None:
-        self.started = threading.Event()  # a .held file is being parsed
-        self.release = threading.Event()  # let it finish
-
-    def __call__(self, data: bytes, path: str) -> Document:
-        self.started.set()
-        self.release.wait()
-        return Document(path=path, sections=[Section(["Held"], 1, [Block(data.decode())])])
-
-
-@pytest.fixture
-def held(registry: None) -> Iterator[Held]:
-    parser = Held()
-    register_parser([".held"], parser)
-    try:
-        yield parser
-    finally:
-        parser.release.set()
 
 
 def _config(**overrides: Any) -> Config:

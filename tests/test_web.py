@@ -385,7 +385,9 @@ def test_while_loading_the_page_says_so_and_asks_again_once_ready(
     try:
         with in_thread(server):
             browser.get(f"http://127.0.0.1:{server.port}/")
-            wait_for(browser, lambda b: state(b) == "loading the index…", "the loading state")
+            wait_for(
+                browser, lambda b: state(b) == "loading the index: indexing: 0 of 1 files…", "the loading state"
+            )  # with its progress: the embedder holds the only file
             turn = ask(browser, "How do I run the installer?")
             wait_for(browser, lambda b: "still loading" in turn.text, "the not-ready note")
             assert script.requests == []

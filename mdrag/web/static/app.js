@@ -34,13 +34,23 @@ function setState(name, text) {
   stateLine.textContent = text;
 }
 
+// "indexing: 120 of 1089 files" while the server updates its index, or "" when it does not
+function indexing(msg) {
+  const p = msg.indexing;
+  if (!p) return "";
+  return p.files_total === null ? "indexing: scanning the folders" : `indexing: ${p.files_done} of ${p.files_total} files`;
+}
+
 function showStatus(msg) {
   state = msg.state;
-  if (msg.state === "ready") setState("ready", `ready: ${msg.files} files, ${msg.chunks} chunks`);
-  else if (msg.state === "loading") setState("loading", "loading the index…");
+  const doing = indexing(msg);
+  if (msg.state === "ready") {
+    const ready = `ready: ${msg.files} files, ${msg.chunks} chunks`;
+    setState("ready", doing ? `${ready} (${doing})` : ready);
+  } else if (msg.state === "loading") setState("loading", doing ? `loading the index: ${doing}…` : "loading the index…");
   else setState("empty", "empty: nothing is indexed (start the server with folders: mdrag serve DIR)");
   clearTimeout(poll);
-  poll = setTimeout(pollStatus, state === "loading" ? 1000 : 10000);
+  poll = setTimeout(pollStatus, state === "loading" || doing ? 1000 : 10000);
 }
 
 function pollStatus() {

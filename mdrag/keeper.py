@@ -1,0 +1,317 @@
+"""The index keeper: keeps one open :class:`~mdrag.index.Index` current for a long-running front end.
+
+The WebSocket server (and its page) asks it for an update when it starts, when
+watched files change and at each periodic rescan, and reports its
+:class:`KeeperState`; it knows nothing of asyncio, WebSockets or MCP. One worker
+thread runs the updates, one at a time, while searches go on in other threads
+and read the last committed state (:mod:`mdrag.snapshot`).
+
+- **Bounded steps.** A long update commits what it has every ``step_s``
+  seconds and goes on in a new step, so that readers see it grow rather than
+  wait for its end.
+- **Watched changes first.** A change to a few files pauses a running update
+  at its next file (it commits what it wrote), is indexed alone, and the long
+  update then goes on where it stopped.
+- **Small batches.** Updates embed ``batch_chunks`` chunks at a time, so the
+  embedder never holds the CPU for long against the searches.
+- **Progress.** Files done and to do, over every step of an update, in
+  :attr:`IndexKeeper.state` and in the log.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from mdrag.errors import IndexingCancelledError, MdragError
+from mdrag.index import Index
+from mdrag.indexer import IndexSummary
+
+__all__ = ["IndexKeeper", "KeeperState"]
+
+log = logging.getLogger(__name__)
+
+STEP_S = 10.0  # a long update commits at least this often
+BATCH_CHUNKS = 64  # chunks per embed and write round of the keeper's updates
+_LOG_EVERY_S = 5.0  # how often a running update's progress is logged
+
+
+@dataclass(frozen=True)
+class KeeperState:
+    """What a front end reports about its index."""
+
+    state: str = "loading"  # loading (nothing committed yet) | ready | empty | failed
+    files: int = 0  # indexed files, as last committed
+    chunks: int = 0  # indexed chunks, as last committed
+    indexing: tuple[int, int | None] | None = None  # (files done, files to do) of the running update
+    reason: str | None = None  # why the running update runs
+    error: str | None = None  # why the last update failed (None when it succeeded)
+    updates: int = 0  # updates finished (every step of one counts once)
+    folders: list[str] = field(default_factory=list)  # the index's folders after the last update
+
+    def message(self) -> str:
+        """One line for people: ``ready: 7 files, 7 chunks``, ``indexing: 120 of 1089 files``, ..."""
+        what = {
+            "loading": "loading the index: not ready yet, retry shortly",
+            "ready": f"ready: {self.files} files, {self.chunks} chunks",
+            "empty": "no indexed content: start the server with folders (mdrag serve DIR)",
+            "failed": f"the index could not be loaded: {self.error}",
+        }[self.state]
+        if self.indexing is not None:
+            done, total = self.indexing
+            doing = f"indexing: {done} of {total} files" if total is not None else "indexing: scanning the folders"
+            what = f"{doing} ({what})" if self.state == "ready" else f"{doing}; {what}"
+        return what
+
+
+class IndexKeeper:
+    """Runs ``index``'s updates in a worker thread: :meth:`start`, :meth:`request`, :meth:`state`, :meth:`close`.
+
+    ``folders``: what the first update adds (none: the index's own folders);
+    later updates update the index's folders as they are then (another process's
+    `mdrag index DIR` or `mdrag remove DIR` changes them).
+    """
+
+    def __init__(
+        self,
+        index: Index,
+        folders: Sequence[str | Path] = (),
+        step_s: float = STEP_S,
+        batch_chunks: int = BATCH_CHUNKS,
+        on_change: Callable[[KeeperState], object] | None = None,
+    ) -> None:
+        self.index = index
+        self.step_s = step_s
+        self.batch_chunks = batch_chunks
+        self.on_change = on_change  # told each new state, from the worker thread
+        self._folders = [str(Path(f).expanduser().resolve()) for f in folders]
+        self._cond = threading.Condition()  # guards everything below
+        self._state = KeeperState(folders=list(self._folders))
+        self._full: str | None = None  # why a full update is asked for (None: none is)
+        self._paths: set[str] = set()  # changed files waiting to go ahead
+        self._issued = 0  # request numbers handed out
+        self._waiting: dict[int, str] = {}  # request number -> "full" or "paths", not yet done
+        self._pause = threading.Event()  # the running step commits what it wrote and returns
+        self._cancel = threading.Event()  # the running update stops at its next file (close)
+        self._stepping = False  # a full update is running
+        self._first = True  # the next full update is the first
+        self._closed = False
+        self._thread: threading.Thread | None = None
+
+    # -- the front end's side ---------------------------------------------------
+
+    @property
+    def state(self) -> KeeperState:
+        with self._cond:
+            return self._state
+
+    def start(self) -> int:
+        """Start the worker and the first update (request number returned: see :meth:`wait`)."""
+        ticket = self.request("startup")
+        self._thread = threading.Thread(target=self._work, name="mdrag-keeper", daemon=True)
+        self._thread.start()
+        return ticket
+
+    def request(self, reason: str, paths: Iterable[str] | None = None) -> int:
+        """Ask for an update: of everything (``paths`` None), or of these changed files, which go ahead of a
+        running update. Requests that wait together are served by one update. Returns the request's number."""
+        with self._cond:
+            if self._closed:
+                raise MdragError("the index keeper is closed")
+            self._issued += 1
+            if paths is None:
+                self._full = self._full or reason
+                self._waiting[self._issued] = "full"
+            else:
+                self._paths.update(_files(paths))
+                self._waiting[self._issued] = "paths"
+                if self._stepping:
+                    self._pause.set()
+            self._cond.notify_all()
+            return self._issued
+
+    def wait(self, ticket: int, timeout: float | None = None) -> bool:
+        """Wait until request ``ticket`` and every one before it are done; False when ``timeout`` ran out."""
+        with self._cond:
+            return self._cond.wait_for(lambda: self._closed or min(self._waiting, default=ticket + 1) > ticket, timeout)
+
+    def close(self) -> None:
+        """Stop: a running update stops at its next file (the next start finishes it), then the worker ends."""
+        with self._cond:
+            self._closed = True
+            self._cancel.set()
+            self._pause.set()
+            self._cond.notify_all()
+        if self._thread is not None:
+            self._thread.join()
+
+    # -- the worker ----------------------------------------------------------------
+
+    def _work(self) -> None:
+        self._set(**self._counts())  # an index that holds a committed state is served while it updates
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: self._closed or self._full is not None or bool(self._paths))
+                if self._closed:
+                    return
+                if self._paths:
+                    self._update_paths()
+                    continue
+                reason, self._full = self._full or "rescan", None
+                covered = self._take("full")
+            self._update_all(reason)
+            self._done(covered)
+
+    def _take(self, kind: str) -> list[int]:
+        """The waiting requests of ``kind`` that the update starting now serves (called under the lock)."""
+        return [n for n, k in self._waiting.items() if k == kind]
+
+    def _done(self, covered: list[int]) -> None:
+        with self._cond:
+            for n in covered:
+                self._waiting.pop(n, None)
+            self._cond.notify_all()
+
+    def _update_paths(self) -> None:
+        """Index the changed files alone (called under the lock, which it releases while it runs)."""
+        paths, self._paths = self._paths, set()
+        covered = self._take("paths")
+        self._cond.release()
+        try:
+            self._run("files changed", functools.partial(self._update, self.index.folders or None, only=paths))
+        finally:
+            self._cond.acquire()
+        for n in covered:
+            self._waiting.pop(n, None)
+        self._cond.notify_all()
+
+    def _update(self, folders: Sequence[str] | None, **how: Any) -> IndexSummary:
+        return self.index.update(folders, cancel=self._cancel, batch_chunks=self.batch_chunks, **how)
+
+    def _update_all(self, reason: str) -> None:
+        """A full update, committed in steps of at most ``step_s``; changed files go ahead between steps."""
+        first, self._first = self._first, False
+        done_before = 0
+        while True:
+            folders = (self._folders or None) if first else self.index.folders
+            if not first and not folders:
+                return  # the index has no folders to update
+
+            def progress(done: int, total: int, base: int = done_before) -> None:
+                self._progress(reason, base + done, base + total)
+
+            timer = threading.Timer(self.step_s, self._pause.set)
+            timer.daemon = True
+            with self._cond:
+                self._stepping = True
+                if self._paths:
+                    self._pause.set()
+            timer.start()
+            try:
+                summary = self._run(
+                    reason,
+                    functools.partial(self._update, folders, progress=progress, pause=self._pause),
+                    first,
+                )
+            finally:
+                timer.cancel()
+                with self._cond:
+                    self._stepping = False
+                    if not self._closed:
+                        self._pause.clear()
+            if summary is None or not summary.remaining:
+                return
+            done_before = (self.state.indexing or (done_before, None))[0]
+            with self._cond:
+                if self._closed:
+                    return
+                if self._paths:
+                    self._update_paths()
+
+    def _run(self, reason: str, update: Callable[[], IndexSummary], first: bool = False) -> IndexSummary | None:
+        """Run one update; its outcome goes into the state (an error is logged, and the index stays as it was)."""
+        self._last_log = time.monotonic()
+        try:
+            summary = update()
+        except IndexingCancelledError:
+            log.info("stopped an update of index %r before it finished; the next start completes it", self.index.name)
+            return None
+        except Exception as e:  # an unexpected error too: later updates go on
+            log.error(
+                "update of index %r (%s) failed: %s (the index stays as it was)",
+                self.index.name,
+                reason,
+                e,
+                exc_info=not isinstance(e, MdragError),
+            )
+            error = str(e) if isinstance(e, MdragError) else f"unexpected error ({type(e).__name__}: {e})"
+            failed = first and self._state.state == "loading"
+            self._set(indexing=None, reason=None, error=error, **({"state": "failed"} if failed else {}))
+            return None
+        if summary.added or summary.modified or summary.deleted:
+            log.info(
+                "update of index %r (%s): %d added, %d modified, %d deleted; %d chunks embedded%s",
+                self.index.name,
+                reason,
+                summary.added,
+                summary.modified,
+                summary.deleted,
+                summary.chunks_embedded,
+                f"; {summary.remaining} files to go" if summary.remaining else "",
+            )
+        counts = self._counts()
+        still = summary.remaining > 0
+        if still and self._state.state == "loading":
+            counts.pop("state", None)  # a first build is loading until its last step, whatever it committed
+        self._set(
+            **counts,
+            error=None,
+            updates=self._state.updates + 1,
+            folders=list(summary.folders),
+            **({} if still else {"indexing": None, "reason": None}),
+        )
+        return summary
+
+    def _counts(self) -> dict[str, object]:
+        """The committed files and chunks, and the state they make."""
+        try:
+            st = self.index.status()
+        except MdragError as e:
+            log.debug("index %r: no status yet: %s", self.index.name, e)
+            return {}
+        if not st["exists"] or st["building"]:
+            return {}  # nothing committed yet: still loading
+        return {"files": st["files"], "chunks": st["chunks"], "state": "ready" if st["chunks"] else "empty"}
+
+    def _progress(self, reason: str, done: int, total: int) -> None:
+        self._set(indexing=(done, total), reason=reason)
+        now = time.monotonic()
+        if now - self._last_log >= _LOG_EVERY_S or done == total:
+            self._last_log = now
+            log.info("indexing index %r (%s): %d of %d files", self.index.name, reason, done, total)
+
+    def _set(self, **changes: object) -> None:
+        with self._cond:
+            self._state = replace(self._state, **changes)  # type: ignore[arg-type]
+            state = self._state
+        if self.on_change is not None:
+            self.on_change(state)
+
+
+def _files(paths: Iterable[str]) -> set[str]:
+    """Absolute paths of the changed files: a folder stands for the files under it (one moved in)."""
+    out: set[str] = set()
+    for p in paths:
+        path = Path(p).expanduser().absolute()
+        if path.is_dir():
+            out.update(str(Path(d, f)) for d, _, names in os.walk(path) for f in names)
+        else:
+            out.add(str(path))
+    return out
