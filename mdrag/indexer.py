@@ -90,6 +90,7 @@ class IndexSummary:
     embed_seconds: float = 0.0  # of which in the embedder (loading the model the first time included)
     rebuild: str | None = None  # why the whole corpus was re-chunked, if it was
     repaired: bool = False  # a previous run was interrupted and its leftovers were cleaned
+    waited_s: float = 0.0  # how long this run waited for another process's run on the index to finish
     folders: list[str] = field(default_factory=list)  # the index's folders after the run
     missing_folders: list[str] = field(default_factory=list)  # folders of the index not found on disk
     removed_folders: list[str] = field(default_factory=list)  # folders taken out of the index (`mdrag remove`)
