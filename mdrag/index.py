@@ -145,7 +145,8 @@ class Index:
     ...         print(r.score, r.rel_path, r.heading)
 
     One Index may be used from several threads: searches run side by side and
-    with one update (updates and removals run one at a time); the store is
+    with one update (updates and removals run one at a time, across processes
+    too: see :class:`_Writers`); the store is
     opened once, by whichever call needs it first; ``close()`` waits for the
     calls in progress. A search reads the state committed when it began; the
     chunks a commit replaces are deleted once the searches still reading the
