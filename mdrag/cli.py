@@ -8,6 +8,7 @@ Progress and logs go to stderr, data to stdout.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import json
 import logging
@@ -250,6 +251,8 @@ def _cmd_index(args: argparse.Namespace, index: Any) -> int:
         s = summary
         if s.rebuild:
             print(f"full re-index: {s.rebuild}")
+        if s.waited_s:
+            print(f"waited {s.waited_s:.1f} s for another mdrag run on this index: what it indexed is not done again")
         if s.repaired:
             print("repaired an interrupted previous run")
         print(
@@ -817,7 +820,11 @@ def _main(argv: Sequence[str] | None) -> int:
             return reads[args.command](args, config, None)
         from mdrag.index import Index
 
-        with Index(config) as index:
+        index = Index(config)
+        # `index` and `remove` hold the index's writers' lock until its store is closed: a run waiting for
+        # this one in another process then finds the store free (Milvus Lite lets one process open its file).
+        writing = index.writing() if args.command in ("index", "remove") else contextlib.nullcontext()
+        with writing, index:
             if args.command in reads:
                 return reads[args.command](args, config, index)
             commands = {"index": _cmd_index, "remove": _cmd_remove, "eval": _cmd_eval}

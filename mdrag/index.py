@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import errno
 import logging
+import os
 import threading
+import time
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -11,10 +14,18 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import filelock
+
 from mdrag.chunking import ChunkSettings
 from mdrag.config import Config, load_config
 from mdrag.embedding import Embedder, make_embedder
-from mdrag.errors import IndexBuildingError, MdragError, StoreDamagedError
+from mdrag.errors import (
+    IndexBuildingError,
+    IndexingCancelledError,
+    MdragError,
+    StoreDamagedError,
+    StoreUnavailableError,
+)
 from mdrag.indexer import IndexSummary, remove_folders, update_index
 from mdrag.manifest import Manifest
 from mdrag.relevance import TermStats
@@ -39,6 +50,97 @@ _READERS_GRACE_S = 60.0
 # term_stats() counts at most about this many chunks' words; a larger index is sampled.
 _STATS_ROWS = 40000
 
+# While a run waits for another process's run on the index, how often it checks whether it was cancelled.
+_WAIT_POLL_S = 0.2
+
+
+class _Writers:
+    """One update or removal of an index at a time, across processes: the index's writers' lock.
+
+    A file lock (:mod:`filelock`) beside the manifest, ``<index>.lock``, taken before
+    the manifest is read: a run that waited for another process's run reads what
+    that run left, so it finds its work done instead of doing it again. The holder
+    writes its process id to ``<index>.pid``, for the message of a run that waits.
+    Reentrant within one :class:`Index` (the CLI holds it around a run and the
+    closing of the store; the run takes it again).
+    """
+
+    def __init__(self, manifest_path: Path, index: str) -> None:
+        self.index = index  # named in the messages
+        self.path = manifest_path.with_suffix(".lock")
+        self._pid_path = manifest_path.with_suffix(".pid")  # who holds the lock (may lag behind it for an instant)
+        self._lock = filelock.FileLock(str(self.path), thread_local=False)  # held by an Index, not a thread
+        self.waited = 0.0  # seconds the holding now in force waited for another process's run
+
+    @contextmanager
+    def hold(self, cancel: threading.Event | None = None) -> Iterator[None]:
+        """Hold the lock for the block; waiting for another process's run says so, until ``cancel`` is set."""
+        if self._lock.is_locked:  # held by this Index already: taken again
+            self._lock.acquire()
+        else:
+            self._acquire(cancel)
+        try:
+            yield
+        finally:
+            self._lock.release()
+
+    def _acquire(self, cancel: threading.Event | None) -> None:
+        t0 = time.monotonic()
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                self._lock.acquire(timeout=0)
+                self.waited = 0.0
+            except filelock.Timeout:
+                self._wait(cancel)
+                self.waited = time.monotonic() - t0
+                log.info("the other run on index %r finished after %.1f s", self.index, self.waited)
+            try:
+                self._pid_path.write_text(f"{os.getpid()}\n")
+            except OSError:
+                self._lock.release()
+                raise
+        except OSError as e:
+            raise self._error(e) from e
+
+    def _wait(self, cancel: threading.Event | None) -> None:
+        """Take the lock once another process's run lets it go, saying so first; IndexingCancelledError
+        once ``cancel`` is set."""
+        log.warning(
+            "waiting for another mdrag run on index %r (pid %s) to finish; this run then does what it left",
+            self.index,
+            self._holder(),
+        )
+        while True:
+            if cancel is not None and cancel.is_set():
+                raise IndexingCancelledError(
+                    f"cancelled while waiting for another mdrag run on index {self.index!r}; nothing was written"
+                )
+            try:
+                self._lock.acquire(timeout=_WAIT_POLL_S)
+                return
+            except filelock.Timeout:
+                continue
+
+    def _holder(self) -> str:
+        """The process id of the run holding the lock, as it wrote it ("unknown" if unreadable)."""
+        try:
+            return self._pid_path.read_text().strip() or "unknown"
+        except OSError:
+            return "unknown"
+
+    def _error(self, e: OSError) -> MdragError:
+        """Why the lock cannot be taken, and what to do."""
+        if e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+            return StoreUnavailableError(
+                f"The index's cache folder {self.path.parent} is read-only: mdrag can search the index but not "
+                "update it. Index where mdrag can write (MDRAG_HOME)."
+            )
+        return MdragError(
+            f"cannot take the writers' lock {self.path} of index {self.index!r}: {e.strerror or e}. "
+            "Check that disk and run the command again."
+        )
+
 
 class Index:
     """A named index: ``update()`` keeps it in line with folders, ``search()`` queries it.
@@ -49,7 +151,8 @@ class Index:
     ...         print(r.score, r.rel_path, r.heading)
 
     One Index may be used from several threads: searches run side by side and
-    with one update (updates and removals run one at a time); the store is
+    with one update (updates and removals run one at a time, across processes
+    too: see :class:`_Writers`); the store is
     opened once, by whichever call needs it first; ``close()`` waits for the
     calls in progress. A search reads the state committed when it began; the
     chunks a commit replaces are deleted once the searches still reading the
@@ -88,6 +191,7 @@ class Index:
         self._exists = False  # the collection exists
         self._missing: tuple[int, int] | tuple[()] | None = None  # see _missing_rows; None: not checked yet
         self._update_lock = threading.Lock()  # one update() or remove() at a time
+        self._writers = _Writers(self.manifest_path, self.name)  # the same, across processes
         self._cond = threading.Condition()  # guards the two fields below
         self._busy = 0  # calls using the store now (search, status, update, remove): close() waits for them
         self._stats: tuple[int, TermStats] | None = None  # term_stats() and the snapshot generation it counted
@@ -217,35 +321,39 @@ class Index:
         on stderr, or a function told (files done, files to do). Setting ``cancel``
         (from another thread) stops the run before its next file with
         IndexingCancelledError; searches keep the last committed state, and the
-        next run finishes the work. ``only``, ``pause`` and ``batch_chunks`` keep a
-        run short (see :func:`mdrag.indexer.update_index`): :class:`mdrag.keeper.IndexKeeper`
+        next run finishes the work. A run of another process on the index is
+        waited for (with a warning in the log): this one then finds that run's
+        work done, and its summary's ``waited_s`` says how long it waited.
+        ``only``, ``pause`` and ``batch_chunks`` keep a run short (see
+        :func:`mdrag.indexer.update_index`): :class:`mdrag.keeper.IndexKeeper`
         commits a long update in steps with them.
         """
-        folders = self._folders_to_update(folders)
+        with self._using(), self._update_lock, self._writers.hold(cancel):
+            # Read under the writers' lock: after a wait for another process's run, what that run left.
+            folders = self._folders_to_update(folders)
 
-        # A damaged collection is set aside (as --rebuild would) when a run was killed while writing
-        # it: with no manifest (a first run killed before its commit) or a dirty one. The next run is
-        # the repair a kill asks for; the folders hold everything the collection held.
-        old = Manifest.load(self.manifest_path)
-        set_aside = rebuild or old is None or old.dirty
+            # A damaged collection is set aside (as --rebuild would) when a run was killed while writing
+            # it: with no manifest (a first run killed before its commit) or a dirty one. The next run is
+            # the repair a kill asks for; the folders hold everything the collection held.
+            old = Manifest.load(self.manifest_path)
+            set_aside = rebuild or old is None or old.dirty
 
-        def open_store() -> None:
-            self._open(create=True, set_aside_damage=set_aside)
+            def open_store() -> None:
+                self._open(create=True, set_aside_damage=set_aside)
 
-        roots = frozenset(str(Path(f).expanduser().resolve()) for f in folders)
+            roots = frozenset(str(Path(f).expanduser().resolve()) for f in folders)
 
-        def told(done: int, total: int) -> None:
-            self._progress = (done, total)
-            if callable(progress):
-                progress(done, total)
+            def told(done: int, total: int) -> None:
+                self._progress = (done, total)
+                if callable(progress):
+                    progress(done, total)
 
-        with self._using(), self._update_lock:
             self._begin_run()
-            opened = self._opened
-            if opened:
-                open_store()
             try:
-                return update_index(
+                opened = self._opened
+                if opened:
+                    open_store()
+                summary = update_index(
                     self.store,
                     self.embedder,
                     self.manifest_path,
@@ -264,6 +372,8 @@ class Index:
                     pause=pause,
                     batch_chunks=batch_chunks,
                 )
+                summary.waited_s = round(self._writers.waited, 3)
+                return summary
             finally:
                 self._end_run()
 
@@ -273,15 +383,29 @@ class Index:
         Raises ConfigError, naming the index's folders, for a folder that is not one of them.
         """
         removed = frozenset(str(Path(f).expanduser().resolve()) for f in folders) | frozenset(map(str, folders))
-        with self._using(), self._update_lock:
+        with self._using(), self._update_lock, self._writers.hold():
             self._begin_run()
             try:
                 self._open(create=True)
-                return remove_folders(
+                summary = remove_folders(
                     self.store, self.manifest_path, folders, on_commit=lambda ids: self._commit(ids, removed)
                 )
+                summary.waited_s = round(self._writers.waited, 3)
+                return summary
             finally:
                 self._end_run()
+
+    @contextmanager
+    def writing(self) -> Iterator[None]:
+        """Hold the index's writers' lock for the block: other processes' updates and removals wait.
+
+        ``update()`` and ``remove()`` take it themselves (a run that waits for another
+        process's says so, and then finds that run's work done). Held around them
+        and :meth:`close` (as `mdrag index` does), it keeps the store this process's
+        until it is closed: Milvus Lite lets one process at a time open its file.
+        """
+        with self._writers.hold():
+            yield
 
     def _commit(self, ids: set[str], roots: frozenset[str]) -> None:
         """A run's new state becomes what searches see: ``ids`` are visible, chunks under ``roots`` filtered.

@@ -95,6 +95,7 @@ class IndexSummary:
     rebuild: str | None = None  # why the whole corpus was re-chunked, if it was
     repaired: bool = False  # a previous run was interrupted and its leftovers were cleaned
     remaining: int = 0  # files to do that a paused run left for the next one (see update_index's pause)
+    waited_s: float = 0.0  # how long this run waited for another process's run on the index to finish
     folders: list[str] = field(default_factory=list)  # the index's folders after the run
     missing_folders: list[str] = field(default_factory=list)  # folders of the index not found on disk
     removed_folders: list[str] = field(default_factory=list)  # folders taken out of the index (`mdrag remove`)

@@ -6,9 +6,10 @@
   ``__pycache__``, not ignored by a ``.gitignore`` inside the folder (with
   ``gitignore``), matching ``include`` when it is set and not ``exclude``
   (gitignore-style patterns relative to the folder, as pathspec reads them);
-- skipped, with a reason: larger than ``max_file_bytes``, or a symbolic link
+- skipped, with a reason: larger than ``max_file_bytes``, a symbolic link
   whose target lies outside the folder (never followed: an index holds only
-  what is under its folders);
+  what is under its folders), or not a regular file (a FIFO, a socket, a
+  device: never opened, as opening a FIFO waits for a writer);
 - counted: unsupported extensions (listed in the log at info level),
   excluded files, symbolic links to folders (not followed);
 - a folder that is missing, empty, or holds subfolders that cannot be listed
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import os
+import stat
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -31,6 +33,15 @@ __all__ = ["ScanOptions", "ScanResult", "scan"]
 log = logging.getLogger(__name__)
 
 _SKIP_DIRS = {"node_modules", "__pycache__"}
+
+# What a file that is not a regular file is, by its stat mode.
+_KINDS = (
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISDIR, "a folder"),
+)
 
 
 @dataclass(frozen=True)
@@ -80,6 +91,8 @@ class _Ignore:
 
     def load(self, folder: Path, rel: str) -> None:
         path = folder / ".gitignore"
+        if not path.is_file():  # a FIFO would block the read
+            return
         try:
             lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
         except OSError:
@@ -174,8 +187,8 @@ def scan(folders: Sequence[str | Path], options: ScanOptions | None = None) -> S
                 except OSError as e:
                     out.skipped[path] = (root, reason or f"cannot read: {e.strerror or e}")
                     continue
-                if not reason and not os.path.isfile(path):
-                    continue
+                if not reason and not stat.S_ISREG(st.st_mode):
+                    reason = f"not a regular file ({_kind(st.st_mode)})"
                 if not reason and opts.max_file_bytes is not None and st.st_size > opts.max_file_bytes:
                     reason = (
                         f"{st.st_size / 2**20:.3g} MB, over the {opts.max_file_bytes / 2**20:.3g} MB limit "
@@ -189,6 +202,11 @@ def scan(folders: Sequence[str | Path], options: ScanOptions | None = None) -> S
             out.empty.append(root)
             out.warn(f"folder {folder} has no supported files ({', '.join(exts)})")
     return out
+
+
+def _kind(mode: int) -> str:
+    """What a file that is not a regular file is: "a FIFO", "a socket", ..."""
+    return next((name for test, name in _KINDS if test(mode)), "an unknown kind of file")
 
 
 def _unsafe_link(path: str, root: str) -> str | None:

@@ -7,6 +7,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -160,6 +164,58 @@ def test_gitignore_include_exclude_size_links_and_unsupported(tmp_path: Path) ->
     with _index(**{"index.gitignore": False, "index.include": ["build/**"]}) as idx:
         s = idx.update([root])
         assert {Path(p).name for p in idx.store.id_paths().values()} == {"built0.md", "built1.md", "built2.md"}
+
+
+@contextmanager
+def _readers(*fifos: Path) -> Iterator[list[Path]]:
+    """For the block, the FIFOs that something opened to read: each such reader gets end of file at once
+    (the FIFO is opened to write and closed), rather than waiting for a writer for ever."""
+    opened: list[Path] = []
+    stop = threading.Event()
+
+    def watch() -> None:
+        while not stop.wait(0.05):
+            for fifo in fifos:
+                try:
+                    fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)  # fails (ENXIO) while no one reads it
+                except OSError:
+                    continue
+                os.close(fd)
+                opened.append(fifo)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        yield opened
+    finally:
+        stop.set()
+        watcher.join()
+
+
+def test_fifos_and_sockets_are_skipped_with_the_reason_and_never_opened(tmp_path: Path) -> None:
+    """Opening a FIFO waits for a writer: a FIFO (or a socket) under a Markdown name is listed as skipped,
+    and the run goes on; one that replaces an indexed file takes its chunks out."""
+    root = _folder(tmp_path / "docs", "page")
+    (root / "pipe.md").write_text("# Pipe\n\nA regular file for now.\n")
+    with _index() as idx:
+        assert idx.update([root]).added == 4
+    (root / "pipe.md").unlink()
+    os.mkfifo(root / "pipe.md")
+    os.mkfifo(root / ".gitignore")  # read by the scan: never opened either
+    with socket.socket(socket.AF_UNIX) as sock, _readers(root / "pipe.md", root / ".gitignore") as opened:
+        sock.bind(str(root / "sock.md"))
+        with _index() as idx:
+            s = idx.update([root])
+            assert dict(s.skipped_files) == {
+                str(root / "pipe.md"): "not a regular file (a FIFO)",
+                str(root / "sock.md"): "not a regular file (a socket)",
+            }
+            assert (s.skipped, s.deleted, s.unchanged) == (2, 0, 3)
+            assert {Path(p).name for p in idx.store.id_paths().values()} == {"page0.md", "page1.md", "page2.md"}
+            again = idx.update([root])  # nothing changed: still listed
+            assert dict(again.skipped_files) == dict(s.skipped_files) and again.added == 0
+            _consistent(idx)
+    assert opened == [], "no FIFO was opened"
 
 
 def test_the_cli_keeps_folders_and_removes_on_request(

@@ -243,6 +243,8 @@ def _new_session(path: Path, threads: int) -> Any:
 class OnnxEmbedder(Embedder):
     """A sentence-transformers model exported to ONNX and run by onnxruntime on the CPU."""
 
+    runtime = "onnxruntime"  # what runs the export, as the messages name it
+
     def __init__(
         self,
         model: str = DEFAULT_MODEL,
@@ -366,6 +368,13 @@ class OnnxEmbedder(Embedder):
         if not _checksum_ok(path):
             if path.is_file():
                 log.warning("%s does not match its checksum (corrupt or unfinished): exporting it again", path)
+            else:  # the first use, or the export was deleted: the wait deserves a word
+                log.warning(
+                    "exporting the %s model to %s for the %s runtime (once, about a minute)",
+                    self.model_id.rsplit("/", 1)[-1],
+                    path.parent,
+                    self.runtime,
+                )
             export_onnx(self.model_dir, path)
         try:
             model = load()
@@ -438,6 +447,8 @@ class OpenVinoEmbedder(OnnxEmbedder):
     (mean cosine to torch's vectors at least 0.9999); its speed and quality
     are in benchmarks/RESULTS.md.
     """
+
+    runtime = "OpenVINO"
 
     def __init__(
         self,

@@ -28,7 +28,10 @@ how many kill points each phase has). ``--slow S`` sleeps S seconds in every
 ``embed_batch`` (for tests that kill at a random time instead). ``--hold FILE``
 makes the first ``embed_batch`` (the store is open and the manifest dirty by
 then) create ``FILE.held`` and wait until ``FILE`` exists: other commands can
-then meet a run in progress, for as long as a test needs. The last line
+then meet a run in progress, for as long as a test needs; with ``--hold-close``
+the run waits so in ``Index.close`` instead (its work done, the store still
+open). ``--log`` leaves out
+``-q``: the command's warnings go to stderr (a run waiting for another says so). The last line
 on stdout is JSON: the command's exit code, its wall time in seconds and its
 ``--json`` summary.
 """
@@ -69,6 +72,8 @@ def _args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--counts", help="write the calls per phase here (JSON) when the run ends")
     p.add_argument("--slow", type=float, default=0.0, help="seconds to sleep in each embed_batch")
     p.add_argument("--hold", help="wait in the first embed_batch until this file exists (see above)")
+    p.add_argument("--hold-close", action="store_true", help="with --hold: wait in Index.close instead")
+    p.add_argument("--log", action="store_true", help="show the command's warnings on stderr (no -q)")
     p.add_argument("--batch-chunks", type=int, default=16, help="mdrag.indexer._BATCH_CHUNKS")
     return p.parse_args(argv)
 
@@ -100,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
 
     class Embedder(HashEmbedder):
         def embed_batch(self, texts):  # type: ignore[no-untyped-def]
-            if args.hold and not self.embedded:
+            if args.hold and not args.hold_close and not self.embedded:
                 _hold(args.hold)
             if args.slow:
                 time.sleep(args.slow)
@@ -128,13 +133,21 @@ def main(argv: list[str] | None = None) -> int:
         return real_update(*a, **kw)
 
     mdrag.index.update_index = update_index
+    if args.hold_close:
+        real_close = mdrag.index.Index.close
+
+        def close(self: mdrag.index.Index) -> None:
+            _hold(args.hold)
+            real_close(self)
+
+        mdrag.index.Index.close = close  # type: ignore[method-assign]
     mdrag.indexer._BATCH_CHUNKS = args.batch_chunks
     mdrag.indexer._SAVE_EVERY_S = 0.0  # a manifest save after every batch: more points to kill at
 
     out = io.StringIO()
     t0 = time.perf_counter()
     with contextlib.redirect_stdout(out):
-        code = mdrag_main(["index", args.folder, "--index", args.index, "--json", "-q"])
+        code = mdrag_main(["index", args.folder, "--index", args.index, "--json", *([] if args.log else ["-q"])])
     seconds = time.perf_counter() - t0
     if args.counts:
         with open(args.counts, "w") as f:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import shutil
 import stat
@@ -204,6 +205,27 @@ def test_search_on_a_read_only_home_without_the_model_export_says_what_to_do(ind
     finally:
         _chmod_tree(indexed, writable=True)
     assert_clear_error(p, "ONNX export", "embedding.backend=torch")
+
+
+@pytest.mark.slow
+def test_search_without_the_model_export_says_it_exports_it_first(indexed: Path) -> None:
+    """The export deleted (or a cache cleaned): the next search makes it again, which takes about a minute;
+    it says so first, on stderr (a WARNING, which the CLI shows), and the search answers."""
+    from mdrag.config import load_config
+    from mdrag.embedding import embedder_name
+
+    runtime = "OpenVINO" if embedder_name(load_config(home=indexed)) == "openvino" else "onnxruntime"
+    (indexed / "cache" / "models").unlink()  # this home's link to the export every test shares
+    p = mdrag(indexed, "search", "front matter", "--json")
+    assert p.returncode == 0 and json.loads(p.stdout), p.stderr
+    models = indexed / "cache" / "models"
+    said = (
+        f"mdrag: WARNING: exporting the all-MiniLM-L6-v2 model to {re.escape(str(models))}/all-MiniLM-L6-v2-"
+        f"[0-9a-f]+ for the {runtime} runtime \\(once, about a minute\\)"
+    )
+    assert re.search(said, p.stderr), p.stderr
+    again = mdrag(indexed, "search", "front matter", "--json")
+    assert again.returncode == 0 and "exporting" not in again.stderr, "made once, then found"
 
 
 # -- a full disk -----------------------------------------------------------------
