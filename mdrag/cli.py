@@ -393,10 +393,10 @@ def _cmd_status(args: argparse.Namespace, config: Any, index: Any | None) -> int
         return _served_status(args, config, e)
     if args.json:
         print(json.dumps(st, indent=2))
-        return 0
+        return 1 if st["damaged"] else 0
     last = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(st["last_indexed"])) if st["last_indexed"] else "never"
     print(f"index:        {st['index']}")
-    empty = "" if st["exists"] else "  (empty: run `mdrag index DIR`)"
+    empty = "" if st["exists"] or st["damaged"] else "  (empty: run `mdrag index DIR`)"
     print(f"store:        {st['backend']}, {st['store_uri']}{empty}")
     print(f"model:        {st['model'].get('model')} ({st['model'].get('dimension')}-d)")
     print(f"folders:      {', '.join(st['folders']) or '-'}")

@@ -146,19 +146,36 @@ class Index:
                 self._missing = None
             return self._exists
 
-    def _missing_rows(self) -> tuple[int, int] | None:
+    def _missing_rows(self, exists: bool) -> tuple[int, int] | None:
         """(stored, expected) chunks when the store holds fewer than the manifest lists, else None.
 
-        Checked once per opening: the store's files may have been deleted or damaged
-        behind mdrag's back (the next `mdrag index` repairs that).
+        ``exists``: the store holds the index (False: it holds nothing). Checked once per
+        opening: the store's files may have been deleted or damaged behind mdrag's back
+        (the next `mdrag index` repairs that).
         """
         with self._open_lock:
             if self._missing is None:
                 m = Manifest.load(self.manifest_path)
                 expected = m.chunk_count if m is not None else 0
-                stored = self.store.count(m.roots) if m is not None and m.roots else expected
+                if not exists:
+                    stored = 0
+                else:
+                    stored = self.store.count(m.roots) if m is not None and m.roots else expected
                 self._missing = (stored, expected) if stored < expected else ()
             return self._missing or None
+
+    def _loss(self, missing: tuple[int, int], exists: bool) -> str:
+        """What a store missing rows (see :meth:`_missing_rows`) lost, naming the store."""
+        stored, expected = missing
+        if not exists:
+            return (
+                f"the index store {self.store.uri} lost its data: it holds none of the {expected} chunks its "
+                "manifest lists (its files were deleted, emptied or damaged)"
+            )
+        return (
+            f"the index store holds {stored} of the {expected} chunks its manifest lists (its files were "
+            "deleted or damaged)"
+        )
 
     def _forget_missing(self) -> None:
         """A run may have repaired (or found) missing rows: check again at the next search."""
@@ -335,16 +352,12 @@ class Index:
                 vector = pending_vector.result()
         else:
             exists = self._open(create=False)
-        if not exists:
+        missing = self._missing_rows(exists)
+        if missing is None and not exists:
             raise MdragError(f"index {self.name!r} does not exist in {self.store.uri}: run `mdrag index DIR` first")
-        missing = self._missing_rows()
         if missing is not None:
-            stored, expected = missing
-            msg = (
-                f"the index store holds {stored} of the {expected} chunks its manifest lists (its files were "
-                "deleted or damaged): run `mdrag index` to repair it"
-            )
-            if not stored:
+            msg = f"{self._loss(missing, exists)}: run `mdrag index` to repair it"
+            if not missing[0]:
                 raise StoreDamagedError(msg[0].upper() + msg[1:] + ".")
             log.warning("%s; until then results are incomplete", msg)
         self._load_visible()
@@ -385,7 +398,7 @@ class Index:
         with self._using():
             m = Manifest.load(self.manifest_path)
             exists = self._open(create=False)
-            missing = self._missing_rows() if exists else None
+            missing = self._missing_rows(exists)
             chunks = self.store.count() if exists else 0
         return {
             "index": self.name,
@@ -399,9 +412,7 @@ class Index:
             "chunks": chunks,
             "last_indexed": m.last_indexed if m else None,
             "interrupted": bool(m and (m.dirty or not m.verified)),
-            "damaged": (
-                f"the store holds {missing[0]} of the {missing[1]} chunks the manifest lists" if missing else None
-            ),
+            "damaged": self._loss(missing, exists) if missing else None,
             "chunking": m.chunking if m else self.settings.as_dict(),
             "manifest": str(self.manifest_path),
         }

@@ -10,6 +10,8 @@ from __future__ import annotations
 import errno
 import json
 import os
+import shutil
+import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 
@@ -275,3 +277,64 @@ def test_a_full_disk_at_manifest_save_is_one_clear_message(
     assert code == 0, err
     assert json.loads(out)["chunks_total"] > total
     _assert_whole(cli, json.loads(out)["chunks_total"])
+
+
+# -- a store that lost everything (issue 26, point 6) ------------------------
+
+
+def _faiss_file(home: Path, ext: str) -> Path:
+    return home / "cache" / "faiss" / f"default.{ext}"
+
+
+def _sql(statement: str) -> Callable[[Path], None]:
+    def damage(home: Path) -> None:
+        with sqlite3.connect(_faiss_file(home, "sqlite")) as db:
+            db.execute(statement)
+
+    damage.__name__ = statement
+    return damage
+
+
+def _delete(*relpaths: str) -> Callable[[Path], None]:
+    def damage(home: Path) -> None:
+        for rel in relpaths:
+            path = home / "cache" / rel
+            assert path.exists(), path
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
+
+    damage.__name__ = "delete " + " ".join(relpaths)
+    return damage
+
+
+def _truncate_sqlite(home: Path) -> None:
+    _faiss_file(home, "sqlite").write_bytes(b"")
+
+
+LOST = [
+    ("faiss", _delete("faiss/default.sqlite")),
+    ("faiss", _truncate_sqlite),
+    ("faiss", _delete("faiss/default.sqlite", "faiss/default.faiss")),
+    ("faiss", _sql("DELETE FROM meta")),
+    ("milvus", _delete("milvus.db")),
+    ("milvus", _delete("milvus.db/collections/mdrag_default/schema.json")),
+]
+
+
+@pytest.mark.parametrize(("backend", "damage"), LOST, ids=[f"{b}-{d.__name__}" for b, d in LOST])
+def test_a_store_that_lost_everything_is_named_then_repaired_by_index(
+    cli, docs: Path, mdrag_home: Path, backend: str, damage: Callable[[Path], None]
+) -> None:
+    total = _build(cli, docs)
+    damage(mdrag_home)
+    code, out, err = cli("status")
+    assert code == 1, out + err
+    assert "damaged:" in out and f"none of the {total} chunks" in out and "mdrag index" in out, out
+    assert "(empty" not in out
+    code, out, err = cli("status", "--json")
+    assert code == 1 and json.loads(out)["damaged"], out
+    code, out, err = cli("search", "vermilion palette")
+    assert code == 1 and "lost its data" in err and "run `mdrag index`" in err and "does not exist" not in err, err
+    code, out, err = cli("index", "--json", "-q")  # the index's own folders: the manifest still lists them
+    assert code == 0, err
+    assert json.loads(out)["chunks_total"] == total
+    _assert_whole(cli, total)

@@ -180,6 +180,8 @@ class MilvusStore:
             if not exists:
                 if not create:
                     return False
+                if self.set_aside() is not None:  # a collection's files that Milvus Lite no longer knows
+                    self._connect(create)
                 self._create()
             else:
                 try:
@@ -276,15 +278,15 @@ class MilvusStore:
         """Move a damaged Milvus Lite collection out of the database, so the index can be built anew.
 
         Returns where it went (``<cache>/damaged/<collection>-<time>``), or None when there is
-        nothing to move (a server URI, or no collection folder).
+        nothing to move (a server URI, or no collection folder). Closes the store when it moves one.
         """
         if _is_remote(self.uri):
             return None
-        self.close()
         db = Path(self.uri).expanduser()
         where = db / "collections" / self.collection
         if not where.is_dir():
             return None
+        self.close()
         dest = db.parent / "damaged" / f"{self.collection}-{time.strftime('%Y%m%d-%H%M%S')}"
         dest.parent.mkdir(parents=True, exist_ok=True)
         self._forget_fingerprint()
