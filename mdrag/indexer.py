@@ -53,6 +53,7 @@ from mdrag.parsers import parse_file
 from mdrag.parsers.worker import ParseWorker
 from mdrag.plan import Plan, mismatched, nothing_to_do, plan_update, to_hash
 from mdrag.scan import ScanOptions, ScanResult, scan
+from mdrag.store import is_server_uri
 from mdrag.store.base import Store
 from mdrag.types import Chunk
 
@@ -161,6 +162,8 @@ def update_index(
     it raises stops the run, which the next run repairs).
     Once ``cancel`` is set, the run stops before its next file and raises
     IndexingCancelledError (the manifest is saved dirty: the next run repairs and finishes).
+    A manifest that was lost (missing, unreadable, or listing no folder) gives back the index's folders
+    from the store: its chunks' folders (:func:`_roots_from_store`), with a warning.
     """
     t0 = time.perf_counter()
     summary = IndexSummary()
@@ -176,6 +179,12 @@ def update_index(
         summary.rebuild = _rebuild_reason(old, store, embedder, chunking)
     if summary.rebuild and old is not None:  # every folder of the index is indexed again, not only those given
         roots = _resolve([*old.roots, *roots])
+    if (old is None or not old.roots) and _store_beside(store, manifest_path):
+        if open_store is not None:
+            open_store()
+            open_store = None
+        retired = old.retired_roots if old is not None else []  # a removal of them did not finish
+        roots = _resolve([*_roots_from_store(store, manifest_path, retired, summary), *roots])
     found = scan(roots, selection)
     if summary.rebuild and old is not None:
         _refuse_rebuild_with_folders_missing(old, found, summary.rebuild)
@@ -246,6 +255,30 @@ def update_index(
     summary.seconds = round(time.perf_counter() - t0, 3)
     summary.embed_seconds = round(summary.embed_seconds, 3)
     return summary
+
+
+def _store_beside(store: Store, manifest_path: Path) -> bool:
+    """Whether the store lives in the manifest's cache folder (the FAISS store, the default Milvus Lite
+    file): then every chunk in it is this manifest's. A store elsewhere (a Milvus server, another home's
+    Milvus Lite file) may hold other indexers' folders too."""
+    if is_server_uri(store.uri):
+        return False
+    try:
+        return Path(store.uri).expanduser().resolve().is_relative_to(manifest_path.parent.parent.resolve())
+    except (OSError, ValueError):
+        return False
+
+
+def _roots_from_store(store: Store, manifest_path: Path, retired: list[str], summary: IndexSummary) -> list[str]:
+    """The folders of an index whose manifest lost them (missing, unreadable, or listing none): the
+    folders of the chunks its store holds but ``retired``, said as a warning; none for a new index."""
+    roots = [r for r in store.roots() if r not in retired]
+    if roots:
+        _warn(
+            summary,
+            f"the manifest {manifest_path} was lost: took the folders back from the store: {', '.join(roots)}",
+        )
+    return roots
 
 
 def _skip_key(parse_limits: tuple[float, float | None] | None) -> str:

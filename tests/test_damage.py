@@ -338,3 +338,46 @@ def test_a_store_that_lost_everything_is_named_then_repaired_by_index(
     assert code == 0, err
     assert json.loads(out)["chunks_total"] == total
     _assert_whole(cli, total)
+
+
+# -- a lost manifest (issue 26, point 7) ----------------------------------------
+
+
+def _no_roots(path: Path) -> None:
+    from mdrag.manifest import Manifest
+
+    m = Manifest.load(path)
+    assert m is not None
+    m.roots = []
+    m.save(path)  # a valid checksum
+
+
+MANIFEST_LOSSES: dict[str, Callable[[Path], None]] = {
+    "deleted": lambda p: p.unlink(),
+    "brace": lambda p: p.write_text("{"),
+    "list": lambda p: p.write_text("[]"),
+    "object": lambda p: p.write_text("{}"),
+    "not-utf8": lambda p: p.write_bytes(b"\xff\xfe\x00\x01not utf-8"),
+    "truncated": lambda p: p.write_bytes(p.read_bytes()[: p.stat().st_size // 2]),
+    "no-roots": _no_roots,
+}
+
+
+@pytest.mark.parametrize("loss", list(MANIFEST_LOSSES))
+@pytest.mark.parametrize("backend", ["milvus", "faiss"])
+def test_a_lost_manifest_takes_the_folders_back_from_the_store(
+    cli, docs: Path, mdrag_home: Path, backend: str, loss: str
+) -> None:
+    total = _build(cli, docs)
+    MANIFEST_LOSSES[loss](_manifest(mdrag_home))
+    code, out, err = cli("index", "--json", "-q")  # no folder: the index's own
+    assert code == 0, err
+    s = json.loads(out)
+    assert s["folders"] == [str(docs.resolve())] and s["chunks_total"] == total and s["chunks_embedded"] == 0, s
+    assert any("was lost: took the folders back from the store: " + str(docs.resolve()) in w for w in s["warnings"])
+    (docs / "later.md").write_text("# Later\n\nA page written after the manifest was lost.\n")
+    code, out, err = cli("index", "--json", "-q")  # from then on, the folders are the index's again
+    assert code == 0, err
+    s = json.loads(out)
+    assert s["added"] == 1 and s["folders"] == [str(docs.resolve())] and not s["warnings"], s
+    _assert_whole(cli, s["chunks_total"])

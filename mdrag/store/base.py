@@ -145,6 +145,11 @@ class Store(Protocol):
         """How many chunks, in all or under these indexed folders."""
         ...
 
+    def roots(self) -> list[str]:
+        """The indexed folders the stored chunks were found under (their ``root``), sorted: how an
+        index whose manifest was lost takes its folders back."""
+        ...
+
     def search_texts(self, share: int = 16) -> Iterator[str]:
         """The text BM25 ranks of every chunk, or of about ``share``/16 of them (ids starting with one
         of the first ``share`` hex digits)."""

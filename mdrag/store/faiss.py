@@ -988,6 +988,10 @@ class FaissStore:
                 total += int(db.execute(f"SELECT count(*) FROM chunks{where}", params).fetchone()[0])  # noqa: S608
             return total
 
+    def roots(self) -> list[str]:
+        with self._lock:
+            return [r[0] for r in self._read().execute("SELECT DISTINCT root FROM chunks ORDER BY root")]
+
     def search_texts(self, share: int = 16) -> Iterator[str]:
         digits = "0123456789abcdef"[: max(1, min(share, 16))] if share < 16 else ""
         for prefix in digits or [""]:

@@ -662,6 +662,16 @@ class MilvusStore:
         """Chunks in the collection, or under these indexed folders."""
         return self._count(filters.in_("root", roots) if roots else "")
 
+    def roots(self) -> list[str]:
+        """The chunks' folders, one query each (Milvus has no DISTINCT): a chunk under none found so far."""
+        found: list[str] = []
+        while True:
+            expr = f"not ({filters.in_('root', found)})" if found else ""
+            rows = self._call("query", self.collection, filter=expr, output_fields=["root"], limit=1)
+            if not rows:
+                return sorted(found)
+            found.append(rows[0]["root"])
+
     def search(
         self,
         vector: np.ndarray,
