@@ -125,6 +125,11 @@ def _parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("status", help="show what the index holds", epilog=EXAMPLES["status"])
     p.add_argument("--json", action="store_true", help="print as JSON")
+    p.add_argument(
+        "--verify",
+        action="store_true",
+        help="check every row of the store against what its last run recorded, not only what is cheap to check",
+    )
     p.add_argument("--server", metavar="URL", help=_SERVER_HELP)
     p.add_argument("--token", help=_TOKEN_HELP)
     _common(p)
@@ -388,7 +393,7 @@ def _cmd_status(args: argparse.Namespace, config: Any, index: Any | None) -> int
     if index is None:
         return _served_status(args, config, None)
     try:
-        st = index.status()
+        st = index.status(verify=args.verify)
     except StoreInUseError as e:
         return _served_status(args, config, e)
     if args.json:

@@ -393,13 +393,18 @@ class Index:
                 self._stats = (generation, stats)
         return stats
 
-    def status(self) -> dict[str, Any]:
-        """Name, store backend (and why it was picked), store, model, files, chunks and last run (JSON-ready)."""
+    def status(self, verify: bool = False) -> dict[str, Any]:
+        """Name, store backend (and why it was picked), store, model, files, chunks, last run, and what is
+        damaged (JSON-ready): rows missing by the manifest, and what the store finds unlike what its last
+        run recorded (:meth:`Store.check`; ``verify``: every row read, not only what is cheap to check)."""
         with self._using():
             m = Manifest.load(self.manifest_path)
             exists = self._open(create=False)
             missing = self._missing_rows(exists)
             chunks = self.store.count() if exists else 0
+            damage = ([self._loss(missing, exists)] if missing else []) + (
+                self.store.check(thorough=verify) if exists else []
+            )
         return {
             "index": self.name,
             "backend": self.backend,
@@ -412,7 +417,7 @@ class Index:
             "chunks": chunks,
             "last_indexed": m.last_indexed if m else None,
             "interrupted": bool(m and (m.dirty or not m.verified)),
-            "damaged": self._loss(missing, exists) if missing else None,
+            "damaged": "; ".join(damage) or None,
             "chunking": m.chunking if m else self.settings.as_dict(),
             "manifest": str(self.manifest_path),
         }

@@ -211,6 +211,7 @@ def update_index(
         store.open(create=True)
     if summary.rebuild:
         log.info("full re-index: %s", summary.rebuild)
+    _repair_store(store, summary)
 
     m = Manifest(index=index_name, store_uri=store.uri, model=embedder.identity, chunking=chunking)
     if old is not None and summary.rebuild is None:
@@ -255,6 +256,14 @@ def update_index(
     summary.seconds = round(time.perf_counter() - t0, 3)
     summary.embed_seconds = round(summary.embed_seconds, 3)
     return summary
+
+
+def _repair_store(store: Store, summary: IndexSummary) -> None:
+    """Build again what the store finds damaged in its own files (its vector index, tag rows), from the
+    data it holds; each repair is a warning."""
+    for msg in store.repair():
+        summary.repaired = True
+        _warn(summary, msg)
 
 
 def _store_beside(store: Store, manifest_path: Path) -> bool:

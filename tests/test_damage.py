@@ -381,3 +381,86 @@ def test_a_lost_manifest_takes_the_folders_back_from_the_store(
     s = json.loads(out)
     assert s["added"] == 1 and s["folders"] == [str(docs.resolve())] and not s["warnings"], s
     _assert_whole(cli, s["chunks_total"])
+
+
+# -- damage inside a file (issue 26, point 8) ------------------------------------
+
+
+def _overwrite_middle(path: Path) -> None:
+    """Other bytes in the middle third of a file, its size, mtime and inode kept."""
+    st = path.stat()
+    data = bytearray(path.read_bytes())
+    third = len(data) // 3
+    data[third : 2 * third] = bytes((b + 1) % 256 for b in data[third : 2 * third])
+    with open(path, "r+b") as f:
+        f.write(data)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+def _top(cli: Callable[..., tuple[int, str, str]], *extra: str) -> list[str]:
+    code, out, err = cli(
+        "search", "vermilion palette apt install", "--json", "--threshold", "0", "--mode", "dense", *extra
+    )
+    assert code == 0, err
+    return [r["chunk_id"] for r in json.loads(out)]
+
+
+@pytest.mark.parametrize("backend", ["faiss"])
+def test_a_damaged_faiss_file_is_named_searched_right_and_written_again_by_index(
+    cli, docs: Path, mdrag_home: Path, backend: str
+) -> None:
+    total = _build(cli, docs)
+    before = _top(cli)
+    _overwrite_middle(_faiss_file(mdrag_home, "faiss"))
+    assert _top(cli) == before, "built from SQLite, not read from the damaged file"
+    code, out, err = cli("status")
+    assert code == 1 and "damaged:" in out and str(_faiss_file(mdrag_home, "faiss")) in out, out
+    code, out, err = cli("index", "--json", "-q")  # judged by its checksum: no shortcut
+    assert code == 0, err
+    s = json.loads(out)
+    assert s["repaired"] and s["chunks_embedded"] == 0 and any("built again" in w for w in s["warnings"]), s
+    _assert_whole(cli, total)
+    assert _top(cli) == before
+
+
+@pytest.mark.parametrize("backend", ["faiss"])
+def test_lost_tag_rows_are_named_never_searched_and_rebuilt_by_index(
+    cli, docs: Path, mdrag_home: Path, backend: str
+) -> None:
+    (docs / "tagged.md").write_text("---\ntags: [paint]\n---\n# Paint\n\nVermilion paint for the palette.\n")
+    total = _build(cli, docs)
+    assert _top(cli, "--tag", "paint")
+    _sql("DELETE FROM tags")(mdrag_home)
+    code, out, err = cli("search", "vermilion", "--tag", "paint")
+    assert code == 1 and "tags table" in err and "mdrag index" in err, (out, err)
+    code, out, err = cli("status")
+    assert code == 1 and "tags table" in out, out
+    code, out, err = cli("index", "--json", "-q")
+    assert code == 0 and json.loads(out)["repaired"], err
+    assert _top(cli, "--tag", "paint")
+    _assert_whole(cli, total)
+
+
+@pytest.mark.parametrize("backend", ["faiss"])
+def test_status_verify_reads_every_row(cli, docs: Path, mdrag_home: Path, backend: str) -> None:
+    _build(cli, docs)
+    _sql("UPDATE chunks SET id = 'f' || substr(id, 2) WHERE n = (SELECT min(n) FROM chunks)")(mdrag_home)
+    code, out, err = cli("status", "--verify")
+    assert code == 1 and "chunk ids" in out and str(_faiss_file(mdrag_home, "sqlite")) in out, out
+
+
+def test_a_changed_milvus_index_file_is_set_aside_and_built_again(
+    cli, docs: Path, mdrag_home: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    total = _build(cli, docs)
+    before = _top(cli)
+    files = list(_collection(mdrag_home).glob("partitions/*/indexes/*vector*"))
+    assert files
+    for f in files:
+        _overwrite_middle(f)
+    assert _top(cli) == before
+    assert any("not the ones their run wrote" in r.getMessage() for r in caplog.records)
+    assert list((mdrag_home / "cache" / "damaged").glob("mdrag_default-indexes-*/*/*")), "kept aside"
+    code, out, err = cli("status", "--verify")
+    assert code == 0, out
+    _assert_whole(cli, total)

@@ -103,6 +103,17 @@ class Store(Protocol):
         """Move a damaged index into the cache's ``damaged/`` folder; where it went, or None (nothing moved)."""
         ...
 
+    def check(self, thorough: bool = False) -> list[str]:
+        """What differs from what the last :meth:`end_run` recorded of the store's own files (its vector
+        index, row counts), each a message naming the file; [] when whole. By default what is cheap to
+        check (a read of the vector index file at most); ``thorough`` reads every row too."""
+        ...
+
+    def repair(self) -> list[str]:
+        """Build again from the stored data (vectors, metadata: nothing is embedded again) what the cheap
+        :meth:`check` finds damaged; what was repaired. Lost chunk rows are the indexer's to repair."""
+        ...
+
     def unchanged_since_last_run(self) -> bool:
         """Whether the store is exactly as the last :meth:`end_run` left it (lets a no-change run skip its checks).
 
