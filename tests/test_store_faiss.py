@@ -96,6 +96,22 @@ def test_a_damaged_sqlite_file_is_reported_and_set_aside(mdrag_home: Path) -> No
     s.close()
 
 
+def test_a_garbled_schema_is_named_by_path_and_kind_never_by_its_bytes(mdrag_home: Path) -> None:
+    s, _ = _filled("docs")
+    s.close()
+    db = mdrag_home / "cache" / "faiss" / "docs.sqlite"
+    data = bytearray(db.read_bytes())
+    at = data.find(b"CREATE TABLE chunks") + len("CREATE TABLE ")
+    data[at : at + 12] = b"\x1b[31m\x07junk!"  # a terminal escape where the table's name was
+    db.write_bytes(bytes(data))
+    with pytest.raises(StoreDamagedError) as e:
+        _store("docs").open()
+    msg = str(e.value)
+    assert str(db) in msg and "mdrag index --rebuild" in msg, msg
+    assert "(its schema is damaged)" in msg or "(its pages are damaged)" in msg, msg
+    assert "\x1b" not in msg and "junk" not in msg and "\x07" not in msg, msg
+
+
 def test_hnsw_from_its_threshold_skips_deleted_chunks_and_filters_stay_exact(
     mdrag_home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -139,6 +139,21 @@ def _disk_full(e: BaseException) -> bool:
     return isinstance(e, sqlite3.OperationalError) and (code == 13 or "disk is full" in str(e))  # SQLITE_FULL
 
 
+# SQLite's messages for a damaged file -> what mdrag says (SQLite's own may quote bytes of the file).
+_DAMAGE_KINDS = {
+    "file is not a database": "not an SQLite database",
+    "malformed database schema": "its schema is damaged",
+    "database disk image is malformed": "its pages are damaged",
+}
+
+
+def _damage_kind(e: Exception) -> str:
+    """The kind of damage SQLite found, in words of mdrag's (never text from the file itself)."""
+    msg = str(e)
+    kind = next((said for key, said in _DAMAGE_KINDS.items() if msg.startswith(key)), None)
+    return kind or f"SQLite error {getattr(e, 'sqlite_errorname', type(e).__name__)}"
+
+
 def _batches(values: Sequence[Any], size: int = _BATCH) -> Iterator[Sequence[Any]]:
     for i in range(0, len(values), size):
         yield values[i : i + size]
@@ -469,8 +484,8 @@ class FaissStore:
                 "Wait for it to finish, or stop it, and try again."
             )
         return StoreDamagedError(
-            f"The index store is damaged: SQLite cannot read {self.path} ({e}). `mdrag index --rebuild` "
-            "moves it aside (into the cache's damaged/ folder) and builds the index again from its folders."
+            f"The index store is damaged: SQLite cannot read {self.path} ({_damage_kind(e)}). `mdrag index "
+            "--rebuild` moves it aside (into the cache's damaged/ folder) and builds the index again from its folders."
         )
 
     def _stored_identity(self) -> dict[str, Any] | None:
