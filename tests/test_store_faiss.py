@@ -102,7 +102,7 @@ def test_a_garbled_schema_is_named_by_path_and_kind_never_by_its_bytes(mdrag_hom
     db = mdrag_home / "cache" / "faiss" / "docs.sqlite"
     data = bytearray(db.read_bytes())
     at = data.find(b"CREATE TABLE chunks") + len("CREATE TABLE ")
-    data[at : at + 12] = b"\x1b[31m\x07junk!"  # a terminal escape where the table's name was
+    data[at : at + 27] = b"\x1b[31m\x07\xff\xfe junk \x00\x01 bytes!!"  # a terminal escape in the table's SQL
     db.write_bytes(bytes(data))
     with pytest.raises(StoreDamagedError) as e:
         _store("docs").open()
