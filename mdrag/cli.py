@@ -126,6 +126,11 @@ def _parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("status", help="show what the index holds", epilog=EXAMPLES["status"])
     p.add_argument("--json", action="store_true", help="print as JSON")
+    p.add_argument(
+        "--verify",
+        action="store_true",
+        help="check every row of the store against what its last run recorded, not only what is cheap to check",
+    )
     p.add_argument("--server", metavar="URL", help=_SERVER_HELP)
     p.add_argument("--token", help=_TOKEN_HELP)
     _common(p)
@@ -391,15 +396,15 @@ def _cmd_status(args: argparse.Namespace, config: Any, index: Any | None) -> int
     if index is None:
         return _served_status(args, config, None)
     try:
-        st = index.status()
+        st = index.status(verify=args.verify)
     except StoreInUseError as e:
         return _served_status(args, config, e)
     if args.json:
         print(json.dumps(st, indent=2))
-        return 0
+        return 1 if st["damaged"] else 0
     last = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(st["last_indexed"])) if st["last_indexed"] else "never"
     print(f"index:        {st['index']}")
-    empty = "" if st["exists"] else "  (empty: run `mdrag index DIR`)"
+    empty = "" if st["exists"] or st["damaged"] else "  (empty: run `mdrag index DIR`)"
     print(f"store:        {st['backend']}, {st['store_uri']}{empty}")
     print(f"model:        {st['model'].get('model')} ({st['model'].get('dimension')}-d)")
     print(f"folders:      {', '.join(st['folders']) or '-'}")

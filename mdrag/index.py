@@ -252,19 +252,36 @@ class Index:
                 self._missing = None
             return self._exists
 
-    def _missing_rows(self) -> tuple[int, int] | None:
+    def _missing_rows(self, exists: bool) -> tuple[int, int] | None:
         """(stored, expected) chunks when the store holds fewer than the manifest lists, else None.
 
-        Checked once per opening: the store's files may have been deleted or damaged
-        behind mdrag's back (the next `mdrag index` repairs that).
+        ``exists``: the store holds the index (False: it holds nothing). Checked once per
+        opening: the store's files may have been deleted or damaged behind mdrag's back
+        (the next `mdrag index` repairs that).
         """
         with self._open_lock:
             if self._missing is None:
                 m = Manifest.load(self.manifest_path)
-                expected = m.chunk_count if m is not None else 0
-                stored = self.store.count(m.roots) if m is not None and m.roots else expected
+                expected = len(m.visible()[0]) if m is not None else 0  # committed: a run's own may not be
+                if not exists:
+                    stored = 0
+                else:
+                    stored = self.store.count(m.roots) if m is not None and m.roots else expected
                 self._missing = (stored, expected) if stored < expected else ()
             return self._missing or None
+
+    def _loss(self, missing: tuple[int, int], exists: bool) -> str:
+        """What a store missing rows (see :meth:`_missing_rows`) lost, naming the store."""
+        stored, expected = missing
+        if not exists:
+            return (
+                f"the index store {self.store.uri} lost its data: it holds none of the {expected} chunks its "
+                "manifest lists (its files were deleted, emptied or damaged)"
+            )
+        return (
+            f"the index store holds {stored} of the {expected} chunks its manifest lists (its files were "
+            "deleted or damaged)"
+        )
 
     def _forget_missing(self) -> None:
         """A run may have repaired (or found) missing rows: check again at the next search."""
@@ -515,19 +532,14 @@ class Index:
                 vector = pending_vector.result()
         else:
             exists = self._open(create=False)
-        if not exists:
-            m = Manifest.load(self.manifest_path)
-            if self._progress is not None or (m is not None and m.building):
-                raise self._building()
+        if self._manifest_stamped()[1] or (not exists and self._progress is not None):
+            raise self._building()  # nothing committed yet: not "does not exist", nor "lost its data"
+        missing = self._missing_rows(exists)
+        if missing is None and not exists:
             raise MdragError(f"index {self.name!r} does not exist in {self.store.uri}: run `mdrag index DIR` first")
-        missing = self._missing_rows()
         if missing is not None:
-            stored, expected = missing
-            msg = (
-                f"the index store holds {stored} of the {expected} chunks its manifest lists (its files were "
-                "deleted or damaged): run `mdrag index` to repair it"
-            )
-            if not stored:
+            msg = f"{self._loss(missing, exists)}: run `mdrag index` to repair it"
+            if not missing[0]:
                 raise StoreDamagedError(msg[0].upper() + msg[1:] + ".")
             log.warning("%s; until then results are incomplete", msg)
         self._follow_committed()
@@ -568,13 +580,18 @@ class Index:
                 self._stats = (generation, stats)
         return stats
 
-    def status(self) -> dict[str, Any]:
-        """Name, store backend (and why it was picked), store, model, files, chunks and last run (JSON-ready)."""
+    def status(self, verify: bool = False) -> dict[str, Any]:
+        """Name, store backend (and why it was picked), store, model, files, chunks, last run, and what is
+        damaged (JSON-ready): rows missing by the manifest, and what the store finds unlike what its last
+        run recorded (:meth:`Store.check`; ``verify``: every row read, not only what is cheap to check)."""
         with self._using():
             m = Manifest.load(self.manifest_path)
             exists = self._open(create=False)
-            missing = self._missing_rows() if exists else None
+            missing = self._missing_rows(exists)
             chunks = self.store.count() if exists else 0
+            damage = ([self._loss(missing, exists)] if missing else []) + (
+                self.store.check(thorough=verify) if exists else []
+            )
         return {
             "index": self.name,
             "backend": self.backend,
@@ -588,9 +605,7 @@ class Index:
             "last_indexed": m.last_indexed if m else None,
             "interrupted": bool(m and (m.dirty or not m.verified)),
             "building": bool(m and m.building) or (self._progress is not None and m is None),
-            "damaged": (
-                f"the store holds {missing[0]} of the {missing[1]} chunks the manifest lists" if missing else None
-            ),
+            "damaged": "; ".join(damage) or None,
             "chunking": m.chunking if m else self.settings.as_dict(),
             "manifest": str(self.manifest_path),
         }

@@ -54,6 +54,7 @@ from mdrag.parsers import parse_file
 from mdrag.parsers.worker import ParseWorker
 from mdrag.plan import Plan, mismatched, nothing_to_do, plan_update, to_hash
 from mdrag.scan import ScanOptions, ScanResult, scan
+from mdrag.store import is_server_uri
 from mdrag.store.base import Store
 from mdrag.types import Chunk
 
@@ -178,6 +179,9 @@ def update_index(
     run. ``batch_chunks``: chunks per embed and write round (default
     ``_BATCH_CHUNKS``; fewer: a pause is
     heeded sooner, and the embedder holds the CPU for less time at once).
+
+    A manifest that was lost (missing, unreadable, or listing no folder) gives back the index's folders
+    from the store: its chunks' folders (:func:`_roots_from_store`), with a warning.
     """
     t0 = time.perf_counter()
     summary = IndexSummary()
@@ -193,6 +197,12 @@ def update_index(
         summary.rebuild = _rebuild_reason(old, store, embedder, chunking)
     if summary.rebuild and old is not None:  # every folder of the index is indexed again, not only those given
         roots = _resolve([*old.roots, *roots])
+    if (old is None or not old.roots) and _store_beside(store, manifest_path):
+        if open_store is not None:
+            open_store()
+            open_store = None
+        retired = old.retired_roots if old is not None else []  # a removal of them did not finish
+        roots = _resolve([*_roots_from_store(store, manifest_path, retired, summary), *roots])
     found = scan(roots, selection)
     if summary.rebuild and old is not None:
         _refuse_rebuild_with_folders_missing(old, found, summary.rebuild)
@@ -216,6 +226,7 @@ def update_index(
         open_store()
     if summary.rebuild:
         log.info("full re-index: %s", summary.rebuild)
+    _repair_store(store, summary)
 
     m = Manifest(index=index_name, store_uri=store.uri, model=embedder.identity, chunking=chunking)
     if old is not None and summary.rebuild is None:
@@ -272,6 +283,38 @@ def update_index(
 
 #: ``sweep`` of a rebuild: every chunk in the store that the new state does not use is deleted.
 _EVERYTHING: list[str] = []
+
+
+def _repair_store(store: Store, summary: IndexSummary) -> None:
+    """Build again what the store finds damaged in its own files (its vector index, tag rows), from the
+    data it holds; each repair is a warning."""
+    for msg in store.repair():
+        summary.repaired = True
+        _warn(summary, msg)
+
+
+def _store_beside(store: Store, manifest_path: Path) -> bool:
+    """Whether the store lives in the manifest's cache folder (the FAISS store, the default Milvus Lite
+    file): then every chunk in it is this manifest's. A store elsewhere (a Milvus server, another home's
+    Milvus Lite file) may hold other indexers' folders too."""
+    if is_server_uri(store.uri):
+        return False
+    try:
+        return Path(store.uri).expanduser().resolve().is_relative_to(manifest_path.parent.parent.resolve())
+    except (OSError, ValueError):
+        return False
+
+
+def _roots_from_store(store: Store, manifest_path: Path, retired: list[str], summary: IndexSummary) -> list[str]:
+    """The folders of an index whose manifest lost them (missing, unreadable, or listing none): the
+    folders of the chunks its store holds but ``retired``, said as a warning; none for a new index."""
+    roots = [r for r in store.roots() if r not in retired]
+    if roots:
+        _warn(
+            summary,
+            f"the manifest {manifest_path} was lost: took the folders back from the store: {', '.join(roots)}",
+        )
+    return roots
 
 
 def _skip_key(parse_limits: tuple[float, float | None] | None) -> str:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import errno
 import json
 import os
+import shutil
+import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 
@@ -275,3 +277,190 @@ def test_a_full_disk_at_manifest_save_is_one_clear_message(
     assert code == 0, err
     assert json.loads(out)["chunks_total"] > total
     _assert_whole(cli, json.loads(out)["chunks_total"])
+
+
+# -- a store that lost everything (issue 26, point 6) ------------------------
+
+
+def _faiss_file(home: Path, ext: str) -> Path:
+    return home / "cache" / "faiss" / f"default.{ext}"
+
+
+def _sql(statement: str) -> Callable[[Path], None]:
+    def damage(home: Path) -> None:
+        with sqlite3.connect(_faiss_file(home, "sqlite")) as db:
+            db.execute(statement)
+
+    damage.__name__ = statement
+    return damage
+
+
+def _delete(*relpaths: str) -> Callable[[Path], None]:
+    def damage(home: Path) -> None:
+        for rel in relpaths:
+            path = home / "cache" / rel
+            assert path.exists(), path
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
+
+    damage.__name__ = "delete " + " ".join(relpaths)
+    return damage
+
+
+def _truncate_sqlite(home: Path) -> None:
+    _faiss_file(home, "sqlite").write_bytes(b"")
+
+
+LOST = [
+    ("faiss", _delete("faiss/default.sqlite")),
+    ("faiss", _truncate_sqlite),
+    ("faiss", _delete("faiss/default.sqlite", "faiss/default.faiss")),
+    ("faiss", _sql("DELETE FROM meta")),
+    ("milvus", _delete("milvus.db")),
+    ("milvus", _delete("milvus.db/collections/mdrag_default/schema.json")),
+]
+
+
+@pytest.mark.parametrize(("backend", "damage"), LOST, ids=[f"{b}-{d.__name__}" for b, d in LOST])
+def test_a_store_that_lost_everything_is_named_then_repaired_by_index(
+    cli, docs: Path, mdrag_home: Path, backend: str, damage: Callable[[Path], None]
+) -> None:
+    total = _build(cli, docs)
+    damage(mdrag_home)
+    code, out, err = cli("status")
+    assert code == 1, out + err
+    assert "damaged:" in out and f"none of the {total} chunks" in out and "mdrag index" in out, out
+    assert "(empty" not in out
+    code, out, err = cli("status", "--json")
+    assert code == 1 and json.loads(out)["damaged"], out
+    code, out, err = cli("search", "vermilion palette")
+    assert code == 1 and "lost its data" in err and "run `mdrag index`" in err and "does not exist" not in err, err
+    code, out, err = cli("index", "--json", "-q")  # the index's own folders: the manifest still lists them
+    assert code == 0, err
+    assert json.loads(out)["chunks_total"] == total
+    _assert_whole(cli, total)
+
+
+# -- a lost manifest (issue 26, point 7) ----------------------------------------
+
+
+def _no_roots(path: Path) -> None:
+    from mdrag.manifest import Manifest
+
+    m = Manifest.load(path)
+    assert m is not None
+    m.roots = []
+    m.save(path)  # a valid checksum
+
+
+MANIFEST_LOSSES: dict[str, Callable[[Path], None]] = {
+    "deleted": lambda p: p.unlink(),
+    "brace": lambda p: p.write_text("{"),
+    "list": lambda p: p.write_text("[]"),
+    "object": lambda p: p.write_text("{}"),
+    "not-utf8": lambda p: p.write_bytes(b"\xff\xfe\x00\x01not utf-8"),
+    "truncated": lambda p: p.write_bytes(p.read_bytes()[: p.stat().st_size // 2]),
+    "no-roots": _no_roots,
+}
+
+
+@pytest.mark.parametrize("loss", list(MANIFEST_LOSSES))
+@pytest.mark.parametrize("backend", ["milvus", "faiss"])
+def test_a_lost_manifest_takes_the_folders_back_from_the_store(
+    cli, docs: Path, mdrag_home: Path, backend: str, loss: str
+) -> None:
+    total = _build(cli, docs)
+    MANIFEST_LOSSES[loss](_manifest(mdrag_home))
+    code, out, err = cli("index", "--json", "-q")  # no folder: the index's own
+    assert code == 0, err
+    s = json.loads(out)
+    assert s["folders"] == [str(docs.resolve())] and s["chunks_total"] == total and s["chunks_embedded"] == 0, s
+    assert any("was lost: took the folders back from the store: " + str(docs.resolve()) in w for w in s["warnings"])
+    (docs / "later.md").write_text("# Later\n\nA page written after the manifest was lost.\n")
+    code, out, err = cli("index", "--json", "-q")  # from then on, the folders are the index's again
+    assert code == 0, err
+    s = json.loads(out)
+    assert s["added"] == 1 and s["folders"] == [str(docs.resolve())] and not s["warnings"], s
+    _assert_whole(cli, s["chunks_total"])
+
+
+# -- damage inside a file (issue 26, point 8) ------------------------------------
+
+
+def _overwrite_middle(path: Path) -> None:
+    """Other bytes in the middle third of a file, its size, mtime and inode kept."""
+    st = path.stat()
+    data = bytearray(path.read_bytes())
+    third = len(data) // 3
+    data[third : 2 * third] = bytes((b + 1) % 256 for b in data[third : 2 * third])
+    with open(path, "r+b") as f:
+        f.write(data)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+def _top(cli: Callable[..., tuple[int, str, str]], *extra: str) -> list[str]:
+    code, out, err = cli(
+        "search", "vermilion palette apt install", "--json", "--threshold", "0", "--mode", "dense", *extra
+    )
+    assert code == 0, err
+    return [r["chunk_id"] for r in json.loads(out)]
+
+
+@pytest.mark.parametrize("backend", ["faiss"])
+def test_a_damaged_faiss_file_is_named_searched_right_and_written_again_by_index(
+    cli, docs: Path, mdrag_home: Path, backend: str
+) -> None:
+    total = _build(cli, docs)
+    before = _top(cli)
+    _overwrite_middle(_faiss_file(mdrag_home, "faiss"))
+    assert _top(cli) == before, "built from SQLite, not read from the damaged file"
+    code, out, err = cli("status")
+    assert code == 1 and "damaged:" in out and str(_faiss_file(mdrag_home, "faiss")) in out, out
+    code, out, err = cli("index", "--json", "-q")  # judged by its checksum: no shortcut
+    assert code == 0, err
+    s = json.loads(out)
+    assert s["repaired"] and s["chunks_embedded"] == 0 and any("built again" in w for w in s["warnings"]), s
+    _assert_whole(cli, total)
+    assert _top(cli) == before
+
+
+@pytest.mark.parametrize("backend", ["faiss"])
+def test_lost_tag_rows_are_named_never_searched_and_rebuilt_by_index(
+    cli, docs: Path, mdrag_home: Path, backend: str
+) -> None:
+    (docs / "tagged.md").write_text("---\ntags: [paint]\n---\n# Paint\n\nVermilion paint for the palette.\n")
+    total = _build(cli, docs)
+    assert _top(cli, "--tag", "paint")
+    _sql("DELETE FROM tags")(mdrag_home)
+    code, out, err = cli("search", "vermilion", "--tag", "paint")
+    assert code == 1 and "tags table" in err and "mdrag index" in err, (out, err)
+    code, out, err = cli("status")
+    assert code == 1 and "tags table" in out, out
+    code, out, err = cli("index", "--json", "-q")
+    assert code == 0 and json.loads(out)["repaired"], err
+    assert _top(cli, "--tag", "paint")
+    _assert_whole(cli, total)
+
+
+@pytest.mark.parametrize("backend", ["faiss"])
+def test_status_verify_reads_every_row(cli, docs: Path, mdrag_home: Path, backend: str) -> None:
+    _build(cli, docs)
+    _sql("UPDATE chunks SET id = 'f' || substr(id, 2) WHERE n = (SELECT min(n) FROM chunks)")(mdrag_home)
+    code, out, err = cli("status", "--verify")
+    assert code == 1 and "chunk ids" in out and str(_faiss_file(mdrag_home, "sqlite")) in out, out
+
+
+def test_a_changed_milvus_index_file_is_set_aside_and_built_again(
+    cli, docs: Path, mdrag_home: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    total = _build(cli, docs)
+    before = _top(cli)
+    files = list(_collection(mdrag_home).glob("partitions/*/indexes/*vector*"))
+    assert files
+    for f in files:
+        _overwrite_middle(f)
+    assert _top(cli) == before
+    assert any("not the ones their run wrote" in r.getMessage() for r in caplog.records)
+    assert list((mdrag_home / "cache" / "damaged").glob("mdrag_default-indexes-*/*/*")), "kept aside"
+    code, out, err = cli("status", "--verify")
+    assert code == 0, out
+    _assert_whole(cli, total)

@@ -159,6 +159,16 @@ def test_rows_carry_every_field(store: Any) -> None:
         assert row["content_hash"] == c.content_hash and row["metadata"] == c.metadata
 
 
+def test_roots_are_the_folders_of_the_stored_chunks(store: Any) -> None:
+    assert store.roots() == []
+    odd = '/docs/it\'s "odd"] or root'  # quotes and brackets are data
+    for root in ("/docs/b", "/docs/a", odd):
+        store.upsert(make_chunks(3, 4, root), vectors(3, 4))
+    assert store.roots() == sorted(["/docs/a", "/docs/b", odd])
+    store.delete_ids(c.id for c in make_chunks(3, 4, "/docs/b"))
+    assert store.roots() == sorted(["/docs/a", odd])
+
+
 def test_vectors_by_hash_returns_the_stored_vectors(store: Any) -> None:
     chunks, vecs = make_chunks(5, 8), vectors(5, 8)
     store.upsert(chunks, vecs)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import uuid
 from pathlib import Path
 
@@ -26,6 +27,18 @@ def _filled(name: str) -> tuple[FaissStore, np.ndarray]:
     s.upsert(chunks, vecs)
     s.end_run(set(), set(), whole=True)
     return s, vecs
+
+
+def _overwrite_middle(path: Path) -> None:
+    """Overwrite the middle third of a file with other bytes, keeping its size, mtime and inode."""
+    st = path.stat()
+    data = bytearray(path.read_bytes())
+    third = len(data) // 3
+    data[third : 2 * third] = bytes((b + 1) % 256 for b in data[third : 2 * third])
+    with open(path, "r+b") as f:
+        f.write(data)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert path.stat().st_ino == st.st_ino and path.stat().st_size == st.st_size
 
 
 def test_files_live_in_the_cache_folder(mdrag_home: Path) -> None:
@@ -81,6 +94,22 @@ def test_a_damaged_sqlite_file_is_reported_and_set_aside(mdrag_home: Path) -> No
     assert not db.exists()
     assert s.open() and s.count() == 0
     s.close()
+
+
+def test_a_garbled_schema_is_named_by_path_and_kind_never_by_its_bytes(mdrag_home: Path) -> None:
+    s, _ = _filled("docs")
+    s.close()
+    db = mdrag_home / "cache" / "faiss" / "docs.sqlite"
+    data = bytearray(db.read_bytes())
+    at = data.find(b"CREATE TABLE chunks") + len("CREATE TABLE ")
+    data[at : at + 27] = b"\x1b[31m\x07\xff\xfe junk \x00\x01 bytes!!"  # a terminal escape in the table's SQL
+    db.write_bytes(bytes(data))
+    with pytest.raises(StoreDamagedError) as e:
+        _store("docs").open()
+    msg = str(e.value)
+    assert str(db) in msg and "mdrag index --rebuild" in msg, msg
+    assert "(its schema is damaged)" in msg or "(its pages are damaged)" in msg, msg
+    assert "\x1b" not in msg and "junk" not in msg and "\x07" not in msg, msg
 
 
 def test_hnsw_from_its_threshold_skips_deleted_chunks_and_filters_stay_exact(
@@ -267,7 +296,9 @@ def test_a_run_with_nothing_to_do_answers_without_opening_the_store(
     with Index(config) as index:
         assert index.update([docs]).chunks_embedded == 0
     monkeypatch.undo()
-    fresh.faiss_path.write_bytes(fresh.faiss_path.read_bytes())  # not the file the last run wrote
+    fresh.faiss_path.write_bytes(fresh.faiss_path.read_bytes())  # the same bytes: the file the last run wrote
+    assert fresh.unchanged_since_last_run()
+    _overwrite_middle(fresh.faiss_path)  # size, time and inode kept: not the file the last run wrote
     assert not fresh.unchanged_since_last_run()
 
 

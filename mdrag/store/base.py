@@ -23,6 +23,7 @@ hold each of them on every backend):
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,13 +33,22 @@ import numpy as np
 
 from mdrag.types import Chunk
 
-__all__ = ["ROW_FIELDS", "Filter", "Store"]
+__all__ = ["ROW_FIELDS", "Filter", "Store", "file_sha256"]
 
 #: The fields of a row that :meth:`Store.search` returns, besides ``id``, ``score`` and ``rank_score``.
 ROW_FIELDS = (
     "text", "context", "path", "rel_path", "root", "headings", "level",
     "position", "page", "line_start", "line_end", "content_hash", "metadata",
 )  # fmt: skip
+
+
+def file_sha256(path: Path) -> str:
+    """The hex sha256 of the file at ``path``, read in 1 MiB pieces (OSError when it cannot be read)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while piece := f.read(1 << 20):
+            digest.update(piece)
+    return digest.hexdigest()
 
 
 @dataclass(frozen=True)
@@ -107,6 +117,17 @@ class Store(Protocol):
         """Move a damaged index into the cache's ``damaged/`` folder; where it went, or None (nothing moved)."""
         ...
 
+    def check(self, thorough: bool = False) -> list[str]:
+        """What differs from what the last :meth:`end_run` recorded of the store's own files (its vector
+        index, row counts), each a message naming the file; [] when whole. By default what is cheap to
+        check (a read of the vector index file at most); ``thorough`` reads every row too."""
+        ...
+
+    def repair(self) -> list[str]:
+        """Build again from the stored data (vectors, metadata: nothing is embedded again) what the cheap
+        :meth:`check` finds damaged; what was repaired. Lost chunk rows are the indexer's to repair."""
+        ...
+
     def unchanged_since_last_run(self) -> bool:
         """Whether the store is exactly as the last :meth:`end_run` left it (lets a no-change run skip its checks).
 
@@ -147,6 +168,11 @@ class Store(Protocol):
 
     def count(self, roots: Sequence[str] | None = None) -> int:
         """How many chunks, in all or under these indexed folders."""
+        ...
+
+    def roots(self) -> list[str]:
+        """The indexed folders the stored chunks were found under (their ``root``), sorted: how an
+        index whose manifest was lost takes its folders back."""
         ...
 
     def search_texts(self, share: int = 16) -> Iterator[str]:

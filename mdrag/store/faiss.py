@@ -8,9 +8,15 @@ Files, under ``<cache>/faiss/``:
   and a ``meta`` table holding the model identity and a commit counter.
 - ``<index>.faiss``: the vector index (FAISS ``IndexIDMap2``, keyed by the
   chunks' SQLite row numbers), written at the end of each run with an atomic
-  rename, and named in SQLite by its size, time and inode in the same commit.
-  It is only a faster start: a missing or stale file is built again from SQLite.
+  rename, and named in SQLite by its sha256 in the same commit. It is only a
+  faster start: a missing, stale or damaged file is built again from SQLite.
 - ``<index>.lock``: the writers' lock (:mod:`filelock`).
+
+A store proves it is whole: each run records in ``meta`` what it left (the
+``.faiss`` file's sha256, the counts of chunk and tag rows, a digest of the
+chunk ids). Opening checks the cheap ones (:meth:`FaissStore.check`),
+``mdrag status --verify`` all of them, and :meth:`FaissStore.repair` builds the
+vector index and the tag rows again from the stored vectors and metadata.
 
 Nothing here is pickled: SQLite rows, JSON and FAISS's own format hold
 everything, and loading them runs no code.
@@ -40,6 +46,7 @@ so the new and deleted rows are the set difference).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import math
@@ -66,7 +73,7 @@ from mdrag.errors import (
     StoreInUseError,
     StoreUnavailableError,
 )
-from mdrag.store.base import ROW_FIELDS, Filter
+from mdrag.store.base import ROW_FIELDS, Filter, file_sha256
 from mdrag.types import Chunk
 
 if TYPE_CHECKING:
@@ -132,6 +139,21 @@ def _disk_full(e: BaseException) -> bool:
     return isinstance(e, sqlite3.OperationalError) and (code == 13 or "disk is full" in str(e))  # SQLITE_FULL
 
 
+# SQLite's messages for a damaged file -> what mdrag says (SQLite's own may quote bytes of the file).
+_DAMAGE_KINDS = {
+    "file is not a database": "not an SQLite database",
+    "malformed database schema": "its schema is damaged",
+    "database disk image is malformed": "its pages are damaged",
+}
+
+
+def _damage_kind(e: Exception) -> str:
+    """The kind of damage SQLite found, in words of mdrag's (never text from the file itself)."""
+    msg = str(e)
+    kind = next((said for key, said in _DAMAGE_KINDS.items() if msg.startswith(key)), None)
+    return kind or f"SQLite error {getattr(e, 'sqlite_errorname', type(e).__name__)}"
+
+
 def _batches(values: Sequence[Any], size: int = _BATCH) -> Iterator[Sequence[Any]]:
     for i in range(0, len(values), size):
         yield values[i : i + size]
@@ -153,6 +175,21 @@ def _tags(metadata: dict[str, Any]) -> set[str]:
     if isinstance(tags, str):
         return {tags}
     return {t for t in tags if isinstance(t, str)} if isinstance(tags, list) else set()
+
+
+def _ids_digest(db: sqlite3.Connection) -> str:
+    """sha256 of the chunk ids, sorted."""
+    digest = hashlib.sha256()
+    for (cid,) in db.execute("SELECT id FROM chunks ORDER BY id"):
+        digest.update(cid.encode() + b"\n")
+    return digest.hexdigest()
+
+
+def _tag_rows(db: sqlite3.Connection) -> Iterator[tuple[str, int]]:
+    """The rows the tags table should hold: (tag, row number) for each chunk's tags (its metadata)."""
+    for n, metadata in db.execute("SELECT n, metadata FROM chunks"):
+        for tag in _tags(json.loads(metadata)):
+            yield tag, n
 
 
 def _prefix_end(prefix: str) -> str | None:
@@ -448,8 +485,8 @@ class FaissStore:
                 "Wait for it to finish, or stop it, and try again."
             )
         return StoreDamagedError(
-            f"The index store is damaged: SQLite cannot read {self.path} ({e}). `mdrag index --rebuild` "
-            "moves it aside (into the cache's damaged/ folder) and builds the index again from its folders."
+            f"The index store is damaged: SQLite cannot read {self.path} ({_damage_kind(e)}). `mdrag index "
+            "--rebuild` moves it aside (into the cache's damaged/ folder) and builds the index again from its folders."
         )
 
     def _stored_identity(self) -> dict[str, Any] | None:
@@ -562,12 +599,84 @@ class FaissStore:
 
     def _last_commit_was_run(self, db: sqlite3.Connection) -> bool:
         try:
-            got = dict(db.execute("SELECT key, value FROM meta WHERE key IN ('commits', 'run_commit', 'faiss_file')"))
+            got = self._recorded(db)
             if got.get("commits") is None or got.get("commits") != got.get("run_commit") or not got.get("faiss_file"):
                 return False
-            return bool(got["faiss_file"] == self._faiss_stamp())
+            return not self._mismatches(db, got)
         except (sqlite3.Error, OSError):
             return False
+
+    @staticmethod
+    def _recorded(db: sqlite3.Connection) -> dict[str, str]:
+        """What the last commit recorded in ``meta`` (see :meth:`_record_run`), with its commit counters."""
+        keys = ("commits", "run_commit", "faiss_file", "rows", "tag_rows", "ids")
+        return dict(db.execute(f"SELECT key, value FROM meta WHERE key IN ({_marks(len(keys))})", keys))  # noqa: S608
+
+    def _mismatches(
+        self, db: sqlite3.Connection, got: dict[str, str], thorough: bool = False, faiss_file: bool = True
+    ) -> dict[str, str]:
+        """What differs from what the last run recorded, by kind ("faiss", "rows", "tags", "ids",
+        "sqlite"): a message naming the file. Empty after a commit that was not a run's end.
+        ``faiss_file``: check the ``.faiss`` file's checksum (a read of the whole file)."""
+        if got.get("commits") is None or got.get("commits") != got.get("run_commit"):
+            return {}
+        found: dict[str, str] = {}
+        recorded = got.get("faiss_file", "")
+        if faiss_file and recorded.startswith("sha256:") and recorded != self._faiss_digest():
+            found["faiss"] = (
+                f"the vector index file {self.faiss_path} is missing or damaged (not the file its run wrote)"
+            )
+        for kind, table, key in (("rows", "chunks", "rows"), ("tags", "tags", "tag_rows")):
+            held = int(db.execute(f"SELECT count(*) FROM {table}").fetchone()[0])  # noqa: S608
+            if key in got and held != int(got[key]):
+                found[kind] = f"the {table} table of {self.path} holds {held} rows, its last run left {got[key]}"
+        if thorough:
+            found.update(self._thorough_mismatches(db, got))
+        return found
+
+    def _thorough_mismatches(self, db: sqlite3.Connection, got: dict[str, str]) -> dict[str, str]:
+        """What only a read of every row finds: SQLite's own check, the chunk ids, the tag rows."""
+        found: dict[str, str] = {}
+        check = [r[0] for r in db.execute("PRAGMA quick_check")]
+        if check != ["ok"]:
+            found["sqlite"] = f"SQLite finds {self.path} damaged: {'; '.join(check[:3])}"
+        if "ids" in got and got["ids"] != _ids_digest(db):
+            found["ids"] = f"the chunk ids in {self.path} are not the ones its last run left"
+        if set(db.execute("SELECT tag, n FROM tags")) != set(_tag_rows(db)):
+            found["tags"] = f"the tags table of {self.path} does not match the chunks' metadata"
+        return found
+
+    def check(self, thorough: bool = False) -> list[str]:
+        """What differs from what the last run recorded (see the module docstring), each naming the file;
+        [] when whole. Cheap: the ``.faiss`` file's checksum and the row counts; ``thorough`` also reads
+        every row (SQLite's quick_check, the chunk ids, the tag rows)."""
+        with self._lock:
+            db = self._read()
+            try:
+                return list(self._mismatches(db, self._recorded(db), thorough).values())
+            except sqlite3.DatabaseError as e:
+                raise self._damaged(e) from e
+
+    def repair(self) -> list[str]:
+        """Build the vector index and the tag rows again from the stored vectors and metadata when they
+        differ from what the last run recorded (nothing is embedded again); what was repaired. Missing
+        chunk rows are not this store's to repair: the indexer compares them with its manifest."""
+        with self._lock:
+            db = self._read()
+            found = self._mismatches(db, self._recorded(db))
+            fixed = [found[k] for k in ("faiss", "tags") if k in found]
+            if fixed:
+                with self._writing():
+                    self._begin()
+                    self._rebuild_tags()
+                    self._rebuild_index(self._hnsw or len(self._rows) >= _HNSW_MIN)
+                    self._save_faiss()
+                    self._commit(run=True)
+            return [f"{m}: built again from the stored vectors and metadata" for m in fixed]
+
+    def _rebuild_tags(self) -> None:
+        self.db.execute("DELETE FROM tags")
+        self.db.executemany("INSERT INTO tags (tag, n) VALUES (?, ?)", _tag_rows(self.db))
 
     # -- writes -------------------------------------------------------------
     def _begin(self) -> None:
@@ -722,18 +831,27 @@ class FaissStore:
             tmp.unlink(missing_ok=True)
             log.warning("could not save %s (%s): the next start builds it from SQLite", self.faiss_path, e)
             self._set("faiss_file", "")
-            return
-        self._set("faiss_file", self._faiss_stamp())
+        else:
+            self._set("faiss_file", self._faiss_digest())
+        self._record_run()
 
-    def _faiss_stamp(self) -> str:
-        st = self.faiss_path.stat()
-        return f"{st.st_size}:{st.st_mtime_ns}:{st.st_ino}"
+    def _record_run(self) -> None:
+        """Note in SQLite (same transaction) what the run leaves: the counts of chunk and tag rows, and a
+        digest of the chunk ids (see :meth:`check`)."""
+        self._set("rows", self.db.execute("SELECT count(*) FROM chunks").fetchone()[0])
+        self._set("tag_rows", self.db.execute("SELECT count(*) FROM tags").fetchone()[0])
+        self._set("ids", _ids_digest(self.db))
+
+    def _faiss_digest(self) -> str:
+        """``sha256:<hex>`` of the ``.faiss`` file, or "" when it cannot be read."""
+        try:
+            return "sha256:" + file_sha256(self.faiss_path)
+        except OSError:
+            return ""
 
     def _faiss_file_current(self) -> bool:
-        try:
-            return bool(self._get("faiss_file")) and self._get("faiss_file") == self._faiss_stamp()
-        except OSError:
-            return False
+        recorded = self._get("faiss_file")
+        return bool(recorded) and recorded == self._faiss_digest()
 
     # -- memory ---------------------------------------------------------------
     @property
@@ -819,6 +937,12 @@ class FaissStore:
                 index = faiss.read_index(str(self.faiss_path))
             except RuntimeError as e:
                 log.warning("cannot read %s (%s): building it from SQLite", self.faiss_path, e)
+        elif "faiss" in self._mismatches(self.db, self._recorded(self.db)):
+            log.warning(
+                "%s is not the file its last run wrote (damaged?): building the vector index from SQLite; "
+                "`mdrag index` writes it again",
+                self.faiss_path,
+            )
         held = set(faiss.vector_to_array(index.id_map).tolist()) if index is not None else set()
         if index is not None and index.d == self._dim and stored <= held:
             self._reset_memory()
@@ -989,6 +1113,10 @@ class FaissStore:
                 total += int(db.execute(f"SELECT count(*) FROM chunks{where}", params).fetchone()[0])  # noqa: S608
             return total
 
+    def roots(self) -> list[str]:
+        with self._lock:
+            return [r[0] for r in self._read().execute("SELECT DISTINCT root FROM chunks ORDER BY root")]
+
     def search_texts(self, share: int = 16) -> Iterator[str]:
         digits = "0123456789abcdef"[: max(1, min(share, 16))] if share < 16 else ""
         for prefix in digits or [""]:
@@ -1018,6 +1146,9 @@ class FaissStore:
             if end is not None:
                 conds.append(f"{field} < ?")
                 params.append(end)
+        lost = self._mismatches(self.db, self._recorded(self.db), faiss_file=False) if where.tags else {}
+        if "tags" in lost and not self._in_run:
+            raise StoreDamagedError(f"The index store is damaged: {lost['tags']}. Run `mdrag index` to repair it.")
         for tag in where.tags:
             conds.append("n IN (SELECT n FROM tags WHERE tag = ?)")
             params.append(tag)

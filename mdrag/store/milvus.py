@@ -21,6 +21,10 @@ BM25 statistics per segment, so a small update's segment is padded with a
 sample of the index, and the index is written again whole once small updates
 add up to a tenth of it; and a fingerprint of its files lets a run that finds
 nothing changed skip opening the store (:meth:`MilvusStore.unchanged_since_last_run`).
+A Milvus Lite collection also proves it is whole: each run records the sha256 of
+its vector index files and its row count (:meth:`MilvusStore.check`); an index
+file that differs is set aside when the store opens, and Milvus Lite builds it
+again from the stored vectors.
 """
 
 from __future__ import annotations
@@ -47,7 +51,7 @@ from mdrag.errors import ModelMismatchError, StoreDamagedError, StoreError, Stor
 from mdrag.manifest import write_atomic
 from mdrag.store import filters
 from mdrag.store import is_server_uri as _is_remote
-from mdrag.store.base import Filter
+from mdrag.store.base import Filter, file_sha256
 from mdrag.types import Chunk
 
 if TYPE_CHECKING:
@@ -176,11 +180,14 @@ class MilvusStore:
             fresh = self._client is None
             if fresh:
                 as_left = self.unchanged_since_last_run()
+                self._set_aside_changed_index_files()
                 self._connect(create)
             exists = self.client.has_collection(self.collection)
             if not exists:
                 if not create:
                     return False
+                if self.set_aside() is not None:  # a collection's files that Milvus Lite no longer knows
+                    self._connect(create)
                 self._create()
             else:
                 try:
@@ -217,8 +224,9 @@ class MilvusStore:
             raise error from e
         return True
 
-    def _set_aside_index_files(self) -> list[tuple[Path, Path]]:
-        """Move a Milvus Lite collection's index files into the cache's damaged/ folder: (from, to) pairs.
+    def _set_aside_index_files(self, files: list[Path] | None = None) -> list[tuple[Path, Path]]:
+        """Move a Milvus Lite collection's index files (or these of them) into the cache's damaged/ folder:
+        (from, to) pairs.
 
         Milvus Lite writes a segment's index file in place, after the segment's data is
         committed, and loads any index file it finds: a process killed while it wrote one
@@ -228,7 +236,7 @@ class MilvusStore:
         if _is_remote(self.uri) or self._view is not None:
             return []
         db = Path(self.uri).expanduser()
-        files = sorted((db / "collections" / self.collection).glob("partitions/*/indexes/*"))
+        files = files or sorted((db / "collections" / self.collection).glob("partitions/*/indexes/*"))
         if not files:
             return []
         self.close()
@@ -238,6 +246,87 @@ class MilvusStore:
             dst.parent.mkdir(parents=True, exist_ok=True)
             os.replace(src, dst)
         return moved
+
+    def _set_aside_changed_index_files(self) -> None:
+        """Move the index files that differ from what their run wrote into the cache's damaged/ folder
+        (Milvus Lite builds them again from the data when it loads the collection); StoreDamagedError
+        when they cannot be moved (a read-only folder)."""
+        changed = self._changed_index_files()
+        if not changed:
+            return
+        moved = [] if _lite_read_only(self.uri) else self._set_aside_index_files(changed)
+        if not moved:
+            raise StoreDamagedError(
+                f"The index store is damaged: {changed[0]} is not the vector index file its run wrote. Run "
+                "`mdrag index` where the folder is writable to build it again from the stored vectors."
+            )
+        log.warning(
+            "%d vector index file(s) of %s are not the ones their run wrote (damaged?): moved to %s; Milvus "
+            "Lite builds them again from the stored vectors",
+            len(moved),
+            self.collection,
+            moved[0][1].parent.parent,
+        )
+
+    def _sums_file(self) -> Path | None:
+        """Where the sha256 of the index files and the row count of the last run are kept (see
+        :meth:`check`): beside the fingerprint. None for a server."""
+        state = self._state_file()
+        return None if state is None else state.with_name(f"{self.collection}.sums.json")
+
+    def _recorded_sums(self) -> dict[str, Any]:
+        sums = self._sums_file()
+        try:
+            got = json.loads(sums.read_text(encoding="utf-8")) if sums is not None else {}
+        except (OSError, ValueError):
+            return {}
+        return got if isinstance(got, dict) else {}
+
+    def _index_digests(self) -> dict[str, str]:
+        """The sha256 of each of a Milvus Lite collection's index files, by path within the collection."""
+        coll = Path(self.uri).expanduser() / "collections" / self.collection
+        out = {}
+        for path in sorted(coll.glob("partitions/*/indexes/*")):
+            out[str(path.relative_to(coll))] = file_sha256(path)
+        return out
+
+    def _record_sums(self) -> None:
+        """Record what the run leaves: its index files' sha256 and the row count (Milvus Lite)."""
+        sums = self._sums_file()
+        if sums is None or self._view is not None:
+            return
+        try:
+            write_atomic(sums, json.dumps({"index_files": self._index_digests(), "rows": self._count("")}))
+        except OSError as e:  # only a check is lost
+            log.debug("cannot record the store's checksums in %s: %s", sums, e)
+
+    def _changed_index_files(self) -> list[Path]:
+        """The index files whose sha256 is not the one their run recorded (files it did not record pass)."""
+        recorded = self._recorded_sums().get("index_files") or {}
+        coll = Path(self.uri).expanduser() / "collections" / self.collection
+        try:
+            now = self._index_digests() if recorded else {}
+        except OSError:
+            return []
+        return [coll / rel for rel, digest in now.items() if rel in recorded and recorded[rel] != digest]
+
+    def check(self, thorough: bool = False) -> list[str]:
+        """What differs from what the last run recorded, each naming the file; [] when whole. Cheap: the
+        index files' sha256 (opening sets aside those that differ); ``thorough`` also counts the rows."""
+        found = [f"the vector index file {p} is not the one its run wrote" for p in self._changed_index_files()]
+        rows = self._recorded_sums().get("rows")
+        if thorough and isinstance(rows, int) and (held := self._count("")) != rows:
+            found.append(f"the collection {self.collection} in {self.uri} holds {held} rows, its last run left {rows}")
+        return found
+
+    def repair(self) -> list[str]:
+        """Nothing: opening already set aside the index files that differ (Milvus Lite builds them again)."""
+        return []
+
+    def _forget_sums(self) -> None:
+        sums = self._sums_file()
+        if sums is not None:
+            sums.unlink(missing_ok=True)
 
     def _put_back(self, moved: list[tuple[Path, Path]]) -> None:
         self.close()
@@ -277,18 +366,19 @@ class MilvusStore:
         """Move a damaged Milvus Lite collection out of the database, so the index can be built anew.
 
         Returns where it went (``<cache>/damaged/<collection>-<time>``), or None when there is
-        nothing to move (a server URI, or no collection folder).
+        nothing to move (a server URI, or no collection folder). Closes the store when it moves one.
         """
         if _is_remote(self.uri):
             return None
-        self.close()
         db = Path(self.uri).expanduser()
         where = db / "collections" / self.collection
         if not where.is_dir():
             return None
+        self.close()
         dest = db.parent / "damaged" / f"{self.collection}-{time.strftime('%Y%m%d-%H%M%S')}"
         dest.parent.mkdir(parents=True, exist_ok=True)
         self._forget_fingerprint()
+        self._forget_sums()
         os.replace(where, dest)
         log.warning("moved the damaged collection %s to %s", where, dest)
         return dest
@@ -499,6 +589,7 @@ class MilvusStore:
         """Delete the whole collection (a rebuild with another model)."""
         self._as_left = False
         self._forget_fingerprint()
+        self._forget_sums()
         if self.client.has_collection(self.collection):
             self.client.drop_collection(self.collection)
 
@@ -567,6 +658,7 @@ class MilvusStore:
             self._pad_segment(written, live)
         self.flush()
         self._refresh_bm25(live, len(written), whole)
+        self._record_sums()
         self._as_left = True
 
     def _pad_segment(self, written: set[str], live: set[str]) -> None:
@@ -660,6 +752,16 @@ class MilvusStore:
     def count(self, roots: Sequence[str] | None = None) -> int:
         """Chunks in the collection, or under these indexed folders."""
         return self._count(filters.in_("root", roots) if roots else "")
+
+    def roots(self) -> list[str]:
+        """The chunks' folders, one query each (Milvus has no DISTINCT): a chunk under none found so far."""
+        found: list[str] = []
+        while True:
+            expr = f"not ({filters.in_('root', found)})" if found else ""
+            rows = self._call("query", self.collection, filter=expr, output_fields=["root"], limit=1)
+            if not rows:
+                return sorted(found)
+            found.append(rows[0]["root"])
 
     def search(
         self,
