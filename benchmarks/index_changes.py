@@ -1,0 +1,191 @@
+"""`mdrag serve` while its index changes (issue 26 points 2 and 3): search latency quiet and while the
+server indexes a large folder dropped into the one it serves, and how long an edit takes to become
+searchable meanwhile.
+
+The server runs as its own process (`mdrag serve DIR`) over a copy of the Hugo docs, with the real
+MiniLM model, and builds its index first. Then, over WebSocket, one search every 0.3 s:
+- quiet: the Hugo QA questions, on the built index;
+- during indexing: the OpenTelemetry docs are copied into the served folder (a long update), and the
+  same searches go on; every 20 s one Hugo file gets a new sentence with a made-up word, and the time
+  until a search for that word finds the file is the edit-to-searchable time.
+Every answer is checked: none may be empty (each question finds something on the Hugo docs).
+Baseline in the same run: the quiet figures. `--load N` runs N busy processes meanwhile (another job).
+
+    python benchmarks/index_changes.py [--otel-files 768] [--load 0]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import multiprocessing
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT.parent / "shared" / "data"
+QUESTIONS = [
+    json.loads(line)["question"]
+    for line in (ROOT / "benchmarks" / "data" / "hugo_qa.jsonl").read_text().splitlines()
+    if line.strip()
+]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _spin(stop: Any) -> None:
+    while not stop.is_set():
+        sum(i * i for i in range(10_000))
+
+
+def _ms(xs: list[float], q: float) -> float:
+    return round(float(np.percentile(np.asarray(xs) * 1000, q)), 1)
+
+
+async def _call(ws: Any, msg: dict[str, Any]) -> dict[str, Any]:
+    await ws.send(json.dumps(msg))
+    while True:
+        reply = json.loads(await ws.recv())
+        if reply["type"] in ("search_results", "error") or msg["type"] == "status":
+            return dict(reply)
+
+
+async def _searches(ws: Any, seconds: float | None, until: Any, out: list[float], empty: list[str]) -> None:
+    """One search every 0.3 s for ``seconds``, or until ``until()`` is true."""
+    i = 0
+    start = time.monotonic()
+    while (seconds is not None and time.monotonic() - start < seconds) or (seconds is None and not await until()):
+        q = QUESTIONS[i % len(QUESTIONS)]
+        t = time.perf_counter()
+        reply = await _call(ws, {"type": "search", "query": q, "k": 5, "threshold": 0})
+        out.append(time.perf_counter() - t)
+        if reply["type"] != "search_results" or not reply["results"]:
+            empty.append(q)
+        i += 1
+        await asyncio.sleep(0.3)
+
+
+async def _run(url: str, served: Path, otel_files: list[Path]) -> dict[str, Any]:
+    from websockets.asyncio.client import connect
+
+    async with connect(url, max_size=None) as ws:
+        first = json.loads(await ws.recv())
+        while (await _call(ws, {"type": "status"}))["state"] != "ready":
+            await asyncio.sleep(1)
+        quiet: list[float] = []
+        empty: list[str] = []
+        await _searches(ws, 30, None, quiet, empty)
+
+        for f in otel_files:  # the long update: hundreds of new files
+            dest = served / "otel" / f.relative_to(DATA / "markdown_otel_docs")
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(f, dest)
+        during: list[float] = []
+        edits: list[float] = []
+        hugo = sorted(p for p in served.rglob("*.md") if "otel" not in p.parts)
+
+        async def indexing() -> bool:
+            st = await _call(ws, {"type": "status"})
+            return "indexing" in st
+
+        async def edit_loop() -> None:
+            await asyncio.sleep(5)
+            n = 0
+            while await indexing():
+                word = f"zqxv{n}vermilion"
+                target = hugo[(n * 37) % len(hugo)]
+                with open(target, "a") as f:
+                    f.write(f"\n\nThe {word} setting is documented here.\n")
+                t = time.monotonic()
+                async with connect(url, max_size=None) as probe:
+                    await probe.recv()
+                    while True:
+                        r = await _call(probe, {"type": "search", "query": word, "k": 1, "mode": "bm25"})
+                        if r.get("results") and r["results"][0]["path"] == str(target):
+                            break
+                        await asyncio.sleep(0.1)
+                edits.append(time.monotonic() - t)
+                n += 1
+                await asyncio.sleep(20)
+
+        async def done() -> bool:
+            return not await indexing()
+
+        editor = asyncio.ensure_future(edit_loop())
+        t0 = time.monotonic()
+        await asyncio.sleep(2)
+        await _searches(ws, None, done, during, empty)
+        reload_s = time.monotonic() - t0
+        await editor
+    return {"first_status": first["message"], "quiet": quiet, "during": during, "edits": edits,
+            "empty": empty, "reload_s": reload_s}  # fmt: skip
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--otel-files", type=int, default=0, help="how many OpenTelemetry docs to add (0: all)")
+    ap.add_argument("--load", type=int, default=0, help="busy processes running meanwhile (another job)")
+    args = ap.parse_args()
+    otel = sorted((DATA / "markdown_otel_docs").rglob("*.md"))
+    otel = otel[: args.otel_files] if args.otel_files else otel
+    work = Path(tempfile.mkdtemp(prefix="mdrag-index-changes-"))
+    served = work / "docs"
+    shutil.copytree(DATA / "markdown_hugo_docs", served)
+    port = _free_port()
+    env = {**os.environ, "MDRAG_HOME": str(work / "home"), "HF_HUB_OFFLINE": "1"}
+    log = open(work / "serve.log", "wb")
+    server = subprocess.Popen(
+        [sys.executable, "-m", "mdrag", "serve", str(served), "--port", str(port)], env=env, stdout=log, stderr=log
+    )
+    stop = multiprocessing.Event()
+    hogs = [multiprocessing.Process(target=_spin, args=(stop,)) for _ in range(args.load)]
+    try:
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), 1).close()
+                break
+            except OSError:
+                time.sleep(0.5)
+        for h in hogs:
+            h.start()
+        r = asyncio.run(_run(f"ws://127.0.0.1:{port}", served, otel))
+    finally:
+        stop.set()
+        for h in hogs:
+            h.join()
+        server.terminate()
+        server.wait(60)
+    q, d = r["quiet"], r["during"]
+    out = {
+        "otel_files": len(otel),
+        "load_processes": args.load,
+        "quiet": {"n": len(q), "p50_ms": _ms(q, 50), "p95_ms": _ms(q, 95), "max_ms": _ms(q, 100)},
+        "during_indexing": {"n": len(d), "p50_ms": _ms(d, 50), "p95_ms": _ms(d, 95), "max_ms": _ms(d, 100)},
+        "ratio_p50": round(_ms(d, 50) / _ms(q, 50), 2),
+        "ratio_p95": round(_ms(d, 95) / _ms(q, 95), 2),
+        "edit_to_searchable_s": [round(e, 2) for e in r["edits"]],
+        "empty_answers": len(r["empty"]),
+        "reload_s": round(r["reload_s"], 1),
+    }
+    print(json.dumps(out, indent=2))
+    dest = ROOT / "benchmarks" / "out"
+    dest.mkdir(exist_ok=True)
+    (dest / f"index_changes-load{args.load}.json").write_text(json.dumps(out, indent=2))
+
+
+if __name__ == "__main__":
+    main()
