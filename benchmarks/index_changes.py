@@ -125,9 +125,10 @@ async def _run(url: str, served: Path, otel_files: list[Path]) -> dict[str, Any]
         async def done() -> bool:
             return not await indexing()
 
-        editor = asyncio.ensure_future(edit_loop())
         t0 = time.monotonic()
-        await asyncio.sleep(2)
+        while not await indexing():  # the watcher has seen the copy
+            await asyncio.sleep(0.2)
+        editor = asyncio.ensure_future(edit_loop())
         await _searches(ws, None, done, during, empty)
         reload_s = time.monotonic() - t0
         await editor

@@ -102,6 +102,7 @@ class IndexKeeper:
         self._cancel = threading.Event()  # the running update stops at its next file (close)
         self._stepping = False  # a full update is running
         self._first = True  # the next full update is the first
+        self._long = False  # a full update is under way (between its steps too)
         self._closed = False
         self._thread: threading.Thread | None = None
 
@@ -184,8 +185,14 @@ class IndexKeeper:
         paths, self._paths = self._paths, set()
         covered = self._take("paths")
         self._cond.release()
+        if self._state.indexing is None:
+            self._set(indexing=(0, None), reason="files changed")
         try:
-            self._run("files changed", functools.partial(self._update, self.index.folders or None, only=paths))
+            self._run(
+                "files changed",
+                functools.partial(self._update, self.index.folders or None, only=paths),
+                ends=not self._long,
+            )
         finally:
             self._cond.acquire()
         for n in covered:
@@ -198,6 +205,15 @@ class IndexKeeper:
     def _update_all(self, reason: str) -> None:
         """A full update, committed in steps of at most ``step_s``; changed files go ahead between steps."""
         first, self._first = self._first, False
+        self._set(indexing=(0, None), reason=reason)  # scanning the folders
+        self._long = True
+        try:
+            self._steps(reason, first)
+        finally:
+            self._long = False
+            self._set(indexing=None, reason=None)
+
+    def _steps(self, reason: str, first: bool) -> None:
         done_before = 0
         while True:
             folders = (self._folders or None) if first else self.index.folders
@@ -235,8 +251,11 @@ class IndexKeeper:
                 if self._paths:
                     self._update_paths()
 
-    def _run(self, reason: str, update: Callable[[], IndexSummary], first: bool = False) -> IndexSummary | None:
-        """Run one update; its outcome goes into the state (an error is logged, and the index stays as it was)."""
+    def _run(
+        self, reason: str, update: Callable[[], IndexSummary], first: bool = False, ends: bool = True
+    ) -> IndexSummary | None:
+        """Run one update; its outcome goes into the state (an error is logged, and the index stays as it was).
+        ``ends``: no long update goes on after it (its progress is then cleared once nothing remains)."""
         self._last_log = time.monotonic()
         try:
             summary = update()
@@ -267,7 +286,7 @@ class IndexKeeper:
                 f"; {summary.remaining} files to go" if summary.remaining else "",
             )
         counts = self._counts()
-        still = summary.remaining > 0
+        still = summary.remaining > 0 or not ends
         if still and self._state.state == "loading":
             counts.pop("state", None)  # a first build is loading until its last step, whatever it committed
         self._set(
