@@ -40,6 +40,8 @@ log = logging.getLogger(__name__)
 
 STEP_S = 10.0  # a long update commits at least this often
 BATCH_CHUNKS = 64  # chunks per embed and write round of the keeper's updates
+#: A change of more files than this (a folder copied in) is a long update, in steps, not one that goes ahead.
+FEW_FILES = 32
 _LOG_EVERY_S = 5.0  # how often a running update's progress is logged
 
 
@@ -122,16 +124,18 @@ class IndexKeeper:
 
     def request(self, reason: str, paths: Iterable[str] | None = None) -> int:
         """Ask for an update: of everything (``paths`` None), or of these changed files, which go ahead of a
-        running update. Requests that wait together are served by one update. Returns the request's number."""
+        running update (more than ``FEW_FILES``: an update of everything). Requests that wait together are
+        served by one update. Returns the request's number."""
         with self._cond:
             if self._closed:
                 raise MdragError("the index keeper is closed")
             self._issued += 1
-            if paths is None:
+            changed = _files(paths) if paths is not None else set()
+            if paths is None or len(changed) > FEW_FILES:  # many files (a folder dropped in): a long update
                 self._full = self._full or reason
                 self._waiting[self._issued] = "full"
             else:
-                self._paths.update(_files(paths))
+                self._paths.update(changed)
                 self._waiting[self._issued] = "paths"
                 if self._stepping:
                     self._pause.set()

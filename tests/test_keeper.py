@@ -16,7 +16,7 @@ import pytest
 from mdrag.config import load_config
 from mdrag.errors import EmbeddingError, IndexBuildingError
 from mdrag.index import Index
-from mdrag.keeper import IndexKeeper
+from mdrag.keeper import FEW_FILES, IndexKeeper
 from mdrag.manifest import Manifest
 from tests.conftest import HashEmbedder, Held
 from tests.test_threads import WAIT
@@ -182,3 +182,34 @@ def test_a_failed_first_update_is_reported_and_close_commits_a_running_one(tmp_p
     assert m is not None and not m.dirty and len(m.files) < 4, m
     assert idx.update([root]).added == 4 - len(m.files)
     idx.close()
+
+
+def test_many_changed_files_are_a_long_update_and_a_later_edit_goes_ahead_of_it(
+    tmp_path: Path, held: Held, idx: Index
+) -> None:
+    """A folder copied in is seen by the watcher as hundreds of changed files: they are updated in steps
+    like a rescan, so that an edit made meanwhile does not wait for all of them."""
+    root = tmp_path / "docs"
+    _docs(root, 2)
+    held.release.set()
+    idx.update([root])
+    calls = Calls(idx)
+    keeper = IndexKeeper(idx, [root], step_s=3600)
+    try:
+        assert keeper.wait(keeper.start(), WAIT)
+        calls.calls.clear()
+        held.release.clear()
+        held.started.clear()
+        dropped = _docs(root / "dropped", FEW_FILES + 1, held_at=3)
+        keeper.request("files changed", [str(p) for p in [*dropped, root / "dropped" / "f003b.held"]])
+        assert held.started.wait(WAIT)
+        edited = root / "f001.md"
+        edited.write_text("# Zebra\n\nZebra stripes and zebra crossings.\n")
+        ticket = keeper.request("files changed", [str(edited)])
+        held.release.set()
+        assert keeper.wait(ticket, WAIT)
+    finally:
+        held.release.set()
+        keeper.close()
+    assert calls.calls[0][0] is None and calls.calls[0][1] > 0, calls.calls  # the drop: a long update, paused
+    assert calls.calls[1] == (frozenset({str(edited)}), 0), calls.calls
