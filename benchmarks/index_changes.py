@@ -11,7 +11,7 @@ MiniLM model, and builds its index first. Then, over WebSocket, one search every
 Every answer is checked: none may be empty (each question finds something on the Hugo docs).
 Baseline in the same run: the quiet figures. `--load N` runs N busy processes meanwhile (another job).
 
-    python benchmarks/index_changes.py [--otel-files 768] [--load 0]
+    python benchmarks/index_changes.py [--otel-files 300] [--load 0]    (writes benchmarks/out/index_changes.json)
 """
 
 from __future__ import annotations
@@ -45,6 +45,15 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def _cpu() -> str:
+    """The CPU's model name and core count, for the report."""
+    try:
+        name = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
+    except (OSError, StopIteration):
+        name = "unknown CPU"
+    return f"{name}, {os.cpu_count()} cores"
 
 
 def _spin(stop: Any) -> None:
@@ -114,7 +123,9 @@ async def _run(url: str, served: Path, otel_files: list[Path]) -> dict[str, Any]
                 async with connect(url, max_size=None) as probe:
                     await probe.recv()
                     while True:
-                        r = await _call(probe, {"type": "search", "query": word, "k": 1, "mode": "bm25"})
+                        r = await _call(
+                            probe, {"type": "search", "query": word, "k": 1, "mode": "bm25", "threshold": 0}
+                        )
                         if r.get("results") and r["results"][0]["path"] == str(target):
                             break
                         await asyncio.sleep(0.1)
@@ -172,6 +183,7 @@ def main() -> None:
         server.wait(60)
     q, d = r["quiet"], r["during"]
     out = {
+        "machine": _cpu(),
         "otel_files": len(otel),
         "load_processes": args.load,
         "quiet": {"n": len(q), "p50_ms": _ms(q, 50), "p95_ms": _ms(q, 95), "max_ms": _ms(q, 100)},
@@ -185,7 +197,8 @@ def main() -> None:
     print(json.dumps(out, indent=2))
     dest = ROOT / "benchmarks" / "out"
     dest.mkdir(exist_ok=True)
-    (dest / f"index_changes-load{args.load}.json").write_text(json.dumps(out, indent=2))
+    name = "index_changes" if not args.load else f"index_changes_load{args.load}"
+    (dest / f"{name}.json").write_text(json.dumps(out, indent=2))
 
 
 if __name__ == "__main__":

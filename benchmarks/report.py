@@ -44,6 +44,7 @@ STEP_NAMES = (
     "context",
     "incremental",
     "server_load",
+    "index_changes",
     "mcp_latency",
     "scifact",
     "scifact_torch",
@@ -69,6 +70,7 @@ FALLBACK_COMMANDS = {
     "context": "context.py",
     "incremental": "incremental.py",
     "server_load": "server_load.py --home benchmarks/out/hugo-home",
+    "index_changes": "index_changes.py --otel-files 300",
     "mcp_latency": "mcp_latency.py",
     "scifact": "scifact.py",
     "scifact_torch": "scifact.py --backend torch",
@@ -94,6 +96,7 @@ EXPECTED_KEYS = {
     "context": ("backend", "contexts"),
     "incremental": ("files_moved", "fresh", "after", "after_touched"),
     "server_load": ("sequential", "load", "server_rss_mb"),
+    "index_changes": ("quiet", "during_indexing", "edit_to_searchable_s"),
     "mcp_latency": ("in_process", "stdio"),
     "scifact": ("backend", "embedder", "modes", "baseline_whole_docs_exact"),
     "scifact_torch": ("backend", "embedder", "modes", "baseline_whole_docs_exact"),
@@ -1596,6 +1599,40 @@ def section_server(data: Data) -> list[str]:
     return lines
 
 
+def section_index_changes(data: Data) -> list[str]:
+    r = data.get("index_changes")
+    lines = ["## The Q&A server while its index changes (issue 26)", ""]
+    lines += [
+        f"{command(data, 'index_changes')}: `mdrag serve` as its own process over the Hugo docs (real MiniLM); "
+        "one WebSocket search every 0.3 s, first on the built index (quiet: the baseline, same run), then while "
+        "OpenTelemetry docs copied into the served folder are indexed; meanwhile one Hugo file is edited every "
+        "20 s and searched for until found. Every answer is checked for being empty.",
+        "",
+    ]
+    if not r:
+        return lines + [not_measured("index_changes", data), ""]
+    quiet, during = r.get("quiet") or {}, r.get("during_indexing") or {}
+    edits = r.get("edit_to_searchable_s") or []
+
+    def row(label: str, fig: Json) -> list[Any]:
+        return [label, fint(fig.get("n")), fms(fig.get("p50_ms")), fms(fig.get("p95_ms")), fms(fig.get("max_ms"))]
+
+    lines += table(
+        ["searches", "n", "p50", "p95", "max"], [row("quiet (baseline)", quiet), row("during indexing", during)]
+    )
+    lines += [
+        f"Ratio during / quiet: p50 {fratio(r.get('ratio_p50'))}, p95 {fratio(r.get('ratio_p95'))} (target 2x). "
+        f"Empty answers: {fint(r.get('empty_answers'))}. Reload of {fint(r.get('otel_files'))} files: "
+        f"{fsec(r.get('reload_s'))}. Edit to searchable: "
+        + (", ".join(fsec(e) for e in edits) or "no edit made")
+        + f" (target 5 s). Busy processes beside it: {fint(r.get('load_processes'))}. Machine: "
+        + str(r.get("machine") or "not recorded (the header's)")
+        + ".",
+        "",
+    ]
+    return lines
+
+
 def section_mcp(data: Data) -> list[str]:
     m = data.get("mcp_latency")
     lines = ["## MCP server", ""]
@@ -2667,6 +2704,7 @@ SECTIONS: tuple[tuple[str, Callable[[Data], list[str]]], ...] = (
     ("Retrieval quality", section_retrieval),
     ("Relevance threshold and refusal", section_threshold),
     ("Q&A server", section_server),
+    ("The Q&A server while its index changes (issue 26)", section_index_changes),
     ("MCP server", section_mcp),
     ("Store at size", section_store),
     ("LlamaIndex comparison", section_llamaindex),

@@ -34,6 +34,8 @@ STEPS: dict[str, list[str]] = {
     "context": ["context.py", "--model-cache", str(OUT / "models")],
     "incremental": ["incremental.py"],
     "server_load": ["server_load.py", "--home", str(HOME)],
+    # mdrag serve while it indexes 300 otel docs dropped into the served Hugo docs (issue 26)
+    "index_changes": ["index_changes.py", "--otel-files", "300"],
     "mcp_latency": ["mcp_latency.py"],
     "scifact": ["scifact.py"],
     "scifact_torch": ["scifact.py", "--backend", "torch"],
