@@ -50,6 +50,10 @@ _READERS_GRACE_S = 60.0
 # term_stats() counts at most about this many chunks' words; a larger index is sampled.
 _STATS_ROWS = 40000
 
+#: The manifest as searches read it (see Index._manifest_state): its file's stamp, whether a first build
+#: has committed nothing yet, and the committed state.
+_ManifestState = tuple[tuple[int, int, int] | None, bool, State]
+
 # While a run waits for another process's run on the index, how often it checks whether it was cancelled.
 _WAIT_POLL_S = 0.2
 
@@ -198,7 +202,7 @@ class Index:
         # What searches see: a running update is invisible until it commits, then visible all at once.
         self._snapshot = Snapshot()
         self._progress: tuple[int, int | None] | None = None  # (files done, to do) of this process's update
-        self._seen_manifest: tuple[tuple[int, ...] | None, bool] | None = None  # see _manifest_stamped
+        self._seen_manifest: _ManifestState | None = None  # see _manifest_state
         self._search_options: tuple[Config, SearchOptions] | None = None  # see search_options
 
     @property
@@ -456,27 +460,28 @@ class Index:
         self._snapshot.end()
         self._forget_missing()
 
-    def _follow_committed(self) -> None:
+    def _follow_committed(self, manifest: _ManifestState) -> None:
         """Outside this process's runs, searches see the last commit of any process: all a transactional
-        store shows, or, for a store without transactions, the ids the manifest records as committed
-        (read again when the manifest file changes)."""
+        store shows, or, for a store without transactions, the ids ``manifest`` records as committed."""
         if self.store.transactional:
             self._snapshot.follow("store", lambda: None)
             return
-        self._snapshot.follow(("manifest", self._manifest_stamped()[0]), self._committed)
+        stamp, _, committed = manifest
+        self._snapshot.follow(("manifest", stamp), lambda: committed)
 
-    def _manifest_stamped(self) -> tuple[tuple[int, ...] | None, bool]:
-        """The manifest file's (inode, mtime, size), None when there is none, and whether it records a
-        first build that has not committed (read again only when the stamp changes)."""
+    def _manifest_state(self) -> _ManifestState:
+        """The manifest file's (inode, mtime, size) (None: there is none), whether it records a first build
+        that has not committed, and its committed state; the file is parsed again only when its stamp changes."""
         try:
             st = self.manifest_path.stat()
-            stamp: tuple[int, ...] | None = (st.st_ino, st.st_mtime_ns, st.st_size)
         except OSError:
-            return None, False
+            return None, False, (frozenset(), None)
+        stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
         seen = self._seen_manifest
         if seen is None or seen[0] != stamp:
             m = Manifest.load(self.manifest_path)
-            seen = self._seen_manifest = (stamp, m is not None and m.building)
+            committed = m.visible() if m is not None else (frozenset(), None)
+            seen = self._seen_manifest = (stamp, m is not None and m.building, committed)
         return seen
 
     def _building(self) -> IndexBuildingError:
@@ -532,7 +537,9 @@ class Index:
                 vector = pending_vector.result()
         else:
             exists = self._open(create=False)
-        if self._manifest_stamped()[1] or (not exists and self._progress is not None):
+        manifest = self._manifest_state()
+        building = manifest[1]
+        if building or (not exists and self._progress is not None):
             raise self._building()  # nothing committed yet: not "does not exist", nor "lost its data"
         missing = self._missing_rows(exists)
         if missing is None and not exists:
@@ -542,12 +549,12 @@ class Index:
             if not missing[0]:
                 raise StoreDamagedError(msg[0].upper() + msg[1:] + ".")
             log.warning("%s; until then results are incomplete", msg)
-        self._follow_committed()
+        self._follow_committed(manifest)
         with self._snapshot.reading() as visible:
             if visible.ids is not None and not visible.ids and visible.roots is None:
                 raise self._building()
             results = search(self.store, self.embedder, query, options, filters, visible, vector)
-        if not results and self._progress is None and self._manifest_stamped()[1]:
+        if not results and self._progress is None and building:
             raise self._building()  # a transactional store being built by another process shows nothing yet
         return results
 

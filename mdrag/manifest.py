@@ -25,7 +25,7 @@ from typing import Any
 
 from mdrag.errors import ManifestError
 
-__all__ = ["Diff", "FileState", "Manifest", "SkippedFile", "diff", "write_atomic"]
+__all__ = ["Diff", "FileState", "Manifest", "SkippedFile", "diff", "file_sha256", "write_atomic"]
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +57,15 @@ def write_atomic(path: Path, text: str) -> None:
             os.close(dfd)
     except OSError:
         pass
+
+
+def file_sha256(path: Path) -> str:
+    """The hex sha256 of the file at ``path``, read in 1 MiB pieces (OSError when it cannot be read)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while piece := f.read(1 << 20):
+            digest.update(piece)
+    return digest.hexdigest()
 
 
 @dataclass

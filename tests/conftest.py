@@ -198,4 +198,16 @@ def held(registry: None) -> Iterator[Held]:
         parser.release.set()
 
 
+def overwrite_middle(path: Path) -> None:
+    """Overwrite the middle third of a file with other bytes, keeping its size, mtime and inode."""
+    st = path.stat()
+    data = bytearray(path.read_bytes())
+    third = len(data) // 3
+    data[third : 2 * third] = bytes((b + 1) % 256 for b in data[third : 2 * third])
+    with open(path, "r+b") as f:
+        f.write(data)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert path.stat().st_ino == st.st_ino and path.stat().st_size == st.st_size
+
+
 from tests.fake_llm import llm  # noqa: E402,F401 - the stand-in LLM fixture, for every test module

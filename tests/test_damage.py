@@ -20,7 +20,7 @@ import pytest
 from mdrag.cli import main
 from mdrag.config import load_config
 from mdrag.index import Index
-from tests.conftest import HashEmbedder
+from tests.conftest import HashEmbedder, overwrite_middle
 
 DOCS = {
     "install.md": "# Install\n\nDownload the archive and unpack it.\n\n## Linux\n\nUse apt to install the tool.\n",
@@ -386,17 +386,6 @@ def test_a_lost_manifest_takes_the_folders_back_from_the_store(
 # -- damage inside a file (issue 26, point 8) ------------------------------------
 
 
-def _overwrite_middle(path: Path) -> None:
-    """Other bytes in the middle third of a file, its size, mtime and inode kept."""
-    st = path.stat()
-    data = bytearray(path.read_bytes())
-    third = len(data) // 3
-    data[third : 2 * third] = bytes((b + 1) % 256 for b in data[third : 2 * third])
-    with open(path, "r+b") as f:
-        f.write(data)
-    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
-
-
 def _top(cli: Callable[..., tuple[int, str, str]], *extra: str) -> list[str]:
     code, out, err = cli(
         "search", "vermilion palette apt install", "--json", "--threshold", "0", "--mode", "dense", *extra
@@ -411,7 +400,7 @@ def test_a_damaged_faiss_file_is_named_searched_right_and_written_again_by_index
 ) -> None:
     total = _build(cli, docs)
     before = _top(cli)
-    _overwrite_middle(_faiss_file(mdrag_home, "faiss"))
+    overwrite_middle(_faiss_file(mdrag_home, "faiss"))
     assert _top(cli) == before, "built from SQLite, not read from the damaged file"
     code, out, err = cli("status")
     assert code == 1 and "damaged:" in out and str(_faiss_file(mdrag_home, "faiss")) in out, out
@@ -457,7 +446,7 @@ def test_a_changed_milvus_index_file_is_set_aside_and_built_again(
     files = list(_collection(mdrag_home).glob("partitions/*/indexes/*vector*"))
     assert files
     for f in files:
-        _overwrite_middle(f)
+        overwrite_middle(f)
     assert _top(cli) == before
     assert any("not the ones their run wrote" in r.getMessage() for r in caplog.records)
     assert list((mdrag_home / "cache" / "damaged").glob("mdrag_default-indexes-*/*/*")), "kept aside"

@@ -26,6 +26,7 @@ from mdrag.embedding.onnx import (  # noqa: E402
     openvino_available,
 )
 from mdrag.errors import EmbeddingError  # noqa: E402
+from mdrag.manifest import file_sha256  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -192,7 +193,7 @@ def test_pipelines_with_more_than_pooling_are_refused(tmp_path: Path) -> None:
 def test_export_is_cached_with_its_checksum(onnx_cache: Path, onnx_embedder: OnnxEmbedder) -> None:
     path = onnx_embedder.onnx_path
     assert path.is_file() and path.is_relative_to(onnx_cache / "models")
-    assert (path.parent / "model.onnx.sha256").read_text().split()[0] == onnx._sha256(path)
+    assert (path.parent / "model.onnx.sha256").read_text().split()[0] == file_sha256(path)
     assert not [f for f in path.parent.iterdir() if f.name.startswith(".")], "no temp files left"
     assert OnnxEmbedder(cache_dir=onnx_cache).session is onnx_embedder.session, "one session per process and file"
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import uuid
 from pathlib import Path
 
@@ -13,6 +12,7 @@ from mdrag.config import load_config
 from mdrag.errors import StoreDamagedError, StoreError, StoreUnavailableError
 from mdrag.store.faiss import FaissStore, _ef_search
 from mdrag.types import Chunk
+from tests.conftest import overwrite_middle
 from tests.test_store_contract import IDENTITY, bm25_ranking, make_chunks, vectors
 
 
@@ -27,18 +27,6 @@ def _filled(name: str) -> tuple[FaissStore, np.ndarray]:
     s.upsert(chunks, vecs)
     s.end_run(set(), set(), whole=True)
     return s, vecs
-
-
-def _overwrite_middle(path: Path) -> None:
-    """Overwrite the middle third of a file with other bytes, keeping its size, mtime and inode."""
-    st = path.stat()
-    data = bytearray(path.read_bytes())
-    third = len(data) // 3
-    data[third : 2 * third] = bytes((b + 1) % 256 for b in data[third : 2 * third])
-    with open(path, "r+b") as f:
-        f.write(data)
-    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
-    assert path.stat().st_ino == st.st_ino and path.stat().st_size == st.st_size
 
 
 def test_files_live_in_the_cache_folder(mdrag_home: Path) -> None:
@@ -298,7 +286,7 @@ def test_a_run_with_nothing_to_do_answers_without_opening_the_store(
     monkeypatch.undo()
     fresh.faiss_path.write_bytes(fresh.faiss_path.read_bytes())  # the same bytes: the file the last run wrote
     assert fresh.unchanged_since_last_run()
-    _overwrite_middle(fresh.faiss_path)  # size, time and inode kept: not the file the last run wrote
+    overwrite_middle(fresh.faiss_path)  # size, time and inode kept: not the file the last run wrote
     assert not fresh.unchanged_since_last_run()
 
 

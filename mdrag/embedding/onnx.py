@@ -36,6 +36,7 @@ import numpy as np
 from mdrag.embedding.base import Embedder
 from mdrag.embedding.local import _ALIASES, DEFAULT_MODEL, resolve_model_dir
 from mdrag.errors import EmbeddingError
+from mdrag.manifest import file_sha256
 
 if TYPE_CHECKING:
     from mdrag.config import Config
@@ -83,17 +84,9 @@ def _import_runtime(name: str) -> Any:
         ) from e
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 @lru_cache(maxsize=32)
 def _cached_sha256(path: str, size: int, mtime_ns: int) -> str:
-    return _sha256(Path(path))
+    return file_sha256(Path(path))
 
 
 def _weights_hash(model_dir: Path) -> str:
@@ -127,7 +120,7 @@ def _checksum_ok(out: Path) -> bool:
     if not out.is_file() or not side.is_file():
         return False
     words = side.read_text().split()
-    return bool(words) and _sha256(out) == words[0]
+    return bool(words) and file_sha256(out) == words[0]
 
 
 def export_onnx(model_dir: Path, out: Path) -> Path:
@@ -211,7 +204,7 @@ def export_onnx(model_dir: Path, out: Path) -> Path:
             err = float(np.abs(got - expected).max())
             if err > 1e-3:
                 raise EmbeddingError(f"The ONNX export of {model_dir} differs from torch (max error {err:.2g}).")
-        digest = _sha256(tmp)
+        digest = file_sha256(tmp)
         _sidecar(out).unlink(missing_ok=True)
         shutil.rmtree(out.parent / "openvino", ignore_errors=True)  # blobs compiled from the old file
         os.replace(tmp, out)

@@ -21,6 +21,7 @@ from pathlib import Path, PurePosixPath
 from mdrag.errors import DocsetError
 from mdrag.knowledge.metadata import METADATA_FILE, read_metadata, write_metadata
 from mdrag.knowledge.model import DRIVE, Progress, Selection, SourceResult, WebSource
+from mdrag.manifest import file_sha256
 from mdrag.redact import redact_url
 
 __all__ = ["DOC_DIRS", "DOC_EXTENSIONS", "EXCLUDED_DIRS", "EXCLUDED_PREFIXES", "select_files", "sync"]
@@ -124,7 +125,7 @@ def sync(
     prev_files = set(prev.get("files", []))
     prev_hashes: dict[str, str] = prev.get("hashes", {})
     others = {f: u for u, e in meta.items() if u != source.url for f in e.get("files", [])}
-    hashes = {rel: _sha256(src) for rel, src in sources.items()}
+    hashes = {rel: file_sha256(src) for rel, src in sources.items()}
     stale = sorted(prev_files - set(files))
     added: list[str] = []
     changed: list[str] = []
@@ -250,14 +251,6 @@ def _empty_warning(paths: Sequence[str]) -> str:
 def _top_level(repo_dir: Path) -> str:
     entries = sorted(p.name + ("/" if p.is_dir() else "") for p in repo_dir.iterdir() if p.name != ".git")
     return "available top-level paths: " + (", ".join(entries) if entries else "(the repository is empty)")
-
-
-def _sha256(p: Path) -> str:
-    h = hashlib.sha256()
-    with open(p, "rb") as f:
-        while block := f.read(1 << 20):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _copy(src: Path, target: Path) -> None:

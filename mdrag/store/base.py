@@ -23,7 +23,6 @@ hold each of them on every backend):
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,22 +32,13 @@ import numpy as np
 
 from mdrag.types import Chunk
 
-__all__ = ["ROW_FIELDS", "Filter", "Store", "file_sha256"]
+__all__ = ["ROW_FIELDS", "Filter", "Store"]
 
 #: The fields of a row that :meth:`Store.search` returns, besides ``id``, ``score`` and ``rank_score``.
 ROW_FIELDS = (
     "text", "context", "path", "rel_path", "root", "headings", "level",
     "position", "page", "line_start", "line_end", "content_hash", "metadata",
 )  # fmt: skip
-
-
-def file_sha256(path: Path) -> str:
-    """The hex sha256 of the file at ``path``, read in 1 MiB pieces (OSError when it cannot be read)."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while piece := f.read(1 << 20):
-            digest.update(piece)
-    return digest.hexdigest()
 
 
 @dataclass(frozen=True)

@@ -73,7 +73,8 @@ from mdrag.errors import (
     StoreInUseError,
     StoreUnavailableError,
 )
-from mdrag.store.base import ROW_FIELDS, Filter, file_sha256
+from mdrag.manifest import file_sha256
+from mdrag.store.base import ROW_FIELDS, Filter
 from mdrag.types import Chunk
 
 if TYPE_CHECKING:
@@ -337,6 +338,7 @@ class FaissStore:
         self.prepare_text = prepare_text  # applied to BM25 text and BM25 queries (stemming), if set
         self.has_bm25 = True
         self.transactional = True  # a run is one SQLite transaction: other processes see it at end_run
+        self._digest: tuple[tuple[int, ...], str] | None = None  # the .faiss file's stamp and sha256, last read
         self._lock = threading.RLock()  # one call at a time on the connection and the in-memory index
         self._unlocked = threading.Condition(self._lock)  # a writer waiting for another process lets searches in
         self._opening = False  # open() runs: a writer waits holding the lock (the store is half loaded)
@@ -843,9 +845,15 @@ class FaissStore:
         self._set("ids", _ids_digest(self.db))
 
     def _faiss_digest(self) -> str:
-        """``sha256:<hex>`` of the ``.faiss`` file, or "" when it cannot be read."""
+        """``sha256:<hex>`` of the ``.faiss`` file, or "" when it cannot be read. Read again only when the
+        file's inode, size, mtime or ctime changed since this process last read it (a rewrite in place
+        that sets the mtime back still changes the ctime): a run checks it several times."""
         try:
-            return "sha256:" + file_sha256(self.faiss_path)
+            st = self.faiss_path.stat()
+            stamp = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+            if self._digest is None or self._digest[0] != stamp:
+                self._digest = (stamp, "sha256:" + file_sha256(self.faiss_path))
+            return self._digest[1]
         except OSError:
             return ""
 

@@ -48,10 +48,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from mdrag.errors import ModelMismatchError, StoreDamagedError, StoreError, StoreInUseError, StoreUnavailableError
-from mdrag.manifest import write_atomic
+from mdrag.manifest import file_sha256, write_atomic
 from mdrag.store import filters
 from mdrag.store import is_server_uri as _is_remote
-from mdrag.store.base import Filter, file_sha256
+from mdrag.store.base import Filter
 from mdrag.types import Chunk
 
 if TYPE_CHECKING:
