@@ -257,10 +257,12 @@ def update_index(
             _recall_skips(found, m.skipped, key)
     _report_scan(summary, found, old)
 
-    m.keep_committed(before)  # what readers keep seeing until this run commits
-    # A store that starts empty holds no vectors to reuse but the ones this run writes (texts that
-    # repeat), and --rebuild trusts none of the stored vectors: only this run's hashes are looked up.
-    run_hashes: set[int] | None = set() if rebuild or (summary.rebuild and store.count() == 0) else None
+    # A store that starts a full re-index empty (a new index, or one made anew for another model) holds
+    # nothing readers could keep seeing, and no vectors to reuse but the ones this run writes (texts that
+    # repeat); --rebuild trusts none of the stored vectors either: only this run's hashes are looked up.
+    empty = summary.rebuild is not None and store.count() == 0
+    m.keep_committed(None if empty else before)  # what readers keep seeing until this run commits
+    run_hashes: set[int] | None = set() if rebuild or empty else None
 
     hashes = {p: _read_hash(p) for p in to_hash(m.files, roots, found)}
     plan = plan_update(m.files, roots, found, hashes)

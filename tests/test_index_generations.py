@@ -199,3 +199,29 @@ def test_another_process_rebuilding_never_shows_a_partial_index(
     for q in queries:
         assert len(reader.search(q, k=5, threshold=0.0)) == 5
     reader.close()
+
+
+def test_a_new_model_starts_a_new_index_whose_searches_say_it_is_being_built(
+    tmp_path: Path, held: Held, backend: str
+) -> None:
+    """Vectors of another model cannot share the collection: it is made anew, and until the new index
+    commits, a search says it is being built (the old one is gone: nothing else could be shown)."""
+    root = _docs(tmp_path)
+    config = _config(backend)
+    held.release.set()
+    with Index(config, embedder=HashEmbedder(dim=64)) as idx:
+        idx.update([root])
+    held.started.clear()
+    held.release.clear()
+    idx = Index(config, embedder=HashEmbedder(dim=32))
+    t, failure = _in_thread(lambda: idx.update([root]))
+    _wait_held(held, t, failure)
+    try:
+        with pytest.raises(IndexBuildingError, match="is being built"):
+            idx.search(QUERY)
+    finally:
+        held.release.set()
+        t.join(WAIT)
+    assert not failure, failure
+    assert len(_paths(idx)) == 7
+    idx.close()
