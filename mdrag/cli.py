@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 __all__ = ["main", "run_ask"]
 
 _SLOW_S = 1.0  # `serve` says it is loading when loading takes longer than this
+_PROGRESS_S = 5.0  # then how often it says how far the build is
 _EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: what a shell reports for a Unix tool whose reader went away
 
 log = logging.getLogger("mdrag")
@@ -430,6 +431,20 @@ def _served_status(args: argparse.Namespace, config: Any, why: Exception | None)
     return 0
 
 
+async def _report_loading(server: Any) -> None:
+    """Until ``server`` is ready, say every ``_PROGRESS_S`` how far the index's build is, when it changed."""
+    import asyncio
+
+    said = ""
+    while not server.ready.is_set():
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(asyncio.shield(server.ready.wait()), _PROGRESS_S)
+        doing = server.keeper.state.doing() if server.keeper is not None else ""
+        if doing and doing != said and not server.ready.is_set():
+            print(f"mdrag: {doing}", file=sys.stderr, flush=True)
+            said = doing
+
+
 def _cmd_serve(args: argparse.Namespace, config: Any) -> int:
     import asyncio
 
@@ -447,7 +462,7 @@ def _cmd_serve(args: argparse.Namespace, config: Any) -> int:
                 await asyncio.wait_for(asyncio.shield(server.ready.wait()), _SLOW_S)
             except asyncio.TimeoutError:
                 print(f"mdrag: loading index {config['index']!r}...", file=sys.stderr, flush=True)
-                await server.ready.wait()
+                await _report_loading(server)
             if server.failed:
                 raise MdragError(f"could not load the index: {server.failed}")
             print(

@@ -66,11 +66,17 @@ class KeeperState:
             "empty": "no indexed content: start the server with folders (mdrag serve DIR)",
             "failed": f"the index could not be loaded: {self.error}",
         }[self.state]
-        if self.indexing is not None:
-            done, total = self.indexing
-            doing = f"indexing: {done} of {total} files" if total is not None else "indexing: scanning the folders"
+        doing = self.doing()
+        if doing:
             what = f"{doing} ({what})" if self.state == "ready" else f"{doing}; {what}"
         return what
+
+    def doing(self) -> str:
+        """How far the running update is (``indexing: 120 of 1089 files``), or "" when none runs."""
+        if self.indexing is None:
+            return ""
+        done, total = self.indexing
+        return f"indexing: {done} of {total} files" if total is not None else "indexing: scanning the folders"
 
 
 class IndexKeeper:

@@ -913,3 +913,39 @@ def test_search_and_status_through_a_server_with_a_token(tmp_path: Path) -> None
         assert refused.returncode == 1 and "token" in refused.stderr and "s3cret" not in refused.stderr
 
     asyncio.run(scenario())
+
+
+def test_serve_says_how_far_the_first_build_is(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`mdrag serve` on a new folder: until the index is ready, its terminal says how far the build is."""
+    from mdrag import cli
+
+    release = threading.Event()
+
+    class Held(HashEmbedder):  # the build stays at its first file until the test releases it
+        def embed_batch(self, texts: Any) -> Any:
+            release.wait(60)
+            return super().embed_batch(texts)
+
+    monkeypatch.setattr(cli, "_PROGRESS_S", 0.05)
+    root = _docs(tmp_path)
+    said = ""
+
+    async def scenario() -> None:
+        nonlocal said
+        async with serving(_config(), [root], Held(), wait=False) as server:
+            report = asyncio.ensure_future(cli._report_loading(server))
+            for _ in range(1200):
+                said += capsys.readouterr().err
+                if " of 7 files" in said:
+                    break
+                await asyncio.sleep(0.05)
+            release.set()
+            await asyncio.wait_for(report, 60)
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        release.set()
+    assert "mdrag: indexing: 0 of 7 files" in said, said
