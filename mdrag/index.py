@@ -484,6 +484,12 @@ class Index:
             seen = self._seen_manifest = (stamp, m is not None and m.building, committed)
         return seen
 
+    def building(self) -> IndexBuildingError | None:
+        """How far the index's first build is (this process's or another's), as the error a search of it
+        gets; None once the index holds a committed state (or no build has started). Reads the manifest only."""
+        stamp, building, _ = self._manifest_state()
+        return self._building() if building or (stamp is None and self._progress is not None) else None
+
     def _building(self) -> IndexBuildingError:
         """The error a search of an index with nothing committed yet gets: how far its first build is."""
         progress = self._progress

@@ -391,6 +391,7 @@ def _apply(
         log.info("%s: touched, content unchanged: already embedded", p)
     if writes:
         m.dirty = True
+        m.progress = [0, len(todo)]  # readers of a first build learn its size at once
         m.save(manifest_path)
 
     last_save = time.monotonic()

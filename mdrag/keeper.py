@@ -1,10 +1,12 @@
 """The index keeper: keeps one open :class:`~mdrag.index.Index` current for a long-running front end.
 
 The WebSocket server (and its page) asks it for an update when it starts, when
-watched files change and at each periodic rescan, and reports its
-:class:`KeeperState`; it knows nothing of asyncio, WebSockets or MCP. One worker
-thread runs the updates, one at a time, while searches go on in other threads
-and read the last committed state (:mod:`mdrag.snapshot`).
+watched files change and at each periodic rescan; the MCP server keeps one per
+docset, asks it for an update when it starts and when a ``search`` finds the
+index older than its refresh interval, and waits for it. Both report its
+:class:`KeeperState`; it knows nothing of asyncio, anyio, WebSockets or MCP. One
+worker thread runs the updates, one at a time, while searches go on in other
+threads and read the last committed state (:mod:`mdrag.snapshot`).
 
 - **Bounded steps.** A long update commits what it has every ``step_s``
   seconds and goes on in a new step, so that readers see it grow rather than
@@ -16,16 +18,20 @@ and read the last committed state (:mod:`mdrag.snapshot`).
   embedder never holds the CPU for long against the searches.
 - **Progress.** Files done and to do, over every step of an update, in
   :attr:`IndexKeeper.state` and in the log.
+- **One update at a time across indexes.** Keepers given one ``gate`` (a lock)
+  run their updates one after the other (the MCP server's docsets): they would
+  only share the CPU. A keeper waiting for the gate says so (``queued``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -34,7 +40,11 @@ from mdrag.errors import IndexingCancelledError, MdragError
 from mdrag.index import Index
 from mdrag.indexer import IndexSummary
 
-__all__ = ["IndexKeeper", "KeeperState"]
+__all__ = ["IndexKeeper", "KeeperState", "Updater"]
+
+#: Runs one update: ``(folders, **how)`` where ``how`` holds :meth:`mdrag.index.Index.update`'s ``cancel``,
+#: ``batch_chunks`` and either ``only`` or ``progress`` and ``pause``; the default is ``index.update``.
+Updater = Callable[..., IndexSummary]
 
 log = logging.getLogger(__name__)
 
@@ -55,8 +65,11 @@ class KeeperState:
     indexing: tuple[int, int | None] | None = None  # (files done, files to do) of the running update
     reason: str | None = None  # why the running update runs
     error: str | None = None  # why the last update failed (None when it succeeded)
-    updates: int = 0  # updates finished (every step of one counts once)
+    updates: int = 0  # updates finished (each step of a long update counts)
     folders: list[str] = field(default_factory=list)  # the index's folders after the last update
+    summary: IndexSummary | None = None  # what the last successful update (or step of one) did
+    finished_at: float | None = None  # time.monotonic() when the last update ended, failed or not
+    queued: bool = False  # the running update waits for another index's update (a shared gate)
 
     def message(self) -> str:
         """One line for people: ``ready: 7 files, 7 chunks``, ``indexing: 120 of 1089 files``, ..."""
@@ -84,7 +97,8 @@ class IndexKeeper:
 
     ``folders``: what the first update adds (none: the index's own folders);
     later updates update the index's folders as they are then (another process's
-    `mdrag index DIR` or `mdrag remove DIR` changes them).
+    `mdrag index DIR` or `mdrag remove DIR` changes them). ``update`` replaces
+    ``index.update`` (see :data:`Updater`), ``gate`` is held while an update runs.
     """
 
     def __init__(
@@ -94,11 +108,15 @@ class IndexKeeper:
         step_s: float = STEP_S,
         batch_chunks: int = BATCH_CHUNKS,
         on_change: Callable[[KeeperState], object] | None = None,
+        update: Updater | None = None,
+        gate: threading.Lock | None = None,
     ) -> None:
         self.index = index
         self.step_s = step_s
         self.batch_chunks = batch_chunks
         self.on_change = on_change  # told each new state, from the worker thread
+        self._updater = update
+        self._gate = gate
         self._folders = [str(Path(f).expanduser().resolve()) for f in folders]
         self._cond = threading.Condition()  # guards everything below
         self._state = KeeperState(folders=list(self._folders))
@@ -148,10 +166,18 @@ class IndexKeeper:
             self._cond.notify_all()
             return self._issued
 
-    def wait(self, ticket: int, timeout: float | None = None) -> bool:
-        """Wait until request ``ticket`` and every one before it are done; False when ``timeout`` ran out."""
+    @property
+    def busy(self) -> bool:
+        """An update is asked for or running."""
         with self._cond:
-            return self._cond.wait_for(lambda: self._closed or min(self._waiting, default=ticket + 1) > ticket, timeout)
+            return bool(self._waiting)
+
+    def wait(self, ticket: int | None = None, timeout: float | None = None) -> bool:
+        """Wait until request ``ticket`` (None: the last one made) and every one before it are done;
+        False when ``timeout`` ran out."""
+        with self._cond:
+            last = self._issued if ticket is None else ticket
+            return self._cond.wait_for(lambda: self._closed or min(self._waiting, default=last + 1) > last, timeout)
 
     def close(self) -> None:
         """Stop: a running update stops at its next file (the next start finishes it), then the worker ends."""
@@ -210,7 +236,8 @@ class IndexKeeper:
         self._cond.notify_all()
 
     def _update(self, folders: Sequence[str] | None, **how: Any) -> IndexSummary:
-        return self.index.update(folders, cancel=self._cancel, batch_chunks=self.batch_chunks, **how)
+        update = self._updater or self.index.update
+        return update(folders, cancel=self._cancel, batch_chunks=self.batch_chunks, **how)
 
     def _update_all(self, reason: str) -> None:
         """A full update, committed in steps of at most ``step_s``; changed files go ahead between steps."""
@@ -225,9 +252,10 @@ class IndexKeeper:
 
     def _steps(self, reason: str, first: bool) -> None:
         done_before = 0
+        so_far: IndexSummary | None = None  # what the steps before did
         while True:
             folders = (self._folders or None) if first else self.index.folders
-            if not first and not folders:
+            if not first and not folders and self._updater is None:
                 return  # the index has no folders to update
 
             def progress(done: int, total: int, base: int = done_before) -> None:
@@ -245,6 +273,7 @@ class IndexKeeper:
                     reason,
                     functools.partial(self._update, folders, progress=progress, pause=self._pause),
                     first,
+                    so_far=so_far,
                 )
             finally:
                 timer.cancel()
@@ -254,6 +283,7 @@ class IndexKeeper:
                         self._pause.clear()
             if summary is None or not summary.remaining:
                 return
+            so_far = _add(so_far, summary)
             done_before = (self.state.indexing or (done_before, None))[0]
             with self._cond:
                 if self._closed:
@@ -262,13 +292,20 @@ class IndexKeeper:
                     self._update_paths()
 
     def _run(
-        self, reason: str, update: Callable[[], IndexSummary], first: bool = False, ends: bool = True
+        self,
+        reason: str,
+        update: Callable[[], IndexSummary],
+        first: bool = False,
+        ends: bool = True,
+        so_far: IndexSummary | None = None,
     ) -> IndexSummary | None:
         """Run one update; its outcome goes into the state (an error is logged, and the index stays as it was).
-        ``ends``: no long update goes on after it (its progress is then cleared once nothing remains)."""
+        ``ends``: no long update goes on after it (its progress is then cleared once nothing remains);
+        ``so_far``: what the earlier steps of this update did (the state's summary counts them too)."""
         self._last_log = time.monotonic()
         try:
-            summary = update()
+            with self._gated():
+                summary = update()
         except IndexingCancelledError:
             log.info("stopped an update of index %r before it finished; the next start completes it", self.index.name)
             return None
@@ -282,7 +319,13 @@ class IndexKeeper:
             )
             error = str(e) if isinstance(e, MdragError) else f"unexpected error ({type(e).__name__}: {e})"
             failed = first and self._state.state == "loading"
-            self._set(indexing=None, reason=None, error=error, **({"state": "failed"} if failed else {}))
+            self._set(
+                indexing=None,
+                reason=None,
+                error=error,
+                finished_at=time.monotonic(),
+                **({"state": "failed"} if failed else {}),
+            )
             return None
         if summary.added or summary.modified or summary.deleted:
             log.info(
@@ -304,9 +347,30 @@ class IndexKeeper:
             error=None,
             updates=self._state.updates + 1,
             folders=list(summary.folders),
+            summary=_add(so_far, summary),
+            finished_at=time.monotonic(),
             **({} if still else {"indexing": None, "reason": None}),
         )
         return summary
+
+    @contextlib.contextmanager
+    def _gated(self) -> Iterator[None]:
+        """Hold the gate (when there is one) while an update runs; ``queued`` while it waits for it."""
+        if self._gate is None:
+            yield
+            return
+        if not self._gate.acquire(blocking=False):
+            self._set(queued=True)
+            try:
+                while not self._gate.acquire(timeout=0.2):
+                    if self._cancel.is_set():
+                        raise IndexingCancelledError(f"update of index {self.index.name!r} stopped before it started")
+            finally:
+                self._set(queued=False)
+        try:
+            yield
+        finally:
+            self._gate.release()
 
     def _counts(self) -> dict[str, object]:
         """The committed files and chunks, and the state they make."""
@@ -332,6 +396,26 @@ class IndexKeeper:
             state = self._state
         if self.on_change is not None:
             self.on_change(state)
+
+
+_ADDED_UP = (
+    "added", "modified", "deleted", "touched", "skipped", "chunks_embedded", "chunks_reused", "chunks_deleted",
+    "seconds", "embed_seconds", "waited_s", "parser_errors",
+)  # fmt: skip
+
+
+def _add(before: IndexSummary | None, step: IndexSummary) -> IndexSummary:
+    """The summary of an update's steps so far: ``before`` (the earlier steps) and ``step``, the last."""
+    if before is None:
+        return step
+    return replace(
+        step,
+        **{f: getattr(before, f) + getattr(step, f) for f in _ADDED_UP},
+        rebuild=before.rebuild or step.rebuild,
+        repaired=before.repaired or step.repaired,
+        skipped_files=before.skipped_files + step.skipped_files,
+        warnings=before.warnings + [w for w in step.warnings if w not in before.warnings],
+    )
 
 
 def _files(paths: Iterable[str]) -> set[str]:

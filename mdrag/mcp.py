@@ -34,9 +34,10 @@ Each docset has its own mdrag index (:func:`index_name`) in the store that
 ``$MDRAG_HOME/cache/docsets.db`` (or the configured ``milvus_uri``) for one
 already there or with ``milvus``, built or updated by
 :func:`update_docset_index`: by ``mdrag knowledge init/refresh``, and by this
-server, which starts updating every docset's index in the background when it
-starts (one docset at a time, in a worker thread) and refreshes an index again
-when a ``search`` finds it older than :data:`REFRESH_INTERVAL_S`. A ``search``
+server through one :class:`~mdrag.keeper.IndexKeeper` per docset (the WebSocket
+server's index upkeep; a gate shared by the keepers lets one docset's update run
+at a time), which starts updating every docset's index when the server starts
+and again when a ``search`` finds it older than :data:`REFRESH_INTERVAL_S`. A ``search``
 waits at most :data:`SEARCH_WAIT_S` for an update (sending progress
 notifications when the client asked for them), then answers with what is ready:
 an index being refreshed is searched as it was; a docset whose first index is
@@ -63,13 +64,12 @@ import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from hashlib import sha1
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, cast
 
 import anyio
-import anyio.abc
 import anyio.to_thread
 from mcp import types
 from mcp.server import Server, ServerRequestContext
@@ -79,7 +79,7 @@ from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
 from mdrag import __version__
-from mdrag.errors import DocsetError, IndexingCancelledError, MdragError, ProtocolError
+from mdrag.errors import DocsetError, IndexBuildingError, MdragError, ProtocolError
 from mdrag.knowledge import MAX_KEYWORDS, KnowledgeBase
 from mdrag.protocol import MAX_QUESTION_CHARS
 
@@ -87,6 +87,7 @@ if TYPE_CHECKING:
     from mdrag.config import Config
     from mdrag.index import Index
     from mdrag.indexer import IndexSummary
+    from mdrag.keeper import IndexKeeper
     from mdrag.knowledge import Docset
     from mdrag.types import SearchResult
 
@@ -278,16 +279,18 @@ def update_docset_index(
     ds: Docset,
     progress: bool | Callable[[int, int], None] = False,
     cancel: threading.Event | None = None,
+    **how: Any,
 ) -> IndexSummary:
     """Bring ``index`` (see :func:`docset_index`) in line with the docset's folder; only changes are embedded.
 
     A folder the index held before (the docset's ``local_path`` moved) is taken
     out; the docset's index from before the hashed names (:func:`index_name`)
     loses the docset's folder, and is deleted when nothing else is left in it.
-    ``progress`` and ``cancel`` as for :meth:`mdrag.index.Index.update`.
+    ``progress``, ``cancel`` and ``how`` (``pause``, ``batch_chunks``: an
+    :class:`~mdrag.keeper.IndexKeeper`'s steps) as for :meth:`mdrag.index.Index.update`.
     """
     folder = docset_folder(ds)
-    summary = index.update([folder], progress=progress, cancel=cancel)
+    summary = index.update([folder], progress=progress, cancel=cancel, **how)
     moved = [r for r in summary.folders if r != str(Path(folder).resolve())]
     if moved:  # the docset's folder moved: its old one leaves the index
         index.remove(moved)
@@ -414,34 +417,27 @@ Report = Callable[[float, float | None, str | None], Awaitable[None]]  # progres
 
 
 @dataclass
-class _Update:
-    """One update of a docset's index, queued or running in a worker thread."""
-
-    done: anyio.Event = field(default_factory=anyio.Event)  # set when it finished, failed or stopped
-    running: bool = False  # False while it waits for another docset's update
-    files_done: int = 0  # files written to the index or skipped so far (set by the worker thread)
-    files_total: int | None = None  # files this update reads; None until the folder is scanned
-
-    def progress(self) -> dict[str, Any]:
-        if self.files_total is not None:
-            state = "indexing"
-        else:
-            state = "scanning" if self.running else "queued"
-        return {"state": state, "files_done": self.files_done, "files_total": self.files_total}
-
-
-@dataclass
 class _DocsetIndex:
-    """One docset's mdrag index and its updates."""
+    """One docset's mdrag index and the keeper that updates it."""
 
     index: Index  # the docset's own index in the docsets store
-    searchable: bool  # it holds a finished state: from an earlier run, or an update here
-    folder: str | None = None  # the folder the last update indexed (or tried to)
-    updated_at: float | None = None  # time.monotonic() when the last update ended; None: none yet
-    summary: IndexSummary | None = None  # what the last successful update did
-    error: str | None = None  # why the last update failed; None when it succeeded
-    update: _Update | None = None  # the update queued or running
-    finished: int = 0  # successful updates so far
+    keeper: IndexKeeper  # runs its updates in a worker thread, one docset at a time (a shared gate)
+    built: bool  # it held a committed state when the server opened it (the keeper's state says so later)
+
+    def progress(self, building: IndexBuildingError | None = None) -> dict[str, Any] | None:
+        """How far the running update is (``building``: another process's first build, when none runs
+        here); None when none runs."""
+        st = self.keeper.state
+        if building is not None and (st.indexing is None or st.indexing[1] is None):  # this one waits for it
+            state = "indexing" if building.total is not None else "scanning"
+            return {"state": state, "files_done": building.done, "files_total": building.total}
+        if st.indexing is not None:
+            done, total = st.indexing
+            state = "queued" if st.queued else ("indexing" if total is not None else "scanning")
+            return {"state": state, "files_done": done, "files_total": total}
+        if self.keeper.busy:
+            return {"state": "queued" if st.queued else "scanning", "files_done": 0, "files_total": None}
+        return None
 
 
 class KnowledgeTools:
@@ -466,10 +462,9 @@ class KnowledgeTools:
         self.hint_budget = hint_budget  # seconds search_docs may spend on ranked sections
         self.search_wait = search_wait  # seconds `search` waits for an index update
         self._indexes: dict[str, _DocsetIndex] = {}  # by index name
-        self._tasks: anyio.abc.TaskGroup | None = None  # runs the updates; set within running()
-        self._one_update = anyio.Lock()  # one docset's update at a time: they would share the CPU
-        self._stopping = threading.Event()  # running updates stop at their next file
-        self._hints: OrderedDict[tuple[str, str], list[SearchResult]] = OrderedDict()  # LRU for search_docs
+        self._serving = False  # within running(): the keepers may start updates
+        self._one_update = threading.Lock()  # one docset's update at a time: they would share the CPU
+        self._hints: OrderedDict[tuple[str, int, str], list[SearchResult]] = OrderedDict()  # LRU for search_docs
         self._hint_busy = False  # a lookup for search_docs is running in a worker thread
         self._hints_lock = threading.Lock()  # guards the two above (worker threads write them)
 
@@ -507,18 +502,12 @@ class KnowledgeTools:
     async def running(self) -> AsyncIterator[None]:
         """Serve: every docset's index starts updating in the background; at the end the updates stop
         (at their next file: the next run finishes them) and the indexes close."""
-        self._stopping.clear()
+        self._serving = True
         try:
-            async with anyio.create_task_group() as tasks:
-                self._tasks = tasks
-                self._update_all()
-                try:
-                    yield
-                finally:
-                    self._tasks = None
-                    self._stopping.set()
-                    tasks.cancel_scope.cancel()
+            self._update_all()
+            yield
         finally:
+            self._serving = False
             with anyio.CancelScope(shield=True):
                 await self.aclose()
 
@@ -591,27 +580,28 @@ class KnowledgeTools:
                 skipped[ds.id] = str(e)
                 continue
             entry = self._entry(ds)
-            if entry.update is None and self._due(entry, folder):
-                self._start(ds, entry)
-            targets.append((ds, entry, entry.finished))
+            if not entry.keeper.busy and self._due(entry, folder):
+                entry.keeper.request("refresh")
+            targets.append((ds, entry, entry.keeper.state.updates))
         await self._wait([e for _, e, _ in targets], deadline, report)
 
         hits: list[tuple[Docset, SearchResult]] = []
         indexed: dict[str, Any] = {}
         indexing: dict[str, Any] = {}
-        for ds, entry, finished in targets:
-            found = await self._search_entry(entry, query, k)
+        for ds, entry, updates in targets:
+            found, building = await self._search_entry(entry, query, k)
+            progress = entry.progress(building)
             if found is not None:
-                indexed[ds.id] = self._index_state(entry, refreshed=entry.finished > finished)
+                indexed[ds.id] = self._index_state(entry, refreshed=entry.keeper.state.updates > updates)
                 hits.extend((ds, r) for r in found)
-                if not found and entry.update is not None:  # what the update writes may hold the answer
-                    indexing[ds.id] = entry.update.progress()
-            elif entry.update is not None:
-                indexing[ds.id] = entry.update.progress()
+                if not found and progress is not None:  # what the update writes may hold the answer
+                    indexing[ds.id] = progress
+            elif progress is not None:
+                indexing[ds.id] = progress
             elif single:
-                raise DocsetError(entry.error or f"docset {ds.id!r} has no index yet: call search again")
+                raise DocsetError(entry.keeper.state.error or f"docset {ds.id!r} has no index yet: call search again")
             else:
-                skipped[ds.id] = entry.error or "no index yet: call search again"
+                skipped[ds.id] = entry.keeper.state.error or "no index yet: call search again"
         if skipped and len(skipped) == len(docsets):
             raise DocsetError("no docset can be searched yet:\n" + "\n".join(skipped.values()))
         hits.sort(key=lambda h: -h[1].score)
@@ -634,20 +624,31 @@ class KnowledgeTools:
     # -- indexes -----------------------------------------------------------
 
     def _entry(self, ds: Docset) -> _DocsetIndex:
+        """The docset's index and keeper, made (and its first update started) on first use."""
         project = self.kb.config().root.parent
         name = index_name(ds.id, project)
         entry = self._indexes.get(name)
         if entry is None:
+            if not self._serving:
+                raise MdragError("the MCP server is stopping: start it again")
+            from mdrag.keeper import IndexKeeper
+
             index = docset_index(ds.id, project, self.config)
-            entry = _DocsetIndex(index, searchable=bool(index.folders))
+
+            def update(folders: object, **how: Any) -> IndexSummary:
+                return update_docset_index(index, self.kb.resolve(ds.id), **how)  # its folder as configured now
+
+            entry = _DocsetIndex(index, IndexKeeper(index, update=update, gate=self._one_update), bool(index.folders))
             self._indexes[name] = entry
+            entry.keeper.start()
         return entry
 
     def _due(self, entry: _DocsetIndex, folder: str) -> bool:
-        """Whether the index needs an update: never updated here, its folder moved, or older than refresh_interval."""
-        if entry.updated_at is None or entry.folder != folder:
+        """Whether the index needs an update: its folder moved, or it is older than refresh_interval."""
+        st = entry.keeper.state
+        if st.finished_at is None or (st.error is None and str(Path(folder).resolve()) not in st.folders):
             return True
-        return time.monotonic() - entry.updated_at >= self.refresh_interval
+        return time.monotonic() - st.finished_at >= self.refresh_interval
 
     def _update_all(self) -> None:
         """Start an update of every docset's index (those with a folder), one after the other."""
@@ -659,61 +660,22 @@ class KnowledgeTools:
         for ds in docsets:
             if Path(ds.local_path).is_dir():  # a docset with no files yet is reported by `search`
                 try:
-                    self._start(self.kb.resolve(ds.id), self._entry(ds))  # resolve: its folder checked again
+                    self._entry(self.kb.resolve(ds.id))  # resolve: its folder checked again
                 except MdragError as e:
                     log.warning("docset %s: index not updated: %s", ds.id, e)
 
-    def _start(self, ds: Docset, entry: _DocsetIndex) -> None:
-        if self._tasks is None:
-            raise MdragError("the MCP server is stopping: start it again")
-        entry.update = _Update()
-        self._tasks.start_soon(self._run_update, ds, entry, entry.update)
-
-    async def _run_update(self, ds: Docset, entry: _DocsetIndex, update: _Update) -> None:
-        folder = str(ds.local_path)
-
-        def progress(done: int, total: int) -> None:  # in the worker thread
-            update.files_done, update.files_total = done, total
-
-        try:
-            async with self._one_update:
-                update.running = True
-                summary: IndexSummary = await anyio.to_thread.run_sync(
-                    update_docset_index, entry.index, ds, progress, self._stopping
-                )
-        except IndexingCancelledError:
-            log.info("docset %s: index update stopped (the server stops); the next one finishes it", ds.id)
-        except Exception as e:
-            if isinstance(e, MdragError):
-                log.warning("docset %s: index not updated: %s", ds.id, e)
-                entry.error = str(e)
-            else:
-                log.exception("docset %s: index not updated", ds.id)
-                entry.error = f"updating the index of docset {ds.id!r} failed: {type(e).__name__}: {e}"
-            entry.folder, entry.updated_at = folder, time.monotonic()  # tried again after refresh_interval
-        else:
-            entry.folder, entry.updated_at, entry.summary, entry.error = folder, time.monotonic(), summary, None
-            entry.searchable = True
-            entry.finished += 1
-            if summary.chunks_embedded or summary.chunks_deleted or summary.rebuild:
-                self._forget_hints(entry.index.name)
-            log.info("docset %s: %s", ds.id, summary.to_dict())
-        finally:
-            entry.update = None
-            update.done.set()
-
     async def _wait(self, entries: Sequence[_DocsetIndex], deadline: float, report: Report | None) -> None:
         """Until the entries' updates finish or ``deadline``; ``report`` is told the files done as they grow."""
-        updates = [e.update for e in entries if e.update is not None]
         sent: float | None = None  # the last progress sent: each must be larger (MCP)
         while True:
-            pending = [u for u in updates if not u.done.is_set()]
+            pending = [e for e in entries if e.keeper.busy]
             if not pending:
                 return
-            if report is not None and all(u.files_total is not None for u in pending):
-                done = sum(u.files_done for u in pending)
+            states = [e.keeper.state.indexing for e in pending]
+            if report is not None and all(s is not None and s[1] is not None for s in states):
+                done = sum(s[0] for s in states if s is not None)
                 if sent is None or done > sent:
-                    total = sum(u.files_total or 0 for u in pending)
+                    total = sum(s[1] or 0 for s in states if s is not None)
                     try:
                         await report(done, total, f"indexing: {done} of {total} files done")
                     except Exception:  # the client went away: its answer cannot be sent either
@@ -722,34 +684,44 @@ class KnowledgeTools:
             left = deadline - time.monotonic()
             if left <= 0:
                 return
-            with anyio.move_on_after(min(left, _PROGRESS_EVERY_S)):
-                await pending[0].done.wait()
+            await anyio.to_thread.run_sync(pending[0].keeper.wait, None, min(left, _PROGRESS_EVERY_S))
 
-    async def _search_entry(self, entry: _DocsetIndex, query: str, k: int) -> list[SearchResult] | None:
-        """Results from the entry's index, or None while it has none to give (its first update runs)."""
-        if not entry.searchable:
-            return None
-        if entry.summary is not None and not entry.summary.chunks_total:  # an empty folder: no collection either
-            return []
+    async def _search_entry(
+        self, entry: _DocsetIndex, query: str, k: int
+    ) -> tuple[list[SearchResult] | None, IndexBuildingError | None]:
+        """Results from the entry's index, or None while it has none to give (its first build runs, here or
+        in another process: that one's progress comes with it)."""
+        st = entry.keeper.state
+        if st.state == "empty":  # an empty folder: no collection either
+            return [], None
+        if st.state != "ready" and entry.keeper.busy:  # a first build may run, here or in another process
+            building = await anyio.to_thread.run_sync(entry.index.building)
+            if building is not None or not entry.built:
+                return None, building  # the steps of a first build are not searched: it is not whole yet
         try:
-            return await anyio.to_thread.run_sync(entry.index.search, query, k)
+            return await anyio.to_thread.run_sync(entry.index.search, query, k), None
+        except IndexBuildingError as e:
+            return None, e
         except MdragError as e:
-            if entry.update is None:
+            if not entry.keeper.busy:
                 raise
-            # the state left by an earlier run cannot be searched (another model, damaged): the update replaces it
-            log.warning(
+            # not built yet, or the state left by an earlier run cannot be searched (another model, damaged):
+            # the update makes or replaces it
+            log.log(
+                logging.DEBUG if st.state == "loading" else logging.WARNING,
                 "index %s cannot be searched until its update ends: %s",
                 entry.index.name,
                 e,
                 exc_info=log.isEnabledFor(logging.DEBUG),
             )
-            return None
+            return None, None
 
     @staticmethod
     def _index_state(entry: _DocsetIndex, refreshed: bool) -> dict[str, Any]:
         """The index's size and what its last update in this server did (all zero before one finished);
         ``refreshed``: that update finished while this call waited."""
-        s = entry.summary
+        st = entry.keeper.state
+        s = st.summary
         state: dict[str, Any] = {
             "index": entry.index.name,
             "refreshed": refreshed,
@@ -758,12 +730,13 @@ class KnowledgeTools:
             "chunks_deleted": s.chunks_deleted if s else 0,
             "chunks_total": s.chunks_total if s else None,
             "seconds": round(s.seconds, 3) if s else 0.0,
-            "age_s": round(time.monotonic() - entry.updated_at, 1) if entry.updated_at is not None else None,
+            "age_s": round(time.monotonic() - st.finished_at, 1) if st.finished_at is not None else None,
         }
-        if entry.update is not None:
-            state["updating"] = entry.update.progress()
-        if entry.error is not None:
-            state["error"] = entry.error
+        progress = entry.progress()
+        if progress is not None:
+            state["updating"] = progress
+        if st.error is not None:
+            state["error"] = st.error
         return state
 
     # -- ranked sections for search_docs -------------------------------------
@@ -773,10 +746,13 @@ class KnowledgeTools:
         try:
             ds = self.kb.resolve(docset)
             entry = self._indexes.get(index_name(ds.id, self.kb.config().root.parent))
-            if entry is None or entry.summary is None or entry.folder != str(ds.local_path):
+            if entry is None:
+                return ""
+            st = entry.keeper.state
+            if st.state != "ready" or str(Path(ds.local_path).resolve()) not in st.folders:
                 return ""
             query = keywords if isinstance(keywords, str) else ", ".join(keywords)
-            key = (entry.index.name, query)
+            key = (entry.index.name, st.updates, query)  # an update makes the index's earlier sections stale
             with self._hints_lock:
                 hits = self._hints.get(key)
                 start = hits is None and not self._hint_busy  # one lookup at a time: they would slow each other
@@ -808,16 +784,13 @@ class KnowledgeTools:
             return ""
         return "\n".join(f"- {_where(r)} (score {r.score:.2f})" for r in hits or [])
 
-    def _forget_hints(self, index: str) -> None:
-        with self._hints_lock:
-            for key in [key for key in self._hints if key[0] == index]:
-                del self._hints[key]
-
     async def aclose(self) -> None:
-        """Close the docset indexes (and so the Milvus Lite file); call it when no update runs."""
+        """Stop the updates (at their next file: the next run finishes them) and close the docset indexes
+        (and so the Milvus Lite file)."""
         entries, self._indexes = list(self._indexes.values()), {}
         for entry in entries:
             try:
+                await anyio.to_thread.run_sync(entry.keeper.close)
                 await anyio.to_thread.run_sync(entry.index.close)
             except Exception:
                 log.warning("closing index %s failed", entry.index.name, exc_info=True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -107,6 +108,8 @@ def test_a_long_update_commits_in_steps_that_readers_see(tmp_path: Path, idx: In
     assert 0 < min(c for c in seen if c) < 8, "no step was committed before the end"
     st = keeper.state
     assert (st.state, st.files, st.chunks, st.indexing) == ("ready", 8, 8, None)
+    assert st.summary is not None and st.finished_at is not None
+    assert (st.summary.added, st.summary.chunks_embedded, st.summary.remaining) == (8, 8, 0), "summed over the steps"
 
 
 def test_a_first_build_reports_its_progress_and_readers_are_told_so(tmp_path: Path, held: Held, idx: Index) -> None:
@@ -213,3 +216,41 @@ def test_many_changed_files_are_a_long_update_and_a_later_edit_goes_ahead_of_it(
         keeper.close()
     assert calls.calls[0][0] is None and calls.calls[0][1] > 0, calls.calls  # the drop: a long update, paused
     assert calls.calls[1] == (frozenset({str(edited)}), 0), calls.calls
+
+
+def test_keepers_that_share_a_gate_update_one_at_a_time(tmp_path: Path, held: Held, idx: Index) -> None:
+    """The MCP server's docsets: a keeper whose update waits for another index's says it is queued, and
+    runs once that one ends; its own updater (the docset's) is called as index.update would be."""
+    first, second = tmp_path / "first", tmp_path / "second"
+    _docs(first, 3, held_at=1)
+    _docs(second, 4)
+    other = Index(load_config({"index": "k" + os.urandom(4).hex()}), embedder=HashEmbedder())
+    how: list[dict[str, Any]] = []
+
+    def update(folders: Any, **kwargs: Any) -> Any:
+        how.append(kwargs)
+        return other.update([second], **kwargs)
+
+    gate = threading.Lock()
+    holding = IndexKeeper(idx, [first], gate=gate)
+    waiting = IndexKeeper(other, update=update, gate=gate)
+    try:
+        holding.start()
+        assert held.started.wait(WAIT)
+        ticket = waiting.start()
+        deadline = time.monotonic() + WAIT
+        while not waiting.state.queued and time.monotonic() < deadline:  # it reaches the gate
+            time.sleep(0.01)
+        queued = waiting.state
+        assert not how, "the second update started while the first held the gate"
+        held.release.set()
+        assert waiting.wait(ticket, WAIT) and holding.wait(None, WAIT)
+    finally:
+        held.release.set()
+        holding.close()
+        waiting.close()
+        other.close()
+    assert queued.queued and queued.state == "loading"
+    assert not waiting.state.queued and waiting.state.state == "ready" and waiting.state.files == 4
+    assert how and {"cancel", "batch_chunks", "pause", "progress"} <= set(how[0])
+    assert holding.state.files == 4  # three pages and the held one

@@ -27,7 +27,7 @@ from mcp import ClientSession, MCPError, StdioServerParameters, stdio_client, ty
 
 import mdrag
 from mdrag.knowledge import MAX_KEYWORDS, KnowledgeBase
-from mdrag.mcp import KnowledgeTools, index_name
+from mdrag.mcp import KnowledgeTools, docset_index, index_name, update_docset_index
 
 ROOT = Path(__file__).resolve().parents[1]
 SERVE = "from mdrag.mcp import run_stdio; run_stdio()"
@@ -736,3 +736,55 @@ async def test_no_result_while_an_update_runs_says_indexing_not_nothing_found(
     assert during["results"] == [] and during["indexing"]["react"]["state"] in ("scanning", "indexing")
     assert "indexing in progress" in during["note"] and "threshold" not in during["note"]
     assert [r["rel_path"] for r in after["results"]][:1] == ["effects.md"]
+
+
+@pytest.mark.anyio
+async def test_search_of_a_docset_that_another_process_builds_says_how_far_that_build_is(
+    tmp_path: Path, mdrag_home: Path, hash_embedder: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`mdrag knowledge init` builds a docset's index while the server runs (the server's own update waits
+    for it): `search` answers "indexing", with that build's files done and to do, not an error; once the
+    build is committed, its results."""
+    from mcp import Client
+
+    from mdrag.index import Index
+    from tests.conftest import HashEmbedder
+
+    monkeypatch.setattr("mdrag.index.make_embedder", lambda config: hash_embedder)
+    (mdrag_home / "config.yaml").write_text("search:\n  threshold: 0.0\n")
+    kb, _ = react_docs(tmp_path)
+    ds = kb.resolve("react")
+    embedding, go_on = threading.Event(), threading.Event()
+    embed_batch = hash_embedder.embed_batch
+
+    def held(texts: list[str]) -> Any:  # the other build waits here until the test lets it go on
+        embedding.set()
+        go_on.wait(60)
+        return embed_batch(texts)
+
+    other = Index(docset_index("react", kb.config().root.parent).config, embedder=HashEmbedder())
+    other.embedder.embed_batch = held  # type: ignore[method-assign]
+    build = threading.Thread(target=update_docset_index, args=(other, ds))
+    build.start()
+    question = {"query": "useEffect cleanup function", "docset": "react"}
+    tools = KnowledgeTools(kb, search_wait=0)
+    try:
+        assert await anyio.to_thread.run_sync(embedding.wait, 60)
+        with anyio.fail_after(120):
+            async with Client(tools.server()) as client:
+                try:
+                    during = json.loads(ok(await client.call_tool("search", question)))
+                finally:
+                    go_on.set()
+                await anyio.to_thread.run_sync(build.join, 60)
+                tools.search_wait = 60
+                after = json.loads(ok(await client.call_tool("search", question)))
+    finally:
+        go_on.set()
+        build.join(60)
+        other.close()
+    assert during["results"] == [] and during["indexing"] == {
+        "react": {"state": "indexing", "files_done": 0, "files_total": 2}
+    }, during
+    assert "react (0 of 2 files done)" in during["note"]
+    assert "indexing" not in after and after["results"][0]["rel_path"] == "hooks.md"
