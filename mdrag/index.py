@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import json
 import logging
 import os
 import threading
@@ -27,7 +28,8 @@ from mdrag.errors import (
     StoreUnavailableError,
 )
 from mdrag.indexer import IndexSummary, remove_folders, update_index
-from mdrag.manifest import Manifest
+from mdrag.manifest import Manifest, write_atomic
+from mdrag.plan import mismatched
 from mdrag.relevance import TermStats
 from mdrag.scan import ScanOptions
 from mdrag.search import SearchOptions, search
@@ -358,6 +360,14 @@ class Index:
             # the repair a kill asks for; the folders hold everything the collection held.
             old = Manifest.load(self.manifest_path)
             set_aside = rebuild or old is None or old.dirty
+            # What the last `status --verify` found: this run checks every row and repairs it.
+            verified = self._verify_found()
+
+            if rebuild and verified is not None:  # what `status --verify` found damaged is not built upon
+                with self._open_lock:
+                    self.store.close()
+                    self._opened = False
+                    self.store.set_aside()
 
             def open_store() -> None:
                 self._open(create=True, set_aside_damage=set_aside)
@@ -392,11 +402,44 @@ class Index:
                     only=only,
                     pause=pause,
                     batch_chunks=batch_chunks,
+                    thorough=verified is not None,
                 )
                 summary.waited_s = round(self._writers.waited, 3)
+                if verified is not None:
+                    self._verify_repaired(verified)
                 return summary
             finally:
                 self._end_run()
+
+    @property
+    def _verify_path(self) -> Path:
+        """What the last `status --verify` found damaged, until an `mdrag index` has repaired it."""
+        return self.manifest_path.with_suffix(".damaged")
+
+    def _verify_found(self) -> str | None:
+        try:
+            return self._verify_path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as e:
+            log.warning("cannot read %s (%s): repairing as if it said the store is damaged", self._verify_path, e)
+            return ""
+
+    def _verify_repaired(self, found: str) -> None:
+        """A run repaired what `status --verify` found (``found``): forget it, unless a newer one wrote it."""
+        if self._verify_found() == found:
+            self._verify_path.unlink(missing_ok=True)
+
+    def _record_verify(self, damage: list[str]) -> None:
+        """`status --verify` found ``damage``: the next `mdrag index` checks every row and repairs it."""
+        try:
+            write_atomic(self._verify_path, json.dumps({"damaged": damage, "at": time.time()}))
+        except OSError as e:
+            log.warning(
+                "cannot record in %s what `status --verify` found (%s): run `mdrag index --rebuild` to repair it",
+                self._verify_path,
+                e,
+            )
 
     def remove(self, folders: Sequence[str | Path]) -> IndexSummary:
         """Take ``folders`` out of the index and delete their chunks (the folders need not exist).
@@ -596,15 +639,25 @@ class Index:
     def status(self, verify: bool = False) -> dict[str, Any]:
         """Name, store backend (and why it was picked), store, model, files, chunks, last run, and what is
         damaged (JSON-ready): rows missing by the manifest, and what the store finds unlike what its last
-        run recorded (:meth:`Store.check`; ``verify``: every row read, not only what is cheap to check)."""
+        run recorded (:meth:`Store.check`; ``verify``: every row read, not only what is cheap to check, and
+        every file's chunk ids compared with the manifest; what it finds is recorded for the next
+        :meth:`update`, which repairs it)."""
         with self._using():
             m = Manifest.load(self.manifest_path)
             exists = self._open(create=False)
             missing = self._missing_rows(exists)
             chunks = self.store.count() if exists else 0
-            damage = ([self._loss(missing, exists)] if missing else []) + (
-                self.store.check(thorough=verify) if exists else []
-            )
+            try:
+                found = self.store.check(thorough=verify) if exists else []
+            except StoreDamagedError as e:
+                if verify:  # SQLite's own check found pages it cannot read: `mdrag index --rebuild` sets it aside
+                    self._record_verify([str(e)])
+                raise
+            if verify and exists and m is not None and m.roots and not m.dirty and m.verified and not missing:
+                found += self._unlike_manifest(m)
+            damage = ([self._loss(missing, exists)] if missing else []) + found
+            if verify and found:
+                self._record_verify(found)
         return {
             "index": self.name,
             "backend": self.backend,
@@ -622,6 +675,17 @@ class Index:
             "chunking": m.chunking if m else self.settings.as_dict(),
             "manifest": str(self.manifest_path),
         }
+
+    def _unlike_manifest(self, m: Manifest) -> list[str]:
+        """The files whose chunks in the store are not the ones the manifest lists (every id read), as one
+        message naming the store, or []."""
+        differ = mismatched(m.files, self.store.id_paths(m.roots))
+        if not differ:
+            return []
+        return [
+            f"the chunks of {len(differ)} file(s) in the index store {self.store.uri} are not the ones the "
+            f"manifest lists (such as {differ[0]})"
+        ]
 
     def close(self) -> None:
         """Close the store once the calls using it (from other threads) have returned; a later call reopens it."""

@@ -152,6 +152,7 @@ def update_index(
     only: Collection[str] | None = None,
     pause: threading.Event | None = None,
     batch_chunks: int | None = None,
+    thorough: bool = False,
 ) -> IndexSummary:
     """Add or update ``folders`` in the index; the index's other folders are kept as they are.
 
@@ -182,6 +183,10 @@ def update_index(
 
     A manifest that was lost (missing, unreadable, or listing no folder) gives back the index's folders
     from the store: its chunks' folders (:func:`_roots_from_store`), with a warning.
+
+    ``thorough`` (a `status --verify` found damage): the store repairs what its thorough check finds
+    (``Store.repair``), and every file's chunks are compared with the store, as after a crash: the files
+    whose chunks differ, or that the store names suspect, are indexed again (their vectors reused).
     """
     t0 = time.perf_counter()
     summary = IndexSummary()
@@ -212,7 +217,7 @@ def update_index(
     skips = old.skipped if old is not None and summary.rebuild is None else {}
     _recall_skips(found, skips, key)
     # The store as the last clean run left it: no need to count its rows.
-    as_left = old is not None and old.verified and not old.dirty and store.unchanged_since_last_run()
+    as_left = old is not None and old.verified and not old.dirty and not thorough and store.unchanged_since_last_run()
     if open_store is not None and old is not None and as_left and summary.rebuild is None:
         if nothing_to_do(old, roots, found):
             summary.unchanged, summary.chunks_total = len(found.files), old.chunk_count
@@ -226,12 +231,12 @@ def update_index(
         open_store()
     if summary.rebuild:
         log.info("full re-index: %s", summary.rebuild)
-    _repair_store(store, summary)
+    suspect = _repair_store(store, summary, thorough)
 
     m = Manifest(index=index_name, store_uri=store.uri, model=embedder.identity, chunking=chunking)
     if old is not None and summary.rebuild is None:
         m.files = old.files
-        m.dirty = old.dirty or not old.verified
+        m.dirty = old.dirty or not old.verified or thorough
         m.retired_roots = old.retired_roots
         m.committed_ids, m.committed_roots = old.committed_ids, old.committed_roots
         # kept while the file is there as it was, or its folder was not listed in this run
@@ -247,8 +252,12 @@ def update_index(
     if m.dirty:
         summary.repaired = True
         log.warning("the previous run of index %r did not finish, or its files changed: repairing", index_name)
-        for path in mismatched(m.files, store.id_paths(roots=scope)):
+        stored = store.id_paths(roots=scope)
+        for path in mismatched(m.files, stored):
             log.info("re-indexing %s: its chunks in the store do not match the manifest", path)
+            del m.files[path]
+        for path in sorted({stored[cid] for cid in suspect if cid in stored} & m.files.keys()):
+            log.info("re-indexing %s: the store finds its chunks' rows damaged", path)
             del m.files[path]
         # A repaired file may lie in any folder of the index: list them all.
         if set(m.roots) - set(roots):
@@ -287,12 +296,14 @@ def update_index(
 _EVERYTHING: list[str] = []
 
 
-def _repair_store(store: Store, summary: IndexSummary) -> None:
+def _repair_store(store: Store, summary: IndexSummary, thorough: bool) -> set[str]:
     """Build again what the store finds damaged in its own files (its vector index, tag rows), from the
-    data it holds; each repair is a warning."""
-    for msg in store.repair():
+    data it holds; each repair is a warning. The ids of the chunks whose rows the store finds suspect."""
+    said, suspect = store.repair(thorough)
+    for msg in said:
         summary.repaired = True
         _warn(summary, msg)
+    return suspect
 
 
 def _store_beside(store: Store, manifest_path: Path) -> bool:

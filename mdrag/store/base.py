@@ -113,9 +113,11 @@ class Store(Protocol):
         check (a read of the vector index file at most); ``thorough`` reads every row too."""
         ...
 
-    def repair(self) -> list[str]:
+    def repair(self, thorough: bool = False) -> tuple[list[str], set[str]]:
         """Build again from the stored data (vectors, metadata: nothing is embedded again) what the cheap
-        :meth:`check` finds damaged; what was repaired. Lost chunk rows are the indexer's to repair."""
+        :meth:`check` finds damaged (``thorough``: what the thorough one finds); what was repaired, each a
+        message, and the ids of chunks whose rows are suspect, whose files the indexer indexes again.
+        Lost chunk rows are the indexer's to repair."""
         ...
 
     def unchanged_since_last_run(self) -> bool:

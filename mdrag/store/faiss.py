@@ -186,6 +186,14 @@ def _ids_digest(db: sqlite3.Connection) -> str:
     return digest.hexdigest()
 
 
+def _tags_digest(db: sqlite3.Connection) -> str:
+    """sha256 of the tag rows, in their primary key's order (a read of the tags table only)."""
+    digest = hashlib.sha256()
+    for tag, n in db.execute("SELECT tag, n FROM tags ORDER BY tag, n"):
+        digest.update(f"{tag}\0{n}\n".encode())
+    return digest.hexdigest()
+
+
 def _tag_rows(db: sqlite3.Connection) -> Iterator[tuple[str, int]]:
     """The rows the tags table should hold: (tag, row number) for each chunk's tags (its metadata)."""
     for n, metadata in db.execute("SELECT n, metadata FROM chunks"):
@@ -604,6 +612,8 @@ class FaissStore:
             got = self._recorded(db)
             if got.get("commits") is None or got.get("commits") != got.get("run_commit") or not got.get("faiss_file"):
                 return False
+            if db.execute("SELECT 1 FROM meta WHERE key = 'identity'").fetchone() is None:
+                return False  # the model identity was lost: opening the store (to write it again) is the repair
             return not self._mismatches(db, got)
         except (sqlite3.Error, OSError):
             return False
@@ -611,7 +621,7 @@ class FaissStore:
     @staticmethod
     def _recorded(db: sqlite3.Connection) -> dict[str, str]:
         """What the last commit recorded in ``meta`` (see :meth:`_record_run`), with its commit counters."""
-        keys = ("commits", "run_commit", "faiss_file", "rows", "tag_rows", "ids")
+        keys = ("commits", "run_commit", "faiss_file", "rows", "tag_rows", "ids", "tags_digest")
         return dict(db.execute(f"SELECT key, value FROM meta WHERE key IN ({_marks(len(keys))})", keys))  # noqa: S608
 
     def _mismatches(
@@ -628,11 +638,17 @@ class FaissStore:
             found["faiss"] = (
                 f"the vector index file {self.faiss_path} is missing or damaged (not the file its run wrote)"
             )
+        tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         for kind, table, key in (("rows", "chunks", "rows"), ("tags", "tags", "tag_rows")):
+            if table not in tables:
+                found[kind] = f"the {table} table of {self.path} is missing"
+                continue
             held = int(db.execute(f"SELECT count(*) FROM {table}").fetchone()[0])  # noqa: S608
             if key in got and held != int(got[key]):
                 found[kind] = f"the {table} table of {self.path} holds {held} rows, its last run left {got[key]}"
-        if thorough:
+        if "tags" not in found and "tags_digest" in got and got["tags_digest"] != _tags_digest(db):
+            found["tags"] = f"the tags table of {self.path} is not the one its last run left"
+        if thorough and not found.keys() & {"rows", "tags"}:
             found.update(self._thorough_mismatches(db, got))
         return found
 
@@ -640,13 +656,40 @@ class FaissStore:
         """What only a read of every row finds: SQLite's own check, the chunk ids, the tag rows."""
         found: dict[str, str] = {}
         check = [r[0] for r in db.execute("PRAGMA quick_check")]
-        if check != ["ok"]:
-            found["sqlite"] = f"SQLite finds {self.path} damaged: {'; '.join(check[:3])}"
+        if check != ["ok"]:  # not repaired from the data: some of it cannot be read
+            raise StoreDamagedError(
+                f"The index store is damaged: SQLite's check finds damaged pages in {self.path}. `mdrag index "
+                "--rebuild` moves it aside (into the cache's damaged/ folder) and builds the index again from its "
+                "folders."
+            )
         if "ids" in got and got["ids"] != _ids_digest(db):
             found["ids"] = f"the chunk ids in {self.path} are not the ones its last run left"
-        if set(db.execute("SELECT tag, n FROM tags")) != set(_tag_rows(db)):
-            found["tags"] = f"the tags table of {self.path} does not match the chunks' metadata"
+        if self._tag_differences(db):
+            found["tagged"] = f"the tags table of {self.path} does not match the chunks' metadata"
+        if self._bad_vectors(db):
+            found["vectors"] = f"some chunk vectors in {self.path} are damaged (not of unit length)"
         return found
+
+    def _bad_vectors(self, db: sqlite3.Connection) -> set[int]:
+        """The row numbers whose stored vector is not a unit vector of the model's dimension (every vector
+        a run writes is one): damaged bytes, which a vector index built from SQLite would rank by."""
+        bad: set[int] = set()
+        cur = db.execute("SELECT n, vector FROM chunks")
+        while part := cur.fetchmany(4096):
+            size = 4 * self._dim
+            bad.update(n for n, blob in part if len(blob) != size)
+            good = [(n, blob) for n, blob in part if len(blob) == size]
+            if good:
+                vecs = np.frombuffer(b"".join(b for _, b in good), dtype=np.float32).reshape(len(good), self._dim)
+                with np.errstate(all="ignore"):
+                    norms = np.linalg.norm(vecs, axis=1)
+                bad.update(n for (n, _), ok in zip(good, np.abs(norms - 1) < 1e-3) if not ok)
+        return bad
+
+    @staticmethod
+    def _tag_differences(db: sqlite3.Connection) -> set[int]:
+        """The row numbers whose tag rows differ from their chunk's metadata (either may be the damaged one)."""
+        return {n for _, n in set(db.execute("SELECT tag, n FROM tags")) ^ set(_tag_rows(db))}
 
     def check(self, thorough: bool = False) -> list[str]:
         """What differs from what the last run recorded (see the module docstring), each naming the file;
@@ -659,22 +702,43 @@ class FaissStore:
             except sqlite3.DatabaseError as e:
                 raise self._damaged(e) from e
 
-    def repair(self) -> list[str]:
+    def repair(self, thorough: bool = False) -> tuple[list[str], set[str]]:
         """Build the vector index and the tag rows again from the stored vectors and metadata when they
-        differ from what the last run recorded (nothing is embedded again); what was repaired. Missing
-        chunk rows are not this store's to repair: the indexer compares them with its manifest."""
+        differ from what the last run recorded (nothing is embedded again): what was repaired, and the
+        ids of the chunks whose rows are suspect (``thorough``: their tag rows and metadata disagree, and
+        either may be the damaged one), whose files the indexer indexes again. Missing chunk rows are not
+        this store's to repair: the indexer compares them with its manifest (their tag rows are dropped)."""
         with self._lock:
             db = self._read()
-            found = self._mismatches(db, self._recorded(db))
-            fixed = [found[k] for k in ("faiss", "tags") if k in found]
+            try:
+                found = self._mismatches(db, self._recorded(db), thorough)
+                suspect = self._tag_differences(db) if "tagged" in found else set()
+                bad = self._bad_vectors(db) if "vectors" in found else set()
+                ids = {r[0] for n in _batches(sorted(suspect | bad)) for r in self._ids_of(db, n)}
+            except sqlite3.DatabaseError as e:
+                raise self._damaged(e) from e
+            fixed = [found[k] for k in ("faiss", "tags", "rows", "tagged", "vectors") if k in found]
             if fixed:
                 with self._writing():
                     self._begin()
+                    if bad:  # their files are indexed again; a damaged vector must not be reused by content hash
+                        self._delete_rows(sorted(bad))
+                    for statement in filter(None, (s.strip() for s in _SCHEMA.split(";"))):
+                        self.db.execute(statement)  # a table or index that was dropped (all IF NOT EXISTS)
                     self._rebuild_tags()
                     self._rebuild_index(self._hnsw or len(self._rows) >= _HNSW_MIN)
                     self._save_faiss()
                     self._commit(run=True)
-            return [f"{m}: built again from the stored vectors and metadata" for m in fixed]
+            said = [
+                f"{found[k]}: built again from the stored vectors and metadata"
+                for k in ("faiss", "tags", "tagged")
+                if k in found
+            ]
+            return said, ids
+
+    @staticmethod
+    def _ids_of(db: sqlite3.Connection, rows: Sequence[int]) -> list[tuple[str]]:
+        return db.execute(f"SELECT id FROM chunks WHERE n IN ({_marks(len(rows))})", list(rows)).fetchall()  # noqa: S608
 
     def _rebuild_tags(self) -> None:
         self.db.execute("DELETE FROM tags")
@@ -843,6 +907,7 @@ class FaissStore:
         self._set("rows", self.db.execute("SELECT count(*) FROM chunks").fetchone()[0])
         self._set("tag_rows", self.db.execute("SELECT count(*) FROM tags").fetchone()[0])
         self._set("ids", _ids_digest(self.db))
+        self._set("tags_digest", _tags_digest(self.db))
 
     def _faiss_digest(self) -> str:
         """``sha256:<hex>`` of the ``.faiss`` file, or "" when it cannot be read. Read again only when the
@@ -1176,6 +1241,14 @@ class FaissStore:
         """The ``k`` best chunks passing ``where``, exactly (see :class:`mdrag.store.base.Store`)."""
         if mode not in ("dense", "bm25"):
             raise ValueError(f"unknown store search mode {mode!r}: dense or bm25")
+        try:
+            return self._search(vector, k, where, mode, text)
+        except sqlite3.ProgrammingError:
+            raise
+        except sqlite3.DatabaseError as e:
+            raise self._damaged(e) from e
+
+    def _search(self, vector: np.ndarray, k: int, where: Filter | None, mode: str, text: str) -> list[dict[str, Any]]:
         with self._lock:
             self._read()
             q = _unit(np.asarray(vector, dtype=np.float32).reshape(-1))

@@ -71,6 +71,7 @@ _BM25_SEGMENT_ROWS = 512  # Milvus Lite: fewest chunks a run writes in one segme
 # matches are read, at most this many plus one, rather than counted: Milvus Lite's count costs more.
 _EXACT_ROWS = 512
 _HNSW_EF = 64  # Milvus Lite's default HNSW search breadth
+_SELF_SAMPLE = 64  # stored vectors `status --verify` asks the vector index for (see MilvusStore._lost_vectors)
 _TEXT_MAX = 65535  # VARCHAR limit in bytes
 _PATH_MAX = 4096
 _QUERY_BATCH = 1000  # ids or hashes per `in [...]` expression
@@ -312,16 +313,61 @@ class MilvusStore:
 
     def check(self, thorough: bool = False) -> list[str]:
         """What differs from what the last run recorded, each naming the file; [] when whole. Cheap: the
-        index files' sha256 (opening sets aside those that differ); ``thorough`` also counts the rows."""
+        index files' sha256 (opening sets aside those that differ); ``thorough`` also counts the rows and
+        asks the vector index for a sample of its own vectors (:meth:`_lost_vectors`)."""
         found = [f"the vector index file {p} is not the one its run wrote" for p in self._changed_index_files()]
         rows = self._recorded_sums().get("rows")
         if thorough and isinstance(rows, int) and (held := self._count("")) != rows:
             found.append(f"the collection {self.collection} in {self.uri} holds {held} rows, its last run left {rows}")
+        if thorough and (lost := self._lost_vectors()):
+            found.append(lost)
         return found
 
-    def repair(self) -> list[str]:
-        """Nothing: opening already set aside the index files that differ (Milvus Lite builds them again)."""
-        return []
+    def _lost_vectors(self) -> str:
+        """Whether the vector index finds the chunks it holds: a sample of ``_SELF_SAMPLE`` stored vectors,
+        each searched for, must each come back with a cosine of 1 (itself, or a chunk of the same text).
+        An index damaged where its files' checksums do not look (a Milvus server, or files with no
+        recorded checksum) finds other chunks. "" when it finds them, else what it found, naming the store."""
+        ids = sorted(self.all_ids())
+        if not ids:
+            return ""
+        sample = random.Random(len(ids)).sample(ids, min(_SELF_SAMPLE, len(ids)))
+        rows = self._call("query", self.collection, filter=filters.in_("id", sample), output_fields=["vector"])
+        if not rows:
+            return ""
+        res = self._call(
+            "search",
+            self.collection,
+            data=[[float(x) for x in r["vector"]] for r in rows],
+            limit=1,
+            output_fields=["id"],
+            search_params={"metric_type": "COSINE"},
+        )
+        missed = sum(1 for hits in res if not hits or float(hits[0]["distance"]) < 1 - 1e-3)
+        if missed <= len(rows) // 16:  # HNSW is approximate: a few may be missed in a large index
+            return ""
+        where = Path(self.uri).expanduser() / "collections" / self.collection if not _is_remote(self.uri) else self.uri
+        return (
+            f"the vector index of {where} does not find its own vectors ({missed} of {len(rows)} searched for "
+            "were not found)"
+        )
+
+    def repair(self, thorough: bool = False) -> tuple[list[str], set[str]]:
+        """Opening already set aside the index files that differ (Milvus Lite builds them again); with
+        ``thorough``, a vector index that does not find its own vectors (see :meth:`check`) is dropped and
+        built again from the stored vectors (nothing is embedded again). What was repaired; no chunk is
+        suspect (chunk rows that were lost are the indexer's to repair)."""
+        lost = self._lost_vectors() if thorough else ""
+        if not lost:
+            return [], set()
+        self._call("release_collection", self.collection)
+        self._call("drop_index", self.collection, "vector")
+        ip = self.client.prepare_index_params()
+        ip.add_index("vector", index_type="AUTOINDEX", metric_type="COSINE")
+        self._call("create_index", self.collection, ip)
+        self._call("load_collection", self.collection)
+        self._as_left = False
+        return [f"{lost}: built again from the stored vectors"], set()
 
     def _forget_sums(self) -> None:
         sums = self._sums_file()
