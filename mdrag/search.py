@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 __all__ = ["FILTER_KEYS", "SearchOptions", "Visible", "build_filter", "search"]
 
 _HYBRID_DEPTH = 30  # fewest candidates taken from each list in hybrid mode
+_MAX_FETCH = 16384  # most rows asked of a store search (Milvus's limit)
 
 #: Filters that `search` understands, and what they match.
 FILTER_KEYS = {
@@ -127,11 +128,19 @@ def search(
     if vector is None:
         vector = embedder.embed_query(query)
     fetch = k * 4 if collapse != "none" else k  # room for the chunks that collapse away
-    n = min(fetch + max(visible.pending, 0), 16384)
-    rows = _ranked(store, vector, query, n, where, options.mode, options.fusion, options.dense_weight)
-    if visible.ids is not None:
+    n = min(fetch + max(visible.pending, 0), _MAX_FETCH)
+    while True:
+        rows = _ranked(store, vector, query, n, where, options.mode, options.fusion, options.dense_weight)
+        if visible.ids is None:
+            break
+        got = len(rows)
         ids, roots = visible.ids, visible.roots
         rows = [r for r in rows if r["id"] in ids or (roots is not None and r["root"] not in roots)]
+        # visible.pending counted the invisible chunks when the search began; a run may have written more
+        # since, ranked among the first: while they take places, the store may hold more rows: ask again.
+        if len(rows) >= fetch or got < n or n >= _MAX_FETCH:
+            break
+        n = min(max(2 * n, n + fetch), _MAX_FETCH)
     if collapse != "none":
         seen: set[tuple[object, ...]] = set()
         kept = []
@@ -184,7 +193,7 @@ def _ranked(
         for rank, row in enumerate(rows, 1):
             row["dense_rank" if mode == "dense" else "bm25_rank"] = rank
         return rows
-    depth = min(max(n * 3, _HYBRID_DEPTH), 16384)  # candidates from each list before fusion
+    depth = min(max(n * 3, _HYBRID_DEPTH), _MAX_FETCH)  # candidates from each list before fusion
     dense = store.search(vector, depth, where, mode="dense", text=query)
     bm25 = store.search(vector, depth, where, mode="bm25", text=query)
     return fuse(dense, bm25, fusion, dense_weight)[:n]

@@ -28,7 +28,7 @@ from mdrag.errors import IndexBuildingError
 from mdrag.index import Index
 from mdrag.manifest import Manifest
 from tests.conftest import HashEmbedder, Held
-from tests.test_threads import WAIT
+from tests.test_threads import WAIT, _hold_searches
 
 QUERY = "topic feature options"
 
@@ -224,4 +224,43 @@ def test_a_new_model_starts_a_new_index_whose_searches_say_it_is_being_built(
         t.join(WAIT)
     assert not failure, failure
     assert len(_paths(idx)) == 7
+    idx.close()
+
+
+def test_a_search_meets_the_writes_made_after_it_began(tmp_path: Path, held: Held, backend: str) -> None:
+    """A search takes the committed state (and how many chunks a run wrote beside it) as it begins; a run
+    that writes more before the search reaches the store must not cut its results short: it had fetched
+    ``k`` + the written count, and the new chunks, ranked first, took every place (a served search during a
+    long update got 4 results of 5, found by tests/test_serving_faults.py)."""
+    root = _docs(tmp_path)
+    (root / "zz.held").unlink()
+    idx = Index(_config(backend), embedder=HashEmbedder())
+    idx.update([root])
+    assert len(_paths(idx)) == 6
+    (root / "a.held").write_text("Held first: the run has begun and written nothing.\n")
+    for i in range(8):
+        (root / f"b{i}.md").write_text("# Topic feature options\n\nTopic feature options, topic feature options.\n")
+    inside, go = _hold_searches(idx)
+    run, run_failure = _in_thread(lambda: idx.update([root], batch_chunks=1))
+    _wait_held(held, run, run_failure)
+    found: list[list[str]] = []
+    reader, read_failure = _in_thread(
+        lambda: found.append([r.rel_path for r in idx.search(QUERY, k=5, threshold=0, collapse="none")])
+    )
+    try:
+        assert inside.wait(WAIT), read_failure
+        before = idx._snapshot.generation
+        held.release.set()  # the run writes its chunks, then commits: the commit waits for the search
+        deadline = time.monotonic() + WAIT
+        while idx._snapshot.generation == before and run.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert idx._snapshot.generation > before, run_failure
+    finally:
+        held.release.set()
+        go.set()
+        reader.join(WAIT)
+        run.join(WAIT)
+    assert not read_failure and not run_failure, (read_failure, run_failure)
+    assert len(found[0]) == 5 and all(p.startswith("topic") for p in found[0]), found
+    assert len(_paths(idx)) == 15
     idx.close()
