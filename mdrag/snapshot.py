@@ -2,7 +2,8 @@
 
 A running update writes chunks that stay invisible until it commits; then the
 new state is visible all at once. A commit waits for the searches still reading
-the state before it, so the chunks it replaces are not deleted under them.
+the state before it, so the chunks it replaces are not deleted under them; a run
+waits, before it writes, for the searches that read with no filter.
 
 Outside this process's own runs, searches follow the committed state that the
 store or the manifest shows (:meth:`Snapshot.follow`): a transactional store
@@ -13,6 +14,7 @@ committed.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections import Counter
 from collections.abc import Callable, Collection, Hashable, Iterator
@@ -22,8 +24,12 @@ from mdrag.search import Visible
 
 __all__ = ["Snapshot", "State"]
 
+log = logging.getLogger(__name__)
+
 #: A committed state: (chunk ids, the folders they account for; None: every folder), or None: no filter.
 State = tuple[frozenset[str], frozenset[str] | None] | None
+
+BEGIN_WAIT_S = 5.0  # a run waits at most this long for the searches that read with no filter
 
 
 class Snapshot:
@@ -41,6 +47,7 @@ class Snapshot:
         self._pending = 0  # chunks written by a running update and not yet committed
         self._generation = 0  # bumped at each commit seen
         self._readers: Counter[int] = Counter()  # searches running, by the generation they read
+        self._unfiltered = 0  # of those, the searches that read with no filter (every chunk in the store)
 
     @property
     def generation(self) -> int:
@@ -77,12 +84,17 @@ class Snapshot:
                     self._generation += 1  # another process committed
                 self._source = source
 
-    def begin(self, state: State) -> None:
-        """A run of this process starts writing: searches see ``state`` (the last commit) until it commits."""
+    def begin(self, state: State, wait_s: float = BEGIN_WAIT_S) -> None:
+        """A run of this process starts writing: searches see ``state`` (the last commit) until it commits.
+
+        The searches already reading with no filter would see what the run writes: it waits up to
+        ``wait_s`` for them to end (searches that start now read ``state``)."""
         with self._cond:
             self._run = True
             self._pending = 0
             self._set(state)
+            if not self._cond.wait_for(lambda: self._unfiltered == 0, timeout=wait_s):
+                log.warning("%d searches still read the index as the update starts writing", self._unfiltered)
 
     def written(self, ids: Collection[str]) -> None:
         """A running update wrote these chunks; those not visible (searches fetch that many more)."""
@@ -121,10 +133,12 @@ class Snapshot:
             generation = self._generation
             visible = Visible(self._ids, self._roots, self._pending)
             self._readers[generation] += 1
+            self._unfiltered += visible.ids is None
         try:
             yield visible
         finally:
             with self._cond:
+                self._unfiltered -= visible.ids is None
                 self._readers[generation] -= 1
                 if not self._readers[generation]:
                     del self._readers[generation]

@@ -72,3 +72,31 @@ def test_outside_a_run_the_state_follows_its_source_and_a_run_wins_over_it() -> 
     snap.follow("store", lambda: None)  # a transactional store: no filter
     with snap.reading() as v:
         assert v.ids is None
+
+
+def test_a_run_waits_for_the_searches_that_read_every_chunk_before_it_writes() -> None:
+    """Between runs a FAISS search reads with no filter: a run of this process that wrote under it would
+    show it chunks not committed (an edited page's old and new chunks together). The run's first write
+    waits for it; a search that starts after the run began reads the committed state."""
+    snap = Snapshot()
+    inside, leave = threading.Event(), threading.Event()
+
+    def search() -> None:
+        with snap.reading() as v:
+            assert v.ids is None
+            inside.set()
+            leave.wait(WAIT)
+
+    reader = threading.Thread(target=search)
+    reader.start()
+    assert inside.wait(WAIT)
+    began = threading.Event()
+    runner = threading.Thread(target=lambda: (snap.begin((frozenset({"a"}), None), wait_s=WAIT), began.set()))
+    runner.start()
+    assert not began.wait(0.2), "the run went on while a search read every chunk"
+    leave.set()
+    assert began.wait(WAIT)
+    reader.join(WAIT)
+    runner.join(WAIT)
+    with snap.reading() as v:
+        assert v.ids == frozenset({"a"})
