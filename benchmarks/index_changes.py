@@ -107,14 +107,19 @@ async def _run(url: str, served: Path, otel_files: list[Path]) -> dict[str, Any]
         edits: list[float] = []
         hugo = sorted(p for p in served.rglob("*.md") if "otel" not in p.parts)
 
-        async def indexing() -> bool:
-            st = await _call(ws, {"type": "status"})
+        async def indexing(conn: Any = ws) -> bool:
+            st = await _call(conn, {"type": "status"})
             return "indexing" in st
 
         async def edit_loop() -> None:
             await asyncio.sleep(5)
+            async with connect(url, max_size=None) as own:  # its own: one recv at a time per connection
+                await own.recv()
+                await _edits(own)
+
+        async def _edits(own: Any) -> None:
             n = 0
-            while await indexing():
+            while await indexing(own):
                 word = f"zqxv{n}vermilion"
                 target = hugo[(n * 37) % len(hugo)]
                 with open(target, "a") as f:
@@ -158,7 +163,8 @@ def main() -> None:
     served = work / "docs"
     shutil.copytree(DATA / "markdown_hugo_docs", served)
     port = _free_port()
-    env = {**os.environ, "MDRAG_HOME": str(work / "home"), "HF_HUB_OFFLINE": "1"}
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)  # this checkout's mdrag
+    env = {**os.environ, "MDRAG_HOME": str(work / "home"), "HF_HUB_OFFLINE": "1", "PYTHONPATH": path}
     log = open(work / "serve.log", "wb")
     server = subprocess.Popen(
         [sys.executable, "-m", "mdrag", "serve", str(served), "--port", str(port)], env=env, stdout=log, stderr=log
@@ -181,6 +187,7 @@ def main() -> None:
             h.join()
         server.terminate()
         server.wait(60)
+        log.close()
     q, d = r["quiet"], r["during"]
     out = {
         "machine": _cpu(),
@@ -199,6 +206,7 @@ def main() -> None:
     dest.mkdir(exist_ok=True)
     name = "index_changes" if not args.load else f"index_changes_load{args.load}"
     (dest / f"{name}.json").write_text(json.dumps(out, indent=2))
+    shutil.rmtree(work, ignore_errors=True)  # kept, with the server's log, when the run fails
 
 
 if __name__ == "__main__":

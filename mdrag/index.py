@@ -206,6 +206,7 @@ class Index:
         self._progress: tuple[int, int | None] | None = None  # (files done, to do) of this process's update
         self._seen_manifest: _ManifestState | None = None  # see _manifest_state
         self._search_options: tuple[Config, SearchOptions] | None = None  # see search_options
+        self._yield = False  # updates give way to searches (see yield_to_searches)
 
     @property
     def store(self) -> Store:
@@ -386,7 +387,7 @@ class Index:
                     open_store()
                 summary = update_index(
                     self.store,
-                    self.embedder,
+                    self.embedder.background() if self._yield else self.embedder,
                     self.manifest_path,
                     self.name,
                     folders,
@@ -440,6 +441,14 @@ class Index:
                 self._verify_path,
                 e,
             )
+
+    def yield_to_searches(self) -> None:
+        """From now on this index's updates give way to its searches: they embed with the embedder's
+        :meth:`~mdrag.embedding.base.Embedder.background` model (one thread at a lower OS priority, for
+        the ONNX and OpenVINO backends), so that a long update beside them does not slow the searches
+        down. For a server that keeps its index current (:class:`mdrag.keeper.IndexKeeper`); a plain
+        `mdrag index` embeds on every core."""
+        self._yield = True
 
     def remove(self, folders: Sequence[str | Path]) -> IndexSummary:
         """Take ``folders`` out of the index and delete their chunks (the folders need not exist).

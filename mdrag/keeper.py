@@ -192,6 +192,7 @@ class IndexKeeper:
     # -- the worker ----------------------------------------------------------------
 
     def _work(self) -> None:
+        self.index.yield_to_searches()  # its updates run beside searches, which come first
         self._set(**self._counts())  # an index that holds a committed state is served while it updates
         while True:
             with self._cond:

@@ -8,7 +8,9 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -25,6 +27,7 @@ from mdrag.embedding.onnx import (  # noqa: E402
     onnx_model_path,
     openvino_available,
 )
+from mdrag.embedding.priority import NICE, run_yielding  # noqa: E402
 from mdrag.errors import EmbeddingError  # noqa: E402
 from mdrag.manifest import file_sha256  # noqa: E402
 
@@ -279,3 +282,106 @@ def test_auto_backend_picks_the_fastest_installed_runtime(mdrag_home: Path) -> N
     assert isinstance(make_embedder(load_config({"embedding.device": "cuda"})), LocalEmbedder)
     assert type(make_embedder(load_config({"embedding.backend": "onnx"}))) is OnnxEmbedder
     assert isinstance(make_embedder(load_config({"embedding.backend": "torch"})), LocalEmbedder)
+
+
+def _nice() -> int:
+    return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+
+linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a nice value per thread is Linux's")
+
+
+@linux_only
+def test_the_yielding_thread_runs_at_a_lower_priority_and_hands_back_errors() -> None:
+    assert run_yielding(_nice) == min(19, _nice() + NICE)
+    assert run_yielding(threading.get_native_id) != threading.get_native_id()
+
+    def fails() -> None:
+        raise ValueError("inside")
+
+    with pytest.raises(ValueError, match="inside"):
+        run_yielding(fails)
+
+
+@linux_only
+def test_background_runs_the_model_in_the_yielding_thread_on_one_thread_with_the_same_vectors(
+    runtime: str, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    e = request.getfixturevalue(f"{runtime}_embedder")
+    bg = e.background()
+    assert bg is e.background() and bg.model_id == e.model_id and bg.threads == 1
+    runs: list[tuple[int, int]] = []  # (thread, its nice value) of each model run
+    infer = bg._infer
+
+    def spied(feed: dict[str, np.ndarray]) -> np.ndarray:
+        runs.append((threading.get_native_id(), _nice()))
+        return infer(feed)
+
+    monkeypatch.setattr(bg, "_infer", spied)
+    got = bg.embed(TEXTS)
+    assert runs and {n for _, n in runs} == {min(19, _nice() + NICE)}
+    assert threading.get_native_id() not in {t for t, _ in runs}
+    np.testing.assert_allclose(got, e.embed(TEXTS), atol=1e-6)
+
+
+def test_a_query_runs_on_one_thread_while_the_yielding_thread_works(
+    runtime: str, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    e = request.getfixturevalue(f"{runtime}_embedder")
+    if e.threads == 1:
+        pytest.skip("one core: queries run on one thread anyway")
+    threads: list[int] = []  # the threads of the model each run used
+    infer = type(e)._infer
+
+    def spied(self: OnnxEmbedder, feed: dict[str, np.ndarray]) -> np.ndarray:
+        threads.append(self.threads)
+        return infer(self, feed)
+
+    monkeypatch.setattr(type(e), "_infer", spied)
+    monkeypatch.setattr(onnx, "yielding_busy", lambda: False)
+    quiet = e.embed_query(TEXTS[0])
+    monkeypatch.setattr(onnx, "yielding_busy", lambda: True)
+    busy = e.embed_query(TEXTS[0])
+    assert threads == [e.threads, 1]
+    np.testing.assert_allclose(busy, quiet, atol=1e-6)
+
+
+@pytest.mark.slow
+def test_a_kept_index_embeds_in_the_yielding_thread_and_stores_the_vectors_mdrag_index_would(
+    runtime: str, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from mdrag.config import load_config
+    from mdrag.index import Index
+    from mdrag.keeper import IndexKeeper
+
+    e = request.getfixturevalue(f"{runtime}_embedder")
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for i, text in enumerate(TEXTS[6:20]):
+        (docs / f"page{i}.md").write_text(f"# Page {i}\n\n{text}\n")
+    yielded: list[int] = []
+    run = onnx.run_yielding
+
+    def counted(fn: Any) -> Any:
+        yielded.append(1)
+        return run(fn)
+
+    monkeypatch.setattr(onnx, "run_yielding", counted)
+    indexes = [Index(load_config({"index": name}), embedder=e) for name in ("plain", "kept")]
+    plain, kept = indexes
+    try:
+        plain.update([docs])  # as `mdrag index` does: every core, at the process's priority
+        assert not yielded
+        keeper = IndexKeeper(kept, [docs])
+        assert keeper.wait(keeper.start(), timeout=120)
+        keeper.close()
+        assert yielded
+        assert kept.status()["chunks"] == plain.status()["chunks"] > 0
+        for query in ("taxonomy", "front matter fields", "deploy with a workflow"):
+            want = [(r.chunk_id, r.score) for r in plain.search(query, k=10, mode="dense")]
+            got = [(r.chunk_id, r.score) for r in kept.search(query, k=10, mode="dense")]
+            assert [c for c, _ in got] == [c for c, _ in want]
+            np.testing.assert_allclose([s for _, s in got], [s for _, s in want], atol=1e-5)
+    finally:
+        for index in indexes:
+            index.close()

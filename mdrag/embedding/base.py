@@ -78,6 +78,12 @@ class Embedder(ABC):
         """Load the model now, so that the first :meth:`embed` call does not (a no-op where nothing loads)."""
         return None
 
+    def background(self) -> Embedder:
+        """This model for work that must give way to queries (an index updated while it is searched): the same
+        vectors, computed where the backend can on one thread at a lower OS priority
+        (:mod:`mdrag.embedding.priority`). Backends that cannot give the embedder itself."""
+        return self
+
     def embed_query(self, text: str) -> np.ndarray:
         """Embed one query; returns a (dimension,) vector."""
         return self.embed([text])[0]

@@ -35,6 +35,7 @@ import numpy as np
 
 from mdrag.embedding.base import Embedder
 from mdrag.embedding.local import _ALIASES, DEFAULT_MODEL, resolve_model_dir
+from mdrag.embedding.priority import run_yielding, yielding_busy
 from mdrag.errors import EmbeddingError
 from mdrag.manifest import file_sha256
 
@@ -254,6 +255,7 @@ class OnnxEmbedder(Embedder):
             cache_dir = home_dir() / "cache"
         self.cache_dir = Path(cache_dir)  # the export lives under <cache_dir>/models/
         self.threads = threads or os.cpu_count() or 1  # onnxruntime intra-op threads
+        self.yields = False  # runs the model in the yielding thread (see background())
         self._check_pipeline()
 
     @classmethod
@@ -392,8 +394,46 @@ class OnnxEmbedder(Embedder):
     def _input_names(self) -> set[str]:
         return self._io_names(self.session)[0]
 
+    def background(self) -> OnnxEmbedder:
+        """This model on one thread, run in the yielding thread of :mod:`mdrag.embedding.priority`.
+
+        One thread: the runtime then works in the calling thread alone, which is
+        the niced one (a pool of more threads would be the runtime's, at the
+        priority of the thread that started it). Same weights, same precision,
+        same pooling: the vectors equal this embedder's within float rounding.
+        """
+        return self._background
+
+    @cached_property
+    def _background(self) -> OnnxEmbedder:
+        twin = self._with(threads=1)
+        twin.yields = True
+        return twin
+
+    def embed_query(self, text: str) -> np.ndarray:
+        """One query: on one thread while the yielding thread embeds (:mod:`mdrag.embedding.priority`), so
+        that the query depends on no core but its own; the vector is the same."""
+        if self.threads > 1 and yielding_busy():
+            return self._single.embed_query(text)
+        return super().embed_query(text)
+
+    @cached_property
+    def _single(self) -> OnnxEmbedder:
+        return self._with(threads=1)
+
+    def _with(self, **changes: Any) -> OnnxEmbedder:
+        """An embedder of the same model, ``changes`` made to the constructor's arguments."""
+        args: dict[str, Any] = {"batch_size": self.batch_size, "cache_dir": self.cache_dir, "threads": self.threads}
+        return type(self)(self.model_id, **{**args, **changes})
+
     def _run(self, feed: dict[str, np.ndarray]) -> np.ndarray:
-        """The token states for one tokenized batch."""
+        """The token states for one tokenized batch, in this thread or (:attr:`yields`) the yielding one."""
+        if not self.yields:
+            return self._infer(feed)
+        self.session  # noqa: B018  # loaded here, at this thread's priority: never by the yielding thread
+        return run_yielding(lambda: self._infer(feed))
+
+    def _infer(self, feed: dict[str, np.ndarray]) -> np.ndarray:
         return np.asarray(self.session.run([_OUTPUT], feed)[0], dtype=np.float32)
 
     def embed(self, texts: Sequence[str], progress: bool = False) -> np.ndarray:
@@ -483,10 +523,13 @@ class OpenVinoEmbedder(OnnxEmbedder):
         return self._query_embedder.embed_query(text)
 
     @cached_property
-    def _query_embedder(self) -> OpenVinoEmbedder:
-        return OpenVinoEmbedder(self.model_id, self.batch_size, self.cache_dir, self.threads, precision="f32")
+    def _query_embedder(self) -> OnnxEmbedder:
+        return self._with(precision="f32")
 
-    def _run(self, feed: dict[str, np.ndarray]) -> np.ndarray:
+    def _with(self, **changes: Any) -> OnnxEmbedder:
+        return super()._with(**{"precision": self.precision, **changes})
+
+    def _infer(self, feed: dict[str, np.ndarray]) -> np.ndarray:
         compiled = self.session
         request = getattr(self._local, "request", None)
         if request is None or getattr(self._local, "compiled", None) is not compiled:
