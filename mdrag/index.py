@@ -387,7 +387,7 @@ class Index:
                     open_store()
                 summary = update_index(
                     self.store,
-                    self.embedder.background() if self._yield else self.embedder,
+                    self.embedder.background() if self._yield and only is None else self.embedder,
                     self.manifest_path,
                     self.name,
                     folders,
@@ -446,8 +446,9 @@ class Index:
         """From now on this index's updates give way to its searches: they embed with the embedder's
         :meth:`~mdrag.embedding.base.Embedder.background` model (one thread at a lower OS priority, for
         the ONNX and OpenVINO backends), so that a long update beside them does not slow the searches
-        down. For a server that keeps its index current (:class:`mdrag.keeper.IndexKeeper`); a plain
-        `mdrag index` embeds on every core."""
+        down. A run given ``only`` (a few changed files, which a user waits for) does not give way. For a
+        server that keeps its index current (:class:`mdrag.keeper.IndexKeeper`); a plain `mdrag index`
+        embeds on every core."""
         self._yield = True
 
     def remove(self, folders: Sequence[str | Path]) -> IndexSummary:
