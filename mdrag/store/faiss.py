@@ -347,6 +347,7 @@ class FaissStore:
         self.has_bm25 = True
         self.transactional = True  # a run is one SQLite transaction: other processes see it at end_run
         self._digest: tuple[tuple[int, ...], str] | None = None  # the .faiss file's stamp and sha256, last read
+        self._tags_checked: tuple[tuple[int, Any], str | None] | None = None  # see _tags_lost
         self._lock = threading.RLock()  # one call at a time on the connection and the in-memory index
         self._unlocked = threading.Condition(self._lock)  # a writer waiting for another process lets searches in
         self._opening = False  # open() runs: a writer waits holding the lock (the store is half loaded)
@@ -557,6 +558,7 @@ class FaissStore:
             self._pos = None
             self._passing.clear()
             self._row_cache.clear()
+            self._tags_checked = None  # data_version counts per connection
             self._version = -1
 
     def drop(self) -> None:
@@ -1202,6 +1204,15 @@ class FaissStore:
                     texts = [r[0] for r in db.execute("SELECT bm25_text FROM chunks")]
             yield from texts
 
+    def _tags_lost(self) -> str | None:
+        """Why the tag rows are not what the last run left (a tag filter would miss chunks), or None. Checked
+        again only when the database changed (another connection's commit, or this one's: its counter)."""
+        key = (self._data_version(), self._get("commits"))
+        if self._tags_checked is None or self._tags_checked[0] != key:
+            lost = self._mismatches(self.db, self._recorded(self.db), faiss_file=False).get("tags")
+            self._tags_checked = (key, lost)
+        return self._tags_checked[1]
+
     def _candidates(self, where: Filter) -> np.ndarray:
         """The row numbers of the chunks that pass ``where``: SQL with the values as parameters."""
         conds: list[str] = []
@@ -1219,9 +1230,9 @@ class FaissStore:
             if end is not None:
                 conds.append(f"{field} < ?")
                 params.append(end)
-        lost = self._mismatches(self.db, self._recorded(self.db), faiss_file=False) if where.tags else {}
-        if "tags" in lost and not self._in_run:
-            raise StoreDamagedError(f"The index store is damaged: {lost['tags']}. Run `mdrag index` to repair it.")
+        lost = self._tags_lost() if where.tags and not self._in_run else None
+        if lost:
+            raise StoreDamagedError(f"The index store is damaged: {lost}. Run `mdrag index` to repair it.")
         for tag in where.tags:
             conds.append("n IN (SELECT n FROM tags WHERE tag = ?)")
             params.append(tag)
