@@ -20,6 +20,7 @@ import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +67,18 @@ def file_sha256(path: Path) -> str:
         while piece := f.read(1 << 20):
             digest.update(piece)
     return digest.hexdigest()
+
+
+def file_sha256_cached(path: Path) -> str:
+    """:func:`file_sha256`, read again only when the file's inode, size, mtime or ctime changed since this
+    process last read it (a rewrite in place that sets the mtime back still changes the ctime)."""
+    st = path.stat()
+    return _sha256_of(str(path), st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+@lru_cache(maxsize=256)
+def _sha256_of(path: str, ino: int, size: int, mtime_ns: int, ctime_ns: int) -> str:
+    return file_sha256(Path(path))
 
 
 @dataclass

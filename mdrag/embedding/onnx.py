@@ -27,7 +27,7 @@ import tempfile
 import threading
 import warnings
 from collections.abc import Callable, Sequence
-from functools import cached_property, lru_cache
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -37,7 +37,7 @@ from mdrag.embedding.base import Embedder
 from mdrag.embedding.local import _ALIASES, DEFAULT_MODEL, resolve_model_dir
 from mdrag.embedding.priority import run_yielding, yielding_busy
 from mdrag.errors import EmbeddingError
-from mdrag.manifest import file_sha256
+from mdrag.manifest import file_sha256, file_sha256_cached
 
 if TYPE_CHECKING:
     from mdrag.config import Config
@@ -85,18 +85,12 @@ def _import_runtime(name: str) -> Any:
         ) from e
 
 
-@lru_cache(maxsize=32)
-def _cached_sha256(path: str, size: int, mtime_ns: int) -> str:
-    return file_sha256(Path(path))
-
-
 def _weights_hash(model_dir: Path) -> str:
     h = hashlib.sha256(f"mdrag-onnx-{_EXPORT_VERSION}-opset{OPSET}".encode())
     for name in ("config.json", "model.safetensors", "pytorch_model.bin"):
         f = model_dir / name
         if f.is_file():
-            st = f.stat()
-            h.update(f"{name}:{_cached_sha256(str(f.resolve()), st.st_size, st.st_mtime_ns)}".encode())
+            h.update(f"{name}:{file_sha256_cached(f.resolve())}".encode())
     return h.hexdigest()[:12]
 
 

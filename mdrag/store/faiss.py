@@ -73,7 +73,7 @@ from mdrag.errors import (
     StoreInUseError,
     StoreUnavailableError,
 )
-from mdrag.manifest import file_sha256
+from mdrag.manifest import file_sha256_cached
 from mdrag.store.base import ROW_FIELDS, Filter
 from mdrag.types import Chunk
 
@@ -346,7 +346,6 @@ class FaissStore:
         self.prepare_text = prepare_text  # applied to BM25 text and BM25 queries (stemming), if set
         self.has_bm25 = True
         self.transactional = True  # a run is one SQLite transaction: other processes see it at end_run
-        self._digest: tuple[tuple[int, ...], str] | None = None  # the .faiss file's stamp and sha256, last read
         self._tags_checked: tuple[tuple[int, Any], str | None] | None = None  # see _tags_lost
         self._lock = threading.RLock()  # one call at a time on the connection and the in-memory index
         self._unlocked = threading.Condition(self._lock)  # a writer waiting for another process lets searches in
@@ -912,15 +911,10 @@ class FaissStore:
         self._set("tags_digest", _tags_digest(self.db))
 
     def _faiss_digest(self) -> str:
-        """``sha256:<hex>`` of the ``.faiss`` file, or "" when it cannot be read. Read again only when the
-        file's inode, size, mtime or ctime changed since this process last read it (a rewrite in place
-        that sets the mtime back still changes the ctime): a run checks it several times."""
+        """``sha256:<hex>`` of the ``.faiss`` file, or "" when it cannot be read (read again only when the
+        file changed: a run checks it several times)."""
         try:
-            st = self.faiss_path.stat()
-            stamp = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-            if self._digest is None or self._digest[0] != stamp:
-                self._digest = (stamp, "sha256:" + file_sha256(self.faiss_path))
-            return self._digest[1]
+            return "sha256:" + file_sha256_cached(self.faiss_path)
         except OSError:
             return ""
 

@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from mdrag.errors import ModelMismatchError, StoreDamagedError, StoreError, StoreInUseError, StoreUnavailableError
-from mdrag.manifest import file_sha256, write_atomic
+from mdrag.manifest import file_sha256_cached, write_atomic
 from mdrag.store import filters
 from mdrag.store import is_server_uri as _is_remote
 from mdrag.store.base import Filter
@@ -288,7 +288,7 @@ class MilvusStore:
         coll = Path(self.uri).expanduser() / "collections" / self.collection
         out = {}
         for path in sorted(coll.glob("partitions/*/indexes/*")):
-            out[str(path.relative_to(coll))] = file_sha256(path)
+            out[str(path.relative_to(coll))] = file_sha256_cached(path)
         return out
 
     def _record_sums(self) -> None:
