@@ -260,7 +260,7 @@ def _cmd_index(args: argparse.Namespace, index: Any) -> int:
         if s.waited_s:
             print(f"waited {s.waited_s:.1f} s for another mdrag run on this index: what it indexed is not done again")
         if s.repaired:
-            print("repaired an interrupted previous run")
+            print("repaired the index: an interrupted run, or damage that its store or `status --verify` found")
         print(
             f"files: {s.added} added, {s.modified} modified, {s.deleted} deleted, "
             f"{s.unchanged} unchanged"
