@@ -63,7 +63,9 @@ class Visible:
 
     ids: frozenset[str] | None = None  # only these chunk ids; None: every chunk
     roots: frozenset[str] | None = None  # the folders ``ids`` account for (others pass); None: all folders
-    pending: int = 0  # chunks written and not yet visible: fetched in addition, to make up for them
+    # Chunks written by a running update and not yet visible: a store that ``hides`` leaves them out of
+    # its ranking; from another store that many more rows are fetched, to make up for them.
+    hidden: frozenset[str] = frozenset()
 
 
 def build_filter(filters: Mapping[str, Any] | None) -> Filter | None:
@@ -128,16 +130,17 @@ def search(
     if vector is None:
         vector = embedder.embed_query(query)
     fetch = k * 4 if collapse != "none" else k  # room for the chunks that collapse away
-    n = min(fetch + max(visible.pending, 0), _MAX_FETCH)
+    n = min(fetch + (0 if store.hides else len(visible.hidden)), _MAX_FETCH)
     while True:
-        rows = _ranked(store, vector, query, n, where, options.mode, options.fusion, options.dense_weight)
+        rows = _ranked(store, vector, query, n, where, options, visible.hidden)
         if visible.ids is None:
             break
         got = len(rows)
         ids, roots = visible.ids, visible.roots
         rows = [r for r in rows if r["id"] in ids or (roots is not None and r["root"] not in roots)]
-        # visible.pending counted the invisible chunks when the search began; a run may have written more
-        # since, ranked among the first: while they take places, the store may hold more rows: ask again.
+        # visible.hidden held the invisible chunks when the search began; a run may have written more
+        # since (or a failed run left some), ranked among the first: while they take places, the store
+        # may hold more rows: ask again.
         if len(rows) >= fetch or got < n or n >= _MAX_FETCH:
             break
         n = min(max(2 * n, n + fetch), _MAX_FETCH)
@@ -181,19 +184,20 @@ def _ranked(
     query: str,
     n: int,
     where: Filter | None,
-    mode: str,
-    fusion: str,
-    dense_weight: float,
+    options: SearchOptions,
+    hidden: frozenset[str],
 ) -> list[dict[str, Any]]:
-    """The ``n`` best rows for ``mode``; hybrid fuses the store's dense and BM25 lists (mdrag.fusion)."""
+    """The ``n`` best rows for ``options.mode``, but ``hidden`` where the store hides them; hybrid fuses
+    the store's dense and BM25 lists (mdrag.fusion)."""
+    mode = options.mode
     if mode == "hybrid" and not store.has_bm25:
         mode = "dense"  # a collection from before BM25
     if mode != "hybrid":
-        rows = store.search(vector, n, where, mode=mode, text=query)
+        rows = store.search(vector, n, where, mode=mode, text=query, hidden=hidden)
         for rank, row in enumerate(rows, 1):
             row["dense_rank" if mode == "dense" else "bm25_rank"] = rank
         return rows
     depth = min(max(n * 3, _HYBRID_DEPTH), _MAX_FETCH)  # candidates from each list before fusion
-    dense = store.search(vector, depth, where, mode="dense", text=query)
-    bm25 = store.search(vector, depth, where, mode="bm25", text=query)
-    return fuse(dense, bm25, fusion, dense_weight)[:n]
+    dense = store.search(vector, depth, where, mode="dense", text=query, hidden=hidden)
+    bm25 = store.search(vector, depth, where, mode="bm25", text=query, hidden=hidden)
+    return fuse(dense, bm25, options.fusion, options.dense_weight)[:n]

@@ -44,7 +44,7 @@ class Snapshot:
         self._roots: frozenset[str] | None = None
         self._run = False  # a run of this process writes: it alone changes the state (begin .. end)
         self._source: Hashable = None  # what follow() last took the state from (None: nothing yet)
-        self._pending = 0  # chunks written by a running update and not yet committed
+        self._hidden: frozenset[str] = frozenset()  # chunks written by a running update, not yet committed
         self._generation = 0  # bumped at each commit seen
         self._readers: Counter[int] = Counter()  # searches running, by the generation they read
         self._unfiltered = 0  # of those, the searches that read with no filter (every chunk in the store)
@@ -91,23 +91,25 @@ class Snapshot:
         ``wait_s`` for them to end (searches that start now read ``state``)."""
         with self._cond:
             self._run = True
-            self._pending = 0
+            self._hidden = frozenset()
             self._set(state)
             if not self._cond.wait_for(lambda: self._unfiltered == 0, timeout=wait_s):
                 log.warning("%d searches still read the index as the update starts writing", self._unfiltered)
 
     def written(self, ids: Collection[str]) -> None:
-        """A running update wrote these chunks; those not visible (searches fetch that many more)."""
+        """A running update wrote these chunks: those not visible are hidden from searches until it commits."""
         with self._cond:
             visible = self._ids
-            self._pending += len(ids) if visible is None else sum(1 for i in ids if i not in visible)
+            new = [i for i in ids if visible is None or i not in visible]
+            if new:
+                self._hidden = self._hidden.union(new)
 
     def end(self) -> None:
         """The run is over (committed or not: what it did not commit stays invisible, and the next run
-        deletes it); searches follow the store's or the manifest's state again."""
+        deletes it, and searches no longer hide it); searches follow the store's or the manifest's state again."""
         with self._cond:
             self._run = False
-            self._pending = 0
+            self._hidden = frozenset()
             self._source = None
 
     def commit(self, ids: set[str], roots: frozenset[str], grace_s: float) -> int:
@@ -119,7 +121,7 @@ class Snapshot:
         """
         with self._cond:
             old = self._generation
-            self._ids, self._pending = frozenset(ids), 0
+            self._ids, self._hidden = frozenset(ids), frozenset()
             self._roots = roots | (self._roots or frozenset())
             self._generation += 1
             if self._cond.wait_for(lambda: self._readers[old] == 0, timeout=grace_s):
@@ -131,7 +133,7 @@ class Snapshot:
         """The state a search reads, held until the block ends (a commit waits for it)."""
         with self._cond:
             generation = self._generation
-            visible = Visible(self._ids, self._roots, self._pending)
+            visible = Visible(self._ids, self._roots, self._hidden)
             self._readers[generation] += 1
             self._unfiltered += visible.ids is None
         try:

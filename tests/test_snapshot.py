@@ -13,17 +13,19 @@ WAIT = 120  # seconds a test waits for an event that must come, before it fails 
 def test_a_running_update_stays_invisible_until_it_commits() -> None:
     snap = Snapshot()
     snap.begin((frozenset({"a"}), frozenset({"/docs"})))
-    snap.written(["a", "b", "c", "d"])  # "a" was visible already: rewritten, not pending
+    snap.written(["a", "b", "c", "d"])  # "a" was visible already: rewritten, not hidden
     with snap.reading() as before:
-        assert before == Visible(frozenset({"a"}), frozenset({"/docs"}), 3)
+        assert before == Visible(frozenset({"a"}), frozenset({"/docs"}), frozenset({"b", "c", "d"}))
     assert snap.commit({"a", "b"}, frozenset({"/more"}), grace_s=0) == 0
     with snap.reading() as after:  # the new ids at once; the folders of both states are filtered
-        assert after == Visible(frozenset({"a", "b"}), frozenset({"/docs", "/more"}), 0)
+        assert after == Visible(frozenset({"a", "b"}), frozenset({"/docs", "/more"}), frozenset())
     assert snap.generation == 1
     snap.written(["e", "f"])
-    snap.end()  # a failed run: what it wrote stays invisible and is no longer made up for
     with snap.reading() as v:
-        assert v.pending == 0 and v.ids == frozenset({"a", "b"})
+        assert v.hidden == frozenset({"e", "f"})
+    snap.end()  # a failed run: what it wrote stays invisible (the ids filter), no longer hidden by the store
+    with snap.reading() as v:
+        assert v.hidden == frozenset() and v.ids == frozenset({"a", "b"})
 
 
 def test_a_commit_waits_for_the_searches_reading_the_state_before_it() -> None:

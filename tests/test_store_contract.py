@@ -294,6 +294,29 @@ def test_filtered_search_equals_exact_filtered_search(store: Any, where: Filter)
         assert sorted(h["id"] for h in words) == sorted(ids)
 
 
+def test_hidden_chunks_are_left_out_where_the_store_hides_them(store: Any) -> None:
+    """A running update's uncommitted chunks, given as ``hidden``: a store that ``hides`` ranks only the
+    others (dense, BM25, filtered), so searches need not fetch and drop them; another ranks them all."""
+    chunks, vecs = make_chunks(13, 200), vectors(13, 200)
+    store.upsert(chunks, vecs)
+    hidden = frozenset(c.id for c in chunks[::3])
+    shown = [i for i, c in enumerate(chunks) if c.id not in hidden] if store.hides else list(range(200))
+    ids = [chunks[i].id for i in shown]
+    where = Filter(tags=("odd",))
+    passing = [i for i in shown if where.matches(row_of(chunks[i]))]
+    for q in vectors(130, 3):
+        hits = store.search(q, 10, hidden=hidden)
+        assert [h["id"] for h in hits] == [i for i, _ in _exact(vecs[shown], ids, q, 10)]
+        hits = store.search(q, 10, where=where, hidden=hidden)
+        assert [h["id"] for h in hits] == [i for i, _ in _exact(vecs[passing], [chunks[i].id for i in passing], q, 10)]
+        words = store.search(q, 500, mode="bm25", text="common", hidden=hidden)  # a word every chunk has
+        assert sorted(h["id"] for h in words) == sorted(ids)
+    grown = hidden | {chunks[1].id, "not-a-stored-id"}  # a run writes more: the set grows
+    if store.hides:
+        assert chunks[1].id not in {h["id"] for h in store.search(vecs[1], 5, hidden=grown)}
+    assert store.search(vecs[1], 1, hidden=frozenset())[0]["id"] == chunks[1].id  # the run ended: shown again
+
+
 def test_a_filter_on_a_small_file_among_closer_chunks_loses_nothing(store: Any) -> None:
     # As on the otel docs: a few chunks of one file, many closer chunks elsewhere.
     far, near = make_chunks(11, 12, "/docs/small"), make_chunks(12, 400, "/docs/big")

@@ -132,6 +132,9 @@ def test_hnsw_from_its_threshold_skips_deleted_chunks_and_filters_stay_exact(
         sims = vecs[live] @ q
         exact = [chunks[live[j]].id for j in np.argsort(-sims)[:10]]
         assert [h["id"] for h in s.search(q, 10, where=where)] == exact
+        hidden = frozenset(chunks[live[j]].id for j in np.argsort(-sims)[:5])  # an update's uncommitted rows
+        walked = {h["id"] for h in s.search(q, 20, hidden=hidden)}  # the graph's walk skips them, and the dead
+        assert walked and walked.isdisjoint(hidden | gone), walked & (hidden | gone)
     finally:
         s.close()
 

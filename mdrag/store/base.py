@@ -81,6 +81,9 @@ class Store(Protocol):
     # Other processes see a run's writes only at its end_run, all at once (True), or as they are
     # written (False: they read the committed ids the manifest records, see mdrag.manifest).
     transactional: bool
+    # search() leaves out the chunks it is given as ``hidden`` (True), or ranks them with the rest (False:
+    # the caller fetches that many more rows, and drops them).
+    hides: bool
     # Applied to BM25 texts and BM25 queries (stemming), or None: from_config's ``prepare_text``.
     prepare_text: Callable[[str], str] | None
 
@@ -173,9 +176,17 @@ class Store(Protocol):
         ...
 
     def search(
-        self, vector: np.ndarray, k: int, where: Filter | None = None, mode: str = "dense", text: str = ""
+        self,
+        vector: np.ndarray,
+        k: int,
+        where: Filter | None = None,
+        mode: str = "dense",
+        text: str = "",
+        hidden: frozenset[str] = frozenset(),
     ) -> list[dict[str, Any]]:
         """The ``k`` best chunks passing ``where``, best first, as dicts of ``id``, :data:`ROW_FIELDS`,
         ``score`` (cosine to ``vector``) and ``rank_score``. ``mode``: "dense" (by cosine) or "bm25" (by
-        BM25 on ``text``); hybrid ranking fuses the two in the core (:mod:`mdrag.fusion`)."""
+        BM25 on ``text``); hybrid ranking fuses the two in the core (:mod:`mdrag.fusion`). ``hidden``:
+        chunk ids that a store that :attr:`hides` leaves out (what a running update of this process
+        wrote and has not committed)."""
         ...

@@ -346,6 +346,7 @@ class FaissStore:
         self.prepare_text = prepare_text  # applied to BM25 text and BM25 queries (stemming), if set
         self.has_bm25 = True
         self.transactional = True  # a run is one SQLite transaction: other processes see it at end_run
+        self.hides = True  # search() leaves out ``hidden`` chunks by row number: no rows fetched to drop
         self._tags_checked: tuple[tuple[int, Any], str | None] | None = None  # see _tags_lost
         self._lock = threading.RLock()  # one call at a time on the connection and the in-memory index
         self._unlocked = threading.Condition(self._lock)  # a writer waiting for another process lets searches in
@@ -361,6 +362,8 @@ class FaissStore:
         self._pos: np.ndarray | None = None  # row number -> position in the vector index (-1: none); None: stale
         self._foreign: dict[str, Any] | None = None  # the identity of another model, found in SQLite by _sync
         self._passing: dict[Filter, np.ndarray] = {}  # the rows each recent filter passes, until the next change
+        # The last ``hidden`` ids searched with and their row numbers: a running update's set grows as it writes.
+        self._hidden: tuple[frozenset[str], np.ndarray] = (frozenset(), np.zeros(0, dtype=np.int64))
         # Decoded rows by row number, most recently returned last. A row number names one content for good
         # (never reused) except after a rollback, which clears this cache (_reset_memory, close).
         self._row_cache: OrderedDict[int, dict[str, Any]] = OrderedDict()
@@ -558,6 +561,7 @@ class FaissStore:
             self._passing.clear()
             self._row_cache.clear()
             self._tags_checked = None  # data_version counts per connection
+            self._hidden = (frozenset(), np.zeros(0, dtype=np.int64))  # row numbers start again in a new file
             self._version = -1
 
     def drop(self) -> None:
@@ -950,6 +954,7 @@ class FaissStore:
         self._rows = set()
         self._passing.clear()
         self._row_cache.clear()
+        self._hidden = (frozenset(), np.zeros(0, dtype=np.int64))  # row numbers start again in a new file
 
     def _rebuild_index(self, hnsw: bool) -> None:
         """A new vector index of the live rows: HNSW from ``_HNSW_MIN`` chunks, else flat."""
@@ -1105,17 +1110,25 @@ class FaissStore:
     def _vectors(self, rows: np.ndarray) -> np.ndarray:
         return np.asarray(self._xb()[self._positions()[rows]])
 
-    def _nearest(self, q: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """(rows, cosines) of the ``k`` nearest live chunks: exact (flat) or HNSW."""
+    def _nearest(self, q: np.ndarray, k: int, hide: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(rows, cosines) of the ``k`` nearest live chunks, less the ``hide`` rows: exact (flat) or HNSW."""
         params = None
         if self._hnsw:
             params = faiss.SearchParametersHNSW()  # type: ignore[attr-defined]
             params.efSearch = max(_ef_search(len(self._rows)), k)
-            if self._dead:
+            if hide is not None:  # the graph's walk skips the dead and the hidden rows
+                skip = faiss.IDSelectorBatch(np.union1d(np.asarray(sorted(self._dead), dtype=np.int64), hide))
+                sel = (skip, faiss.IDSelectorNot(skip))  # the first must outlive the second
+                params.sel = sel[1]
+            elif self._dead:
                 if self._dead_sel is None:
                     dead = faiss.IDSelectorBatch(np.asarray(sorted(self._dead), dtype=np.int64))
                     self._dead_sel = (dead, faiss.IDSelectorNot(dead))  # the first must outlive the second
                 params.sel = self._dead_sel[1]
+        elif hide is not None:  # flat: the nearest k + len(hide), less the hidden ones among them
+            rows, sims = self._nearest(q, k + len(hide))
+            keep = ~np.isin(rows, hide)
+            return rows[keep][:k], sims[keep][:k]
         threads = faiss.omp_get_max_threads()
         faiss.omp_set_num_threads(1)  # this thread's setting: one query gains nothing from more, and waits for them
         try:
@@ -1241,19 +1254,42 @@ class FaissStore:
         return np.asarray(rows, dtype=np.int64)
 
     def search(
-        self, vector: np.ndarray, k: int, where: Filter | None = None, mode: str = "dense", text: str = ""
+        self,
+        vector: np.ndarray,
+        k: int,
+        where: Filter | None = None,
+        mode: str = "dense",
+        text: str = "",
+        hidden: frozenset[str] = frozenset(),
     ) -> list[dict[str, Any]]:
-        """The ``k`` best chunks passing ``where``, exactly (see :class:`mdrag.store.base.Store`)."""
+        """The ``k`` best chunks passing ``where`` and not ``hidden``, exactly (see :class:`mdrag.store.base.Store`)."""
         if mode not in ("dense", "bm25"):
             raise ValueError(f"unknown store search mode {mode!r}: dense or bm25")
         try:
-            return self._search(vector, k, where, mode, text)
+            return self._search(vector, k, where, mode, text, hidden)
         except sqlite3.ProgrammingError:
             raise
         except sqlite3.DatabaseError as e:
             raise self._damaged(e) from e
 
-    def _search(self, vector: np.ndarray, k: int, where: Filter | None, mode: str, text: str) -> list[dict[str, Any]]:
+    def _hidden_rows(self, hidden: frozenset[str]) -> np.ndarray:
+        """The row numbers of the ``hidden`` chunks, looked up only for the ids new since the last call."""
+        known, rows = self._hidden
+        if hidden is known:
+            return rows
+        new = hidden - known if known <= hidden else hidden
+        found = [
+            r[0]
+            for part in _batches(sorted(new))
+            for r in self.db.execute(f"SELECT n FROM chunks WHERE id IN ({_marks(len(part))})", part)  # noqa: S608
+        ]
+        rows = np.union1d(rows if known <= hidden else np.zeros(0, dtype=np.int64), np.asarray(found, np.int64))
+        self._hidden = (hidden, rows)
+        return rows
+
+    def _search(
+        self, vector: np.ndarray, k: int, where: Filter | None, mode: str, text: str, hidden: frozenset[str]
+    ) -> list[dict[str, Any]]:
         with self._lock:
             self._read()
             q = _unit(np.asarray(vector, dtype=np.float32).reshape(-1))
@@ -1265,6 +1301,9 @@ class FaissStore:
                     if len(self._passing) >= 64:
                         self._passing.clear()
                     self._passing[where] = cand
+            hide = self._hidden_rows(hidden) if hidden else None
+            if cand is not None and hide is not None:
+                cand = np.setdiff1d(cand, hide, assume_unique=True)
             if k <= 0 or not self._rows or (cand is not None and len(cand) == 0):
                 return []
             if mode == "bm25":
@@ -1273,13 +1312,19 @@ class FaissStore:
                 if cand is not None:
                     allowed = np.zeros(max(len(bm25.alive), int(cand.max()) + 1), dtype=bool)
                     allowed[cand] = True
+                elif hide is not None:
+                    allowed = np.ones(max(len(bm25.alive), int(hide.max()) + 1), dtype=bool)
+                    allowed[hide] = False
                 query = self.prepare_text(text) if self.prepare_text else text
                 ranked = bm25.search(query, k, allowed)
                 rows = np.asarray([r for r, _ in ranked], dtype=np.int64)
                 ranks = [s for _, s in ranked]
                 cosines = (self._vectors(rows) @ q).tolist() if len(rows) else []
+            elif cand is not None:
+                rows, sims = self._nearest_among(q, cand, k)
+                cosines = ranks = sims.tolist()
             else:
-                rows, sims = self._nearest(q, k) if cand is None else self._nearest_among(q, cand, k)
+                rows, sims = self._nearest(q, k, hide)
                 cosines = ranks = sims.tolist()
             return self._rows_out(rows, cosines, ranks)
 

@@ -150,6 +150,7 @@ class MilvusStore:
         self.prepare_text = prepare_text  # applied to BM25 text and BM25 queries (stemming), if set
         self.has_bm25 = True  # the collection has the BM25 sparse field (collections before 0.1 do not)
         self.transactional = False  # writes are searchable at once, from any process
+        self.hides = False  # an `id not in [...]` filter of thousands of ids costs more than fetching them
         self._lite_engine: bool | None = None  # the server is Milvus Lite: see per_segment_bm25
         self._view: str | None = None  # a read-only Lite folder is opened through this view: see _lite_view
         # The store is as the last run left it (see unchanged_since_last_run): found so when it was
@@ -816,6 +817,7 @@ class MilvusStore:
         where: Filter | None = None,
         mode: str = "dense",
         text: str = "",
+        hidden: frozenset[str] = frozenset(),  # ranked with the rest: hides is False
     ) -> list[dict[str, Any]]:
         """The ``k`` best chunks passing ``where`` as row dicts, best first.
 
