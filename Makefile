@@ -26,8 +26,12 @@ $(VENV)/.installed: pyproject.toml
 demo: setup
 	BIN=$(BIN) bash examples/demo.sh
 
+# The tests run in parallel (pytest-xdist), one test file per worker at a time: as many workers as cores, at
+# most 4 (each loads the model). `make test JOBS=0` runs them in this process.
+JOBS ?= auto --maxprocesses=4
+
 test: setup
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(JOBS) --dist loadfile
 
 test-fast: setup
 	$(BIN)/python -m pytest -q -m "not slow"

@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -211,3 +212,37 @@ def overwrite_middle(path: Path) -> None:
 
 
 from tests.fake_llm import llm  # noqa: E402,F401 - the stand-in LLM fixture, for every test module
+
+
+# -- The counts CI tests report (tests/figures.py, the fault suite's trials): under pytest-xdist each
+# worker hands them to the controller, which prints them at the end with the rest.
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    output = getattr(session.config, "workeroutput", None)
+    if output is None:
+        return  # not an xdist worker
+    from tests import figures
+
+    output["mdrag_figures"] = figures.handed_over(session.config)
+    faults = sys.modules.get("tests.faults.harness")
+    if faults is not None:
+        output["mdrag_faults"] = {"trials": faults.TRIALS, "spent": faults.SPENT}
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: object) -> None:
+    from tests import figures
+
+    output = getattr(node, "workeroutput", {})
+    figures.take_over(node.config, output.get("mdrag_figures", {}))
+    if output.get("mdrag_faults"):
+        from tests.faults import harness
+
+        harness.TRIALS.extend(output["mdrag_faults"]["trials"])
+        harness.SPENT.update(output["mdrag_faults"]["spent"])
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    faults = sys.modules.get("tests.faults.harness")
+    if faults is not None:
+        faults.summary(terminalreporter)

@@ -40,6 +40,7 @@ import pytest
 from mdrag.config import load_config
 from mdrag.manifest import Manifest
 from tests.conftest import listening
+from tests.figures import report
 
 pytestmark = pytest.mark.slow  # the real model, in real processes
 
@@ -160,7 +161,9 @@ def _env(home: Path) -> dict[str, str]:
     return {**os.environ, "MDRAG_HOME": str(home), "PYTHONPATH": path, "HF_HUB_OFFLINE": "1"}
 
 
-def test_searches_stay_whole_while_the_index_changes(tmp_path: Path, mdrag_home: Path, shared_data: Path) -> None:
+def test_searches_stay_whole_while_the_index_changes(
+    request: pytest.FixtureRequest, tmp_path: Path, mdrag_home: Path, shared_data: Path
+) -> None:
     glossary = sorted((shared_data / "markdown_cncf_glossary" / "content" / "en").glob("[a-z]*.md"))
     hugo = sorted(p for p in (shared_data / "markdown_hugo_docs" / "content").rglob("*.md") if p.stat().st_size < 2048)
     assert len(glossary) >= BASE_FILES and len(hugo) >= ADDED_FILES
@@ -295,7 +298,7 @@ def test_searches_stay_whole_while_the_index_changes(tmp_path: Path, mdrag_home:
         with _serving(mdrag_home, served) as url:
             asyncio.run(scenario(url))
     finally:
-        _report(tally, edits, rebuild_out, mdrag_home / "serve.log")
+        _report(request.config, tally, edits, rebuild_out, mdrag_home / "serve.log")
     bad = sum(tally.bad.values())
     assert not bad, f"{bad} bad answers: {dict(tally.bad)}\n" + "\n".join(tally.failures)
     assert tally.during["rebuild"] and tally.during["reload"], "the searches did not meet the index being written"
@@ -321,7 +324,24 @@ async def _edit(probe: Any, target: Path, word: str, tally: Tally) -> tuple[str,
     return target.name, seconds, f"reload at {doing['files_done']} of {doing['files_total']}" if doing else "idle"
 
 
-def _report(tally: Tally, edits: list[tuple[str, float, str]], rebuild_out: list[str], log: Path) -> None:
+def _report(
+    config: pytest.Config, tally: Tally, edits: list[tuple[str, float, str]], rebuild_out: list[str], log: Path
+) -> None:
+    """The counts, at the end of the pytest output (and benchmarks/out/serving_faults.json); the details
+    (shown with a failure, or with ``-s``)."""
+    phases = ("quiet", "rebuild", "reload", "settled")
+    figures = {
+        phase: {"answered": tally.answered[phase], "during_writes": tally.during[phase]}
+        | {kind: tally.bad[phase, kind] for kind in ("empty", "partial", "error")}
+        for phase in phases
+    } | {"edit_to_searchable_s": [round(seconds, 2) for _, seconds, _ in edits]}
+    bad = sum(tally.bad.values())
+    line = (
+        f"serving faults: {sum(tally.answered.values())} searches while the index changed "
+        f"({', '.join(f'{p} {tally.answered[p]}' for p in phases)}), {bad} empty, partial or failed; "
+        f"edits searchable after {', '.join(f'{s:.1f}' for _, s, _ in edits) or '-'} s"
+    )
+    report(config, "serving_faults", figures, line)
     print(f"\nsearches per phase (K={K}; 'during': sent while the index was being written):")
     for phase in ("quiet", "rebuild", "reload", "settled"):
         bad = {kind: tally.bad[phase, kind] for kind in ("empty", "partial", "error")}

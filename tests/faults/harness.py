@@ -6,6 +6,7 @@ import json
 import os
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -23,6 +24,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 #: One record per fault trial, for the summary line and benchmarks/out/faults.json (see conftest.py).
 TRIALS: list[dict[str, Any]] = []
+SPENT: dict[str, float] = {}  # node id -> seconds from its setup to its teardown, tests in tests/faults/
 
 
 class MiniLMIdentity(HashEmbedder):
@@ -181,3 +183,33 @@ def verify(
         return chunks
     finally:
         idx.close()
+
+
+def summary(terminalreporter: Any) -> None:
+    """The fault suite's line at the end of the pytest output, and benchmarks/out/faults.json."""
+    if not TRIALS:
+        return
+    passed = sum(t["passed"] for t in TRIALS)
+    repairs = sorted(t["repair_s"] for t in TRIALS if "repair_s" in t)
+    figures: dict[str, Any] = {
+        "trials": len(TRIALS),
+        "passed": passed,
+        "seed": TRIALS[0]["seed"],
+        "repair_p50_s": round(statistics.median(repairs), 3) if repairs else None,
+        "repair_max_s": max(repairs) if repairs else None,
+        "suite_s": round(sum(SPENT.values()), 1),  # every test in tests/faults/, set-up included
+        "runs": TRIALS,
+    }
+    line = f"fault suite: {len(TRIALS)} trials, {passed} passed"
+    if repairs:
+        line += f", repair p50 {figures['repair_p50_s']:.2f} s, max {figures['repair_max_s']:.2f} s"
+    line += f" (seed {figures['seed']}; tests/faults/ ran {figures['suite_s']:.0f} s)"
+    terminalreporter.write_line(line)
+    out = REPO / "benchmarks" / "out" / "faults.json"
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(figures, indent=2) + "\n")
+    except OSError as e:  # a read-only checkout: the line above is enough
+        terminalreporter.write_line(f"fault suite: cannot write {out}: {e}")
+    else:
+        terminalreporter.write_line(f"fault suite: figures in {Path(out).relative_to(REPO)}")
