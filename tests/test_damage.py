@@ -15,6 +15,7 @@ import shutil
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -451,6 +452,32 @@ def test_a_changed_milvus_index_file_is_set_aside_and_built_again(
     code, out, err = cli("status", "--verify")
     assert code == 0, out
     _assert_whole(cli, total)
+
+
+def test_a_run_records_the_checksums_of_index_files_that_milvus_lite_writes_after_its_flush(
+    cli, docs: Path, mdrag_home: Path
+) -> None:
+    """Milvus Lite writes a segment's index file in the background after the flush: a run that recorded
+    its checksums before the file was there left it unchecked (a damaged one then went unnoticed)."""
+    import threading
+
+    _build(cli, docs)
+    coll = _collection(mdrag_home)
+    idx = Index(load_config(), embedder=HashEmbedder())
+    try:
+        assert idx.search("vermilion palette", k=1, threshold=0.0)  # the store is open
+        store: Any = idx.store
+        index = next(coll.glob("partitions/*/indexes/*vector*"))
+        held = coll / "held"  # as Lite leaves it a moment after the flush: not there yet
+        os.replace(index, held)
+        later = threading.Timer(0.5, os.replace, (held, index))
+        later.start()
+        store._record_sums()
+        later.join()
+        recorded = json.loads(store._sums_file().read_text())["index_files"]
+        assert str(index.relative_to(coll)) in recorded, recorded
+    finally:
+        idx.close()
 
 
 # -- every kind of damage tried (issue 26, point 8): found, or repaired, never served -----------------

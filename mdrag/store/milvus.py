@@ -74,6 +74,7 @@ _HNSW_EF = 64  # Milvus Lite's default HNSW search breadth
 _SELF_SAMPLE = 64  # stored vectors `status --verify` asks the vector index for (see MilvusStore._lost_vectors)
 _TEXT_MAX = 65535  # VARCHAR limit in bytes
 _PATH_MAX = 4096
+_INDEX_FILES_WAIT_S = 30.0  # how long a run waits for Milvus Lite to write its segments' index files
 _QUERY_BATCH = 1000  # ids or hashes per `in [...]` expression
 # A gRPC server refuses a message over its limit (256 MiB by default in Milvus and
 # Milvus Lite), so writes go in requests of at most this many estimated bytes
@@ -297,10 +298,27 @@ class MilvusStore:
         sums = self._sums_file()
         if sums is None or self._view is not None:
             return
+        self._wait_for_index_files()
         try:
             write_atomic(sums, json.dumps({"index_files": self._index_digests(), "rows": self._count("")}))
         except OSError as e:  # only a check is lost
             log.debug("cannot record the store's checksums in %s: %s", sums, e)
+
+    def _wait_for_index_files(self, wait_s: float = _INDEX_FILES_WAIT_S) -> None:
+        """Wait until each data segment of a Milvus Lite collection has its index file: Lite writes them
+        in the background after a flush (a moment later, longer on a busy machine), and one not there when
+        the run records its checksums would not be checked."""
+        coll = Path(self.uri).expanduser() / "collections" / self.collection
+        deadline = time.monotonic() + wait_s
+        while True:
+            data = {p.name.split(".", 1)[0] for p in coll.glob("partitions/*/data/data_*")}
+            indexed = {p.name.split(".", 1)[0] for p in coll.glob("partitions/*/indexes/*")}
+            if data <= indexed:
+                return
+            if time.monotonic() > deadline:
+                log.debug("%s: no index file yet for %d segment(s): not checked", coll, len(data - indexed))
+                return
+            time.sleep(0.05)
 
     def _changed_index_files(self) -> list[Path]:
         """The index files whose sha256 is not the one their run recorded (files it did not record pass)."""
