@@ -92,6 +92,7 @@ def score_ranking(ranked: Sequence[str], gold: Iterable[str]) -> dict[str, float
         "ndcg@10": dcg / idcg if idcg else 0.0,
         "recall@10": len(rel & set(ranked[:10])) / len(rel) if rel else 0.0,
         "mrr": 1 / (first + 1) if first is not None else 0.0,
+        "mrr@5": 1 / (first + 1) if first is not None and first < 5 else 0.0,
         "hit@5": 1.0 if first is not None and first < 5 else 0.0,
     }
 

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import re
 import unicodedata
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +23,7 @@ __all__ = ["FILTER_KEYS", "SearchOptions", "Visible", "build_filter", "search"]
 
 _HYBRID_DEPTH = 30  # fewest candidates taken from each list in hybrid mode
 _MAX_FETCH = 16384  # most rows asked of a store search (Milvus's limit)
+_WORD = re.compile(r"\w+", re.UNICODE)
 
 #: Filters that `search` understands, and what they match.
 FILTER_KEYS = {
@@ -114,9 +116,13 @@ def search(
     visible: Visible = Visible(),
     vector: np.ndarray | None = None,
 ) -> list[SearchResult]:
-    """The ``options.k`` chunks most similar to ``query`` whose score is at least ``options.threshold``.
+    """The ``options.k`` chunks most similar to ``query`` whose score is at least ``options.threshold``,
+    or that hold every word of the query.
 
-    Scores are cosine similarities clipped to 0..1 (MiniLM vectors are normalized).
+    Scores are cosine similarities clipped to 0..1 (MiniLM vectors are normalized). A
+    chunk that holds every word of the query (as BM25 reads them: its heading trail and
+    text) is kept whatever its score: a model embeds a setting's name, a version or a
+    table row poorly, and a short keyword query that names one finds it with a low cosine.
     Only the chunks ``visible`` lets through are returned; ``filters`` are
     :data:`FILTER_KEYS`. ``vector`` is the query's embedding when the caller has it already.
     """
@@ -144,6 +150,9 @@ def search(
         if len(rows) >= fetch or got < n or n >= _MAX_FETCH:
             break
         n = min(max(2 * n, n + fetch), _MAX_FETCH)
+    if threshold is not None:  # before collapse and the cut: a chunk dropped here makes room for the next
+        asked = _words(query, store.prepare_text)
+        rows = [r for r in rows if r["score"] >= threshold or _holds(r, asked, store.prepare_text)]
     if collapse != "none":
         seen: set[tuple[object, ...]] = set()
         kept = []
@@ -156,8 +165,6 @@ def search(
     results = []
     for r in rows[:k]:
         score = min(1.0, max(0.0, r["score"]))
-        if threshold is not None and score < threshold:
-            continue
         results.append(
             SearchResult(
                 text=r["text"],
@@ -176,6 +183,17 @@ def search(
             )
         )
     return results
+
+
+def _words(text: str, prepare: Callable[[str], str] | None) -> set[str]:
+    """The distinct words of ``text`` as BM25 reads them (lower case; stemmed where the store stems)."""
+    return set(prepare(text).split()) if prepare is not None else set(_WORD.findall(text.lower()))
+
+
+def _holds(row: Mapping[str, Any], words: set[str], prepare: Callable[[str], str] | None) -> bool:
+    """Whether the chunk's text as BM25 reads it (heading trail, then body) holds all of ``words``: an
+    exact match of what was asked (a setting's name, a table row), whatever its cosine."""
+    return words <= _words(f"{row['context']}\n\n{row['text']}", prepare)
 
 
 def _ranked(

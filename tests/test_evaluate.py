@@ -19,10 +19,10 @@ from tests.conftest import HashEmbedder
 def test_score_ranking_by_hand() -> None:
     m = score_ranking(["a", "b", "c"], {"b"})
     assert m["ndcg@10"] == pytest.approx(1 / math.log2(3))
-    assert m["mrr"] == 0.5 and m["hit@5"] == 1.0 and m["recall@10"] == 1.0
+    assert m["mrr"] == 0.5 and m["mrr@5"] == 0.5 and m["hit@5"] == 1.0 and m["recall@10"] == 1.0
     m = score_ranking([f"d{i}" for i in range(20)], {"d7", "missing"})
-    assert m["recall@10"] == 0.5 and m["hit@5"] == 0.0 and m["mrr"] == 1 / 8
-    assert score_ranking([], {"a"}) == {"ndcg@10": 0.0, "recall@10": 0.0, "mrr": 0.0, "hit@5": 0.0}
+    assert m["recall@10"] == 0.5 and m["hit@5"] == 0.0 and m["mrr"] == 1 / 8 and m["mrr@5"] == 0.0
+    assert score_ranking([], {"a"}) == {"ndcg@10": 0.0, "recall@10": 0.0, "mrr": 0.0, "mrr@5": 0.0, "hit@5": 0.0}
 
 
 def test_question_files_and_errors(tmp_path: Path) -> None:

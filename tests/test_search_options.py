@@ -55,3 +55,25 @@ def test_a_blank_query_is_refused_before_any_search(query: str) -> None:
     nothing = cast(Any, None)  # neither the store nor the embedder is reached
     with pytest.raises(ConfigError, match="the search query is empty"):
         search(nothing, nothing, query)
+
+
+@pytest.mark.parametrize("mode", ["dense", "bm25", "hybrid"])
+@pytest.mark.parametrize("stemming", [False, True])
+def test_a_result_that_holds_every_word_asked_is_kept_below_the_threshold(
+    tmp_path: Path, mode: str, stemming: bool
+) -> None:
+    """A setting's name in one row of a long table scores a low cosine (the model embeds the whole chunk):
+    the threshold dropped it, though it holds every word of a keyword query (issue 27)."""
+    root = tmp_path / "docs"
+    root.mkdir()
+    filler = " ".join(f"w{i}" for i in range(300))  # a long chunk: its cosine to a short query is low
+    (root / "table.md").write_text(f"# Settings\n\n| name | default |\n|---|---|\n| zebra_stripes | 7 |\n\n{filler}\n")
+    (root / "other.md").write_text("# Other\n\nA page about something else entirely.\n")
+    config = load_config({"index": "t" + os.urandom(4).hex(), "search.threshold": 0.6, "search.stemming": stemming})
+    with Index(config, embedder=HashEmbedder()) as idx:
+        idx.update([root])
+        assert all(r.score < 0.6 for r in idx.search("zebra_stripes default", mode=mode, threshold=0))
+        hits = idx.search("zebra_stripes default", mode=mode)
+        assert [h.rel_path for h in hits] == ["table.md"], hits  # every word is in it: kept
+        assert idx.search("Settings zebra_stripes", mode=mode)  # a word of its heading trail counts
+        assert not idx.search("zebra_stripes default absentword", mode=mode)  # one word it lacks: dropped
