@@ -221,9 +221,9 @@ def _open(backend: str, folder: Path, create: bool = True) -> Any:
 
 
 def _hybrid(store: Any, q: np.ndarray, text: str) -> list[dict[str, Any]]:
-    from mdrag.search import _ranked
+    from mdrag.search import SearchOptions, _ranked
 
-    return _ranked(store, q, text, 4 * K, None, "hybrid", "weighted", 0.5)[:K]
+    return _ranked(store, q, text, 4 * K, None, SearchOptions(mode="hybrid", fusion="weighted"), frozenset())[:K]
 
 
 def _rss_mb() -> dict[str, float]:

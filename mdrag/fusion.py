@@ -17,6 +17,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from mdrag.config import DEFAULTS
+
 __all__ = ["FUSIONS", "RRF_K", "fuse"]
 
 FUSIONS = ("weighted", "rrf")
@@ -26,8 +28,8 @@ RRF_K = 60  # the usual constant of reciprocal-rank fusion
 def fuse(
     dense: Sequence[dict[str, Any]],
     bm25: Sequence[dict[str, Any]],
-    method: str = "weighted",
-    dense_weight: float = 0.5,
+    method: str = DEFAULTS["search.fusion"][1],
+    dense_weight: float = DEFAULTS["search.dense_weight"][1],
 ) -> list[dict[str, Any]]:
     """The rows of both lists, best first by ``method`` ("weighted" or "rrf")."""
     rows: dict[Any, dict[str, Any]] = {}

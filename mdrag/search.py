@@ -8,6 +8,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from mdrag.config import DEFAULTS
 from mdrag.embedding.base import Embedder
 from mdrag.errors import ConfigError
 from mdrag.fusion import fuse
@@ -33,18 +34,24 @@ FILTER_KEYS = {
 }
 
 
+def _setting(key: str) -> Any:
+    """The default of a ``search.*`` setting: options built without a config rank as `mdrag search` does."""
+    return DEFAULTS[key][1]
+
+
 @dataclass(frozen=True)
 class SearchOptions:
-    """How a search ranks and cuts its results: the ``search.*`` settings as one value."""
+    """How a search ranks and cuts its results: the ``search.*`` settings as one value; each field's
+    default is the setting's (mdrag.config)."""
 
-    k: int = 10  # results, at most
-    threshold: float | None = None  # results scoring below it are dropped; None: none are
-    mode: str = "dense"  # the ranking: dense, bm25 or hybrid (the score is the cosine in every mode)
-    fusion: str = "rrf"  # how hybrid fuses its two lists (mdrag.fusion)
-    dense_weight: float = 0.5  # the dense list's weight in weighted fusion
+    k: int = _setting("search.k")  # results, at most
+    threshold: float | None = _setting("search.threshold")  # results scoring below it are dropped; None: none are
+    mode: str = _setting("search.mode")  # the ranking: dense, bm25 or hybrid (the score is the cosine in every mode)
+    fusion: str = _setting("search.fusion")  # how hybrid fuses its two lists (mdrag.fusion)
+    dense_weight: float = _setting("search.dense_weight")  # the dense list's weight in weighted fusion
     # Keep only the best chunk of each "section" (heading path; a PDF page without outline
     # headings is a section) or "file", so one long section or file cannot fill every place.
-    collapse: str = "none"
+    collapse: str = _setting("search.collapse")
 
     @classmethod
     def from_config(cls, config: Config) -> SearchOptions:

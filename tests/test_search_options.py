@@ -77,3 +77,21 @@ def test_a_result_that_holds_every_word_asked_is_kept_below_the_threshold(
         assert [h.rel_path for h in hits] == ["table.md"], hits  # every word is in it: kept
         assert idx.search("Settings zebra_stripes", mode=mode)  # a word of its heading trail counts
         assert not idx.search("zebra_stripes default absentword", mode=mode)  # one word it lacks: dropped
+
+
+def test_the_module_function_ranks_as_the_index_does_by_default(tmp_path: Path) -> None:
+    """`mdrag.search.search` with no options is `mdrag search`: the settings' defaults (issue 28 point 2),
+    where it ranked dense, without threshold or collapse, and fused by RRF."""
+    from mdrag.search import search
+
+    assert SearchOptions() == SearchOptions.from_config(load_config())
+    root = tmp_path / "docs"
+    root.mkdir()
+    for i in range(8):
+        page = f"# Page {i}\n\n## Part\n\nTopic {i} words here and there.\n\n## More\n\nTopic.\n"
+        (root / f"page{i}.md").write_text(page)
+    with Index(load_config({"index": "t" + os.urandom(4).hex()}), embedder=HashEmbedder()) as idx:
+        idx.update([root])
+        expected = [(r.chunk_id, r.score, r.rank_score) for r in idx.search("topic words")]
+        got = [(r.chunk_id, r.score, r.rank_score) for r in search(idx.store, idx.embedder, "topic words")]
+        assert got == expected and got
