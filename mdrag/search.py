@@ -24,6 +24,7 @@ __all__ = ["FILTER_KEYS", "SearchOptions", "Visible", "build_filter", "search"]
 
 _HYBRID_DEPTH = 30  # fewest candidates taken from each list in hybrid mode
 _MAX_FETCH = 16384  # most rows asked of a store search (Milvus's limit)
+_BM25_DEPTH = 1024  # a BM25-mode search fetches past this many rows for no threshold or collapse
 _WORD = re.compile(r"\w+", re.UNICODE)
 
 #: Filters that `search` understands, and what they match.
@@ -144,34 +145,17 @@ def search(
         vector = embedder.embed_query(query)
     fetch = k * 4 if collapse != "none" else k  # room for the chunks that collapse away
     n = min(fetch + (0 if store.hides else len(visible.hidden)), _MAX_FETCH)
+    asked = _words(query, store.prepare_text) if threshold is not None else set()  # _holds reads them
     while True:
-        rows = _ranked(store, vector, query, n, where, options, visible.hidden)
-        if visible.ids is None:
-            break
-        got = len(rows)
-        ids, roots = visible.ids, visible.roots
-        rows = [r for r in rows if r["id"] in ids or (roots is not None and r["root"] not in roots)]
-        # visible.hidden held the invisible chunks when the search began; a run may have written more
-        # since (or a failed run left some), ranked among the first: while they take places, the store
-        # may hold more rows: ask again.
-        if len(rows) >= fetch or got < n or n >= _MAX_FETCH:
+        rows, more = _ranked(store, vector, query, n, where, options, visible.hidden)
+        rows = _kept(rows, k, visible, threshold, asked, collapse, store.prepare_text)
+        # Fewer than k, and rows that would be kept may lie past those fetched: ask for more.
+        if len(rows) >= k or not more or n >= _MAX_FETCH:
             break
         n = min(max(2 * n, n + fetch), _MAX_FETCH)
-    if threshold is not None:  # before collapse and the cut: a chunk dropped here makes room for the next
-        asked = _words(query, store.prepare_text)
-        rows = [r for r in rows if r["score"] >= threshold or _holds(r, asked, store.prepare_text)]
-    if collapse != "none":
-        seen: set[tuple[object, ...]] = set()
-        kept = []
-        for r in rows:
-            key = (r["path"],) if collapse == "file" else _section_key(r)
-            if key not in seen:
-                seen.add(key)
-                kept.append(r)
-        rows = kept
     results = []
-    for r in rows[:k]:
-        score = min(1.0, max(0.0, r["score"]))
+    for r in rows:
+        score = _score(r)
         results.append(
             SearchResult(
                 text=r["text"],
@@ -190,6 +174,44 @@ def search(
             )
         )
     return results
+
+
+def _kept(
+    rows: list[dict[str, Any]],
+    k: int,
+    visible: Visible,
+    threshold: float | None,
+    asked: set[str],
+    collapse: str,
+    prepare: Callable[[str], str] | None,
+) -> list[dict[str, Any]]:
+    """The first ``k`` of ``rows`` that ``visible`` lets through, that pass ``threshold`` (or hold every
+    word ``asked``), and that collapse keeps: the threshold goes before the cut, so a search returns the
+    k best that pass whatever k is."""
+    ids, roots = visible.ids, visible.roots
+    seen: set[tuple[object, ...]] = set()
+    kept = []
+    for r in rows:
+        # visible.hidden held the invisible chunks when the search began; a run may have written
+        # more since (or a failed run left some), ranked among the first: they are dropped here.
+        if ids is not None and r["id"] not in ids and (roots is None or r["root"] in roots):
+            continue
+        if threshold is not None and _score(r) < threshold and not _holds(r, asked, prepare):
+            continue
+        if collapse != "none":
+            key = (r["path"],) if collapse == "file" else _section_key(r)
+            if key in seen:
+                continue
+            seen.add(key)
+        kept.append(r)
+        if len(kept) == k:
+            break
+    return kept
+
+
+def _score(row: Mapping[str, Any]) -> float:
+    """A row's cosine, clipped to 0..1: what a result's ``score`` says and what the threshold reads."""
+    return min(1.0, max(0.0, float(row["score"])))
 
 
 def _words(text: str, prepare: Callable[[str], str] | None) -> set[str]:
@@ -211,18 +233,30 @@ def _ranked(
     where: Filter | None,
     options: SearchOptions,
     hidden: frozenset[str],
-) -> list[dict[str, Any]]:
-    """The ``n`` best rows for ``options.mode``, but ``hidden`` where the store hides them; hybrid fuses
-    the store's dense and BM25 lists (mdrag.fusion)."""
+) -> tuple[list[dict[str, Any]], bool]:
+    """The best rows for ``options.mode`` (``n`` of them; hybrid: every candidate of its two lists, fused),
+    but ``hidden`` where the store hides them; and whether rows that ``options.threshold`` keeps may lie
+    past them in the store.
+
+    A dense list is ranked by the score the threshold reads: when its last row falls below the
+    threshold, no row past it passes. BM25 ranks by other scores: its list grows to ``_BM25_DEPTH``
+    rows at most. Hybrid fuses the store's dense and BM25 lists (mdrag.fusion); its dense list says
+    whether there may be more.
+    """
+    threshold = options.threshold
     mode = options.mode
     if mode == "hybrid" and not store.has_bm25:
         mode = "dense"  # a collection from before BM25
+
+    def deeper(rows: list[dict[str, Any]], asked: int) -> bool:
+        return len(rows) >= asked and (threshold is None or _score(rows[-1]) >= threshold)
+
     if mode != "hybrid":
         rows = store.search(vector, n, where, mode=mode, text=query, hidden=hidden)
         for rank, row in enumerate(rows, 1):
             row["dense_rank" if mode == "dense" else "bm25_rank"] = rank
-        return rows
+        return rows, deeper(rows, n) if mode == "dense" else len(rows) >= n and n < _BM25_DEPTH
     depth = min(max(n * 3, _HYBRID_DEPTH), _MAX_FETCH)  # candidates from each list before fusion
     dense = store.search(vector, depth, where, mode="dense", text=query, hidden=hidden)
     bm25 = store.search(vector, depth, where, mode="bm25", text=query, hidden=hidden)
-    return fuse(dense, bm25, options.fusion, options.dense_weight)[:n]
+    return fuse(dense, bm25, options.fusion, options.dense_weight), deeper(dense, depth)

@@ -95,3 +95,34 @@ def test_the_module_function_ranks_as_the_index_does_by_default(tmp_path: Path) 
         expected = [(r.chunk_id, r.score, r.rank_score) for r in idx.search("topic words")]
         got = [(r.chunk_id, r.score, r.rank_score) for r in search(idx.store, idx.embedder, "topic words")]
         assert got == expected and got
+
+
+def test_collapse_still_returns_k_results_when_one_file_fills_the_first_places(tmp_path: Path) -> None:
+    """Results must not depend on k (issue 28 point 1): one long file's chunks took every row fetched
+    (4k), collapse kept one of them, and the next file, found with a larger k, was not returned."""
+    root = tmp_path / "docs"
+    root.mkdir()
+    (root / "long.md").write_text("".join(f"## Part {i}\n\nalpha beta gamma {i}\n\n" for i in range(40)))
+    (root / "other.md").write_text("# Other\n\nalpha beta delta\n")
+    config = load_config({"index": "t" + os.urandom(4).hex(), "search.threshold": 0, "search.collapse": "file"})
+    with Index(config, embedder=HashEmbedder()) as idx:
+        idx.update([root])
+        for mode in ("dense", "bm25", "hybrid"):
+            wide = [r.rel_path for r in idx.search("alpha beta gamma", k=10, mode=mode)]
+            assert wide[:2] == ["long.md", "other.md"], (mode, wide)
+            assert [r.rel_path for r in idx.search("alpha beta gamma", k=2, mode=mode)] == wide[:2], mode
+
+
+@pytest.mark.slow
+def test_the_first_results_do_not_depend_on_k_on_the_cncf_glossary(shared_data: Path, minilm: object) -> None:
+    """The issue's case: `search "how does a service mesh handle traffic" --tag security -k 4` gave
+    nothing, and -k 20 mutual-transport-layer-security.md at 0.35 (the threshold ran after the cut)."""
+    config = load_config({"index": "t" + os.urandom(4).hex(), "search.threshold": 0.3})  # 0.35: at the edge
+    with Index(config, embedder=minilm) as idx:  # type: ignore[arg-type]
+        idx.update([shared_data / "markdown_cncf_glossary"])
+        for filters in ({"tags": ["security"]}, None):
+            wide = idx.search("how does a service mesh handle traffic", k=20, filters=filters)
+            assert wide
+            for k in (1, 2, 4):
+                got = idx.search("how does a service mesh handle traffic", k=k, filters=filters)
+                assert [r.chunk_id for r in got] == [r.chunk_id for r in wide[:k]], (filters, k)
