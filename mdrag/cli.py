@@ -207,6 +207,12 @@ def _safe(text: str) -> str:
     return sanitize(text)
 
 
+def _name(text: str) -> str:
+    """A file name or heading for a line of output: :func:`_safe`, with line breaks shown as ``\\n`` and
+    ``\\r`` (a name with a newline would start what looks like a line of its own)."""
+    return _safe(text).replace("\r", "\\r").replace("\n", "\\n")
+
+
 class _TerminalSafe(logging.Formatter):
     """Log lines as :func:`_safe` makes them."""
 
@@ -275,10 +281,10 @@ def _cmd_index(args: argparse.Namespace, index: Any) -> int:
             kinds = ", ".join(f"{ext} {count}" for ext, count in s.unsupported.items())
             print(f"not indexed: {n} files with no parser ({kinds}; -v lists them)")
         for path, encoding in s.decoded.items():
-            print(_safe(f"decoded {path} as {encoding}"))
+            print(f"decoded {_name(path)} as {_name(encoding)}")
         _print_chunks(s)
         for path, reason in s.skipped_files:
-            print(_safe(f"skipped {path}: {reason}"))
+            print(f"skipped {_name(path)}: {_safe(reason)}")
         print(f"folders: {', '.join(s.folders) or '-'}")
         print(f"done in {s.seconds:.2f} s")
     return _missing_given(args.folders, summary.missing_folders)
@@ -382,9 +388,9 @@ def _cmd_search(args: argparse.Namespace, config: Any, index: Any | None) -> int
             else "no results above the threshold (try --threshold 0, or other words)"
         )
     for i, r in enumerate(results, 1):
-        where = r["rel_path"] + (f" p.{r['page']}" if r["page"] else "")
+        where = _name(r["rel_path"]) + (f" p.{r['page']}" if r["page"] else "")
         where += f":{r['line_start']}" if r["line_start"] else ""
-        print(_safe(f"{i:2}. {r['score']:.3f}  {where}" + (f"  [{r['heading']}]" if r["heading"] else "")))
+        print(f"{i:2}. {r['score']:.3f}  {where}" + (f"  [{_name(r['heading'])}]" if r["heading"] else ""))
         snippet = " ".join(_safe(r["text"]).split())
         print(f"    {snippet[:200]}{'…' if len(snippet) > 200 else ''}")
     return 0

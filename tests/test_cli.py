@@ -206,6 +206,16 @@ def test_search_and_log_lines_cannot_drive_the_terminal(
     assert main(["index", str(tmp_path / "no\x1b[2Jsuch")]) == 1
     _, err = capsys.readouterr()
     assert "not found, so not indexed: " in err and "no[2Jsuch" not in err and "nosuch" in err
+    fake = docs / "real.md\n 2. 0.990  fake.md"  # a name that would print as a result line of its own
+    fake.write_text("# Newline\n\nnewlinenameqq page.\n")
+    (docs / "bad\nname.md").write_bytes(b"\x00binary")
+    assert main(["index", str(docs)]) == 0
+    out, _ = capsys.readouterr()
+    assert "/bad\\nname.md: binary content" in out, out  # on one line, its line break shown
+    assert main(["search", "newlinenameqq", "--threshold", "0", "-k", "1"]) == 0
+    found, _ = capsys.readouterr()
+    assert found.splitlines()[0] == " 1. " + found.splitlines()[0][4:9] + "  real.md\\n 2. 0.990  fake.md:3  [Newline]"
+    assert len(found.splitlines()) == 2, found  # one result: its line and its snippet
     from mdrag.cli import _TerminalSafe
 
     record = logging.LogRecord(
