@@ -389,3 +389,31 @@ def test_the_index_summary_counts_parser_bugs_apart_from_bad_files(tmp_path: Pat
     reasons = dict(summary.skipped_files)
     assert reasons[str(docs / "crash.bug")].startswith("unexpected TypeError in the parser")
     assert reasons[str(docs / "broken.pdf")].startswith("not a readable PDF")
+
+
+def test_a_child_whose_parent_has_gone_ends_quietly() -> None:
+    """`mdrag mcp` closed a second after it started: its parse worker's child found the socket closed
+    and printed `BrokenPipeError` with a traceback (issue 28 point 16). It ends quietly, exit 0."""
+    import json
+    import socket
+
+    from mdrag.parsers.worker import _BOOT
+
+    for closed_before_ready in (True, False):
+        parent, child = socket.socketpair()
+        if closed_before_ready:
+            parent.close()
+        args = [sys.executable, "-c", _BOOT, json.dumps(sys.path), str(child.fileno()), "", str(logging.WARNING)]
+        with child:
+            proc = subprocess.Popen(
+                args, stdin=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=[child.fileno()], text=True
+            )
+        if not closed_before_ready:
+            parent.recv(4096)  # its "ready"
+            parent.shutdown(socket.SHUT_RDWR)
+            parent.close()
+        proc.wait(timeout=120)  # its stdin still open: it ends because its socket is closed
+        assert proc.stdin is not None and proc.stderr is not None
+        proc.stdin.close()
+        err = proc.stderr.read()
+        assert proc.returncode == 0 and "Traceback" not in err and "Error" not in err, (closed_before_ready, err)

@@ -401,12 +401,15 @@ def _child_main(fd: int, max_mb: float | None, log_level: int) -> None:
     logging.getLogger().handlers[:] = [handler]
     logging.getLogger().setLevel(log_level)
     _limit_memory(max_mb)
-    conn.send(("ready", os.getpid()))
+    try:
+        conn.send(("ready", os.getpid()))
+    except OSError:  # the parent is gone already (a server stopped as it started): end quietly
+        return
     parsers: dict[bytes, Parser] = {}  # pickled parser -> parser: each is unpickled (imported) once
     while True:
         try:
             blob, abspath, timeout = conn.recv()
-        except EOFError:
+        except (EOFError, OSError):  # the parent closed its end, or is gone
             return
         # Should the parent be gone and the parser hold the GIL, the kernel still ends the child.
         signal.signal(signal.SIGALRM, signal.SIG_DFL)  # in case a parser installed a handler
