@@ -458,7 +458,9 @@ def test_a_run_records_the_checksums_of_index_files_that_milvus_lite_writes_afte
     cli, docs: Path, mdrag_home: Path
 ) -> None:
     """Milvus Lite writes a segment's index file in the background after the flush: a run that recorded
-    its checksums before the file was there left it unchecked (a damaged one then went unnoticed)."""
+    its checksums before the file was there left it unchecked (a damaged one then went unnoticed), and
+    one that hashed it while Lite still wrote it called it damaged at every open (the otel docs)."""
+    import hashlib
     import threading
 
     _build(cli, docs)
@@ -468,14 +470,23 @@ def test_a_run_records_the_checksums_of_index_files_that_milvus_lite_writes_afte
         assert idx.search("vermilion palette", k=1, threshold=0.0)  # the store is open
         store: Any = idx.store
         index = next(coll.glob("partitions/*/indexes/*vector*"))
-        held = coll / "held"  # as Lite leaves it a moment after the flush: not there yet
-        os.replace(index, held)
-        later = threading.Timer(0.5, os.replace, (held, index))
+        whole = index.read_bytes()
+        index.unlink()  # as Lite leaves it a moment after the flush: not there yet, then written in parts
+
+        def write() -> None:
+            with open(index, "wb") as f:
+                f.write(whole[: len(whole) // 2])
+                f.flush()
+                stop.wait(0.15)
+                f.write(whole[len(whole) // 2 :])
+
+        stop = threading.Event()
+        later = threading.Timer(0.5, write)
         later.start()
         store._record_sums()
         later.join()
         recorded = json.loads(store._sums_file().read_text())["index_files"]
-        assert str(index.relative_to(coll)) in recorded, recorded
+        assert recorded.get(str(index.relative_to(coll))) == hashlib.sha256(whole).hexdigest(), recorded
     finally:
         idx.close()
 

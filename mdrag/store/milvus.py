@@ -75,6 +75,7 @@ _SELF_SAMPLE = 64  # stored vectors `status --verify` asks the vector index for 
 _TEXT_MAX = 65535  # VARCHAR limit in bytes
 _PATH_MAX = 4096
 _INDEX_FILES_WAIT_S = 30.0  # how long a run waits for Milvus Lite to write its segments' index files
+_INDEX_FILES_STILL_S = 0.3  # ... and for them to stay unchanged this long: written whole
 _QUERY_BATCH = 1000  # ids or hashes per `in [...]` expression
 # A gRPC server refuses a message over its limit (256 MiB by default in Milvus and
 # Milvus Lite), so writes go in requests of at most this many estimated bytes
@@ -305,18 +306,31 @@ class MilvusStore:
             log.debug("cannot record the store's checksums in %s: %s", sums, e)
 
     def _wait_for_index_files(self, wait_s: float = _INDEX_FILES_WAIT_S) -> None:
-        """Wait until each data segment of a Milvus Lite collection has its index file: Lite writes them
-        in the background after a flush (a moment later, longer on a busy machine), and one not there when
-        the run records its checksums would not be checked."""
+        """Wait until each data segment of a Milvus Lite collection has its index file, written whole: Lite
+        writes them in the background after a flush (a moment later, longer on a busy machine and for a
+        large segment). A file not there when the run records its checksums would not be checked; one
+        hashed while Lite still writes it would read as damaged at the next open. Written whole: every
+        index file's size and mtime unchanged for ``_INDEX_FILES_STILL_S``."""
         coll = Path(self.uri).expanduser() / "collections" / self.collection
         deadline = time.monotonic() + wait_s
+        seen: dict[Path, tuple[int, int]] = {}
+        still_since = time.monotonic()
         while True:
             data = {p.name.split(".", 1)[0] for p in coll.glob("partitions/*/data/data_*")}
-            indexed = {p.name.split(".", 1)[0] for p in coll.glob("partitions/*/indexes/*")}
-            if data <= indexed:
+            stats: dict[Path, tuple[int, int]] = {}
+            for p in coll.glob("partitions/*/indexes/*"):
+                try:
+                    st = p.stat()
+                except OSError:  # replaced as we looked
+                    continue
+                stats[p] = (st.st_size, st.st_mtime_ns)
+            now = time.monotonic()
+            if stats != seen:
+                seen, still_since = stats, now
+            elif data <= {p.name.split(".", 1)[0] for p in stats} and now - still_since >= _INDEX_FILES_STILL_S:
                 return
-            if time.monotonic() > deadline:
-                log.debug("%s: no index file yet for %d segment(s): not checked", coll, len(data - indexed))
+            if now > deadline:
+                log.debug("%s: index files still missing or being written after %g s: not checked", coll, wait_s)
                 return
             time.sleep(0.05)
 
