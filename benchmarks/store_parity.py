@@ -3,13 +3,14 @@
 Each corpus (the Hugo docs, the OpenTelemetry docs) is indexed twice by
 `mdrag index DIR --store faiss` and `--store milvus`, each in its own
 MDRAG_HOME under ``--work`` (kept, and reused when it is there: delete it to
-build again). Every question with gold files of the corpus's sets is searched
-in each store in each mode as `mdrag eval` searches (the index's settings: k 10,
-section collapse, threshold 0.35), with one query vector for both stores.
-Figures per set and mode: questions whose top-5 (top-10) file lists differ
-between the stores, Hit@5 and MRR per store. Milvus Lite is searched twice:
-with its own HNSW walk (ef 64, mdrag before issue 27: the baseline) and with
-the walk mdrag asks for now (mdrag.store.milvus._EF_PER_RESULT x k).
+build again). Every question of the corpus's sets (those with no gold file
+too: their lists are compared) is searched in each store in each mode as
+`mdrag eval` searches (the index's settings: k 10, section collapse, threshold
+0.35), with one query vector for both stores. Figures per set and mode:
+questions whose top-5 (top-10) file lists differ between the stores, Hit@5 and
+MRR per store (over the questions with gold files). Milvus Lite is searched
+twice: with its own HNSW walk (ef 64, mdrag before issue 27: the baseline) and
+with the walk mdrag asks for now (mdrag.store.milvus._EF_PER_RESULT x k).
 
 Each question whose file lists differ gets the causes found in the store-level
 lists that mdrag.search ranks from (dense and BM25 lists, 40 rows deep for
@@ -31,10 +32,17 @@ stored vectors by numpy (cosines over every stored vector, ties by id):
 Also: whether the two stores hold the same chunks and vectors, and warm search
 latency per store, walk and mode (the store's part: the query's embedding is
 given; the three are timed one after the other on each question, ``--repeat``
-passes), against an exact numpy top 120 over the same vectors.
+passes), against an exact numpy top 120 over the same vectors. ``--sweep``:
+for Milvus Lite walks of 64 and 4, 8, 16, 32 x k, the questions whose dense
+list of 10, 40 or 120 misses a chunk of the exact one.
 
     python benchmarks/store_parity.py [--work /tmp/parity] [--corpora hugo,otel]
         [--json benchmarks/out/store_parity.json]
+    python benchmarks/store_parity.py --corpora hugo-edited --json benchmarks/out/store_parity_edited.json
+
+``hugo-edited``: a copy of the Hugo docs, indexed, then indexed again after one
+file gained a section (a small update, which Milvus Lite writes into a segment
+of its own with a sample of the index: its BM25 statistics are per segment).
 """
 
 from __future__ import annotations
@@ -43,6 +51,7 @@ import argparse
 import dataclasses
 import json
 import os
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -66,8 +75,12 @@ from mdrag.store import milvus  # noqa: E402
 
 CORPORA = {
     "hugo": (SHARED / "markdown_hugo_docs", ["hugo_qa.jsonl", "hugo_keyword_qa.jsonl"]),
+    "hugo-edited": (SHARED / "markdown_hugo_docs", ["hugo_qa.jsonl", "hugo_keyword_qa.jsonl"]),
     "otel": (SHARED / "markdown_otel_docs", ["otel_qa.jsonl", "otel_retrieval_qa.jsonl", "otel_keyword_qa.jsonl"]),
 }
+# Indexed, then indexed again after this file gained EDIT: Milvus Lite's BM25 statistics per segment.
+EDITED = {"hugo-edited": "content/en/getting-started/quick-start.md"}
+EDIT = "\n## Benchmark edit\n\nOne new paragraph about the development server, written by an update.\n"
 STORES = ("faiss", "milvus")
 MODES = ("dense", "bm25", "hybrid")
 TIE = 1e-6  # cosines this close are a tie (float32 rounding of the same product is ~1e-7)
@@ -75,24 +88,37 @@ BM25_REL = 1e-4
 # Milvus Lite's HNSW walk, as mdrag.store.milvus._EF_PER_RESULT sets it: "lite_default" is Milvus Lite's
 # own walk of 64 (mdrag before issue 27), "shipped" the walk mdrag asks for now.
 WALKS = {"lite_default": 0, "shipped": milvus._EF_PER_RESULT}
+SWEEP = (0, 4, 8, 16, 32)  # --sweep: Milvus Lite's walk, times k
 
 
 def build(corpus: str, backend: str, home: Path, model_cache: Path | None) -> dict[str, Any]:
-    """`mdrag index DIR --store BACKEND` in ``home``, unless it holds a finished index already."""
+    """`mdrag index DIR --store BACKEND` in ``home``, unless it holds a finished index already. An
+    ``EDITED`` corpus is a copy of the docs (under ``home``'s parent), indexed, then indexed again
+    after one file gained a section (a small update: Milvus Lite writes it in a segment of its own)."""
     done = home / "index.json"
     if done.is_file():
         return json.loads(done.read_text())
     home.mkdir(parents=True, exist_ok=True)
     if model_cache is not None and (model_cache / "models").is_dir() and not (home / "cache" / "models").exists():
-        import shutil
-
         shutil.copytree(model_cache / "models", home / "cache" / "models")
     env = {**os.environ, "MDRAG_HOME": str(home), "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
+    docs = CORPORA[corpus][0]
+    if corpus in EDITED:  # one copy for both stores, so that chunk ids (by path) are the same
+        copy = home.parent / f"{corpus}-docs"
+        if not copy.is_dir():
+            shutil.copytree(docs, copy)
+        docs = copy
     t = time.perf_counter()
-    cmd = [sys.executable, "-m", "mdrag", "index", str(CORPORA[corpus][0]), "--store", backend, "--json", "-q"]
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
-    s = json.loads(proc.stdout)
+    cmd = [sys.executable, "-m", "mdrag", "index", str(docs), "--store", backend, "--json", "-q"]
+    s = json.loads(subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stdout)
     out = {"chunks": s["chunks_total"], "wall_s": round(time.perf_counter() - t, 1)}
+    if corpus in EDITED:
+        target = docs / EDITED[corpus]
+        before = target.read_bytes()
+        target.write_text(target.read_text() + EDIT)
+        s = json.loads(subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stdout)
+        target.write_bytes(before)  # as the other store finds it
+        out |= {"chunks": s["chunks_total"], "edited": EDITED[corpus], "chunks_embedded": s["chunks_embedded"]}
     done.write_text(json.dumps(out))
     return out
 
@@ -191,7 +217,7 @@ def compare(
     for q in questions:
         v = vectors[q.text]
         lists = {s: files(search(indexes[s].store, embedder, q.text, opts, vector=v)) for s in STORES}
-        for s in STORES:
+        for s in STORES if q.gold else ():
             sc = score_ranking(lists[s], {_match(g, lists[s]) for g in q.gold})
             metrics[s]["hit@5"] += sc["hit@5"]
             metrics[s]["mrr"] += sc["mrr"]
@@ -221,9 +247,10 @@ def compare(
         detail["causes"] = why = why or (["fusion"] if mode == "hybrid" else ["other"])
         causes.update(why)
         examples.append(detail)
-    n = len(questions)
+    n = sum(1 for q in questions if q.gold)
     return {
-        "questions": n,
+        "questions": len(questions),
+        "with_gold": n,
         "top5_lists_differ": diff5,
         "top10_lists_differ": diff10,
         "causes": dict(causes),
@@ -232,7 +259,30 @@ def compare(
     }
 
 
-def run_corpus(corpus: str, work: Path, model_cache: Path | None, repeat: int) -> dict[str, Any]:
+def sweep(
+    store: Any, every: list[Question], vectors: dict[str, np.ndarray], order: list[str], matrix: np.ndarray
+) -> dict[str, dict[str, int]]:
+    """For each walk (``_EF_PER_RESULT``) and depth: questions whose Milvus Lite dense list misses a chunk of
+    the exact one (scoring above the list's last row, beyond the tie tolerance)."""
+    out: dict[str, dict[str, int]] = {}
+    for per in SWEEP:
+        milvus._EF_PER_RESULT = per
+        row = out[f"ef max(64, {per} x k)" if per else "ef 64 (Lite's own)"] = {}
+        for k in (10, 40, 120):
+            bad = 0
+            for q in every:
+                v = vectors[q.text]
+                sims = matrix @ (v / np.linalg.norm(v))
+                exact = [order[i] for i in np.lexsort((np.arange(len(order)), -sims))[:k]]
+                bad += bool(missed(store.search(v, k, mode="dense"), exact, dict(zip(order, sims.tolist()))))
+            row[f"top {k}"] = bad
+    milvus._EF_PER_RESULT = WALKS["shipped"]
+    return out
+
+
+def run_corpus(
+    corpus: str, work: Path, model_cache: Path | None, repeat: int, with_sweep: bool = False
+) -> dict[str, Any]:
     homes = {s: work / f"{corpus}-{s}" for s in STORES}
     built = {s: build(corpus, s, homes[s], model_cache) for s in STORES}
     indexes = {s: open_index(homes[s]) for s in STORES}
@@ -245,7 +295,7 @@ def run_corpus(corpus: str, work: Path, model_cache: Path | None, repeat: int) -
     options = indexes["faiss"].search_options
     fetch = options.k * 4 if options.collapse != "none" else options.k
     depth = {"dense": fetch, "bm25": fetch, "hybrid": min(max(fetch * 3, _HYBRID_DEPTH), _MAX_FETCH)}
-    sets = {name: [q for q in load_questions(DATA / name) if q.gold] for name in CORPORA[corpus][1]}
+    sets = {name: load_questions(DATA / name) for name in CORPORA[corpus][1]}
     every = [q for qs in sets.values() for q in qs]
     vectors = {q.text: indexes["faiss"].embedder.embed_query(q.text) for q in every}
     res: dict[str, Any] = {
@@ -287,6 +337,8 @@ def run_corpus(corpus: str, work: Path, model_cache: Path | None, repeat: int) -
         top = np.argpartition(-sims, depth["hybrid"])[: depth["hybrid"]]
         top[np.argsort(-sims[top])]
     res["baseline_numpy_exact_dense_ms"] = round((time.perf_counter() - t) / len(every) * 1000, 3)
+    if with_sweep:
+        res["sweep"] = sweep(indexes["milvus"].store, every, vectors, order, matrix)
     for index in indexes.values():
         index.close()
     return res
@@ -295,8 +347,8 @@ def run_corpus(corpus: str, work: Path, model_cache: Path | None, repeat: int) -
 def print_table(results: dict[str, Any]) -> None:
     a, b = WALKS
     print(f"Milvus Lite's walk: {a} (ef 64) -> {b} (ef {WALKS[b]} x k). Lists: files of `mdrag eval`'s results.\n")
-    print("| corpus | set | mode | questions | top-5 / top-10 file lists differ | Hit@5 FAISS; Milvus Lite | "
-          "MRR FAISS; Milvus Lite | causes |")  # fmt: skip
+    print("| corpus | set | mode | questions (with gold) | top-5 / top-10 file lists differ "
+          "| Hit@5 FAISS; Milvus Lite | MRR FAISS; Milvus Lite | causes |")  # fmt: skip
     print("|---|---|---|---|---|---|---|---|")
     for corpus, r in results.items():
         for name, per_mode in r["walks"][a].items():
@@ -306,12 +358,20 @@ def print_table(results: dict[str, Any]) -> None:
                     ", ".join(f"{k} {v}" for k, v in sorted(x["causes"].items())) or "none" for x in (m, n)
                 )
                 print(
-                    f"| {corpus} | {name.removesuffix('.jsonl')} | {mode} | {m['questions']} "
+                    f"| {corpus} | {name.removesuffix('.jsonl')} | {mode} | {m['questions']} ({m['with_gold']}) "
                     f"| {m['top5_lists_differ']} / {m['top10_lists_differ']} -> "
                     f"{n['top5_lists_differ']} / {n['top10_lists_differ']} "
                     f"| {m['faiss_hit@5']}; {m['milvus_hit@5']} -> {n['milvus_hit@5']} "
                     f"| {m['faiss_mrr']}; {m['milvus_mrr']} -> {n['milvus_mrr']} | {causes} |"
                 )
+    for mode in MODES:
+        tot = [
+            sum(r["walks"][w][name][mode][f] for r in results.values() for name in r["walks"][w])
+            for w in WALKS
+            for f in ("top5_lists_differ", "top10_lists_differ")
+        ]
+        n = sum(m[mode]["questions"] for r in results.values() for m in r["walks"][a].values())
+        print(f"| all | all | {mode} | {n} | {tot[0]} / {tot[1]} -> {tot[2]} / {tot[3]} | | | |")
     print()
     print("| corpus | chunks | same chunks; max vector difference | mode | FAISS warm p50 (p95) "
           f"| Milvus Lite, {a} | Milvus Lite, {b} | {b} / {a} | Milvus Lite {b} / FAISS |")  # fmt: skip
@@ -327,18 +387,28 @@ def print_table(results: dict[str, Any]) -> None:
             )
         print(f"| {corpus} | | | exact dense top {r['depth']['hybrid']} by numpy (baseline) "
               f"| {r['baseline_numpy_exact_dense_ms']} ms | | | | |")  # fmt: skip
+    if any("sweep" in r for r in results.values()):
+        print("\nQuestions whose Milvus Lite dense list misses a chunk of the exact top k:\n")
+        print("| corpus | questions | walk | top 10 | top 40 | top 120 |")
+        print("|---|---|---|---|---|---|")
+        for corpus, r in results.items():
+            n = sum(m["dense"]["questions"] for m in r["walks"][a].values())
+            for walk, row in r.get("sweep", {}).items():
+                print(f"| {corpus} | {n} | {walk} | {row['top 10']} | {row['top 40']} | {row['top 120']} |")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--work", type=Path, default=Path("/tmp/parity"), help="the homes, <corpus>-<store>")
-    ap.add_argument("--corpora", default=",".join(CORPORA))
+    ap.add_argument("--corpora", default="hugo,otel", help=f"of {', '.join(CORPORA)}")
     ap.add_argument("--model-cache", type=Path, help="a home's cache folder with the ONNX export to copy")
     ap.add_argument("--repeat", type=int, default=3, help="timed passes over the questions")
+    ap.add_argument("--sweep", action="store_true", help="questions whose Milvus Lite dense list misses an exact "
+                    "chunk, by walk and depth")  # fmt: skip
     ap.add_argument("--json", type=Path, default=ROOT / "benchmarks" / "out" / "store_parity.json")
     args = ap.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    results = {c: run_corpus(c, args.work, args.model_cache, args.repeat) for c in args.corpora.split(",")}
+    results = {c: run_corpus(c, args.work, args.model_cache, args.repeat, args.sweep) for c in args.corpora.split(",")}
     print_table(results)
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(results, indent=1))

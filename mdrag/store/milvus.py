@@ -78,7 +78,9 @@ _HNSW_EF = 64  # Milvus Lite's default HNSW search breadth
 # for 144 questions, and of the top 120 (a hybrid search's dense list) for all 291, whose hybrid lists
 # then differed from FAISS's (another lowest dense score to normalise by). A walk of 16 x k missed
 # none of the top 120, of the top 40 for 2 questions, of the top 10 for 6 (all of them questions with
-# no answer in the docs: low cosines), at 0.3 to 4 ms more per search (benchmarks/store_parity.py).
+# no answer in the docs: low cosines); through mdrag.search the stores' file lists then differed only
+# where chunks have equal cosines. It costs 3-8% of a Milvus Lite dense or hybrid search (p50,
+# benchmarks/store_parity.py; benchmarks/RESULTS.md).
 _EF_PER_RESULT = 16
 _SELF_SAMPLE = 64  # stored vectors `status --verify` asks the vector index for (see MilvusStore._lost_vectors)
 _TEXT_MAX = 65535  # VARCHAR limit in bytes
