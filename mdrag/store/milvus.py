@@ -77,10 +77,10 @@ _HNSW_EF = 64  # Milvus Lite's default HNSW search breadth
 # 10,654 chunks; their 291 questions) it missed some of the top 40 (what a search of k 10 asks for)
 # for 144 questions, and of the top 120 (a hybrid search's dense list) for all 291, whose hybrid lists
 # then differed from FAISS's (another lowest dense score to normalise by). A walk of 16 x k missed
-# none of the top 120, of the top 40 for 2 questions, of the top 10 for 6 (all of them questions with
-# no answer in the docs: low cosines); through mdrag.search the stores' file lists then differed only
-# where chunks have equal cosines. It costs 3-8% of a Milvus Lite dense or hybrid search (p50,
-# benchmarks/store_parity.py; benchmarks/RESULTS.md).
+# none of the top 120, one chunk of the top 40 for 2 questions (with no answer in the docs), of the
+# top 10 for 6 (asked for with collapse none only: k 10 asks for 40 rows otherwise); through
+# mdrag.search the stores' file lists then differed only where chunks have equal cosines. It costs
+# at most 8% of a Milvus Lite dense or hybrid search (p50; benchmarks/store_parity.py, RESULTS.md).
 _EF_PER_RESULT = 16
 _SELF_SAMPLE = 64  # stored vectors `status --verify` asks the vector index for (see MilvusStore._lost_vectors)
 _TEXT_MAX = 65535  # VARCHAR limit in bytes
