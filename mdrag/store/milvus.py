@@ -71,6 +71,17 @@ _BM25_SEGMENT_ROWS = 512  # Milvus Lite: fewest chunks a run writes in one segme
 # matches are read, at most this many plus one, rather than counted: Milvus Lite's count costs more.
 _EXACT_ROWS = 512
 _HNSW_EF = 64  # Milvus Lite's default HNSW search breadth
+# Milvus Lite's HNSW walk for k results is this many times k wide (at least _HNSW_EF), where the FAISS
+# store ranks exactly (below 20,000 chunks). Milvus Lite's own walk of 64 misses chunks of the exact
+# top k, the more the deeper the list: on the graphs it built of the Hugo and otel docs (3,516 and
+# 10,654 chunks; their 291 questions) it missed some of the top 40 (what a search of k 10 asks for)
+# for 144 questions, and of the top 120 (a hybrid search's dense list) for all 291, whose hybrid lists
+# then differed from FAISS's (another lowest dense score to normalise by). A walk of 16 x k missed
+# none of the top 120, one chunk of the top 40 for 2 questions (with no answer in the docs), of the
+# top 10 for 6 (asked for with collapse none only: k 10 asks for 40 rows otherwise); through
+# mdrag.search the stores' file lists then differed only where chunks have equal cosines. It costs
+# at most 8% of a Milvus Lite dense or hybrid search (p50; benchmarks/store_parity.py, RESULTS.md).
+_EF_PER_RESULT = 16
 _SELF_SAMPLE = 64  # stored vectors `status --verify` asks the vector index for (see MilvusStore._lost_vectors)
 _TEXT_MAX = 65535  # VARCHAR limit in bytes
 _PATH_MAX = 4096
@@ -858,9 +869,11 @@ class MilvusStore:
         cosine similarity to ``vector``, whatever ranked it, so one threshold
         means the same in every mode; ``rank_score`` is the ranking mode's own score.
 
-        A filter never costs recall: Milvus Lite's HNSW index, searched with a
-        filter, skips the chunks that fail it during its walk of the graph and
-        misses some of the best that pass when they are few. A filtered dense
+        Milvus Lite's HNSW walk is ``_EF_PER_RESULT`` times ``k`` wide, so that its
+        dense lists match the exact ones (the FAISS store's, below 20,000 chunks)
+        but for rare misses. A filter never costs recall: Milvus Lite's HNSW index,
+        searched with a filter, skips the chunks that fail it during its walk of the
+        graph and misses some of the best that pass when they are few. A filtered dense
         search therefore ranks the matching chunks exactly when there are at most
         ``_EXACT_ROWS``; past that, Milvus Lite's walk is widened in proportion to
         the share of chunks that may fail the filter (the walk then reaches several
@@ -883,7 +896,10 @@ class MilvusStore:
                 return self._exact_dense(vector, k, matching)
             if self._lite():  # at least len(matching) pass: the share that fails is at most 1 - that / total
                 total = self._count("")
-                params["params"] = {"ef": min(total, max(_HNSW_EF, 4 * k) * math.ceil(total / len(matching)))}
+                wide = min(total, max(_HNSW_EF, 4 * k) * math.ceil(total / len(matching)))
+                params["params"] = {"ef": max(wide, _EF_PER_RESULT * k)}
+        if mode == "dense" and "params" not in params and self._lite():
+            params["params"] = {"ef": max(_HNSW_EF, _EF_PER_RESULT * k)}
         if mode == "dense":
             res = self._call(
                 "search",
