@@ -1277,13 +1277,14 @@ class FaissStore:
         known, rows = self._hidden
         if hidden is known:
             return rows
-        new = hidden - known if known <= hidden else hidden
+        if not known <= hidden:  # another run's set: looked up whole
+            known, rows = frozenset(), np.zeros(0, dtype=np.int64)
         found = [
             r[0]
-            for part in _batches(sorted(new))
+            for part in _batches(sorted(hidden - known))
             for r in self.db.execute(f"SELECT n FROM chunks WHERE id IN ({_marks(len(part))})", part)  # noqa: S608
         ]
-        rows = np.union1d(rows if known <= hidden else np.zeros(0, dtype=np.int64), np.asarray(found, np.int64))
+        rows = np.union1d(rows, np.asarray(found, np.int64))
         self._hidden = (hidden, rows)
         return rows
 
