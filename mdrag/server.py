@@ -302,9 +302,14 @@ class QAServer:
         from mdrag.parsers import supported_extensions
 
         exts = tuple(supported_extensions())
+        watched: list[str] | None = None  # the folders the last watcher watched (None: none yet)
         while not self._stop.is_set():
             self._rewatch.clear()
             roots = [f for f in self.folders if Path(f).is_dir()]
+            # Folders another process added while the server runs: what changed in them before this
+            # watcher started is read by an update once it watches (the startup update reads them all).
+            added = [] if watched is None else [f for f in roots if f not in watched]
+            watched = roots
 
             def relevant(change: Change, path: str, roots: list[str] = roots) -> bool:
                 # hidden files and folders are not indexed: below the folder, not in the folder's own path
@@ -317,8 +322,20 @@ class QAServer:
             if not roots:
                 await self._rewatch.wait()
                 continue
-            async for changes in awatch(*roots, watch_filter=relevant, debounce=500, stop_event=self._rewatch):
-                self._reload("files changed", [path for _, path in changes])
+            # yield_on_timeout: the first (empty) yield says the watcher is installed
+            async for changes in awatch(
+                *roots,
+                watch_filter=relevant,
+                debounce=500,
+                stop_event=self._rewatch,
+                rust_timeout=1000,
+                yield_on_timeout=True,
+            ):
+                if added:
+                    self._reload("folders added", added)
+                    added = []
+                if changes:
+                    self._reload("files changed", [path for _, path in changes])
 
     async def _watch_config(self) -> None:
         from watchfiles import awatch

@@ -789,6 +789,59 @@ def test_the_server_follows_folders_that_another_process_adds_or_removes(tmp_pat
     asyncio.run(scenario())
 
 
+def test_a_file_saved_in_an_added_folder_before_its_watcher_starts_is_indexed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A folder that another process adds is watched once the server's next update names it; a file saved
+    there before the new watcher was in place (a loaded machine: it failed in the full suite) was missed
+    until the periodic rescan, minutes later. The watcher reads the added folders once it watches."""
+    import watchfiles
+
+    real = watchfiles.awatch
+
+    async def slow_awatch(*args: Any, **kwargs: Any) -> AsyncIterator[Any]:
+        await asyncio.sleep(1.5)  # the watcher comes up late
+        async for changes in real(*args, **kwargs):
+            yield changes
+
+    monkeypatch.setattr(watchfiles, "awatch", slow_awatch)
+    a, c = tmp_path / "a", tmp_path / "c"
+    for folder, word in ((a, "alpha"), (c, "charlie")):
+        folder.mkdir()
+        (folder / f"{word}.md").write_text(f"# {word.title()}\n\nThe {word} page.\n")
+
+    async def found(server: QAServer, word: str) -> bool:
+        assert server.index is not None
+        results = await asyncio.to_thread(server.index.search, word, 5, threshold=0)
+        return any(word in r.text for r in results)
+
+    async def until(what: Any, why: str) -> None:
+        deadline = time.monotonic() + 120  # only stops a hang
+        while not await what():
+            assert time.monotonic() < deadline, why
+            await asyncio.sleep(0.2)
+
+    async def scenario() -> None:
+        config = _config(**{"search.threshold": 0})  # the periodic rescan is minutes away
+        async with serving(config, [a]) as server:
+            await asyncio.sleep(2)  # the first watcher is up
+            other = Index(config, embedder=HashEmbedder())  # as `mdrag index C` from another shell
+            try:
+                await asyncio.to_thread(other.update, [c])
+            finally:
+                other.close()
+            (a / "saved.md").write_text("# Saved\n\nThe xylophonic page.\n")  # its update takes C in
+
+            async def names_c() -> bool:
+                return server.folders == [str(a), str(c)]
+
+            await until(names_c, "the server takes the added folder in")
+            (c / "charlie.md").write_text("# Charlie\n\nThe quintessential page.\n")  # before C is watched
+            await until(lambda: found(server, "quintessential"), "the file saved before the watcher started")
+
+    asyncio.run(scenario())
+
+
 def test_a_port_in_use_is_one_clear_error(tmp_path: Path) -> None:
     from mdrag.errors import MdragError
 
