@@ -13,7 +13,11 @@ its inverse document frequency in the index, as BM25 does, and takes the
 *unknown share*: the part of the question's weight carried by words that no
 chunk of the index holds. Above ``answer.max_unknown`` the answer is "no
 relevant information" and no LLM is asked; so it is when the best result's
-cosine is below ``answer.min_score``.
+cosine is below ``answer.min_score``, unless one of the first ``NAMED_TOP``
+results holds every word of the question: a short keyword question
+("removePathAccents setting") answered by one row of a long table scores a
+low cosine (the model embeds the whole chunk), and the search keeps such an
+exact match whatever its cosine (mdrag.search), so the answer does too.
 
 Documents about one subject often name the neighbours of what they do not
 cover: the OpenTelemetry blog mentions Istio, Envoy, CloudWatch and InfluxDB,
@@ -63,6 +67,7 @@ __all__ = [
     "NAMED_SURE",
     "NAMED_TOP",
     "TermStats",
+    "holds_every_word",
     "missing_names",
     "names",
     "ordinary_words",
@@ -186,8 +191,20 @@ def missing_names(question: str, results: Sequence[SearchResult], stats: TermSta
         return named
     held: set[str] = set()
     for r in results[:NAMED_TOP]:
-        held |= stats.words(" ".join([r.text, " ".join(r.heading_path), r.rel_path]))
+        held |= _held(r, stats)
     return named - held
+
+
+def _held(result: SearchResult, stats: TermStats) -> set[str]:
+    """The words of ``result`` as the index spells them: its text, heading path and file path."""
+    return stats.words(" ".join([result.text, " ".join(result.heading_path), result.rel_path]))
+
+
+def holds_every_word(question: str, results: Sequence[SearchResult], stats: TermStats) -> bool:
+    """Whether one of the first ``NAMED_TOP`` results holds every word of ``question``: an exact match of
+    what was asked (a setting's name, a table row), which the search keeps whatever its cosine."""
+    asked = stats.words(question)
+    return bool(asked) and any(asked <= _held(r, stats) for r in results[:NAMED_TOP])
 
 
 def refuse(
@@ -195,7 +212,7 @@ def refuse(
 ) -> bool:
     """Whether to answer "no relevant information" rather than from ``results``; see the module docstring."""
     best = max((r.score for r in results), default=0.0)
-    if not results or best < min_score:
+    if not results or (best < min_score and not holds_every_word(question, results, stats)):
         return True
     if stats.n >= MIN_CHUNKS and unknown_share(question, stats) > max_unknown:
         return True

@@ -171,3 +171,19 @@ def test_the_readme_demo_question_is_answered_from_the_sample_docs(minilm: Embed
         assert results and results[0].rel_path == "guides/incremental-indexing.md"
         stats = idx.term_stats()
         assert not refuse(question, results, stats, config["answer.min_score"], config["answer.max_unknown"])
+
+
+def test_a_result_holding_every_word_of_the_question_is_not_refused_for_its_cosine(shared_data: Path) -> None:
+    # Hugo's settings table names removePathAccents in one row of a long page: the row's chunk scores a
+    # cosine of about 0.2 (measured), far below the floor, and the search keeps it as an exact match
+    page = shared_data / "markdown_hugo_docs" / "content" / "en" / "configuration" / "all.md"
+    other = shared_data / "markdown_hugo_docs" / "content" / "en" / "configuration" / "imaging.md"
+    stats = _stats_of([page, other])
+    text = page.read_text(encoding="utf-8")
+    assert "removePathAccents" in text
+    found = [_result(0.2, text, "configuration/all.md")]
+    assert not refuse("removePathAccents setting", found, stats, min_score=0.44, max_unknown=0.2)
+    # a word the result lacks, or an exact match below the first NAMED_TOP results: the floor refuses
+    assert refuse("removePathAccents webp setting", found, stats, min_score=0.44, max_unknown=0.2)
+    weak = [_result(0.3, "imaging options", "imaging.md")] * NAMED_TOP + found
+    assert refuse("removePathAccents setting", weak, stats, min_score=0.44, max_unknown=0.2)
