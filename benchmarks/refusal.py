@@ -42,6 +42,10 @@ per index). The index is built on first use under --home and reused after.
     python benchmarks/refusal.py --corpus cncf --home /tmp/refusal/cncf  # cncf_qa.jsonl (the CNCF glossary)
     python benchmarks/refusal.py --corpus commonmark --home /tmp/refusal/cm  # commonmark_qa.jsonl (held out)
     python benchmarks/refusal.py --corpus html --home /tmp/refusal/html  # html_qa.jsonl (held out)
+    python benchmarks/refusal.py --corpus hugo --home /tmp/refusal/hugo --qa benchmarks/data/hugo_keyword_qa.jsonl
+
+The keyword sets (otel, hugo, html: `--qa benchmarks/data/<corpus>_keyword_qa.jsonl`) are held out for
+every rule; the "coverage" rule (COVER_*) was tried on them for issue 27 and not adopted.
 
 The CommonMark spec is a .txt file, which mdrag does not read: it is copied
 as commonmark-spec.md into <home>/docs and indexed from there.
