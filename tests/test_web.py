@@ -9,6 +9,7 @@ chromium-driver`). Set MDRAG_SCREENSHOT=docs/web.png to write the README's scree
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 import sys
@@ -131,6 +132,13 @@ def state(browser: WebDriver) -> str:
 
 
 def open_page(browser: WebDriver, url: str) -> None:
+    """Open the page in a new tab: its own sessionStorage, so no turns kept by an earlier test."""
+    old = browser.current_window_handle
+    browser.switch_to.new_window("tab")
+    new = browser.current_window_handle
+    browser.switch_to.window(old)
+    browser.close()
+    browser.switch_to.window(new)
     browser.get(url)
     wait_for(browser, lambda b: state(b).startswith("ready:"), "the ready state", 180)
 
@@ -284,6 +292,174 @@ def test_search_only_lists_ranked_passages(browser: WebDriver, served: str, scri
     assert scores == sorted(scores, reverse=True)
     assert any("configuration.md" in r.find_element(By.CSS_SELECTOR, ".file").text for r in results)
     assert script.requests == []
+
+
+# the newest turn as the reader sees it: the box of `arguments[0]` in it (default: the whole turn), the
+# top of the input box that sticks to the bottom of the window, and how far the page is scrolled
+VIEW = """
+const turn = [...document.querySelectorAll('#log .turn')].pop();
+const box = (arguments[0] ? turn.querySelector(arguments[0]) : turn).getBoundingClientRect();
+return {top: box.top, bottom: box.bottom, ask: document.getElementById('ask').getBoundingClientRect().top,
+        length: turn.querySelector('.body').textContent.length, streaming: turn.classList.contains('streaming'),
+        y: window.scrollY};
+"""
+# VIEW at every change of the newest turn while it streams, in window.views (while it is an array)
+WATCH = """
+window.views = [];
+new MutationObserver(() => {
+  const turn = [...document.querySelectorAll('#log .turn')].pop();
+  if (!window.views || !turn?.classList.contains('streaming')) return;
+  const box = turn.getBoundingClientRect();
+  window.views.push({top: box.top, bottom: box.bottom, ask: document.getElementById('ask').getBoundingClientRect().top,
+                     length: turn.querySelector('.body').textContent.length});
+}).observe(document.getElementById('log'), {childList: true, subtree: true, characterData: true});
+"""
+
+
+def in_view(view: dict[str, float]) -> bool:
+    """The box's end is on screen above the input box (the start of a tall one may be above the window)."""
+    return 0 < view["bottom"] <= view["ask"] + 1 and view["top"] < view["bottom"]
+
+
+def test_the_newest_turn_stays_in_view_above_the_input_box(browser: WebDriver, served: str, script: Script) -> None:
+    open_page(browser, served)
+    browser.set_window_size(480, 640)
+    try:
+        search_only = browser.find_element(By.ID, "search-only")
+        search_only.click()
+        for text in ("chunk size setting", "what happens when indexing is interrupted"):
+            finished(browser, ask(browser, text))
+            assert in_view(browser.execute_script(VIEW))
+        search_only.click()
+        # a long answer, a paragraph every few sentences, that the reader follows as it streams
+        script.tokens = [f"Sentence {i} says a little more about the chunk size [1]. " for i in range(80)]
+        script.tokens[4::5] = [t + "\n\n" for t in script.tokens[4::5]]
+        script.delay = 0.1
+        browser.execute_script(WATCH)
+        turn = ask(browser, "How do I change the chunk size?")
+        wait_for(browser, lambda b: b.execute_script(VIEW)["length"] > 800, "a good part of the answer")
+        views = browser.execute_script("const v = window.views; window.views = null; return v")
+        assert len(views) >= 3 and all(map(in_view, views)), views
+        # the reader scrolls up: the page leaves them there while the answer grows
+        y = browser.execute_script("window.scrollBy(0, -300); return window.scrollY")
+        length = browser.execute_script(VIEW)["length"]
+        view = wait_for(
+            browser, lambda b: (v := b.execute_script(VIEW))["length"] > length + 150 and v, "more of the answer"
+        )
+        assert abs(view["y"] - y) <= 1 and view["streaming"] and not in_view(view)
+        # and back at the end, the page follows the answer again
+        browser.execute_script("window.scrollTo(0, document.documentElement.scrollHeight); window.views = []")
+        wait_for(browser, lambda b: len(b.execute_script("return window.views")) >= 3, "more of the answer")
+        views = browser.execute_script("const v = window.views; window.views = null; return v")
+        assert all(map(in_view, views)), views
+        finished(browser, turn)
+        assert turn.find_elements(By.CSS_SELECTOR, ".sources") and in_view(browser.execute_script(VIEW))
+        # an error in the middle of the answer is said on its turn, in view, after the text so far
+        script.tokens, script.delay = ["The first part of the answer.\n\n" * 30, "never sent"], 0.0
+        script.error_event = "the model crashed"
+        failed = ask(browser, "How do I change the chunk size?")
+        note = wait_for(browser, lambda b: failed.find_elements(By.CSS_SELECTOR, ".note.error"), "the error")[0]
+        assert "the model crashed" in note.text and "never sent" not in failed.text
+        assert failed.find_element(By.CSS_SELECTOR, ".body").text.startswith("The first part of the answer.")
+        assert in_view(browser.execute_script(VIEW, ".note.error"))
+        # a cited source is scrolled into view above the input box, not under it
+        box = browser.execute_script(
+            "window.scrollTo(0, 0); const a = arguments[0]; a.click();"
+            "const li = document.getElementById(a.hash.slice(1)).getBoundingClientRect();"
+            "return {top: li.top, bottom: li.bottom, ask: document.getElementById('ask').getBoundingClientRect().top};",
+            turn.find_element(By.CSS_SELECTOR, ".body a.cite"),
+        )
+        assert in_view(box), box
+    finally:
+        browser.set_window_size(1000, 900)
+
+
+def test_a_link_keeps_the_parentheses_of_its_url(browser: WebDriver, served: str, script: Script) -> None:
+    script.tokens = [
+        "See [Foo](https://en.wikipedia.org/wiki/Foo_(bar)) and [the spec](https://example.org/a_(b)_c",
+        ' "its title") (twice), ',
+        "not [this](javascript:alert(document.domain)) [1].",
+    ]
+    open_page(browser, served)
+    turn = ask(browser, "How do I change the chunk size?")
+    finished(browser, turn)
+    body = turn.find_element(By.CSS_SELECTOR, ".body")
+    links = [(a.text, a.get_attribute("href")) for a in body.find_elements(By.CSS_SELECTOR, "a:not(.cite)")]
+    assert links == [("Foo", "https://en.wikipedia.org/wiki/Foo_(bar)"), ("the spec", "https://example.org/a_(b)_c")]
+    assert body.text == "See Foo and the spec (twice), not this [1]."  # no stray ")"; the javascript: link is text
+
+
+def test_a_reload_shows_the_conversation_again(browser: WebDriver, served: str, script: Script) -> None:
+    open_page(browser, served)
+    script.tokens = ["Set **chunk.size** [1]:\n\n", "- in `config.yaml`;\n", "- or <b>per run</b> [1].\n"]
+    finished(browser, answered := ask(browser, "How do I change the chunk size?"))
+    assert answered.find_elements(By.CSS_SELECTOR, ".sources li")
+    browser.find_element(By.ID, "search-only").click()
+    finished(browser, ask(browser, "chunk size setting"))
+    browser.find_element(By.ID, "search-only").click()
+    script.status, script.error_body = 500, b'{"error": {"message": "model overloaded"}}'
+    finished(browser, failed := ask(browser, "How do I change the chunk size?"))
+    assert failed.find_elements(By.CSS_SELECTOR, ".note.error")
+    script.status, script.tokens, script.delay = 200, ["word "] * 400, 0.05
+    coming = ask(browser, "What happens when indexing is interrupted?")
+    wait_for(browser, lambda b: "word" in coming.text, "the first words")
+    questions = [t.find_element(By.CSS_SELECTOR, ".question").text for t in turns(browser)]
+    shown = [t.get_attribute("outerHTML") for t in turns(browser)[:3]]
+    browser.refresh()
+    wait_for(browser, lambda b: state(b).startswith("ready:"), "the ready state after the reload")
+    again = turns(browser)
+    assert [t.find_element(By.CSS_SELECTOR, ".question").text for t in again] == questions
+    assert [t.get_attribute("outerHTML") for t in again[:3]] == shown  # rendered as they were
+    # the answer that was still coming: its words so far, stopped, without sources
+    assert script.disconnected.wait(30), "the reload did not close the LLM request"
+    assert again[3].get_attribute("data-done") is not None and "streaming" not in again[3].get_attribute("class")
+    assert again[3].find_element(By.CSS_SELECTOR, ".body").text.startswith("word word")
+    assert "reloaded" in again[3].find_element(By.CSS_SELECTOR, ".note.stopped").text
+    assert again[3].find_elements(By.CSS_SELECTOR, ".sources") == []
+    # the restored turns work, and the conversation goes on
+    again[0].find_element(By.CSS_SELECTOR, "a.cite").click()
+    wait_for(browser, lambda b: again[0].find_elements(By.CSS_SELECTOR, ".sources .passage"), "the cited passage")
+    script.tokens, script.delay = ["Done [1]."], 0.0
+    finished(browser, last := ask(browser, "How do I change the chunk size?"))
+    assert last.get_attribute("id") == "t5" and "Done" in last.text
+    # kept for the tab only, and nothing but the conversation
+    assert browser.execute_script("return [Object.keys(sessionStorage), localStorage.length]") == [
+        ["mdrag-conversation"],
+        0,
+    ]
+    assert [e["message"] for e in browser.get_log("browser") if e["level"] == "SEVERE"] == []
+
+
+def test_the_conversation_kept_for_a_reload_is_capped(browser: WebDriver, served: str, script: Script) -> None:
+    open_page(browser, served)
+    kept = [
+        {"kind": "answer", "question": f"question {i}", "text": f"answer {i} " + "x" * 10_000, "done": True}
+        for i in range(80)
+    ]
+    kept[-1]["question"] = "<img src=x onerror=\"document.title='pwned'\">"  # shown as text, like any question
+    browser.get(served + "favicon.svg")  # the same origin, without the page (which keeps its own turns)
+    browser.execute_script("sessionStorage.setItem('mdrag-conversation', JSON.stringify(arguments[0]))", kept)
+    browser.get(served)
+    wait_for(browser, lambda b: state(b).startswith("ready:"), "the ready state")
+    assert len(turns(browser)) == 80 and browser.find_elements(By.CSS_SELECTOR, "#log img") == []
+    assert (
+        browser.title == "mdrag"
+        and turns(browser)[-1].find_element(By.CSS_SELECTOR, ".question").text == kept[-1]["question"]
+    )
+    browser.find_element(By.ID, "search-only").click()
+    finished(browser, ask(browser, "chunk size setting"))
+    stored = wait_for(
+        browser,
+        lambda b: (
+            (s := b.execute_script("return sessionStorage.getItem('mdrag-conversation')")) and "chunk size" in s and s
+        ),
+        "the new turn kept",
+    )
+    now = json.loads(stored)
+    assert now[-1]["question"] == "chunk size setting" and now[-1]["results"]
+    assert len(now) < len(kept) and len(stored) < len(json.dumps(kept))  # the oldest turns went
+    assert now[-2]["question"] == kept[-1]["question"] and now[0]["question"] != "question 0"
+    assert len(turns(browser)) == 81  # the page itself still shows them all
 
 
 class _PageHandler(SimpleHTTPRequestHandler):

@@ -14,6 +14,12 @@ const stateLine = $("state");
 const tokenForm = $("token-form");
 const tokenInput = $("token");
 const TOKEN = "mdrag-token"; // kept in sessionStorage: gone when the tab closes
+// The conversation, kept in sessionStorage for the tab so that a reload shows it again: what the
+// turns showed (questions, answers, sources, results, errors) and nothing else, its newest turns
+// only (at most MAX_KEPT turns and MAX_KEPT_CHARS characters).
+const CONVERSATION = "mdrag-conversation";
+const MAX_KEPT = 50;
+const MAX_KEPT_CHARS = 500_000;
 
 let ws = null; // the open connection, or null
 let pending = []; // handlers of the requests sent, oldest first
@@ -21,6 +27,9 @@ let answering = null; // the handler of the question being answered
 let state = ""; // the server's last state: loading | ready | empty
 let poll = 0;
 let turns = 0;
+let conversation = []; // the records of the turns, oldest first (what is kept for a reload)
+let saving = 0; // the timer of the next save, or 0
+let pageHeight = 0; // the page's height when keepInView last looked
 
 function el(tag, cls, text) {
   const e = document.createElement(tag);
@@ -147,18 +156,104 @@ function newTurn(text, kind) {
   const body = el("div", "body");
   article.append(el("p", "question", text), body);
   log.append(article);
-  article.scrollIntoView({ block: "end" });
-  return { id, article, body, question: text };
+  const record = { kind, question: text };
+  conversation = [...conversation.slice(1 - MAX_KEPT), record];
+  changed();
+  keepInView(true); // a new turn is shown, wherever the reader had scrolled to
+  return { id, article, body, question: text, record };
 }
 
 function end(turn) {
   turn.article.classList.remove("streaming");
   turn.article.dataset.done = ""; // the turn has its outcome: answer, error, or stop
+  turn.record.done = true;
+  changed();
+  keepInView();
 }
 
 function note(turn, cls, text) {
   turn.article.querySelector(":scope > .note")?.remove();
   turn.article.append(el("p", `note ${cls}`, text));
+  keepInView();
+}
+
+/** The answer ends without its sources: an error (cls "error") or a stop ("stopped"); its text so far stays. */
+function cutShort(turn, cls, text) {
+  turn.record.note = { cls, text };
+  end(turn);
+  note(turn, cls, text);
+}
+
+function showAnswer(turn, text) {
+  turn.body.replaceChildren(renderMarkdown(text, { cite: cite(turn) }));
+  turn.record.text = text;
+  changed();
+  keepInView();
+}
+
+/**
+ * After the conversation grew: show the end of the page again (the newest turn, just above the input
+ * box that sticks to the bottom of the window) if the reader was at its end before (or `always`). A
+ * reader who scrolled up stays where they are until they scroll back down to the end.
+ */
+function keepInView(always = false) {
+  const height = document.documentElement.scrollHeight;
+  const slack = 24; // px short of the end that still count as the end
+  if (always || window.scrollY + window.innerHeight >= pageHeight - slack) window.scrollTo(0, height);
+  pageHeight = height;
+}
+
+// what is scrolled into view (a cited source) is kept clear of the input box
+new ResizeObserver(() => {
+  document.documentElement.style.scrollPaddingBottom = `${form.offsetHeight}px`;
+}).observe(form);
+
+// -- keeping the conversation for the tab ----------------------------------------
+function changed() {
+  if (!saving) saving = setTimeout(save, 500);
+}
+
+function save() {
+  clearTimeout(saving);
+  saving = 0;
+  const kept = conversation.map((r) => JSON.stringify(r));
+  let chars = kept.reduce((n, s) => n + s.length + 1, 2);
+  while (kept.length && chars > MAX_KEPT_CHARS) chars -= kept.shift().length + 1;
+  try {
+    sessionStorage.setItem(CONVERSATION, `[${kept.join(",")}]`);
+  } catch (e) {
+    sessionStorage.removeItem(CONVERSATION); // over the browser's quota: nothing kept rather than a stale copy
+    console.warn(`mdrag: the conversation is not kept for a reload: ${e}`);
+  }
+}
+
+/** The turns kept by an earlier page of this tab, shown again as they were; one that was still
+ * coming when the page went away is shown as stopped. */
+function restore() {
+  let records;
+  try {
+    records = JSON.parse(sessionStorage.getItem(CONVERSATION) ?? "[]");
+  } catch {
+    records = [];
+  }
+  if (!Array.isArray(records)) return;
+  const reloaded = "Stopped: the page was reloaded before the answer was complete.";
+  for (const r of records) {
+    if (typeof r?.question !== "string" || (r.kind !== "answer" && r.kind !== "search")) continue;
+    const turn = newTurn(r.question, r.kind);
+    const said = ["error", "stopped"].includes(r.note?.cls) ? r.note : null;
+    if (r.kind === "search") {
+      if (Array.isArray(r.results)) showResults(turn, r.results);
+      else if (said) showSearchNote(turn, said.cls, String(said.text));
+      else showSearchNote(turn, "stopped", "Stopped: the page was reloaded before the results came.");
+      continue;
+    }
+    const text = typeof r.text === "string" ? r.text : "";
+    if (text) showAnswer(turn, text);
+    if (said) cutShort(turn, said.cls, String(said.text));
+    else if (r.done) finish(turn, text, Array.isArray(r.sources) ? r.sources.map(String) : []);
+    else cutShort(turn, "stopped", reloaded);
+  }
 }
 
 function cite(turn) {
@@ -184,17 +279,17 @@ function ask(text) {
           return false;
         case "stream_chunk":
           this.text += msg.chunk;
-          turn.body.replaceChildren(renderMarkdown(this.text, { cite: cite(turn) }));
+          showAnswer(turn, this.text);
           if (!this.shown) performance.mark(`mdrag:first_text:${turn.id}`);
           this.shown = true;
           return false;
         case "stream_end":
         case "answer":
+          answering = null;
           finish(turn, msg.type === "answer" ? msg.answer : this.text, msg.sources || []);
           return true;
-        case "error":
-          end(turn);
-          note(turn, "error", `Error: ${msg.message}`);
+        case "error": // before stream_start, or after it: the answer is cut short
+          cutShort(turn, "error", `Error: ${msg.message}`);
           answering = null;
           return true;
         case "status": // not ready: the index is loading; ask again in a second
@@ -209,9 +304,8 @@ function ask(text) {
       }
     },
     fail(reason) {
-      end(turn);
-      if (reason === "stopped") note(turn, "stopped", "Stopped.");
-      else note(turn, "error", `Error: ${reason}`);
+      if (reason === "stopped") cutShort(turn, "stopped", "Stopped.");
+      else cutShort(turn, "error", `Error: ${reason}`);
       if (answering === handler) answering = null;
     },
   };
@@ -219,14 +313,15 @@ function ask(text) {
   send({ type: "query", question: text }, handler);
 }
 
+/** The complete answer: its text and its sources (the paths its [n] cite). */
 function finish(turn, text, sources) {
-  answering = null;
-  end(turn);
   turn.article.querySelector(":scope > .note")?.remove();
-  turn.body.replaceChildren(renderMarkdown(text, { cite: cite(turn) }));
+  showAnswer(turn, text);
+  turn.record.sources = sources;
   if (!sources.length) {
     turn.article.classList.add("no-info");
     turn.body.prepend(el("p", "label", "No relevant information"));
+    end(turn);
     return;
   }
   // [n] is sources[n-1]; a path listed twice is shown once, under its first number
@@ -254,6 +349,7 @@ function finish(turn, text, sources) {
     details.open = true;
     target.scrollIntoView({ block: "nearest" });
   });
+  end(turn);
 }
 
 function commonDir(paths) {
@@ -319,32 +415,41 @@ function passage(r) {
   return div;
 }
 
+function showResults(turn, results) {
+  // kept for a reload: what passage() shows
+  const shown = ["path", "rel_path", "heading", "page", "line_start", "line_end", "score", "text"];
+  turn.record.results = results.map((r) => Object.fromEntries(shown.map((k) => [k, r?.[k]])));
+  if (!results.length) turn.body.replaceChildren(el("p", "label", "No relevant information: no passage matches."));
+  else {
+    const ol = el("ol", "results");
+    turn.record.results.forEach((r) => ol.appendChild(el("li")).append(passage(r)));
+    turn.body.replaceChildren(ol);
+  }
+  end(turn);
+}
+
+function showSearchNote(turn, cls, text) {
+  turn.body.replaceChildren(el("p", `note ${cls}`, text));
+  turn.record.note = { cls, text };
+  end(turn);
+}
+
 function search(text) {
   const turn = newTurn(text, "search");
   turn.body.append(el("p", "note", "searching…"));
-  const show = (node) => {
-    turn.body.replaceChildren(node);
-    end(turn);
-  };
   send(
     { type: "search", query: text },
     {
       on(msg) {
-        if (msg.type === "search_results") {
-          if (!msg.results.length) show(el("p", "label", "No relevant information: no passage matches."));
-          else {
-            const ol = el("ol", "results");
-            msg.results.forEach((r) => ol.appendChild(el("li")).append(passage(r)));
-            show(ol);
-          }
-        } else if (msg.type === "error") show(el("p", "note error", `Error: ${msg.message}`));
+        if (msg.type === "search_results") showResults(turn, msg.results);
+        else if (msg.type === "error") showSearchNote(turn, "error", `Error: ${msg.message}`);
         else if (msg.type === "status") {
           showStatus(msg);
-          show(el("p", "note error", "The index is still loading: search again shortly."));
+          showSearchNote(turn, "error", "The index is still loading: search again shortly.");
         } else return false;
         return true;
       },
-      fail: (reason) => show(el("p", "note error", `Error: ${reason}`)),
+      fail: (reason) => showSearchNote(turn, "error", `Error: ${reason}`),
     },
   );
 }
@@ -389,6 +494,10 @@ tokenForm.addEventListener("submit", (ev) => {
   connect();
 });
 
+window.addEventListener("pagehide", save); // a reload or a closed tab: the latest turns, even one still coming
+history.scrollRestoration = "manual"; // a reload shows the end of the conversation, as restore() scrolls there
+
+restore();
 connect();
 updateControls();
 question.focus();

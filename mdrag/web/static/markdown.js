@@ -9,9 +9,10 @@ const RULE = /^\s{0,3}([-*_])(\s*\1){2,}\s*$/;
 const QUOTE = /^\s{0,3}>\s?/;
 const ITEM = /^(\s*)([-*+]|\d{1,9}[.)])\s+(.*)$/;
 const TABLE_RULE = /^\s*\|?\s*:?-+:?\s*(\|\s*:?-+:?\s*)*\|?\s*$/;
-// code | link | **bold** | __bold__ | *em* | _em_ | [n] citation | <autolink>
+// code | link (balanced parentheses in its URL: wiki/Foo_(bar)) | **bold** | __bold__ | *em* | _em_ | [n] citation
+// | <autolink>
 const INLINE =
-  /(`+)([^`]|[^`][\s\S]*?[^`])\1(?!`)|\[([^\]\n]+)\]\(\s*(\S+?)(?:\s+"[^"]*")?\s*\)|\*\*(\S[\s\S]*?)\*\*|__(\S[\s\S]*?)__|\*(\S[^*]*?)\*|(?<![\w])_(\S[^_]*?)_(?![\w])|\[(\d{1,3})\]|<(https?:\/\/[^>\s]+)>/g;
+  /(`+)([^`]|[^`][\s\S]*?[^`])\1(?!`)|\[([^\]\n]+)\]\(\s*((?:[^\s()]|\([^\s()]*\))+)(?:\s+"[^"]*")?\s*\)|\*\*(\S[\s\S]*?)\*\*|__(\S[\s\S]*?)__|\*(\S[^*]*?)\*|(?<![\w])_(\S[^_]*?)_(?![\w])|\[(\d{1,3})\]|<(https?:\/\/[^>\s]+)>/g;
 
 function node(tag, text) {
   const e = document.createElement(tag);
