@@ -363,6 +363,38 @@ def test_llm_errors_become_error_messages_and_the_connection_goes_on(tmp_path: P
     asyncio.run(scenario())
 
 
+def test_an_answer_the_llm_did_not_finish_ends_in_an_error_here_and_in_mdrag_ask(tmp_path: Path, llm: LLM) -> None:
+    """The LLM sends one piece and closes its stream with no finish_reason and no [DONE]: the WebSocket
+    gets stream_start, the piece, then an error (no stream_end); `mdrag ask` prints the piece, says on
+    stderr that the answer is cut short, lists no sources and exits 1."""
+    root = _docs(tmp_path)
+    llm.script.unfinished = True
+
+    async def scenario() -> None:
+        config = _config(**{"llm.base_url": llm.base_url, "search.threshold": 0})
+        async with serving(config, [root]) as server:
+            ws = await opened(server)
+            text, _, messages = await ask(ws, "Topic 2")
+            assert [m["type"] for m in messages] == ["stream_start", "stream_chunk", "error"]
+            assert text == "Hel" and messages[-1]["message"].startswith("the answer is cut short: ")
+            llm.script.unfinished = False  # the connection goes on
+            text, sources, _ = await ask(ws, "Topic 2")
+            assert text == "".join(llm.script.tokens) and sources
+            await ws.close()
+
+            llm.script.unfinished = True
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "mdrag", "ask", "Topic 2", "--server", server.url,
+                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, cwd=REPO,
+            )  # fmt: skip
+            out, err = await asyncio.wait_for(proc.communicate(), 60)
+        assert proc.returncode == 1
+        assert out.decode() == "Hel\n"  # the piece that came, and no "Sources:": the answer is not whole
+        assert err.decode().startswith("mdrag: error: the answer is cut short: ") and "ask again" in err.decode()
+
+    asyncio.run(scenario())
+
+
 def test_a_client_that_disconnects_mid_answer_cancels_the_llm_request(tmp_path: Path, llm: LLM) -> None:
     root = _docs(tmp_path)
     llm.script.tokens = [f"t{i} " for i in range(60)]
