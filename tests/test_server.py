@@ -722,6 +722,64 @@ def test_interactive_ask_through_its_prompt(tmp_path: Path) -> None:
     asyncio.run(scenario())
 
 
+def test_ctrl_c_during_an_answer_at_the_prompt_stops_that_answer_and_the_prompt_goes_on(
+    tmp_path: Path, llm: LLM
+) -> None:
+    """`mdrag ask` at its prompt, a real process: SIGINT while an answer streams stops that answer (its LLM
+    request is cancelled) and the prompt answers the next question; end of input then exits 0."""
+    import signal
+
+    root = _docs(tmp_path, 3)
+    llm.script.tokens = [f"slow{i} " for i in range(100)]
+    llm.script.delay = 0.2
+    # `python -m mdrag`, with Python's own Ctrl+C handler even if this process was started ignoring SIGINT
+    entry = "import runpy, signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
+    entry += "runpy.run_module('mdrag', run_name='__main__', alter_sys=True)"
+
+    async def scenario() -> None:
+        config = _config(**{"llm.base_url": llm.base_url, "search.threshold": 0})
+        async with serving(config, [root]) as server:
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable, "-c", entry, "ask", "--server", server.url,
+                stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+                cwd=REPO,
+            )  # fmt: skip
+            assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+            out = b""
+
+            async def read_until(text: bytes) -> None:
+                nonlocal out
+                while text not in out:
+                    piece = await asyncio.wait_for(proc.stdout.read(4096), 60)
+                    assert piece, f"mdrag ask ended before {text!r}: {out.decode()!r}"
+                    out += piece
+
+            try:
+                proc.stdin.write(b"Topic 1 feature1\n")
+                await proc.stdin.drain()
+                await read_until(b"slow1 ")  # mid-answer
+                proc.send_signal(signal.SIGINT)
+                assert await asyncio.to_thread(llm.script.disconnected.wait, 30), "the answer was not stopped"
+                llm.script.tokens, llm.script.delay = ["The second ", "answer [1]."], 0.0
+                proc.stdin.write(b"Topic 2 feature2\n")
+                await proc.stdin.drain()
+                await read_until(b"Sources:")
+                proc.stdin.close()
+                await asyncio.wait_for(proc.wait(), 60)
+                rest, err = await proc.stdout.read(), (await proc.stderr.read()).decode()
+            finally:
+                if proc.returncode is None:
+                    proc.kill()
+                    await proc.wait()
+        text = (out + rest).decode()
+        assert proc.returncode == 0, err
+        assert "answer stopped" in err and "Traceback" not in err
+        assert "slow99" not in text and text.count("Sources:") == 1
+        assert "The second answer [1].\n\nSources:\n  [1] " in text and "topic2.md" in text.split("Sources:")[1]
+
+    asyncio.run(scenario())
+
+
 def test_ask_with_no_server_is_one_line_and_exit_1() -> None:
     import socket
     import subprocess
