@@ -18,6 +18,13 @@ Three cases, decided by the caller's results and settings:
   :func:`declined` recognises that reply (:mod:`mdrag.qa` turns it into
   :data:`NO_RELEVANT`).
 
+An LLM answer is whole only when the model says it finished (a
+``finish_reason`` such as ``"stop"``). A stream that ends without one (the
+server closed it early), or that ends on ``"length"`` (the token limit) or
+``"content_filter"``, raises :class:`LLMError` ("the answer is cut short: ...")
+after the text that came: every front end then shows an error, never a
+finished answer.
+
 The API key goes into the ``Authorization`` header and nowhere else: it never
 appears in a log record, an exception message or ``repr()``; a server that
 echoes it back in an error has it replaced by ``***``.
@@ -78,6 +85,7 @@ NO_LLM_NOTE = (
 MAX_SOURCE_CHARS = 12_000  # characters of passages put in the prompt
 MAX_EXTRACTIVE = 5  # passages quoted by an extractive answer
 MAX_ERROR_BODY = 64 * 1024  # bytes of an error response we quote from
+_CUT_SHORT = "the answer is cut short"  # how the error of an answer that did not finish begins
 
 SYSTEM_PROMPT = (
     "You answer questions about a set of documents using ONLY the numbered sources given "
@@ -257,8 +265,9 @@ async def answer_stream(
 
     Raises:
         LLMError: the LLM could not be reached, refused the key or the request,
-            went silent for ``llm.timeout`` seconds, or sent a malformed
-            response. The message says what to change.
+            went silent for ``llm.timeout`` seconds, sent a malformed
+            response, or did not finish its answer (cut short, after the
+            pieces that came). The message says what to change.
     """
     if not sources:
         yield NO_RELEVANT
@@ -314,6 +323,35 @@ class _Call:
             f"running and not overloaded, or raise llm.timeout"
         )
 
+    def check_finish(self, reason: str | None, *, whole: bool) -> None:
+        """Raise LLMError, after the text that came, when the answer that just ended is not whole.
+
+        ``reason`` is the LLM's ``finish_reason``; None, for a stream (``whole``
+        False), means it never said the answer was finished: the server closed
+        the stream early (it crashed, was restarted, or a proxy cut it). A
+        complete JSON response (``whole``) without one is taken as finished.
+        """
+        if reason is None and whole:
+            return
+        if reason is None:
+            logger.warning("LLM at %s ended its stream without a finish reason: the answer is cut short", self.shown)
+            raise self.error(
+                f"{_CUT_SHORT}: the LLM at {self.shown} closed its stream without finishing the answer "
+                f"(no finish_reason): ask again, and if it happens again check the LLM server's log"
+            )
+        if reason == "length":
+            logger.warning("LLM at %s stopped at its token limit: the answer is cut short", self.shown)
+            raise self.error(
+                f'{_CUT_SHORT}: the LLM at {self.shown} reached its token limit (finish_reason "length"): '
+                f"raise the server's limit on answer tokens (or its context size), or ask a narrower question"
+            )
+        if reason == "content_filter":
+            logger.warning("LLM at %s stopped the answer with its content filter", self.shown)
+            raise self.error(
+                f"{_CUT_SHORT}: the LLM at {self.shown} stopped it with its content filter "
+                f'(finish_reason "content_filter"): rephrase the question, or check the server\'s filter settings'
+            )
+
     def malformed(self, what: str) -> LLMError:
         return self.error(
             f"the LLM at {self.shown} sent a malformed response ({what}): check that llm.base_url "
@@ -352,27 +390,24 @@ async def _stream_llm(
             stack.push_async_callback(response.aclose)
             ctype = response.headers.get("content-type", "").split(";")[0].strip().lower()
             if ctype == "application/json":  # a server that does not stream
-                text = _parse_completion(call, await response.aread())
+                text, reason = _parse_completion(call, await response.aread())
                 if text:
                     pieces += 1
                     yield text
+                call.check_finish(reason, whole=True)
             else:
-                finished = False
+                reason = None
                 chunks = 0
                 async with raw.parse() as stream:
                     async for chunk in stream:
                         chunks += 1
-                        text, done = _delta(chunk)
-                        finished = finished or done
+                        text, reason = _delta(chunk, reason)
                         if text:
                             pieces += 1
                             yield text
                 if not chunks:
                     raise call.malformed(f"no server-sent events in a {ctype or 'untyped'} response")
-                if not finished:
-                    logger.warning(
-                        "LLM at %s ended its stream without a finish reason; the answer may be cut short", call.shown
-                    )
+                call.check_finish(reason, whole=False)
     except openai.APITimeoutError:
         logger.warning("LLM at %s timed out after %.1f s", call.shown, time.monotonic() - started)
         raise call.timed_out() from None
@@ -428,8 +463,8 @@ def _http_error(call: _Call, exc: openai.APIStatusError) -> LLMError:
     return call.error(f"the LLM at {call.shown} answered HTTP {status}{': ' + detail if detail else ''}")
 
 
-def _parse_completion(call: _Call, raw: bytes) -> str:
-    """The answer of a non-streaming response: ``choices[0].message.content``."""
+def _parse_completion(call: _Call, raw: bytes) -> tuple[str, str | None]:
+    """The answer of a non-streaming response (``choices[0].message.content``) and its ``finish_reason``."""
     try:
         doc = json.loads(raw)
     except ValueError:
@@ -443,27 +478,31 @@ def _parse_completion(call: _Call, raw: bytes) -> str:
         text = err if isinstance(err, str) else json.dumps(err)
         raise call.error(f"the LLM at {call.shown} reported an error: {one_line(text, call.llm.api_key)}")
     try:
-        content = doc["choices"][0]["message"]["content"]
+        choice = doc["choices"][0]
+        content = choice["message"]["content"]
     except (KeyError, IndexError, TypeError):
         raise call.malformed("no choices[0].message.content") from None
+    reason = choice.get("finish_reason")
+    reason = reason if isinstance(reason, str) else None
     if content is None:
-        return ""
+        return "", reason
     if not isinstance(content, str):
         raise call.malformed("choices[0].message.content is not text")
-    return content
+    return content, reason
 
 
-def _delta(chunk: ChatCompletionChunk) -> tuple[str, bool]:
-    """The text of one streamed chunk (``choices[0].delta.content``), and whether it ends the answer.
+def _delta(chunk: ChatCompletionChunk, reason: str | None) -> tuple[str, str | None]:
+    """The text of one streamed chunk (``choices[0].delta.content``), and the answer's finish reason
+    so far: the chunk's ``finish_reason`` if it has one, else ``reason`` (that of an earlier chunk).
 
     Role-only, empty and usage-only chunks have no text; some servers send the
     ``message`` shape instead of ``delta`` when streaming.
     """
     if not chunk.choices:
-        return "", False
+        return "", reason
     first = chunk.choices[0]
     content: object = first.delta.content if first.delta is not None else None
     if content is None:
         message = (first.model_extra or {}).get("message")
         content = message.get("content") if isinstance(message, dict) else None
-    return (content if isinstance(content, str) else ""), first.finish_reason is not None
+    return (content if isinstance(content, str) else ""), first.finish_reason or reason

@@ -526,9 +526,11 @@ def run_ask(
     """`mdrag ask`: one question (exit after the answer) or, with ``question`` None, a prompt loop.
 
     Returns the exit code: 0 done, 1 error (server unreachable, connection lost,
-    an error for a one-shot question), 2 an invalid server address, 130
-    interrupted during a one-shot question. At the prompt, an error is printed
-    and the prompt goes on; a lost connection is opened again.
+    an error for a one-shot question, an answer cut short), 2 an invalid server
+    address, 130 interrupted during a one-shot question. At the prompt, an error
+    is printed and the prompt goes on; a lost connection is opened again; Ctrl+C
+    during an answer stops it (the connection is closed, the next question opens
+    another) and Ctrl+C or Ctrl+D at the prompt ends it.
     """
     from mdrag.client import Client, ServerUnavailableError
 
@@ -574,6 +576,12 @@ def run_ask(
                 except MdragError as e:  # the server gone too: the next question connects again
                     printer.end_line()
                     err.write(f"error: {e}\n")
+                    err.flush()
+                    continue
+                except KeyboardInterrupt:  # Ctrl+C stops this answer, not the prompt
+                    client.close()  # the protocol's way to stop an answer: the server cancels it and its LLM request
+                    printer.end_line()
+                    err.write("answer stopped (Ctrl+C at the prompt, or Ctrl+D, quits)\n")
                     err.flush()
                     continue
                 printer.sources(sources)

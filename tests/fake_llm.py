@@ -29,6 +29,8 @@ class Script:
     malformed: bool = False  # send an event that is not JSON (bad_event) after the first token
     bad_event: bytes = b"{this is not json"
     cut: bool = False  # drop the connection after the first token, in the middle of the stream
+    unfinished: bool = False  # after the first token, end the body properly and close: no finish_reason, no [DONE]
+    finish_reason: str = "stop"  # of the last event (and of the JSON completion)
     error_event: str | None = None  # send {"error": {"message": error_event}} after the first token
     as_json: bool = False  # answer with one non-streaming JSON completion
     role_first: bool = True  # start with a role-only delta, as OpenAI does
@@ -70,7 +72,15 @@ class Handler(BaseHTTPRequestHandler):
             return
         if script.as_json:
             payload = json.dumps(
-                {"choices": [{"index": 0, "message": {"role": "assistant", "content": "".join(script.tokens)}}]}
+                {
+                    "choices": [
+                        {
+                            "index": 0,
+                            "message": {"role": "assistant", "content": "".join(script.tokens)},
+                            "finish_reason": script.finish_reason,
+                        }
+                    ]
+                }
             ).encode()
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
@@ -92,7 +102,7 @@ class Handler(BaseHTTPRequestHandler):
                 events.append(b"data: " + script.bad_event + b"\n\n")
             if i == 0 and script.error_event is not None:
                 events.append(sse({"error": {"message": script.error_event}}))
-        events.append(sse({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}))
+        events.append(sse({"choices": [{"index": 0, "delta": {}, "finish_reason": script.finish_reason}]}))
         events.append(b"data: [DONE]\n\n")
         tokens_sent = 0
         for event in events:
@@ -102,6 +112,10 @@ class Handler(BaseHTTPRequestHandler):
                 tokens_sent += 1
                 if tokens_sent == 1 and script.cut:
                     self.close_connection = True  # no closing chunk: the body ends in the middle
+                    return
+                if tokens_sent == 1 and script.unfinished:
+                    self.close_connection = True  # a well-formed end of the body, but not of the answer
+                    self._chunk(b"")
                     return
                 if tokens_sent == 1 and script.hang == "after_first":
                     script.stop.wait(10)

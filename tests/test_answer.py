@@ -272,6 +272,42 @@ def test_stream_cut_in_the_middle_is_an_error(llm: LLM, caplog: pytest.LogCaptur
     assert_no_key(exc, caplog)
 
 
+def test_a_stream_that_ends_before_the_answer_is_finished_is_an_error(
+    llm: LLM, caplog: pytest.LogCaptureFixture
+) -> None:
+    """One piece, then a well-formed end of the body and a closed socket, with no finish_reason and no
+    [DONE]: the server stopped early. The piece, then an error that says the answer is cut short."""
+    caplog.set_level(logging.DEBUG)
+    llm.script.unfinished = True
+    exc, got = failure(llm.settings())
+    assert got == ["Hel"]
+    assert str(exc).startswith(f"the answer is cut short: the LLM at {llm.base_url}/chat/completions closed its")
+    assert "no finish_reason" in str(exc) and "ask again" in str(exc)
+    assert_no_key(exc, caplog)
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+@pytest.mark.parametrize(
+    ("reason", "says"),
+    [("length", "token limit"), ("content_filter", "content filter")],
+)
+def test_an_answer_stopped_by_the_token_limit_or_a_filter_is_an_error_after_its_text(
+    llm: LLM, reason: str, says: str, as_json: bool
+) -> None:
+    """finish_reason "length" (or "content_filter"): the text came, whole as far as it goes, then an error."""
+    llm.script.finish_reason, llm.script.as_json = reason, as_json
+    exc, got = failure(llm.settings())
+    assert "".join(got) == "Hello, world [1]."
+    assert str(exc).startswith("the answer is cut short: ") and says in str(exc)
+    assert f'finish_reason "{reason}"' in str(exc)
+
+
+def test_other_finish_reasons_end_the_answer(llm: LLM) -> None:
+    """Servers name a finished answer differently ("eos" and the like): only a known truncation is an error."""
+    llm.script.finish_reason = "eos"
+    assert collect(QUESTION, RESULTS, llm.settings()) == llm.script.tokens
+
+
 def test_error_event_in_the_stream(llm: LLM, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.DEBUG)
     llm.script.error_event = f"model overloaded (key {KEY})"

@@ -14,6 +14,7 @@ import mdrag
 from mdrag.answer import NO_LLM_NOTE, NO_RELEVANT
 from mdrag.config import load_config
 from mdrag.embedding.base import Embedder
+from mdrag.errors import LLMError
 from mdrag.index import Index
 from tests.fake_llm import KEY, LLM
 
@@ -91,3 +92,25 @@ def test_the_llm_judges_whether_its_passages_answer(minilm: Embedder, llm: LLM) 
     with _index(minilm, **settings, **{"answer.judge": "scores"}) as index:
         refused = index.ask(UNANSWERABLE)
         assert refused.refused and refused.text == NO_RELEVANT and len(llm.script.requests) == 3  # not asked
+
+
+def test_an_answer_the_llm_did_not_finish_is_an_error_not_an_answer(minilm: Embedder, llm: LLM) -> None:
+    """The LLM's stream ends after one piece with no finish_reason, or on its token limit: `ask()` raises
+    LLMError ("cut short") after the text that came, instead of returning it as a whole answer."""
+    with _index(minilm, **{"llm.base_url": llm.base_url, "llm.api_key": KEY, "search.threshold": 0}) as index:
+        llm.script.unfinished = True
+        pieces: list[str] = []
+        with pytest.raises(LLMError, match="^the answer is cut short: .*no finish_reason"):
+            index.ask(ANSWERABLE, on_text=pieces.append)
+        assert pieces == ["Hel"]
+
+        llm.script.tokens = ["NO", "_ANSWER"]  # held back until it shows whether the LLM declines: still an error
+        with pytest.raises(LLMError, match="cut short"):
+            index.ask(ANSWERABLE)
+
+        llm.script.unfinished, llm.script.finish_reason = False, "length"
+        llm.script.tokens = ["The chunk size ", "is set in"]
+        pieces.clear()
+        with pytest.raises(LLMError, match="^the answer is cut short: .*token limit"):
+            index.ask(ANSWERABLE, on_text=pieces.append)
+        assert "".join(pieces) == "The chunk size is set in"

@@ -363,6 +363,38 @@ def test_llm_errors_become_error_messages_and_the_connection_goes_on(tmp_path: P
     asyncio.run(scenario())
 
 
+def test_an_answer_the_llm_did_not_finish_ends_in_an_error_here_and_in_mdrag_ask(tmp_path: Path, llm: LLM) -> None:
+    """The LLM sends one piece and closes its stream with no finish_reason and no [DONE]: the WebSocket
+    gets stream_start, the piece, then an error (no stream_end); `mdrag ask` prints the piece, says on
+    stderr that the answer is cut short, lists no sources and exits 1."""
+    root = _docs(tmp_path)
+    llm.script.unfinished = True
+
+    async def scenario() -> None:
+        config = _config(**{"llm.base_url": llm.base_url, "search.threshold": 0})
+        async with serving(config, [root]) as server:
+            ws = await opened(server)
+            text, _, messages = await ask(ws, "Topic 2")
+            assert [m["type"] for m in messages] == ["stream_start", "stream_chunk", "error"]
+            assert text == "Hel" and messages[-1]["message"].startswith("the answer is cut short: ")
+            llm.script.unfinished = False  # the connection goes on
+            text, sources, _ = await ask(ws, "Topic 2")
+            assert text == "".join(llm.script.tokens) and sources
+            await ws.close()
+
+            llm.script.unfinished = True
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "mdrag", "ask", "Topic 2", "--server", server.url,
+                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, cwd=REPO,
+            )  # fmt: skip
+            out, err = await asyncio.wait_for(proc.communicate(), 60)
+        assert proc.returncode == 1
+        assert out.decode() == "Hel\n"  # the piece that came, and no "Sources:": the answer is not whole
+        assert err.decode().startswith("mdrag: error: the answer is cut short: ") and "ask again" in err.decode()
+
+    asyncio.run(scenario())
+
+
 def test_a_client_that_disconnects_mid_answer_cancels_the_llm_request(tmp_path: Path, llm: LLM) -> None:
     root = _docs(tmp_path)
     llm.script.tokens = [f"t{i} " for i in range(60)]
@@ -686,6 +718,64 @@ def test_interactive_ask_through_its_prompt(tmp_path: Path) -> None:
             )  # fmt: skip
             out, _ = await asyncio.wait_for(proc.communicate(), 60)
             assert proc.returncode == 0 and "topic2.md" in out.decode()
+
+    asyncio.run(scenario())
+
+
+def test_ctrl_c_during_an_answer_at_the_prompt_stops_that_answer_and_the_prompt_goes_on(
+    tmp_path: Path, llm: LLM
+) -> None:
+    """`mdrag ask` at its prompt, a real process: SIGINT while an answer streams stops that answer (its LLM
+    request is cancelled) and the prompt answers the next question; end of input then exits 0."""
+    import signal
+
+    root = _docs(tmp_path, 3)
+    llm.script.tokens = [f"slow{i} " for i in range(100)]
+    llm.script.delay = 0.2
+    # `python -m mdrag`, with Python's own Ctrl+C handler even if this process was started ignoring SIGINT
+    entry = "import runpy, signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
+    entry += "runpy.run_module('mdrag', run_name='__main__', alter_sys=True)"
+
+    async def scenario() -> None:
+        config = _config(**{"llm.base_url": llm.base_url, "search.threshold": 0})
+        async with serving(config, [root]) as server:
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable, "-c", entry, "ask", "--server", server.url,
+                stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+                cwd=REPO,
+            )  # fmt: skip
+            assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+            out = b""
+
+            async def read_until(text: bytes) -> None:
+                nonlocal out
+                while text not in out:
+                    piece = await asyncio.wait_for(proc.stdout.read(4096), 60)
+                    assert piece, f"mdrag ask ended before {text!r}: {out.decode()!r}"
+                    out += piece
+
+            try:
+                proc.stdin.write(b"Topic 1 feature1\n")
+                await proc.stdin.drain()
+                await read_until(b"slow1 ")  # mid-answer
+                proc.send_signal(signal.SIGINT)
+                assert await asyncio.to_thread(llm.script.disconnected.wait, 30), "the answer was not stopped"
+                llm.script.tokens, llm.script.delay = ["The second ", "answer [1]."], 0.0
+                proc.stdin.write(b"Topic 2 feature2\n")
+                await proc.stdin.drain()
+                await read_until(b"Sources:")
+                proc.stdin.close()
+                await asyncio.wait_for(proc.wait(), 60)
+                rest, err = await proc.stdout.read(), (await proc.stderr.read()).decode()
+            finally:
+                if proc.returncode is None:
+                    proc.kill()
+                    await proc.wait()
+        text = (out + rest).decode()
+        assert proc.returncode == 0, err
+        assert "answer stopped" in err and "Traceback" not in err
+        assert "slow99" not in text and text.count("Sources:") == 1
+        assert "The second answer [1].\n\nSources:\n  [1] " in text and "topic2.md" in text.split("Sources:")[1]
 
     asyncio.run(scenario())
 

@@ -282,6 +282,21 @@ def test_no_relevant_information_errors_and_stop(browser: WebDriver, served: str
     assert "Done" in last.text
 
 
+def test_an_answer_the_llm_did_not_finish_is_shown_as_an_error_in_its_turn(
+    browser: WebDriver, served: str, script: Script
+) -> None:
+    """The LLM sends one piece and closes its stream with no finish_reason: the turn keeps the piece and
+    ends in an error that says the answer is cut short, with no sources, instead of a finished answer."""
+    open_page(browser, served)
+    script.unfinished = True
+    turn = ask(browser, "How do I change the chunk size?")
+    finished(browser, turn)
+    assert turn.find_element(By.CSS_SELECTOR, ".body").text == "Hel"
+    notes = turn.find_elements(By.CSS_SELECTOR, ".note.error")
+    assert notes and notes[0].text.startswith("Error: the answer is cut short: "), turn.text
+    assert turn.find_elements(By.CSS_SELECTOR, ".sources") == []
+
+
 def test_search_only_lists_ranked_passages(browser: WebDriver, served: str, script: Script) -> None:
     open_page(browser, served)
     browser.find_element(By.ID, "search-only").click()
