@@ -695,9 +695,18 @@ def _cmd_config(args: argparse.Namespace) -> int:
     print(f"# config file: {config.file or f'none ({config.home}/config.yaml or config.toml)'}")
     width = max(map(len, rows))
     for key, row in rows.items():
-        where = row.get("variable") or row["source"]
-        print(f"{key:<{width}}  {json.dumps(row['value'])}  # {where}")
+        print(f"{key:<{width}}  {json.dumps(row['value'])}  # {_origin(row, rows, config)}")
     return 0
+
+
+def _origin(row: dict[str, Any], rows: dict[str, dict[str, Any]], config: Config) -> str:
+    """Where a setting's value in effect came from, as `mdrag config` prints it after its value."""
+    if row["source"] == "inherited":
+        parent = rows[row["from"]]
+        return f"from {row['from']}" + ("" if parent["source"] == "default" else f" ({_origin(parent, rows, config)})")
+    if "depends_on" in row:
+        return f"default for {row['depends_on']} {config[row['depends_on']]}"
+    return str(row.get("variable") or row["source"])
 
 
 def _cmd_mcp(args: argparse.Namespace) -> int:
