@@ -291,17 +291,25 @@ def _cmd_index(args: argparse.Namespace, index: Any) -> int:
 
 
 def _missing_given(given: list[str] | None, missing: list[str]) -> int:
-    """1, with an error, when a folder named on the command line was not found (the rest is indexed)."""
+    """1, with an error, when a folder named on the command line was not found or is a file (the rest is
+    indexed)."""
+    from mdrag.scan import not_a_folder
+
     named = [f for f in given or () if str(Path(f).expanduser().resolve()) in missing]
     if not named:
         return 0
-    print(
-        _safe(
-            f"mdrag: error: not found, so not indexed: {', '.join(named)}. "
-            "Check the path; the index is unchanged for it."
-        ),
-        file=sys.stderr,
-    )
+    files = [f for f in named if Path(f).expanduser().is_file()]
+    gone = [f for f in named if f not in files]
+    if gone:
+        print(
+            _safe(
+                f"mdrag: error: not found, so not indexed: {', '.join(gone)}. "
+                "Check the path; the index is unchanged for it."
+            ),
+            file=sys.stderr,
+        )
+    for f in files:
+        print(_safe(f"mdrag: error: not indexed: {not_a_folder(f)}. The index is unchanged for it."), file=sys.stderr)
     return 1
 
 
@@ -454,11 +462,15 @@ async def _report_loading(server: Any) -> None:
 def _cmd_serve(args: argparse.Namespace, config: Any) -> int:
     import asyncio
 
+    from mdrag.scan import not_a_folder
     from mdrag.server import QAServer
 
-    missing = [f for f in args.folders if not Path(f).expanduser().is_dir()]
+    missing = [f for f in args.folders if not Path(f).expanduser().exists()]
     if missing:  # refused before it starts: a server must not run on without a folder it was told to serve
         raise MdragError(f"not found: {', '.join(missing)}. Check the path; nothing was started.")
+    wrong = [why for f in args.folders if (why := not_a_folder(f))]
+    if wrong:
+        raise MdragError(f"{'; '.join(wrong)}. Nothing was started.")
 
     async def run() -> None:
         server = QAServer(config, args.folders, overrides=_overrides(args))

@@ -3,6 +3,7 @@ or the index was built with another embedder (issue 28)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -33,3 +34,24 @@ def test_config_prints_inherited_values_and_where_they_come_from(
     monkeypatch.delenv("MARKDOWN_QA_API_BASE_URL")
     lines = {line.split()[0]: line for line in _run(capsys, "config")[1].splitlines() if not line.startswith("#")}
     assert lines["llm.base_url"].endswith("null  # from api.base_url")
+
+
+def test_index_or_serve_of_a_file_says_that_a_folder_is_expected(
+    tmp_path: Path, mdrag_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`mdrag index FILE` on a file that exists said it "does not exist or is not a folder" and "Check the
+    path": it now says that it is a file, that mdrag indexes folders, and which folder to give."""
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    note = docs / "note.md"
+    note.write_text("# Note\n\nA file given where a folder is expected.\n")
+    code, out, err = _run(capsys, "index", str(note), str(tmp_path / "nosuch"), "--json")
+    assert code == 1, err
+    expected = f"{note} is a file, not a folder (mdrag indexes folders: give its folder, {docs};"
+    [line] = [line for line in err.splitlines() if line.startswith("mdrag: error: not indexed: ")]
+    assert line.startswith(f"mdrag: error: not indexed: {expected}") and "does not exist" not in line
+    assert f"not found, so not indexed: {tmp_path / 'nosuch'}. Check the path" in err
+    assert any(w.startswith(expected) for w in json.loads(out)["warnings"]), out
+    assert f"folder {tmp_path / 'nosuch'} does not exist: skipped" in json.loads(out)["warnings"]
+    code, _, err = _run(capsys, "serve", str(note), "--port", "0")
+    assert code == 1 and f"mdrag: error: {expected}" in err and "not found" not in err
