@@ -424,8 +424,11 @@ def _cmd_status(args: argparse.Namespace, config: Any, index: Any | None) -> int
     print(f"model:        {st['model'].get('model')} ({st['model'].get('dimension')}-d)")
     print(f"folders:      {', '.join(st['folders']) or '-'}")
     print(f"files:        {st['files']}")
-    print(f"chunks:       {st['chunks']}")
+    print(f"chunks:       {st['chunks']}" + ("  (as its manifest lists them)" if st["model_mismatch"] else ""))
     print(f"last indexed: {last}" + ("  (interrupted: the next `mdrag index` repairs it)" if st["interrupted"] else ""))
+    if st["model_mismatch"]:
+        checked = "; --verify checked nothing: the store opens only with that embedder" if args.verify else ""
+        print(f"note:         {st['model_mismatch']}{checked}")
     if st["damaged"]:
         print(f"damaged:      {st['damaged']}: run `mdrag index` to repair it")
         return 1

@@ -4,11 +4,15 @@ or the index was built with another embedder (issue 28)."""
 from __future__ import annotations
 
 import json
+import threading
+from collections.abc import Iterator
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
 from mdrag.cli import main
+from tests.test_embedding_openai import FakeOpenAI, make_handler
 
 
 def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -55,3 +59,61 @@ def test_index_or_serve_of_a_file_says_that_a_folder_is_expected(
     assert f"folder {tmp_path / 'nosuch'} does not exist: skipped" in json.loads(out)["warnings"]
     code, _, err = _run(capsys, "serve", str(note), "--port", "0")
     assert code == 1 and f"mdrag: error: {expected}" in err and "not found" not in err
+
+
+@pytest.fixture
+def embedding_api(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """The OpenAI-compatible embedding stand-in of test_embedding_openai on loopback; yields its base URL."""
+    for name in ("http_proxy", "https_proxy", "all_proxy", "no_proxy"):
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.upper(), raising=False)
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), make_handler(FakeOpenAI()))
+    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}/v1"
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        thread.join(5)
+
+
+@pytest.mark.parametrize("backend", ["faiss", "milvus"])
+def test_status_describes_an_index_built_with_another_embedder(
+    backend: str,
+    tmp_path: Path,
+    embedding_api: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`mdrag status` exited 1 with only "was built with openai:..." on an index built with another embedder;
+    it now describes the index (files, chunks, the embedder that built it) and notes the mismatch, exit 0."""
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for i in range(3):
+        (docs / f"n{i}.md").write_text(f"# Note {i}\n\nSome words about topic {i}.\n")
+    monkeypatch.setenv("MDRAG_STORE", backend)
+    monkeypatch.setenv("MARKDOWN_QA_EMBEDDING_PROVIDER", "openai")
+    monkeypatch.setenv("MARKDOWN_QA_API_BASE_URL", embedding_api)
+    code, out, err = _run(capsys, "index", str(docs), "--json", "-q")
+    assert code == 0, err
+    built = json.loads(out)
+    monkeypatch.delenv("MARKDOWN_QA_EMBEDDING_PROVIDER")  # the default embedder now: the local MiniLM
+
+    code, out, err = _run(capsys, "status", "--json")
+    assert code == 0, err
+    st = json.loads(out)
+    assert st["model"]["model"] == "openai:text-embedding-3-small" and st["exists"] and not st["damaged"]
+    assert (st["files"], st["chunks"], st["folders"]) == (3, built["chunks_total"], [str(docs)])
+    assert "was built with openai:text-embedding-3-small" in st["model_mismatch"]
+    assert "sentence-transformers/all-MiniLM-L6-v2" in st["model_mismatch"]
+    assert "embedding.provider" in st["model_mismatch"] and "mdrag index --rebuild" in st["model_mismatch"]
+
+    code, out, err = _run(capsys, "status")
+    assert code == 0 and not err, err
+    lines = dict(line.split(":", 1) for line in out.splitlines())
+    assert lines["model"].strip().startswith("openai:text-embedding-3-small") and lines["files"].strip() == "3"
+    assert lines["note"].strip() == st["model_mismatch"]
+
+    code, _, err = _run(capsys, "search", "topic")  # a search still refuses it, with the same message
+    assert code == 1 and st["model_mismatch"] in err

@@ -653,12 +653,7 @@ class MilvusStore:
         if stored.get("model") != self.identity.get("model") or int(stored.get("dimension", -1)) != int(
             self.identity["dimension"]
         ):
-            raise ModelMismatchError(
-                f"Index {self.collection[6:]!r} was built with {stored.get('model')} "
-                f"({stored.get('dimension')}-d) but the configured embedding model is "
-                f"{self.identity.get('model')} ({self.identity['dimension']}-d). Rebuild it with "
-                "`mdrag index --rebuild DIR ...`, or set embedding.model back, or use another --index name."
-            )
+            raise ModelMismatchError.between(self.collection[6:], stored, self.identity)
 
     def _check_fields(self) -> None:
         fields = {f["name"] for f in self.client.describe_collection(self.collection).get("fields", [])}
