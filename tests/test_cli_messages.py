@@ -117,3 +117,19 @@ def test_status_describes_an_index_built_with_another_embedder(
 
     code, _, err = _run(capsys, "search", "topic")  # a search still refuses it, with the same message
     assert code == 1 and st["model_mismatch"] in err
+
+
+def test_index_on_a_milvus_server_too_old_says_so_not_that_it_is_unreachable(
+    milvus_server: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`mdrag index --milvus-uri` on a Milvus 2.3 server said "Cannot reach the Milvus store ... Start the Milvus
+    server": the server was running. A minimum above the real server's version stands in for an old server."""
+    from mdrag.store import milvus
+
+    monkeypatch.setattr(milvus, "MIN_SERVER_VERSION", (99, 0))
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.md").write_text("# A\n\nA note.\n")
+    code, _, err = _run(capsys, "index", str(docs), "--milvus-uri", milvus_server, "-q")
+    assert code == 1 and f"mdrag: error: The Milvus server at {milvus_server} is version " in err, err
+    assert "mdrag needs Milvus 99.0 or later" in err and "Cannot reach" not in err and "Start the" not in err
