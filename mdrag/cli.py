@@ -291,17 +291,25 @@ def _cmd_index(args: argparse.Namespace, index: Any) -> int:
 
 
 def _missing_given(given: list[str] | None, missing: list[str]) -> int:
-    """1, with an error, when a folder named on the command line was not found (the rest is indexed)."""
+    """1, with an error, when a folder named on the command line was not found or is a file (the rest is
+    indexed)."""
+    from mdrag.scan import not_a_folder
+
     named = [f for f in given or () if str(Path(f).expanduser().resolve()) in missing]
     if not named:
         return 0
-    print(
-        _safe(
-            f"mdrag: error: not found, so not indexed: {', '.join(named)}. "
-            "Check the path; the index is unchanged for it."
-        ),
-        file=sys.stderr,
-    )
+    files = [f for f in named if Path(f).expanduser().is_file()]
+    gone = [f for f in named if f not in files]
+    if gone:
+        print(
+            _safe(
+                f"mdrag: error: not found, so not indexed: {', '.join(gone)}. "
+                "Check the path; the index is unchanged for it."
+            ),
+            file=sys.stderr,
+        )
+    for f in files:
+        print(_safe(f"mdrag: error: not indexed: {not_a_folder(f)}. The index is unchanged for it."), file=sys.stderr)
     return 1
 
 
@@ -416,8 +424,11 @@ def _cmd_status(args: argparse.Namespace, config: Any, index: Any | None) -> int
     print(f"model:        {st['model'].get('model')} ({st['model'].get('dimension')}-d)")
     print(f"folders:      {', '.join(st['folders']) or '-'}")
     print(f"files:        {st['files']}")
-    print(f"chunks:       {st['chunks']}")
+    print(f"chunks:       {st['chunks']}" + ("  (as its manifest lists them)" if st["model_mismatch"] else ""))
     print(f"last indexed: {last}" + ("  (interrupted: the next `mdrag index` repairs it)" if st["interrupted"] else ""))
+    if st["model_mismatch"]:
+        checked = "; --verify checked nothing: the store opens only with that embedder" if args.verify else ""
+        print(f"note:         {st['model_mismatch']}{checked}")
     if st["damaged"]:
         print(f"damaged:      {st['damaged']}: run `mdrag index` to repair it")
         return 1
@@ -454,11 +465,15 @@ async def _report_loading(server: Any) -> None:
 def _cmd_serve(args: argparse.Namespace, config: Any) -> int:
     import asyncio
 
+    from mdrag.scan import not_a_folder
     from mdrag.server import QAServer
 
-    missing = [f for f in args.folders if not Path(f).expanduser().is_dir()]
+    missing = [f for f in args.folders if not Path(f).expanduser().exists()]
     if missing:  # refused before it starts: a server must not run on without a folder it was told to serve
         raise MdragError(f"not found: {', '.join(missing)}. Check the path; nothing was started.")
+    wrong = [why for f in args.folders if (why := not_a_folder(f))]
+    if wrong:
+        raise MdragError(f"{'; '.join(wrong)}. Nothing was started.")
 
     async def run() -> None:
         server = QAServer(config, args.folders, overrides=_overrides(args))
@@ -703,9 +718,18 @@ def _cmd_config(args: argparse.Namespace) -> int:
     print(f"# config file: {config.file or f'none ({config.home}/config.yaml or config.toml)'}")
     width = max(map(len, rows))
     for key, row in rows.items():
-        where = row.get("variable") or row["source"]
-        print(f"{key:<{width}}  {json.dumps(row['value'])}  # {where}")
+        print(f"{key:<{width}}  {json.dumps(row['value'])}  # {_origin(row, rows, config)}")
     return 0
+
+
+def _origin(row: dict[str, Any], rows: dict[str, dict[str, Any]], config: Config) -> str:
+    """Where a setting's value in effect came from, as `mdrag config` prints it after its value."""
+    if row["source"] == "inherited":
+        parent = rows[row["from"]]
+        return f"from {row['from']}" + ("" if parent["source"] == "default" else f" ({_origin(parent, rows, config)})")
+    if "depends_on" in row:
+        return f"default for {row['depends_on']} {config[row['depends_on']]}"
+    return str(row.get("variable") or row["source"])
 
 
 def _cmd_mcp(args: argparse.Namespace) -> int:

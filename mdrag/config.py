@@ -27,7 +27,17 @@ from pydantic_core import ErrorDetails, PydanticCustomError
 from mdrag.errors import ConfigError
 from mdrag.redact import redact_url
 
-__all__ = ["DEFAULTS", "ENV_VARS", "Config", "Settings", "home_dir", "load_config", "settings_table"]
+__all__ = [
+    "DEFAULTS",
+    "DEFAULT_EMBEDDING_MODELS",
+    "ENV_VARS",
+    "INHERITS",
+    "Config",
+    "Settings",
+    "home_dir",
+    "load_config",
+    "settings_table",
+]
 
 log = logging.getLogger(__name__)
 
@@ -378,6 +388,20 @@ DEFAULTS: dict[str, tuple[Any, Any]] = {k: (f.annotation, f.default) for k, f in
 #: md-qa environment variables and the settings they provide.
 ENV_VARS: dict[str, str] = {_extra(k, "env"): k for k in _FIELDS if _extra(k, "env")}
 
+#: Settings that, left unset, take the value of another: the shared API settings.
+INHERITS: dict[str, str] = {
+    "embedding.base_url": "api.base_url",
+    "embedding.api_key": "api.api_key",
+    "llm.base_url": "api.base_url",
+    "llm.api_key": "api.api_key",
+}
+
+#: The embedding model of each ``embedding.provider`` when ``embedding.model`` is unset.
+DEFAULT_EMBEDDING_MODELS: dict[str, str] = {
+    "local": "sentence-transformers/all-MiniLM-L6-v2",
+    "openai": "text-embedding-3-small",
+}
+
 _SECRETS = frozenset(k for k in _FIELDS if _extra(k, "secret"))
 
 
@@ -414,7 +438,24 @@ class Config:
     file: Path | None = None  # the config file that was read, if any
 
     def __getitem__(self, key: str) -> Any:
+        """The value set for ``key`` (``None``: unset); :meth:`effective` gives the value in effect."""
         return self.values[key]
+
+    def effective(self, key: str) -> Any:
+        """The value in effect for ``key``: the one set, or, when unset or empty, what it falls back to: another
+        setting's value (:data:`INHERITS`), the model of ``embedding.provider``
+        (:data:`DEFAULT_EMBEDDING_MODELS`), or the Milvus Lite file under the cache folder. The program
+        reads inherited settings here, and `mdrag config` shows them from here."""
+        value = self.values[key]
+        if value is not None and value != "":  # an empty text is unset, as it always was
+            return value
+        if key in INHERITS:
+            return self.values[INHERITS[key]]
+        if key == "embedding.model":
+            return DEFAULT_EMBEDDING_MODELS[self.values["embedding.provider"]]
+        if key == "milvus_uri":
+            return str(self.cache_dir / "milvus.db")
+        return None
 
     @property
     def cache_dir(self) -> Path:
@@ -422,7 +463,9 @@ class Config:
 
     @property
     def milvus_uri(self) -> str:
-        return self.values["milvus_uri"] or str(self.cache_dir / "milvus.db")
+        """The Milvus Lite file or server URI in effect (``milvus_uri``, or the file under the cache folder)."""
+        uri: str = self.effective("milvus_uri")
+        return uri
 
     def manifest_path(self, index: str | None = None) -> Path:
         return self.cache_dir / "manifests" / f"{index or self.values['index']}.json"
@@ -432,20 +475,28 @@ class Config:
         return {k: _safe(k, v) for k, v in self.values.items()}
 
     def explain(self) -> dict[str, dict[str, Any]]:
-        """Each setting's value, safe to print, and where it came from: its ``source`` (default, file,
-        environment or flag), with the ``file`` or the environment ``variable`` it was read from.
+        """Each setting's value in effect (:meth:`effective`), safe to print, and where it came from: its
+        ``source`` (default, file, environment or flag), with the ``file`` or the environment ``variable``
+        it was read from; an unset setting that takes another's value (:data:`INHERITS`) has the source
+        ``inherited`` and names that setting (``from``); a default that depends on another setting names
+        it (``depends_on``).
         """
-        variables = {key: var for var, key in ENV_VARS.items()}
-        out: dict[str, dict[str, Any]] = {}
-        for key, value in self.redacted().items():
-            source = self.sources.get(key, "default")
-            row: dict[str, Any] = {"value": value, "source": "environment" if source == "env" else source}
-            if source == "env":
-                row["variable"] = variables[key]
-            elif source == "file":
-                row["file"] = str(self.file)
-            out[key] = row
-        return out
+        out = {key: self._origin(key) for key in self.values}
+        for key, row in out.items():
+            if row["source"] == "default" and key in INHERITS:
+                out[key] = {"source": "inherited", "from": INHERITS[key]}
+            elif row["source"] == "default" and key == "embedding.model":
+                row["depends_on"] = "embedding.provider"
+        return {key: {"value": _safe(key, self.effective(key)), **row} for key, row in out.items()}
+
+    def _origin(self, key: str) -> dict[str, Any]:
+        """Where the value set for ``key`` came from, as :meth:`explain` shows it."""
+        source = self.sources.get(key, "default")
+        if source == "env":
+            return {"source": "environment", "variable": next(var for var, k in ENV_VARS.items() if k == key)}
+        if source == "file":
+            return {"source": "file", "file": str(self.file)}
+        return {"source": source}
 
     def with_overrides(self, overrides: Mapping[str, Any]) -> Config:
         values = dict(self.values)

@@ -24,6 +24,8 @@ wrong and what to do next::
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = [
     "ConfigError",
     "DocsetError",
@@ -75,7 +77,34 @@ class EmbeddingError(MdragError):
 
 
 class ModelMismatchError(EmbeddingError):
-    """The index was built with another embedding model or dimension."""
+    """The index was built with another embedding model or dimension.
+
+    ``built`` and ``configured`` are the two embedders' identities (``model``, ``dimension``) when known.
+    """
+
+    def __init__(
+        self, message: str, built: dict[str, Any] | None = None, configured: dict[str, Any] | None = None
+    ) -> None:
+        super().__init__(message)
+        self.built = built  # the identity the index records; None: it records none
+        self.configured = configured  # the identity of the embedder the settings give
+
+    @classmethod
+    def between(cls, index: str, built: dict[str, Any], configured: dict[str, Any]) -> ModelMismatchError:
+        """The error for index ``index``, built with the embedder ``built``, read with ``configured``."""
+        return cls(
+            f"Index {index!r} was built with {_embedder(built)} but the configured embedder is "
+            f"{_embedder(configured)}. Configure the embedder it was built with (embedding.provider, "
+            "embedding.model), or rebuild it with the configured one (`mdrag index --rebuild`), or use another "
+            "--index name.",
+            built,
+            configured,
+        )
+
+
+def _embedder(identity: dict[str, Any]) -> str:
+    """An embedder's identity as text: ``openai:text-embedding-3-small (1536-d)``."""
+    return f"{identity.get('model')} ({identity.get('dimension')}-d)"
 
 
 class StoreError(MdragError):

@@ -24,6 +24,7 @@ from mdrag.errors import (
     IndexBuildingError,
     IndexingCancelledError,
     MdragError,
+    ModelMismatchError,
     StoreDamagedError,
     StoreUnavailableError,
 )
@@ -651,30 +652,41 @@ class Index:
         damaged (JSON-ready): rows missing by the manifest, and what the store finds unlike what its last
         run recorded (:meth:`Store.check`; ``verify``: every row read, not only what is cheap to check, and
         every file's chunk ids compared with the manifest; what it finds is recorded for the next
-        :meth:`update`, which repairs it)."""
+        :meth:`update`, which repairs it). An index built with another embedder than the configured one is
+        described all the same, by its manifest (its chunks as the manifest lists them, nothing checked),
+        with ``model_mismatch`` saying so and what to do."""
+        mismatch: ModelMismatchError | None = None
         with self._using():
             m = Manifest.load(self.manifest_path)
-            exists = self._open(create=False)
-            missing = self._missing_rows(exists)
-            chunks = self.store.count() if exists else 0
             try:
-                found = self.store.check(thorough=verify) if exists else []
-            except StoreDamagedError as e:
-                if verify:  # SQLite's own check found pages it cannot read: `mdrag index --rebuild` sets it aside
-                    self._record_verify([str(e)])
-                raise
-            if verify and exists and m is not None and m.roots and not m.dirty and m.verified and not missing:
-                found += self._unlike_manifest(m)
-            damage = ([self._loss(missing, exists)] if missing else []) + found
-            if verify and found:
-                self._record_verify(found)
+                exists = self._open(create=False)
+            except ModelMismatchError as e:  # the store opens only with the embedder that built it
+                mismatch, exists = e, True
+            if mismatch is not None:  # described by its manifest; its store is neither counted nor checked
+                chunks, damage = (len(m.visible()[0]) if m else 0), []
+            else:
+                missing = self._missing_rows(exists)
+                chunks = self.store.count() if exists else 0
+                try:
+                    found = self.store.check(thorough=verify) if exists else []
+                except StoreDamagedError as e:
+                    if verify:  # SQLite's own check found pages it cannot read: `mdrag index --rebuild` sets it aside
+                        self._record_verify([str(e)])
+                    raise
+                if verify and exists and m is not None and m.roots and not m.dirty and m.verified and not missing:
+                    found += self._unlike_manifest(m)
+                damage = ([self._loss(missing, exists)] if missing else []) + found
+                if verify and found:
+                    self._record_verify(found)
+        recorded = mismatch.built if mismatch is not None and mismatch.built else self.embedder.identity
         return {
             "index": self.name,
             "backend": self.backend,
             "backend_reason": self.backend_reason,
             "store_uri": self.store.uri,
             "exists": exists,
-            "model": (m.model if m else self.embedder.identity),
+            "model": (m.model if m else recorded),
+            "model_mismatch": str(mismatch) if mismatch is not None else None,
             "folders": m.roots if m else [],
             "files": len(m.files) if m else 0,
             "chunks": chunks,

@@ -64,8 +64,8 @@ SETTINGS = frozenset(
 def llm_settings(config: Config) -> LLMSettings:
     """The LLM that answers (``llm.*``, falling back to the shared ``api.*``); no base URL: none."""
     return LLMSettings(
-        base_url=config["llm.base_url"] or config["api.base_url"],
-        api_key=config["llm.api_key"] or config["api.api_key"],
+        base_url=config.effective("llm.base_url"),
+        api_key=config.effective("llm.api_key"),
         model=config["llm.model"],
         timeout=float(config["llm.timeout"]),
     )

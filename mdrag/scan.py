@@ -28,7 +28,7 @@ from pathlib import Path
 
 from mdrag.parsers import supported_extensions
 
-__all__ = ["ScanOptions", "ScanResult", "scan"]
+__all__ = ["ScanOptions", "ScanResult", "not_a_folder", "scan"]
 
 log = logging.getLogger(__name__)
 
@@ -122,6 +122,20 @@ def _spec(patterns: Sequence[str]) -> object | None:
     return pathspec.GitIgnoreSpec.from_lines(list(patterns))
 
 
+def not_a_folder(path: str | Path) -> str | None:
+    """Why ``path`` cannot be indexed, as the start of a sentence, or None when it is a folder: it does
+    not exist, or it is a file (mdrag indexes folders: the sentence names the file's folder to give)."""
+    p = Path(path).expanduser()
+    if p.is_dir():
+        return None
+    if p.is_file():
+        return (
+            f"{path} is a file, not a folder (mdrag indexes folders: give its folder, {p.resolve().parent}; "
+            "`index.include` can limit that to some of its files)"
+        )
+    return f"{path} is not a folder" if p.exists() or p.is_symlink() else f"folder {path} does not exist"
+
+
 def scan(folders: Sequence[str | Path], options: ScanOptions | None = None) -> ScanResult:
     """Walk ``folders`` (resolved, in order) and sort what is there; a file under two belongs to the first."""
     opts = options or ScanOptions()
@@ -130,9 +144,10 @@ def scan(folders: Sequence[str | Path], options: ScanOptions | None = None) -> S
     out = ScanResult()
     for folder in folders:
         root = str(Path(folder).expanduser().resolve())
-        if not Path(root).is_dir():
+        why = not_a_folder(folder)
+        if why is not None:
             out.missing.append(root)
-            out.warn(f"folder {folder} does not exist or is not a folder: skipped")
+            out.warn(f"{why}: skipped")
             continue
         before = len(out.files)
         ignore = _Ignore()

@@ -155,3 +155,30 @@ def test_explain_says_where_each_value_came_from(mdrag_home: Path, monkeypatch: 
     assert rows["chunk.overlap"] == {"value": 200, "source": "default"}
     assert rows["api.api_key"]["value"] == "***" and "pw" not in rows["api.base_url"]["value"]
     assert rows.keys() == DEFAULTS.keys()
+
+
+def test_inherited_values_are_shown_as_in_effect(mdrag_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`llm.base_url` unset takes `api.base_url`, `embedding.model` the provider's model, `milvus_uri` the
+    cache's file: `explain` (what `mdrag config` prints) shows those values, from where the program reads them."""
+    from mdrag.embedding import make_embedder
+    from mdrag.qa import llm_settings
+
+    monkeypatch.setenv("MARKDOWN_QA_API_BASE_URL", "http://127.0.0.1:9/v1")
+    monkeypatch.setenv("MARKDOWN_QA_API_KEY", "sk-very-secret")
+    c = load_config()
+    rows = c.explain()
+    assert rows["llm.base_url"] == {"value": "http://127.0.0.1:9/v1", "source": "inherited", "from": "api.base_url"}
+    assert rows["llm.api_key"] == {"value": "***", "source": "inherited", "from": "api.api_key"}
+    assert rows["embedding.base_url"]["value"] == llm_settings(c).base_url == c.effective("llm.base_url")
+    assert llm_settings(c).api_key == c.effective("embedding.api_key") == "sk-very-secret"
+    assert rows["milvus_uri"] == {"value": str(mdrag_home / "cache" / "milvus.db"), "source": "default"}
+    local = rows["embedding.model"]
+    assert local == {"value": make_embedder(c).model_id, "source": "default", "depends_on": "embedding.provider"}
+    openai = load_config({"embedding.provider": "openai"})
+    assert openai.explain()["embedding.model"]["value"] == make_embedder(openai).model != local["value"]
+    own = load_config({"milvus_uri": "http://127.0.0.1:19530"})
+    assert own.explain()["milvus_uri"] == {"value": "http://127.0.0.1:19530", "source": "flag"}
+    (mdrag_home / "config.yaml").write_text("llm:\n  base_url: http://127.0.0.1:8/v1\n")
+    c = load_config()
+    assert c.explain()["llm.base_url"]["source"] == "file" and llm_settings(c).base_url == "http://127.0.0.1:8/v1"
+    assert c.explain()["embedding.base_url"]["value"] == "http://127.0.0.1:9/v1"

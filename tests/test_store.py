@@ -372,3 +372,56 @@ def test_the_backend_comes_from_the_setting_the_environment_or_the_flag(
     monkeypatch.setitem(store.BACKENDS, "faiss", "mdrag.store.no_such_backend:Store")
     with pytest.raises(ConfigError, match=r"store.backend is 'faiss', but this mdrag has no faiss backend"):
         store.make_store(load_config(), "reg", IDENTITY)
+
+
+@pytest.mark.parametrize(
+    ("reported", "old"),
+    [
+        ("v2.3.5", True),  # the PyPI `milvus` package's standalone server: no BM25 function
+        ("2.4.17", True),
+        ("v2.5.0", False),
+        ("2.5.0-beta", False),
+        ("v2.6.1-rc", False),
+        ("2.6.13", False),
+        ("3.0.0", False),
+        ("milvus_lite-2.4.11", True),
+        ("milvus_lite-3.2.2", False),
+    ],
+)
+def test_server_versions_are_read_and_compared(reported: str, old: bool) -> None:
+    assert milvus.server_too_old(reported, milvus.MIN_SERVER_VERSION) is old
+    assert milvus.MIN_SERVER_VERSION == (2, 5)
+
+
+@pytest.mark.parametrize("reported", ["", "unknown", "dev-build", "milvus_lite"])
+def test_a_server_version_that_cannot_be_read_does_not_block(reported: str, caplog: pytest.LogCaptureFixture) -> None:
+    assert not milvus.server_too_old(reported, milvus.MIN_SERVER_VERSION)
+    assert f"cannot read the Milvus server's version {reported!r}" in caplog.text
+
+
+def test_a_milvus_server_older_than_mdrag_needs_is_refused_by_its_version(
+    milvus_server: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Milvus 2.3 server said "Cannot reach the Milvus store ... create index on 104 field is not supported" (and
+    aborted): its version is now read as it is connected, and a server older than mdrag needs is refused with
+    what it is and what mdrag needs. The real server's own version passes; with a minimum above it, it is refused."""
+    name = _name()
+    s = MilvusStore(milvus_server, name, IDENTITY)
+    assert s.open(create=True)
+    reported = str(s.client.get_server_version())
+    assert not milvus.server_too_old(reported, milvus.MIN_SERVER_VERSION)
+    s.close()
+    monkeypatch.setattr(milvus, "MIN_SERVER_VERSION", (99, 0))
+    refused = MilvusStore(milvus_server, name, IDENTITY)
+    with pytest.raises(StoreError) as e:
+        refused.open(create=True)
+    assert str(e.value) == (
+        f"The Milvus server at {milvus_server} is version {reported}, and mdrag needs Milvus 99.0 or later (or Milvus "
+        "Lite 99.0 or later), for its BM25 full-text search. Upgrade the server (docker-compose.milvus.yml runs one), "
+        "or unset milvus_uri to keep the index on this machine."
+    )
+    assert not isinstance(e.value, StoreUnavailableError), "the server was reached"
+    assert refused._client is None, "the connection is closed"
+    lite = MilvusStore(str(tmp_path / "m.db"), name, IDENTITY)  # a Milvus Lite file: no server to ask
+    assert lite.open(create=True)
+    lite.close()

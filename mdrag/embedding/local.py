@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from mdrag.config import DEFAULT_EMBEDDING_MODELS
 from mdrag.embedding.base import Embedder
 from mdrag.errors import EmbeddingError
 
@@ -27,7 +28,7 @@ __all__ = ["DEFAULT_MODEL", "LocalEmbedder", "resolve_model_dir"]
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
+DEFAULT_MODEL = DEFAULT_EMBEDDING_MODELS["local"]
 _ALIASES = {DEFAULT_MODEL, "all-MiniLM-L6-v2"}
 
 _models: dict[tuple[str, str], Any] = {}  # (model dir, device) -> SentenceTransformer, one per process
@@ -66,7 +67,7 @@ class LocalEmbedder(Embedder):
     def from_config(cls, config: Config) -> LocalEmbedder:
         """The embedder of ``embedding.model``, ``embedding.batch_size`` and ``embedding.device``."""
         return cls(
-            config["embedding.model"] or DEFAULT_MODEL,
+            config.effective("embedding.model"),
             batch_size=config["embedding.batch_size"],
             device=config["embedding.device"],
         )

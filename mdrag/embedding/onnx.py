@@ -256,7 +256,7 @@ class OnnxEmbedder(Embedder):
     def from_config(cls, config: Config) -> OnnxEmbedder:
         """The embedder of ``embedding.model`` and ``embedding.batch_size``, its export under the cache folder."""
         return cls(
-            config["embedding.model"] or DEFAULT_MODEL,
+            config.effective("embedding.model"),
             batch_size=config["embedding.batch_size"],
             cache_dir=config.cache_dir,
         )

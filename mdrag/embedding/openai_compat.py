@@ -72,7 +72,7 @@ class OpenAIEmbedder(Embedder):
     @classmethod
     def from_config(cls, config: Config) -> OpenAIEmbedder:
         """The embedder of ``embedding.*`` (``api.*`` where those are unset)."""
-        base_url = config["embedding.base_url"] or config["api.base_url"]
+        base_url = config.effective("embedding.base_url")
         if not base_url:
             raise ConfigError(
                 "embedding.provider is 'openai' but no base URL is set: set embedding.base_url "
@@ -80,8 +80,8 @@ class OpenAIEmbedder(Embedder):
             )
         return cls(
             base_url,
-            api_key=config["embedding.api_key"] or config["api.api_key"],
-            model=config["embedding.model"] or "text-embedding-3-small",
+            api_key=config.effective("embedding.api_key"),
+            model=config.effective("embedding.model"),
             batch_size=max(config["embedding.batch_size"], 1),
             timeout=float(config["embedding.timeout"]),
             max_retries=int(config["embedding.max_retries"]),

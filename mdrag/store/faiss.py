@@ -515,11 +515,7 @@ class FaissStore:
         )
 
     def _mismatch(self, stored: dict[str, Any]) -> ModelMismatchError:
-        return ModelMismatchError(
-            f"Index {self.name!r} was built with {stored.get('model')} ({stored.get('dimension')}-d) but the "
-            f"configured embedding model is {self.identity.get('model')} ({self.identity['dimension']}-d). "
-            "Rebuild it with `mdrag index --rebuild DIR ...`, or set embedding.model back, or use another --index name."
-        )
+        return ModelMismatchError.between(self.name, stored, self.identity)
 
     def _create(self) -> None:
         self._begin()

@@ -49,6 +49,7 @@ import numpy as np
 
 from mdrag.errors import ModelMismatchError, StoreDamagedError, StoreError, StoreInUseError, StoreUnavailableError
 from mdrag.manifest import file_sha256_cached, write_atomic
+from mdrag.redact import redact_url
 from mdrag.store import filters
 from mdrag.store import is_server_uri as _is_remote
 from mdrag.store.base import Filter
@@ -57,9 +58,14 @@ from mdrag.types import Chunk
 if TYPE_CHECKING:
     from mdrag.config import Config
 
-__all__ = ["MilvusStore", "collection_name"]
+__all__ = ["MIN_SERVER_VERSION", "MilvusStore", "collection_name", "server_too_old"]
 
 log = logging.getLogger(__name__)
+
+#: The oldest Milvus server mdrag works with: the BM25 function (full-text search) came in Milvus 2.5, and
+#: in Milvus Lite 2.5 (a `milvus-lite server` reports "milvus_lite-3.2.2"; mdrag installs 2.5 or later).
+MIN_SERVER_VERSION = (2, 5)
+_VERSION = re.compile(r"(?:^|[\s(v-])(\d+)\.(\d+)")  # "v2.3.5", "2.6.1-rc", "milvus_lite-3.2.2"
 
 _IDENTITY_KEY = "mdrag.identity"
 _ROWS_KEY = "mdrag.rows_since_rewrite"  # collection property: chunks written by small updates since a rewrite
@@ -128,6 +134,19 @@ def _pymilvus() -> Any:
     for name in ("pymilvus", "pymilvus.milvus_client", "pymilvus.bulk_writer", "grpc._server", "milvus_lite"):
         logging.getLogger(name).setLevel(logging.CRITICAL)
     return pymilvus
+
+
+def server_too_old(reported: str, minimum: tuple[int, int]) -> bool:
+    """Whether a Milvus server that reports the version ``reported`` (``v2.3.5``, ``2.6.1-rc``,
+    ``milvus_lite-3.2.2``) is older than ``minimum`` (major, minor). A version that cannot be read is not:
+    that is logged, and mdrag goes on."""
+    m = _VERSION.search(reported)
+    if m is None:
+        log.warning(
+            "cannot read the Milvus server's version %r: going on as if it were %d.%d or later", reported, *minimum
+        )
+        return False
+    return (int(m.group(1)), int(m.group(2))) < minimum
 
 
 def collection_name(index: str) -> str:
@@ -496,6 +515,26 @@ class MilvusStore:
         if not _is_remote(uri):
             with _lite_lock:
                 _lite_users[_lite_key(uri)] = _lite_users.get(_lite_key(uri), 0) + 1
+        else:
+            self._check_server()
+
+    def _check_server(self) -> None:
+        """Refuse a Milvus server older than :data:`MIN_SERVER_VERSION`: it has no BM25 function, so creating
+        a collection fails (a 2.3 server was seen to abort on it). Asked once, as the server is connected."""
+        try:
+            version = str(self.client.get_server_version())
+        except Exception as e:  # asked again where it matters (see _lite)
+            log.warning("the Milvus server at %s did not say its version (%s)", redact_url(self.uri), _reason(e))
+            return
+        self._lite_engine = version.startswith("milvus_lite")
+        if server_too_old(version, MIN_SERVER_VERSION):
+            self.close()
+            least = ".".join(map(str, MIN_SERVER_VERSION))
+            raise StoreError(
+                f"The Milvus server at {redact_url(self.uri)} is version {version}, and mdrag needs Milvus {least} "
+                f"or later (or Milvus Lite {least} or later), for its BM25 full-text search. Upgrade the server "
+                "(docker-compose.milvus.yml runs one), or unset milvus_uri to keep the index on this machine."
+            )
 
     def close(self) -> None:
         """Disconnect; a Milvus Lite file is released when its last store closes.
@@ -653,12 +692,7 @@ class MilvusStore:
         if stored.get("model") != self.identity.get("model") or int(stored.get("dimension", -1)) != int(
             self.identity["dimension"]
         ):
-            raise ModelMismatchError(
-                f"Index {self.collection[6:]!r} was built with {stored.get('model')} "
-                f"({stored.get('dimension')}-d) but the configured embedding model is "
-                f"{self.identity.get('model')} ({self.identity['dimension']}-d). Rebuild it with "
-                "`mdrag index --rebuild DIR ...`, or set embedding.model back, or use another --index name."
-            )
+            raise ModelMismatchError.between(self.collection[6:], stored, self.identity)
 
     def _check_fields(self) -> None:
         fields = {f["name"] for f in self.client.describe_collection(self.collection).get("fields", [])}
@@ -967,7 +1001,8 @@ class MilvusStore:
             except Exception as e:
                 raise StoreError(
                     f"Cannot tell which Milvus serves {self.uri} (its version request failed: {_reason(e)}). "
-                    "Check that milvus_uri points at a Milvus 2.4 or later server, or at a Milvus Lite file."
+                    f"Check that milvus_uri points at a Milvus {'.'.join(map(str, MIN_SERVER_VERSION))} or later "
+                    "server, or at a Milvus Lite file."
                 ) from e
             self._lite_engine = version.startswith("milvus_lite")
         return self._lite_engine

@@ -1,0 +1,135 @@
+"""What `mdrag config`, `index` and `status` say when a value is inherited, a file is given for a folder,
+or the index was built with another embedder (issue 28)."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from http.server import ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from mdrag.cli import main
+from tests.test_embedding_openai import FakeOpenAI, make_handler
+
+
+def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_config_prints_inherited_values_and_where_they_come_from(
+    mdrag_home: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("MARKDOWN_QA_API_BASE_URL", "http://user:pw@127.0.0.1:9/v1")
+    monkeypatch.setenv("MARKDOWN_QA_API_KEY", "sk-very-secret")
+    code, out, _ = _run(capsys, "config")
+    assert code == 0 and "sk-very-secret" not in out and "pw@" not in out
+    lines = {line.split()[0]: line for line in out.splitlines() if not line.startswith("#")}
+    assert lines["llm.base_url"].endswith('"http://***@127.0.0.1:9/v1"  # from api.base_url (MARKDOWN_QA_API_BASE_URL)')
+    assert lines["embedding.api_key"].endswith('"***"  # from api.api_key (MARKDOWN_QA_API_KEY)')
+    assert lines["embedding.model"].endswith(
+        '"sentence-transformers/all-MiniLM-L6-v2"  # default for embedding.provider local'
+    )
+    assert lines["milvus_uri"].endswith(f'"{mdrag_home / "cache" / "milvus.db"}"  # default')
+    monkeypatch.delenv("MARKDOWN_QA_API_BASE_URL")
+    lines = {line.split()[0]: line for line in _run(capsys, "config")[1].splitlines() if not line.startswith("#")}
+    assert lines["llm.base_url"].endswith("null  # from api.base_url")
+
+
+def test_index_or_serve_of_a_file_says_that_a_folder_is_expected(
+    tmp_path: Path, mdrag_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`mdrag index FILE` on a file that exists said it "does not exist or is not a folder" and "Check the
+    path": it now says that it is a file, that mdrag indexes folders, and which folder to give."""
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    note = docs / "note.md"
+    note.write_text("# Note\n\nA file given where a folder is expected.\n")
+    code, out, err = _run(capsys, "index", str(note), str(tmp_path / "nosuch"), "--json")
+    assert code == 1, err
+    expected = f"{note} is a file, not a folder (mdrag indexes folders: give its folder, {docs};"
+    [line] = [line for line in err.splitlines() if line.startswith("mdrag: error: not indexed: ")]
+    assert line.startswith(f"mdrag: error: not indexed: {expected}") and "does not exist" not in line
+    assert f"not found, so not indexed: {tmp_path / 'nosuch'}. Check the path" in err
+    assert any(w.startswith(expected) for w in json.loads(out)["warnings"]), out
+    assert f"folder {tmp_path / 'nosuch'} does not exist: skipped" in json.loads(out)["warnings"]
+    code, _, err = _run(capsys, "serve", str(note), "--port", "0")
+    assert code == 1 and f"mdrag: error: {expected}" in err and "not found" not in err
+
+
+@pytest.fixture
+def embedding_api(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """The OpenAI-compatible embedding stand-in of test_embedding_openai on loopback; yields its base URL."""
+    for name in ("http_proxy", "https_proxy", "all_proxy", "no_proxy"):
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.upper(), raising=False)
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), make_handler(FakeOpenAI()))
+    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}/v1"
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        thread.join(5)
+
+
+@pytest.mark.parametrize("backend", ["faiss", "milvus"])
+def test_status_describes_an_index_built_with_another_embedder(
+    backend: str,
+    tmp_path: Path,
+    embedding_api: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`mdrag status` exited 1 with only "was built with openai:..." on an index built with another embedder;
+    it now describes the index (files, chunks, the embedder that built it) and notes the mismatch, exit 0."""
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for i in range(3):
+        (docs / f"n{i}.md").write_text(f"# Note {i}\n\nSome words about topic {i}.\n")
+    monkeypatch.setenv("MDRAG_STORE", backend)
+    monkeypatch.setenv("MARKDOWN_QA_EMBEDDING_PROVIDER", "openai")
+    monkeypatch.setenv("MARKDOWN_QA_API_BASE_URL", embedding_api)
+    code, out, err = _run(capsys, "index", str(docs), "--json", "-q")
+    assert code == 0, err
+    built = json.loads(out)
+    monkeypatch.delenv("MARKDOWN_QA_EMBEDDING_PROVIDER")  # the default embedder now: the local MiniLM
+
+    code, out, err = _run(capsys, "status", "--json")
+    assert code == 0, err
+    st = json.loads(out)
+    assert st["model"]["model"] == "openai:text-embedding-3-small" and st["exists"] and not st["damaged"]
+    assert (st["files"], st["chunks"], st["folders"]) == (3, built["chunks_total"], [str(docs)])
+    assert "was built with openai:text-embedding-3-small" in st["model_mismatch"]
+    assert "sentence-transformers/all-MiniLM-L6-v2" in st["model_mismatch"]
+    assert "embedding.provider" in st["model_mismatch"] and "mdrag index --rebuild" in st["model_mismatch"]
+
+    code, out, err = _run(capsys, "status")
+    assert code == 0 and not err, err
+    lines = dict(line.split(":", 1) for line in out.splitlines())
+    assert lines["model"].strip().startswith("openai:text-embedding-3-small") and lines["files"].strip() == "3"
+    assert lines["note"].strip() == st["model_mismatch"]
+
+    code, _, err = _run(capsys, "search", "topic")  # a search still refuses it, with the same message
+    assert code == 1 and st["model_mismatch"] in err
+
+
+def test_index_on_a_milvus_server_too_old_says_so_not_that_it_is_unreachable(
+    milvus_server: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`mdrag index --milvus-uri` on a Milvus 2.3 server said "Cannot reach the Milvus store ... Start the Milvus
+    server": the server was running. A minimum above the real server's version stands in for an old server."""
+    from mdrag.store import milvus
+
+    monkeypatch.setattr(milvus, "MIN_SERVER_VERSION", (99, 0))
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.md").write_text("# A\n\nA note.\n")
+    code, _, err = _run(capsys, "index", str(docs), "--milvus-uri", milvus_server, "-q")
+    assert code == 1 and f"mdrag: error: The Milvus server at {milvus_server} is version " in err, err
+    assert "mdrag needs Milvus 99.0 or later" in err and "Cannot reach" not in err and "Start the" not in err
