@@ -205,7 +205,7 @@ class Settings(BaseModel):
     )
     embedding__max_retries: Int = setting(
         5,
-        "further requests to the embedding API after a failed one (429, 5xx, no answer) while indexing; a "
+        "further requests to the embedding API after a failed one (408, 409, 429, 5xx, no answer) while indexing; a "
         "search's query makes at most one",
         ge=0,
     )
@@ -250,8 +250,8 @@ class Settings(BaseModel):
     chunk__strategy: Literal["headings", "langchain"] = setting(
         "headings",
         "how sections become chunks: `headings` (by headings, to the model's window) or `langchain` "
-        "(md-qa's MarkdownTextSplitter, `chunk.size`/`chunk.overlap` in characters, 1000/200; needs "
-        "`pip install 'mdrag[langchain]'`); a change re-indexes",
+        "(md-qa's MarkdownTextSplitter, `chunk.size`/`chunk.overlap` in `chunk.unit`s, 1000/200 characters by "
+        "default; needs `pip install 'mdrag[langchain]'`); a change re-indexes",
     )
     search__k: Int = setting(
         10,
@@ -266,7 +266,7 @@ class Settings(BaseModel):
     )
     search__mode: Literal["dense", "bm25", "hybrid"] = setting(
         "hybrid",
-        '`hybrid` (dense and BM25, fused), `dense` (MiniLM cosine) or `bm25` (Milvus full-text); see "Search modes"',
+        '`hybrid` (dense and BM25, fused), `dense` (MiniLM cosine) or `bm25` (full-text BM25); see "Search modes"',
     )
     search__fusion: Literal["rrf", "weighted"] = setting(
         "weighted",
