@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import shutil
 import sys
 from pathlib import Path
@@ -61,17 +60,33 @@ def test_langchain_chunks_are_indexed_searched_and_cited(tmp_path: Path, shared_
     assert sum(shared) >= len(chunks) // 3, "neighbours overlap"
     assert any(c.text.startswith("## ") or "\n## " in c.text for c in chunks), "headings stay in the text"
     for c in chunks:
-        assert c.heading_path and 1 <= c.level <= 6
-        body = [ln.strip() for ln in c.text.splitlines() if ln.strip() and not re.match(r"#{1,6} ", ln)]
+        assert c.heading_path and 0 <= c.level <= 6
+        # The heading lines too: they are in the chunk's text, so they are in its line span.
+        own = [ln.strip() for ln in c.text.splitlines() if ln.strip()]
         source = "\n".join(lines[c.line_start - 1 : c.line_end])
-        assert body[0] in lines[c.line_start - 1] and body[-1] in lines[c.line_end - 1], c.position
-        assert all(b in source for b in body)
+        assert own[0] in lines[c.line_start - 1] and own[-1] in lines[c.line_end - 1], c.position
+        assert all(b in source for b in own)
 
     results = idx.search("fall back to the default sequence of dates", k=3, collapse="section")
     assert results and results[0].rel_path.endswith("front-matter.md")
     assert results[0].heading_path and results[0].line_start is not None
     only = idx.search("dates", k=10, threshold=0, filters={"path_prefix": "templates/"})
     assert only and all(r.rel_path.startswith("templates/") for r in only)
+
+
+def test_a_langchain_chunk_that_starts_with_a_heading_starts_on_its_line(shared_data: Path) -> None:
+    # Reported: container-orchestration.md gave 19-22 for the chunk "## How it helps ...", which starts on line 17.
+    page = shared_data / "markdown_cncf_glossary" / "content" / "en" / "container-orchestration.md"
+    lines = page.read_text(encoding="utf-8").splitlines()
+    idx = _index(HashEmbedder(), **{"chunk.strategy": "langchain"})
+    chunks = chunk_document(parse_file(page), str(page.parent), page.name, idx.settings)
+    [helps] = [c for c in chunks if c.text.startswith("## How it helps")]
+    assert (helps.line_start, helps.line_end) == (17, 22) and lines[16] == "## How it helps"
+    # With smaller chunks, one ends with the heading "## Problem it addresses": its span ends on that line.
+    idx = _index(HashEmbedder(), **{"chunk.strategy": "langchain", "chunk.size": 300, "chunk.overlap": 0})
+    chunks = chunk_document(parse_file(page), str(page.parent), page.name, idx.settings)
+    [ends] = [c for c in chunks if c.text.endswith("## Problem it addresses")]
+    assert lines[ends.line_end - 1] == "## Problem it addresses"
 
 
 def test_one_warning_per_run_counts_the_chunks_the_model_truncates(

@@ -139,7 +139,8 @@ def parse(data: bytes, path: str) -> Document:
             continue  # only top-level opening or self-contained tokens
         start, end = tok.map
         if tok.type == "heading_open":
-            builder.heading(int(tok.tag[1]), _inline_text(_inline_md.parseInline(tokens[i + 1].content, env)[0]))
+            title = _inline_text(_inline_md.parseInline(tokens[i + 1].content, env)[0])
+            builder.heading(int(tok.tag[1]), title, offset + start + 1)
             continue
         if tok.type == "hr":
             continue  # a thematic break carries no text
