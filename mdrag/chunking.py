@@ -2,7 +2,8 @@
 
 Pure functions, no I/O. A chunk never crosses a heading. Inside a section,
 paragraphs, tables and fenced code blocks are packed greedily up to
-``size``; consecutive chunks share up to ``overlap`` of trailing text. A code
+``size``; consecutive chunks share up to ``overlap`` of trailing text, never
+more than a third of either (no chunk is mostly a copy of its neighbour). A code
 block or table that fits the model's window (or, without one, a chunk) is
 never cut, even when it is larger than ``size``. A chunk whose embedded text
 (heading context + body) is longer than the embedder's window is split again,
@@ -39,6 +40,8 @@ _MAX_CONTEXT_CHARS = 200  # a heading trail longer than this is shortened
 _MAX_TOPICS_CHARS = 400  # so is the frontmatter line
 _TOPIC_FIELDS = ("description", "summary", "tags", "topics", "keywords", "llm_hints")
 _COUNT_BATCH = 256  # texts per count_tokens call
+_SHARED = 3  # neighbouring chunks share at most a third of either one's text
+_WORD_START = re.compile(r"(?<=\s)\S")
 # Path parts that name no topic: site roots, the language folder, index files.
 _PATH_NOISE = frozenset({"content", "contents", "docs", "doc", "documentation", "src", "en", "index", "readme"})
 
@@ -440,7 +443,9 @@ def chunk_document(
     pieces = [(si, a, b) for si, a, b in pieces if a < b]
     if window is not None:
         pieces = window.fit(pieces, texts)
+    pieces = _trim_overlaps(pieces, texts)
     pieces = _merge_remainders(pieces, texts, settings.size, sizes, window)
+    pieces = _trim_overlaps(pieces, texts)  # a boundary moved between two pieces can leave one mostly overlap
 
     chunks: list[Chunk] = []
     for n, (si, a, b) in enumerate(pieces):
@@ -572,6 +577,29 @@ class _Window:
         return out
 
 
+def _trim_overlaps(pieces: list[tuple[int, int, int]], texts: list[_Text]) -> list[tuple[int, int, int]]:
+    """Overlap cut back, at a word, so that neighbours share at most a third (``_SHARED``) of either one's text.
+
+    The overlap repeats the end of the piece before for continuity; where the
+    window had cut that piece short (a paragraph alone), its last 200
+    characters made the next piece mostly a copy of it. A piece whose own text
+    is tiny keeps only a little overlap, and joins a neighbour as a remainder.
+    """
+    out = list(pieces)
+    for i in range(1, len(out)):
+        (ps, pa, pb), (si, a, b) = out[i - 1], out[i]
+        if ps != si or not pa < a < pb < b:
+            continue
+        # shared <= previous / _SHARED, and shared <= (own text + shared) / _SHARED
+        room = min((pb - pa) // _SHARED, (b - pb) // (_SHARED - 1))
+        if pb - a <= room:
+            continue
+        text = texts[si].text
+        word = _WORD_START.search(text, pb - room, pb) if room > 0 else None
+        out[i] = (si, *_strip(text, word.start() if word else pb, b))
+    return out
+
+
 def _merge_remainders(
     pieces: list[tuple[int, int, int]], texts: list[_Text], size: int, sizes: Sizes, window: _Window | None
 ) -> list[tuple[int, int, int]]:
@@ -647,12 +675,20 @@ def _merge_remainders(
 
 
 def _drop_inside(pieces: list[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
-    """``pieces`` less those that lie inside a neighbour: only overlap."""
+    """``pieces`` less those that lie inside a neighbour (only overlap), and less the second of two equal ones.
+
+    Two pieces are equal where the window cut the same text off the end of one
+    chunk and the start of the next (a list item that was all the overlap).
+    """
 
     def inside(p: tuple[int, int, int], q: tuple[int, int, int]) -> bool:
-        return p != q and p[0] == q[0] and q[1] <= p[1] and p[2] <= q[2]
+        return p[0] == q[0] and q[1] <= p[1] and p[2] <= q[2]
 
-    return [p for n, p in enumerate(pieces) if not any(inside(p, q) for q in pieces[max(n - 1, 0) : n + 2])]
+    out: list[tuple[int, int, int]] = []
+    for p, after in zip(pieces, [*pieces[1:], None]):
+        if not (out and inside(p, out[-1])) and not (after is not None and after != p and inside(p, after)):
+            out.append(p)
+    return out
 
 
 def _halve(

@@ -348,3 +348,35 @@ def test_line_spans_are_the_lines_each_chunk_comes_from(shared_data: Path, strat
                 assert _lines_hold(c, lines), (rel, c.position, c.line_start, c.line_end, c.text[:80])
                 checked += 1
     assert checked > 2000
+
+
+def _shared(before: str, after: str) -> int:
+    """The characters of the longest run of words that ends ``before`` and starts ``after``: their overlap."""
+    a, b = before.split(), after.split()
+    return next((len(" ".join(b[:k])) for k in range(min(len(a), len(b)), 0, -1) if a[-k:] == b[:k]), 0)
+
+
+def test_neighbouring_chunks_share_at_most_a_third_of_either(shared_data: Path) -> None:
+    # Hugo front-matter.md: a chunk that was the 230-character 'cascade' entry alone, then one that restarted with
+    # 200 of its characters; otel kubeletstats: a list item that was all the overlap became two equal chunks.
+    files = [
+        *_real_chunks(shared_data / "markdown_hugo_docs" / "content"),
+        *_real_chunks(shared_data / "markdown_cncf_glossary" / "content"),
+        *[
+            f
+            for f in _real_chunks(shared_data / "markdown_otel_docs" / "content" / "en" / "blog" / "2025")
+            if f[0] == "kubeletstats-receiver-metrics-deprecation.md"
+        ],
+    ]
+    overlaps = 0
+    for rel, lines, chunks in files:
+        for prev, c in zip(chunks, chunks[1:]):
+            assert prev.line_end is not None and c.line_start is not None
+            if prev.heading_path != c.heading_path or c.line_start > prev.line_end:
+                continue  # the same words in another place are not overlap
+            shared = _shared(prev.text, c.text)
+            overlaps += shared > 0
+            assert 3 * shared <= min(len(prev.text), len(c.text)), (rel, prev.position, shared, c.text[:80])
+        kept = set(_WORD.findall("\n".join(lines)))
+        assert set(_WORD.findall("\n".join(c.text for c in chunks))) <= kept
+    assert overlaps > 200, "chunks still overlap"
