@@ -11,7 +11,7 @@ at a block's edge where it can be, because the model silently drops
 everything past it. A remainder too small to stand alone joins its neighbour
 (or the two share the text evenly), and no chunk is only the overlap of the one
 before it. Every chunk is a slice of its section's text, so its line span is
-the lines it holds.
+the lines it holds. Text before a file's first heading is under the file's title.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from typing import Any, Literal
 
 from mdrag.chunking_langchain import Truncated, langchain_chunks, splitter_class
 from mdrag.errors import ConfigError
-from mdrag.types import FRONTMATTER_FIELDS, Block, Chunk, Document
+from mdrag.types import FRONTMATTER_FIELDS, Block, Chunk, Document, Section
 
 __all__ = ["ChunkSettings", "Truncated", "chunk_document", "chunk_id", "content_hash", "split_text"]
 
@@ -342,6 +342,17 @@ def _clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def _heading_path(doc: Document, section: Section) -> list[str]:
+    """A section's heading path; text before the file's first heading is under the file's title.
+
+    A PDF page outside the outline keeps no heading: its page says where it is,
+    and search collapses by page where there is no heading.
+    """
+    if section.heading_path or section.page is not None or not (doc.title and doc.title.strip()):
+        return list(section.heading_path)
+    return [doc.title.strip()]
+
+
 def _context(mode: str, title: str | None, heading_path: list[str], topics: str, where: str = "") -> str:
     """The header embedded before a chunk: "path words > title > headings", then the frontmatter topics."""
     if mode == "none":
@@ -450,7 +461,8 @@ def chunk_document(
     chunks: list[Chunk] = []
     for n, (si, a, b) in enumerate(pieces):
         section, sec = doc.sections[si], texts[si]
-        ctx = _context(settings.context, doc.title, section.heading_path, topics if n == 0 else "", where)
+        path = _heading_path(doc, section)
+        ctx = _context(settings.context, doc.title, path, topics if n == 0 else "", where)
         position = len(chunks)
         text = sec.text[a:b]
         embed = f"{ctx}\n\n{text}" if ctx else text
@@ -463,7 +475,7 @@ def chunk_document(
                 path=doc.path,
                 rel_path=rel_path,
                 root=root,
-                heading_path=list(section.heading_path),
+                heading_path=path,
                 level=section.level,
                 position=position,
                 content_hash=text_hash,
@@ -494,7 +506,8 @@ def _langchain(
     chunks: list[Chunk] = []
     for position, (text, si, line_start, line_end) in enumerate(pieces):
         section = doc.sections[si]
-        ctx = _context(settings.context, doc.title, section.heading_path, topics if position == 0 else "", where)
+        path = _heading_path(doc, section)
+        ctx = _context(settings.context, doc.title, path, topics if position == 0 else "", where)
         embed = f"{ctx}\n\n{text}" if ctx else text
         text_hash = content_hash(embed)
         chunks.append(
@@ -505,7 +518,7 @@ def _langchain(
                 path=doc.path,
                 rel_path=rel_path,
                 root=root,
-                heading_path=list(section.heading_path),
+                heading_path=path,
                 level=section.level,
                 position=position,
                 content_hash=text_hash,
@@ -540,7 +553,7 @@ class _Window:
 
     def header(self, si: int, first: bool) -> str:
         d = self.doc
-        return _context(self.mode, d.title, d.sections[si].heading_path, self.topics if first else "", self.where)
+        return _context(self.mode, d.title, _heading_path(d, d.sections[si]), self.topics if first else "", self.where)
 
     def room(self, si: int, first: bool) -> int:
         """The window less the header and a margin for tokens that merge or split at the seam."""

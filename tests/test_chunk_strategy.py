@@ -89,6 +89,24 @@ def test_a_langchain_chunk_that_starts_with_a_heading_starts_on_its_line(shared_
     assert lines[ends.line_end - 1] == "## Problem it addresses"
 
 
+@pytest.mark.parametrize("strategy", ["headings", "langchain"])
+def test_search_cites_text_before_the_first_heading_under_the_title(
+    tmp_path: Path, shared_data: Path, strategy: str
+) -> None:
+    """CNCF glossary: the answer to "what is X" is its intro, which search showed with heading ''."""
+    src = shared_data / "markdown_cncf_glossary" / "content" / "en"
+    root = tmp_path / "glossary"
+    root.mkdir()
+    for name in ("container-orchestration.md", "serverless.md", "service-mesh.md"):
+        shutil.copy(src / name, root / name)
+    idx = _index(HashEmbedder(max_tokens=256), **{"chunk.strategy": strategy})
+    idx.update([root])
+    for mode in ("dense", "bm25", "hybrid"):
+        [hit] = idx.search("serverless computing abstracts servers away from the user", k=1, mode=mode)
+        assert hit.rel_path == "serverless.md" and hit.line_start == 9, mode
+        assert hit.heading_path == ["Serverless"] and hit.to_dict()["heading"] == "Serverless", mode
+
+
 def test_one_warning_per_run_counts_the_chunks_the_model_truncates(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -44,7 +44,7 @@ def test_sections_become_chunks_with_heading_paths_and_metadata() -> None:
         metadata={"title": "Guide", "tags": ["setup", " "], "keywords": "a, b", "other": 1},
     )
     chunks = chunk_document(doc, "/docs", "guide.md")
-    assert [c.heading_path for c in chunks] == [[], ["Install"], ["Install", "Linux"]]
+    assert [c.heading_path for c in chunks] == [["Guide"], ["Install"], ["Install", "Linux"]]  # intro: the title
     assert [c.level for c in chunks] == [0, 1, 2]
     assert [c.line_start for c in chunks] == [3, 5, 9]
     # the frontmatter topics go with the file's first chunk only
@@ -380,3 +380,23 @@ def test_neighbouring_chunks_share_at_most_a_third_of_either(shared_data: Path) 
         kept = set(_WORD.findall("\n".join(lines)))
         assert set(_WORD.findall("\n".join(c.text for c in chunks))) <= kept
     assert overlaps > 200, "chunks still overlap"
+
+
+@pytest.mark.parametrize("strategy", ["headings", "langchain"])
+def test_text_before_the_first_heading_is_under_the_title(shared_data: Path, strategy: str) -> None:
+    # CNCF glossary: the intro chunk of most terms had heading '', though each has a frontmatter title.
+    intros = 0
+    for rel, _, chunks in _real_chunks(shared_data / "markdown_cncf_glossary" / "content", strategy):
+        for c in chunks:
+            assert c.heading_path and all(h.strip() for h in c.heading_path), (rel, c.position)
+            if c.level == 0:
+                intros += 1
+                title = c.metadata["title"]  # from the frontmatter (two spell it "Title")
+                assert c.heading_path == [title], rel
+                assert c.context.split("\n")[0] == title, "the header names the title once, as before"
+    assert intros > 60
+
+
+def test_a_pdf_page_outside_the_outline_keeps_its_page_as_its_place() -> None:
+    doc = _doc(Section([], 0, [Block("Cover page text.")], page=1), Section(["Intro"], 1, [Block("Hi.")], page=2))
+    assert [c.heading_path for c in chunk_document(doc, "/docs", "guide.pdf")] == [[], ["Intro"]]

@@ -59,3 +59,12 @@ def test_a_markdown_section_knows_the_line_of_its_heading() -> None:
         (["How it helps"], 7),
         (["Setext"], 11),
     ]
+
+
+def test_a_frontmatter_title_key_spelled_title_is_the_title() -> None:
+    from mdrag.parsers.markdown import parse
+
+    # CNCF glossary serverless.md: "Title: Serverless"; its intro chunk had no title as heading.
+    assert parse(b"---\nTitle: Serverless\n---\n\nText.\n", "/d/serverless.md").title == "Serverless"
+    both = parse(b"---\ntitle: lower\nTitle: Upper\n---\n\nText.\n", "/d/t.md")
+    assert both.title == "lower", "the usual spelling first"
