@@ -107,6 +107,44 @@ def test_search_cites_text_before_the_first_heading_under_the_title(
         assert hit.heading_path == ["Serverless"] and hit.to_dict()["heading"] == "Serverless", mode
 
 
+def test_an_index_chunked_by_the_release_before_is_chunked_again(
+    tmp_path: Path, shared_data: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Intro headings and overlaps changed what a file's chunks are: old rows are replaced, not mixed in."""
+    from mdrag import chunking, indexer
+
+    root = tmp_path / "docs"
+    root.mkdir()
+    shutil.copy(shared_data / "markdown_hugo_docs" / "content" / "en" / "content-management" / "front-matter.md", root)
+    shutil.copy(shared_data / "markdown_cncf_glossary" / "content" / "en" / "container-orchestration.md", root)
+    # The release before: no title over the intro, overlap kept whole, and its chunk format.
+    with monkeypatch.context() as old:
+        old.setattr(chunking, "_heading_path", lambda doc, section: list(section.heading_path))
+        old.setattr(chunking, "_trim_overlaps", lambda pieces, texts: pieces)
+        old.setattr(indexer, "CHUNK_FORMAT", indexer.CHUNK_FORMAT - 1)
+        idx = _index(HashEmbedder(max_tokens=256))
+        idx.update([root])
+        assert [] in _headings(idx), "the old chunking: the intros have no heading"
+    s = idx.update([root])
+    assert s.rebuild == "this release of mdrag parses and chunks files differently"
+    emb = HashEmbedder(max_tokens=256)
+    now = [
+        c
+        for p in sorted(root.iterdir())
+        for c in chunk_document(parse_file(p), str(root), p.name, idx.settings, emb.count_tokens, 256)
+    ]
+    assert idx.store.all_ids() == {c.id for c in now}
+    assert sorted(_headings(idx)) == sorted(c.heading_path for c in now), "every row is of the new chunking"
+    assert ["Container Orchestration"] in _headings(idx) and [] not in _headings(idx)
+
+
+def _headings(idx: Index) -> list[list[str]]:
+    """The heading path of every row of the index."""
+    hits = idx.search("front matter", k=1000, threshold=0, mode="dense", collapse="none")
+    assert len(hits) == idx.store.count()
+    return [h.heading_path for h in hits]
+
+
 def test_one_warning_per_run_counts_the_chunks_the_model_truncates(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
