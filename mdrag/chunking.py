@@ -2,7 +2,8 @@
 
 Pure functions, no I/O. A chunk never crosses a heading. Inside a section,
 paragraphs, tables and fenced code blocks are packed greedily up to
-``size``; consecutive chunks share up to ``overlap`` of trailing text. A code
+``size``; consecutive chunks share up to ``overlap`` of trailing text, never
+more than a third of either (no chunk is mostly a copy of its neighbour). A code
 block or table that fits the model's window (or, without one, a chunk) is
 never cut, even when it is larger than ``size``. A chunk whose embedded text
 (heading context + body) is longer than the embedder's window is split again,
@@ -10,7 +11,7 @@ at a block's edge where it can be, because the model silently drops
 everything past it. A remainder too small to stand alone joins its neighbour
 (or the two share the text evenly), and no chunk is only the overlap of the one
 before it. Every chunk is a slice of its section's text, so its line span is
-the lines it holds.
+the lines it holds. Text before a file's first heading is under the file's title.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from typing import Any, Literal
 
 from mdrag.chunking_langchain import Truncated, langchain_chunks, splitter_class
 from mdrag.errors import ConfigError
-from mdrag.types import FRONTMATTER_FIELDS, Block, Chunk, Document
+from mdrag.types import FRONTMATTER_FIELDS, Block, Chunk, Document, Section
 
 __all__ = ["ChunkSettings", "Truncated", "chunk_document", "chunk_id", "content_hash", "split_text"]
 
@@ -39,6 +40,8 @@ _MAX_CONTEXT_CHARS = 200  # a heading trail longer than this is shortened
 _MAX_TOPICS_CHARS = 400  # so is the frontmatter line
 _TOPIC_FIELDS = ("description", "summary", "tags", "topics", "keywords", "llm_hints")
 _COUNT_BATCH = 256  # texts per count_tokens call
+_SHARED = 3  # neighbouring chunks share at most a third of either one's text
+_WORD_START = re.compile(r"(?<=\s)\S")
 # Path parts that name no topic: site roots, the language folder, index files.
 _PATH_NOISE = frozenset({"content", "contents", "docs", "doc", "documentation", "src", "en", "index", "readme"})
 
@@ -339,6 +342,17 @@ def _clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def _heading_path(doc: Document, section: Section) -> list[str]:
+    """A section's heading path; text before the file's first heading is under the file's title.
+
+    A PDF page outside the outline keeps no heading: its page says where it is,
+    and search collapses by page where there is no heading.
+    """
+    if section.heading_path or section.page is not None or not (doc.title and doc.title.strip()):
+        return list(section.heading_path)
+    return [doc.title.strip()]
+
+
 def _context(mode: str, title: str | None, heading_path: list[str], topics: str, where: str = "") -> str:
     """The header embedded before a chunk: "path words > title > headings", then the frontmatter topics."""
     if mode == "none":
@@ -440,12 +454,15 @@ def chunk_document(
     pieces = [(si, a, b) for si, a, b in pieces if a < b]
     if window is not None:
         pieces = window.fit(pieces, texts)
+    pieces = _trim_overlaps(pieces, texts)
     pieces = _merge_remainders(pieces, texts, settings.size, sizes, window)
+    pieces = _trim_overlaps(pieces, texts)  # a boundary moved between two pieces can leave one mostly overlap
 
     chunks: list[Chunk] = []
     for n, (si, a, b) in enumerate(pieces):
         section, sec = doc.sections[si], texts[si]
-        ctx = _context(settings.context, doc.title, section.heading_path, topics if n == 0 else "", where)
+        path = _heading_path(doc, section)
+        ctx = _context(settings.context, doc.title, path, topics if n == 0 else "", where)
         position = len(chunks)
         text = sec.text[a:b]
         embed = f"{ctx}\n\n{text}" if ctx else text
@@ -458,7 +475,7 @@ def chunk_document(
                 path=doc.path,
                 rel_path=rel_path,
                 root=root,
-                heading_path=list(section.heading_path),
+                heading_path=path,
                 level=section.level,
                 position=position,
                 content_hash=text_hash,
@@ -489,7 +506,8 @@ def _langchain(
     chunks: list[Chunk] = []
     for position, (text, si, line_start, line_end) in enumerate(pieces):
         section = doc.sections[si]
-        ctx = _context(settings.context, doc.title, section.heading_path, topics if position == 0 else "", where)
+        path = _heading_path(doc, section)
+        ctx = _context(settings.context, doc.title, path, topics if position == 0 else "", where)
         embed = f"{ctx}\n\n{text}" if ctx else text
         text_hash = content_hash(embed)
         chunks.append(
@@ -500,7 +518,7 @@ def _langchain(
                 path=doc.path,
                 rel_path=rel_path,
                 root=root,
-                heading_path=list(section.heading_path),
+                heading_path=path,
                 level=section.level,
                 position=position,
                 content_hash=text_hash,
@@ -535,7 +553,7 @@ class _Window:
 
     def header(self, si: int, first: bool) -> str:
         d = self.doc
-        return _context(self.mode, d.title, d.sections[si].heading_path, self.topics if first else "", self.where)
+        return _context(self.mode, d.title, _heading_path(d, d.sections[si]), self.topics if first else "", self.where)
 
     def room(self, si: int, first: bool) -> int:
         """The window less the header and a margin for tokens that merge or split at the seam."""
@@ -570,6 +588,29 @@ class _Window:
             keep = [s for s, ok in zip(blocks, self.fits(si, n == 0, [sec.text[p:q] for p, q in blocks])) if ok]
             out.extend((si, p, q) for p, q in _cut(sec.text, a, b, room, 0, self.body, keep))
         return out
+
+
+def _trim_overlaps(pieces: list[tuple[int, int, int]], texts: list[_Text]) -> list[tuple[int, int, int]]:
+    """Overlap cut back, at a word, so that neighbours share at most a third (``_SHARED``) of either one's text.
+
+    The overlap repeats the end of the piece before for continuity; where the
+    window had cut that piece short (a paragraph alone), its last 200
+    characters made the next piece mostly a copy of it. A piece whose own text
+    is tiny keeps only a little overlap, and joins a neighbour as a remainder.
+    """
+    out = list(pieces)
+    for i in range(1, len(out)):
+        (ps, pa, pb), (si, a, b) = out[i - 1], out[i]
+        if ps != si or not pa < a < pb < b:
+            continue
+        # shared <= previous / _SHARED, and shared <= (own text + shared) / _SHARED
+        room = min((pb - pa) // _SHARED, (b - pb) // (_SHARED - 1))
+        if pb - a <= room:
+            continue
+        text = texts[si].text
+        word = _WORD_START.search(text, pb - room, pb) if room > 0 else None
+        out[i] = (si, *_strip(text, word.start() if word else pb, b))
+    return out
 
 
 def _merge_remainders(
@@ -647,12 +688,20 @@ def _merge_remainders(
 
 
 def _drop_inside(pieces: list[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
-    """``pieces`` less those that lie inside a neighbour: only overlap."""
+    """``pieces`` less those that lie inside a neighbour (only overlap), and less the second of two equal ones.
+
+    Two pieces are equal where the window cut the same text off the end of one
+    chunk and the start of the next (a list item that was all the overlap).
+    """
 
     def inside(p: tuple[int, int, int], q: tuple[int, int, int]) -> bool:
-        return p != q and p[0] == q[0] and q[1] <= p[1] and p[2] <= q[2]
+        return p[0] == q[0] and q[1] <= p[1] and p[2] <= q[2]
 
-    return [p for n, p in enumerate(pieces) if not any(inside(p, q) for q in pieces[max(n - 1, 0) : n + 2])]
+    out: list[tuple[int, int, int]] = []
+    for p, after in zip(pieces, [*pieces[1:], None]):
+        if not (out and inside(p, out[-1])) and not (after is not None and after != p and inside(p, after)):
+            out.append(p)
+    return out
 
 
 def _halve(

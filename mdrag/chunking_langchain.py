@@ -7,8 +7,9 @@ by ``MarkdownTextSplitter`` with ``chunk_size = chunk.size`` and
 specification's), lengths in characters, or in the model's tokens with
 ``chunk.unit: tokens``. Chunks may cross headings and are not fitted to the
 model's window: each gets the heading path of the section that holds most of
-its text, the line span of the source lines it holds, and mdrag's header
-(``chunk.context``) as the headings strategy gives it. Note that
+its text, the line span of the source lines it holds (heading lines
+included), and mdrag's header (``chunk.context``) as the headings strategy
+gives it. Note that
 ``MarkdownTextSplitter`` matches its heading separator literally, so in
 practice it cuts at blank lines, lines and words, not at headings.
 """
@@ -89,7 +90,7 @@ def _markdown(doc: Document) -> tuple[str, list[_Piece]]:
 
     for si, section in enumerate(doc.sections):
         if section.level > 0 and section.heading_path:
-            add(f"{'#' * section.level} {section.heading_path[-1]}", si, None)
+            add(f"{'#' * section.level} {section.heading_path[-1]}", si, section.heading_line)
         for block in section.blocks:
             add(block.text, si, block.line_start)
     return "\n\n".join(parts), pieces

@@ -637,9 +637,10 @@ def remove_folders(
 
 #: What parsing and chunking give for a file: raised when a release changes it (2: issue 14's chunk
 #: boundaries and line spans, PDF outline sections, DOCX notes and text boxes, HTML main content;
-#: 3: an HTML aside with no text does not split the section it interrupts; PDF running headers and footers left out),
-#: so an index built by an older release is chunked again rather than mixing both.
-CHUNK_FORMAT = 3
+#: 3: an HTML aside with no text does not split the section it interrupts; PDF running headers and footers left out;
+#: 4: text before the first heading is under the title, neighbours share at most a third of either, langchain line
+#: spans hold heading lines), so an index built by an older release is chunked again rather than mixing both.
+CHUNK_FORMAT = 4
 
 
 def _chunking(store: Store, embedder: Embedder, settings: ChunkSettings) -> dict[str, object]:

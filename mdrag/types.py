@@ -36,6 +36,7 @@ class Section:
     level: int  # heading level 1-6; 0 for text before any heading
     blocks: list[Block] = field(default_factory=list)
     page: int | None = None  # 1-based page number (PDF)
+    heading_line: int | None = None  # 1-based source line of the heading that starts it, if known
 
     @property
     def text(self) -> str:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import shutil
 import sys
 from pathlib import Path
@@ -61,17 +60,89 @@ def test_langchain_chunks_are_indexed_searched_and_cited(tmp_path: Path, shared_
     assert sum(shared) >= len(chunks) // 3, "neighbours overlap"
     assert any(c.text.startswith("## ") or "\n## " in c.text for c in chunks), "headings stay in the text"
     for c in chunks:
-        assert c.heading_path and 1 <= c.level <= 6
-        body = [ln.strip() for ln in c.text.splitlines() if ln.strip() and not re.match(r"#{1,6} ", ln)]
+        assert c.heading_path and 0 <= c.level <= 6
+        # The heading lines too: they are in the chunk's text, so they are in its line span.
+        own = [ln.strip() for ln in c.text.splitlines() if ln.strip()]
         source = "\n".join(lines[c.line_start - 1 : c.line_end])
-        assert body[0] in lines[c.line_start - 1] and body[-1] in lines[c.line_end - 1], c.position
-        assert all(b in source for b in body)
+        assert own[0] in lines[c.line_start - 1] and own[-1] in lines[c.line_end - 1], c.position
+        assert all(b in source for b in own)
 
     results = idx.search("fall back to the default sequence of dates", k=3, collapse="section")
     assert results and results[0].rel_path.endswith("front-matter.md")
     assert results[0].heading_path and results[0].line_start is not None
     only = idx.search("dates", k=10, threshold=0, filters={"path_prefix": "templates/"})
     assert only and all(r.rel_path.startswith("templates/") for r in only)
+
+
+def test_a_langchain_chunk_that_starts_with_a_heading_starts_on_its_line(shared_data: Path) -> None:
+    # Reported: container-orchestration.md gave 19-22 for the chunk "## How it helps ...", which starts on line 17.
+    page = shared_data / "markdown_cncf_glossary" / "content" / "en" / "container-orchestration.md"
+    lines = page.read_text(encoding="utf-8").splitlines()
+    idx = _index(HashEmbedder(), **{"chunk.strategy": "langchain"})
+    chunks = chunk_document(parse_file(page), str(page.parent), page.name, idx.settings)
+    [helps] = [c for c in chunks if c.text.startswith("## How it helps")]
+    assert (helps.line_start, helps.line_end) == (17, 22) and lines[16] == "## How it helps"
+    # With smaller chunks, one ends with the heading "## Problem it addresses": its span ends on that line.
+    idx = _index(HashEmbedder(), **{"chunk.strategy": "langchain", "chunk.size": 300, "chunk.overlap": 0})
+    chunks = chunk_document(parse_file(page), str(page.parent), page.name, idx.settings)
+    [ends] = [c for c in chunks if c.text.endswith("## Problem it addresses")]
+    assert lines[ends.line_end - 1] == "## Problem it addresses"
+
+
+@pytest.mark.parametrize("strategy", ["headings", "langchain"])
+def test_search_cites_text_before_the_first_heading_under_the_title(
+    tmp_path: Path, shared_data: Path, strategy: str
+) -> None:
+    """CNCF glossary: the answer to "what is X" is its intro, which search showed with heading ''."""
+    src = shared_data / "markdown_cncf_glossary" / "content" / "en"
+    root = tmp_path / "glossary"
+    root.mkdir()
+    for name in ("container-orchestration.md", "serverless.md", "service-mesh.md"):
+        shutil.copy(src / name, root / name)
+    idx = _index(HashEmbedder(max_tokens=256), **{"chunk.strategy": strategy})
+    idx.update([root])
+    for mode in ("dense", "bm25", "hybrid"):
+        [hit] = idx.search("serverless computing abstracts servers away from the user", k=1, mode=mode)
+        assert hit.rel_path == "serverless.md" and hit.line_start == 9, mode
+        assert hit.heading_path == ["Serverless"] and hit.to_dict()["heading"] == "Serverless", mode
+
+
+def test_an_index_chunked_by_the_release_before_is_chunked_again(
+    tmp_path: Path, shared_data: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Intro headings and overlaps changed what a file's chunks are: old rows are replaced, not mixed in."""
+    from mdrag import chunking, indexer
+
+    root = tmp_path / "docs"
+    root.mkdir()
+    shutil.copy(shared_data / "markdown_hugo_docs" / "content" / "en" / "content-management" / "front-matter.md", root)
+    shutil.copy(shared_data / "markdown_cncf_glossary" / "content" / "en" / "container-orchestration.md", root)
+    # The release before: no title over the intro, overlap kept whole, and its chunk format.
+    with monkeypatch.context() as old:
+        old.setattr(chunking, "_heading_path", lambda doc, section: list(section.heading_path))
+        old.setattr(chunking, "_trim_overlaps", lambda pieces, texts: pieces)
+        old.setattr(indexer, "CHUNK_FORMAT", indexer.CHUNK_FORMAT - 1)
+        idx = _index(HashEmbedder(max_tokens=256))
+        idx.update([root])
+        assert [] in _headings(idx), "the old chunking: the intros have no heading"
+    s = idx.update([root])
+    assert s.rebuild == "this release of mdrag parses and chunks files differently"
+    emb = HashEmbedder(max_tokens=256)
+    now = [
+        c
+        for p in sorted(root.iterdir())
+        for c in chunk_document(parse_file(p), str(root), p.name, idx.settings, emb.count_tokens, 256)
+    ]
+    assert idx.store.all_ids() == {c.id for c in now}
+    assert sorted(_headings(idx)) == sorted(c.heading_path for c in now), "every row is of the new chunking"
+    assert ["Container Orchestration"] in _headings(idx) and [] not in _headings(idx)
+
+
+def _headings(idx: Index) -> list[list[str]]:
+    """The heading path of every row of the index."""
+    hits = idx.search("front matter", k=1000, threshold=0, mode="dense", collapse="none")
+    assert len(hits) == idx.store.count()
+    return [h.heading_path for h in hits]
 
 
 def test_one_warning_per_run_counts_the_chunks_the_model_truncates(

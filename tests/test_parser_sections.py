@@ -46,3 +46,25 @@ def test_an_aside_with_no_text_does_not_split_the_section_it_interrupts() -> Non
         (["Intro"], "Kevin\n\nA flaw in the wildly popular online game Minecraft"),
         (["Next"], "more"),
     ]
+
+
+def test_a_markdown_section_knows_the_line_of_its_heading() -> None:
+    from mdrag.parsers.markdown import parse
+
+    # Where the langchain strategy's chunks that hold a heading start (or end).
+    text = "---\ntitle: Guide\n---\n\nIntro.\n\n## How it helps {#how}\n\nText.\n\nSetext\n------\n\nMore.\n"
+    doc = parse(text.encode(), "/d/guide.md")
+    assert [(s.heading_path, s.heading_line) for s in doc.sections] == [
+        ([], None),
+        (["How it helps"], 7),
+        (["Setext"], 11),
+    ]
+
+
+def test_a_frontmatter_title_key_spelled_title_is_the_title() -> None:
+    from mdrag.parsers.markdown import parse
+
+    # CNCF glossary serverless.md: "Title: Serverless"; its intro chunk had no title as heading.
+    assert parse(b"---\nTitle: Serverless\n---\n\nText.\n", "/d/serverless.md").title == "Serverless"
+    both = parse(b"---\ntitle: lower\nTitle: Upper\n---\n\nText.\n", "/d/t.md")
+    assert both.title == "lower", "the usual spelling first"

@@ -97,6 +97,13 @@ def _split_frontmatter(text: str, path: str) -> tuple[dict[str, Any], str, int, 
     return _jsonable(meta), body, offset, []
 
 
+def _frontmatter_title(metadata: dict[str, Any]) -> str | None:
+    """The frontmatter's ``title``; a key spelled ``Title`` (some CNCF glossary terms) counts too."""
+    keys = sorted((k for k in metadata if k.lower() == "title"), key=lambda k: k != "title")
+    title = metadata[keys[0]] if keys else None
+    return title.strip() if isinstance(title, str) and title.strip() else None
+
+
 def _inline_text(token: Token) -> str:
     """Plain text of an inline token: markup dropped, code spans and image alt kept."""
     parts: list[str] = []
@@ -139,7 +146,8 @@ def parse(data: bytes, path: str) -> Document:
             continue  # only top-level opening or self-contained tokens
         start, end = tok.map
         if tok.type == "heading_open":
-            builder.heading(int(tok.tag[1]), _inline_text(_inline_md.parseInline(tokens[i + 1].content, env)[0]))
+            title = _inline_text(_inline_md.parseInline(tokens[i + 1].content, env)[0])
+            builder.heading(int(tok.tag[1]), title, offset + start + 1)
             continue
         if tok.type == "hr":
             continue  # a thematic break carries no text
@@ -154,8 +162,7 @@ def parse(data: bytes, path: str) -> Document:
             builder.add(block)
     sections = builder.finish()
 
-    fm_title = metadata.get("title")
-    doc_title = fm_title.strip() if isinstance(fm_title, str) and fm_title.strip() else builder.first_h1
+    doc_title = _frontmatter_title(metadata) or builder.first_h1
     return Document(
         path=path, sections=sections, metadata=metadata, title=doc_title, warnings=warnings, encoding=encoding
     )

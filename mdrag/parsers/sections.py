@@ -41,14 +41,14 @@ class SectionBuilder:
         """Append ``block`` to the section being filled."""
         self.current.blocks.append(block)
 
-    def heading(self, level: int, title: str) -> None:
-        """Start the section of a heading of ``level`` (1-6) titled ``title``."""
+    def heading(self, level: int, title: str, line: int | None = None) -> None:
+        """Start the section of a heading of ``level`` (1-6) titled ``title``, found on source ``line``."""
         if level == 1 and title and self.first_h1 is None:
             self.first_h1 = title
         while self._stack and self._stack[-1][0] >= level:
             self._stack.pop()
         self._stack.append((level, title))
-        self._start(level)
+        self._start(level, line)
 
     def restore(self, headings: tuple[Heading, ...]) -> None:
         """Close every heading opened since the open headings were ``headings``; what follows goes under them.
@@ -69,9 +69,9 @@ class SectionBuilder:
         self._close()
         return self.sections
 
-    def _start(self, level: int) -> None:
+    def _start(self, level: int, line: int | None = None) -> None:
         self._close()
-        self.current = Section(heading_path=[t for _, t in self._stack if t], level=level)
+        self.current = Section(heading_path=[t for _, t in self._stack if t], level=level, heading_line=line)
 
     def _close(self) -> None:
         if self.current.blocks:
