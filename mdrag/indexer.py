@@ -52,7 +52,7 @@ from mdrag.errors import (
 from mdrag.manifest import FileState, Manifest, SkippedFile
 from mdrag.parsers import parse_file
 from mdrag.parsers.worker import ParseWorker
-from mdrag.plan import Plan, mismatched, nothing_to_do, plan_update, to_hash
+from mdrag.plan import Plan, kept_files, mismatched, nothing_to_do, plan_update, to_hash
 from mdrag.scan import ScanOptions, ScanResult, scan
 from mdrag.store import is_server_uri
 from mdrag.store.base import Store
@@ -221,6 +221,7 @@ def update_index(
     if open_store is not None and old is not None and as_left and summary.rebuild is None:
         if nothing_to_do(old, roots, found):
             summary.unchanged, summary.chunks_total = len(found.files), old.chunk_count
+            summary.kept = len(kept_files(old.files, roots, found))
             summary.skipped_files = [(p, reason) for p, (_, reason) in found.skipped.items()]
             summary.skipped = len(summary.skipped_files)
             _report_scan(summary, found, old)

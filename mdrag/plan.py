@@ -93,6 +93,11 @@ def plan_update(
     return plan
 
 
+def kept_files(files: Mapping[str, FileState], roots: Sequence[str], found: ScanResult) -> list[str]:
+    """The indexed ``files`` under ``roots`` not found because their folder is missing, empty or unreadable."""
+    return _sort(files, roots, found).kept
+
+
 def nothing_to_do(old: Manifest, roots: Sequence[str], found: ScanResult) -> bool:
     """Whether a clean manifest still describes every file found, and the folder set is the same."""
     if old.dirty or old.retired_roots or not set(roots) - set(found.missing) <= set(old.roots):

@@ -347,3 +347,22 @@ def test_a_folder_named_but_not_found_is_an_error_the_others_are_indexed(
     assert "not found: notse. Check the path; nothing was started." in capsys.readouterr().err
     assert main(["status", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["folders"] == [str(a)]
+
+
+def test_mdrag_index_counts_the_files_of_a_missing_folder_as_kept_every_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The warning said "its 3 indexed files are kept" while the summary counted none: a run with nothing
+    # else to do ends early, and that path left `kept` at 0
+    monkeypatch.setattr("mdrag.index.Index.__init__.__defaults__", (None, HashEmbedder()))
+    a, b = _folder(tmp_path / "glossary", "glossary"), _folder(tmp_path / "notes", "notes")
+    monkeypatch.chdir(tmp_path)
+    assert main(["index", str(a), str(b), "-q"]) == 0
+    capsys.readouterr()
+    shutil.rmtree(b)  # an unmounted disk
+    for _ in range(2):  # the first run records the state; the second has nothing else to do
+        assert main(["index", "--json", "-q"]) == 0
+        s = json.loads(capsys.readouterr().out)
+        assert (s["kept"], s["deleted"], s["unchanged"]) == (3, 0, 3)
+    assert main(["index"]) == 0
+    assert "3 kept (folder missing or unreadable)" in capsys.readouterr().out
