@@ -86,7 +86,7 @@ from mdrag.protocol import MAX_QUESTION_CHARS
 if TYPE_CHECKING:
     from mdrag.config import Config
     from mdrag.index import Index
-    from mdrag.indexer import IndexSummary
+    from mdrag.indexer import IndexProgress, IndexSummary
     from mdrag.keeper import IndexKeeper
     from mdrag.knowledge import Docset
     from mdrag.types import SearchResult
@@ -277,7 +277,7 @@ def docset_folder(ds: Docset) -> str:
 def update_docset_index(
     index: Index,
     ds: Docset,
-    progress: bool | Callable[[int, int], None] = False,
+    progress: Callable[[IndexProgress], None] | None = None,
     cancel: threading.Event | None = None,
     **how: Any,
 ) -> IndexSummary:
