@@ -814,8 +814,7 @@ def _cmd_knowledge(args: argparse.Namespace) -> int:
         elif not rows:
             print("no docset has web sources")
         for row in [] if args.json else rows:
-            last = row.get("last_fetched") or "never (run `mdrag knowledge init " + str(row.get("id")) + "`)"
-            print(f"{row.get('id')}: {row.get('url')}\n    last updated: {last}; files: {row.get('files', 0)}")
+            print(_status_lines(row))
         return 0
     named = args.docset is not None  # `init` always names one
     chosen = [kb.resolve(args.docset)] if named else list(kb.config().docsets)
@@ -837,7 +836,15 @@ def _cmd_knowledge(args: argparse.Namespace) -> int:
                     print(f"{d.id}: {s.url}: failed: {s.error}")
                 if s.warning:
                     print(f"{d.id}: {s.url}: warning: {s.warning}")
-        indexed = _index_docset(d, kb.config().root.parent, config, progress=not (args.quiet or args.json), named=named)
+        if sources and not any(s.ok for s in sources) and not Path(d.local_path).is_dir():
+            again = f"mdrag knowledge {args.action} {d.id if named else ''}".strip()
+            indexed: dict[str, Any] = {
+                "note": f"no source loaded, so its folder {d.local_path} does not exist yet: fix what the error "
+                f"above says, then run `{again}` again"
+            }
+        else:
+            quiet = args.quiet or args.json
+            indexed = _index_docset(d, kb.config().root.parent, config, progress=not quiet, named=named)
         failed += "error" in indexed
         out[d.id] = {"sources": [s.__dict__ for s in sources], **indexed}
         if not args.json:
@@ -848,6 +855,27 @@ def _cmd_knowledge(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(out, indent=2, default=str))
     return 1 if failed else 0
+
+
+def _status_lines(row: dict[str, Any]) -> str:
+    """What `mdrag knowledge status` says about one web source: when it loaded, its files (and those no
+    parser reads), and why its last load failed, if it did."""
+    docset = row.get("id")
+    failed = row.get("last_error")
+    last = row.get("last_fetched") or ("never" if failed else f"never (run `mdrag knowledge init {docset}`)")
+    files = f"files: {row.get('files', 0)}"
+    kinds = row.get("unsearchable") or {}
+    if kinds:
+        listed = ", ".join(f"{ext} {n}" for ext, n in kinds.items())
+        files += f" ({sum(kinds.values())} with no parser, which the `search` tool cannot find: {listed})"
+    text = f"{docset}: {row.get('url')}\n    last updated: {last}; {files}"
+    if failed:
+        action = "refresh" if row.get("last_fetched") else "init"
+        text += (
+            f"\n    the last load failed ({row.get('failed_at')}): {failed}\n"
+            f"    fix that, then run `mdrag knowledge {action} {docset}`"
+        )
+    return _safe(text)
 
 
 def _index_docset(d: Any, project: Path, config: Config, progress: bool, named: bool) -> dict[str, Any]:

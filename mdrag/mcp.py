@@ -266,11 +266,13 @@ def docset_folder(ds: Docset) -> str:
     """The docset's folder; DocsetError saying how to fill it when it does not exist."""
     folder = str(ds.local_path)
     if not Path(folder).is_dir():
-        raise DocsetError(
-            f"docset {ds.id!r} has no files yet: its folder {folder} does not exist. Run "
-            f"`mdrag knowledge init {ds.id}` to fetch its sources, or create the folder and put the "
+        what = (  # a docset without web sources: `init` cannot fill it, it only indexes what is there
+            f"Run `mdrag knowledge init {ds.id}` to fetch its sources, or create the folder and put the "
             "documentation there."
+            if ds.web_sources
+            else "Create it and put the documentation there (the docset has no web_sources to fetch it from)."
         )
+        raise DocsetError(f"docset {ds.id!r} has no files yet: its folder {folder} does not exist. {what}")
     return folder
 
 
