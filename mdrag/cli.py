@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -25,6 +26,7 @@ from mdrag.redact import redact_url
 
 if TYPE_CHECKING:
     from mdrag.config import Config
+    from mdrag.indexer import IndexProgress
 
 __all__ = ["main", "run_ask"]
 
@@ -255,8 +257,94 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
     return o
 
 
+class _IndexBar:
+    """The progress bar of an indexing run on stderr (tqdm), drawn from the run's
+    :class:`~mdrag.indexer.IndexProgress`: chunks written out of the chunks the run
+    will write, with the files read and the stage it is in.
+
+    The total is known once every file is read; until then it is estimated from the
+    files read so far (their chunks per file, times the files to read), shown with
+    a ``~``. It appears once a run has taken a second: quick runs print nothing. A
+    thread draws it again every second, so that its clock moves while the run waits
+    (for the model to load, for a slow file, for the store to save).
+    """
+
+    _TICK_S = 1.0
+
+    def __init__(self, shown: bool = True) -> None:
+        self._shown = shown
+        self._bar: Any = None  # tqdm, made at the first event
+        self._stop = threading.Event()
+        self._ticker: threading.Thread | None = None
+
+    def __enter__(self) -> _IndexBar:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._ticker is not None:
+            self._ticker.join()
+        if self._bar is not None:
+            self._bar.close()
+
+    def __call__(self, p: IndexProgress) -> None:
+        if not self._shown:
+            return
+        if self._bar is None:
+            self._bar = _make_bar()
+            self._ticker = threading.Thread(target=self._tick, name="mdrag-progress", daemon=True)
+            self._ticker.start()
+        bar = self._bar
+        bar.total, bar.estimated = _chunks_in_all(p)
+        bar.set_description_str(p.stage, refresh=False)
+        bar.set_postfix_str(f"files {p.files_read}/{p.files_total} read", refresh=False)
+        bar.update(p.chunks_done - bar.n)  # draws, at most every 0.2 s
+
+    def _tick(self) -> None:
+        while not self._stop.wait(self._TICK_S):
+            if time.time() - self._bar.start_t >= self._bar.delay:
+                self._bar.refresh()
+
+
+def _chunks_in_all(p: IndexProgress) -> tuple[int, bool]:
+    """The chunks the run will write, and whether that is an estimate: the files left to read are
+    taken to have as many chunks each as the files read so far."""
+    left = p.files_total - p.files_read
+    if left <= 0 or p.stage == "saving":
+        return p.chunks_known, False
+    if not p.files_read:
+        return 0, True
+    return p.chunks_known + round(left * p.chunks_known / p.files_read), True
+
+
+def _make_bar() -> Any:
+    from tqdm import tqdm
+
+    class Bar(tqdm):  # type: ignore[type-arg]
+        estimated = False  # the total is an estimate: shown with a ~ (? while no file is read)
+
+        @property
+        def format_dict(self) -> dict[str, Any]:
+            shown = str(self.total) if not self.estimated else f"~{self.total}" if self.total else "?"
+            return {**super().format_dict, "shown_total": shown}
+
+    return Bar(
+        total=0,
+        unit="chunk",
+        bar_format="{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{shown_total} chunks "
+        "[{elapsed}<{remaining}, {rate_fmt}{postfix}]",
+        leave=False,
+        delay=1.0,
+        mininterval=0.2,
+        miniters=0,  # every event may draw (at most every mininterval), whatever its step
+        smoothing=0.1,  # the rate over the last ~10 draws: each round of the embedder starts with its short texts
+        file=sys.stderr,
+    )
+
+
 def _cmd_index(args: argparse.Namespace, index: Any) -> int:
-    summary = index.update(args.folders or None, rebuild=args.rebuild, progress=not args.quiet)
+    with _IndexBar(shown=not args.quiet) as bar:
+        summary = index.update(args.folders or None, rebuild=args.rebuild, progress=bar)
     if args.json:
         print(json.dumps(summary.to_dict(), indent=2))
     else:
@@ -758,8 +846,7 @@ def _cmd_knowledge(args: argparse.Namespace) -> int:
         elif not rows:
             print("no docset has web sources")
         for row in [] if args.json else rows:
-            last = row.get("last_fetched") or "never (run `mdrag knowledge init " + str(row.get("id")) + "`)"
-            print(f"{row.get('id')}: {row.get('url')}\n    last updated: {last}; files: {row.get('files', 0)}")
+            print(_status_lines(row))
         return 0
     named = args.docset is not None  # `init` always names one
     chosen = [kb.resolve(args.docset)] if named else list(kb.config().docsets)
@@ -781,7 +868,15 @@ def _cmd_knowledge(args: argparse.Namespace) -> int:
                     print(f"{d.id}: {s.url}: failed: {s.error}")
                 if s.warning:
                     print(f"{d.id}: {s.url}: warning: {s.warning}")
-        indexed = _index_docset(d, kb.config().root.parent, config, progress=not (args.quiet or args.json), named=named)
+        if sources and not any(s.ok for s in sources) and not Path(d.local_path).is_dir():
+            again = f"mdrag knowledge {args.action} {d.id if named else ''}".strip()
+            indexed: dict[str, Any] = {
+                "note": f"no source loaded, so its folder {d.local_path} does not exist yet: fix what the error "
+                f"above says, then run `{again}` again"
+            }
+        else:
+            quiet = args.quiet or args.json
+            indexed = _index_docset(d, kb.config().root.parent, config, progress=not quiet, named=named)
         failed += "error" in indexed
         out[d.id] = {"sources": [s.__dict__ for s in sources], **indexed}
         if not args.json:
@@ -792,6 +887,27 @@ def _cmd_knowledge(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(out, indent=2, default=str))
     return 1 if failed else 0
+
+
+def _status_lines(row: dict[str, Any]) -> str:
+    """What `mdrag knowledge status` says about one web source: when it loaded, its files (and those no
+    parser reads), and why its last load failed, if it did."""
+    docset = row.get("id")
+    failed = row.get("last_error")
+    last = row.get("last_fetched") or ("never" if failed else f"never (run `mdrag knowledge init {docset}`)")
+    files = f"files: {row.get('files', 0)}"
+    kinds = row.get("unsearchable") or {}
+    if kinds:
+        listed = ", ".join(f"{ext} {n}" for ext, n in kinds.items())
+        files += f" ({sum(kinds.values())} with no parser, which the `search` tool cannot find: {listed})"
+    text = f"{docset}: {row.get('url')}\n    last updated: {last}; {files}"
+    if failed:
+        action = "refresh" if row.get("last_fetched") else "init"
+        text += (
+            f"\n    the last load failed ({row.get('failed_at')}): {failed}\n"
+            f"    fix that, then run `mdrag knowledge {action} {docset}`"
+        )
+    return _safe(text)
 
 
 def _index_docset(d: Any, project: Path, config: Config, progress: bool, named: bool) -> dict[str, Any]:
@@ -808,8 +924,8 @@ def _index_docset(d: Any, project: Path, config: Config, progress: bool, named: 
     except MdragError as e:
         return {"error" if named else "note": str(e)}
     try:
-        with docset_index(d.id, project, config) as index:
-            summary = update_docset_index(index, d, progress=progress)
+        with docset_index(d.id, project, config) as index, _IndexBar(shown=progress) as bar:
+            summary = update_docset_index(index, d, progress=bar)
     except StoreInUseError as e:
         return {"error": f"{e} If `mdrag mcp` is running, it updates the docset's index itself."}
     except MdragError as e:

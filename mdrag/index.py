@@ -28,7 +28,7 @@ from mdrag.errors import (
     StoreDamagedError,
     StoreUnavailableError,
 )
-from mdrag.indexer import IndexSummary, remove_folders, update_index
+from mdrag.indexer import IndexProgress, IndexSummary, remove_folders, update_index
 from mdrag.manifest import Manifest, write_atomic
 from mdrag.plan import mismatched
 from mdrag.relevance import TermStats
@@ -332,7 +332,7 @@ class Index:
         self,
         folders: Sequence[str | Path] | None = None,
         rebuild: bool = False,
-        progress: bool | Callable[[int, int], None] = False,
+        progress: Callable[[IndexProgress], None] | None = None,
         cancel: threading.Event | None = None,
         only: Collection[str] | None = None,
         pause: threading.Event | None = None,
@@ -342,8 +342,8 @@ class Index:
 
         The index's other folders are kept as they are; a folder that is missing
         or empty is a warning and keeps what was indexed from it. To take a
-        folder out of the index, use :meth:`remove`. ``progress``: a progress bar
-        on stderr, or a function told (files done, files to do). Setting ``cancel``
+        folder out of the index, use :meth:`remove`. ``progress`` is told how far
+        the run is (:class:`mdrag.indexer.IndexProgress`), often. Setting ``cancel``
         (from another thread) stops the run before its next file with
         IndexingCancelledError; searches keep the last committed state, and the
         next run finishes the work. A run of another process on the index is
@@ -376,10 +376,10 @@ class Index:
 
             roots = frozenset(str(Path(f).expanduser().resolve()) for f in folders)
 
-            def told(done: int, total: int) -> None:
-                self._progress = (done, total)
-                if callable(progress):
-                    progress(done, total)
+            def told(p: IndexProgress) -> None:
+                self._progress = (p.files_done, p.files_total)
+                if progress is not None:
+                    progress(p)
 
             self._begin_run()
             try:
@@ -394,7 +394,7 @@ class Index:
                     folders,
                     self.settings,
                     rebuild,
-                    told if callable(progress) or progress is False else True,
+                    told,
                     on_upsert=self._snapshot.written,
                     on_commit=lambda ids: self._commit(ids, roots),
                     open_store=None if opened else open_store,  # a run with nothing to do need not open it

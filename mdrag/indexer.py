@@ -30,11 +30,11 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable, Collection, Generator, Iterator, Sequence
+from collections.abc import Callable, Collection, Generator, Sequence
 from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple, TypeVar
+from typing import Literal, NamedTuple, TypeVar
 
 import numpy as np
 
@@ -58,11 +58,10 @@ from mdrag.store import is_server_uri
 from mdrag.store.base import Store
 from mdrag.types import Chunk
 
-__all__ = ["IndexSummary", "remove_folders", "update_index"]
+__all__ = ["IndexProgress", "IndexSummary", "remove_folders", "update_index"]
 
 log = logging.getLogger(__name__)
 
-T = TypeVar("T")
 A = TypeVar("A")
 R = TypeVar("R")
 
@@ -142,7 +141,7 @@ def update_index(
     folders: Sequence[str | Path],
     settings: ChunkSettings,
     rebuild: bool = False,
-    progress: bool | Callable[[int, int], None] = False,
+    progress: Callable[[IndexProgress], None] | None = None,
     on_upsert: Callable[[list[str]], None] | None = None,
     on_commit: Callable[[set[str]], None] | None = None,
     open_store: Callable[[], None] | None = None,
@@ -166,10 +165,10 @@ def update_index(
     committed); ``on_commit(ids)`` with the new state's chunk ids, before the
     ids it replaces are deleted. With ``parse_limits`` (seconds, MB or None),
     files are parsed in a child process (:class:`~mdrag.parsers.worker.ParseWorker`)
-    and a file over either limit is skipped with the reason. ``progress``: True
-    shows a progress bar on stderr; a function is called with (files done, files
-    to do) as the run starts and as files are written or skipped (an exception
-    it raises stops the run, which the next run repairs).
+    and a file over either limit is skipped with the reason. ``progress`` is told
+    how far the run is (:class:`IndexProgress`) as it starts, as each file is read,
+    as each batch of the embedder returns, as files are written or skipped, and when
+    it starts saving (an exception it raises stops the run, which the next run repairs).
     Once ``cancel`` is set, the run stops before its next file and raises
     IndexingCancelledError (the manifest is saved dirty: the next run repairs and finishes).
 
@@ -359,7 +358,7 @@ class _Run:
     settings: ChunkSettings
     manifest_path: Path
     summary: IndexSummary
-    progress: bool | Callable[[int, int], None]
+    progress: Callable[[IndexProgress], None] | None
     on_upsert: Callable[[list[str]], None] | None
     on_commit: Callable[[set[str]], None] | None
     parse_limits: tuple[float, float | None] | None
@@ -430,8 +429,11 @@ def _apply(
     def write(batch: list[tuple[str, FileState, list[Chunk]]]) -> set[str]:
         nonlocal warming
         if warming is not None:
+            if not warming.ready:
+                bar.now("loading the model")
             summary.embed_seconds += warming.finish()
             warming = None
+        bar.now("embedding")
         ids = _write_batch(
             store, embedder, m, batch, summary, run.on_upsert, retired, run_hashes, bar, run.batch_chunks
         )
@@ -442,14 +444,14 @@ def _apply(
     read = 0  # files taken from todo
     try:
         with closing(_ahead(todo, parse, cancel=run.cancel)) as parsed:
-            for (path, preset), result in bar.files(parsed):
+            for (path, preset), result in parsed:
                 read += 1
                 _take(m, found, summary, bar, key, retired, batch, path, preset, result)
                 if sum(len(chunks) for _, _, chunks in batch) >= run.batch_chunks:
                     written |= write(batch)
                     batch.clear()
                     if time.monotonic() - last_save > _SAVE_EVERY_S:
-                        m.progress = [bar.done_files, bar.total]
+                        m.progress = [bar.files_done, bar.files_total]
                         m.save(manifest_path)
                         last_save = time.monotonic()
                 if run.pause is not None and run.pause.is_set():
@@ -463,7 +465,7 @@ def _apply(
             worker.close()
     if batch:
         written |= write(batch)
-    bar.close()
+    bar.now("saving")
     summary.remaining = len(todo) - read
     if msg := truncated.message():
         _warn(summary, msg)
@@ -530,6 +532,7 @@ def _take(
     is_new = path not in m.files
     for w in doc_warnings:
         _warn(summary, w)
+    bar.read(len(chunks))
     if state is None:
         summary.skipped += 1
         summary.parser_errors += crashed
@@ -568,6 +571,11 @@ class _WarmUp:
         except Exception as e:  # the first embed call loads it again and raises the error where it is handled
             log.debug("loading the model ahead of the first batch failed: %s", e)
         self.seconds = time.perf_counter() - t
+
+    @property
+    def ready(self) -> bool:
+        """Whether the model is loaded (or its load failed)."""
+        return not self._thread.is_alive()
 
     def finish(self) -> float:
         self._thread.join()
@@ -684,57 +692,74 @@ def _report_scan(summary: IndexSummary, found: ScanResult, old: Manifest | None)
             )
 
 
-class _Progress:
-    """A progress bar on stderr counting files, with the chunks written so far (tqdm).
+#: What a run is doing: files are read (parsed and chunked) while the model loads and while earlier
+#: files are embedded; "saving": every file is written, the run commits and deletes what it replaced.
+Stage = Literal["reading", "loading the model", "embedding", "saving"]
 
-    It appears once a run has taken a second, so quick runs print nothing, and a
-    single large file shows its chunks going by. ``show`` may instead be a
-    function, called with (files done, total) at the start and as files are
-    done: written to the store, or skipped.
+
+@dataclass(frozen=True)
+class IndexProgress:
+    """How far a run is: what :func:`update_index` tells its ``progress`` callback.
+
+    A file is read (parsed and chunked: its chunks are known) before it is done (its chunks written to
+    the store, or the file skipped). ``chunks_known`` grows as files are read; ``chunks_done`` counts
+    the chunks of the files read that are written: embedded, or their vectors reused. Every count only
+    grows; once the run is "saving", ``chunks_done == chunks_known`` and ``files_done == files_read``, which
+    is ``files_total`` unless a ``pause`` stopped the run early.
     """
 
-    def __init__(self, total: int, show: bool | Callable[[int, int], None]) -> None:
-        self.chunks = 0  # chunks written so far
-        self._bar: Any = None  # tqdm, when shown
-        self._total = total  # files to do
-        self._done = 0  # files written or skipped
-        self._report = show if callable(show) else None  # told (files done, total)
-        if show is True and total:
-            from tqdm import tqdm
+    stage: Stage
+    files_done: int  # files written or skipped
+    files_total: int  # files this run reads
+    files_read: int  # files parsed and chunked
+    chunks_done: int  # chunks written, or already in the store
+    chunks_known: int  # chunks of the files read
 
-            self._bar = tqdm(total=total, desc="indexing", unit="file", leave=False, delay=1.0)
+
+class _Progress:
+    """Counts what a run did and tells ``report`` (see :class:`IndexProgress`) each time a count moves:
+    as each file is read, as each batch of the embedder returns, as files are written or skipped."""
+
+    def __init__(self, total: int, report: Callable[[IndexProgress], None] | None) -> None:
+        self.stage: Stage = "reading"
+        self.files_total = total
+        self.files_done = 0
+        self.files_read = 0
+        self.chunks_done = 0
+        self.chunks_known = 0
+        self._report = report
+        self._tell()
+
+    def _tell(self) -> None:
         if self._report is not None:
-            self._report(0, total)
+            self._report(
+                IndexProgress(
+                    self.stage, self.files_done, self.files_total, self.files_read, self.chunks_done, self.chunks_known
+                )
+            )
 
-    def files(self, items: Iterator[T]) -> Iterator[T]:
-        for item in items:
-            if self._bar is not None:
-                self._bar.update(1)
-            yield item
+    def now(self, stage: Stage) -> None:
+        """The run moves on to ``stage``."""
+        if stage != self.stage:
+            self.stage = stage
+            self._tell()
 
-    @property
-    def done_files(self) -> int:
-        """Files written or skipped so far."""
-        return self._done
-
-    @property
-    def total(self) -> int:
-        """Files this run reads."""
-        return self._total
+    def read(self, chunks: int) -> None:
+        """A file was parsed and chunked into ``chunks`` chunks (none: it was skipped)."""
+        self.files_read += 1
+        self.chunks_known += chunks
+        self._tell()
 
     def done(self, files: int) -> None:
-        self._done += files
-        if self._report is not None:
-            self._report(self._done, self._total)
+        """``files`` files were written to the store, or skipped."""
+        self.files_done += files
+        self._tell()
 
-    def wrote(self, n: int) -> None:
-        self.chunks += n
-        if self._bar is not None:
-            self._bar.set_postfix(chunks=self.chunks, refresh=True)
-
-    def close(self) -> None:
-        if self._bar is not None:
-            self._bar.close()
+    def wrote(self, chunks: int) -> None:
+        """``chunks`` more chunks are written (or embedded, about to be written)."""
+        if chunks:
+            self.chunks_done += chunks
+            self._tell()
 
 
 def _ahead(
@@ -845,9 +870,10 @@ def _write_batch(
 ) -> set[str]:
     """Embed what is new, upsert, record the files; returns the ids of the chunks written.
 
-    Chunks go to the embedder and the store ``_BATCH_CHUNKS`` at a time, so a
+    Chunks go to the embedder and the store ``batch_chunks`` at a time, so a
     file of any size is written in bounded pieces; the files are recorded
-    once all their chunks are written. The ids the batch's files no longer
+    once all their chunks are written. ``bar`` is told as each of the
+    embedder's own batches returns. The ids the batch's files no longer
     use are added to ``retired``. With ``run_hashes`` (the store held nothing
     when the run began), only the content hashes this run has written are
     looked up in the store; the batch's are added to it (64-bit prefixes: a
@@ -857,6 +883,7 @@ def _write_batch(
     all_chunks = [c for _, _, cs in batch for c in cs]
     new = [c for c in all_chunks if c.id not in stored]  # same id: same text, already stored
     summary.chunks_reused += len(all_chunks) - len(new)
+    bar.wrote(len(all_chunks) - len(new))
     for i in range(0, len(new), batch_chunks):
         chunks = new[i : i + batch_chunks]
         hashes = [c.content_hash for c in chunks]
@@ -870,9 +897,10 @@ def _write_batch(
         for c in chunks:
             if c.content_hash not in known:
                 todo.setdefault(c.content_hash, c.embed_text)
+        told = bar.chunks_done
         if todo:
             t = time.perf_counter()
-            vecs = embedder.embed(list(todo.values()))
+            vecs = embedder.embed(list(todo.values()), progress=bar.wrote)  # each text: at least one chunk
             summary.embed_seconds += time.perf_counter() - t
             known.update(zip(todo.keys(), vecs))
         summary.chunks_embedded += len(todo)
@@ -880,7 +908,7 @@ def _write_batch(
         store.upsert(chunks, np.vstack([known[c.content_hash] for c in chunks]))
         if on_upsert is not None:
             on_upsert([c.id for c in chunks])
-        bar.wrote(len(chunks))
+        bar.wrote(len(chunks) - (bar.chunks_done - told))  # those whose vector was known, or a repeated text
     for path, state, _ in batch:
         prev = m.files.get(path)
         if prev is not None:

@@ -38,7 +38,7 @@ from typing import Any
 
 from mdrag.errors import IndexingCancelledError, MdragError
 from mdrag.index import Index
-from mdrag.indexer import IndexSummary
+from mdrag.indexer import IndexProgress, IndexSummary
 
 __all__ = ["IndexKeeper", "KeeperState", "Updater"]
 
@@ -259,8 +259,9 @@ class IndexKeeper:
             if not first and not folders and self._updater is None:
                 return  # the index has no folders to update
 
-            def progress(done: int, total: int, base: int = done_before) -> None:
-                self._progress(reason, base + done, base + total)
+            def progress(p: IndexProgress, base: int = done_before) -> None:
+                if (base + p.files_done, base + p.files_total) != self.state.indexing:  # files, not each chunk
+                    self._progress(reason, base + p.files_done, base + p.files_total)
 
             timer = threading.Timer(self.step_s, self._pause.set)
             timer.daemon = True

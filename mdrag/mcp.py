@@ -86,7 +86,7 @@ from mdrag.protocol import MAX_QUESTION_CHARS
 if TYPE_CHECKING:
     from mdrag.config import Config
     from mdrag.index import Index
-    from mdrag.indexer import IndexSummary
+    from mdrag.indexer import IndexProgress, IndexSummary
     from mdrag.keeper import IndexKeeper
     from mdrag.knowledge import Docset
     from mdrag.types import SearchResult
@@ -266,18 +266,20 @@ def docset_folder(ds: Docset) -> str:
     """The docset's folder; DocsetError saying how to fill it when it does not exist."""
     folder = str(ds.local_path)
     if not Path(folder).is_dir():
-        raise DocsetError(
-            f"docset {ds.id!r} has no files yet: its folder {folder} does not exist. Run "
-            f"`mdrag knowledge init {ds.id}` to fetch its sources, or create the folder and put the "
+        what = (  # a docset without web sources: `init` cannot fill it, it only indexes what is there
+            f"Run `mdrag knowledge init {ds.id}` to fetch its sources, or create the folder and put the "
             "documentation there."
+            if ds.web_sources
+            else "Create it and put the documentation there (the docset has no web_sources to fetch it from)."
         )
+        raise DocsetError(f"docset {ds.id!r} has no files yet: its folder {folder} does not exist. {what}")
     return folder
 
 
 def update_docset_index(
     index: Index,
     ds: Docset,
-    progress: bool | Callable[[int, int], None] = False,
+    progress: Callable[[IndexProgress], None] | None = None,
     cancel: threading.Event | None = None,
     **how: Any,
 ) -> IndexSummary:

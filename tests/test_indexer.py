@@ -544,3 +544,52 @@ def test_the_model_loads_while_files_are_parsed_and_never_for_a_run_with_nothing
     assert failing.loads == 1 and s.chunks_embedded > 0 and s.skipped == 0
     assert idx.search("package manager apt", k=1, threshold=0)[0].rel_path == "install.md"
     idx.close()
+
+
+def test_progress_is_told_as_files_are_read_and_as_each_embedding_batch_returns(tmp_path: Path) -> None:
+    """Progress moves through a run, not once per write round: every file read, every batch of the embedder
+    (here 3 texts, in rounds of 512 chunks). The counts only grow and end at the run's totals; a file that
+    is skipped is done too; a run that reuses every vector still ends at its totals."""
+    from mdrag.indexer import IndexProgress
+
+    root = _corpus(tmp_path, n=40)
+    (root / "broken.pdf").write_bytes(b"not a pdf")
+    emb = HashEmbedder()
+    emb.batch_size = 3
+    events: list[IndexProgress] = []
+    idx = _index(emb)
+    s = idx.update([root], progress=events.append)
+    assert s.chunks_embedded == s.chunks_total > 3 * emb.batch_size and s.skipped == 1
+
+    embedding = [e.chunks_done for e in events if e.stage == "embedding"]
+    assert len(set(embedding)) >= s.chunks_embedded / emb.batch_size, "told as each batch of the embedder returns"
+    files = s.added + s.skipped
+    assert {e.files_read for e in events} == set(range(files + 1)), "told as each file is read"
+    for before, after in zip(events, events[1:]):
+        for count in ("files_done", "files_read", "chunks_done", "chunks_known"):
+            assert getattr(after, count) >= getattr(before, count), (count, before, after)
+        assert after.chunks_done <= after.chunks_known and after.files_done <= after.files_read
+    first, last = events[0], events[-1]
+    assert (first.stage, first.files_done, first.chunks_done) == ("reading", 0, 0)
+    assert last.stage == "saving" and last.files_done == last.files_read == last.files_total == files
+    assert last.chunks_done == last.chunks_known == s.chunks_total
+
+    (root / "install.md").write_text(DOC.replace("Download", "Fetch"))
+    events.clear()
+    s = idx.update([root], progress=events.append)
+    m = Manifest.load(idx.manifest_path)
+    assert m is not None and s.modified == 1 and s.chunks_embedded == 1
+    last = events[-1]
+    assert last.files_done == last.files_total == s.modified + s.skipped  # the skipped file: reported again
+    assert last.chunks_done == last.chunks_known == len(m.files[str((root / "install.md").resolve())].chunks) > 1
+    idx.close()
+
+
+def test_the_bar_estimates_the_chunks_to_write_from_the_files_read_until_all_are_read() -> None:
+    from mdrag.cli import _chunks_in_all
+    from mdrag.indexer import IndexProgress
+
+    assert _chunks_in_all(IndexProgress("reading", 0, 100, 0, 0, 0)) == (0, True)  # nothing to go by yet
+    assert _chunks_in_all(IndexProgress("embedding", 0, 100, 20, 30, 150)) == (750, True)  # 7.5 chunks a file
+    assert _chunks_in_all(IndexProgress("embedding", 90, 100, 100, 700, 731)) == (731, False)
+    assert _chunks_in_all(IndexProgress("saving", 40, 100, 40, 300, 300)) == (300, False)  # a paused run

@@ -521,11 +521,16 @@ def test_missing_or_unsafe_path(tmp_path: Path, path: str, reason: str) -> None:
     assert f"path {path!r} {reason}" in str(e.value)
 
 
-def test_empty_selection_warns(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_every_path_missing_or_refused_is_named(tmp_path: Path) -> None:
     repo = tmp_path / "repo"
-    write_files(repo, {"main.py": "x", "src/a.md": "a"})
-    assert GitRepoLoader().select_files(repo).files == []
-    assert "explicit `paths`" in caplog.text
+    write_files(repo, {"docs/a.md": "a", "README.md": "r"})
+    with pytest.raises(DocsetError) as e:
+        GitRepoLoader().select_files(repo, ["nope/", "docs/", "../up", "gone.md", "/abs"])
+    message = str(e.value)
+    assert (
+        "paths 'nope/', 'gone.md' not found in the repository; available top-level paths: README.md, docs/" in message
+    )
+    assert "path '../up' holds '..'" in message and "path '/abs' is absolute" in message
 
 
 # --------------------------------------------------------------------------- URL validation
@@ -858,3 +863,81 @@ def test_agentic_knowledge_console_script(project: Path) -> None:
     write_config(project, "docsets:\n  - id: react\n    version: '18.2'\n")
     p = subprocess.run([exe, "status"], cwd=project, capture_output=True, text=True, timeout=60)
     assert p.returncode == 0 and "no docset has web sources" in p.stdout
+
+
+def _cli(capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture, *argv: str) -> tuple[int, str]:
+    """`mdrag knowledge ARGV`: its exit code, and all it said (stdout, stderr and the log)."""
+    from mdrag.cli import main
+
+    caplog.clear()
+    code = main(["knowledge", *argv])
+    out, err = capsys.readouterr()
+    return code, out + err + caplog.text
+
+
+def test_a_source_with_no_documentation_is_warned_about_once(
+    tmp_path: Path, project: Path, monkeypatch: pytest.MonkeyPatch, capsys, caplog, hash_embedder
+) -> None:
+    monkeypatch.setattr("mdrag.index.make_embedder", lambda config: hash_embedder)
+    _, bare = make_repo(tmp_path, {"main.py": "print()\n", "src/a.md": "# A\n"})
+    web_config(project, bare)
+    monkeypatch.chdir(project)
+    code, said = _cli(capsys, caplog, "init", "lib")
+    assert code == 0 and said.count("no documentation files found") == 1, said
+
+
+def test_a_failed_load_is_recorded_with_its_reason_and_the_next_step(
+    tmp_path: Path, project: Path, monkeypatch: pytest.MonkeyPatch, capsys, caplog, hash_embedder
+) -> None:
+    """`init` that fails says to fix the source (not to run `init`, which just failed); `status` says why the
+    last load failed until one succeeds."""
+    monkeypatch.setattr("mdrag.index.make_embedder", lambda config: hash_embedder)
+    _, bare = make_repo(tmp_path, DOCS)
+    kb = web_config(project, bare, "        paths: [guide/]\n")
+    monkeypatch.chdir(project)
+    code, said = _cli(capsys, caplog, "init", "lib")
+    assert code == 1 and "path 'guide/' not found" in said
+    assert "to fetch its sources" not in said and "fix what the error above says" in said
+    assert not (project / ".knowledge" / "docsets" / "lib").exists()
+
+    (row,) = status(kb)
+    assert row["last_fetched"] is None and "path 'guide/' not found" in row["last_error"] and row["failed_at"]
+    code, said = _cli(capsys, caplog, "status")
+    assert code == 0 and "last updated: never" in said and "the last load failed" in said
+    assert "path 'guide/' not found" in said and "fix that, then run `mdrag knowledge init lib`" in said
+
+    kb = web_config(project, bare, "        paths: [docs/]\n")
+    code, said = _cli(capsys, caplog, "init", "lib")
+    assert code == 0, said
+    (row,) = status(kb)
+    assert row["last_fetched"] and row["last_error"] is None and row["failed_at"] is None
+    code, said = _cli(capsys, caplog, "status")
+    assert "the last load failed" not in said
+
+
+def test_files_no_parser_reads_are_named_at_init_and_in_status(
+    tmp_path: Path, project: Path, monkeypatch: pytest.MonkeyPatch, capsys, caplog, hash_embedder
+) -> None:
+    """.rst and .txt files are copied into a docset, but the docset's index (the MCP `search` tool) has no
+    parser for them: `init` and `status` say how many of each kind."""
+    from mdrag.parsers import supported_extensions
+
+    unread = [ext for ext in (".rst", ".txt") if ext not in supported_extensions()]
+    if not unread:
+        pytest.skip("every kind of file the default filter copies has a parser now")
+    monkeypatch.setattr("mdrag.index.make_embedder", lambda config: hash_embedder)
+    files = {"README.rst": "Lib\n===\n", "docs/a.md": "# A\n\nText.\n", "docs/b.rst": "B\n=\n", "docs/c.txt": "c\n"}
+    _, bare = make_repo(tmp_path, files)
+    kb = web_config(project, bare)
+    (result,) = init_docset(kb, "lib")
+    expected = {ext: sum(f.endswith(ext) for f in files) for ext in unread}
+    assert result.ok and result.unsearchable == expected
+    assert result.warning is not None and f"{sum(expected.values())} files with no parser" in result.warning
+    (row,) = status(kb)
+    assert row["unsearchable"] == expected
+
+    monkeypatch.chdir(project)
+    code, said = _cli(capsys, caplog, "refresh", "lib")
+    assert code == 0 and said.count("with no parser") == 1, said
+    code, said = _cli(capsys, caplog, "status")
+    assert f"files: 4 ({sum(expected.values())} with no parser" in said and ".rst 2" in said

@@ -35,6 +35,7 @@ from mdrag.knowledge import (
     refresh,
 )
 from mdrag.knowledge.files import sync
+from mdrag.knowledge.metadata import FAILURES_FILE
 from mdrag.mcp import KnowledgeTools, docset_index
 from tests.conftest import listening
 from tests.figures import report
@@ -188,7 +189,7 @@ def test_hostile_repository_copies_nothing_from_outside(
     escaped = 0
     copied = []
     for p in sorted(docsets.rglob("*")):
-        if p.is_dir() and not p.is_symlink() or p.name == METADATA_FILE:
+        if p.is_dir() and not p.is_symlink() or p.name in (METADATA_FILE, FAILURES_FILE):
             continue
         rel = p.relative_to(docsets).as_posix()
         copied.append(rel)
@@ -232,7 +233,7 @@ def test_copy_step_refuses_a_source_file_outside_the_clone(tmp_path: Path, outsi
     write_files(repo, {"a.md": "a"})
     (repo / "out").symlink_to(outside)
     with pytest.raises(DocsetError, match="outside the repository"):
-        sync(WebSource("git_repo", "u"), repo, Selection(["a.md", "out/secret.md"]), dest, None, None)
+        sync(WebSource("git_repo", "u"), repo, Selection(["a.md", "out/secret.md"]), dest, None)
     assert not (dest / "out").exists()
 
 

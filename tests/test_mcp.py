@@ -554,8 +554,9 @@ async def test_knowledge_commands_build_the_index(
     assert f"react: index {index_name('react', project)}: files 1 added, 0 changed, 0 removed" in init_out
     react = refreshed["react"]
     assert react["sources"] == [] and react["index"]["added"] == 1 and react["index"]["chunks_total"] == 2
-    assert "mdrag knowledge init hugo" in refreshed["hugo"]["note"] and "index" not in refreshed["hugo"]
+    assert "index" not in refreshed["hugo"] and "Create it and put the documentation there" in refreshed["hugo"]["note"]
     assert "hugo: index not updated: docset 'hugo' has no files yet" in missing
+    assert "knowledge init hugo" not in missing, "no web sources: `init` (which just failed) cannot fill the folder"
     tools = KnowledgeTools(kb, search_wait=0)
     with anyio.fail_after(60):
         async with Client(tools.server()) as client:

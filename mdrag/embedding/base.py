@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 import numpy as np
@@ -45,13 +45,13 @@ class Embedder(ABC):
     def embed_batch(self, texts: Sequence[str]) -> np.ndarray:
         """Embed at most ``batch_size`` texts; returns an (n, dimension) float32 array."""
 
-    def embed(self, texts: Sequence[str], progress: bool = False) -> np.ndarray:
+    def embed(self, texts: Sequence[str], progress: Callable[[int], None] | None = None) -> np.ndarray:
         """Embed any number of texts in batches of ``batch_size``.
 
         Texts are batched by token count (as :meth:`count_tokens` counts, up
         to :attr:`max_tokens`), so that a batch pads its texts to nearly the
-        same length, and returned in the order given. ``progress`` shows a bar
-        on stderr for large inputs.
+        same length, and returned in the order given. ``progress`` is told
+        how many texts each batch embedded, as it returns.
         """
         if not texts:
             return np.zeros((0, self.dimension), dtype=np.float32)
@@ -60,16 +60,20 @@ class Embedder(ABC):
         return self._embed_by_length(texts, lengths, self.embed_batch, progress)
 
     def _embed_by_length(
-        self, items: Sequence[T], lengths: Sequence[int], run: Callable[[list[T]], np.ndarray], progress: bool
+        self,
+        items: Sequence[T],
+        lengths: Sequence[int],
+        run: Callable[[list[T]], np.ndarray],
+        progress: Callable[[int], None] | None,
     ) -> np.ndarray:
-        """``run`` over batches of ``items`` sorted by ``lengths``; rows in the order given, normalized."""
+        """``run`` over batches of ``items`` sorted by ``lengths``; rows in the order given, normalized.
+        ``progress`` is told each batch's size as it returns."""
         order = sorted(range(len(items)), key=lengths.__getitem__)
-        starts: Iterable[int] = range(0, len(items), self.batch_size)
-        if progress and len(items) >= 8 * self.batch_size:
-            from tqdm import tqdm
-
-            starts = tqdm(starts, desc="embedding", unit="batch", leave=False)
-        parts = [run([items[i] for i in order[s : s + self.batch_size]]) for s in starts]
+        parts = []
+        for s in range(0, len(items), self.batch_size):
+            parts.append(run([items[i] for i in order[s : s + self.batch_size]]))
+            if progress is not None:
+                progress(len(parts[-1]))
         out = np.empty((len(items), parts[0].shape[1]), dtype=np.float32)
         out[order] = np.vstack(parts)
         return _normalize(out)

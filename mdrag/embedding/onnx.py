@@ -430,7 +430,7 @@ class OnnxEmbedder(Embedder):
     def _infer(self, feed: dict[str, np.ndarray]) -> np.ndarray:
         return np.asarray(self.session.run([_OUTPUT], feed)[0], dtype=np.float32)
 
-    def embed(self, texts: Sequence[str], progress: bool = False) -> np.ndarray:
+    def embed(self, texts: Sequence[str], progress: Callable[[int], None] | None = None) -> np.ndarray:
         """As :meth:`Embedder.embed`, tokenizing each text once: the batches are cut by its token count."""
         if not texts:
             return np.zeros((0, self.dimension), dtype=np.float32)

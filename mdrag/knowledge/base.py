@@ -16,8 +16,9 @@ from typing import Any
 
 from mdrag.errors import DocsetError
 from mdrag.knowledge.config import allowed_folders, confine, find_config, load_config
+from mdrag.knowledge.files import unsearchable
 from mdrag.knowledge.git import GitRepoLoader
-from mdrag.knowledge.metadata import ensure_gitignore, read_metadata
+from mdrag.knowledge.metadata import ensure_gitignore, read_failures, read_metadata, record_failure
 from mdrag.knowledge.model import CONTROL, DOCSET_NAME, Docset, KnowledgeConfig, Progress, SourceResult
 from mdrag.redact import redact_url
 
@@ -191,17 +192,24 @@ def refresh(
 
 
 def status(kb: KnowledgeBase) -> list[dict[str, Any]]:
-    """One row per web source: id, url, branch, local_path, last_fetched, content_hash, files (a count), commit."""
+    """One row per web source: id, url, branch, local_path, last_fetched, content_hash, files (a count), commit,
+    unsearchable (of its files, those no parser reads: extension -> count), and ``last_error`` with ``failed_at``
+    when its last load failed (both None when it loaded last time, or was never tried)."""
+    cfg = kb.config()
+    failures = read_failures(cfg.root)
     rows = []
-    for d in kb.config().docsets:
+    for d in cfg.docsets:
         if not d.web_sources:
             continue
         meta = read_metadata(Path(d.local_path))
         for s in d.web_sources:
             e = meta.get(s.url, {})
-            row = {"id": d.id, "url": redact_url(s.url), "branch": s.branch, "local_path": d.local_path}
+            failed = failures.get(d.id, {}).get(s.url, {})
+            listed = e.get("files", [])
+            row: dict[str, Any] = {"id": d.id, "url": redact_url(s.url), "branch": s.branch, "local_path": d.local_path}
             row.update(last_fetched=e.get("last_fetched"), content_hash=e.get("content_hash"))
-            rows.append({**row, "files": len(e.get("files", [])), "commit": e.get("commit")})
+            row.update(files=len(listed), commit=e.get("commit"), unsearchable=unsearchable(listed))
+            rows.append({**row, "last_error": failed.get("error"), "failed_at": failed.get("failed_at")})
     return rows
 
 
@@ -214,18 +222,23 @@ def _load_docset(cfg: KnowledgeConfig, d: Docset, progress: Progress | None) -> 
         shown = redact_url(source.url)
         if progress is not None:
             progress(f"{d.id}: source {i}/{len(d.web_sources)}: {shown}")
+        # The result says what failed, or needs attention, to the front end, which shows it: the log has details.
         try:
             result = loader.load(source, Path(d.local_path), cfg.allow_local_git, progress, base=cfg.root)
         except DocsetError as e:
-            log.warning("%s: source %s failed: %s", d.id, shown, e)
+            log.info("%s: source %s failed: %s", d.id, shown, e)
             result = SourceResult(url=shown, ok=False, error=str(e))
         except OSError as e:
-            log.warning("%s: source %s failed", d.id, shown, exc_info=True)
+            log.info("%s: source %s failed", d.id, shown, exc_info=True)
             result = SourceResult(url=shown, ok=False, error=f"storage error: {e}; check free space and permissions")
         except Exception as e:  # a bug must not stop the other sources; the traceback goes to the log
             log.exception("%s: source %s failed", d.id, shown)
             result = SourceResult(url=shown, ok=False, error=f"unexpected error: {e}")
         if result.warning:
-            log.warning("%s: %s: %s", d.id, shown, result.warning)
+            log.info("%s: %s: %s", d.id, shown, result.warning)
+        try:
+            record_failure(cfg.root, d.id, source.url, result.error)  # for `status`; None: it loaded
+        except OSError as e:
+            log.warning("%s: could not record how loading %s went, for `status`: %s", d.id, shown, e)
         results.append(result)
     return results

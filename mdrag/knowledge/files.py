@@ -14,17 +14,28 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath
 
 from mdrag.errors import DocsetError
 from mdrag.knowledge.metadata import METADATA_FILE, read_metadata, write_metadata
-from mdrag.knowledge.model import DRIVE, Progress, Selection, SourceResult, WebSource
+from mdrag.knowledge.model import DRIVE, Selection, SourceResult, WebSource
 from mdrag.manifest import file_sha256
+from mdrag.parsers import supported_extensions
 from mdrag.redact import redact_url
 
-__all__ = ["DOC_DIRS", "DOC_EXTENSIONS", "EXCLUDED_DIRS", "EXCLUDED_PREFIXES", "select_files", "sync"]
+__all__ = [
+    "DOC_DIRS",
+    "DOC_EXTENSIONS",
+    "EXCLUDED_DIRS",
+    "EXCLUDED_PREFIXES",
+    "select_files",
+    "sync",
+    "unsearchable",
+    "unsearchable_text",
+]
 
 log = logging.getLogger(__name__)
 
@@ -40,35 +51,62 @@ EXCLUDED_PREFIXES = ("CHANGELOG", "LICENSE", "CONTRIBUTING", "AUTHORS", "CODE_OF
 def select_files(repo_dir: Path, paths: Sequence[str] = ()) -> Selection:
     """Exactly ``paths`` (folders recursively), or the smart filter; nothing whose target is outside the clone.
 
-    An entry of ``paths`` that is absolute, holds '..' or .git, or leads out of the clone through a symbolic
-    link raises DocsetError. Symbolic links met inside folders are not followed; those that lead out of the
-    clone (or into its .git) are listed in ``refused``.
+    Entries of ``paths`` that are absolute, hold '..' or .git, lead out of the clone through a symbolic
+    link, or are not in the clone raise one DocsetError that names them all. Symbolic links met inside
+    folders are not followed; those that lead out of the clone (or into its .git) are listed in ``refused``.
+    An empty selection is not an error: :func:`sync` says so in its result's warning.
     """
     repo_dir = Path(repo_dir)
     real = repo_dir.resolve()
     chosen: set[str] = set()
     refused: set[str] = set()
-    if paths:
-        for raw in paths:
+    problems: list[str] = []  # entries of paths refused, each with why
+    missing: list[str] = []  # entries of paths not in the clone
+    for raw in paths:
+        try:
             rel = _repo_path(raw)
-            target = repo_dir / rel
-            if _in_clone(target, real) is None:
-                raise DocsetError(
-                    f"path {raw!r} is refused: a symbolic link leads it outside the repository (or round a "
-                    "loop); list the repository's own files or folders instead"
-                )
-            if not target.exists():
-                raise DocsetError(f"path {raw!r} not found in the repository; {_top_level(repo_dir)}")
-            if target.is_file():
-                chosen.add(rel)
-            else:
-                chosen.update(_walk(repo_dir, real, target, False, refused))
-    else:
+        except DocsetError as e:
+            problems.append(str(e))
+            continue
+        target = repo_dir / rel
+        if _in_clone(target, real) is None:
+            problems.append(
+                f"path {raw!r} is refused: a symbolic link leads it outside the repository (or round a "
+                "loop); list the repository's own files or folders instead"
+            )
+        elif not target.exists():
+            missing.append(raw)
+        elif target.is_file():
+            chosen.add(rel)
+        else:
+            chosen.update(_walk(repo_dir, real, target, False, refused))
+    if missing:
+        named = f"path {missing[0]!r}" if len(missing) == 1 else f"paths {', '.join(map(repr, missing))}"
+        problems.append(f"{named} not found in the repository; {_top_level(repo_dir)}")
+    if problems:
+        raise DocsetError("; ".join(problems))
+    if not paths:
         chosen.update(_walk(repo_dir, real, repo_dir, True, refused))
     chosen.discard(METADATA_FILE)  # the docset folder's own metadata file
-    if not chosen:
-        log.warning("%s", _empty_warning(paths))
     return Selection(sorted(chosen), sorted(refused))
+
+
+def unsearchable(files: Iterable[str]) -> dict[str, int]:
+    """Of ``files``, those no parser reads, so that a docset's index (the MCP ``search`` tool) never finds
+    them: how many of each extension ("no extension" for a name without one), the most first."""
+    exts = tuple(supported_extensions())
+    kinds = Counter(PurePosixPath(f).suffix.lower() or "no extension" for f in files if not f.lower().endswith(exts))
+    return dict(kinds.most_common())
+
+
+def unsearchable_text(kinds: Mapping[str, int]) -> str:
+    """``kinds`` (see :func:`unsearchable`) as the words of a warning."""
+    n = sum(kinds.values())
+    listed = ", ".join(f"{ext} {count}" for ext, count in kinds.items())
+    return (
+        f"{n} file{'s' if n != 1 else ''} with no parser ({listed}): copied, but the `search` tool cannot find "
+        f"{'them' if n != 1 else 'it'} (`search_docs` points to the folder, where they are)"
+    )
 
 
 def _walk(repo_dir: Path, real: Path, top: Path, smart: bool, refused: set[str]) -> list[str]:
@@ -105,12 +143,12 @@ def sync(
     selection: Selection,
     dest: Path,
     commit: str | None,
-    progress: Progress | None,
 ) -> SourceResult:
     """Copy ``selection`` from the clone ``repo`` into ``dest`` and record it in the metadata there.
 
     Only new and changed files are written (unchanged ones keep their mtime); files this source created before
-    and no longer selects are removed, unless another source of the docset provides them.
+    and no longer selects are removed, unless another source of the docset provides them. The result's warning
+    says what needs the user's attention: nothing selected, links refused, files no parser reads.
     """
     files = selection.files
     real = repo.resolve()
@@ -171,14 +209,22 @@ def sync(
     shared = sorted(set(files) & others.keys())
     if shared:
         warnings.append(f"{len(shared)} files (e.g. {shared[0]}) are also provided by another source; last one wins")
-    if progress is not None:
-        progress(
-            f"{redact_url(source.url)}: {len(files)} files, {len(added)} added, {len(changed)} changed, "
-            f"{len(removed)} removed"
-        )
+    kinds = unsearchable(files)
+    if kinds:
+        warnings.append(unsearchable_text(kinds))
     warning = "; ".join(warnings) or None
     return SourceResult(
-        redact_url(source.url), True, files, added, changed, removed, content_hash, None, warning, selection.refused
+        redact_url(source.url),
+        True,
+        files,
+        added,
+        changed,
+        removed,
+        content_hash,
+        None,
+        warning,
+        selection.refused,
+        kinds,
     )
 
 

@@ -141,7 +141,7 @@ class GitRepoLoader:
             selection = files.select_files(repo, source.paths)
             commit = _run(["git", "-C", str(repo), "rev-parse", "HEAD"], None, 30)
             head = commit.stdout.strip() if commit.returncode == 0 else None
-            return files.sync(source, repo, selection, dest, head, progress)
+            return files.sync(source, repo, selection, dest, head)
 
     def _clone(
         self, source: WebSource, repo: Path, allow_local: bool, base: Path | None, progress: Progress | None

@@ -1,24 +1,37 @@
-"""What a docset folder records about its loaded sources (``.agentic-metadata.json``), and ``.knowledge/.gitignore``.
+"""What a docset folder records about its loaded sources (``.agentic-metadata.json``), the last failure of
+each source (``.knowledge/docsets/.agentic-failures.json``), and ``.knowledge/.gitignore``.
 
-A metadata file that cannot be read or does not match the expected shape is logged and treated as empty; it is
-written again, atomically, on the next load.
+A metadata or failures file that cannot be read or does not match the expected shape is logged and treated as
+empty; it is written again, atomically, on the next load.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from mdrag.knowledge.model import DRIVE
 from mdrag.manifest import write_atomic
 
-__all__ = ["METADATA_FILE", "ensure_gitignore", "read_metadata", "write_metadata"]
+__all__ = [
+    "FAILURES_FILE",
+    "METADATA_FILE",
+    "ensure_gitignore",
+    "read_failures",
+    "read_metadata",
+    "record_failure",
+    "write_metadata",
+]
 
 log = logging.getLogger(__name__)
 
 METADATA_FILE = ".agentic-metadata.json"
+#: In ``.knowledge/docsets/`` (ignored by git, as ``ensure_gitignore`` writes): a source that never loaded has
+#: no docset folder to record its failure in.
+FAILURES_FILE = ".agentic-failures.json"
 
 
 def read_metadata(folder: Path) -> dict[str, dict[str, Any]]:
@@ -79,3 +92,53 @@ def ensure_gitignore(root: Path) -> None:
     if text and not text.endswith("\n"):
         text += "\n"
     path.write_text(text + "docsets/\n", encoding="utf-8")
+
+
+def read_failures(root: Path) -> dict[str, dict[str, dict[str, str]]]:
+    """The last failure of each source that failed since it last loaded: docset id -> source URL (as
+    configured) -> {"error": what went wrong, "failed_at": when, ISO 8601}; {} when none, or unreadable."""
+    path = Path(root) / "docsets" / FAILURES_FILE
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as e:
+        log.warning("ignoring unreadable %s (%s); it is rewritten on the next load", path, e)
+        return {}
+    failures = data.get("docsets") if isinstance(data, dict) and data.get("version") == 1 else None
+    if not isinstance(failures, dict) or not all(map(_failures_of_docset, failures.values())):
+        log.warning(
+            'ignoring invalid %s (expected {"version": 1, "docsets": {...}}); it is rewritten on the next load', path
+        )
+        return {}
+    return failures
+
+
+def _failures_of_docset(by_url: Any) -> bool:
+    """Whether ``by_url`` is one docset's entry of the failures file: URL -> {"error": ..., "failed_at": ...}."""
+    return isinstance(by_url, dict) and all(
+        isinstance(f, dict) and isinstance(f.get("error"), str) and isinstance(f.get("failed_at"), str)
+        for f in by_url.values()
+    )
+
+
+def record_failure(root: Path, docset: str, url: str, error: str | None) -> None:
+    """Record that loading ``url`` of ``docset`` failed with ``error`` just now; None: it loaded (its failure
+    is forgotten). ``root``: the ``.knowledge`` folder."""
+    failures = read_failures(root)
+    by_url = failures.setdefault(docset, {})
+    if error is None:
+        if by_url.pop(url, None) is None:
+            return  # nothing recorded: nothing to write
+    else:
+        by_url[url] = {"error": error, "failed_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+    failures = {d: u for d, u in failures.items() if u}
+    path = Path(root) / "docsets" / FAILURES_FILE
+    if not path.parent.resolve().is_relative_to(Path(root).resolve()):
+        log.warning("%s leads outside %s, so the last failure is not recorded there", path.parent, root)
+        return
+    if not failures:
+        path.unlink(missing_ok=True)
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(path, json.dumps({"version": 1, "docsets": failures}, indent=2, sort_keys=True) + "\n")

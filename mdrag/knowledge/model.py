@@ -94,6 +94,7 @@ class SourceResult:
     error: str | None = None
     warning: str | None = None
     refused: list[str] = field(default_factory=list)  # links in the repository that lead out of it, not followed
+    unsearchable: dict[str, int] = field(default_factory=dict)  # extension -> files with no parser (not indexed)
 
 
 @dataclass
