@@ -21,6 +21,7 @@ from pydantic import BaseModel, Field
 
 from mdrag.config import home_dir
 from mdrag.errors import DocsetError, KnowledgeConfigError
+from mdrag.knowledge.files import DOC_DIRS, DOC_EXTENSIONS, EXCLUDED_DIRS, EXCLUDED_PREFIXES, MAX_FILE_BYTES
 from mdrag.knowledge.git import validate_git_url
 from mdrag.knowledge.model import DOCSET_NAME, Docset, KnowledgeConfig, WebSource
 
@@ -39,17 +40,22 @@ class SourceOptions(BaseModel):
     paths: list[str] = Field([], description="as the source's `paths`")
 
 
+# What a source without `paths` copies (mdrag.knowledge.files.select_files), said from its own constants.
+_SMART = (
+    f"README*, {'/'.join(sorted(DOC_EXTENSIONS))} files and everything under "
+    f"{', '.join(d + '/' for d in sorted(DOC_DIRS))}; not {'*, '.join(EXCLUDED_PREFIXES)}*, files over "
+    f"{MAX_FILE_BYTES // 2**20} MB or binary ones, nor anything under "
+    f"{', '.join(sorted(EXCLUDED_DIRS - {'.git'}))}"
+)
+
+
 class SourceSpec(BaseModel):
     """One ``web_sources`` entry of a docset."""
 
     type: Literal["git_repo"] = Field(description="the kind of source; `git_repo` is the only one")
     url: str = Field(description="the repository (https, ssh or `git@host:path`; local ones need `allow_local_git`)")
     branch: str | None = Field(None, description="the branch to copy (default: the remote's default branch)")
-    paths: list[str] = Field(
-        [],
-        description="files or folders of the repository to copy (default: README*, docs/, guides/, examples/, "
-        "tutorials/ and .md/.mdx/.rst/.txt files)",
-    )
+    paths: list[str] = Field([], description="files or folders of the repository to copy (default: " + _SMART + ")")
     options: SourceOptions | None = Field(None, description="`branch` and `paths` may be given here instead")
 
 
