@@ -196,7 +196,7 @@ async def test_errors_are_tool_errors(tmp_path: Path, mdrag_home: Path) -> None:
     assert "keywords" in not_strings and "array of strings" in not_strings
     assert "generalized_keywords" in missing
     assert "'k'" in bad_k
-    assert "mdrag knowledge init react" in no_folder and "react-18.2" in no_folder
+    assert "Create it and put the documentation there" in no_folder and "react-18.2" in no_folder
     assert exc_info.value.code == types.METHOD_NOT_FOUND == -32601
     assert "no_such_tool" in exc_info.value.message and "search_docs" in exc_info.value.message
 
@@ -388,7 +388,7 @@ async def test_search_hugo_docs(tmp_path: Path, mdrag_home: Path, shared_data: P
     assert second["indexed"]["hugo"]["refreshed"] is False
 
     assert [r["rel_path"] for r in everywhere["results"]] == ranked
-    assert "react" in everywhere["skipped"] and "mdrag knowledge init react" in everywhere["skipped"]["react"]
+    assert "react" in everywhere["skipped"] and "Create it" in everywhere["skipped"]["react"]
 
     expected = TEMPLATE.format(
         keywords="custom shortcode", local_path=f"{local.as_posix()}/", generalized_keywords="templates"
@@ -434,7 +434,7 @@ async def test_refresh_embeds_only_changes(
     assert unchanged["indexed"]["react"]["refreshed"] and unchanged["indexed"]["react"]["chunks_embedded"] == 0
     assert changed["indexed"]["react"]["chunks_embedded"] == 1
     assert removed["indexed"]["react"]["chunks_deleted"] == 1 and removed["indexed"]["react"]["chunks_total"] == 2
-    assert "mdrag knowledge init react" in gone
+    assert "no files yet" in gone and "Create it" in gone
     chunks = [t for t in hash_embedder.embedded if t != question["query"]]
     assert len(chunks) == 3 + 1  # the first index, then the changed file only
 

@@ -287,9 +287,11 @@ def test_a_weak_best_match_is_refused_without_calling_the_llm(tmp_path: Path, ll
         )
         async with serving(config, [root]) as server:
             ws = await opened(server)
-            text, sources, _ = await ask(ws, "Topic 1 feature1")
+            # a passage holding every word of the question is an exact match, answered whatever its
+            # score: "deployment" is in none
+            text, sources, _ = await ask(ws, "Topic 1 feature1 deployment")
             assert text == NO_RELEVANT and sources == [] and llm.script.requests == []
-            await ws.send(json.dumps({"type": "search", "query": "Topic 1 feature1"}))
+            await ws.send(json.dumps({"type": "search", "query": "Topic 1 feature1 deployment"}))
             assert (await recv(ws))["results"], "search still lists results"
             await ws.close()
 
