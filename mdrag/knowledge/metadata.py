@@ -34,15 +34,25 @@ METADATA_FILE = ".agentic-metadata.json"
 FAILURES_FILE = ".agentic-failures.json"
 
 
+_MISSING = object()  # what _read_json gives for a file that is missing or unreadable
+
+
+def _read_json(path: Path, what: str) -> Any:
+    """The JSON in ``path``; ``_MISSING`` when there is none, or it cannot be read (logged: ``what`` it is)."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return _MISSING
+    except (OSError, ValueError) as e:
+        log.warning("ignoring unreadable %s %s (%s); it is rewritten on the next load", what, path, e)
+        return _MISSING
+
+
 def read_metadata(folder: Path) -> dict[str, dict[str, Any]]:
     """The per-source entries of ``folder/.agentic-metadata.json``; {} when missing, corrupt or invalid."""
     path = Path(folder) / METADATA_FILE
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return {}
-    except (OSError, ValueError) as e:
-        log.warning("ignoring unreadable metadata %s (%s); it is rewritten on the next load", path, e)
+    data = _read_json(path, "metadata")
+    if data is _MISSING:
         return {}
     problem = _metadata_problem(data)
     if problem:
@@ -98,12 +108,8 @@ def read_failures(root: Path) -> dict[str, dict[str, dict[str, str]]]:
     """The last failure of each source that failed since it last loaded: docset id -> source URL (as
     configured) -> {"error": what went wrong, "failed_at": when, ISO 8601}; {} when none, or unreadable."""
     path = Path(root) / "docsets" / FAILURES_FILE
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return {}
-    except (OSError, ValueError) as e:
-        log.warning("ignoring unreadable %s (%s); it is rewritten on the next load", path, e)
+    data = _read_json(path, "record of failures")
+    if data is _MISSING:
         return {}
     failures = data.get("docsets") if isinstance(data, dict) and data.get("version") == 1 else None
     if not isinstance(failures, dict) or not all(map(_failures_of_docset, failures.values())):
