@@ -291,7 +291,7 @@ def _faiss_file(home: Path, ext: str) -> Path:
 def _sql(statement: str) -> Callable[[Path], None]:
     def damage(home: Path) -> None:
         with sqlite3.connect(_faiss_file(home, "sqlite")) as db:
-            db.execute(statement)
+            assert db.execute(statement).rowcount != 0, f"the damage changed nothing: {statement}"
 
     damage.__name__ = statement
     return damage
@@ -581,7 +581,14 @@ DAMAGE = [
     ("faiss", _sql("DELETE FROM chunks WHERE n = (SELECT min(n) FROM chunks)"), "status"),
     ("faiss", _sql("DELETE FROM chunks"), "status"),
     ("faiss", _sql("DELETE FROM meta WHERE key = 'identity'"), "status"),
-    ("faiss", _sql("UPDATE chunks SET id = 'f' || substr(id, 2) WHERE n = (SELECT min(n) FROM chunks)"), "verify"),
+    (
+        "faiss",
+        _sql(  # a different first character: an id that already starts with "f" must change too
+            "UPDATE chunks SET id = (CASE substr(id, 1, 1) WHEN 'f' THEN 'e' ELSE 'f' END) || substr(id, 2)"
+            " WHERE n = (SELECT min(n) FROM chunks)"
+        ),
+        "verify",
+    ),
     (
         "faiss",
         _sql("UPDATE chunks SET vector = zeroblob(length(vector)) WHERE n = (SELECT min(n) FROM chunks)"),
