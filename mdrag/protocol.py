@@ -32,6 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, TypeAdapte
 from pydantic_core import ErrorDetails
 
 from mdrag.errors import ProtocolError
+from mdrag.knobs import MAX_QUESTION_CHARS
 
 __all__ = [
     "MAX_QUESTION_CHARS",
@@ -52,7 +53,6 @@ __all__ = [
     "stream_start",
 ]
 
-MAX_QUESTION_CHARS = 4000  # longer questions (and filter values) are refused, not truncated
 MAX_TAGS = 100  # tags in one filter
 _LOOPBACK_NAMES = {"localhost", "localhost.", "localhost.localdomain", "ip6-localhost"}
 
