@@ -30,9 +30,13 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from common import ROOT
+from render import command, dig, fint, not_measured, num, table, verdict  # noqa: E402
+from steps import NA, Benchmark, Data, Json, Row, Section, Step, Target  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data"
 CORPORA = {
@@ -198,6 +202,97 @@ def main() -> None:
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(result, indent=2) + "\n")
+
+
+# -- in the report (benchmarks/report.py) --------------------------------------
+
+SHORT_CHUNK = 30  # characters: a shorter chunk is a fragment unless its section is that short
+
+
+def t_chunks(data: Data) -> list[Row]:
+    names = {
+        "fences_cut": "otel docs: no code fence that fits the model's window is cut",
+        "short_fragments": f"otel docs: no chunk under {SHORT_CHUNK} characters unless its section is that short",
+        "span_mismatches": "otel docs: every chunk's lines are at its line_start..line_end",
+    }
+    ch = data.get("chunks")
+    if not ch:
+        return [Row(name, not_measured("chunks", data)) for name in names.values()]
+    now, was = dig(ch, "corpora", "otel") or {}, dig(ch, "baseline", "otel") or {}
+    of = {"fences_cut": "fences_fit_window", "short_fragments": "chunks", "span_mismatches": "chunks"}
+    rows = []
+    for key, name in names.items():
+        n = num(now.get(key))
+        rows.append(
+            Row(
+                name,
+                f"{fint(n)} of {fint(now.get(of[key]))}",
+                f"{fint(was.get(key))} of {fint(was.get(of[key]))} ({ch.get('baseline_ref', NA)})" if was else NA,
+                NA,
+                verdict(None if n is None else n == 0),
+            )
+        )
+    return rows
+
+
+def section_chunks(data: Data) -> list[str]:
+    ch = data.get("chunks")
+    lines = ["## Chunking", ""]
+    lines += [
+        f"{command(data, 'chunks')}: the OpenTelemetry docs, the Hugo docs and the py-pdf sample PDFs chunked "
+        "with the default settings and the default embedder's tokenizer and window, as `mdrag index` does "
+        "(nothing embedded). Baseline: the same script on the chunker of the commit before issue 14, in the same "
+        f"run. A fence *fits* when it alone, under its section's header, is within the window; a chunk under "
+        f"{SHORT_CHUNK} characters is a *fragment* unless its section is that short; a *line-span mismatch* is a "
+        "chunk whose lines are not all, in order, in its file's lines line_start..line_end, or whose first or "
+        "last line is not on them (PDFs have no line spans).",
+        "",
+    ]
+    if not ch:
+        return lines + [not_measured("chunks", data), ""]
+    rows = []
+    for name, now in (ch.get("corpora") or {}).items():
+        was = dig(ch, "baseline", name) or {}
+
+        def cell(key: str, fmt: Callable[[Any], str] = fint, now: Json = now, was: Json = was) -> str:
+            return f"{fmt(now.get(key))} ({fmt(was.get(key))})" if was else fmt(now.get(key))
+
+        rows.append(
+            [
+                name,
+                cell("files"),
+                cell("chunks"),
+                f"{cell('fences_cut')} of {cell('fences_fit_window')}",
+                cell("short_chunks"),
+                cell("short_fragments"),
+                cell("span_mismatches"),
+                cell("mean_chars"),
+                cell("median_chars"),
+            ]
+        )
+    lines += [f"Now (baseline {ch.get('baseline_ref', NA)} in brackets):", ""]
+    lines += table(
+        [
+            "corpus",
+            "files",
+            "chunks",
+            "fences cut that fit the window",
+            f"chunks < {SHORT_CHUNK} chars",
+            "of which fragments",
+            "line-span mismatches",
+            "mean chars",
+            "median chars",
+        ],
+        rows,
+    )
+    return lines
+
+
+BENCHMARK = Benchmark(
+    steps=(Step("chunks", 190, (), ("corpora", "short_limit")),),
+    sections=(Section("Chunking", 140, section_chunks),),
+    targets=(Target(130, t_chunks),),
+)
 
 
 if __name__ == "__main__":

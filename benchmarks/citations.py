@@ -28,6 +28,10 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # render and steps, also when imported as benchmarks.citations
+
+from render import command, fint, not_measured, num, table, verdict  # noqa: E402
+from steps import MODELS, NA, Benchmark, Data, Row, Section, Step, Target  # noqa: E402
 
 from benchmarks.common import ROOT, seed_model_cache  # noqa: E402 - after the path
 
@@ -218,6 +222,73 @@ def main() -> None:
     )
     OUT.mkdir(exist_ok=True)
     (OUT / "citations.json").write_text(json.dumps(result, indent=2) + "\n")
+
+
+# -- in the report (benchmarks/report.py) --------------------------------------
+
+
+def t_citations(data: Data) -> list[Row]:
+    name = "answers cite [n] = stream_end.sources[n-1], extractive and LLM, over 20 otel questions"
+    ci = data.get("citations")
+    if not ci:
+        return [Row(name, not_measured("citations", data))]
+    asked, answered = num(ci.get("questions")), num(ci.get("answered"))
+    ext, llm, base = num(ci.get("extractive_mismatched")), num(ci.get("llm_mismatched")), ci.get("baseline_mismatched")
+    ok = None if None in (asked, ext, llm) else asked >= 20 and ext == 0 and llm == 0
+    return [
+        Row(
+            name,
+            f"{fint(ext)} extractive and {fint(llm)} LLM answers mismatched, of {fint(asked)} questions "
+            f"({fint(answered)} answered)",
+            f"numbered by chunk (before issue 14): {fint(base)} of {fint(answered)} mismatched",
+            NA,
+            verdict(ok),
+        )
+    ]
+
+
+def section_citations(data: Data) -> list[str]:
+    ci = data.get("citations")
+    lines = ["## Citations that match their sources", ""]
+    lines += [
+        f"{command(data, 'citations')}: a real `mdrag serve` on the OpenTelemetry docs, with the default "
+        "settings, asked the 20 questions of benchmarks/data/otel_citation_questions.txt twice: with no LLM "
+        "(the extractive answer) and with a stand-in OpenAI-compatible server on loopback that records the "
+        "prompt. An answer is right when its `[n] path` blocks are numbered 1, 2, ... once each and `[n]` names "
+        "`stream_end.sources[n-1]`, with every source present. Baseline: the numbering before issue 14 "
+        "(quotes numbered by chunk, sources the files of all results), rebuilt from the same search results "
+        "in the same run.",
+        "",
+    ]
+    if not ci:
+        return lines + [not_measured("citations", data), ""]
+    lines += table(
+        ["questions", "answered", "extractive mismatched", "LLM prompts mismatched", "baseline mismatched"],
+        [
+            [
+                fint(ci.get("questions")),
+                fint(ci.get("answered")),
+                fint(ci.get("extractive_mismatched")),
+                fint(ci.get("llm_mismatched")),
+                fint(ci.get("baseline_mismatched")),
+            ]
+        ],
+    )
+    return lines
+
+
+BENCHMARK = Benchmark(
+    steps=(
+        Step(
+            "citations",
+            180,
+            ("--model-cache", str(MODELS)),
+            ("questions", "answered", "extractive_mismatched", "llm_mismatched", "baseline_mismatched"),
+        ),
+    ),
+    sections=(Section("Citations that match their sources", 130, section_citations),),
+    targets=(Target(120, t_citations),),
+)
 
 
 if __name__ == "__main__":

@@ -16,6 +16,8 @@ import tempfile
 from pathlib import Path
 
 from common import HUGO, QA, mdrag_cli, seed_model_cache
+from render import MODES, command, dig, div_sub, fdelta, fint, fnum, fsec, not_measured, num, setting, table, verdict  # noqa: E402
+from steps import MODELS, NA, Benchmark, Data, Json, Row, Section, Step, Target  # noqa: E402
 
 CONTEXTS = ("none", "headings", "frontmatter")
 
@@ -60,6 +62,127 @@ def main() -> None:
             )
     if args.json:
         args.json.write_text(json.dumps(out, indent=2))
+
+
+# -- in the report (benchmarks/report.py) --------------------------------------
+
+
+def context_best(ctx: Json) -> list[tuple[str, float, float]]:
+    """(context, hybrid Hit@5, mean nDCG@10 over the three modes), best first.
+
+    Hit@5 of the default mode decides; a tie (70 questions: steps of 0.014) is
+    broken by nDCG@10 averaged over dense, bm25 and hybrid.
+    """
+    rows = []
+    for name, r in (ctx.get("contexts") or {}).items():
+        h = num(dig(r, "hybrid", "hit@5"))
+        ns = [num(dig(r, m, "ndcg@10")) for m in MODES]
+        n = sum(x for x in ns if x is not None) / len(ns) if all(x is not None for x in ns) else -1.0
+        if h is not None:
+            rows.append((name, h, n))
+    return sorted(rows, key=lambda t: (t[1], t[2]), reverse=True)
+
+
+def t_context(data: Data) -> list[Row]:
+    default = setting("chunk.context") or "?"
+    name = f"chunk.context default ({default}) is the best on hybrid Hit@5 (ties: mean nDCG@10 of the 3 modes)"
+    ctx = data.get("context")
+    if not ctx:
+        return [Row(name, not_measured("context", data))]
+    ranked = context_best(ctx)
+    if not ranked:
+        return [Row(name, "no hybrid figures in context.json")]
+    mine = next((r for r in ranked if r[0] == default), None)
+    none = next((r for r in ranked if r[0] == "none"), None)
+    best = ranked[0]
+    ok = mine is not None and (mine[1], mine[2]) == (best[1], best[2])
+    measured = (
+        f"{default}: Hit@5 {fnum(mine[1], 3)}, mean nDCG@10 {fnum(mine[2], 3)}" if mine else f"no `{default}` run"
+    )
+    return [
+        Row(
+            name,
+            measured + (f"; best: {best[0]}" if not ok else ""),
+            f"none: Hit@5 {fnum(none[1], 3)}, mean nDCG@10 {fnum(none[2], 3)}" if none else NA,
+            f"Hit@5 {fdelta(mine[1] - none[1])} vs none" if mine and none else NA,
+            verdict(ok if mine else None),
+        )
+    ]
+
+
+def section_context(data: Data) -> list[str]:
+    ctx = data.get("context")
+    default = setting("chunk.context")
+    lines = ["### chunk.context: the header embedded with each chunk", ""]
+    lines += [
+        f"{command(data, 'context')}: each setting indexes the Hugo docs afresh and `mdrag eval` asks the Hugo "
+        f"questions in every mode. Baseline: `none` (the chunk text alone). Default: `{default}`.",
+        "",
+    ]
+    if not ctx:
+        return lines + [not_measured("context", data), ""]
+    contexts: Json = ctx.get("contexts") or {}
+    lines += [f"Backend: {ctx.get('backend', NA)}.", ""]
+    # one way: the deltas against `none`, a column per mode
+    rows = []
+    for name, r in contexts.items():
+        label = f"**{name}** (default)" if name == default else name
+        row = [label]
+        for mode in MODES:
+            h, n = dig(r, mode, "hit@5"), dig(r, mode, "ndcg@10")
+            dh = div_sub(h, dig(contexts, "none", mode, "hit@5"))
+            dn = div_sub(n, dig(contexts, "none", mode, "ndcg@10"))
+            row.append(f"{fnum(h, 3)} ({fdelta(dh)}) / {fnum(n, 3)} ({fdelta(dn)})")
+        rows.append(row)
+    lines += table(["context", *[f"{m}: Hit@5 (Δ none) / nDCG@10 (Δ none)" for m in MODES]], rows)
+    # the other way: every figure, a row per context and mode
+    rows = []
+    for mode in MODES:
+        for name, r in contexts.items():
+            m = r.get(mode) or {}
+            base = dig(contexts, "none", mode) or {}
+            rows.append(
+                [
+                    mode,
+                    f"**{name}**" if name == default else name,
+                    fint(r.get("chunks")),
+                    fsec(r.get("index_s")),
+                    fnum(m.get("hit@5"), 3),
+                    fnum(m.get("mrr"), 3),
+                    fnum(m.get("ndcg@10"), 3),
+                    fnum(m.get("recall@10"), 3),
+                    fdelta(div_sub(m.get("hit@5"), base.get("hit@5"))),
+                    fdelta(div_sub(m.get("ndcg@10"), base.get("ndcg@10"))),
+                ]
+            )
+    lines += table(
+        [
+            "mode",
+            "context",
+            "chunks",
+            "index time",
+            "Hit@5",
+            "MRR",
+            "nDCG@10",
+            "R@10",
+            "Δ Hit@5 vs none",
+            "Δ nDCG@10 vs none",
+        ],
+        rows,
+    )
+    ranked = context_best(ctx)
+    if ranked:
+        lines += [f"Best on hybrid Hit@5 (ties: mean nDCG@10 of the three modes): `{ranked[0][0]}`.", ""]
+    return lines
+
+
+BENCHMARK = Benchmark(
+    steps=(Step("context", 60, ("--model-cache", str(MODELS)), ("backend", "contexts")),),
+    sections=(
+        Section("chunk.context: the header embedded with each chunk", 33, section_context, under="Retrieval quality"),
+    ),
+    targets=(Target(100, t_context),),
+)
 
 
 if __name__ == "__main__":

@@ -33,6 +33,28 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from render import (  # noqa: E402
+    PLOT_SIZE,
+    command,
+    default_backend,
+    dig,
+    fdelta,
+    fint,
+    fmb,
+    fms,
+    fnum,
+    fratio,
+    fsec,
+    not_measured,
+    num,
+    save,
+    scifact_metric,
+    table,
+    verdict,
+    who,
+)
+from steps import MODELS, NA, Benchmark, Data, Plot, Row, Section, Step, Target  # noqa: E402
+
 from mdrag.chunking import chunk_document  # noqa: E402
 from mdrag.embedding.base import Embedder  # noqa: E402
 from mdrag.embedding.local import LocalEmbedder  # noqa: E402
@@ -205,6 +227,204 @@ def main() -> None:
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(out, indent=2) + "\n")
+
+
+# -- in the report (benchmarks/report.py) --------------------------------------
+
+SCIFACT_DENSE_TOLERANCE = 0.002
+
+
+def t_quality(data: Data) -> list[Row]:
+    backend, source = default_backend(data)
+    if backend is None:
+        present = [f"{s}.json" for s in ("hugo", "scifact") if data.get(s)]
+        if present:
+            why = f"the default backend is not recorded ({' and '.join(present)}: no `embedder`)"
+        else:
+            why = "the default backend is unknown: " + not_measured("hugo", data, "scifact")
+        return [Row("Quality guard of the default backend", why)]
+    rows = []
+    for step in ("embedders", "embedders_longest"):
+        label = "spread" if step == "embedders" else "longest"
+        name = (
+            f"Quality guard, {backend} ({source}), {label} chunks: mean cosine >= {MIN_COSINE}, "
+            f"top-10 kept >= {MIN_KEPT}"
+        )
+        obj = data.get(step)
+        if not obj:
+            rows.append(Row(name, not_measured(step, data)))
+            continue
+        fig = dig(obj, "backends", backend)
+        if not isinstance(fig, dict):
+            rows.append(
+                Row(name, f"no `{backend}` entry in {step}.json (backends: {', '.join(obj.get('backends', {}))})")
+            )
+            continue
+        cos, kept = num(fig.get("mean_cosine")), num(fig.get("top10_kept"))
+        ok = None if cos is None or kept is None else cos >= MIN_COSINE and kept >= MIN_KEPT
+        rows.append(
+            Row(
+                name,
+                f"mean cosine {fnum(cos, 6)} (min {fnum(fig.get('min_cosine'), 6)}), top-10 kept {fnum(kept, 3)}",
+                "torch fp32, same run",
+                NA,
+                verdict(ok),
+            )
+        )
+    name = f"Quality guard, {backend}: SciFact dense nDCG@10 within {SCIFACT_DENSE_TOLERANCE} of torch"
+    sci, sci_t = data.get("scifact"), data.get("scifact_torch")
+    if not sci or not sci_t:
+        rows.append(Row(name, not_measured("scifact" if not sci else "scifact_torch", data)))
+    else:
+        a, b = scifact_metric(sci, "dense"), scifact_metric(sci_t, "dense")
+        diff = None if a is None or b is None else a - b
+        rows.append(
+            Row(
+                name,
+                f"{fnum(a, 4)} ({who(sci)})",
+                f"{fnum(b, 4)} (torch)",
+                f"{fdelta(diff, 4)}",
+                verdict(None if diff is None else abs(diff) <= SCIFACT_DENSE_TOLERANCE + 1e-9),
+            )
+        )
+    return rows
+
+
+def section_embedders(data: Data) -> list[str]:
+    lines = ["## Embedder backends", ""]
+    lines += [
+        f"{command(data, 'embedders')} and {command(data, 'embedders_longest')}. Baseline: torch fp32 "
+        "(sentence-transformers) in the same run; ratios are backend / torch. Throughput on the chunks at the "
+        "batch size shown (after a warm-up batch); query latency over 100 single queries; a fresh process's time "
+        "to its first query vector and its peak RSS; quality against torch's vectors (guard: mean cosine "
+        f">= {MIN_COSINE}, top-10 neighbours kept >= {MIN_KEPT}, 50 questions).",
+        "",
+    ]
+    for step in ("embedders", "embedders_longest"):
+        obj = data.get(step)
+        title = "Chunks spread over the Hugo docs" if step == "embedders" else "The longest Hugo chunks"
+        lines += [f"### {title}", ""]
+        if not obj:
+            lines += [not_measured(step, data), ""]
+            continue
+        lines += [
+            f"{fint(obj.get('chunks'))} chunks ({obj.get('selection', 'spread')}), mean {fint(obj.get('mean_chars'))} "
+            f"characters / {fint(obj.get('mean_tokens'))} tokens, batch {obj.get('batch', NA)}, "
+            f"{obj.get('cpus', NA)} CPUs.",
+            "",
+        ]
+        rows = []
+        for name, f in (obj.get("backends") or {}).items():
+            rows.append(
+                [
+                    f"{name} (baseline)" if name == "torch" else name,
+                    f"{fnum(f.get('chunks_per_s'), 1)} ({fratio(f.get('speedup_chunks_per_s'))})",
+                    f"{fms(dig(f, 'query_ms', 'p50'))} ({fratio(f.get('query_p50_ratio'))})",
+                    fms(dig(f, "query_ms", "p95")),
+                    fsec(f.get("first_load_s")),
+                    f"{fsec(f.get('first_query_s'))} ({fratio(f.get('first_query_ratio'))})",
+                    fmb(f.get("peak_rss_mb")),
+                    fnum(f.get("mean_cosine"), 6),
+                    fnum(f.get("min_cosine"), 6),
+                    fnum(f.get("top10_kept"), 3),
+                    f.get("quality", NA),
+                ]
+            )
+        lines += table(
+            [
+                "backend",
+                "chunks/s (x torch)",
+                "query p50 (x torch)",
+                "query p95",
+                "first load",
+                "fresh process to first vector (x torch)",
+                "peak RSS",
+                "mean cosine",
+                "min cosine",
+                "top-10 kept",
+                "guard",
+            ],
+            rows,
+        )
+    lines += [
+        "First load: the one-time ONNX export when the cache is empty, OpenVINO's compile. `openvino` runs at "
+        "OpenVINO's default precision (bf16 where the CPU has AMX or AVX-512 BF16), `openvino-f32` at f32.",
+        "",
+    ]
+    return lines
+
+
+def plot_throughput(data: Data, path: Path) -> bool:
+    sel = [(s, data.get(s)) for s in ("embedders", "embedders_longest")]
+    sel = [(s, o) for s, o in sel if o and isinstance(o.get("backends"), dict)]
+    if not sel:
+        return False
+    import matplotlib.pyplot as plt
+
+    names: list[str] = []
+    for _, o in sel:
+        names += [n for n in o["backends"] if n not in names]
+    fig, ax = plt.subplots(figsize=PLOT_SIZE)
+    width = 0.8 / len(sel)
+    colors = ("tab:blue", "tab:orange")
+    top = 0.0
+    for i, (step, o) in enumerate(sel):
+        label = f"{o.get('selection', 'spread' if step == 'embedders' else 'longest')} chunks"
+        vals = [num(dig(o, "backends", n, "chunks_per_s")) or 0.0 for n in names]
+        xs = [j + (i - (len(sel) - 1) / 2) * width for j in range(len(names))]
+        bars = ax.bar(xs, vals, width, label=label, color=colors[i % 2])
+        base = num(dig(o, "backends", "torch", "chunks_per_s"))
+        for b, v in zip(bars, vals):
+            if v:
+                txt = f"{v:.0f}" + (f"\n{v / base:.2f}x" if base else "")
+                ax.annotate(
+                    txt,
+                    (b.get_x() + b.get_width() / 2, v),
+                    xytext=(0, 2),
+                    textcoords="offset points",
+                    ha="center",
+                    va="bottom",
+                    fontsize=8,
+                    bbox={"boxstyle": "round,pad=0.15", "facecolor": "white", "edgecolor": "none", "alpha": 0.85},
+                )
+        if base:
+            ax.axhline(
+                base, color=colors[i % 2], linestyle="--", linewidth=1, label=f"torch baseline, {label}: {base:.1f}"
+            )
+        top = max(top, *vals)
+    ax.set_xticks(range(len(names)), names)
+    ax.set_ylim(0, top * 1.25 or 1)
+    ax.set_xlabel("embedding backend")
+    ax.set_ylabel("throughput (chunks/s, batch 32)")
+    ax.set_title("Embedding throughput by backend (Hugo chunks; ratio to torch fp32)")
+    ax.legend(fontsize=8, loc="upper left")
+    ax.grid(axis="y", alpha=0.3)
+    return save(fig, path)
+
+
+BENCHMARK = Benchmark(
+    steps=(
+        Step("embedders", 10, ("--cache", str(MODELS)), ("chunks", "selection", "backends"), ("cpus",)),
+        Step(
+            "embedders_longest",
+            20,
+            ("--longest", "--cache", str(MODELS)),
+            ("chunks", "selection", "backends"),
+            ("cpus",),
+        ),
+    ),
+    sections=(Section("Embedder backends", 10, section_embedders),),
+    targets=(Target(20, t_quality),),
+    plots=(
+        Plot(
+            10,
+            "throughput_by_backend.png",
+            "Embedding throughput by backend",
+            ("embedders", "embedders_longest"),
+            plot_throughput,
+        ),
+    ),
+)
 
 
 if __name__ == "__main__":

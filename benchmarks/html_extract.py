@@ -42,6 +42,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bs4 import BeautifulSoup  # noqa: E402
+from render import command, fint, fnum, not_measured, table  # noqa: E402
+from steps import Benchmark, Data, Section, Step  # noqa: E402
 
 from mdrag.parsers.html import parse  # noqa: E402
 from mdrag.types import Document  # noqa: E402
@@ -162,6 +164,46 @@ def main() -> None:
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(out, indent=2))
+
+
+# -- in the report (benchmarks/report.py) --------------------------------------
+
+
+def section_html_extract(data: Data) -> list[str]:
+    hx = data.get("html_extract")
+    lines = ["## HTML extraction", ""]
+    lines += [
+        f"{command(data, 'html_extract')}: on Mozilla Readability's test pages (../shared/data/"
+        "html_readability_pages), each extractor's text against the article in `expected.html`: mean token "
+        "recall and precision (word tokens as multisets), mean per-page F1; a page with empty output counts 0. "
+        "Baseline: mdrag's parser reading the whole page, as before, in the same run; ms/page with the ratio "
+        "to it. mdrag now reads the article readability-lxml picks, with its own rules for headings, lists, "
+        "tables and code. The expected articles are Readability.js output, which favours readability-lxml.",
+        "",
+    ]
+    if not hx:
+        return lines + [not_measured("html_extract", data), ""]
+    rows = []
+    for name, r in (hx.get("extractors") or {}).items():
+        label = name + (f" {r['version']}" if r.get("version") else "")
+        rows.append(
+            [
+                label,
+                fnum(r.get("recall"), 3),
+                fnum(r.get("precision"), 3),
+                fnum(r.get("f1"), 3),
+                fint(r.get("empty_pages")),
+                f"{fnum(r.get('ms_per_page'), 1)} ({fnum(r.get('ms_ratio_to_baseline'), 2)}x)",
+            ]
+        )
+    lines += table(["extractor", "mean recall", "mean precision", "F1", "pages with empty output", "ms/page"], rows)
+    return lines + ["", f"{fint(hx.get('pages'))} pages.", ""]
+
+
+BENCHMARK = Benchmark(
+    steps=(Step("html_extract", 200, (), ("pages", "baseline", "extractors")),),
+    sections=(Section("HTML extraction", 150, section_html_extract),),
+)
 
 
 if __name__ == "__main__":

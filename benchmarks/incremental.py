@@ -20,6 +20,8 @@ import tempfile
 from pathlib import Path
 
 from common import HUGO, QA, mdrag_cli
+from render import MODES, command, dig, fnum, fsec, not_measured, table  # noqa: E402
+from steps import NA, Benchmark, Data, Section, Step  # noqa: E402
 
 
 def _moved(path: str) -> str:
@@ -73,6 +75,43 @@ def main() -> None:
             print(f"{label:<28}{mode:>8}{a['hit@5']:>8.3f}{a['mrr']:>8.3f}{b['hit@5']:>13.3f}{b['mrr']:>11.3f}")
     if args.json:
         args.json.write_text(json.dumps(out, indent=2))
+
+
+# -- in the report (benchmarks/report.py) --------------------------------------
+
+
+def section_incremental(data: Data) -> list[str]:
+    inc = data.get("incremental")
+    lines = ["### After many small updates (Milvus Lite)", ""]
+    lines += [
+        f"{command(data, 'incremental')}: the gold files of some questions are moved one at a time, one "
+        "`mdrag index` run each, so each lands in a small segment of its own; Milvus Lite scores BM25 "
+        "per segment, and mdrag pads each small update with a sample of the index (`_pad_segment` in "
+        "mdrag/store/milvus.py). Baseline: the same questions on the fresh index.",
+        "",
+    ]
+    if not inc:
+        return lines + [not_measured("incremental", data), ""]
+    lines += [
+        f"{inc.get('files_moved', NA)} files moved, {inc.get('touched', NA)} of {inc.get('questions', NA)} "
+        f"questions have their gold there; one update took {fsec(dig(inc, 'update_wall_s', 'mean'))} "
+        f"on average (max {fsec(dig(inc, 'update_wall_s', 'max'))}).",
+        "",
+    ]
+    rows = []
+    for label, key, base in (("all", "after", "fresh"), ("moved files only", "after_touched", "fresh_touched")):
+        for mode in MODES:
+            a, b = dig(inc, key, mode, "hit@5"), dig(inc, base, mode, "hit@5")
+            ma, mb = dig(inc, key, mode, "mrr"), dig(inc, base, mode, "mrr")
+            rows.append([label, mode, fnum(a, 3), fnum(b, 3), fnum(ma, 3), fnum(mb, 3)])
+    lines += table(["questions", "mode", "Hit@5 after", "Hit@5 fresh", "MRR after", "MRR fresh"], rows)
+    return lines + [""]
+
+
+BENCHMARK = Benchmark(
+    steps=(Step("incremental", 70, (), ("files_moved", "fresh", "after", "after_touched")),),
+    sections=(Section("After many small updates (Milvus Lite)", 34, section_incremental, under="Retrieval quality"),),
+)
 
 
 if __name__ == "__main__":

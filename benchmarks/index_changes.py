@@ -31,6 +31,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from render import command, fint, fms, fratio, fsec, not_measured, table  # noqa: E402
+from steps import Benchmark, Data, Json, Section, Step  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data"
@@ -207,6 +209,50 @@ def main() -> None:
     name = "index_changes" if not args.load else f"index_changes_load{args.load}"
     (dest / f"{name}.json").write_text(json.dumps(out, indent=2))
     shutil.rmtree(work, ignore_errors=True)  # kept, with the server's log, when the run fails
+
+
+# -- in the report (benchmarks/report.py) --------------------------------------
+
+
+def section_index_changes(data: Data) -> list[str]:
+    r = data.get("index_changes")
+    lines = ["## The Q&A server while its index changes (issue 26)", ""]
+    lines += [
+        f"{command(data, 'index_changes')}: `mdrag serve` as its own process over the Hugo docs (real MiniLM); "
+        "one WebSocket search every 0.3 s, first on the built index (quiet: the baseline, same run), then while "
+        "OpenTelemetry docs copied into the served folder are indexed; meanwhile one Hugo file is edited every "
+        "20 s and searched for until found. Every answer is checked for being empty.",
+        "",
+    ]
+    if not r:
+        return lines + [not_measured("index_changes", data), ""]
+    quiet, during = r.get("quiet") or {}, r.get("during_indexing") or {}
+    edits = r.get("edit_to_searchable_s") or []
+
+    def row(label: str, fig: Json) -> list[Any]:
+        return [label, fint(fig.get("n")), fms(fig.get("p50_ms")), fms(fig.get("p95_ms")), fms(fig.get("max_ms"))]
+
+    lines += table(
+        ["searches", "n", "p50", "p95", "max"], [row("quiet (baseline)", quiet), row("during indexing", during)]
+    )
+    lines += [
+        f"Ratio during / quiet: p50 {fratio(r.get('ratio_p50'))}, p95 {fratio(r.get('ratio_p95'))} (target 2x). "
+        f"Empty answers: {fint(r.get('empty_answers'))}. Reload of {fint(r.get('otel_files'))} files: "
+        f"{fsec(r.get('reload_s'))}. Edit to searchable: "
+        + (", ".join(fsec(e) for e in edits) or "no edit made")
+        + f" (target 5 s). Busy processes beside it: {fint(r.get('load_processes'))}. Machine: "
+        + str(r.get("machine") or "not recorded (the header's)")
+        + ".",
+        "",
+    ]
+    return lines
+
+
+BENCHMARK = Benchmark(
+    # mdrag serve while it indexes 300 otel docs dropped into the served Hugo docs (issue 26)
+    steps=(Step("index_changes", 90, ("--otel-files", "300"), ("quiet", "during_indexing", "edit_to_searchable_s")),),
+    sections=(Section("The Q&A server while its index changes (issue 26)", 60, section_index_changes),),
+)
 
 
 if __name__ == "__main__":

@@ -38,10 +38,13 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from common import HUGO, QA, ROOT, seed_model_cache
+from render import command, dig, div, fint, fmb, fms, fnum, fpct, fratio, fsec, not_measured, table, verdict  # noqa: E402
+from steps import MODELS, NA, Benchmark, Data, Row, Section, Step, Target  # noqa: E402
 
 MDRAG_PY = ROOT / ".venv" / "bin" / "python"
 LI_VENV = ROOT / "benchmarks" / ".venv-llamaindex"
@@ -432,6 +435,103 @@ def main() -> None:
     )
     if args.json:
         args.json.write_text(json.dumps(out, indent=2))
+
+
+# -- in the report (benchmarks/report.py) --------------------------------------
+
+
+def t_llamaindex(data: Data) -> list[Row]:
+    name = "mdrag indexes the Hugo docs faster than LlamaIndex, same model"
+    li = data.get("llamaindex")
+    if not li:
+        return [Row(name, not_measured("llamaindex", data))]
+    a, b = dig(li, "mdrag", "wall_s"), dig(li, "llamaindex", "wall_s")
+    speed = div(b, a)
+    return [
+        Row(
+            name,
+            f"mdrag {fsec(a)} ({dig(li, 'mdrag', 'backend') or 'backend not recorded'}, "
+            f"{fint(dig(li, 'mdrag', 'chunks'))} chunks)",
+            f"LlamaIndex {fsec(b)} ({fint(dig(li, 'llamaindex', 'chunks'))} nodes)",
+            f"{fratio(speed)} faster" if speed is not None else NA,
+            verdict(None if speed is None else speed > 1),
+        )
+    ]
+
+
+def section_llamaindex(data: Data) -> list[str]:
+    li_all = data.get("llamaindex")
+    lines = ["## LlamaIndex comparison", ""]
+    lines += [
+        f"{command(data, 'llamaindex')}: the Hugo docs, the same model (all-MiniLM-L6-v2 from the same files), "
+        "the same answerable questions. LlamaIndex as its starter example has it (`SimpleDirectoryReader`, "
+        "`VectorStoreIndex.from_documents`, `HuggingFaceEmbedding`, in-memory store, "
+        "`as_retriever(similarity_top_k=5)`) in its own virtualenv; mdrag is `mdrag index` in a fresh home, "
+        "then warm in-process searches. Baseline: LlamaIndex; ratios are mdrag / LlamaIndex.",
+        "",
+    ]
+    if not li_all:
+        return lines + [not_measured("llamaindex", data), ""]
+    m, li = li_all.get("mdrag") or {}, li_all.get("llamaindex") or {}
+    mode = m.get("search_mode", NA)
+    dense = dig(m, "by_mode", "dense") or {}
+
+    def r(label: str, a: Any, b: Any, fmt: Callable[[Any], str]) -> list[str]:
+        return [label, fmt(a), fmt(b), fratio(div(a, b))]
+
+    def f3(x: Any) -> str:
+        return fnum(x, 3)
+
+    def f1(x: Any) -> str:
+        return fnum(x, 1)
+
+    rows = [
+        r("index wall time, files to a queryable index", m.get("wall_s"), li.get("wall_s"), fsec),
+        r("index CPU time", m.get("cpu_s"), li.get("cpu_s"), fsec),
+        r("chunks (nodes)", m.get("chunks"), li.get("chunks"), fint),
+        r("chunks/s", m.get("chunks_per_s"), li.get("chunks_per_s"), f1),
+        r("peak RSS while indexing", m.get("peak_rss_mb"), li.get("peak_rss_mb"), fmb),
+        r(f"warm query p50 ({mode})", m.get("p50_ms"), li.get("p50_ms"), fms),
+        r(f"warm query p95 ({mode})", m.get("p95_ms"), li.get("p95_ms"), fms),
+        r(f"Hit@5 ({mode})", m.get("hit@5"), li.get("hit@5"), f3),
+    ]
+    if mode != "dense" and dense:
+        rows += [
+            r("warm query p50 (dense)", dense.get("p50_ms"), li.get("p50_ms"), fms),
+            r("warm query p95 (dense)", dense.get("p95_ms"), li.get("p95_ms"), fms),
+            r("Hit@5 (dense)", dense.get("hit@5"), li.get("hit@5"), f3),
+        ]
+    lines += [f"{fint(li_all.get('questions'))} answerable questions, top {li_all.get('k', 5)}.", ""]
+    lines += table(["figure", "mdrag", "LlamaIndex", "mdrag / LlamaIndex"], rows)
+    at_t = ", ".join(f"{k} {fnum(v.get('hit@5_at_default_threshold'), 3)}" for k, v in (m.get("by_mode") or {}).items())
+    versions = ", ".join(f"{p} {v}" for p, v in (li.get("versions") or {}).items())
+    phases = ", ".join(f"{k} {fsec(v)}" for k, v in (li.get("phases_s") or {}).items())
+    lines += [
+        f"- mdrag: embedding backend {m.get('backend', NA)}, batch {m.get('batch_size', NA)}, search mode {mode}; "
+        f"Hit@5 at its default threshold ({m.get('default_threshold', NA)}): {at_t or NA}; "
+        f"{len(m.get('skipped_files') or [])} files skipped; query process peak RSS "
+        f"{fmb(m.get('query_process_peak_rss_mb'))}; open and first query {fsec(m.get('open_and_first_query_s'))}.",
+        f"- LlamaIndex: {versions or NA}.",
+        f"- LlamaIndex setup: reader {li.get('reader', NA)}; node parser {li.get('node_parser', NA)} "
+        f"(chunk_size {li.get('chunk_size', NA)}, chunk_overlap {li.get('chunk_overlap', NA)}, "
+        f"{li.get('chunk_unit', NA)}); embed_batch_size {li.get('embed_batch_size', NA)}; vector store "
+        f"{li.get('vector_store', NA)}; retriever dense.",
+        f"- LlamaIndex read {fint(li.get('documents'))} documents of {fint(li.get('files_on_disk'))} files "
+        f"({len(li.get('files_not_read') or [])} not read); {fpct(li.get('nodes_over_model_window'), 0)} of its "
+        f"nodes are longer than the model's {li.get('model_max_seq_length', NA)} word pieces (median "
+        f"{fint(li.get('median_node_word_pieces'))}) and are cut by the model; phases: {phases or NA}; persisting "
+        f"its in-memory index (not in its time) {fsec(li.get('persist_s'))}; process peak RSS "
+        f"{fmb(li.get('process_peak_rss_mb'))}.",
+        "",
+    ]
+    return lines
+
+
+BENCHMARK = Benchmark(
+    steps=(Step("llamaindex", 140, ("--model-cache", str(MODELS)), ("mdrag", "llamaindex")),),
+    sections=(Section("LlamaIndex comparison", 90, section_llamaindex),),
+    targets=(Target(50, t_llamaindex),),
+)
 
 
 if __name__ == "__main__":

@@ -41,6 +41,9 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from render import command, dig, div, fint, fms, fnum, fratio, fsec, not_measured, num, table  # noqa: E402
+from steps import NA, Benchmark, Data, Json, Section, Step  # noqa: E402
+
 from benchmarks.hugo_index import QUERIES as HUGO_QUERIES  # noqa: E402 - after the path
 
 HUGO = ROOT.parent / "shared" / "data" / "markdown_hugo_docs" / "content" / "en"
@@ -321,6 +324,84 @@ def main() -> None:
             )
     if args.json:
         args.json.write_text(json.dumps(out, indent=2))
+
+
+# -- in the report (benchmarks/report.py) --------------------------------------
+
+
+def section_mcp(data: Data) -> list[str]:
+    m = data.get("mcp_latency")
+    lines = ["## MCP server", ""]
+    lines += [
+        f"{command(data, 'mcp_latency')}: `search_docs` and `list_docsets` in process (the `tools/call` handler) "
+        "and over stdio through the MCP SDK's client; the `search` tool on the Hugo docs as a local docset. "
+        "Baselines: a bare `kb.instructions()` call for the tool latencies, `Index.search` in process (k=5) on "
+        "the same index for `search`.",
+        "",
+    ]
+    if not m:
+        return lines + [not_measured("mcp_latency", data), ""]
+    ip, st = m.get("in_process") or {}, m.get("stdio") or {}
+    base = ip.get("baseline_kb_instructions_ms") or {}
+    sbase = m.get("index_search_in_process_ms") or {}
+
+    def row(label: str, fig: Any, b: Json | None, bname: str) -> list[str]:
+        if not isinstance(fig, dict):
+            return [label, NA, NA, NA, NA, NA, NA]
+        limit = fig.get("limit_ms")
+        ok = fig.get("within_limit_p95")
+        return [
+            label,
+            fms(fig.get("p50")),
+            fms(fig.get("p95")),
+            fint(fig.get("n")),
+            f"{bname} {fms(b.get('p50'))}" if b else NA,
+            fratio(
+                fig.get("ratio_p50") if fig.get("ratio_p50") is not None else div(fig.get("p50"), (b or {}).get("p50")),
+                1,
+            ),
+            f"{limit:g} ms: {'ok' if ok else 'OVER'}" if num(limit) is not None else NA,
+        ]
+
+    rows = [
+        row("baseline: `kb.instructions()`, in process", base, None, ""),
+        row("`kb.list_docsets()`, in process", ip.get("kb_list_docsets_ms"), base, "kb.instructions"),
+        row("`search_docs`, in process", ip.get("search_docs_ms"), base, "kb.instructions"),
+        row("`list_docsets`, in process", ip.get("list_docsets_ms"), base, "kb.instructions"),
+        row("`search_docs` over stdio", st.get("search_docs_ms"), base, "kb.instructions"),
+        row("`list_docsets` over stdio", st.get("list_docsets_ms"), base, "kb.instructions"),
+        row(
+            "`search_docs` over stdio, docset index open", st.get("search_docs_index_open_ms"), base, "kb.instructions"
+        ),
+        row("`search` over stdio, Hugo docset, warm, k=5", st.get("search_warm_ms"), sbase, "Index.search"),
+        row("baseline: `Index.search` in process, k=5", sbase, None, ""),
+    ]
+    lines += table(["figure", "p50", "p95", "calls", "baseline", "ratio p50", "limit (p95)"], rows)
+    first, built = st.get("search_first_call") or {}, st.get("search_index_built") or {}
+    again = m.get("restart_first_search") or {}
+    progress = first.get("indexing") or {}
+    lines += [
+        f"{fint(m.get('hugo_files'))} Hugo files, Python {m.get('python', NA)}, {m.get('cpus', NA)} CPUs. "
+        f"Server start to `initialize` done: {fms(st.get('startup_initialize_ms'))}. "
+        f"First `search` on the docset with no index: answered in {fsec(first.get('wall_s'))} (limit 15 s) with "
+        f"{fint(first.get('results'))} results and the indexing progress ({progress.get('state', NA)}, "
+        f"{fint(progress.get('files_done'))} of {fint(progress.get('files_total'))} files). Results once the "
+        f"background build finished: {fsec(built.get('wall_s'))} after that call, "
+        f"{fint(built.get('chunks_embedded'))} of {fint(built.get('chunks_total'))} chunks embedded "
+        f"({fnum(built.get('chunks_per_s'), 1)} chunks/s). "
+        f"First `search` after a restart: {fsec(again.get('wall_s'))}, {fint(again.get('chunks_embedded'))} chunks "
+        f"embedded (update {fsec(again.get('update_s'))}). `search_docs` with the index open carried ranked "
+        f"sections in {fint(dig(st, 'search_docs_index_open_ms', 'with_sections'))} of "
+        f"{fint(dig(st, 'search_docs_index_open_ms', 'n'))} calls.",
+        "",
+    ]
+    return lines
+
+
+BENCHMARK = Benchmark(
+    steps=(Step("mcp_latency", 100, (), ("in_process", "stdio"), ("cpus", "python")),),
+    sections=(Section("MCP server", 70, section_mcp),),
+)
 
 
 if __name__ == "__main__":

@@ -33,6 +33,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from render import command, dig, div, div_sub, fint, fmb, fms, fnum, fratio, fsec, not_measured, num, setting, table  # noqa: E402
+from steps import NA, Benchmark, Data, Section, Step  # noqa: E402
+
 from mdrag.errors import ParseError  # noqa: E402
 from mdrag.parsers import parse_file  # noqa: E402
 from mdrag.parsers.worker import ParseWorker  # noqa: E402
@@ -163,6 +166,87 @@ def summary(result: dict[str, Any]) -> None:
         f"5,000-deep nested divs ({d['bytes']:,} bytes), limit {d['limit_s']:g} s: {d['outcome']} "
         f"after {d['seconds']:.2f} s; the next file: {d['next_file']!r}"
     )
+
+
+# -- in the report (benchmarks/report.py) --------------------------------------
+
+
+def section_parse_worker(data: Data) -> list[str]:
+    pw = data.get("parse_worker")
+    timeout, cap = fint(setting("index.parse_timeout")), fint(setting("index.max_parse_mb"))
+    lines = ["## Parsing in a child process (time limit and memory cap)", ""]
+    lines += [
+        f"{command(data, 'parse_worker')}: `mdrag index` parses each file in a child process "
+        f"(`ParseWorker`, mdrag/parsers/worker.py), so that a file over `index.parse_timeout` ({timeout} s) or "
+        f"`index.max_parse_mb` ({cap} MB) is skipped with the reason and the run goes on. Baseline: the same "
+        "files parsed in process (`parse_file`) in the same run; per-file times are the best of interleaved "
+        "passes after an untimed pass of each (imports, page cache). Ratios are worker / in process.",
+        "",
+    ]
+    if not pw:
+        return lines + [not_measured("parse_worker", data), ""]
+    rows = []
+    for name, label in (("markdown", "Markdown (Hugo docs)"), ("pdf", "PDF (py-pdf sample files)")):
+        r = pw.get(name) or {}
+        ratio = r.get("worker_to_in_process")
+        if ratio is None:
+            ratio = div(r.get("worker_ms_per_file"), r.get("in_process_ms_per_file"))
+        over = num(r.get("overhead_ms_per_file"))
+        rows.append(
+            [
+                label,
+                fint(r.get("files")),
+                f"{fms(r.get('in_process_ms_per_file'))}",
+                f"{fms(r.get('worker_ms_per_file'))}",
+                fratio(ratio),
+                NA if over is None else f"{over:+.2f} ms",
+                f"{fmb(r.get('child_idle_vmsize_mb'))} / {fmb(r.get('child_vmpeak_mb'))} / "
+                f"{fmb(r.get('child_rss_peak_mb'))}",
+            ]
+        )
+    lines += table(
+        [
+            "format",
+            "files",
+            "in process, per file (baseline)",
+            "in the worker, per file",
+            "worker / in process",
+            "overhead per file",
+            "child address space idle / peak, peak RSS",
+        ],
+        rows,
+    )
+    s, d = pw.get("start_up") or {}, pw.get("nested_divs") or {}
+    md_ms = num(dig(pw, "markdown", "in_process_ms_per_file"))
+    ready = num(s.get("ready_ms"))
+    growth = [
+        x
+        for x in (
+            div_sub(dig(pw, n, "child_vmpeak_mb"), dig(pw, n, "child_idle_vmsize_mb")) for n in ("markdown", "pdf")
+        )
+        if x is not None
+    ]
+    lines += [
+        f"- Child start-up, from `start()` to its hello: {fms(ready)} (median of fresh workers"
+        + (f"; as long as parsing {ready / md_ms:,.0f} Markdown files in process" if ready and md_ms else "")
+        + f"); its first file, which imports that format's parser in the child: {fms(s.get('first_file_ms'))}. "
+        "Once per `mdrag index` run, and again after a file over the time limit (its child is killed) or one "
+        "that left the child holding a big file's memory (it is replaced).",
+        f"- Memory: the cap is the child's address space at start plus `index.max_parse_mb` ({cap} MB); parsing "
+        f"these files grew it by at most {fmb(max(growth) if growth else None)} (peak minus idle).",
+        f"- A {fint(d.get('bytes'))}-byte HTML file of 5,000 nested `<div>`s with a {fnum(d.get('limit_s'), 0)} s "
+        f"limit: {d.get('outcome', NA)} in {fsec(d.get('seconds'))}; the next file in the same worker: "
+        + (f"parsed (title {d['next_file']!r})" if d.get("next_file") else NA)
+        + ".",
+        "",
+    ]
+    return lines
+
+
+BENCHMARK = Benchmark(
+    steps=(Step("parse_worker", 160, (), ("start_up", "markdown", "pdf", "nested_divs")),),
+    sections=(Section("Parsing in a child process (time limit and memory cap)", 110, section_parse_worker),),
+)
 
 
 if __name__ == "__main__":

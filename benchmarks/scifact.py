@@ -24,6 +24,25 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from render import (  # noqa: E402
+    MODES,
+    command,
+    dig,
+    div,
+    fdelta,
+    fint,
+    fms,
+    fnum,
+    fratio,
+    fsec,
+    not_measured,
+    num,
+    scifact_metric,
+    table,
+    verdict,
+    who,
+)
+from steps import NA, Benchmark, Data, Row, Section, Step, Target  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data"
@@ -165,6 +184,131 @@ def main() -> None:
     print("published BM25 (bm25s): nDCG@10 0.687  R@10 0.819  R@100 0.913")
     if args.json:
         args.json.write_text(json.dumps(out, indent=2))
+
+
+# -- in the report (benchmarks/report.py) --------------------------------------
+
+SCIFACT_HYBRID = 0.70
+# Published SciFact figures: all-MiniLM-L6-v2 is in scifact.json ("published"); BM25 (bm25s) is
+# what benchmarks/scifact.py prints beside it.
+PUBLISHED_DENSE = {"ndcg@10": 0.645, "recall@10": 0.783, "recall@100": 0.925}
+PUBLISHED_BM25 = {"ndcg@10": 0.687, "recall@10": 0.819, "recall@100": 0.913}
+
+
+def t_scifact_hybrid(data: Data) -> list[Row]:
+    name = f"SciFact hybrid nDCG@10 >= {SCIFACT_HYBRID}"
+    sci = data.get("scifact")
+    if not sci:
+        return [Row(name, not_measured("scifact", data))]
+    h = scifact_metric(sci, "hybrid")
+    pub = num(dig(sci, "published", "ndcg@10")) or PUBLISHED_DENSE["ndcg@10"]
+    pub_bm25 = num(dig(sci, "published_bm25", "ndcg@10")) or PUBLISHED_BM25["ndcg@10"]
+    return [
+        Row(
+            name,
+            f"{fnum(h, 4)} (dense {fnum(scifact_metric(sci, 'dense'), 4)}, "
+            f"bm25 {fnum(scifact_metric(sci, 'bm25'), 4)})",
+            f"published: dense all-MiniLM-L6-v2 {pub:.3f}, BM25 (bm25s) {pub_bm25:.3f}",
+            f"{fratio(div(h, max(pub, pub_bm25)), 3)} of the better published",
+            verdict(None if h is None else h >= SCIFACT_HYBRID),
+        )
+    ]
+
+
+def section_scifact(data: Data) -> list[str]:
+    sci, sci_t = data.get("scifact"), data.get("scifact_torch")
+    lines = ["### SciFact (BEIR test)", ""]
+    lines += [
+        f"{command(data, 'scifact')} (default backend) and {command(data, 'scifact_torch')}. Each abstract goes "
+        "through the whole pipeline (parser, chunker, embedder, Milvus Lite); a document scores its best chunk. "
+        "Baselines: the same run's whole documents embedded once and ranked by exact cosine in numpy (the textbook "
+        "evaluation), and the published figures: all-MiniLM-L6-v2 dense "
+        f"{PUBLISHED_DENSE['ndcg@10']} nDCG@10, BM25 (bm25s) {PUBLISHED_BM25['ndcg@10']}.",
+        "",
+    ]
+    runs = [(label, obj) for label, obj in (("default", sci), ("torch", sci_t)) if obj]
+    for step, obj in (("scifact", sci), ("scifact_torch", sci_t)):
+        if not obj:
+            lines += [f"{step}: {not_measured(step, data)}", ""]
+    if not runs:
+        return lines
+    pub = dig(sci or sci_t, "published") or PUBLISHED_DENSE
+    rows = []
+    metrics = ("ndcg@10", "recall@10", "recall@100")
+    for mode in MODES:
+        published = PUBLISHED_DENSE if mode == "dense" else PUBLISHED_BM25
+        if mode == "dense":
+            published = {m: num(pub.get(m)) or PUBLISHED_DENSE[m] for m in metrics}
+        for label, obj in runs:
+            vals = [scifact_metric(obj, mode, m) for m in metrics]
+            if all(v is None for v in vals):
+                continue
+            best_pub = (
+                max(PUBLISHED_BM25["ndcg@10"], published["ndcg@10"]) if mode == "hybrid" else published["ndcg@10"]
+            )
+            other = scifact_metric(sci_t, mode) if label == "default" and sci_t else None
+            rows.append(
+                [
+                    f"{mode} ({label}: {who(obj)})",
+                    *[fnum(v, 4) for v in vals],
+                    fdelta(None if vals[0] is None else vals[0] - best_pub, 4),
+                    fdelta(None if vals[0] is None or other is None else vals[0] - other, 4),
+                ]
+            )
+    for label, obj in runs:
+        b = obj.get("baseline_whole_docs_exact") or {}
+        rows.append([f"baseline: whole docs, exact ({label})", *[fnum(b.get(m), 4) for m in metrics], NA, NA])
+    rows.append(
+        ["published all-MiniLM-L6-v2", *[fnum(num(pub.get(m)) or PUBLISHED_DENSE[m], 3) for m in metrics], NA, NA]
+    )
+    rows.append(["published BM25 (bm25s)", *[fnum(PUBLISHED_BM25[m], 3) for m in metrics], NA, NA])
+    lines += table(
+        ["run", "nDCG@10", "Recall@10", "Recall@100", "nDCG@10 − published", "nDCG@10 default − torch"], rows
+    )
+    lines += [
+        "nDCG@10 − published: against all-MiniLM-L6-v2 for dense, bm25s for bm25, the better of the two for hybrid.",
+        "",
+    ]
+    rows = []
+    for label, obj in runs:
+        q = dig(obj, "modes", "dense", "queries") or dig(obj, "mdrag_dense", "queries")
+        rows.append(
+            [
+                label,
+                obj.get("embedder", NA),
+                fint(q),
+                fint(obj.get("chunks")),
+                fsec(obj.get("index_seconds")),
+                fnum(div(obj.get("chunks"), obj.get("index_seconds")), 1),
+                fsec(obj.get("baseline_embed_seconds")),
+                fms(obj.get("search_ms_p50")),
+            ]
+        )
+    lines += table(
+        [
+            "run",
+            "embedder",
+            "queries",
+            "chunks",
+            "index time",
+            "chunks/s",
+            "baseline: embed whole docs",
+            "search p50, k=300",
+        ],
+        rows,
+    )
+    return lines
+
+
+EXPECTED_KEYS = ("backend", "embedder", "modes", "baseline_whole_docs_exact")
+BENCHMARK = Benchmark(
+    steps=(
+        Step("scifact", 110, (), EXPECTED_KEYS),
+        Step("scifact_torch", 120, ("--backend", "torch"), EXPECTED_KEYS),
+    ),
+    sections=(Section("SciFact (BEIR test)", 31, section_scifact, under="Retrieval quality"),),
+    targets=(Target(60, t_scifact_hybrid),),
+)
 
 
 if __name__ == "__main__":

@@ -27,6 +27,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from render import command, dig, div, fint, fmb, fms, fnum, fratio, fsec, not_measured, table  # noqa: E402
+from steps import HOME, NA, Benchmark, Data, Section, Step  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -237,6 +239,66 @@ def main() -> None:
         print(f"error x{ERRORS.count(e)}: {e}")
     if args.json:
         args.json.write_text(json.dumps(out, indent=2))
+
+
+# -- in the report (benchmarks/report.py) --------------------------------------
+
+
+def section_server(data: Data) -> list[str]:
+    s = data.get("server_load")
+    lines = ["## Q&A server", ""]
+    lines += [
+        f"{command(data, 'server_load')}: `mdrag serve` as its own process on the default-backend Hugo index, an "
+        "instant stand-in LLM on loopback (OpenAI streaming format), clients over real WebSockets. Baseline: "
+        "`Index.search` in process on the same questions, the retrieval floor under every answer.",
+        "",
+    ]
+    if not s:
+        return lines + [not_measured("server_load", data), ""]
+    base = s.get("baseline_in_process_search_ms") or {}
+    seq = s.get("sequential") or {}
+    load = s.get("load") or {}
+    rss = s.get("server_rss_mb") or {}
+
+    def lat(label: str, fig: Any, with_base: bool = True) -> list[str]:
+        return [
+            label,
+            fms(dig(fig, "p50")),
+            fms(dig(fig, "p95")),
+            f"p50 {fms(base.get('p50'))}, p95 {fms(base.get('p95'))}" if with_base else NA,
+            fratio(div(dig(fig, "p50"), base.get("p50"))) if with_base else NA,
+        ]
+
+    rows = [
+        ["server ready from the cached index", fsec(s.get("server_ready_s")), NA, NA, NA],
+        lat("one client: query → `stream_start`", seq.get("to_stream_start_ms")),
+        lat("one client: query → first `stream_chunk`", seq.get("to_first_chunk_ms")),
+        lat("one client: query → `stream_end`", seq.get("to_stream_end_ms")),
+        [
+            f"load: {fint(load.get('clients'))} clients × {fint(load.get('queries_each'))} questions",
+            f"{fint(load.get('errors'))} errors of {fint(load.get('total'))}",
+            f"{fnum(load.get('queries_per_s'), 1)} questions/s",
+            f"in {fsec(load.get('seconds'))}",
+            NA,
+        ],
+        lat("load: query → first `stream_chunk`", load.get("to_first_chunk_ms"), with_base=False),
+        lat("load: query → `stream_end`", load.get("to_stream_end_ms"), with_base=False),
+        [
+            "server RSS: idle / after the load / peak",
+            f"{fmb(rss.get('idle'))} / {fmb(rss.get('after_load'))} / {fmb(rss.get('peak'))}",
+            NA,
+            NA,
+            NA,
+        ],
+    ]
+    lines += table(["figure", "p50 (or value)", "p95", "baseline (same run)", "ratio p50"], rows)
+    return lines
+
+
+BENCHMARK = Benchmark(
+    steps=(Step("server_load", 80, ("--home", str(HOME)), ("sequential", "load", "server_rss_mb")),),
+    sections=(Section("Q&A server", 50, section_server),),
+)
 
 
 if __name__ == "__main__":

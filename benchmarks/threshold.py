@@ -18,6 +18,8 @@ import os
 from pathlib import Path
 
 import numpy as np
+from render import command, div, fint, fnum, fpct, fratio, not_measured, num, quantile, setting, table, verdict  # noqa: E402
+from steps import HOME, NA, Benchmark, Data, Json, Row, Section, Step, Target  # noqa: E402
 
 QA = Path(__file__).resolve().parent / "data" / "hugo_qa.jsonl"
 
@@ -106,6 +108,145 @@ def main() -> None:
     if args.json:
         m.update({"table": rows, "chosen": chosen})
         args.json.write_text(json.dumps(m, indent=2))
+
+
+# -- in the report (benchmarks/report.py) --------------------------------------
+
+UNANSWERABLE_REFUSED = 0.80
+ANSWERABLE_REFUSED = 0.05
+
+
+def refusal(th: Json, cut: float) -> tuple[float | None, float | None]:
+    """Shares of answerable and unanswerable questions refused at ``cut`` (best score below it)."""
+    pos = [x for x in th.get("answerable_top1") or [] if num(x) is not None]
+    neg = [x for x in th.get("unanswerable_top1") or [] if num(x) is not None]
+    a = sum(x < cut for x in pos) / len(pos) if pos else None
+    u = sum(x < cut for x in neg) / len(neg) if neg else None
+    return a, u
+
+
+def t_refusal(data: Data) -> list[Row]:
+    cut = num(setting("answer.min_score"))
+    names = (
+        f'"No relevant information": unanswerable questions refused (best score < answer.min_score {cut}) '
+        f">= {UNANSWERABLE_REFUSED:.0%}",
+        f'"No relevant information": answerable questions refused <= {ANSWERABLE_REFUSED:.0%}',
+    )
+    th = data.get("threshold")
+    if not th:
+        return [Row(n, not_measured("threshold", data)) for n in names]
+    if cut is None:
+        return [Row(n, "answer.min_score is not in mdrag.config.DEFAULTS") for n in names]
+    a, u = refusal(th, cut)
+    base_cut = num(setting("search.threshold"))
+    ba, bu = refusal(th, base_cut) if base_cut is not None else (None, None)
+    n_pos, n_neg = len(th.get("answerable_top1") or []), len(th.get("unanswerable_top1") or [])
+    if a is None:
+        first = Row(names[1], "threshold.json has no `answerable_top1` (predates the script)")
+    else:
+        first = Row(
+            names[1],
+            f"{fpct(a)} of {n_pos}",
+            f"at search.threshold {base_cut}: {fpct(ba)}",
+            NA,
+            verdict(a <= ANSWERABLE_REFUSED + 1e-9),
+        )
+    second = Row(
+        names[0],
+        f"{fpct(u)} of {n_neg}" if u is not None else "threshold.json has no `unanswerable_top1`",
+        f"at search.threshold {base_cut}: {fpct(bu)}",
+        NA,
+        verdict(None if u is None else u >= UNANSWERABLE_REFUSED - 1e-9),
+    )
+    return [second, first]
+
+
+def section_threshold(data: Data) -> list[str]:
+    th = data.get("threshold")
+    search_t, min_score = num(setting("search.threshold")), num(setting("answer.min_score"))
+    lines = ["## Relevance threshold and refusal", ""]
+    lines += [
+        f"{command(data, 'threshold')} on the default-backend Hugo index, the questions of "
+        "`benchmarks/data/hugo_qa.jsonl` with gold files (answerable) and without (unanswerable). Baseline: the "
+        "spec's fixed threshold 0.7.",
+        "",
+    ]
+    if not th:
+        return lines + [not_measured("threshold", data), ""]
+    gold = sorted(x for x in th.get("gold_scores") or [] if num(x) is not None)
+    neg = sorted(x for x in th.get("unanswerable_top1") or [] if num(x) is not None)
+    lines += [
+        f"{fint(th.get('answerable'))} answerable questions: Hit@5 {fnum(th.get('hit@5'), 3)}, "
+        f"Hit@10 {fnum(th.get('hit@10'), 3)}, MRR@10 {fnum(th.get('mrr@10'), 3)}. "
+        f"Score of the gold hit ({len(gold)} found in the top 10): min {fnum(gold[0] if gold else None, 3)}, "
+        f"5th percentile {fnum(quantile(gold, 0.05), 3)}, median {fnum(quantile(gold, 0.5), 3)}. "
+        f"Best score of the {len(neg)} unanswerable questions: median {fnum(quantile(neg, 0.5), 3)}, "
+        f"max {fnum(neg[-1] if neg else None, 3)}.",
+        "",
+    ]
+    rows_in = [r for r in th.get("table") or [] if isinstance(r, dict)]
+    spec = next((r for r in rows_in if num(r.get("threshold")) == 0.7), None)
+    chosen = num(th.get("chosen"))
+    rows = []
+    for r in rows_in:
+        t = num(r.get("threshold"))
+        marks = []
+        if t is not None and chosen is not None and abs(t - chosen) < 1e-9:
+            marks.append("chosen by the script")
+        if t is not None and search_t is not None and abs(t - search_t) < 1e-9:
+            marks.append("`search.threshold` default")
+        if t == 0.7:
+            marks.append("spec, baseline")
+        label = fnum(t, 2) + (f" ({', '.join(marks)})" if marks else "")
+        rows.append(
+            [
+                f"**{label}**" if marks and "spec, baseline" not in marks else label,
+                fpct(r.get("gold_kept")),
+                fpct(r.get("unanswerable_emptied"), 0),
+                fratio(div(r.get("gold_kept"), spec.get("gold_kept") if spec else None), 1),
+            ]
+        )
+    lines += table(["threshold", "gold hits kept", "unanswerable left with no result", "gold kept / at 0.7"], rows)
+    lines += [
+        "The script chooses the highest threshold that keeps at least 95% of gold hits.",
+        "",
+        f'Refusal ("no relevant information", no LLM call) looks at a question\'s best score only; '
+        f"`answer.min_score` is {min_score}.",
+        "",
+    ]
+    if not th.get("answerable_top1"):
+        return lines + [
+            "threshold.json has no `answerable_top1`: it predates the refusal figures "
+            "(`python benchmarks/run.py --only threshold`).",
+            "",
+        ]
+    n_pos, n_neg = len(th.get("answerable_top1") or []), len(neg)
+    cuts = sorted({round((min_score or 0.45) + d, 3) for d in (-0.05, -0.025, 0, 0.025, 0.05)} | ({search_t} - {None}))
+    rows = []
+    for c in cuts:
+        a, u = refusal(th, c)
+        label = f"{c:.3f}"
+        if min_score is not None and abs(c - min_score) < 1e-9:
+            label = f"**{label} (`answer.min_score`)**"
+        elif search_t is not None and abs(c - search_t) < 1e-9:
+            label += " (`search.threshold`)"
+        rows.append([label, fpct(a), fpct(u)])
+    lines += table(["refuse below", f"answerable refused (of {n_pos})", f"unanswerable refused (of {n_neg})"], rows)
+    return lines
+
+
+BENCHMARK = Benchmark(
+    steps=(
+        Step(
+            "threshold",
+            50,
+            ("--home", str(HOME)),
+            ("answerable_top1", "unanswerable_top1", "gold_scores", "table", "chosen"),
+        ),
+    ),
+    sections=(Section("Relevance threshold and refusal", 40, section_threshold),),
+    targets=(Target(80, t_refusal),),
+)
 
 
 if __name__ == "__main__":
