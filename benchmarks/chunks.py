@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from common import ROOT
-from render import command, dig, fint, not_measured, num, table, verdict  # noqa: E402
+from render import command, dig, fint, not_measured, num, prose, table, verdict  # noqa: E402
 from steps import NA, Benchmark, Data, Json, Row, Section, Step, Target  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data"
@@ -238,16 +238,7 @@ def t_chunks(data: Data) -> list[Row]:
 def section_chunks(data: Data) -> list[str]:
     ch = data.get("chunks")
     lines = ["## Chunking", ""]
-    lines += [
-        f"{command(data, 'chunks')}: the OpenTelemetry docs, the Hugo docs and the py-pdf sample PDFs chunked "
-        "with the default settings and the default embedder's tokenizer and window, as `mdrag index` does "
-        "(nothing embedded). Baseline: the same script on the chunker of the commit before issue 14, in the same "
-        f"run. A fence *fits* when it alone, under its section's header, is within the window; a chunk under "
-        f"{SHORT_CHUNK} characters is a *fragment* unless its section is that short; a *line-span mismatch* is a "
-        "chunk whose lines are not all, in order, in its file's lines line_start..line_end, or whose first or "
-        "last line is not on them (PDFs have no line spans).",
-        "",
-    ]
+    lines += prose("chunks", cmd_chunks=command(data, "chunks"), short_chunk=SHORT_CHUNK)
     if not ch:
         return lines + [not_measured("chunks", data), ""]
     rows = []

@@ -30,7 +30,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # render and steps, also when imported as benchmarks.citations
 
-from render import command, fint, not_measured, num, table, verdict  # noqa: E402
+from render import command, fint, not_measured, num, prose, table, verdict  # noqa: E402
 from steps import MODELS, NA, Benchmark, Data, Row, Section, Step, Target  # noqa: E402
 
 from benchmarks.common import ROOT, seed_model_cache  # noqa: E402 - after the path
@@ -202,6 +202,7 @@ def main() -> None:
     ap.add_argument("--docs", type=Path, default=OTEL, help="the folder to serve")
     ap.add_argument("--home", type=Path, default=OUT / "citations-home", help="MDRAG_HOME, kept for later runs")
     ap.add_argument("--model-cache", type=Path, help="an MDRAG_HOME/cache holding the model export to copy")
+    ap.add_argument("--json", type=Path, default=OUT / "citations.json", help="where the figures go")
     args = ap.parse_args()
     if not args.docs.is_dir():
         sys.exit(f"no documents at {args.docs} (see shared/data/README.md)")
@@ -220,8 +221,8 @@ def main() -> None:
         f"{result['extractive_mismatched']} extractive answers and {result['llm_mismatched']} LLM prompts "
         f"(baseline, numbered by chunk: {result['baseline_mismatched']} of {result['answered']})"
     )
-    OUT.mkdir(exist_ok=True)
-    (OUT / "citations.json").write_text(json.dumps(result, indent=2) + "\n")
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(result, indent=2) + "\n")
 
 
 # -- in the report (benchmarks/report.py) --------------------------------------
@@ -250,16 +251,7 @@ def t_citations(data: Data) -> list[Row]:
 def section_citations(data: Data) -> list[str]:
     ci = data.get("citations")
     lines = ["## Citations that match their sources", ""]
-    lines += [
-        f"{command(data, 'citations')}: a real `mdrag serve` on the OpenTelemetry docs, with the default "
-        "settings, asked the 20 questions of benchmarks/data/otel_citation_questions.txt twice: with no LLM "
-        "(the extractive answer) and with a stand-in OpenAI-compatible server on loopback that records the "
-        "prompt. An answer is right when its `[n] path` blocks are numbered 1, 2, ... once each and `[n]` names "
-        "`stream_end.sources[n-1]`, with every source present. Baseline: the numbering before issue 14 "
-        "(quotes numbered by chunk, sources the files of all results), rebuilt from the same search results "
-        "in the same run.",
-        "",
-    ]
+    lines += prose("citations", cmd_citations=command(data, "citations"))
     if not ci:
         return lines + [not_measured("citations", data), ""]
     lines += table(

@@ -16,7 +16,22 @@ import tempfile
 from pathlib import Path
 
 from common import HUGO, QA, mdrag_cli, seed_model_cache
-from render import MODES, command, dig, div_sub, fdelta, fint, fnum, fsec, not_measured, num, setting, table, verdict  # noqa: E402
+from render import (  # noqa: E402
+    MODES,
+    command,
+    dig,
+    div_sub,
+    fdelta,
+    fint,
+    fnum,
+    fsec,
+    not_measured,
+    num,
+    prose,
+    setting,
+    table,
+    verdict,
+)
 from steps import MODELS, NA, Benchmark, Data, Json, Row, Section, Step, Target  # noqa: E402
 
 CONTEXTS = ("none", "headings", "frontmatter")
@@ -114,11 +129,7 @@ def section_context(data: Data) -> list[str]:
     ctx = data.get("context")
     default = setting("chunk.context")
     lines = ["### chunk.context: the header embedded with each chunk", ""]
-    lines += [
-        f"{command(data, 'context')}: each setting indexes the Hugo docs afresh and `mdrag eval` asks the Hugo "
-        f"questions in every mode. Baseline: `none` (the chunk text alone). Default: `{default}`.",
-        "",
-    ]
+    lines += prose("context", cmd_context=command(data, "context"), default=default)
     if not ctx:
         return lines + [not_measured("context", data), ""]
     contexts: Json = ctx.get("contexts") or {}

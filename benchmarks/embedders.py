@@ -47,6 +47,7 @@ from render import (  # noqa: E402
     fsec,
     not_measured,
     num,
+    prose,
     save,
     scifact_metric,
     table,
@@ -292,14 +293,13 @@ def t_quality(data: Data) -> list[Row]:
 
 def section_embedders(data: Data) -> list[str]:
     lines = ["## Embedder backends", ""]
-    lines += [
-        f"{command(data, 'embedders')} and {command(data, 'embedders_longest')}. Baseline: torch fp32 "
-        "(sentence-transformers) in the same run; ratios are backend / torch. Throughput on the chunks at the "
-        "batch size shown (after a warm-up batch); query latency over 100 single queries; a fresh process's time "
-        "to its first query vector and its peak RSS; quality against torch's vectors (guard: mean cosine "
-        f">= {MIN_COSINE}, top-10 neighbours kept >= {MIN_KEPT}, 50 questions).",
-        "",
-    ]
+    lines += prose(
+        "embedders",
+        cmd_embedders=command(data, "embedders"),
+        cmd_embedders_longest=command(data, "embedders_longest"),
+        min_cosine=MIN_COSINE,
+        min_kept=MIN_KEPT,
+    )
     for step in ("embedders", "embedders_longest"):
         obj = data.get(step)
         title = "Chunks spread over the Hugo docs" if step == "embedders" else "The longest Hugo chunks"

@@ -26,7 +26,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
-from render import command, fint, fsec, not_measured, num, quantile, table, verdict  # noqa: E402
+from render import command, fint, fsec, not_measured, num, prose, quantile, table, verdict  # noqa: E402
 from steps import NA, Benchmark, Data, Json, Row, Section, Step, Target  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -209,22 +209,7 @@ def section_faults(data: Data) -> list[str]:
     fa = data.get("faults")
     cmd = str((fa or {}).get("command") or FAULTS_PYTEST)
     lines = ["## Crash and fault safety", ""]
-    lines += [
-        f"{command(data, 'faults')} runs the fault suite, `{cmd}` from the repository root, and adds pytest's "
-        "exit code and each test's outcome to the `faults.json` the suite writes (that command alone writes it "
-        "too, without the outcomes). Each kill trial starts from a known state: an empty home (*fresh*: a first "
-        "build of a sample of the Hugo docs) or a clean index of them with files edited, added and deleted "
-        "(*incremental*). "
-        "It runs `mdrag index` through the fault driver (tests/faults/driver.py: the real command line with a "
-        "hash embedder and a manifest save after every batch), which sends itself SIGKILL at the n-th call of "
-        "one phase, before or after the real call; then a normal run. Baseline: a fresh index of the same files, "
-        "built in the same run: the normal run must leave exactly its chunks (a clean manifest, no duplicate, no "
-        "orphan, every file listed), and a search for a word only one file has must find that file. Kill points "
-        "are drawn from a seeded generator among the calls a run without a fault makes, so every kill lands: one "
-        "trial per phase and mode (a fresh build deletes nothing), more at random pairs, and some where the "
-        "repairing run is killed too (*2nd kill*).",
-        "",
-    ]
+    lines += prose("faults", cmd_faults=command(data, "faults"), cmd=cmd)
     if not fa:
         return lines + [not_measured("faults", data), ""]
     runs = [r for r in fa.get("runs") or [] if isinstance(r, dict)]

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from faults import fault_outcome, outcomes
-from render import command, fint, fsec, machine, not_measured, num, table  # noqa: E402
+from render import command, fint, fsec, machine, not_measured, num, prose, table  # noqa: E402
 from steps import NA, Benchmark, Data, Json, Section, Step  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -94,18 +94,7 @@ def section_hostile(data: Data) -> list[str]:
     ho = data.get("hostile")
     cmd = str((ho or {}).get("command") or HOSTILE_PYTEST)
     lines = ["## Hostile input", ""]
-    lines += [
-        f"{command(data, 'hostile')} runs the CI tests that attack mdrag on purpose, `{cmd}` from the repository "
-        "root (HF_HUB_OFFLINE=1), and merges the counts three of them write to benchmarks/out/ (`ws_fuzz.json`, "
-        "`mcp_malformed.json`, `hostile_git.json`: tests/figures.py; that command alone writes them too and "
-        "prints them at its end) with pytest's exit code and each test's outcome and time into `hostile.json`. "
-        "The parts are the real ones: the `mdrag serve` server (`QAServer`, in the test's process) with the MiniLM "
-        "model and Milvus Lite, over WebSocket connections on 127.0.0.1; `python -m mdrag mcp` over stdio; "
-        "`mdrag knowledge refresh` (in the test's process) cloning a git repository. No baseline: each count "
-        "must be all or none (every bad message answered with an error, no connection closed, every hostile path "
-        "refused, nothing copied from outside).",
-        "",
-    ]
+    lines += prose("hostile", cmd_hostile=command(data, "hostile"), cmd=cmd)
     if not ho:
         return lines + [not_measured("hostile", data), ""]
     tests = ho.get("tests") if isinstance(ho.get("tests"), dict) else {}

@@ -42,7 +42,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bs4 import BeautifulSoup  # noqa: E402
-from render import command, fint, fnum, not_measured, table  # noqa: E402
+from render import command, fint, fnum, not_measured, prose, table  # noqa: E402
 from steps import Benchmark, Data, Section, Step  # noqa: E402
 
 from mdrag.parsers.html import parse  # noqa: E402
@@ -172,15 +172,7 @@ def main() -> None:
 def section_html_extract(data: Data) -> list[str]:
     hx = data.get("html_extract")
     lines = ["## HTML extraction", ""]
-    lines += [
-        f"{command(data, 'html_extract')}: on Mozilla Readability's test pages (../shared/data/"
-        "html_readability_pages), each extractor's text against the article in `expected.html`: mean token "
-        "recall and precision (word tokens as multisets), mean per-page F1; a page with empty output counts 0. "
-        "Baseline: mdrag's parser reading the whole page, as before, in the same run; ms/page with the ratio "
-        "to it. mdrag now reads the article readability-lxml picks, with its own rules for headings, lists, "
-        "tables and code. The expected articles are Readability.js output, which favours readability-lxml.",
-        "",
-    ]
+    lines += prose("html_extract", cmd_html_extract=command(data, "html_extract"))
     if not hx:
         return lines + [not_measured("html_extract", data), ""]
     rows = []

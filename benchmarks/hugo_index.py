@@ -44,6 +44,7 @@ from render import (  # noqa: E402
     fsec,
     not_measured,
     num,
+    prose,
     setting,
     table,
     verdict,
@@ -333,13 +334,7 @@ def t_hugo_hit5(data: Data) -> list[Row]:
 def section_hugo(data: Data) -> list[str]:
     hugo, torch = data.get("hugo"), data.get("hugo_torch")
     lines = ["## Hugo indexing and search", ""]
-    lines += [
-        f"{command(data, 'hugo_torch')} (baseline) and {command(data, 'hugo')} (the default backend): a copy of the "
-        "Hugo docs, each step a separate `mdrag` process as a user runs it. Ratios are default / torch (below 1: "
-        "the default takes less). Within each run, two more baselines: the embedder alone on 512 stored chunks "
-        "(no parsing, no store) and exact numpy search over the same vectors.",
-        "",
-    ]
+    lines += prose("hugo", cmd_hugo_torch=command(data, "hugo_torch"), cmd_hugo=command(data, "hugo"))
     if not hugo and not torch:
         return lines + [not_measured("hugo", data), "", not_measured("hugo_torch", data), ""]
     for step, obj in (("hugo_torch", torch), ("hugo", hugo)):
@@ -425,12 +420,9 @@ def section_hugo(data: Data) -> list[str]:
 def section_hugo_qa(data: Data) -> list[str]:
     mode_default = setting("search.mode")
     lines = ["### Hugo QA by search mode", ""]
-    lines += [
-        f"`mdrag eval benchmarks/data/hugo_qa.jsonl --mode all` on the fresh index of {command(data, 'hugo')} and "
-        f"{command(data, 'hugo_torch')}: files ranked by their best chunk among the top 100. Baseline: dense mode "
-        f"of the same index (Δ Hit@5). The default mode (`search.mode`) is {mode_default}.",
-        "",
-    ]
+    lines += prose(
+        "hugo_qa", cmd_hugo=command(data, "hugo"), cmd_hugo_torch=command(data, "hugo_torch"), mode_default=mode_default
+    )
     runs = [(label, data.get(step)) for label, step in (("default", "hugo"), ("torch", "hugo_torch"))]
     runs = [(label, obj) for label, obj in runs if obj and isinstance(obj.get("eval"), dict)]
     if not runs:

@@ -20,7 +20,7 @@ import tempfile
 from pathlib import Path
 
 from common import HUGO, QA, mdrag_cli
-from render import MODES, command, dig, fnum, fsec, not_measured, table  # noqa: E402
+from render import MODES, command, dig, fnum, fsec, not_measured, prose, table  # noqa: E402
 from steps import NA, Benchmark, Data, Section, Step  # noqa: E402
 
 
@@ -83,13 +83,7 @@ def main() -> None:
 def section_incremental(data: Data) -> list[str]:
     inc = data.get("incremental")
     lines = ["### After many small updates (Milvus Lite)", ""]
-    lines += [
-        f"{command(data, 'incremental')}: the gold files of some questions are moved one at a time, one "
-        "`mdrag index` run each, so each lands in a small segment of its own; Milvus Lite scores BM25 "
-        "per segment, and mdrag pads each small update with a sample of the index (`_pad_segment` in "
-        "mdrag/store/milvus.py). Baseline: the same questions on the fresh index.",
-        "",
-    ]
+    lines += prose("incremental", cmd_incremental=command(data, "incremental"))
     if not inc:
         return lines + [not_measured("incremental", data), ""]
     lines += [

@@ -11,7 +11,11 @@ MiniLM model, and builds its index first. Then, over WebSocket, one search every
 Every answer is checked: none may be empty (each question finds something on the Hugo docs).
 Baseline in the same run: the quiet figures. `--load N` runs N busy processes meanwhile (another job).
 
-    python benchmarks/index_changes.py [--otel-files 300] [--load 0]    (writes benchmarks/out/index_changes.json)
+    python benchmarks/index_changes.py [--otel-files 300] [--load 0] [--json benchmarks/out/index_changes.json]
+
+The JSON file holds the latest run's figures and, under `runs`, every run kept there: each run replaces
+the one of the same commit and load, so a run before a change, one after, and each with `--load 1`
+make one table in the report.
 """
 
 from __future__ import annotations
@@ -31,11 +35,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from render import command, fint, fms, fratio, fsec, not_measured, table  # noqa: E402
+from render import command, fint, fms, fnum, fratio, fsec, not_measured, num, prose, table  # noqa: E402
 from steps import Benchmark, Data, Json, Section, Step  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data"
+OUT = ROOT / "benchmarks" / "out"
 QUESTIONS = [
     json.loads(line)["question"]
     for line in (ROOT / "benchmarks" / "data" / "hugo_qa.jsonl").read_text().splitlines()
@@ -56,6 +61,33 @@ def _cpu() -> str:
     except (OSError, StopIteration):
         name = "unknown CPU"
     return f"{name}, {os.cpu_count()} cores"
+
+
+def _commit() -> str:
+    """This checkout's commit (short), "+changes" when its files differ from it; "unknown" outside git."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True)
+    except OSError:
+        return "unknown"
+    if head.returncode != 0:
+        return "unknown"
+    return head.stdout.strip() + ("+changes" if dirty.stdout.strip() else "")
+
+
+def with_runs(run: Json, path: Path) -> Json:
+    """``run`` with ``runs``: the runs kept in ``path`` (a file without them is one run), this one last.
+
+    A kept run of the same commit and load is replaced by this one.
+    """
+    try:
+        kept = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        kept = {}
+    previous = kept.get("runs", [kept] if kept else []) if isinstance(kept, dict) else []
+    same = (run.get("commit"), run.get("load_processes"))
+    runs = [r for r in previous if isinstance(r, dict) and (r.get("commit"), r.get("load_processes")) != same]
+    return {**run, "runs": [*runs, run]}
 
 
 def _spin(stop: Any) -> None:
@@ -158,6 +190,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--otel-files", type=int, default=0, help="how many OpenTelemetry docs to add (0: all)")
     ap.add_argument("--load", type=int, default=0, help="busy processes running meanwhile (another job)")
+    ap.add_argument("--json", type=Path, default=OUT / "index_changes.json", help="the figures file (runs kept)")
     args = ap.parse_args()
     otel = sorted((DATA / "markdown_otel_docs").rglob("*.md"))
     otel = otel[: args.otel_files] if args.otel_files else otel
@@ -203,11 +236,10 @@ def main() -> None:
         "empty_answers": len(r["empty"]),
         "reload_s": round(r["reload_s"], 1),
     }
+    out["commit"], out["date"] = _commit(), time.strftime("%Y-%m-%d")
     print(json.dumps(out, indent=2))
-    dest = ROOT / "benchmarks" / "out"
-    dest.mkdir(exist_ok=True)
-    name = "index_changes" if not args.load else f"index_changes_load{args.load}"
-    (dest / f"{name}.json").write_text(json.dumps(out, indent=2))
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(with_runs(out, args.json), indent=2))
     shutil.rmtree(work, ignore_errors=True)  # kept, with the server's log, when the run fails
 
 
@@ -217,13 +249,7 @@ def main() -> None:
 def section_index_changes(data: Data) -> list[str]:
     r = data.get("index_changes")
     lines = ["## The Q&A server while its index changes (issue 26)", ""]
-    lines += [
-        f"{command(data, 'index_changes')}: `mdrag serve` as its own process over the Hugo docs (real MiniLM); "
-        "one WebSocket search every 0.3 s, first on the built index (quiet: the baseline, same run), then while "
-        "OpenTelemetry docs copied into the served folder are indexed; meanwhile one Hugo file is edited every "
-        "20 s and searched for until found. Every answer is checked for being empty.",
-        "",
-    ]
+    lines += prose("index_changes", cmd_index_changes=command(data, "index_changes"))
     if not r:
         return lines + [not_measured("index_changes", data), ""]
     quiet, during = r.get("quiet") or {}, r.get("during_indexing") or {}
@@ -245,7 +271,37 @@ def section_index_changes(data: Data) -> list[str]:
         + ".",
         "",
     ]
+    runs = [x for x in r.get("runs") or [] if isinstance(x, dict)]
+    if len(runs) > 1:
+        lines += runs_table(runs)
     return lines
+
+
+def runs_table(runs: list[Json]) -> list[str]:
+    """Every run the JSON file keeps, oldest first: the latest one alone does not show a change's effect."""
+    rows = []
+    for x in runs:
+        q, d = x.get("quiet") or {}, x.get("during_indexing") or {}
+        edits = [num(e) for e in x.get("edit_to_searchable_s") or []]
+        edits = [e for e in edits if e is not None]
+        rows.append(
+            [
+                f"{x.get('commit', 'commit not recorded')}, load {fint(x.get('load_processes'))}"
+                + (f" ({x['date']})" if x.get("date") else ""),
+                f"{fnum(q.get('p50_ms'), 1)} / {fnum(q.get('p95_ms'), 1)} ms",
+                f"{fnum(d.get('p50_ms'), 1)} / {fnum(d.get('p95_ms'), 1)} ms",
+                f"{fratio(x.get('ratio_p50'))} / {fratio(x.get('ratio_p95'))}",
+                fsec(x.get("reload_s")),
+                f"{fsec(min(edits))} to {fsec(max(edits))}" if edits else "no edit made",
+                fint(x.get("empty_answers")),
+            ]
+        )
+    head = ["run (commit, busy processes)", "quiet p50 / p95", "during indexing p50 / p95", "ratio p50 / p95"]
+    return [
+        f"Every run kept in the file ({len(runs)}, oldest first; each replaces the one of its commit and load):",
+        "",
+        *table([*head, "reload", "edit to searchable", "empty answers"], rows),
+    ]
 
 
 BENCHMARK = Benchmark(

@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from common import HUGO, QA, ROOT, seed_model_cache
-from render import command, dig, div, fint, fmb, fms, fnum, fpct, fratio, fsec, not_measured, table, verdict  # noqa: E402
+from render import command, dig, div, fint, fmb, fms, fnum, fpct, fratio, fsec, not_measured, prose, table, verdict  # noqa: E402
 from steps import MODELS, NA, Benchmark, Data, Row, Section, Step, Target  # noqa: E402
 
 MDRAG_PY = ROOT / ".venv" / "bin" / "python"
@@ -462,14 +462,7 @@ def t_llamaindex(data: Data) -> list[Row]:
 def section_llamaindex(data: Data) -> list[str]:
     li_all = data.get("llamaindex")
     lines = ["## LlamaIndex comparison", ""]
-    lines += [
-        f"{command(data, 'llamaindex')}: the Hugo docs, the same model (all-MiniLM-L6-v2 from the same files), "
-        "the same answerable questions. LlamaIndex as its starter example has it (`SimpleDirectoryReader`, "
-        "`VectorStoreIndex.from_documents`, `HuggingFaceEmbedding`, in-memory store, "
-        "`as_retriever(similarity_top_k=5)`) in its own virtualenv; mdrag is `mdrag index` in a fresh home, "
-        "then warm in-process searches. Baseline: LlamaIndex; ratios are mdrag / LlamaIndex.",
-        "",
-    ]
+    lines += prose("llamaindex", cmd_llamaindex=command(data, "llamaindex"))
     if not li_all:
         return lines + [not_measured("llamaindex", data), ""]
     m, li = li_all.get("mdrag") or {}, li_all.get("llamaindex") or {}

@@ -41,7 +41,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from render import command, dig, div, fint, fms, fnum, fratio, fsec, not_measured, num, table  # noqa: E402
+from render import command, dig, div, fint, fms, fnum, fratio, fsec, not_measured, num, prose, table  # noqa: E402
 from steps import NA, Benchmark, Data, Json, Section, Step  # noqa: E402
 
 from benchmarks.hugo_index import QUERIES as HUGO_QUERIES  # noqa: E402 - after the path
@@ -332,13 +332,7 @@ def main() -> None:
 def section_mcp(data: Data) -> list[str]:
     m = data.get("mcp_latency")
     lines = ["## MCP server", ""]
-    lines += [
-        f"{command(data, 'mcp_latency')}: `search_docs` and `list_docsets` in process (the `tools/call` handler) "
-        "and over stdio through the MCP SDK's client; the `search` tool on the Hugo docs as a local docset. "
-        "Baselines: a bare `kb.instructions()` call for the tool latencies, `Index.search` in process (k=5) on "
-        "the same index for `search`.",
-        "",
-    ]
+    lines += prose("mcp", cmd_mcp_latency=command(data, "mcp_latency"))
     if not m:
         return lines + [not_measured("mcp_latency", data), ""]
     ip, st = m.get("in_process") or {}, m.get("stdio") or {}

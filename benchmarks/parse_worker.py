@@ -33,7 +33,23 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from render import command, dig, div, div_sub, fint, fmb, fms, fnum, fratio, fsec, not_measured, num, setting, table  # noqa: E402
+from render import (  # noqa: E402
+    command,
+    dig,
+    div,
+    div_sub,
+    fint,
+    fmb,
+    fms,
+    fnum,
+    fratio,
+    fsec,
+    not_measured,
+    num,
+    prose,
+    setting,
+    table,
+)
 from steps import NA, Benchmark, Data, Section, Step  # noqa: E402
 
 from mdrag.errors import ParseError  # noqa: E402
@@ -175,14 +191,7 @@ def section_parse_worker(data: Data) -> list[str]:
     pw = data.get("parse_worker")
     timeout, cap = fint(setting("index.parse_timeout")), fint(setting("index.max_parse_mb"))
     lines = ["## Parsing in a child process (time limit and memory cap)", ""]
-    lines += [
-        f"{command(data, 'parse_worker')}: `mdrag index` parses each file in a child process "
-        f"(`ParseWorker`, mdrag/parsers/worker.py), so that a file over `index.parse_timeout` ({timeout} s) or "
-        f"`index.max_parse_mb` ({cap} MB) is skipped with the reason and the run goes on. Baseline: the same "
-        "files parsed in process (`parse_file`) in the same run; per-file times are the best of interleaved "
-        "passes after an untimed pass of each (imports, page cache). Ratios are worker / in process.",
-        "",
-    ]
+    lines += prose("parse_worker", cmd_parse_worker=command(data, "parse_worker"), timeout=timeout, cap=cap)
     if not pw:
         return lines + [not_measured("parse_worker", data), ""]
     rows = []

@@ -61,7 +61,7 @@ import statistics
 import time
 from pathlib import Path
 
-from render import command, dig, div, fnum, fpct, fratio, fsec, not_measured, setting, table, verdict  # noqa: E402
+from render import command, dig, div, fnum, fpct, fratio, fsec, not_measured, prose, setting, table, verdict  # noqa: E402
 from steps import HOME, NA, OUT, Benchmark, Data, Row, Section, Step, Target  # noqa: E402
 from threshold import ANSWERABLE_REFUSED, UNANSWERABLE_REFUSED  # noqa: E402
 
@@ -352,18 +352,7 @@ def t_refusal_corpora(data: Data) -> list[Row]:
 
 def section_refusal(data: Data) -> list[str]:
     lines = ["## Refusal across corpora", ""]
-    lines += [
-        "`benchmarks/refusal.py` asks each corpus's questions as the Q&A server's `query` does (default search "
-        "settings) and applies three rules: old (refuse when the best score < 0.45), words (refuse when the "
-        "best score < `answer.min_score` or when more than `answer.max_unknown` of the question's idf weight is "
-        "on words no chunk of the index holds) and new, the server's rule (`mdrag/relevance.py`: as words, and "
-        "also when a thing the question names, a capitalised word after the first that the index holds, is in "
-        "none of the first 3 results while the best score is below 0.6). What was tuned where: `max_unknown` "
-        "and the 3 results on the OpenTelemetry docs; the 0.6 and `min_score` 0.44 (was 0.45) on the "
-        "OpenTelemetry and Hugo sets together (at 0.65, or with min_score 0.45, Hugo's answerable refused is "
-        "5.7%); the CNCF glossary is held out.",
-        "",
-    ]
+    lines += prose("refusal")
     rows, sweeps = [], []
     for key, name in REFUSAL_CORPORA:
         step = f"refusal_{key}"

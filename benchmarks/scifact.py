@@ -37,6 +37,7 @@ from render import (  # noqa: E402
     fsec,
     not_measured,
     num,
+    prose,
     scifact_metric,
     table,
     verdict,
@@ -218,14 +219,13 @@ def t_scifact_hybrid(data: Data) -> list[Row]:
 def section_scifact(data: Data) -> list[str]:
     sci, sci_t = data.get("scifact"), data.get("scifact_torch")
     lines = ["### SciFact (BEIR test)", ""]
-    lines += [
-        f"{command(data, 'scifact')} (default backend) and {command(data, 'scifact_torch')}. Each abstract goes "
-        "through the whole pipeline (parser, chunker, embedder, Milvus Lite); a document scores its best chunk. "
-        "Baselines: the same run's whole documents embedded once and ranked by exact cosine in numpy (the textbook "
-        "evaluation), and the published figures: all-MiniLM-L6-v2 dense "
-        f"{PUBLISHED_DENSE['ndcg@10']} nDCG@10, BM25 (bm25s) {PUBLISHED_BM25['ndcg@10']}.",
-        "",
-    ]
+    lines += prose(
+        "scifact",
+        cmd_scifact=command(data, "scifact"),
+        cmd_scifact_torch=command(data, "scifact_torch"),
+        published_dense_ndcg10=PUBLISHED_DENSE["ndcg@10"],
+        published_bm25_ndcg10=PUBLISHED_BM25["ndcg@10"],
+    )
     runs = [(label, obj) for label, obj in (("default", sci), ("torch", sci_t)) if obj]
     for step, obj in (("scifact", sci), ("scifact_torch", sci_t)):
         if not obj:

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from render import command, dig, div, fint, fmb, fms, fnum, fratio, fsec, not_measured, table  # noqa: E402
+from render import command, dig, div, fint, fmb, fms, fnum, fratio, fsec, not_measured, prose, table  # noqa: E402
 from steps import HOME, NA, Benchmark, Data, Section, Step  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -247,12 +247,7 @@ def main() -> None:
 def section_server(data: Data) -> list[str]:
     s = data.get("server_load")
     lines = ["## Q&A server", ""]
-    lines += [
-        f"{command(data, 'server_load')}: `mdrag serve` as its own process on the default-backend Hugo index, an "
-        "instant stand-in LLM on loopback (OpenAI streaming format), clients over real WebSockets. Baseline: "
-        "`Index.search` in process on the same questions, the retrieval floor under every answer.",
-        "",
-    ]
+    lines += prose("server", cmd_server_load=command(data, "server_load"))
     if not s:
         return lines + [not_measured("server_load", data), ""]
     base = s.get("baseline_in_process_search_ms") or {}

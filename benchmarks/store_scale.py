@@ -56,6 +56,7 @@ from render import (  # noqa: E402
     guarded,
     not_measured,
     num,
+    prose,
     save,
     table,
     verdict,
@@ -641,12 +642,7 @@ def t_store(data: Data) -> list[Row]:
 def section_store(data: Data) -> list[str]:
     ss = data.get("store_scale")
     lines = ["## Store at size", ""]
-    lines += [
-        f"{command(data, 'store_scale')}: Milvus Lite with mdrag's schema, filled through `MilvusStore.upsert` in "
-        "batches of 1,000 (each flushed), 384-d clustered unit vectors calibrated on MiniLM's, Hugo passages as "
-        "text. Baseline: exact search in numpy over the same vectors (ratio: warm p50 / numpy p50).",
-        "",
-    ]
+    lines += prose("store", cmd_store_scale=command(data, "store_scale"))
     if not ss:
         return lines + [not_measured("store_scale", data), ""]
     meta = ss.get("meta") or {}

@@ -18,7 +18,7 @@ import os
 from pathlib import Path
 
 import numpy as np
-from render import command, div, fint, fnum, fpct, fratio, not_measured, num, quantile, setting, table, verdict  # noqa: E402
+from render import command, div, fint, fnum, fpct, fratio, not_measured, num, prose, quantile, setting, table, verdict  # noqa: E402
 from steps import HOME, NA, Benchmark, Data, Json, Row, Section, Step, Target  # noqa: E402
 
 QA = Path(__file__).resolve().parent / "data" / "hugo_qa.jsonl"
@@ -165,12 +165,7 @@ def section_threshold(data: Data) -> list[str]:
     th = data.get("threshold")
     search_t, min_score = num(setting("search.threshold")), num(setting("answer.min_score"))
     lines = ["## Relevance threshold and refusal", ""]
-    lines += [
-        f"{command(data, 'threshold')} on the default-backend Hugo index, the questions of "
-        "`benchmarks/data/hugo_qa.jsonl` with gold files (answerable) and without (unanswerable). Baseline: the "
-        "spec's fixed threshold 0.7.",
-        "",
-    ]
+    lines += prose("threshold", cmd_threshold=command(data, "threshold"))
     if not th:
         return lines + [not_measured("threshold", data), ""]
     gold = sorted(x for x in th.get("gold_scores") or [] if num(x) is not None)
