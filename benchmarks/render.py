@@ -169,12 +169,16 @@ def guarded(title: str, build: Callable[[], list[str]], level: int = 2) -> list[
         return [*head, f"*Could not be rendered from the JSON: {type(exc).__name__}: {exc}*", ""]
 
 
-def prose(name: str, **values: Any) -> list[str]:
-    """The paragraphs of ``templates/<name>.md``, its ``{placeholders}`` filled from ``values``.
+def prose(name: str, template: str | None = None, **values: Any) -> list[str]:
+    """The paragraphs of ``templates/<name>.md`` (or of ``template``), its ``{placeholders}`` filled from ``values``.
 
-    A template's paragraphs are separated by blank lines; each becomes one line of the report, then a blank one.
+    ``template``: the text itself, for a benchmark that keeps its prose in its own file (its docstring, say)
+    rather than in a template. Paragraphs are separated by blank lines; each becomes one line of the report,
+    then a blank one.
     """
-    text = (TEMPLATES / f"{name}.md").read_text(encoding="utf-8").format(**values)
+    if template is None:
+        template = (TEMPLATES / f"{name}.md").read_text(encoding="utf-8")
+    text = template.format(**values)
     lines: list[str] = []
     for paragraph in text.strip().split("\n\n"):
         lines += [" ".join(paragraph.split("\n")), ""]

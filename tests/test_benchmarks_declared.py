@@ -18,7 +18,8 @@ ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "benchmarks"
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "MPLBACKEND": "Agg"}
 
-NEW_BENCHMARK = '''"""A benchmark added as one file."""
+NEW_BENCHMARK = '''"""{cmd}: counts
+to three."""
 
 import argparse
 import json
@@ -30,7 +31,7 @@ from steps import Benchmark, Data, Row, Section, Step, Target
 
 def section_tally(data: Data) -> list[str]:
     t = data.get("tally")
-    lines = ["## Tally", "", *prose("tally", cmd=command(data, "tally"))]
+    lines = ["## Tally", "", *prose("tally", __doc__, cmd=command(data, "tally"))]
     return lines + ([not_measured("tally", data), ""] if not t else [f"Counted {fint(t.get('count'))}.", ""])
 
 
@@ -62,14 +63,12 @@ def run(*args: str | Path, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]
 
 
 def test_a_benchmark_in_a_new_file_is_run_and_reported(tmp_path: Path) -> None:
-    """One new file (and its prose): run.py runs its step, report.py writes its section, target row and file."""
+    """One new file, prose in its docstring: run.py runs its step, report.py writes its section and target row."""
     bench = tmp_path / "benchmarks"
     bench.mkdir()
     for name in ("steps.py", "render.py", "run.py", "report.py"):
         shutil.copy(BENCH / name, bench / name)
-    (bench / "templates").mkdir()
     (bench / "tally.py").write_text(NEW_BENCHMARK, encoding="utf-8")
-    (bench / "templates" / "tally.md").write_text("{cmd}: counts\nto three.\n", encoding="utf-8")
 
     helped = run(bench / "run.py", "--help")
     assert helped.returncode == 0, helped.stderr
@@ -79,7 +78,7 @@ def test_a_benchmark_in_a_new_file_is_run_and_reported(tmp_path: Path) -> None:
     assert json.loads((bench / "out" / "tally.json").read_text()) == {"count": 3}
     results = (bench / "RESULTS.md").read_text(encoding="utf-8")
     assert "| tally | `tally.json` |" in results  # the table of steps
-    assert "`python benchmarks/tally.py --upto 3`: counts to three." in results  # its prose, from the template
+    assert "`python benchmarks/tally.py --upto 3`: counts to three." in results  # its prose, from its docstring
     assert "Counted 3." in results
     assert "| tally counts 3 | 3 | – | – | **PASS** |" in results
     assert "1 passed, 0 failed, 0 not measured, of 1." in results
