@@ -82,6 +82,7 @@ from mdrag.errors import DocsetError, IndexBuildingError, MdragError, ProtocolEr
 from mdrag.knowledge import MAX_KEYWORDS, KnowledgeBase
 from mdrag.knowledge.docsets import docset_folder, docset_index, index_name, update_docset_index
 from mdrag.protocol import MAX_QUESTION_CHARS
+from mdrag.received import LONE_SURROGATE, describe
 
 if TYPE_CHECKING:
     from mdrag.config import Config
@@ -222,26 +223,9 @@ _TOOL_NAMES = tuple(t.name for t in TOOLS)
 
 # -- arguments ---------------------------------------------------------------
 
-_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
-def _describe(value: Any) -> str:
-    """A client's value, short and safe to show in an error message."""
-    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**18:
-        return f"an integer of about {int(value.bit_length() * 0.30103) + 1} digits"
-    if isinstance(value, str):
-        return json.dumps(value if len(value) <= 60 else value[:57] + "...")  # escapes lone surrogates
-    if isinstance(value, list):
-        return f"an array of {len(value)} items"
-    if isinstance(value, dict):
-        return "an object"
-    if value is None or isinstance(value, bool | int | float):
-        return json.dumps(value)
-    return type(value).__name__
-
 
 def _check_text(key: str, value: str) -> str:
-    found = _SURROGATE.search(value)
+    found = LONE_SURROGATE.search(value)
     if found:
         raise ProtocolError(
             f"argument {key!r} holds a lone surrogate ({json.dumps(found.group())}, half of a UTF-16 pair): "
@@ -255,7 +239,7 @@ def _string(args: Mapping[str, Any], key: str) -> str:
     if value is None:
         raise ProtocolError(f"missing argument {key!r}: give it as a string")
     if not isinstance(value, str):
-        raise ProtocolError(f"argument {key!r} must be a string, got {_describe(value)}")
+        raise ProtocolError(f"argument {key!r} must be a string, got {describe(value)}")
     return _check_text(key, value)
 
 
@@ -279,7 +263,7 @@ def _terms(args: Mapping[str, Any], key: str) -> list[str] | str:
     if isinstance(value, str):
         return _check_text(key, value)
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise ProtocolError(f"argument {key!r} must be an array of strings, got {_describe(value)}")
+        raise ProtocolError(f"argument {key!r} must be an array of strings, got {describe(value)}")
     for i, v in enumerate(value):
         _check_text(f"{key}[{i}]", v)
     return value
@@ -292,7 +276,7 @@ def _k(args: Mapping[str, Any]) -> int:
     if isinstance(value, float) and value.is_integer():
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_K:
-        raise ProtocolError(f"argument 'k' must be an integer from 1 to {MAX_K}, got {_describe(value)}")
+        raise ProtocolError(f"argument 'k' must be an integer from 1 to {MAX_K}, got {describe(value)}")
     return value
 
 
@@ -768,12 +752,12 @@ def _problem(msg: dict[str, Any]) -> tuple[str, str] | None:
         if isinstance(value, _Unusable):
             return where, value.what
         if isinstance(value, str):
-            found = _SURROGATE.search(value)
+            found = LONE_SURROGATE.search(value)
             if found:
                 return where, f"text with a lone surrogate ({json.dumps(found.group())}): send valid Unicode"
         elif isinstance(value, dict):
             for key, item in reversed(value.items()):
-                if _SURROGATE.search(key):
+                if LONE_SURROGATE.search(key):
                     return where, f"a key with a lone surrogate ({json.dumps(key[:40])}): send valid Unicode"
                 name = key if _NAME.fullmatch(key) else json.dumps(key[:40])
                 stack.append((f"{where}.{name}" if where else name, item, depth + 1))
@@ -822,7 +806,7 @@ def _check_message(line: str) -> tuple[bool, types.JSONRPCError | None]:
         return False, _error(None, types.INVALID_REQUEST, f"Invalid Request: {what} one JSON-RPC 2.0 object per line")
     rid = msg.get("id")
     usable = (isinstance(rid, int) and not isinstance(rid, bool)) or (
-        isinstance(rid, str) and not _SURROGATE.search(rid)
+        isinstance(rid, str) and not LONE_SURROGATE.search(rid)
     )
     is_response = "method" not in msg and ("result" in msg or "error" in msg)
     problem = _problem(msg)
