@@ -251,7 +251,7 @@ async def over_stdio(
 def search_baseline(home: Path, project: Path) -> dict[str, Any]:
     """Index.search in process on the index the server built (after it exited: Milvus Lite is one process's)."""
     os.environ["MDRAG_HOME"] = str(home)
-    from mdrag.mcp import docset_index
+    from mdrag.knowledge.docsets import docset_index
 
     index = docset_index("hugo", project)
     for q in QUERIES[:5]:  # warm-up

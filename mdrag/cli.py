@@ -917,7 +917,7 @@ def _index_docset(d: Any, project: Path, config: Config, progress: bool, named: 
     not}: a docset with no folder yet that the command did not name.
     """
     from mdrag.errors import StoreInUseError
-    from mdrag.mcp import docset_folder, docset_index, update_docset_index
+    from mdrag.knowledge.docsets import docset_folder, docset_index, update_docset_index
 
     try:
         docset_folder(d)

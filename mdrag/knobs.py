@@ -20,4 +20,20 @@ MAX_QUESTION_CHARS = 4000  # longer questions (and filter values) are refused, n
 
 # --- MCP ---
 
+# MCP watches no files: a docset's index is brought up to date when a `search` finds it older than this, so
+# the interval bounds how stale an answer is after the docs change (`mdrag knowledge refresh`, an edit), and
+# an update of an unchanged folder is a scan. The WebSocket server refreshes every `server.reload_interval`
+# (300 s), but that is only a backstop behind its file watcher, which reacts within seconds.
+MCP_REFRESH_INTERVAL_S = 30.0
+MCP_SEARCH_WAIT_S = 3.0  # an assistant's tool call answers in seconds: then `search` answers with what is ready
+MCP_HINT_BUDGET_S = 0.006  # search_docs must answer in 10 ms (REQ-9): the ranked sections get what is left
+MCP_HINT_SECTIONS = 3  # starting points appended to search_docs: its answer is the instructions, not these
+MCP_DEFAULT_K = 5  # sections `search` returns when the call does not say (the tool's schema advertises it)
+MCP_MAX_K = 50  # the most sections `search` returns: more would fill the assistant's context, not inform it
+MCP_MAX_MESSAGE_BYTES = 16 * 2**20  # a longer line from the client is refused unread: MCP's messages are small
+MCP_MAX_DEPTH = 32  # JSON nesting a message may have: MCP's own messages use a few levels, a parser's stack more
+MCP_CHECK_INLINE_CHARS = 2**16  # a longer line is checked in a worker thread, not holding up other requests
+MCP_PROGRESS_EVERY_S = 0.5  # how often a waiting `search` looks at the update's progress (for notifications)
+MCP_HINT_CACHE_SIZE = 256  # (index, keywords) -> ranked sections kept, so search_docs' next call has them at once
+
 # --- server ---

@@ -33,6 +33,7 @@ from pydantic_core import ErrorDetails
 
 from mdrag.errors import ProtocolError
 from mdrag.knobs import MAX_QUESTION_CHARS
+from mdrag.received import describe
 
 __all__ = [
     "MAX_QUESTION_CHARS",
@@ -146,17 +147,17 @@ def _problem(err: ErrorDetails) -> str:
             reason += " (text must be valid Unicode: a \\uD800-\\uDFFF surrogate escape needs its pair)"
         return f"invalid JSON: {reason}"
     if kind == "union_tag_invalid":
-        return f"unknown message type {_describe(value.get('type'))}: use one of {_TYPES}"
+        return f"unknown message type {describe(value.get('type'))}: use one of {_TYPES}"
     if kind == "union_tag_not_found":
         return f'a message needs a "type" field: one of {_TYPES}'
     if not loc:
-        return f'a message must be a JSON object with a "type" field, not {_describe(value)}'
+        return f'a message must be a JSON object with a "type" field, not {describe(value)}'
     message, name = loc[0], loc[-1]
     if kind == "extra_forbidden":
         if len(loc) > 2 and loc[1] == "filters":
-            return f"unknown filter {_describe(name)}: use {_FILTERS}"
+            return f"unknown filter {describe(name)}: use {_FILTERS}"
         allowed = ", ".join(_FIELDS[message]) or "no other field"
-        return f'unknown field {_describe(name)} in a "{message}" message: use {allowed}'
+        return f'unknown field {describe(name)} in a "{message}" message: use {allowed}'
     field = next((p for p in reversed(loc) if isinstance(p, str) and p in _EXPECTED), str(name))
     expected = _EXPECTED.get(field, "valid")
     if kind == "missing":
@@ -164,29 +165,8 @@ def _problem(err: ErrorDetails) -> str:
     if kind == "string_too_long" and isinstance(value, str):
         return f'"{field}" is too long ({len(value)} characters, at most {MAX_QUESTION_CHARS})'
     if isinstance(loc[-1], int):
-        return f'"{field}" must be {expected}; item {loc[-1] + 1} is {_describe(value)}'
-    return f'"{field}" must be {expected}, not {_describe(value)}'
-
-
-def _describe(value: Any) -> str:
-    """A short description of a JSON value sent by a client (never the whole of a long one)."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value) if -(10**20) < value < 10**20 else "a number of more than 20 digits"
-    if isinstance(value, float):
-        return json.dumps(value)  # NaN, Infinity as JSON writes them
-    if isinstance(value, str):
-        if not value.strip():
-            return "an empty string" if not value else "a blank string"
-        return json.dumps(value, ensure_ascii=False) if len(value) <= 40 else f"a string of {len(value)} characters"
-    if isinstance(value, list):
-        return f"a list of {len(value)} item{'' if len(value) == 1 else 's'}"
-    if isinstance(value, dict):
-        return "an object"
-    return type(value).__name__
+        return f'"{field}" must be {expected}; item {loc[-1] + 1} is {describe(value)}'
+    return f'"{field}" must be {expected}, not {describe(value)}'
 
 
 def encode(msg: dict[str, Any]) -> str:

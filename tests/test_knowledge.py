@@ -865,6 +865,19 @@ def test_agentic_knowledge_console_script(project: Path) -> None:
     assert p.returncode == 0 and "no docset has web sources" in p.stdout
 
 
+def test_knowledge_commands_load_no_front_end(project: Path) -> None:
+    """`mdrag knowledge refresh` builds docset indexes (the ones `mdrag mcp` searches) with the core alone:
+    neither the MCP SDK nor websockets is loaded."""
+    write_config(project, "docsets:\n  - id: react\n")  # no folder yet: the command still reaches the index step
+    code = (
+        "import sys; from mdrag.cli import main; code = main(['knowledge', 'refresh']);"
+        "print(sorted(m for m in ('mcp', 'websockets') if m in sys.modules), code)"
+    )
+    p = subprocess.run([sys.executable, "-c", code], cwd=project, capture_output=True, text=True, timeout=120)
+    assert "react: index not updated" in p.stdout, p.stderr
+    assert p.stdout.splitlines()[-1] == "[] 0", p.stdout
+
+
 def _cli(capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture, *argv: str) -> tuple[int, str]:
     """`mdrag knowledge ARGV`: its exit code, and all it said (stdout, stderr and the log)."""
     from mdrag.cli import main

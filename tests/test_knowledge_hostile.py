@@ -34,9 +34,10 @@ from mdrag.knowledge import (
     load_config,
     refresh,
 )
+from mdrag.knowledge.docsets import docset_index
 from mdrag.knowledge.files import sync
 from mdrag.knowledge.metadata import FAILURES_FILE
-from mdrag.mcp import KnowledgeTools, docset_index
+from mdrag.mcp import KnowledgeTools
 from tests.conftest import listening
 from tests.figures import report
 from tests.test_knowledge import git, make_repo, push_commit, write_config, write_files

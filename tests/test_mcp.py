@@ -27,7 +27,8 @@ from mcp import ClientSession, MCPError, StdioServerParameters, stdio_client, ty
 
 import mdrag
 from mdrag.knowledge import MAX_KEYWORDS, KnowledgeBase
-from mdrag.mcp import KnowledgeTools, docset_index, index_name, update_docset_index
+from mdrag.knowledge.docsets import docset_index, index_name, update_docset_index
+from mdrag.mcp import KnowledgeTools
 
 ROOT = Path(__file__).resolve().parents[1]
 SERVE = "from mdrag.mcp import run_stdio; run_stdio()"
@@ -493,7 +494,7 @@ def test_docsets_with_one_slug_have_their_own_index(
     indexed anew, and is deleted when it holds nothing else."""
     from mdrag.config import load_config
     from mdrag.index import Index
-    from mdrag.mcp import docset_index, update_docset_index
+    from mdrag.knowledge.docsets import docset_index, update_docset_index
 
     monkeypatch.setattr("mdrag.index.make_embedder", lambda config: hash_embedder)
     (mdrag_home / "config.yaml").write_text("search:\n  threshold: 0.0\n")

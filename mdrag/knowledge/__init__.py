@@ -9,6 +9,8 @@ A docset is a named folder of documentation. The package, one module per concern
 - ``metadata``: ``.agentic-metadata.json`` in each docset folder, and ``.knowledge/.gitignore``.
 - ``base``: ``KnowledgeBase`` (the cached config, name lookup, instructions), ``init_docset``, ``refresh``
   and ``status``.
+- ``docsets``: each docset's own mdrag index (its name, and bringing it in line with the docset's folder), for
+  ``mdrag knowledge init/refresh`` and ``mdrag mcp``; imported by its users, not here, as it opens indexes.
 
 Nothing here prints or parses a command line: progress goes to a callback, details to ``logging``, and every
 failure is a :class:`~mdrag.errors.DocsetError` whose text says what to do next.

@@ -20,7 +20,7 @@ from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 from mdrag.errors import DocsetError
-from mdrag.knowledge import files
+from mdrag.knowledge.files import select_files, sync
 from mdrag.knowledge.model import CONTROL, DRIVE, Progress, Selection, SourceResult, WebSource
 from mdrag.redact import redact_url
 
@@ -112,8 +112,8 @@ class GitRepoLoader:
     """Clones git sources; :func:`mdrag.knowledge.files.select_files` decides which of their files are kept."""
 
     def select_files(self, repo_dir: Path, paths: Sequence[str] = ()) -> Selection:
-        """The files of the clone ``repo_dir`` that become part of a docset; see :func:`files.select_files`."""
-        return files.select_files(repo_dir, paths)
+        """The files of ``repo_dir`` that become part of a docset: :func:`~mdrag.knowledge.files.select_files`."""
+        return select_files(repo_dir, paths)
 
     def load(
         self,
@@ -138,10 +138,10 @@ class GitRepoLoader:
             _check_space(Path(tmp), url)
             repo = Path(tmp) / "repo"
             self._clone(source, repo, allow_local, base, progress)
-            selection = files.select_files(repo, source.paths)
+            selection = select_files(repo, source.paths)
             commit = _run(["git", "-C", str(repo), "rev-parse", "HEAD"], None, 30)
             head = commit.stdout.strip() if commit.returncode == 0 else None
-            return files.sync(source, repo, selection, dest, head)
+            return sync(source, repo, selection, dest, head)
 
     def _clone(
         self, source: WebSource, repo: Path, allow_local: bool, base: Path | None, progress: Progress | None
