@@ -111,7 +111,8 @@ def test_an_index_chunked_by_the_release_before_is_chunked_again(
     tmp_path: Path, shared_data: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Intro headings and overlaps changed what a file's chunks are: old rows are replaced, not mixed in."""
-    from mdrag import chunking, indexer
+    from mdrag import indexer
+    from mdrag.chunking import build, headings
 
     root = tmp_path / "docs"
     root.mkdir()
@@ -119,8 +120,8 @@ def test_an_index_chunked_by_the_release_before_is_chunked_again(
     shutil.copy(shared_data / "markdown_cncf_glossary" / "content" / "en" / "container-orchestration.md", root)
     # The release before: no title over the intro, overlap kept whole, and its chunk format.
     with monkeypatch.context() as old:
-        old.setattr(chunking, "_heading_path", lambda doc, section: list(section.heading_path))
-        old.setattr(chunking, "_trim_overlaps", lambda pieces, texts: pieces)
+        old.setattr(build, "_heading_path", lambda doc, section: list(section.heading_path))
+        old.setattr(headings, "_trim_overlaps", lambda pieces, texts: pieces)
         old.setattr(indexer, "CHUNK_FORMAT", indexer.CHUNK_FORMAT - 1)
         idx = _index(HashEmbedder(max_tokens=256))
         idx.update([root])

@@ -21,12 +21,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from mdrag.chunking.split import TokenCounter, token_counts
 from mdrag.errors import ConfigError
-from mdrag.types import Document
+from mdrag.types import Chunk, Document
 
 __all__ = ["Truncated", "langchain_chunks", "splitter_class"]
-
-TokenCounter = Callable[[Sequence[str]], list[int]]
 
 
 def splitter_class() -> Any:
@@ -53,6 +52,13 @@ class Truncated:
     chunks: int = 0  # chunks made in the run
     over: int = 0  # of them, longer than the window
     max_tokens: int | None = None
+
+    def add(self, chunks: Sequence[Chunk], count_tokens: TokenCounter, max_tokens: int) -> None:
+        """Count ``chunks`` (one file's), and those whose embedded text is over ``max_tokens``."""
+        counts = token_counts(count_tokens)([c.embed_text for c in chunks])
+        self.chunks += len(chunks)
+        self.over += sum(n > max_tokens for n in counts)
+        self.max_tokens = max_tokens
 
     def message(self) -> str | None:
         """The run's warning, or None when every chunk fits."""

@@ -1,0 +1,64 @@
+"""Parsed documents to chunks: the step between parsing and embedding. Pure, no I/O.
+
+A chunk is a slice of a file's text with its heading path, line span, the
+header embedded before it (``chunk.context``) and its frontmatter metadata.
+Its id comes from the root, the file's path, its position and the hash of
+its embedded text, so an unchanged file keeps its ids. Two strategies cut
+(``chunk.strategy``):
+
+- ``headings`` (the default, :mod:`mdrag.chunking.headings`): a chunk never
+  crosses a heading; sections are cut by size with overlap, code blocks and
+  tables are kept whole, and every chunk fits the embedding model's window
+  (:mod:`mdrag.chunking.window`).
+- ``langchain`` (:mod:`mdrag.chunking.langchain`): md-qa's chunks, cut by
+  LangChain's ``MarkdownTextSplitter``; they may cross headings and are not
+  fitted to the window (:class:`Truncated` counts those that pass it).
+
+Both give :data:`~mdrag.chunking.build.Cut` pieces, which
+:class:`~mdrag.chunking.build.ChunkBuilder` makes chunks. The modules:
+``settings`` (:class:`ChunkSettings`), ``build`` (ids, headers, the chunks),
+``split`` (cutting text under a size limit, token counts), ``units`` (a
+section's blocks as one text), ``window``, ``headings``, ``langchain``.
+"""
+
+from __future__ import annotations
+
+from mdrag.chunking.build import ChunkBuilder, chunk_id, content_hash
+from mdrag.chunking.headings import heading_cuts
+from mdrag.chunking.langchain import Truncated, langchain_chunks
+from mdrag.chunking.settings import ChunkSettings
+from mdrag.chunking.split import TokenCounter, split_text
+from mdrag.errors import ConfigError
+from mdrag.types import Chunk, Document
+
+__all__ = ["ChunkSettings", "Truncated", "chunk_document", "chunk_id", "content_hash", "split_text"]
+
+
+def chunk_document(
+    doc: Document,
+    root: str,
+    rel_path: str,
+    settings: ChunkSettings | None = None,
+    count_tokens: TokenCounter | None = None,
+    max_tokens: int | None = None,
+    truncated: Truncated | None = None,
+) -> list[Chunk]:
+    """Cut a parsed document into chunks.
+
+    ``count_tokens``/``max_tokens`` come from the embedder: with them, no chunk's
+    embedded text is longer than the model's window (strategy headings; with
+    langchain, ``truncated`` counts those that are), a block that fits the
+    window is never cut, and ``settings.unit == "tokens"`` counts sizes in the
+    model's tokens.
+    """
+    settings = settings or ChunkSettings()
+    if settings.unit == "tokens" and count_tokens is None:
+        raise ConfigError("chunk.unit 'tokens' needs an embedder that can count tokens")
+    build = ChunkBuilder(doc, root, rel_path, settings.context, settings.path_words)
+    if settings.strategy == "langchain":
+        counter = count_tokens if settings.unit == "tokens" else None
+        chunks = build.chunks(langchain_chunks(doc, settings.size, settings.overlap, counter))
+        if truncated is not None and count_tokens is not None and max_tokens is not None:
+            truncated.add(chunks, count_tokens, max_tokens)
+        return chunks
+    return build.chunks(heading_cuts(doc, settings, count_tokens, max_tokens, build.header))

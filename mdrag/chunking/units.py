@@ -1,0 +1,101 @@
+"""A section's blocks as units (paragraphs, whole code blocks and tables), joined in one text."""
+
+from __future__ import annotations
+
+import bisect
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from mdrag.types import Block
+
+__all__ = ["SectionText", "Unit", "block_units"]
+
+
+@dataclass
+class Unit:
+    """A paragraph, a code block or a table: what a chunk holds whole, or cuts when it must."""
+
+    text: str
+    atomic: bool  # code block, table, or paragraphs around a fence: not cut if it fits, not used as overlap
+    line_start: int | None  # the file line of the text's first line
+    table: bool = False  # a table may be cut between rows to take in a remainder
+
+
+# A fence line inside a list item or a quote ("  ```yaml", "> ~~~"): its blank lines do not end a paragraph.
+_FENCE = re.compile(r"^[ \t]*(?:(?:[-*+]|\d+[.)])[ \t]+|>[ \t]?)*(`{3,}|~{3,})")
+
+
+def _fence_after(para: str, fence: str | None) -> str | None:
+    """The fence still open after ``para`` (its marker, e.g. "```"), given the one open before it."""
+    for line in para.split("\n"):
+        m = _FENCE.match(line)
+        if not m:
+            continue
+        mark = m.group(1)
+        if fence is None:
+            fence = mark
+        elif mark[0] == fence[0] and len(mark) >= len(fence) and not line[m.end() :].strip():
+            fence = None
+    return fence
+
+
+def block_units(blocks: Sequence[Block]) -> list[Unit]:
+    """Paragraphs of text blocks, and whole code blocks and tables.
+
+    The paragraphs of a text block that hold a fence (in a list item, say) stay
+    together as one atomic unit: a fence is not cut at its blank lines.
+    """
+    out: list[Unit] = []
+    for b in blocks:
+        if b.kind != "text":
+            out.append(Unit(b.text, True, b.line_start, b.kind == "table"))
+            continue
+        line = b.line_start
+        group: list[str] = []
+        fence: str | None = None
+        has_fence = False
+        for para in b.text.split("\n\n"):
+            group.append(para)
+            after = _fence_after(para, fence)
+            has_fence = has_fence or after is not None or fence is not None
+            fence = after
+            if fence is not None:
+                continue
+            text = "\n\n".join(group)
+            if text.strip():
+                lead = len(text) - len(text.lstrip("\n"))
+                start = line + text[:lead].count("\n") if line is not None else None
+                out.append(Unit(text.strip("\n"), has_fence, start))
+            if line is not None:
+                line += text.count("\n") + 2
+            group, has_fence = [], False
+        if group and "\n\n".join(group).strip():  # a fence left open runs to the end of the block
+            text = "\n\n".join(group)
+            lead = len(text) - len(text.lstrip("\n"))
+            out.append(Unit(text.strip("\n"), True, line + lead if line is not None else None))
+    return out
+
+
+class SectionText:
+    """A section's units joined by blank lines: every piece of the section is a slice of ``text``."""
+
+    def __init__(self, units: list[Unit]) -> None:
+        self.text = "\n\n".join(u.text for u in units)  # what the pieces are sliced from
+        self.spans: list[tuple[int, int]] = []  # where each unit lies in ``text``
+        pos = 0
+        for u in units:
+            self.spans.append((pos, pos + len(u.text)))
+            pos += len(u.text) + 2
+        self.units = units
+
+    def line(self, pos: int) -> int | None:
+        """The file line of the character at ``pos`` (which is not in a gap between units)."""
+        k = max(bisect.bisect_right([a for a, _ in self.spans], pos) - 1, 0)
+        first = self.units[k].line_start
+        return None if first is None else first + self.text.count("\n", self.spans[k][0], pos)
+
+    def atomic(self, lo: int, hi: int, tables: bool = True) -> list[tuple[int, int]]:
+        """The spans of the atomic units inside ``lo..hi`` (tables too, or not)."""
+        units = zip(self.spans, self.units)
+        return [s for s, u in units if u.atomic and (tables or not u.table) and lo <= s[0] and s[1] <= hi]
