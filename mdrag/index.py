@@ -728,7 +728,7 @@ class Index:
         """Answer ``question`` from the index under the answer policy of :mod:`mdrag.qa`: the LLM's
         answer, the passages when no LLM is set, or "no relevant information" (``refused``);
         ``on_text`` is called with each piece of text as it arrives."""
-        from mdrag.qa import ask
+        from mdrag.qa import ask  # not at the top: mdrag.qa loads the OpenAI SDK, which only a question needs
 
         return ask(self, question, on_text)
 

@@ -38,7 +38,6 @@ from typing import Literal, NamedTuple, TypeVar
 
 import numpy as np
 
-from mdrag import __version__
 from mdrag.chunking import ChunkSettings, Truncated, chunk_document
 from mdrag.embedding.base import Embedder
 from mdrag.errors import (
@@ -52,11 +51,12 @@ from mdrag.errors import (
 from mdrag.manifest import FileState, Manifest, SkippedFile
 from mdrag.parsers import parse_file
 from mdrag.parsers.worker import ParseWorker
-from mdrag.plan import Plan, kept_files, mismatched, nothing_to_do, plan_update, to_hash
+from mdrag.plan import UpdatePlan, kept_files, mismatched, nothing_to_do, plan_update, to_hash
 from mdrag.scan import ScanOptions, ScanResult, scan
 from mdrag.store import is_server_uri
 from mdrag.store.base import Store
 from mdrag.types import Chunk
+from mdrag.version import __version__
 
 __all__ = ["IndexProgress", "IndexSummary", "remove_folders", "update_index"]
 
@@ -370,7 +370,7 @@ class _Run:
 def _apply(
     run: _Run,
     m: Manifest,
-    plan: Plan,
+    plan: UpdatePlan,
     found: ScanResult,
     writes: bool,
     sweep: list[str] | None,

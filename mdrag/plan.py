@@ -2,7 +2,7 @@
 
 Pure functions: :func:`to_hash` names the files whose content hash decides
 (their mtime or size changed), :func:`plan_update` turns the manifest's files,
-the scan and those hashes into a :class:`Plan` (what to parse, what to keep,
+the scan and those hashes into a :class:`UpdatePlan` (what to parse, what to keep,
 what to delete), and :func:`mismatched` names, after a crash, the files whose
 chunks in the store are not those the manifest lists. :mod:`mdrag.indexer`
 reads the files and the store and applies the plan.
@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from mdrag.manifest import FileState, Manifest, diff
 from mdrag.scan import ScanResult
 
-__all__ = ["Plan", "mismatched", "nothing_to_do", "plan_update", "to_hash"]
+__all__ = ["UpdatePlan", "kept_files", "mismatched", "nothing_to_do", "plan_update", "to_hash"]
 
 
 @dataclass
@@ -46,7 +46,7 @@ def _sort(files: Mapping[str, FileState], roots: Sequence[str], found: ScanResul
 
 
 @dataclass
-class Plan:
+class UpdatePlan:
     """What a run does with the files of the folders it lists."""
 
     # Files to parse, chunk and write, in order, each with None, or with the reason it is skipped
@@ -70,14 +70,14 @@ def plan_update(
     roots: Sequence[str],
     found: ScanResult,
     hashes: Mapping[str, str | OSError],
-) -> Plan:
+) -> UpdatePlan:
     """The plan for the indexed ``files`` (the manifest's) under ``roots`` (the folders listed) given the scan.
 
     ``hashes`` maps each file of :func:`to_hash` to the sha256 of its bytes, or
     the OSError that reading it raised (the file is then skipped with that reason).
     """
     s = _sort(files, roots, found)
-    plan = Plan(unchanged=s.unchanged, delete=s.removed, kept=s.kept)
+    plan = UpdatePlan(unchanged=s.unchanged, delete=s.removed, kept=s.kept)
     plan.todo = [(p, None) for p in s.added + s.moved]
     plan.todo += [(p, reason) for p, (_, reason) in found.skipped.items()]
     for p in s.stat_changed:
