@@ -28,14 +28,16 @@ from mdrag.errors import (
     StoreDamagedError,
     StoreUnavailableError,
 )
-from mdrag.indexer import IndexProgress, IndexSummary, remove_folders, update_index
+from mdrag.indexer import Indexer, IndexOptions, RunEvents
 from mdrag.manifest import Manifest, write_atomic
 from mdrag.plan import mismatched
+from mdrag.progress import IndexProgress
 from mdrag.relevance import TermStats
 from mdrag.scan import ScanOptions
 from mdrag.search import SearchOptions, search
 from mdrag.snapshot import Snapshot, State
 from mdrag.store import make_store, resolve_backend
+from mdrag.summary import IndexSummary
 from mdrag.types import SearchResult
 
 if TYPE_CHECKING:
@@ -328,6 +330,16 @@ class Index:
             max_file_bytes=int(mb * 2**20) if mb else None,
         )
 
+    def _indexer(self, embedder: Embedder, batch_chunks: int | None = None) -> Indexer:
+        """The indexer of this index's store under its settings, embedding with ``embedder``."""
+        options = IndexOptions(
+            self.settings,
+            self._selection(),
+            (self.config["index.parse_timeout"], self.config["index.max_parse_mb"] or None),
+            batch_chunks,
+        )
+        return Indexer(self.store, embedder, self.manifest_path, self.name, options)
+
     def update(
         self,
         folders: Sequence[str | Path] | None = None,
@@ -350,8 +362,8 @@ class Index:
         waited for (with a warning in the log): this one then finds that run's
         work done, and its summary's ``waited_s`` says how long it waited.
         ``only``, ``pause`` and ``batch_chunks`` keep a run short (see
-        :func:`mdrag.indexer.update_index`): :class:`mdrag.keeper.IndexKeeper`
-        commits a long update in steps with them.
+        :class:`mdrag.indexer.RunEvents` and :class:`~mdrag.indexer.IndexOptions`):
+        :class:`mdrag.keeper.IndexKeeper` commits a long update in steps with them.
         """
         with self._using(), self._update_lock, self._writers.hold(cancel):
             # Read under the writers' lock: after a wait for another process's run, what that run left.
@@ -386,25 +398,17 @@ class Index:
                 opened = self._opened
                 if opened:
                     open_store()
-                summary = update_index(
-                    self.store,
-                    self.embedder.background() if self._yield and only is None else self.embedder,
-                    self.manifest_path,
-                    self.name,
-                    folders,
-                    self.settings,
-                    rebuild,
+                embedder = self.embedder.background() if self._yield and only is None else self.embedder
+                events = RunEvents(
                     told,
                     on_upsert=self._snapshot.written,
                     on_commit=lambda ids: self._commit(ids, roots),
                     open_store=None if opened else open_store,  # a run with nothing to do need not open it
-                    selection=self._selection(),
-                    parse_limits=(self.config["index.parse_timeout"], self.config["index.max_parse_mb"] or None),
                     cancel=cancel,
-                    only=only,
                     pause=pause,
-                    batch_chunks=batch_chunks,
-                    thorough=verified is not None,
+                )
+                summary = self._indexer(embedder, batch_chunks).run(
+                    folders, events, rebuild=rebuild, only=only, thorough=verified is not None
                 )
                 summary.waited_s = round(self._writers.waited, 3)
                 if verified is not None:
@@ -462,9 +466,8 @@ class Index:
             self._begin_run()
             try:
                 self._open(create=True)
-                summary = remove_folders(
-                    self.store, self.manifest_path, folders, on_commit=lambda ids: self._commit(ids, removed)
-                )
+                events = RunEvents(on_commit=lambda ids: self._commit(ids, removed))
+                summary = self._indexer(self.embedder).remove(folders, events)
                 summary.waited_s = round(self._writers.waited, 3)
                 return summary
             finally:

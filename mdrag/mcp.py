@@ -86,9 +86,10 @@ from mdrag.protocol import MAX_QUESTION_CHARS
 if TYPE_CHECKING:
     from mdrag.config import Config
     from mdrag.index import Index
-    from mdrag.indexer import IndexProgress, IndexSummary
     from mdrag.keeper import IndexKeeper
     from mdrag.knowledge import Docset
+    from mdrag.progress import IndexProgress
+    from mdrag.summary import IndexSummary
     from mdrag.types import SearchResult
 
 __all__ = [

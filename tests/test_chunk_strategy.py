@@ -111,7 +111,7 @@ def test_an_index_chunked_by_the_release_before_is_chunked_again(
     tmp_path: Path, shared_data: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Intro headings and overlaps changed what a file's chunks are: old rows are replaced, not mixed in."""
-    from mdrag import chunking, indexer
+    from mdrag import chunking, plan
 
     root = tmp_path / "docs"
     root.mkdir()
@@ -121,7 +121,7 @@ def test_an_index_chunked_by_the_release_before_is_chunked_again(
     with monkeypatch.context() as old:
         old.setattr(chunking, "_heading_path", lambda doc, section: list(section.heading_path))
         old.setattr(chunking, "_trim_overlaps", lambda pieces, texts: pieces)
-        old.setattr(indexer, "CHUNK_FORMAT", indexer.CHUNK_FORMAT - 1)
+        old.setattr(plan, "CHUNK_FORMAT", plan.CHUNK_FORMAT - 1)
         idx = _index(HashEmbedder(max_tokens=256))
         idx.update([root])
         assert [] in _headings(idx), "the old chunking: the intros have no heading"
