@@ -16,7 +16,7 @@ Stage = Literal["reading", "loading the model", "embedding", "saving"]
 
 @dataclass(frozen=True)
 class IndexProgress:
-    """How far a run is: what :func:`update_index` tells its ``progress`` callback.
+    """How far a run is: what :meth:`mdrag.indexer.Indexer.run` tells ``RunEvents.progress``.
 
     A file is read (parsed and chunked: its chunks are known) before it is done (its chunks written to
     the store, or the file skipped). ``chunks_known`` grows as files are read; ``chunks_done`` counts
