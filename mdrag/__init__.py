@@ -24,13 +24,12 @@ from mdrag.errors import (
     UnsupportedFormatError,
 )
 from mdrag.types import Chunk, Document, SearchResult, Section
+from mdrag.version import __version__
 
 if TYPE_CHECKING:
     from mdrag.config import Config, load_config
     from mdrag.index import Index, open_index
     from mdrag.qa import Answer
-
-__version__ = "0.1.0"
 
 __all__ = [
     "Answer",

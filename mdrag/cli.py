@@ -26,7 +26,7 @@ from mdrag.redact import redact_url
 
 if TYPE_CHECKING:
     from mdrag.config import Config
-    from mdrag.indexer import IndexProgress
+    from mdrag.progress import IndexProgress
 
 __all__ = ["main", "run_ask"]
 
@@ -259,7 +259,7 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
 
 class _IndexBar:
     """The progress bar of an indexing run on stderr (tqdm), drawn from the run's
-    :class:`~mdrag.indexer.IndexProgress`: chunks written out of the chunks the run
+    :class:`~mdrag.progress.IndexProgress`: chunks written out of the chunks the run
     will write, with the files read and the stage it is in.
 
     The total is known once every file is read; until then it is estimated from the

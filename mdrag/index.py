@@ -2,12 +2,8 @@
 
 from __future__ import annotations
 
-import errno
-import json
 import logging
-import os
 import threading
-import time
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -15,28 +11,29 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import filelock
-
 from mdrag.chunking import ChunkSettings
 from mdrag.config import Config, load_config
 from mdrag.embedding import Embedder, make_embedder
 from mdrag.errors import (
     IndexBuildingError,
-    IndexingCancelledError,
     MdragError,
     ModelMismatchError,
     StoreDamagedError,
-    StoreUnavailableError,
 )
-from mdrag.indexer import IndexProgress, IndexSummary, remove_folders, update_index
-from mdrag.manifest import Manifest, write_atomic
+from mdrag.indexer import Indexer, IndexOptions, RunEvents
+from mdrag.manifest import Manifest
 from mdrag.plan import mismatched
+from mdrag.progress import IndexProgress
 from mdrag.relevance import TermStats
 from mdrag.scan import ScanOptions
 from mdrag.search import SearchOptions, search
-from mdrag.snapshot import Snapshot, State
+from mdrag.snapshot import Snapshot
 from mdrag.store import make_store, resolve_backend
+from mdrag.summary import IndexSummary
 from mdrag.types import SearchResult
+from mdrag.verify import VerifyRecord
+from mdrag.visibility import Visibility
+from mdrag.writers import Writers
 
 if TYPE_CHECKING:
     from mdrag.qa import Answer
@@ -46,107 +43,8 @@ __all__ = ["Index", "make_embedder", "open_index"]
 
 log = logging.getLogger(__name__)
 
-# How long a commit waits for the searches that still read the state it replaces
-# before it deletes the replaced chunks anyway (and says so in the log).
-_READERS_GRACE_S = 60.0
-
 # term_stats() counts at most about this many chunks' words; a larger index is sampled.
 _STATS_ROWS = 40000
-
-#: The manifest as searches read it (see Index._manifest_state): its file's stamp, whether a first build
-#: has committed nothing yet, and the committed state.
-_ManifestState = tuple[tuple[int, int, int] | None, bool, State]
-
-# While a run waits for another process's run on the index, how often it checks whether it was cancelled.
-_WAIT_POLL_S = 0.2
-
-
-class _Writers:
-    """One update or removal of an index at a time, across processes: the index's writers' lock.
-
-    A file lock (:mod:`filelock`) beside the manifest, ``<index>.lock``, taken before
-    the manifest is read: a run that waited for another process's run reads what
-    that run left, so it finds its work done instead of doing it again. The holder
-    writes its process id to ``<index>.pid``, for the message of a run that waits.
-    Reentrant within one :class:`Index` (the CLI holds it around a run and the
-    closing of the store; the run takes it again).
-    """
-
-    def __init__(self, manifest_path: Path, index: str) -> None:
-        self.index = index  # named in the messages
-        self.path = manifest_path.with_suffix(".lock")
-        self._pid_path = manifest_path.with_suffix(".pid")  # who holds the lock (may lag behind it for an instant)
-        self._lock = filelock.FileLock(str(self.path), thread_local=False)  # held by an Index, not a thread
-        self.waited = 0.0  # seconds the holding now in force waited for another process's run
-
-    @contextmanager
-    def hold(self, cancel: threading.Event | None = None) -> Iterator[None]:
-        """Hold the lock for the block; waiting for another process's run says so, until ``cancel`` is set."""
-        if self._lock.is_locked:  # held by this Index already: taken again
-            self._lock.acquire()
-        else:
-            self._acquire(cancel)
-        try:
-            yield
-        finally:
-            self._lock.release()
-
-    def _acquire(self, cancel: threading.Event | None) -> None:
-        t0 = time.monotonic()
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            try:
-                self._lock.acquire(timeout=0)
-                self.waited = 0.0
-            except filelock.Timeout:
-                self._wait(cancel)
-                self.waited = time.monotonic() - t0
-                log.info("the other run on index %r finished after %.1f s", self.index, self.waited)
-            try:
-                self._pid_path.write_text(f"{os.getpid()}\n")
-            except OSError:
-                self._lock.release()
-                raise
-        except OSError as e:
-            raise self._error(e) from e
-
-    def _wait(self, cancel: threading.Event | None) -> None:
-        """Take the lock once another process's run lets it go, saying so first; IndexingCancelledError
-        once ``cancel`` is set."""
-        log.warning(
-            "waiting for another mdrag run on index %r (pid %s) to finish; this run then does what it left",
-            self.index,
-            self._holder(),
-        )
-        while True:
-            if cancel is not None and cancel.is_set():
-                raise IndexingCancelledError(
-                    f"cancelled while waiting for another mdrag run on index {self.index!r}; nothing was written"
-                )
-            try:
-                self._lock.acquire(timeout=_WAIT_POLL_S)
-                return
-            except filelock.Timeout:
-                continue
-
-    def _holder(self) -> str:
-        """The process id of the run holding the lock, as it wrote it ("unknown" if unreadable)."""
-        try:
-            return self._pid_path.read_text().strip() or "unknown"
-        except OSError:
-            return "unknown"
-
-    def _error(self, e: OSError) -> MdragError:
-        """Why the lock cannot be taken, and what to do."""
-        if e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
-            return StoreUnavailableError(
-                f"The index's cache folder {self.path.parent} is read-only: mdrag can search the index but not "
-                "update it. Index where mdrag can write (MDRAG_HOME)."
-            )
-        return MdragError(
-            f"cannot take the writers' lock {self.path} of index {self.index!r}: {e.strerror or e}. "
-            "Check that disk and run the command again."
-        )
 
 
 class Index:
@@ -159,12 +57,12 @@ class Index:
 
     One Index may be used from several threads: searches run side by side and
     with one update (updates and removals run one at a time, across processes
-    too: see :class:`_Writers`); the store is
+    too: see :class:`mdrag.writers.Writers`); the store is
     opened once, by whichever call needs it first; ``close()`` waits for the
     calls in progress. A search reads the state committed when it began; the
     chunks a commit replaces are deleted once the searches still reading the
     state before it have finished, or, should one take longer than
-    ``_READERS_GRACE_S``, after that, with a warning (that search may then miss
+    ``mdrag.visibility._READERS_GRACE_S``, after that, with a warning (that search may then miss
     some results; nothing else is affected).
     """
 
@@ -198,14 +96,14 @@ class Index:
         self._exists = False  # the collection exists
         self._missing: tuple[int, int] | tuple[()] | None = None  # see _missing_rows; None: not checked yet
         self._update_lock = threading.Lock()  # one update() or remove() at a time
-        self._writers = _Writers(self.manifest_path, self.name)  # the same, across processes
+        self._writers = Writers(self.manifest_path, self.name)  # the same, across processes
         self._cond = threading.Condition()  # guards the two fields below
         self._busy = 0  # calls using the store now (search, status, update, remove): close() waits for them
         self._stats: tuple[int, TermStats] | None = None  # term_stats() and the snapshot generation it counted
         # What searches see: a running update is invisible until it commits, then visible all at once.
         self._snapshot = Snapshot()
-        self._progress: tuple[int, int | None] | None = None  # (files done, to do) of this process's update
-        self._seen_manifest: _ManifestState | None = None  # see _manifest_state
+        self._view = Visibility(self.manifest_path, self.name, self._snapshot)  # that snapshot, with the manifest
+        self._verify = VerifyRecord(self.manifest_path)  # what the last `status --verify` found damaged
         self._search_options: tuple[Config, SearchOptions] | None = None  # see search_options
         self._yield = False  # updates give way to searches (see yield_to_searches)
 
@@ -291,8 +189,10 @@ class Index:
             "deleted or damaged)"
         )
 
-    def _forget_missing(self) -> None:
-        """A run may have repaired (or found) missing rows: check again at the next search."""
+    def _end_run(self) -> None:
+        """What a failed run wrote stays invisible (the next run deletes it); searches follow the store again.
+        A run may have repaired (or found) missing rows: they are checked again at the next search."""
+        self._view.end_run()
         with self._open_lock:
             self._missing = None
 
@@ -328,6 +228,16 @@ class Index:
             max_file_bytes=int(mb * 2**20) if mb else None,
         )
 
+    def _indexer(self, embedder: Embedder, batch_chunks: int | None = None) -> Indexer:
+        """The indexer of this index's store under its settings, embedding with ``embedder``."""
+        options = IndexOptions(
+            self.settings,
+            self._selection(),
+            (self.config["index.parse_timeout"], self.config["index.max_parse_mb"] or None),
+            batch_chunks,
+        )
+        return Indexer(self.store, embedder, self.manifest_path, self.name, options)
+
     def update(
         self,
         folders: Sequence[str | Path] | None = None,
@@ -350,8 +260,8 @@ class Index:
         waited for (with a warning in the log): this one then finds that run's
         work done, and its summary's ``waited_s`` says how long it waited.
         ``only``, ``pause`` and ``batch_chunks`` keep a run short (see
-        :func:`mdrag.indexer.update_index`): :class:`mdrag.keeper.IndexKeeper`
-        commits a long update in steps with them.
+        :class:`mdrag.indexer.RunEvents` and :class:`~mdrag.indexer.IndexOptions`):
+        :class:`mdrag.keeper.IndexKeeper` commits a long update in steps with them.
         """
         with self._using(), self._update_lock, self._writers.hold(cancel):
             # Read under the writers' lock: after a wait for another process's run, what that run left.
@@ -363,7 +273,7 @@ class Index:
             old = Manifest.load(self.manifest_path)
             set_aside = rebuild or old is None or old.dirty
             # What the last `status --verify` found: this run checks every row and repairs it.
-            verified = self._verify_found()
+            verified = self._verify.found()
 
             if rebuild and verified is not None:  # what `status --verify` found damaged is not built upon
                 with self._open_lock:
@@ -377,71 +287,33 @@ class Index:
             roots = frozenset(str(Path(f).expanduser().resolve()) for f in folders)
 
             def told(p: IndexProgress) -> None:
-                self._progress = (p.files_done, p.files_total)
+                self._view.progress = (p.files_done, p.files_total)
                 if progress is not None:
                     progress(p)
 
-            self._begin_run()
+            self._view.begin_run()
             try:
                 opened = self._opened
                 if opened:
                     open_store()
-                summary = update_index(
-                    self.store,
-                    self.embedder.background() if self._yield and only is None else self.embedder,
-                    self.manifest_path,
-                    self.name,
-                    folders,
-                    self.settings,
-                    rebuild,
+                embedder = self.embedder.background() if self._yield and only is None else self.embedder
+                events = RunEvents(
                     told,
                     on_upsert=self._snapshot.written,
-                    on_commit=lambda ids: self._commit(ids, roots),
+                    on_commit=lambda ids: self._view.commit(ids, roots),
                     open_store=None if opened else open_store,  # a run with nothing to do need not open it
-                    selection=self._selection(),
-                    parse_limits=(self.config["index.parse_timeout"], self.config["index.max_parse_mb"] or None),
                     cancel=cancel,
-                    only=only,
                     pause=pause,
-                    batch_chunks=batch_chunks,
-                    thorough=verified is not None,
+                )
+                summary = self._indexer(embedder, batch_chunks).run(
+                    folders, events, rebuild=rebuild, only=only, thorough=verified is not None
                 )
                 summary.waited_s = round(self._writers.waited, 3)
                 if verified is not None:
-                    self._verify_repaired(verified)
+                    self._verify.repaired(verified)
                 return summary
             finally:
                 self._end_run()
-
-    @property
-    def _verify_path(self) -> Path:
-        """What the last `status --verify` found damaged, until an `mdrag index` has repaired it."""
-        return self.manifest_path.with_suffix(".damaged")
-
-    def _verify_found(self) -> str | None:
-        try:
-            return self._verify_path.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            return None
-        except (OSError, ValueError) as e:
-            log.warning("cannot read %s (%s): repairing as if it said the store is damaged", self._verify_path, e)
-            return ""
-
-    def _verify_repaired(self, found: str) -> None:
-        """A run repaired what `status --verify` found (``found``): forget it, unless a newer one wrote it."""
-        if self._verify_found() == found:
-            self._verify_path.unlink(missing_ok=True)
-
-    def _record_verify(self, damage: list[str]) -> None:
-        """`status --verify` found ``damage``: the next `mdrag index` checks every row and repairs it."""
-        try:
-            write_atomic(self._verify_path, json.dumps({"damaged": damage, "at": time.time()}))
-        except OSError as e:
-            log.warning(
-                "cannot record in %s what `status --verify` found (%s): run `mdrag index --rebuild` to repair it",
-                self._verify_path,
-                e,
-            )
 
     def yield_to_searches(self) -> None:
         """From now on this index's updates give way to its searches: they embed with the embedder's
@@ -459,12 +331,11 @@ class Index:
         """
         removed = frozenset(str(Path(f).expanduser().resolve()) for f in folders) | frozenset(map(str, folders))
         with self._using(), self._update_lock, self._writers.hold():
-            self._begin_run()
+            self._view.begin_run()
             try:
                 self._open(create=True)
-                summary = remove_folders(
-                    self.store, self.manifest_path, folders, on_commit=lambda ids: self._commit(ids, removed)
-                )
+                events = RunEvents(on_commit=lambda ids: self._view.commit(ids, removed))
+                summary = self._indexer(self.embedder).remove(folders, events)
                 summary.waited_s = round(self._writers.waited, 3)
                 return summary
             finally:
@@ -482,81 +353,10 @@ class Index:
         with self._writers.hold():
             yield
 
-    def _commit(self, ids: set[str], roots: frozenset[str]) -> None:
-        """A run's new state becomes what searches see: ``ids`` are visible, chunks under ``roots`` filtered.
-
-        The replaced chunks are deleted when this returns: the searches that still
-        read the old state may finish first (for up to ``_READERS_GRACE_S``).
-        """
-        still = self._snapshot.commit(ids, roots, _READERS_GRACE_S)
-        if still:
-            log.warning(
-                "index %r: %d searches still read the state before this update after %g s; deleting the "
-                "chunks it replaced now, so those searches may miss some results",
-                self.name,
-                still,
-                _READERS_GRACE_S,
-            )
-
-    def _committed(self) -> State:
-        """The last committed state as the manifest records it (none yet: no chunk is visible)."""
-        m = Manifest.load(self.manifest_path)
-        return m.visible() if m is not None else (frozenset(), None)
-
-    def _begin_run(self) -> None:
-        """This process's update or removal starts: searches see the last commit until it commits."""
-        self._progress = (0, None)
-        self._snapshot.begin(self._committed())
-
-    def _end_run(self) -> None:
-        """What a failed run wrote stays invisible (the next run deletes it); searches follow the store again."""
-        self._progress = None
-        self._snapshot.end()
-        self._forget_missing()
-
-    def _follow_committed(self, manifest: _ManifestState) -> None:
-        """Outside this process's runs, searches see the last commit of any process: all a transactional
-        store shows, or, for a store without transactions, the ids ``manifest`` records as committed."""
-        if self.store.transactional:
-            self._snapshot.follow("store", lambda: None)
-            return
-        stamp, _, committed = manifest
-        self._snapshot.follow(("manifest", stamp), lambda: committed)
-
-    def _manifest_state(self) -> _ManifestState:
-        """The manifest file's (inode, mtime, size) (None: there is none), whether it records a first build
-        that has not committed, and its committed state; the file is parsed again only when its stamp changes."""
-        try:
-            st = self.manifest_path.stat()
-        except OSError:
-            return None, False, (frozenset(), None)
-        stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
-        seen = self._seen_manifest
-        if seen is None or seen[0] != stamp:
-            m = Manifest.load(self.manifest_path)
-            committed = m.visible() if m is not None else (frozenset(), None)
-            seen = self._seen_manifest = (stamp, m is not None and m.building, committed)
-        return seen
-
     def building(self) -> IndexBuildingError | None:
         """How far the index's first build is (this process's or another's), as the error a search of it
         gets; None once the index holds a committed state (or no build has started). Reads the manifest only."""
-        stamp, building, _ = self._manifest_state()
-        return self._building() if building or (stamp is None and self._progress is not None) else None
-
-    def _building(self) -> IndexBuildingError:
-        """The error a search of an index with nothing committed yet gets: how far its first build is."""
-        progress = self._progress
-        running_here = progress is not None
-        if progress is None:
-            m = Manifest.load(self.manifest_path)
-            progress = (m.progress[0], m.progress[1]) if m is not None and m.progress else (0, None)
-        done, total = progress
-        where = f"{done} of {total} files done" if total is not None else "scanning its folders"
-        msg = f"index {self.name!r} is being built ({where}): search again when it is done"
-        if not running_here:
-            msg += " (if no `mdrag index` or `mdrag serve` is running, its first build was stopped: run `mdrag index`)"
-        return IndexBuildingError(msg, done, total)
+        return self._view.building()
 
     def search(
         self,
@@ -597,10 +397,10 @@ class Index:
                 vector = pending_vector.result()
         else:
             exists = self._open(create=False)
-        manifest = self._manifest_state()
+        manifest = self._view.manifest_state()
         building = manifest[1]
-        if building or (not exists and self._progress is not None):
-            raise self._building()  # nothing committed yet: not "does not exist", nor "lost its data"
+        if building or (not exists and self._view.progress is not None):
+            raise self._view.building_error()  # nothing committed yet: not "does not exist", nor "lost its data"
         missing = self._missing_rows(exists)
         if missing is None and not exists:
             raise MdragError(f"index {self.name!r} does not exist in {self.store.uri}: run `mdrag index DIR` first")
@@ -609,13 +409,13 @@ class Index:
             if not missing[0]:
                 raise StoreDamagedError(msg[0].upper() + msg[1:] + ".")
             log.warning("%s; until then results are incomplete", msg)
-        self._follow_committed(manifest)
+        self._view.follow_committed(manifest, self.store.transactional)
         with self._snapshot.reading() as visible:
             if visible.ids is not None and not visible.ids and visible.roots is None:
-                raise self._building()
+                raise self._view.building_error()
             results = search(self.store, self.embedder, query, options, filters, visible, vector)
-        if not results and self._progress is None and building:
-            raise self._building()  # a transactional store being built by another process shows nothing yet
+        if not results and self._view.progress is None and building:
+            raise self._view.building_error()  # a transactional store being built by another process shows nothing yet
         return results
 
     def warm_up(self) -> None:
@@ -671,13 +471,13 @@ class Index:
                     found = self.store.check(thorough=verify) if exists else []
                 except StoreDamagedError as e:
                     if verify:  # SQLite's own check found pages it cannot read: `mdrag index --rebuild` sets it aside
-                        self._record_verify([str(e)])
+                        self._verify.record([str(e)])
                     raise
                 if verify and exists and m is not None and m.roots and not m.dirty and m.verified and not missing:
                     found += self._unlike_manifest(m)
                 damage = ([self._loss(missing, exists)] if missing else []) + found
                 if verify and found:
-                    self._record_verify(found)
+                    self._verify.record(found)
         recorded = mismatch.built if mismatch is not None and mismatch.built else self.embedder.identity
         return {
             "index": self.name,
@@ -692,7 +492,7 @@ class Index:
             "chunks": chunks,
             "last_indexed": m.last_indexed if m else None,
             "interrupted": bool(m and (m.dirty or not m.verified)),
-            "building": bool(m and m.building) or (self._progress is not None and m is None),
+            "building": bool(m and m.building) or (self._view.progress is not None and m is None),
             "damaged": "; ".join(damage) or None,
             "chunking": m.chunking if m else self.settings.as_dict(),
             "manifest": str(self.manifest_path),
@@ -728,7 +528,7 @@ class Index:
         """Answer ``question`` from the index under the answer policy of :mod:`mdrag.qa`: the LLM's
         answer, the passages when no LLM is set, or "no relevant information" (``refused``);
         ``on_text`` is called with each piece of text as it arrives."""
-        from mdrag.qa import ask
+        from mdrag.qa import ask  # not at the top: mdrag.qa loads the OpenAI SDK, which only a question needs
 
         return ask(self, question, on_text)
 

@@ -38,7 +38,8 @@ from typing import Any
 
 from mdrag.errors import IndexingCancelledError, MdragError
 from mdrag.index import Index
-from mdrag.indexer import IndexProgress, IndexSummary
+from mdrag.progress import IndexProgress
+from mdrag.summary import IndexSummary
 
 __all__ = ["IndexKeeper", "KeeperState", "Updater"]
 

@@ -2,21 +2,42 @@
 
 Pure functions: :func:`to_hash` names the files whose content hash decides
 (their mtime or size changed), :func:`plan_update` turns the manifest's files,
-the scan and those hashes into a :class:`Plan` (what to parse, what to keep,
+the scan and those hashes into a :class:`UpdatePlan` (what to parse, what to keep,
 what to delete), and :func:`mismatched` names, after a crash, the files whose
-chunks in the store are not those the manifest lists. :mod:`mdrag.indexer`
-reads the files and the store and applies the plan.
+chunks in the store are not those the manifest lists. :func:`rebuild_reason`
+says when every file must be chunked again, and :func:`recall_skips` which
+files a parse failed on, unchanged since, are not parsed again.
+:mod:`mdrag.indexer` reads the files and the store and applies the plan.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from mdrag.manifest import FileState, Manifest, diff
+from mdrag.chunking import ChunkSettings
+from mdrag.embedding.base import Embedder
+from mdrag.errors import MdragError
+from mdrag.manifest import FileState, Manifest, SkippedFile, diff
 from mdrag.scan import ScanResult
+from mdrag.store.base import Store
+from mdrag.version import __version__
 
-__all__ = ["Plan", "mismatched", "nothing_to_do", "plan_update", "to_hash"]
+__all__ = [
+    "CHUNK_FORMAT",
+    "UpdatePlan",
+    "chunking_of",
+    "kept_files",
+    "mismatched",
+    "nothing_to_do",
+    "plan_update",
+    "rebuild_reason",
+    "recall_skips",
+    "refuse_rebuild_with_folders_missing",
+    "skip_key",
+    "to_hash",
+]
 
 
 @dataclass
@@ -46,7 +67,7 @@ def _sort(files: Mapping[str, FileState], roots: Sequence[str], found: ScanResul
 
 
 @dataclass
-class Plan:
+class UpdatePlan:
     """What a run does with the files of the folders it lists."""
 
     # Files to parse, chunk and write, in order, each with None, or with the reason it is skipped
@@ -70,14 +91,14 @@ def plan_update(
     roots: Sequence[str],
     found: ScanResult,
     hashes: Mapping[str, str | OSError],
-) -> Plan:
+) -> UpdatePlan:
     """The plan for the indexed ``files`` (the manifest's) under ``roots`` (the folders listed) given the scan.
 
     ``hashes`` maps each file of :func:`to_hash` to the sha256 of its bytes, or
     the OSError that reading it raised (the file is then skipped with that reason).
     """
     s = _sort(files, roots, found)
-    plan = Plan(unchanged=s.unchanged, delete=s.removed, kept=s.kept)
+    plan = UpdatePlan(unchanged=s.unchanged, delete=s.removed, kept=s.kept)
     plan.todo = [(p, None) for p in s.added + s.moved]
     plan.todo += [(p, reason) for p, (_, reason) in found.skipped.items()]
     for p in s.stat_changed:
@@ -115,3 +136,64 @@ def mismatched(files: Mapping[str, FileState], stored: Mapping[str, str]) -> lis
     for cid, path in stored.items():
         by_path.setdefault(path, set()).add(cid)
     return [p for p, s in files.items() if set(s.chunks) != by_path.get(p, set())]
+
+
+#: What parsing and chunking give for a file: raised when a release changes it (2: issue 14's chunk
+#: boundaries and line spans, PDF outline sections, DOCX notes and text boxes, HTML main content;
+#: 3: an HTML aside with no text does not split the section it interrupts; PDF running headers and footers left out;
+#: 4: text before the first heading is under the title, neighbours share at most a third of either, langchain line
+#: spans hold heading lines), so an index built by an older release is chunked again rather than mixing both.
+CHUNK_FORMAT = 4
+
+
+def chunking_of(store: Store, embedder: Embedder, settings: ChunkSettings) -> dict[str, object]:
+    """What decides the stored chunks: a change re-chunks (vectors are reused by content hash)."""
+    return {
+        **settings.as_dict(),
+        "max_tokens": embedder.max_tokens,
+        "bm25_stemming": store.prepare_text is not None,
+        "format": CHUNK_FORMAT,
+    }
+
+
+def rebuild_reason(old: Manifest, store: Store, embedder: Embedder, chunking: dict[str, object]) -> str | None:
+    """Why every file must be chunked again (the model, the store or the chunking changed), or None."""
+    if old.model != embedder.identity:
+        return f"embedding model changed from {old.model.get('model')} to {embedder.model_id}"
+    if old.store_uri != store.uri:
+        return "the store URI changed"
+    if old.chunking.get("format") != chunking["format"]:
+        return "this release of mdrag parses and chunks files differently"
+    if old.chunking != chunking:
+        return "chunk settings changed"
+    return None
+
+
+def refuse_rebuild_with_folders_missing(old: Manifest, found: ScanResult, why: str) -> None:
+    """A run that re-indexes everything cannot re-read a missing folder: it would lose that folder's chunks."""
+    gone = [r for r in old.roots if not found.complete(r) and any(f.root == r for f in old.files.values())]
+    if gone:
+        raise MdragError(
+            f"every file must be indexed again ({why}), but these folders of the index are missing, empty or "
+            f"unreadable: {', '.join(gone)}. Their chunks are kept: bring the folders back (mount the disk), or "
+            "take them out with `mdrag remove DIR`, then run `mdrag index` again."
+        )
+
+
+def skip_key(parse_limits: tuple[float, float | None] | None) -> str:
+    """What a parse failure depends on besides the file: mdrag's release and the parse limits."""
+    return json.dumps([__version__, list(parse_limits) if parse_limits else None])
+
+
+_SKIPPED_BEFORE = " (as at an earlier run, the file unchanged since: tried again when it changes, or with --rebuild)"
+
+
+def recall_skips(found: ScanResult, skips: dict[str, SkippedFile], key: str) -> None:
+    """Move the files a parse failed on, unchanged since (same mtime, size and ``key``), from
+    ``found.files`` to ``found.skipped``: they are reported as skipped without being parsed again (a
+    file that made the parser time out would cost its full time limit at every run and every save)."""
+    for path, s in skips.items():
+        now = found.files.get(path)
+        if now is not None and (now[0], now[2], now[3], s.key) == (s.root, s.mtime_ns, s.size, key):
+            del found.files[path]
+            found.skipped[path] = (s.root, s.reason + _SKIPPED_BEFORE)

@@ -1,14 +1,15 @@
 """Answering a question from an index: the answer policy, in one place for every front end.
 
-:func:`plan` searches the index, decides whether to answer at all and numbers
-the sources the answer is given (:func:`mdrag.answer.numbered_sources`). Its
-:class:`Plan` then streams the answer, from the configured LLM or extractively
-(:func:`mdrag.answer.answer_stream`): the answer's ``[n]`` is ``plan.sources[n - 1]``.
+:func:`plan` searches the index (any :class:`Retriever`: ``Index`` is one), decides whether
+to answer at all and numbers the sources the answer is given
+(:func:`mdrag.answer.numbered_sources`). Its :class:`AnswerPlan` then streams the answer,
+from the configured LLM or extractively (:func:`mdrag.answer.answer_stream`): the answer's
+``[n]`` is ``plan.sources[n - 1]``.
 
 Who decides that the documents do not answer ("no relevant information") is
 ``answer.judge``. With ``llm`` (the default) and an LLM configured, the LLM
 reads the passages: it is told to reply :data:`mdrag.answer.DECLINE` when they
-do not answer, and :meth:`Plan.stream` turns that reply into
+do not answer, and :meth:`AnswerPlan.stream` turns that reply into
 :data:`mdrag.answer.NO_RELEVANT` with no sources; only a question with no
 result at all is refused before it is asked. A question's words and scores
 cannot tell a missing fact on a page about the same subject ("How much does
@@ -17,7 +18,7 @@ price): only reading can. Otherwise (``scores``, or no LLM configured: the
 extractive answer reads nothing) :func:`mdrag.relevance.refuse` decides before
 any answer, with ``answer.min_score`` and ``answer.max_unknown``.
 
-The server runs :func:`plan` in a thread and forwards :meth:`Plan.stream`;
+The server runs :func:`plan` in a thread and forwards :meth:`AnswerPlan.stream`;
 :func:`ask` (``Index.ask()``) does both synchronously.
 """
 
@@ -29,19 +30,17 @@ import logging
 from collections.abc import AsyncGenerator, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from mdrag.answer import NO_RELEVANT, LLMSettings, Source, answer_stream, declined, numbered_sources
 from mdrag.config import Config
-from mdrag.relevance import refuse
+from mdrag.relevance import TermStats, refuse
 from mdrag.types import SearchResult
 
 if TYPE_CHECKING:
     import httpx2
 
-    from mdrag.index import Index
-
-__all__ = ["SETTINGS", "Answer", "Plan", "answer", "ask", "llm_settings", "plan"]
+__all__ = ["SETTINGS", "Answer", "AnswerPlan", "Retriever", "answer", "ask", "llm_settings", "plan"]
 
 logger = logging.getLogger(__name__)
 
@@ -71,8 +70,22 @@ def llm_settings(config: Config) -> LLMSettings:
     )
 
 
+class Retriever(Protocol):
+    """What answering a question reads from an index (:class:`mdrag.index.Index` is one)."""
+
+    config: Config  # its settings: answer.*, llm.* and api.* decide the answer
+
+    def search(self, query: str) -> list[SearchResult]:
+        """The results for ``query`` under the index's search settings, best first."""
+        ...
+
+    def term_stats(self) -> TermStats:
+        """The document frequencies of the index's words (:func:`mdrag.relevance.refuse` reads them)."""
+        ...
+
+
 @dataclass
-class Plan:
+class AnswerPlan:
     """How a question will be answered: decided before any answer text is produced, except that an
     LLM that finds no answer in its sources turns the plan into a refusal while it streams
     (:meth:`stream`): read ``refused`` and ``sources`` once the stream has ended."""
@@ -112,7 +125,7 @@ class Plan:
             yield "".join(held)
 
 
-def plan(index: Index, question: str, results: Sequence[SearchResult] | None = None) -> Plan:
+def plan(index: Retriever, question: str, results: Sequence[SearchResult] | None = None) -> AnswerPlan:
     """Plan the answer to ``question`` under ``index.config``; blocking (search, word counts):
     async code runs it in a thread.
 
@@ -128,7 +141,7 @@ def plan(index: Index, question: str, results: Sequence[SearchResult] | None = N
         not llm_judges
         and refuse(question, found, index.term_stats(), config["answer.min_score"], config["answer.max_unknown"])
     )
-    return Plan(question, found, refused, [] if refused else numbered_sources(found, llm), llm)
+    return AnswerPlan(question, found, refused, [] if refused else numbered_sources(found, llm), llm)
 
 
 @dataclass(frozen=True)
@@ -142,7 +155,7 @@ class Answer:
     results: list[SearchResult]  # what the search found, best first
 
 
-def ask(index: Index, question: str, on_text: Callable[[str], None] | None = None) -> Answer:
+def ask(index: Retriever, question: str, on_text: Callable[[str], None] | None = None) -> Answer:
     """Answer ``question`` from ``index``, synchronously; ``on_text`` is called with each piece of
     text as it arrives. Raises LLMError when the LLM fails (the message says what to change).
 
@@ -152,7 +165,7 @@ def ask(index: Index, question: str, on_text: Callable[[str], None] | None = Non
     return answer(plan(index, question), on_text)
 
 
-def answer(p: Plan, on_text: Callable[[str], None] | None = None) -> Answer:
+def answer(p: AnswerPlan, on_text: Callable[[str], None] | None = None) -> Answer:
     """The whole answer of a plan, synchronously (see :func:`ask`)."""
     pieces: list[str] = []
 

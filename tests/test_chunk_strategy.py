@@ -111,7 +111,7 @@ def test_an_index_chunked_by_the_release_before_is_chunked_again(
     tmp_path: Path, shared_data: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Intro headings and overlaps changed what a file's chunks are: old rows are replaced, not mixed in."""
-    from mdrag import indexer
+    from mdrag import plan
     from mdrag.chunking import build, headings
 
     root = tmp_path / "docs"
@@ -122,7 +122,7 @@ def test_an_index_chunked_by_the_release_before_is_chunked_again(
     with monkeypatch.context() as old:
         old.setattr(build, "_heading_path", lambda doc, section: list(section.heading_path))
         old.setattr(headings, "_trim_overlaps", lambda pieces, texts: pieces)
-        old.setattr(indexer, "CHUNK_FORMAT", indexer.CHUNK_FORMAT - 1)
+        old.setattr(plan, "CHUNK_FORMAT", plan.CHUNK_FORMAT - 1)
         idx = _index(HashEmbedder(max_tokens=256))
         idx.update([root])
         assert [] in _headings(idx), "the old chunking: the intros have no heading"

@@ -486,10 +486,10 @@ def test_lite_small_updates_get_the_bm25_scores_of_a_fresh_build(tmp_path: Path,
 def test_parse_ahead_keeps_order_raises_errors_and_stops_early() -> None:
     import threading
 
-    from mdrag.indexer import _ahead
+    from mdrag.background import ahead
 
     seen: list[int] = []
-    out = list(_ahead(list(range(200)), lambda i: (seen.append(i), i * i)[1], depth=4))
+    out = list(ahead(list(range(200)), lambda i: (seen.append(i), i * i)[1], depth=4))
     assert out == [(i, i * i) for i in range(200)]
 
     def boom(i: int) -> int:
@@ -499,12 +499,12 @@ def test_parse_ahead_keeps_order_raises_errors_and_stops_early() -> None:
 
     got = []
     with pytest.raises(ValueError, match="bad file 7"):
-        for item, _ in _ahead(list(range(20)), boom, depth=2):
+        for item, _ in ahead(list(range(20)), boom, depth=2):
             got.append(item)
     assert got == list(range(7))
 
     calls: list[int] = []
-    gen = _ahead(list(range(1000)), lambda i: calls.append(i) or i, depth=3)
+    gen = ahead(list(range(1000)), lambda i: calls.append(i) or i, depth=3)
     assert next(gen) == (0, 0)
     gen.close()  # the consumer stops: the thread stops too, without parsing the rest
     assert len(calls) < 10
@@ -550,7 +550,7 @@ def test_progress_is_told_as_files_are_read_and_as_each_embedding_batch_returns(
     """Progress moves through a run, not once per write round: every file read, every batch of the embedder
     (here 3 texts, in rounds of 512 chunks). The counts only grow and end at the run's totals; a file that
     is skipped is done too; a run that reuses every vector still ends at its totals."""
-    from mdrag.indexer import IndexProgress
+    from mdrag.progress import IndexProgress
 
     root = _corpus(tmp_path, n=40)
     (root / "broken.pdf").write_bytes(b"not a pdf")
@@ -587,7 +587,7 @@ def test_progress_is_told_as_files_are_read_and_as_each_embedding_batch_returns(
 
 def test_the_bar_estimates_the_chunks_to_write_from_the_files_read_until_all_are_read() -> None:
     from mdrag.cli import _chunks_in_all
-    from mdrag.indexer import IndexProgress
+    from mdrag.progress import IndexProgress
 
     assert _chunks_in_all(IndexProgress("reading", 0, 100, 0, 0, 0)) == (0, True)  # nothing to go by yet
     assert _chunks_in_all(IndexProgress("embedding", 0, 100, 20, 30, 150)) == (750, True)  # 7.5 chunks a file

@@ -29,7 +29,8 @@ from mdrag.knowledge.model import Docset
 
 if TYPE_CHECKING:
     from mdrag.index import Index
-    from mdrag.indexer import IndexProgress, IndexSummary
+    from mdrag.progress import IndexProgress
+    from mdrag.summary import IndexSummary
 
 __all__ = ["docset_folder", "docset_index", "index_name", "update_docset_index"]
 

@@ -75,9 +75,9 @@ from mdrag.mcp.schema import (
 if TYPE_CHECKING:
     from mdrag.config import Config
     from mdrag.index import Index
-    from mdrag.indexer import IndexSummary
     from mdrag.keeper import IndexKeeper
     from mdrag.knowledge import Docset
+    from mdrag.summary import IndexSummary
     from mdrag.types import SearchResult
 
 __all__ = ["KnowledgeTools", "Report", "build_server"]

@@ -12,7 +12,7 @@ call. Phases (:data:`PHASES`):
 - ``parse``: ``ParseWorker.parse`` (the indexer's parse thread, waiting on the parse child)
 - ``embed``: the embedder's ``embed_batch``
 - ``upsert``: the store's ``upsert`` (chunk batches)
-- ``commit``: the ``on_commit`` callback ``Index.update`` gives ``update_index``
+- ``commit``: the ``on_commit`` callback ``Index.update`` gives ``Indexer.run``
 - ``delete``: the store's ``delete_ids``
 - ``end_run``: the store's ``end_run`` (Milvus: flush, segment padding, BM25 rewrites; FAISS: the
   ``.faiss`` file and the SQLite commit)
@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import importlib
 import io
 import json
@@ -125,14 +126,14 @@ def main(argv: list[str] | None = None) -> int:
     for phase, method in BACKEND_PHASES[backend].items():
         setattr(Store, method, faulty(phase, getattr(Store, method)))
     mdrag.manifest.Manifest.save = faulty("save", mdrag.manifest.Manifest.save)  # type: ignore[method-assign]
-    real_update = mdrag.index.update_index
+    real_run = mdrag.indexer.Indexer.run
 
-    def update_index(*a: Any, **kw: Any) -> Any:
-        if kw.get("on_commit") is not None:
-            kw["on_commit"] = faulty("commit", kw["on_commit"])
-        return real_update(*a, **kw)
+    def run(self: mdrag.indexer.Indexer, folders: Any, events: Any = None, **kw: Any) -> Any:
+        if events is not None and events.on_commit is not None:
+            events = dataclasses.replace(events, on_commit=faulty("commit", events.on_commit))
+        return real_run(self, folders, events, **kw)
 
-    mdrag.index.update_index = update_index
+    mdrag.indexer.Indexer.run = run  # type: ignore[method-assign]
     if args.hold_close:
         real_close = mdrag.index.Index.close
 
