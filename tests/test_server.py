@@ -25,8 +25,9 @@ from mdrag.config import Config, load_config
 from mdrag.embedding.base import Embedder
 from mdrag.errors import ConfigError
 from mdrag.index import Index
+from mdrag.knobs import MESSAGE_CEILING_BYTES
 from mdrag.protocol import is_loopback
-from mdrag.server import MESSAGE_CEILING_BYTES, QAServer
+from mdrag.server import QAServer
 from tests.conftest import HashEmbedder
 from tests.fake_llm import LLM
 
