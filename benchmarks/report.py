@@ -224,11 +224,11 @@ def show_path(p: str | Path) -> str:
 
 
 def setting(key: str) -> Any:
-    """mdrag's default for a setting (mdrag.config.DEFAULTS: key -> (type, default)); None if unknown."""
+    """mdrag's default for a setting (mdrag.settings.DEFAULTS: key -> (type, default)); None if unknown."""
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
     try:
-        from mdrag.config import DEFAULTS
+        from mdrag.settings import DEFAULTS
     except Exception:
         return None
     entry = DEFAULTS.get(key)
@@ -776,7 +776,7 @@ def t_refusal(data: Data) -> list[Row]:
     if not th:
         return [Row(n, not_measured("threshold", data)) for n in names]
     if cut is None:
-        return [Row(n, "answer.min_score is not in mdrag.config.DEFAULTS") for n in names]
+        return [Row(n, "answer.min_score is not in mdrag.settings.DEFAULTS") for n in names]
     a, u = refusal(th, cut)
     base_cut = num(setting("search.threshold"))
     ba, bu = refusal(th, base_cut) if base_cut is not None else (None, None)

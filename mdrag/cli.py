@@ -13,6 +13,7 @@ import gc
 import json
 import logging
 import os
+import re
 import sys
 import threading
 import time
@@ -36,7 +37,6 @@ _EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: what a shell reports for a Unix tool w
 
 log = logging.getLogger("mdrag")
 
-_TOKEN_HELP = "the token of the server asked (setting server.token)"
 _SERVER_HELP = (
     "ask this `mdrag serve` (ws://HOST:PORT) instead of opening the local index; without it, the server on "
     "server.port is asked only while it owns the local index"
@@ -58,18 +58,51 @@ EXAMPLES = {
 }
 
 
-def _store_flag(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--store",
-        choices=["auto", "milvus", "faiss"],
-        help="where chunks and vectors live (default: auto, FAISS for a new index; setting: store.backend)",
-    )
+#: The flags that set a setting, by that setting, with their metavar: their type, choices, default and help
+#: come from the setting's declaration (mdrag/settings.py), and the value lands in ``args`` under its key.
+_SETTING_FLAGS: dict[str, tuple[str, str | None]] = {
+    "index": ("--index", "NAME"),
+    "milvus_uri": ("--milvus-uri", "URI"),
+    "store.backend": ("--store", None),
+    "chunk.size": ("--chunk-size", "N"),
+    "chunk.overlap": ("--chunk-overlap", "N"),
+    "search.k": ("-k", "N"),
+    "search.threshold": ("--threshold", "S"),
+    "search.mode": ("--mode", None),
+    "search.collapse": ("--collapse", None),
+    "server.host": ("--host", None),
+    "server.port": ("--port", None),
+    "server.reload_interval": ("--reload-interval", "S"),
+    "server.token": ("--token", None),
+    "server.allowed_origins": ("--allow-origin", "ORIGIN"),
+}
+
+
+def _setting_flag(p: argparse.ArgumentParser, key: str) -> None:
+    """Add the flag of setting ``key`` (:data:`_SETTING_FLAGS`), made from the setting's declaration."""
+    from mdrag.settings import FIELDS, choices, shown_default
+
+    flag, metavar = _SETTING_FLAGS[key]
+    field = FIELDS[key]
+    values = choices(key)
+    metavar = metavar or (None if values else flag.lstrip("-").upper())  # choices show themselves
+    options: dict[str, Any] = {"dest": key, "metavar": metavar, "choices": values}
+    text = re.sub(r'see "([^"]+)"( below)?', lambda m: f'see the README\'s "{m[1]}"', field.description or "")
+    if field.annotation is int:
+        options["type"] = int
+    elif field.annotation == int | float:
+        options["type"] = float
+    elif field.annotation == list[str]:
+        options["action"] = "append"
+        text += " (repeatable)"
+    text = f"{text} (default: {shown_default(key)}; setting: {key})"
+    p.add_argument(flag, help=text.replace("`", "").replace("%", "%%"), **options)
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--index", metavar="NAME", help="index name (default: 'default'; setting: index)")
-    p.add_argument("--milvus-uri", metavar="URI", help="Milvus Lite file or http://host:19530 (setting: milvus_uri)")
-    _store_flag(p)
+    _setting_flag(p, "index")
+    _setting_flag(p, "milvus_uri")
+    _setting_flag(p, "store.backend")
     p.add_argument("-v", "--verbose", action="count", default=0, help="more log output (-vv for debug)")
     p.add_argument("-q", "--quiet", action="store_true", help="only errors on stderr")
 
@@ -93,8 +126,8 @@ def _parser() -> argparse.ArgumentParser:
         "folders; for a new index, setting folders, ./markdown)",
     )
     p.add_argument("--rebuild", action="store_true", help="drop the index and build it again")
-    p.add_argument("--chunk-size", type=int, metavar="N", help="chunk size (default 1000; setting chunk.size)")
-    p.add_argument("--chunk-overlap", type=int, metavar="N", help="overlap (default 200; setting chunk.overlap)")
+    _setting_flag(p, "chunk.size")
+    _setting_flag(p, "chunk.overlap")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     _common(p)
 
@@ -105,8 +138,8 @@ def _parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("search", help="search the index", epilog=EXAMPLES["search"])
     p.add_argument("query", help="what to look for, in plain words")
-    p.add_argument("-k", type=int, metavar="N", help="number of results (default 10; setting search.k)")
-    p.add_argument("--threshold", type=float, metavar="S", help="minimum score 0..1 (setting search.threshold)")
+    _setting_flag(p, "search.k")
+    _setting_flag(p, "search.threshold")
     p.add_argument(
         "--path",
         metavar="PREFIX",
@@ -114,17 +147,11 @@ def _parser() -> argparse.ArgumentParser:
         "it) or absolute; end it with / for a folder (docs/api also matches docs/api-old)",
     )
     p.add_argument("--tag", action="append", metavar="TAG", help="only files with this frontmatter tag (repeatable)")
-    p.add_argument(
-        "--mode", dest="search_mode", choices=["dense", "bm25", "hybrid"], help="ranking (setting search.mode)"
-    )
-    p.add_argument(
-        "--collapse",
-        choices=["none", "section", "file"],
-        help="keep the best chunk of each section or file (setting search.collapse)",
-    )
+    _setting_flag(p, "search.mode")
+    _setting_flag(p, "search.collapse")
     p.add_argument("--json", action="store_true", help="print results as JSON")
     p.add_argument("--server", metavar="URL", help=_SERVER_HELP)
-    p.add_argument("--token", help=_TOKEN_HELP)
+    _setting_flag(p, "server.token")
     _common(p)
 
     p = sub.add_parser("status", help="show what the index holds", epilog=EXAMPLES["status"])
@@ -135,7 +162,7 @@ def _parser() -> argparse.ArgumentParser:
         help="check every row of the store against what its last run recorded, not only what is cheap to check",
     )
     p.add_argument("--server", metavar="URL", help=_SERVER_HELP)
-    p.add_argument("--token", help=_TOKEN_HELP)
+    _setting_flag(p, "server.token")
     _common(p)
 
     p = sub.add_parser("serve", help="run the WebSocket Q&A server", epilog=EXAMPLES["serve"])
@@ -146,21 +173,14 @@ def _parser() -> argparse.ArgumentParser:
         help="folders to add to the index; all of the index's folders are indexed and watched (default: "
         "the index's folders; for a new index, setting folders)",
     )
-    p.add_argument(
-        "--host",
-        help="address to bind (default 127.0.0.1: this machine only; 0.0.0.0 exposes your documents "
-        "to the network and needs --token)",
-    )
-    p.add_argument("--port", type=int, help="port (default 8765; 0 picks a free one)")
-    p.add_argument("--reload-interval", type=int, metavar="S", help="seconds between rescans (default 300)")
-    p.add_argument("--token", help="require this token from clients (setting server.token)")
-    p.add_argument("--allow-origin", action="append", metavar="ORIGIN", help="a browser origin to allow (repeatable)")
+    for key in ("server.host", "server.port", "server.reload_interval", "server.token", "server.allowed_origins"):
+        _setting_flag(p, key)
     _common(p)
 
     p = sub.add_parser("ask", help="ask the server a question", epilog=EXAMPLES["ask"])
     p.add_argument("question", nargs="?", help="the question; none: interactive prompt")
     p.add_argument("--server", metavar="URL", help="server address (default ws://localhost:PORT from server.port)")
-    p.add_argument("--token", help=_TOKEN_HELP)
+    _setting_flag(p, "server.token")
     _common(p)
 
     p = sub.add_parser("eval", help="measure retrieval quality on known questions", epilog=EXAMPLES["eval"])
@@ -178,7 +198,7 @@ def _parser() -> argparse.ArgumentParser:
     _common(p)
 
     p = sub.add_parser("mcp", help="run the MCP server for AI assistants (stdio)", epilog=EXAMPLES["mcp"])
-    _store_flag(p)
+    _setting_flag(p, "store.backend")
     p.add_argument("-v", "--verbose", action="count", default=0, help="more log output on stderr")
     p.add_argument("-q", "--quiet", action="store_true", help="only errors on stderr")
 
@@ -198,7 +218,7 @@ def _parser() -> argparse.ArgumentParser:
         kp.add_argument("--json", action="store_true", help="print the result as JSON")
         kp.add_argument("-v", "--verbose", action="count", default=0, help="more log output")
         kp.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
-        _store_flag(kp)
+        _setting_flag(kp, "store.backend")
     return parser
 
 
@@ -234,27 +254,8 @@ def _setup_logging(args: argparse.Namespace) -> None:
 
 
 def _overrides(args: argparse.Namespace) -> dict[str, Any]:
-    o: dict[str, Any] = {}
-    for attr, key in (
-        ("index", "index"),
-        ("milvus_uri", "milvus_uri"),
-        ("store", "store.backend"),
-        ("chunk_size", "chunk.size"),
-        ("chunk_overlap", "chunk.overlap"),
-        ("k", "search.k"),
-        ("threshold", "search.threshold"),
-        ("host", "server.host"),
-        ("port", "server.port"),
-        ("reload_interval", "server.reload_interval"),
-        ("token", "server.token"),
-        ("allow_origin", "server.allowed_origins"),
-        ("search_mode", "search.mode"),
-        ("collapse", "search.collapse"),
-    ):
-        v = getattr(args, attr, None)
-        if v is not None:
-            o[key] = v
-    return o
+    """The settings that the command line's flags set (:data:`_SETTING_FLAGS`)."""
+    return {key: v for key in _SETTING_FLAGS if (v := getattr(args, key, None)) is not None}
 
 
 class _IndexBar:
@@ -443,8 +444,8 @@ def _search_message(args: argparse.Namespace) -> dict[str, Any]:
     """The `search` message for the server: the query, and the options the command line sets (the
     server's settings apply to the others)."""
     msg: dict[str, Any] = {"type": "search", "query": args.query}
-    options = (("k", args.k), ("threshold", args.threshold), ("mode", args.search_mode), ("collapse", args.collapse))
-    msg.update((key, value) for key, value in options if value is not None)
+    options = {key: getattr(args, f"search.{key}") for key in ("k", "threshold", "mode", "collapse")}
+    msg.update((key, value) for key, value in options.items() if value is not None)
     filters = _filters(args)
     if filters:
         msg["filters"] = filters
@@ -785,12 +786,13 @@ def _cmd_eval(args: argparse.Namespace, index: Any) -> int:
 
 
 def _cmd_config(args: argparse.Namespace) -> int:
-    from mdrag.config import load_config, settings_table
+    from mdrag.config import load_config
     from mdrag.knowledge.config import keys_table
+    from mdrag.settings import settings_table
 
     if args.markdown:  # README's two generated tables, each between the comments that mark it there
         for what, source, table in (
-            ("settings table", "mdrag/config.py", settings_table()),
+            ("settings table", "mdrag/settings.py", settings_table()),
             (".knowledge/config.yaml keys", "mdrag/knowledge/config.py", keys_table()),
         ):
             print(f"<!-- {what}: made by `mdrag config --markdown` from {source}; edit it there -->")

@@ -35,13 +35,14 @@ from typing import Any, TypeVar
 from urllib.parse import parse_qs, urlsplit
 
 from mdrag import protocol, qa, web
-from mdrag.config import DEFAULTS, Config, load_config
+from mdrag.config import Config, load_config
 from mdrag.errors import ConfigError, LLMError, MdragError, ProtocolError
 from mdrag.index import Index
 from mdrag.keeper import IndexKeeper, KeeperState
 from mdrag.knobs import MESSAGE_CEILING_BYTES
 from mdrag.protocol import is_loopback
 from mdrag.search import build_filter
+from mdrag.settings import DEFAULTS
 from mdrag.types import SearchResult
 
 __all__ = ["LIVE_SETTINGS", "QAServer", "live_settings"]
@@ -51,7 +52,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 #: Settings a running server applies as soon as the config file changes. Any
-#: other setting of mdrag.config.DEFAULTS needs a restart: the server reports
+#: other setting of mdrag.settings.DEFAULTS needs a restart: the server reports
 #: the change and keeps the value it started with.
 LIVE_SETTINGS = frozenset(
     {

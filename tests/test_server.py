@@ -588,8 +588,8 @@ def test_config_changes_apply_live_or_are_reported_as_needing_a_restart(
 ) -> None:
     import yaml
 
-    from mdrag.config import DEFAULTS
     from mdrag.server import LIVE_SETTINGS
+    from mdrag.settings import DEFAULTS
 
     assert LIVE_SETTINGS <= DEFAULTS.keys()
     root = _docs(tmp_path, 1)

@@ -25,7 +25,7 @@ import httpx2
 import numpy as np
 import openai
 
-from mdrag.embedding.base import Embedder
+from mdrag.embedding.base import Embedder, EmbedderBackend
 from mdrag.errors import ConfigError, EmbeddingError
 from mdrag.httperrors import NO_KEY, auth_headers, server_message
 from mdrag.knobs import MAX_ERROR_BODY
@@ -332,3 +332,7 @@ def _describe_connection_error(exc: openai.APIConnectionError) -> str:
         cause, seen = cause.__cause__ or cause.__context__, seen + 1
     reason = exc.__cause__ or exc
     return f"connection error: {str(reason) or type(reason).__name__}"
+
+
+#: This embedder, as the ``mdrag.embedders`` entry point ``openai`` registers it (pyproject.toml).
+EMBEDDER = EmbedderBackend(name="openai", embedder=OpenAIEmbedder.from_config)
