@@ -38,7 +38,7 @@ from benchmarks.common import ROOT, seed_model_cache  # noqa: E402 - after the p
 OUT = ROOT / "benchmarks" / "out"
 OTEL = ROOT.parent / "shared" / "data" / "markdown_otel_docs"
 QUESTIONS = ROOT / "benchmarks" / "data" / "otel_citation_questions.txt"
-MAX_EXTRACTIVE = 5  # passages the extractive answer quoted before issue 14 (mdrag.answer.MAX_EXTRACTIVE)
+MAX_EXTRACTIVE = 5  # passages the extractive answer quoted before issue 14 (mdrag.knobs.MAX_EXTRACTIVE)
 
 # A numbered source as the answer and the prompt show it: "[n] path relative to the indexed folder".
 _CITED = re.compile(r"^\[(\d+)\] (.+)$", re.MULTILINE)

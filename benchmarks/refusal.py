@@ -146,8 +146,9 @@ def main() -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from mdrag.config import load_config
     from mdrag.index import Index
+    from mdrag.knobs import MIN_CHUNKS, NAMED_SURE, NAMED_TOP
     from mdrag.qa import answer, plan
-    from mdrag.relevance import MIN_CHUNKS, NAMED_SURE, NAMED_TOP, missing_names, refuse, unknown_share
+    from mdrag.relevance import missing_names, refuse, unknown_share
 
     qa = [json.loads(line) for line in qa_path.read_text().splitlines() if line.strip()]
     llm = {"llm.base_url": args.llm, "llm.model": args.llm_model, "answer.judge": "llm"} if args.llm else {}

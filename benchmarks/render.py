@@ -42,11 +42,11 @@ def show_path(p: str | Path) -> str:
 
 
 def setting(key: str) -> Any:
-    """mdrag's default for a setting (mdrag.config.DEFAULTS: key -> (type, default)); None if unknown."""
+    """mdrag's default for a setting (mdrag.settings.DEFAULTS: key -> (type, default)); None if unknown."""
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
     try:
-        from mdrag.config import DEFAULTS
+        from mdrag.settings import DEFAULTS
     except Exception:
         return None
     entry = DEFAULTS.get(key)

@@ -136,7 +136,7 @@ def t_refusal(data: Data) -> list[Row]:
     if not th:
         return [Row(n, not_measured("threshold", data)) for n in names]
     if cut is None:
-        return [Row(n, "answer.min_score is not in mdrag.config.DEFAULTS") for n in names]
+        return [Row(n, "answer.min_score is not in mdrag.settings.DEFAULTS") for n in names]
     a, u = refusal(th, cut)
     base_cut = num(setting("search.threshold"))
     ba, bu = refusal(th, base_cut) if base_cut is not None else (None, None)

@@ -53,14 +53,13 @@ from openai.types.chat import ChatCompletionChunk
 
 from mdrag.errors import LLMError
 from mdrag.httperrors import NO_KEY, auth_headers, one_line, server_message
+from mdrag.knobs import MAX_ERROR_BODY, MAX_EXTRACTIVE, MAX_SOURCE_CHARS
 from mdrag.redact import redact, redact_url
 from mdrag.types import SearchResult
 
 __all__ = [
     "DECLINE",
     "LLMSettings",
-    "MAX_EXTRACTIVE",
-    "MAX_SOURCE_CHARS",
     "NO_LLM_NOTE",
     "NO_RELEVANT",
     "SYSTEM_PROMPT",
@@ -82,9 +81,6 @@ NO_LLM_NOTE = (
     "to an OpenAI-compatible API (e.g. http://127.0.0.1:8000/v1)."
 )
 
-MAX_SOURCE_CHARS = 12_000  # characters of passages put in the prompt
-MAX_EXTRACTIVE = 5  # passages quoted by an extractive answer
-MAX_ERROR_BODY = 64 * 1024  # bytes of an error response we quote from
 _CUT_SHORT = "the answer is cut short"  # how the error of an answer that did not finish begins
 
 SYSTEM_PROMPT = (

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from mdrag.config import DEFAULTS
+from mdrag.settings import DEFAULTS
 
 __all__ = ["FUSIONS", "RRF_K", "fuse"]
 

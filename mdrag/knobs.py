@@ -16,6 +16,18 @@ MAX_QUESTION_CHARS = 4000  # longer questions (and filter values) are refused, n
 
 # --- search and answers ---
 
+# The word check of mdrag.relevance needs this many chunks: a smaller index's vocabulary says little
+# about what it covers (in the 15 chunks of examples/docs, "when" and "happen" are in none).
+MIN_CHUNKS = 200
+# The things a question names must be in one of this many first results, unless the best result's
+# cosine reaches NAMED_SURE: both picked on the OpenTelemetry and Hugo question sets
+# (benchmarks/refusal.py says what was tuned where).
+NAMED_TOP = 3
+NAMED_SURE = 0.65
+MAX_SOURCE_CHARS = 12_000  # characters of passages put in an answer's prompt, which must fit the chat model's context
+MAX_EXTRACTIVE = 5  # passages quoted by an extractive answer (no LLM)
+MAX_ERROR_BODY = 64 * 1024  # bytes of an LLM or embedding API's error response quoted from: its message, not a page
+
 # --- stores ---
 
 # --- MCP ---
@@ -37,3 +49,7 @@ MCP_PROGRESS_EVERY_S = 0.5  # how often a waiting `search` looks at the update's
 MCP_HINT_CACHE_SIZE = 256  # (index, keywords) -> ranked sections kept, so search_docs' next call has them at once
 
 # --- server ---
+
+# A message over server.max_message_bytes (at most 1 MiB) is answered with an error and the connection
+# stays open; the server must hold a message to answer it, so one over this ceiling closes it (1009).
+MESSAGE_CEILING_BYTES = 16 << 20

@@ -40,7 +40,7 @@ users who name things in lower case (the Hugo questions mostly): this check adds
 refusals, it never removes one.
 
 The share is a ratio of the question's own weights, so it means the same on
-any corpus of a few hundred chunks or more (:data:`MIN_CHUNKS`; a smaller
+any corpus of a few hundred chunks or more (:data:`mdrag.knobs.MIN_CHUNKS`; a smaller
 index lacks everyday words, and the word check is skipped). ``NAMED_TOP``
 and ``NAMED_SURE`` were picked on the OpenTelemetry and Hugo question sets
 (benchmarks/refusal.py, which measures them, the CNCF glossary and a held-out
@@ -61,11 +61,10 @@ from collections.abc import Callable, Iterable, Sequence
 from functools import lru_cache
 
 from mdrag.errors import MdragError
+from mdrag.knobs import MIN_CHUNKS, NAMED_SURE, NAMED_TOP
 from mdrag.types import SearchResult
 
 __all__ = [
-    "NAMED_SURE",
-    "NAMED_TOP",
     "TermStats",
     "holds_every_word",
     "missing_names",
@@ -76,12 +75,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-#: The word check needs this many chunks: a smaller index's vocabulary says little about what it
-#: covers (in the 15 chunks of examples/docs, "when" and "happen" are in none).
-MIN_CHUNKS = 200
-NAMED_TOP = 3  # the things a question names must be in one of this many first results...
-NAMED_SURE = 0.65  # ... unless the best result's cosine reaches this
 
 _WORD = re.compile(r"\w+", re.UNICODE)
 _TOKEN = re.compile(r"\w[\w.'-]*", re.UNICODE)  # a word as written, "X-Ray", "newrelic.ini", "Istio's" whole

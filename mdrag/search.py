@@ -8,10 +8,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from mdrag.config import DEFAULTS
 from mdrag.embedding.base import Embedder
 from mdrag.errors import ConfigError
 from mdrag.fusion import fuse
+from mdrag.settings import DEFAULTS
 from mdrag.store.base import Filter, Store
 from mdrag.types import SearchResult
 

@@ -35,22 +35,24 @@ from typing import Any, TypeVar
 from urllib.parse import parse_qs, urlsplit
 
 from mdrag import protocol, qa, web
-from mdrag.config import DEFAULTS, Config, load_config
+from mdrag.config import Config, load_config
 from mdrag.errors import ConfigError, LLMError, MdragError, ProtocolError
 from mdrag.index import Index
 from mdrag.keeper import IndexKeeper, KeeperState
+from mdrag.knobs import MESSAGE_CEILING_BYTES
 from mdrag.protocol import is_loopback
 from mdrag.search import build_filter
+from mdrag.settings import DEFAULTS
 from mdrag.types import SearchResult
 
-__all__ = ["LIVE_SETTINGS", "MESSAGE_CEILING_BYTES", "QAServer", "live_settings"]
+__all__ = ["LIVE_SETTINGS", "QAServer", "live_settings"]
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
 #: Settings a running server applies as soon as the config file changes. Any
-#: other setting of mdrag.config.DEFAULTS needs a restart: the server reports
+#: other setting of mdrag.settings.DEFAULTS needs a restart: the server reports
 #: the change and keeps the value it started with.
 LIVE_SETTINGS = frozenset(
     {
@@ -86,11 +88,6 @@ def live_settings(config: Config) -> frozenset[str]:
     if config["embedding.provider"] == "openai":
         live -= {k for k in ("api.base_url", "api.api_key") if not config["embedding." + k.split(".")[1]]}
     return frozenset(live)
-
-
-# A message over server.max_message_bytes (at most 1 MiB) is answered with an error and the connection
-# stays open; the server must hold a message to answer it, so one over this ceiling closes it (1009).
-MESSAGE_CEILING_BYTES = 16 << 20
 
 
 class QAServer:

@@ -216,7 +216,7 @@ def test_search_and_log_lines_cannot_drive_the_terminal(
     found, _ = capsys.readouterr()
     assert found.splitlines()[0] == " 1. " + found.splitlines()[0][4:9] + "  real.md\\n 2. 0.990  fake.md:3  [Newline]"
     assert len(found.splitlines()) == 2, found  # one result: its line and its snippet
-    from mdrag.cli import _TerminalSafe
+    from mdrag.cli.output import _TerminalSafe
 
     record = logging.LogRecord(
         "mdrag.scan", logging.WARNING, __file__, 1, "folder %s: skipped", ("a\x1b]0;X\x07b",), None

@@ -18,7 +18,7 @@ from websockets.datastructures import Headers
 from websockets.http11 import Request, Response
 
 from mdrag import protocol
-from mdrag.cli import run_ask
+from mdrag.cli.serving import run_ask
 from mdrag.client import DEFAULT_SERVER, Client, ServerUnavailableError, sanitize
 from mdrag.errors import MdragError
 from tests.conftest import free_port

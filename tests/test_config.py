@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from mdrag.config import DEFAULTS, ENV_VARS, Settings, load_config, settings_table
+from mdrag.config import load_config
 from mdrag.errors import ConfigError
+from mdrag.settings import DEFAULTS, ENV_VARS, Settings, settings_table
 
 
 def test_defaults(mdrag_home: Path) -> None:

@@ -2,24 +2,20 @@
 
 from __future__ import annotations
 
-import importlib
-import typing
-
 import pytest
 
-from mdrag.config import Settings, load_config
-from mdrag.embedding import EMBEDDERS, Embedder, embedder_name, make_embedder
+from mdrag.config import load_config
+from mdrag.embedding import EmbedderBackend, embedder_name, embedders, make_embedder
 from mdrag.errors import ConfigError
+from mdrag.settings import choices
 
 
 def test_every_backend_the_settings_can_name_is_registered() -> None:
-    backends = set(typing.get_args(Settings.model_fields["embedding__backend"].annotation)) - {"auto"}
-    providers = set(typing.get_args(Settings.model_fields["embedding__provider"].annotation)) - {"local"}
-    assert set(EMBEDDERS) == backends | providers
-    for name, target in EMBEDDERS.items():
-        module_name, _, class_name = target.partition(":")
-        cls = getattr(importlib.import_module(module_name), class_name)
-        assert issubclass(cls, Embedder) and callable(cls.from_config), name
+    backends = set(choices("embedding.backend") or []) - {"auto"}
+    providers = set(choices("embedding.provider") or []) - {"local"}
+    assert set(embedders()) == backends | providers
+    for name, declared in embedders().items():
+        assert isinstance(declared, EmbedderBackend) and callable(declared.embedder), name
 
 
 def test_explicit_settings_pick_their_embedder() -> None:

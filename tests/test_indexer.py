@@ -586,7 +586,7 @@ def test_progress_is_told_as_files_are_read_and_as_each_embedding_batch_returns(
 
 
 def test_the_bar_estimates_the_chunks_to_write_from_the_files_read_until_all_are_read() -> None:
-    from mdrag.cli import _chunks_in_all
+    from mdrag.cli.indexing import _chunks_in_all
     from mdrag.progress import IndexProgress
 
     assert _chunks_in_all(IndexProgress("reading", 0, 100, 0, 0, 0)) == (0, True)  # nothing to go by yet

@@ -23,7 +23,7 @@ from mdrag.knowledge import (
     WebSource,
     find_config,
     init_docset,
-    load_config,
+    load_knowledge_config,
     refresh,
     status,
     validate_git_url,
@@ -134,14 +134,14 @@ def test_no_config_anywhere_is_an_error_with_remediation(tmp_path: Path) -> None
 def test_yaml_syntax_error_names_the_line(project: Path) -> None:
     path = write_config(project, "docsets:\n  - id: a\n  version: 2\n")
     with pytest.raises(DocsetError, match=r"line 3, column 3: expected <block end>") as e:
-        load_config(path)
+        load_knowledge_config(path)
     assert str(path) in str(e.value)
 
 
 def test_unreadable_config_is_a_file_access_error(project: Path) -> None:
     (project / ".knowledge" / "config.yaml").mkdir(parents=True)  # a folder where the file should be
     with pytest.raises(DocsetError, match="file access error"):
-        load_config(project / ".knowledge" / "config.yaml")
+        load_knowledge_config(project / ".knowledge" / "config.yaml")
 
 
 def test_unknown_keys_are_ignored_with_a_warning(project: Path, caplog: pytest.LogCaptureFixture) -> None:
@@ -150,7 +150,7 @@ def test_unknown_keys_are_ignored_with_a_warning(project: Path, caplog: pytest.L
         "colour: blue\ndocsets:\n  - id: react\n    flavour: x\n    version: '18.2'\n    alias: [reactjs]\n"
         "    web_sources:\n      - {type: git_repo, url: 'https://example.org/r.git', branches: main}\n",
     )
-    cfg = load_config(path)
+    cfg = load_knowledge_config(path)
     assert [d.id for d in cfg.docsets] == ["react"] and cfg.docsets[0].aliases == ()
     warned = {r.getMessage() for r in caplog.records if r.levelname == "WARNING"}
     assert f"{path}: ignoring unknown key 'colour'" in warned
@@ -183,12 +183,14 @@ def test_keys_table_in_readme_is_the_generated_one() -> None:
 @pytest.mark.parametrize("text", ["", "docs_root: x\n", "- a\n"])
 def test_missing_docsets_section_is_an_error(project: Path, text: str) -> None:
     with pytest.raises(DocsetError, match="docsets"):
-        load_config(write_config(project, text))
+        load_knowledge_config(write_config(project, text))
 
 
 def test_list_and_mapping_forms(project: Path) -> None:
-    listed = load_config(write_config(project, "docsets:\n  - id: react\n    version: '18.2'\n  - name: vue\n"))
-    mapped = load_config(write_config(project, "docsets:\n  react:\n    version: '18.2'\n  vue:\n"))
+    listed = load_knowledge_config(
+        write_config(project, "docsets:\n  - id: react\n    version: '18.2'\n  - name: vue\n")
+    )
+    mapped = load_knowledge_config(write_config(project, "docsets:\n  react:\n    version: '18.2'\n  vue:\n"))
     assert listed.docsets == mapped.docsets
     assert [d.to_dict() for d in mapped.docsets][1] == {
         "id": "vue",
@@ -237,7 +239,7 @@ def test_docset_fields_and_description(project: Path) -> None:
 )
 def test_invalid_configs(project: Path, text: str, message: str) -> None:
     with pytest.raises(DocsetError, match=message):
-        load_config(write_config(project, text))
+        load_knowledge_config(write_config(project, text))
 
 
 # --------------------------------------------------------------------------- local paths
@@ -245,7 +247,7 @@ def test_invalid_configs(project: Path, text: str, message: str) -> None:
 
 def test_local_path_rules(project: Path, tmp_path: Path) -> None:
     k = (project / ".knowledge").as_posix()
-    cfg = load_config(
+    cfg = load_knowledge_config(
         write_config(
             project,
             f"""docsets:
@@ -291,13 +293,15 @@ def test_local_path_rules(project: Path, tmp_path: Path) -> None:
     ],
 )
 def test_relative_docs_root_resolves_from_the_knowledge_folder(project: Path, docs_root: str, expected: str) -> None:
-    cfg = load_config(write_config(project, f"docs_root: {docs_root}\ndocsets:\n  - id: react\n    version: '18.2'\n"))
+    cfg = load_knowledge_config(
+        write_config(project, f"docs_root: {docs_root}\ndocsets:\n  - id: react\n    version: '18.2'\n")
+    )
     assert cfg.docsets[0].local_path == f"{project.as_posix()}/{expected}/react-18.2/"
 
 
 def test_absolute_docs_root(project: Path, tmp_path: Path) -> None:
     text = f"docs_root: {tmp_path.as_posix()}/d\ndocsets:\n  react:\n"
-    cfg = load_config(write_config(project, text), allowed_outside=[tmp_path / "d"])
+    cfg = load_knowledge_config(write_config(project, text), allowed_outside=[tmp_path / "d"])
     assert cfg.docsets[0].local_path == f"{tmp_path.as_posix()}/d/react/"
 
 
@@ -403,13 +407,13 @@ def test_instructions_are_fast(kb: KnowledgeBase) -> None:
 def test_config_is_cached_until_the_file_changes(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = write_config(project, "docsets:\n  - id: react\n")
     loads: list[Path] = []
-    real = knowledge.load_config
+    real = knowledge.load_knowledge_config
 
     def counting(p: Path, allowed_outside: tuple[Path, ...] = ()) -> knowledge.KnowledgeConfig:
         loads.append(p)
         return real(p, allowed_outside)
 
-    monkeypatch.setattr(knowledge_base, "load_config", counting)
+    monkeypatch.setattr(knowledge_base, "load_knowledge_config", counting)
     kb = KnowledgeBase(start=project)
     for _ in range(5):
         assert [d["id"] for d in kb.list_docsets()] == ["react"]

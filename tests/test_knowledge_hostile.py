@@ -31,7 +31,7 @@ from mdrag.knowledge import (
     Selection,
     WebSource,
     init_docset,
-    load_config,
+    load_knowledge_config,
     refresh,
 )
 from mdrag.knowledge.docsets import docset_index
@@ -306,7 +306,7 @@ def test_local_path_outside_the_project_is_refused(tmp_path: Path, outside: Path
     path = write_config(project, line)
     (path.parent / "loop").symlink_to("loop")
     with pytest.raises(DocsetError, match="outside the project folder") as e:
-        load_config(path)
+        load_knowledge_config(path)
     assert "knowledge.allowed_paths" in str(e.value) and str(path) in str(e.value)
     with pytest.raises(DocsetError, match="outside the project folder"):
         KnowledgeBase(start=project).resolve("a")
@@ -342,7 +342,7 @@ def test_a_project_cannot_let_itself_out(tmp_path: Path, outside: Path, scope: s
     project = tmp_path / "project"
     path = write_config(project, HOSTILE_OPT_OUT[scope].format(outside=outside))
     with pytest.raises(DocsetError, match="outside the project folder") as e:
-        load_config(path)
+        load_knowledge_config(path)
     with pytest.raises(DocsetError, match="outside the project folder"):
         KnowledgeBase(start=project).resolve("a")
     assert "knowledge.allowed_paths" in str(e.value)

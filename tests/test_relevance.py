@@ -10,16 +10,8 @@ import pytest
 from mdrag.config import load_config
 from mdrag.embedding.base import Embedder
 from mdrag.index import Index
-from mdrag.relevance import (
-    MIN_CHUNKS,
-    NAMED_SURE,
-    NAMED_TOP,
-    TermStats,
-    missing_names,
-    names,
-    refuse,
-    unknown_share,
-)
+from mdrag.knobs import MIN_CHUNKS, NAMED_SURE, NAMED_TOP
+from mdrag.relevance import TermStats, missing_names, names, refuse, unknown_share
 from mdrag.stemming import stemmer
 from mdrag.types import SearchResult
 from tests.conftest import HashEmbedder

@@ -25,8 +25,9 @@ from mdrag.config import Config, load_config
 from mdrag.embedding.base import Embedder
 from mdrag.errors import ConfigError
 from mdrag.index import Index
+from mdrag.knobs import MESSAGE_CEILING_BYTES
 from mdrag.protocol import is_loopback
-from mdrag.server import MESSAGE_CEILING_BYTES, QAServer
+from mdrag.server import QAServer
 from tests.conftest import HashEmbedder
 from tests.fake_llm import LLM
 
@@ -587,8 +588,8 @@ def test_config_changes_apply_live_or_are_reported_as_needing_a_restart(
 ) -> None:
     import yaml
 
-    from mdrag.config import DEFAULTS
     from mdrag.server import LIVE_SETTINGS
+    from mdrag.settings import DEFAULTS
 
     assert LIVE_SETTINGS <= DEFAULTS.keys()
     root = _docs(tmp_path, 1)
@@ -1008,7 +1009,7 @@ def test_the_prompt_asks_again_on_a_new_connection_after_a_server_restart(tmp_pa
     import queue
     import threading
 
-    from mdrag.cli import run_ask
+    from mdrag.cli.serving import run_ask
 
     root = _docs(tmp_path, 3)
     questions: queue.Queue[str] = queue.Queue()
@@ -1064,7 +1065,7 @@ def test_serve_says_how_far_the_first_build_is(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """`mdrag serve` on a new folder: until the index is ready, its terminal says how far the build is."""
-    from mdrag import cli
+    from mdrag.cli import serving
 
     release = threading.Event()
 
@@ -1073,14 +1074,14 @@ def test_serve_says_how_far_the_first_build_is(
             release.wait(60)
             return super().embed_batch(texts)
 
-    monkeypatch.setattr(cli, "_PROGRESS_S", 0.05)
+    monkeypatch.setattr(serving, "_PROGRESS_S", 0.05)
     root = _docs(tmp_path)
     said = ""
 
     async def scenario() -> None:
         nonlocal said
         async with serving(_config(), [root], Held(), wait=False) as server:
-            report = asyncio.ensure_future(cli._report_loading(server))
+            report = asyncio.ensure_future(serving._report_loading(server))
             for _ in range(1200):
                 said += capsys.readouterr().err
                 if " of 7 files" in said:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import tempfile
 import time
 import uuid
@@ -351,8 +352,8 @@ def test_a_filtered_search_returns_the_exact_filtered_top_k_on_the_otel_docs(
 def test_the_backend_comes_from_the_setting_the_environment_or_the_flag(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from mdrag import store
-    from mdrag.cli import _overrides, _parser
+    from mdrag import plugins, store
+    from mdrag.cli.parser import _overrides, _parser
     from mdrag.config import load_config
     from mdrag.errors import ConfigError
     from mdrag.store.faiss import FaissStore
@@ -366,10 +367,11 @@ def test_the_backend_comes_from_the_setting_the_environment_or_the_flag(
     assert load_config()["store.backend"] == "faiss"
     args = _parser().parse_args(["search", "x", "--store", "milvus"])
     assert load_config(_overrides(args))["store.backend"] == "milvus", "the flag wins over the environment"
-    with pytest.raises(ConfigError, match="store.backend must be one of auto, milvus, faiss"):
+    with pytest.raises(ConfigError, match="store.backend must be one of auto, faiss, milvus"):
         load_config({"store.backend": "sqlite"})
     # A backend whose module is missing is named, with the setting that chose it.
-    monkeypatch.setitem(store.BACKENDS, "faiss", "mdrag.store.no_such_backend:Store")
+    missing = importlib.metadata.EntryPoint("faiss", "mdrag.store.no_such_backend:BACKEND", plugins.STORES)
+    monkeypatch.setitem(plugins.entry_points(plugins.STORES), "faiss", missing)
     with pytest.raises(ConfigError, match=r"store.backend is 'faiss', but this mdrag has no faiss backend"):
         store.make_store(load_config(), "reg", IDENTITY)
 

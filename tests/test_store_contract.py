@@ -21,19 +21,23 @@ from typing import Any
 import numpy as np
 import pytest
 
+from mdrag import plugins
 from mdrag.config import load_config
 from mdrag.errors import ConfigError, ModelMismatchError, StoreInUseError
+from mdrag.store import store_backends
 from mdrag.store.base import Filter, Store
 from mdrag.types import Chunk
 
 ROOT = Path(__file__).resolve().parents[1]
 DIM = 16
 IDENTITY = {"model": "test:contract", "dimension": DIM}
-ENGINES = [
-    pytest.param("lite", marks=pytest.mark.slow),
-    pytest.param("server", marks=pytest.mark.slow),
-    "faiss",
-]
+# Every registered store backend is held to the contract (one engine, named as the backend), Milvus on two.
+_MILVUS_ENGINES = {
+    "lite": pytest.param("lite", marks=pytest.mark.slow),
+    "server": pytest.param("server", marks=pytest.mark.slow),
+}
+_ENGINES_OF = {"milvus": list(_MILVUS_ENGINES.values())}
+ENGINES = [engine for backend in plugins.names(plugins.STORES) for engine in _ENGINES_OF.get(backend, [backend])]
 
 
 def open_engine(
@@ -47,15 +51,8 @@ def open_engine(
 ) -> Store:
     """The store of index ``name`` on ``engine``, built as mdrag builds it (``from_config``), opened."""
     config = load_config({"milvus_uri": milvus_uri} if milvus_uri else {})
-    if engine == "faiss":
-        from mdrag.store.faiss import FaissStore
-
-        cls: Any = FaissStore
-    else:
-        from mdrag.store.milvus import MilvusStore
-
-        cls = MilvusStore
-    store: Store = cls.from_config(config, name, identity or IDENTITY, prepare_text)
+    backend = store_backends()["milvus" if engine in _MILVUS_ENGINES else engine]
+    store: Store = backend.store(config, name, identity or IDENTITY, prepare_text)
     if not store.open(create=create, replace_mismatch=replace_mismatch):
         raise LookupError(f"index {name} does not exist")
     return store

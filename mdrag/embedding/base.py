@@ -1,15 +1,19 @@
-"""The embedder interface every backend fills in."""
+"""The embedder interface every backend fills in, and the declaration that registers a backend."""
 
 from __future__ import annotations
 
 import sys
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from typing import TypeVar
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 
-__all__ = ["Embedder"]
+if TYPE_CHECKING:
+    from mdrag.config import Config
+
+__all__ = ["Embedder", "EmbedderBackend"]
 
 T = TypeVar("T")
 
@@ -102,3 +106,22 @@ def _normalize(v: np.ndarray) -> np.ndarray:
     norms = np.linalg.norm(v, axis=1, keepdims=True)
     norms[norms == 0] = 1.0
     return v / norms
+
+
+def _always(config: Config) -> bool:
+    return True
+
+
+@dataclass(frozen=True)
+class EmbedderBackend:
+    """An embedder as it declares itself, once, at the end of its module, and registers by entry point: in
+    ``mdrag.embedders`` (a value of ``embedding.provider``) or ``mdrag.local_embedders`` (a way to run the
+    local model: a value of ``embedding.backend``); see :mod:`mdrag.plugins`.
+    """
+
+    name: str  # the value of the setting that picks it (its entry point's name)
+    embedder: Callable[[Config], Embedder]  # the embedder the settings ask for; no model is loaded yet
+    # A way to run the local model: its rank when embedding.backend is auto (the lowest usable one is
+    # picked; None: auto never picks it), and whether it can run with these settings here.
+    auto_rank: int | None = None
+    usable: Callable[[Config], bool] = _always

@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from mdrag.config import DEFAULT_EMBEDDING_MODELS
-from mdrag.embedding.base import Embedder
+from mdrag.embedding.base import Embedder, EmbedderBackend
 from mdrag.errors import EmbeddingError
+from mdrag.settings import DEFAULT_EMBEDDING_MODELS
 
 if TYPE_CHECKING:
     from mdrag.config import Config
@@ -138,3 +138,8 @@ class LocalEmbedder(Embedder):
             show_progress_bar=False,
         )
         return np.asarray(vectors, dtype=np.float32)
+
+
+#: This backend, as the ``mdrag.local_embedders`` entry point ``torch`` registers it (pyproject.toml):
+#: what ``embedding.backend: auto`` falls back on, whatever the device.
+EMBEDDER = EmbedderBackend(name="torch", embedder=LocalEmbedder.from_config, auto_rank=2)

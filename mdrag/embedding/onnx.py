@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from mdrag.embedding.base import Embedder
+from mdrag.embedding.base import Embedder, EmbedderBackend
 from mdrag.embedding.local import _ALIASES, DEFAULT_MODEL, resolve_model_dir
 from mdrag.embedding.priority import run_yielding, yielding_busy
 from mdrag.errors import EmbeddingError
@@ -571,3 +571,17 @@ def _compile_openvino(path: Path, threads: int, precision: str | None) -> Any:
         log.warning("OpenVINO could not use its cache %s (%s): compiling without it", blobs, e)
         shutil.rmtree(blobs, ignore_errors=True)
         return ov.Core().compile_model(str(path), "CPU", config)
+
+
+def _on_cpu_with(runtime: Callable[[], bool]) -> Callable[[Config], bool]:
+    """``auto`` may pick a runtime of the ONNX export on the CPU (``embedding.device: cpu``) when it is installed."""
+    return lambda config: config["embedding.device"] == "cpu" and runtime()
+
+
+#: The two backends of the ONNX export, as the ``mdrag.local_embedders`` entry points ``onnx`` and ``openvino``
+#: register them (pyproject.toml). ``auto`` takes the fastest backend that gives the same vectors as torch:
+#: OpenVINO, then onnxruntime, whichever is installed (benchmarks/RESULTS.md has the figures).
+ONNX = EmbedderBackend(name="onnx", embedder=OnnxEmbedder.from_config, auto_rank=1, usable=_on_cpu_with(onnx_available))
+OPENVINO = EmbedderBackend(
+    name="openvino", embedder=OpenVinoEmbedder.from_config, auto_rank=0, usable=_on_cpu_with(openvino_available)
+)

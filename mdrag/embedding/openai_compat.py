@@ -25,9 +25,10 @@ import httpx2
 import numpy as np
 import openai
 
-from mdrag.embedding.base import Embedder
+from mdrag.embedding.base import Embedder, EmbedderBackend
 from mdrag.errors import ConfigError, EmbeddingError
 from mdrag.httperrors import NO_KEY, auth_headers, server_message
+from mdrag.knobs import MAX_ERROR_BODY
 from mdrag.redact import redact, redact_url
 
 if TYPE_CHECKING:
@@ -39,7 +40,6 @@ logger = logging.getLogger(__name__)
 
 DIMENSION_PROBE = "dimension probe"  # text embedded to learn the dimension
 RETRIED_4XX = frozenset({408, 409, 429})  # the openai client retries these and every 5xx
-MAX_ERROR_BODY = 64 * 1024  # bytes of an error response we quote from
 QUERY_TIMEOUT_S = 10.0  # a search's query waits at most this long for one answer
 QUERY_RETRIES = 1  # and makes at most this many further requests: a search fails in about 20 s, not minutes
 
@@ -332,3 +332,7 @@ def _describe_connection_error(exc: openai.APIConnectionError) -> str:
         cause, seen = cause.__cause__ or cause.__context__, seen + 1
     reason = exc.__cause__ or exc
     return f"connection error: {str(reason) or type(reason).__name__}"
+
+
+#: This embedder, as the ``mdrag.embedders`` entry point ``openai`` registers it (pyproject.toml).
+EMBEDDER = EmbedderBackend(name="openai", embedder=OpenAIEmbedder.from_config)

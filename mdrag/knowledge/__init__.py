@@ -19,7 +19,7 @@ failure is a :class:`~mdrag.errors.DocsetError` whose text says what to do next.
 from __future__ import annotations
 
 from mdrag.knowledge.base import DEFAULT_TEMPLATE, MAX_KEYWORDS, KnowledgeBase, init_docset, refresh, status
-from mdrag.knowledge.config import find_config, load_config
+from mdrag.knowledge.config import find_config, load_knowledge_config
 from mdrag.knowledge.git import GitRepoLoader, validate_git_url
 from mdrag.knowledge.metadata import METADATA_FILE
 from mdrag.knowledge.model import DOCSET_NAME, Docset, KnowledgeConfig, Selection, SourceResult, WebSource
@@ -38,7 +38,7 @@ __all__ = [
     "WebSource",
     "find_config",
     "init_docset",
-    "load_config",
+    "load_knowledge_config",
     "refresh",
     "status",
     "validate_git_url",

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from mdrag.errors import DocsetError
-from mdrag.knowledge.config import allowed_folders, confine, find_config, load_config
+from mdrag.knowledge.config import allowed_folders, confine, find_config, load_knowledge_config
 from mdrag.knowledge.files import unsearchable
 from mdrag.knowledge.git import GitRepoLoader
 from mdrag.knowledge.metadata import ensure_gitignore, read_failures, read_metadata, record_failure
@@ -43,7 +43,7 @@ class KnowledgeBase:
     the changed file is invalid, every call raises its error (the stale config
     is not served) until it is fixed; ``last_good`` keeps the last valid one.
     ``allowed_outside``: folders outside the project that docsets may be read
-    from, as :func:`load_config` takes them (front ends pass the user's
+    from, as :func:`load_knowledge_config` takes them (front ends pass the user's
     ``knowledge.allowed_paths``).
     """
 
@@ -80,7 +80,7 @@ class KnowledgeBase:
             return self._config
         self._key = key
         try:
-            cfg = load_config(path, self._allowed)
+            cfg = load_knowledge_config(path, self._allowed)
         except DocsetError as e:
             self._config, self._error = None, str(e)
             raise

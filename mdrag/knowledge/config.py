@@ -25,7 +25,7 @@ from mdrag.knowledge.files import DOC_DIRS, DOC_EXTENSIONS, EXCLUDED_DIRS, EXCLU
 from mdrag.knowledge.git import validate_git_url
 from mdrag.knowledge.model import DOCSET_NAME, Docset, KnowledgeConfig, WebSource
 
-__all__ = ["KnowledgeFile", "allowed_folders", "confine", "find_config", "keys_table", "load_config"]
+__all__ = ["KnowledgeFile", "allowed_folders", "confine", "find_config", "keys_table", "load_knowledge_config"]
 
 log = logging.getLogger(__name__)
 
@@ -123,7 +123,7 @@ def find_config(start: Path | None = None) -> Path:
     )
 
 
-def load_config(path: Path, allowed_outside: Iterable[str | Path] = ()) -> KnowledgeConfig:
+def load_knowledge_config(path: Path, allowed_outside: Iterable[str | Path] = ()) -> KnowledgeConfig:
     """Read and validate a config file; every problem is a DocsetError naming the file.
 
     A docset's folder must lie inside the project (the folder holding ``.knowledge/``), links resolved, or

@@ -1,22 +1,25 @@
 """Stores: where an index's chunks and vectors live (the interface: :mod:`mdrag.store.base`).
 
-A backend is one module under ``mdrag/store/`` with a class that implements
-:class:`~mdrag.store.base.Store` and has the constructor ``from_config(config,
-name, identity, prepare_text)``, plus one line in :data:`BACKENDS`. The setting
+A backend is one module with a class that implements :class:`~mdrag.store.base.Store`,
+ending with its :class:`StoreBackend` declaration, plus one line in the
+``mdrag.stores`` entry-point group (:mod:`mdrag.plugins`): mdrag's own FAISS and
+Milvus backends are registered there as a third party's would be. The setting
 ``store.backend`` (env ``MDRAG_STORE``, flag ``--store``) picks one, or with
-``auto`` (the default) lets :func:`resolve_backend` pick one per index.
+``auto`` (the default) lets :func:`resolve_backend` pick one per index from what
+the backends declare.
 """
 
 from __future__ import annotations
 
-import importlib
 import json
 import logging
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from mdrag import plugins
 from mdrag.errors import ConfigError
 from mdrag.redact import redact_url
 
@@ -24,19 +27,51 @@ if TYPE_CHECKING:
     from mdrag.config import Config
     from mdrag.store.base import Store
 
-__all__ = ["BACKENDS", "is_server_uri", "make_store", "resolve_backend"]
+__all__ = ["StoreBackend", "is_server_uri", "make_store", "resolve_backend", "same_location", "store_backends"]
 
 log = logging.getLogger(__name__)
-
-#: Backend name (the setting ``store.backend``) -> "module:class", imported when used.
-BACKENDS = {
-    "milvus": "mdrag.store.milvus:MilvusStore",
-    "faiss": "mdrag.store.faiss:FaissStore",
-}
 
 # A manifest's ``store_uri`` is its second key (after ``index``): read from the file's start.
 _STORE_URI_KEY = re.compile(r'"store_uri"\s*:\s*')
 _MANIFEST_HEAD = 65536
+
+
+def _chosen_by_nothing(config: Config) -> str | None:
+    return None
+
+
+@dataclass(frozen=True)
+class StoreBackend:
+    """A store backend as it declares itself, once, at the end of its module.
+
+    ``store.backend: auto`` asks each registered backend, in name order: first
+    whether the configuration alone picks it (``chosen``), then whether the index
+    is its own (``owns``); an index no backend owns goes to the one that takes
+    ``new_indexes``.
+    """
+
+    name: str  # the value of store.backend that picks it (its entry point's name)
+    title: str  # how the reasons `auto` gives name it ("FAISS")
+    # The store of index `name` (not opened yet): (config, name, embedder identity, prepare_text) -> Store.
+    store: Callable[[Config, str, dict[str, Any], Callable[[str], str] | None], Store]
+    # Where it keeps index `name` by default: the store URI that the index's manifest records.
+    location: Callable[[Config, str], str]
+    # Why index `name` is its own, or None: (config, name, the store URI its manifest records or None).
+    owns: Callable[[Config, str, str | None], str | None]
+    # Why the configuration alone picks it for every index (a Milvus server in milvus_uri), or None.
+    chosen: Callable[[Config], str | None] = _chosen_by_nothing
+    new_indexes: bool = False  # `auto` puts an index that no backend owns here
+
+
+def store_backends() -> dict[str, StoreBackend]:
+    """Every registered store backend by name, each module imported; one that cannot be is logged and left out."""
+    found: dict[str, StoreBackend] = {}
+    for name in plugins.names(plugins.STORES):
+        try:
+            found[name] = plugins.load(plugins.STORES, name, StoreBackend)
+        except (ImportError, TypeError) as e:
+            log.warning("store backend %r left out: %s: %s", name, type(e).__name__, e)
+    return found
 
 
 def is_server_uri(uri: str) -> bool:
@@ -47,15 +82,12 @@ def is_server_uri(uri: str) -> bool:
 def resolve_backend(config: Config, name: str | None = None) -> tuple[str, str]:
     """The store backend of index ``name`` (default: the ``index`` setting), and why: (backend, reason).
 
-    An explicit ``store.backend`` is used as it is. ``auto`` picks, without loading either store:
-
-    - ``milvus`` when ``milvus_uri`` is a server URI (a Milvus server or cluster is only reached
-      that way);
-    - ``milvus`` when the index is already in the Milvus Lite file ``milvus_uri`` (by default
-      ``<cache>/milvus.db``): its manifest names that file as its store, or, with no manifest
-      (or one that does not parse), the file holds the index's collection folder;
-    - ``faiss`` otherwise: a new index, one in FAISS, or one whose recorded store is no longer
-      configured (which an explicit ``milvus`` would rebuild as well).
+    An explicit ``store.backend`` is used as it is. ``auto`` picks, without opening a store, from
+    what each backend declares (:class:`StoreBackend`): the one the configuration picks (Milvus, for a
+    server in ``milvus_uri``); else the one that owns the index, by the store its manifest records or,
+    with no manifest (or one that does not parse), by what is on disk (Milvus Lite's collection
+    folder); else the one that takes new indexes (FAISS): a new index, or one whose recorded store is
+    no longer configured (which an explicit backend would rebuild as well).
     """
     name = name or config["index"]
     backend = str(config["store.backend"])
@@ -64,24 +96,24 @@ def resolve_backend(config: Config, name: str | None = None) -> tuple[str, str]:
             config.sources.get("store.backend", "default"), "the default"
         )
         return backend, f"store.backend is {backend} (from {where})"
-    uri = config["milvus_uri"]
-    if uri and is_server_uri(uri):
-        return "milvus", f"store.backend auto: milvus_uri is a Milvus server ({redact_url(uri)})"
-    lite = config.milvus_uri
+    backends = list(store_backends().values())
+    for b in backends:
+        if why := b.chosen(config):
+            return b.name, f"store.backend auto: {why}"
     recorded = _recorded_store_uri(config.manifest_path(name))
+    for b in backends:
+        if why := b.owns(config, name, recorded):
+            return b.name, f"store.backend auto: {why}"
+    new = next((b for b in backends if b.new_indexes), None)
+    if new is None:
+        raise ConfigError("store.backend is auto, but no store backend that takes new indexes is installed")
     if recorded is not None:
-        if _same_path(recorded, lite):
-            return "milvus", f"store.backend auto: index {name!r} was built in the Milvus Lite file {lite}"
-        faiss_path = config.cache_dir / "faiss" / f"{name}.sqlite"
-        if _same_path(recorded, str(faiss_path)):
-            return "faiss", f"store.backend auto: index {name!r} was built in FAISS ({faiss_path})"
-        return "faiss", (
+        places = ", ".join(f"{b.name} {redact_url(b.location(config, name))}" for b in backends)
+        return new.name, (
             f"store.backend auto: index {name!r} was built in {redact_url(recorded)}, which is not "
-            f"configured (milvus_uri is {lite}): FAISS, and the index is built again"
+            f"configured ({places}): {new.title}, and the index is built again"
         )
-    if (Path(lite).expanduser() / "collections" / f"mdrag_{name}").is_dir():
-        return "milvus", f"store.backend auto: the Milvus Lite file {lite} holds index {name!r}"
-    return "faiss", f"store.backend auto: index {name!r} is new (FAISS)"
+    return new.name, f"store.backend auto: index {name!r} is new ({new.title})"
 
 
 def _recorded_store_uri(manifest: Path) -> str | None:
@@ -114,7 +146,8 @@ def _recorded_store_uri(manifest: Path) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def _same_path(a: str, b: str) -> bool:
+def same_location(a: str, b: str) -> bool:
+    """Whether store URIs ``a`` and ``b`` name the same place (files compared with links resolved)."""
     if a == b:
         return True
     if is_server_uri(a) or is_server_uri(b):
@@ -135,17 +168,19 @@ def make_store(
     """The store of index ``name`` on its backend (not opened yet).
 
     ``identity``: the embedder's identity, recorded in the store; ``prepare_text``:
-    applied to BM25 texts and queries (stemming); ``backend``: one of :data:`BACKENDS`,
-    by default the one :func:`resolve_backend` picks (logged with its reason).
+    applied to BM25 texts and queries (stemming); ``backend``: a registered backend's
+    name, by default the one :func:`resolve_backend` picks (logged with its reason).
     """
     if backend is None:
         backend, reason = resolve_backend(config, name)
         log.info("index %r: %s store (%s)", name, backend, reason)
-    if backend not in BACKENDS:
-        raise ConfigError(f"store.backend must be one of auto, {', '.join(BACKENDS)}, got {backend!r}")
-    module_name, _, class_name = BACKENDS[backend].partition(":")
+    registered = plugins.names(plugins.STORES)
+    if backend not in registered:
+        raise ConfigError(f"store.backend must be one of auto, {', '.join(registered)}, got {backend!r}")
+    module_name = plugins.entry_points(plugins.STORES)[backend].module
+    others = ", ".join(b for b in registered if b != backend)
     try:
-        module = importlib.import_module(module_name)
+        declared: StoreBackend = plugins.load(plugins.STORES, backend, StoreBackend)
     except ModuleNotFoundError as e:
         if e.name != module_name:  # a dependency of the backend: say which one
             raise ConfigError(
@@ -154,7 +189,6 @@ def make_store(
             ) from e
         raise ConfigError(
             f"store.backend is {backend!r}, but this mdrag has no {backend} backend ({module_name}): "
-            f"set store.backend (MDRAG_STORE, --store) to one of {', '.join(b for b in BACKENDS if b != backend)}"
+            f"set store.backend (MDRAG_STORE, --store) to one of {others}"
         ) from e
-    store: Store = getattr(module, class_name).from_config(config, name, identity, prepare_text)
-    return store
+    return declared.store(config, name, identity, prepare_text)

@@ -2,7 +2,7 @@
 
 A store holds one index's chunks: their text and metadata, one vector each,
 and what BM25 ranks. Chunk ids are hex digests (see :mod:`mdrag.types`).
-Backends live under ``mdrag/store/`` and are named in :data:`mdrag.store.BACKENDS`.
+Backends declare themselves with :class:`mdrag.store.StoreBackend` (registered by entry point).
 
 Rules every backend keeps (the contract tests in ``tests/test_store_contract.py``
 hold each of them on every backend):

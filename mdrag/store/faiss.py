@@ -74,6 +74,7 @@ from mdrag.errors import (
     StoreUnavailableError,
 )
 from mdrag.manifest import file_sha256_cached
+from mdrag.store import StoreBackend, same_location
 from mdrag.store.base import ROW_FIELDS, Filter
 from mdrag.types import Chunk
 
@@ -1346,3 +1347,22 @@ class FaissStore:
         while len(cache) > _ROW_CACHE:
             cache.popitem(last=False)
         return out
+
+
+def _location(config: Config, name: str) -> str:
+    """Where index ``name`` is kept: ``<cache>/faiss/<name>.sqlite``, as :meth:`FaissStore.from_config` puts it."""
+    return str(config.cache_dir / "faiss" / f"{name}.sqlite")
+
+
+def _owns(config: Config, name: str, recorded: str | None) -> str | None:
+    """Index ``name`` is in FAISS when its manifest says so (an index without one goes to FAISS anyway)."""
+    where = _location(config, name)
+    if recorded is not None and same_location(recorded, where):
+        return f"index {name!r} was built in FAISS ({where})"
+    return None
+
+
+#: This backend, as the ``mdrag.stores`` entry point ``faiss`` registers it (pyproject.toml).
+BACKEND = StoreBackend(
+    name="faiss", title="FAISS", store=FaissStore.from_config, location=_location, owns=_owns, new_indexes=True
+)

@@ -50,7 +50,7 @@ import numpy as np
 from mdrag.errors import ModelMismatchError, StoreDamagedError, StoreError, StoreInUseError, StoreUnavailableError
 from mdrag.manifest import file_sha256_cached, write_atomic
 from mdrag.redact import redact_url
-from mdrag.store import filters
+from mdrag.store import StoreBackend, filters, same_location
 from mdrag.store import is_server_uri as _is_remote
 from mdrag.store.base import Filter
 from mdrag.types import Chunk
@@ -1155,3 +1155,38 @@ def _lite_locked(uri: str) -> bool:
 def _reason(e: Exception) -> str:
     msg = getattr(e, "message", None) or str(e)
     return msg.strip().splitlines()[0][:300] if msg else type(e).__name__
+
+
+def _chosen(config: Config) -> str | None:
+    """A Milvus server or cluster in ``milvus_uri`` is where every index goes: it is only reached that way."""
+    uri = config["milvus_uri"]
+    if uri and _is_remote(uri):
+        return f"milvus_uri is a Milvus server ({redact_url(uri)})"
+    return None
+
+
+def _location(config: Config, name: str) -> str:
+    """Every index is in the one Milvus Lite file (or server) of ``milvus_uri``, as a collection of its own."""
+    return config.milvus_uri
+
+
+def _owns(config: Config, name: str, recorded: str | None) -> str | None:
+    """Index ``name`` is in the Milvus Lite file when its manifest names that file, or, with no manifest to
+    say, when the file holds its collection's folder (``<file>/collections/mdrag_<name>``)."""
+    lite = config.milvus_uri
+    if recorded is not None:
+        return f"index {name!r} was built in the Milvus Lite file {lite}" if same_location(recorded, lite) else None
+    if (Path(lite).expanduser() / "collections" / f"mdrag_{name}").is_dir():
+        return f"the Milvus Lite file {lite} holds index {name!r}"
+    return None
+
+
+#: This backend, as the ``mdrag.stores`` entry point ``milvus`` registers it (pyproject.toml).
+BACKEND = StoreBackend(
+    name="milvus",
+    title="Milvus",
+    store=MilvusStore.from_config,
+    location=_location,
+    owns=_owns,
+    chosen=_chosen,
+)

@@ -41,7 +41,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-import importlib
 import io
 import json
 import os
@@ -86,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     import mdrag.manifest
     from mdrag.cli import main as mdrag_main
     from mdrag.config import load_config
-    from mdrag.store import BACKENDS, resolve_backend
+    from mdrag.store import resolve_backend, store_backends
     from tests.conftest import HashEmbedder
 
     calls: Counter[str] = Counter()
@@ -119,8 +118,7 @@ def main(argv: list[str] | None = None) -> int:
 
     ParseWorker.parse = faulty("parse", ParseWorker.parse)  # type: ignore[method-assign]
     backend, _ = resolve_backend(load_config(), args.index)
-    module, _, name = BACKENDS[backend].partition(":")
-    Store = getattr(importlib.import_module(module), name)
+    Store = store_backends()[backend].store.__self__  # type: ignore[attr-defined]  # from_config's class
     for phase, method in {"upsert": "upsert", "delete": "delete_ids", "end_run": "end_run"}.items():
         setattr(Store, method, faulty(phase, getattr(Store, method)))
     for phase, method in BACKEND_PHASES[backend].items():
