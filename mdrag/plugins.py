@@ -23,9 +23,12 @@ from __future__ import annotations
 
 import functools
 import importlib.metadata
+import logging
 from typing import Any
 
 __all__ = ["EMBEDDERS", "LOCAL_EMBEDDERS", "STORES", "entry_points", "load", "names"]
+
+log = logging.getLogger(__name__)
 
 STORES = "mdrag.stores"  # store backends: the values of store.backend
 EMBEDDERS = "mdrag.embedders"  # embedders other than the local model: the values of embedding.provider
@@ -36,6 +39,12 @@ LOCAL_EMBEDDERS = "mdrag.local_embedders"  # how the local model runs: the value
 def entry_points(group: str) -> dict[str, importlib.metadata.EntryPoint]:
     """The entry points of ``group`` by name, sorted by name (read once per process)."""
     found = {ep.name: ep for ep in importlib.metadata.entry_points(group=group)}
+    if not found and group in (STORES, LOCAL_EMBEDDERS):  # mdrag registers its own here: its metadata is stale
+        log.error(
+            "no %s entry points: the metadata of the installed mdrag predates them, or a stale mdrag.egg-info "
+            "in the working folder hides it; reinstall mdrag (`pip install -e .`, or `make setup`)",
+            group,
+        )
     return dict(sorted(found.items()))
 
 
