@@ -18,6 +18,10 @@ MAX_QUESTION_CHARS = 4000  # longer questions (and filter values) are refused, n
 
 # --- stores ---
 
+# Most rows one store search or query returns: Milvus refuses a search's limit (topk) and a query's
+# window past 16,384; the search core asks no store for more, so every backend returns the same lists.
+STORE_MAX_ROWS = 16384
+
 # --- MCP ---
 
 # --- server ---

@@ -74,7 +74,7 @@ from mdrag.errors import (
     StoreUnavailableError,
 )
 from mdrag.manifest import file_sha256_cached
-from mdrag.store.base import ROW_FIELDS, Filter
+from mdrag.store.base import ROW_FIELDS, Filter, Hit
 from mdrag.types import Chunk
 
 if TYPE_CHECKING:
@@ -1257,7 +1257,7 @@ class FaissStore:
         mode: str = "dense",
         text: str = "",
         hidden: frozenset[str] = frozenset(),
-    ) -> list[dict[str, Any]]:
+    ) -> list[Hit]:
         """The ``k`` best chunks passing ``where`` and not ``hidden``, exactly (see :class:`mdrag.store.base.Store`)."""
         if mode not in ("dense", "bm25"):
             raise ValueError(f"unknown store search mode {mode!r}: dense or bm25")
@@ -1286,7 +1286,7 @@ class FaissStore:
 
     def _search(
         self, vector: np.ndarray, k: int, where: Filter | None, mode: str, text: str, hidden: frozenset[str]
-    ) -> list[dict[str, Any]]:
+    ) -> list[Hit]:
         with self._lock:
             self._read()
             q = _unit(np.asarray(vector, dtype=np.float32).reshape(-1))
@@ -1325,7 +1325,7 @@ class FaissStore:
                 cosines = ranks = sims.tolist()
             return self._rows_out(rows, cosines, ranks)
 
-    def _rows_out(self, rows: np.ndarray, cosines: list[float], ranks: list[float]) -> list[dict[str, Any]]:
+    def _rows_out(self, rows: np.ndarray, cosines: list[float], ranks: list[float]) -> list[Hit]:
         """The rows' fields, from the row cache or SQLite, with their scores."""
         cache = self._row_cache
         wanted = rows.tolist()
@@ -1341,8 +1341,8 @@ class FaissStore:
         for n, cos, rank in zip(wanted, cosines, ranks):
             cache.move_to_end(n)
             row = cache[n]
-            # a copy per search (its headings and metadata values are the cache's: read them, do not change them)
-            out.append({**row, "score": float(cos), "rank_score": float(rank)})
+            # its headings and metadata values are the cache's: read them, do not change them
+            out.append(Hit(**row, score=float(cos), rank_score=float(rank)))
         while len(cache) > _ROW_CACHE:
             cache.popitem(last=False)
         return out

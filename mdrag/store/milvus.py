@@ -48,11 +48,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from mdrag.errors import ModelMismatchError, StoreDamagedError, StoreError, StoreInUseError, StoreUnavailableError
+from mdrag.knobs import STORE_MAX_ROWS
 from mdrag.manifest import file_sha256_cached, write_atomic
 from mdrag.redact import redact_url
 from mdrag.store import filters
 from mdrag.store import is_server_uri as _is_remote
-from mdrag.store.base import Filter
+from mdrag.store.base import Filter, Hit
 from mdrag.types import Chunk
 
 if TYPE_CHECKING:
@@ -164,7 +165,7 @@ def _clip(s: str, limit: int) -> str:
 class MilvusStore:
     """The vector store of one index (one collection)."""
 
-    query_limit = 16384  # most rows one Milvus query returns
+    query_limit = STORE_MAX_ROWS  # most rows one Milvus query returns
 
     def __init__(
         self,
@@ -860,7 +861,7 @@ class MilvusStore:
 
         Ids are hex digests, so the collection is read in buckets by id prefix,
         each split 16 ways while it is larger than one query may return
-        (Milvus caps a query at 16,384 rows; Milvus Lite has no query iterator).
+        (Milvus caps a query at :data:`~mdrag.knobs.STORE_MAX_ROWS` rows; Milvus Lite has no query iterator).
         """
         limit = self.query_limit
         expr = filters.and_(
@@ -895,8 +896,8 @@ class MilvusStore:
         mode: str = "dense",
         text: str = "",
         hidden: frozenset[str] = frozenset(),  # ranked with the rest: hides is False
-    ) -> list[dict[str, Any]]:
-        """The ``k`` best chunks passing ``where`` as row dicts, best first.
+    ) -> list[Hit]:
+        """The ``k`` best chunks passing ``where``, best first.
 
         ``mode`` "dense" ranks by cosine; "bm25" by BM25 on the text (hybrid
         ranking fuses the two lists: mdrag.fusion). Every row's ``score`` is its
@@ -963,10 +964,10 @@ class MilvusStore:
             row["rank_score"] = abs(float(hit["distance"])) if mode == "bm25" else float(hit["distance"])
             stored = row.pop("vector", None)
             row["score"] = float(np.dot(np.asarray(stored, dtype=np.float32), vector)) if stored else row["rank_score"]
-            out.append(row)
+            out.append(Hit(**row))
         return out
 
-    def _exact_dense(self, vector: np.ndarray, k: int, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    def _exact_dense(self, vector: np.ndarray, k: int, rows: list[dict[str, Any]]) -> list[Hit]:
         """The ``k`` of ``rows`` (their ``id`` and ``vector``) most similar to ``vector``, ranked exactly
         here (cosine), as :meth:`search` returns them."""
         if not rows:
@@ -985,7 +986,7 @@ class MilvusStore:
         for i in best:
             row = found.get(ids[i])
             if row is not None:  # deleted between the two queries
-                out.append({**row, "score": float(cosine[i]), "rank_score": float(cosine[i])})
+                out.append(Hit(**row, score=float(cosine[i]), rank_score=float(cosine[i])))
         return out
 
     def _count(self, expr: str) -> int:
