@@ -282,7 +282,7 @@ def test_a_read_only_lite_folder_is_searched_through_a_private_view(tmp_path, mo
     s.close()
     files = {p: p.stat().st_mtime_ns for p in (tmp_path / "milvus.db").rglob("*") if p.is_file()}
 
-    monkeypatch.setattr(milvus, "_lite_read_only", lambda uri: True)  # as on a read-only mount
+    monkeypatch.setattr(milvus, "lite_read_only", lambda uri: True)  # as on a read-only mount
     (tmp_path / "tmp").mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))  # where the view goes
     r = MilvusStore(uri, "ro", IDENTITY)
