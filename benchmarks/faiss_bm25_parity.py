@@ -29,6 +29,7 @@ QUESTIONS = ROOT / "benchmarks" / "data" / "hugo_qa.jsonl"
 from mdrag.chunking import ChunkSettings, chunk_document  # noqa: E402
 from mdrag.parsers import parse_file  # noqa: E402
 from mdrag.stemming import stemmer  # noqa: E402
+from mdrag.store.base import Hit  # noqa: E402
 from mdrag.store.faiss import FaissStore  # noqa: E402
 from mdrag.store.milvus import MilvusStore  # noqa: E402
 
@@ -45,8 +46,8 @@ def chunks() -> list[Any]:
     return out
 
 
-def hit(rows: list[dict[str, Any]], gold: list[str]) -> bool:
-    return any(r["rel_path"] in gold for r in rows[:5])
+def hit(rows: list[Hit], gold: list[str]) -> bool:
+    return any(r.rel_path in gold for r in rows[:5])
 
 
 def main() -> None:
@@ -72,8 +73,8 @@ def main() -> None:
             f = faiss_store.search(q, 10, mode="bm25", text=item["question"])
             res["milvus_hit5"] += hit(m, item["gold"])
             res["faiss_hit5"] += hit(f, item["gold"])
-            res["overlap10"].append(len({r["id"] for r in m} & {r["id"] for r in f}))
-            res["same_first"] += bool(m and f and m[0]["id"] == f[0]["id"])
+            res["overlap10"].append(len({r.id for r in m} & {r.id for r in f}))
+            res["same_first"] += bool(m and f and m[0].id == f[0].id)
         milvus.close()
         faiss_store.close()
     n = len(qs)

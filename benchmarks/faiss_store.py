@@ -38,7 +38,7 @@ from store_scale import IDENTITY, hugo_passages, make_chunks, make_vectors  # no
 
 from mdrag.fusion import fuse  # noqa: E402
 from mdrag.stemming import stemmer  # noqa: E402
-from mdrag.store.base import Filter  # noqa: E402
+from mdrag.store.base import Filter, Hit  # noqa: E402
 from mdrag.store.faiss import FaissStore  # noqa: E402
 
 K = 10
@@ -63,7 +63,7 @@ def timed(fn: Any, args: list[Any]) -> list[float]:
     return out
 
 
-def hybrid(store: FaissStore, q: np.ndarray, text: str) -> list[dict[str, Any]]:
+def hybrid(store: FaissStore, q: np.ndarray, text: str) -> list[Hit]:
     dense = store.search(q, DEPTH, mode="dense", text=text)
     bm25 = store.search(q, DEPTH, mode="bm25", text=text)
     return fuse(dense, bm25, "weighted", 0.5)[:K]
@@ -129,7 +129,7 @@ def run_size(n: int, passages: list[Any], tmp: Path) -> dict[str, Any]:
         return top[np.argsort(-sims[top])]
 
     base = timed(numpy_exact, qs)
-    found = [{h["id"] for h in store.search(q, K)} for q, _ in qs]
+    found = [{h.id for h in store.search(q, K)} for q, _ in qs]
     live = np.r_[0:20, 40:n]  # chunks 20-39 were deleted by the update run
     truth = [{chunks[live[i]].id for i in np.argsort(-(vectors[live] @ q))[:K]} for q, _ in qs]
     res["dense_recall@10"] = round(float(np.mean([len(f & t) / K for f, t in zip(found, truth)])), 4)

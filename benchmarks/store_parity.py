@@ -70,8 +70,10 @@ SHARED = ROOT.parent / "shared" / "data"
 from mdrag.config import load_config  # noqa: E402
 from mdrag.evaluate import Question, _match, load_questions, score_ranking  # noqa: E402
 from mdrag.index import Index  # noqa: E402
-from mdrag.search import _HYBRID_DEPTH, _MAX_FETCH, search  # noqa: E402
+from mdrag.knobs import STORE_MAX_ROWS  # noqa: E402
+from mdrag.search import _HYBRID_DEPTH, search  # noqa: E402
 from mdrag.store import milvus  # noqa: E402
+from mdrag.store.base import Hit  # noqa: E402
 
 CORPORA = {
     "hugo": (SHARED / "markdown_hugo_docs", ["hugo_qa.jsonl", "hugo_keyword_qa.jsonl"]),
@@ -141,12 +143,12 @@ def stored_vectors(index: Index) -> dict[str, np.ndarray]:
     return {r["id"]: np.asarray(r["vector"], dtype=np.float32) for r in store._all_rows(["id", "vector"], None)}
 
 
-def ids(rows: list[dict[str, Any]]) -> list[str]:
-    return [r["id"] for r in rows]
+def ids(rows: list[Hit]) -> list[str]:
+    return [r.id for r in rows]
 
 
-def scores(rows: list[dict[str, Any]]) -> dict[str, float]:
-    return {r["id"]: float(r["rank_score"]) for r in rows}
+def scores(rows: list[Hit]) -> dict[str, float]:
+    return {r.id: float(r.rank_score) for r in rows}
 
 
 def _tied(a: list[str], b: list[str], score: dict[str, float], tol: float) -> bool:
@@ -157,17 +159,15 @@ def _tied(a: list[str], b: list[str], score: dict[str, float], tol: float) -> bo
     return True
 
 
-def missed(got: list[dict[str, Any]], exact: list[str], cosine: dict[str, float], tol: float = TIE) -> list[str]:
+def missed(got: list[Hit], exact: list[str], cosine: dict[str, float], tol: float = TIE) -> list[str]:
     """The chunks of the exact list that ``got`` lacks though they score above its last row (beyond ``tol``)."""
     if not got:
         return exact
-    have, last = set(ids(got)), float(got[-1]["rank_score"])
+    have, last = set(ids(got)), float(got[-1].rank_score)
     return [c for c in exact if c not in have and cosine[c] > last + tol]
 
 
-def dense_cause(
-    f: list[dict[str, Any]], m: list[dict[str, Any]], exact: list[str], cosine: dict[str, float], tol: float = TIE
-) -> list[str]:
+def dense_cause(f: list[Hit], m: list[Hit], exact: list[str], cosine: dict[str, float], tol: float = TIE) -> list[str]:
     """Why two dense lists differ: [] when they agree."""
     fi, mi = ids(f), ids(m)
     if fi == mi:
@@ -178,7 +178,7 @@ def dense_cause(
     return ["dense_tie"] if _tied(fi, mi, cosine, tol) else ["dense_order"]
 
 
-def bm25_cause(f: list[dict[str, Any]], m: list[dict[str, Any]]) -> list[str]:
+def bm25_cause(f: list[Hit], m: list[Hit]) -> list[str]:
     fi, mi = ids(f), ids(m)
     if fi == mi and all(
         abs(a - b) <= BM25_REL * max(abs(a), 1.0) for a, b in zip(scores(f).values(), scores(m).values())
@@ -237,7 +237,7 @@ def compare(
                 {"exact_rank": exact.index(c) + 1, "cosine": round(cosine[c], 6)}
                 for c in missed(dense["milvus"], exact, cosine)
             ]
-            detail["dense_cosines"] = {s: [round(cosine[r["id"]], 7) for r in dense[s][:20]] for s in STORES}
+            detail["dense_cosines"] = {s: [round(cosine[r.id], 7) for r in dense[s][:20]] for s in STORES}
         if mode in ("bm25", "hybrid"):
             bm25 = {s: indexes[s].store.search(v, depth, mode="bm25", text=q.text) for s in STORES}
             why += bm25_cause(bm25["faiss"], bm25["milvus"])
@@ -294,7 +294,7 @@ def run_corpus(
     matrix /= np.linalg.norm(matrix, axis=1, keepdims=True)
     options = indexes["faiss"].search_options
     fetch = options.k * 4 if options.collapse != "none" else options.k
-    depth = {"dense": fetch, "bm25": fetch, "hybrid": min(max(fetch * 3, _HYBRID_DEPTH), _MAX_FETCH)}
+    depth = {"dense": fetch, "bm25": fetch, "hybrid": min(max(fetch * 3, _HYBRID_DEPTH), STORE_MAX_ROWS)}
     sets = {name: load_questions(DATA / name) for name in CORPORA[corpus][1]}
     every = [q for qs in sets.values() for q in qs]
     vectors = {q.text: indexes["faiss"].embedder.embed_query(q.text) for q in every}

@@ -275,7 +275,7 @@ def scale_one(backend: str, n: int, tmp: Path, n_queries: int = 200) -> dict[str
             fn(a)
             ts.append(time.perf_counter() - t)
         res[mode] = spread(ts)
-    found = [{h["id"] for h in store.search(q, K)} for q, _ in qs[:100]]
+    found = [{h.id for h in store.search(q, K)} for q, _ in qs[:100]]
     truth = [{chunks[i].id for i in np.argsort(-(vectors @ q))[:K]} for q, _ in qs[:100]]
     res["dense_recall@10"] = round(float(np.mean([len(f & t) / K for f, t in zip(found, truth)])), 4)
     t = time.perf_counter()

@@ -1,7 +1,8 @@
 """Hybrid ranking: one list from a query's dense (cosine) and BM25 candidate lists.
 
-The store returns each list, best first, as row dicts (``id``, ``rank_score``:
-the list's own score); the fused list keeps every row once, with its 1-based
+The store returns each list, best first, as :class:`~mdrag.store.base.Hit`
+values (``rank_score``: the list's own score); the fused list keeps every hit
+once (as the first list that holds it returned it), with its 1-based
 ``dense_rank`` and ``bm25_rank`` (None where a list did not return it), and
 ``rank_score`` set to the fused score.
 
@@ -15,9 +16,10 @@ which sees ranks only, puts rows that are middling in both above it.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from dataclasses import replace
 
 from mdrag.settings import DEFAULTS
+from mdrag.store.base import Hit
 
 __all__ = ["FUSIONS", "RRF_K", "fuse"]
 
@@ -26,34 +28,35 @@ RRF_K = 60  # the usual constant of reciprocal-rank fusion
 
 
 def fuse(
-    dense: Sequence[dict[str, Any]],
-    bm25: Sequence[dict[str, Any]],
+    dense: Sequence[Hit],
+    bm25: Sequence[Hit],
     method: str = DEFAULTS["search.fusion"][1],
     dense_weight: float = DEFAULTS["search.dense_weight"][1],
-) -> list[dict[str, Any]]:
-    """The rows of both lists, best first by ``method`` ("weighted" or "rrf")."""
-    rows: dict[Any, dict[str, Any]] = {}
-    for name, ranked in (("dense", dense), ("bm25", bm25)):
-        for rank, row in enumerate(ranked, 1):
-            kept = rows.setdefault(row["id"], {**row, "dense_rank": None, "bm25_rank": None})
-            kept[f"{name}_rank"] = rank
+) -> list[Hit]:
+    """The hits of both lists, best first by ``method`` ("weighted" or "rrf")."""
+    rows: dict[str, Hit] = {}
+    for rank, row in enumerate(dense, 1):
+        rows[row.id] = replace(rows.get(row.id) or row, dense_rank=rank, bm25_rank=None)
+    for rank, row in enumerate(bm25, 1):
+        rows[row.id] = replace(rows.get(row.id) or replace(row, dense_rank=None), bm25_rank=rank)
     if method == "rrf":
-        for row in rows.values():
-            row["rank_score"] = sum(1 / (RRF_K + r) for r in (row["dense_rank"], row["bm25_rank"]) if r is not None)
+        for key, row in rows.items():
+            score = sum(1 / (RRF_K + r) for r in (row.dense_rank, row.bm25_rank) if r is not None)
+            rows[key] = replace(row, rank_score=score)
     elif method == "weighted":
         d, b = _normalised(dense), _normalised(bm25)
         for key, row in rows.items():
-            row["rank_score"] = dense_weight * d.get(key, 0.0) + (1 - dense_weight) * b.get(key, 0.0)
+            rows[key] = replace(row, rank_score=dense_weight * d.get(key, 0.0) + (1 - dense_weight) * b.get(key, 0.0))
     else:
         raise ValueError(f"unknown fusion {method!r}: use one of {', '.join(FUSIONS)}")
-    return sorted(rows.values(), key=lambda r: -r["rank_score"])
+    return sorted(rows.values(), key=lambda r: -r.rank_score)
 
 
-def _normalised(ranked: Sequence[dict[str, Any]]) -> dict[Any, float]:
-    """Each row's score scaled to 0..1 over its list (lowest 0, highest 1; all 1 when equal)."""
+def _normalised(ranked: Sequence[Hit]) -> dict[str, float]:
+    """Each hit's score scaled to 0..1 over its list (lowest 0, highest 1; all 1 when equal)."""
     if not ranked:
         return {}
-    scores = [float(r["rank_score"]) for r in ranked]
+    scores = [float(r.rank_score) for r in ranked]
     low, high = min(scores), max(scores)
     span = high - low
-    return {r["id"]: (s - low) / span if span else 1.0 for r, s in zip(ranked, scores)}
+    return {r.id: (s - low) / span if span else 1.0 for r, s in zip(ranked, scores)}

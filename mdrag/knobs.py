@@ -30,6 +30,10 @@ MAX_ERROR_BODY = 64 * 1024  # bytes of an LLM or embedding API's error response 
 
 # --- stores ---
 
+# Most rows one store search or query returns: Milvus refuses a search's limit (topk) and a query's
+# window past 16,384; the search core asks no store for more, so every backend returns the same lists.
+STORE_MAX_ROWS = 16384
+
 # --- MCP ---
 
 # MCP watches no files: a docset's index is brought up to date when a `search` finds it older than this, so

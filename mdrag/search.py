@@ -5,14 +5,15 @@ from __future__ import annotations
 import re
 import unicodedata
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from mdrag.embedding.base import Embedder
 from mdrag.errors import ConfigError
 from mdrag.fusion import fuse
+from mdrag.knobs import STORE_MAX_ROWS
 from mdrag.settings import DEFAULTS
-from mdrag.store.base import Filter, Store
+from mdrag.store.base import Filter, Hit, Store
 from mdrag.types import SearchResult
 
 if TYPE_CHECKING:
@@ -23,7 +24,6 @@ if TYPE_CHECKING:
 __all__ = ["FILTER_KEYS", "SearchOptions", "Visible", "build_filter", "search"]
 
 _HYBRID_DEPTH = 30  # fewest candidates taken from each list in hybrid mode
-_MAX_FETCH = 16384  # most rows asked of a store search (Milvus's limit)
 _BM25_DEPTH = 1024  # a BM25-mode search fetches past this many rows for no threshold or collapse
 # Rows below the threshold are read for every word of the query (_holds) only among BM25's first this many:
 # a chunk that holds every word ranks there, and reading a row's words costs about 60 us (stemmed), which
@@ -109,14 +109,14 @@ def build_filter(filters: Mapping[str, Any] | None) -> Filter | None:
     return where or None
 
 
-def _section_key(row: Mapping[str, Any]) -> tuple[object, ...]:
+def _section_key(row: Hit) -> tuple[object, ...]:
     """What ``collapse="section"`` groups by: the heading path, or the page where there is none.
 
     A PDF page without an outline entry is a section of its own; text before
     a file's first heading (page 0: no page) is one section, as before.
     """
-    headings = row.get("headings") or []
-    return (row["path"], *headings) if headings else (row["path"], row.get("page") or 0)
+    headings = row.headings or []
+    return (row.path, *headings) if headings else (row.path, row.page or 0)
 
 
 def search(
@@ -148,62 +148,64 @@ def search(
     if vector is None:
         vector = embedder.embed_query(query)
     fetch = k * 4 if collapse != "none" else k  # room for the chunks that collapse away
-    n = min(fetch + (0 if store.hides else len(visible.hidden)), _MAX_FETCH)
+    n = min(fetch + (0 if store.hides else len(visible.hidden)), STORE_MAX_ROWS)
     asked = _words(query, store.prepare_text) if threshold is not None else set()  # _holds reads them
+    bm25_listed = _mode(options.mode, store) != "dense"  # the rows carry their rank in a BM25 list
     while True:
         rows, more = _ranked(store, vector, query, n, where, options, visible.hidden)
-        rows = _kept(rows, k, visible, threshold, asked, collapse, store.prepare_text)
+        rows = _kept(rows, k, visible, threshold, asked, collapse, store.prepare_text, bm25_listed)
         # Fewer than k, and rows that would be kept may lie past those fetched: ask for more.
-        if len(rows) >= k or not more or n >= _MAX_FETCH:
+        if len(rows) >= k or not more or n >= STORE_MAX_ROWS:
             break
-        n = min(max(2 * n, n + fetch), _MAX_FETCH)
+        n = min(max(2 * n, n + fetch), STORE_MAX_ROWS)
     results = []
     for r in rows:
         score = _score(r)
         results.append(
             SearchResult(
-                text=r["text"],
-                path=r["path"],
-                rel_path=r["rel_path"],
+                text=r.text,
+                path=r.path,
+                rel_path=r.rel_path,
                 score=round(score, 6),
-                heading_path=list(r.get("headings") or []),
-                chunk_id=r["id"],
-                page=r.get("page") or None,
-                line_start=r.get("line_start") or None,
-                line_end=r.get("line_end") or None,
-                metadata=dict(r.get("metadata") or {}),
-                rank_score=round(r.get("rank_score", score), 6),
-                dense_rank=r.get("dense_rank"),
-                bm25_rank=r.get("bm25_rank"),
+                heading_path=list(r.headings or []),
+                chunk_id=r.id,
+                page=r.page or None,
+                line_start=r.line_start or None,
+                line_end=r.line_end or None,
+                metadata=dict(r.metadata or {}),
+                rank_score=round(r.rank_score, 6),
+                dense_rank=r.dense_rank,
+                bm25_rank=r.bm25_rank,
             )
         )
     return results
 
 
 def _kept(
-    rows: list[dict[str, Any]],
+    rows: list[Hit],
     k: int,
     visible: Visible,
     threshold: float | None,
     asked: set[str],
     collapse: str,
     prepare: Callable[[str], str] | None,
-) -> list[dict[str, Any]]:
+    bm25_listed: bool,
+) -> list[Hit]:
     """The first ``k`` of ``rows`` that ``visible`` lets through, that pass ``threshold`` (or hold every
     word ``asked``), and that collapse keeps: the threshold goes before the cut, so a search returns the
-    k best that pass whatever k is."""
+    k best that pass whatever k is. ``bm25_listed``: the rows come from a BM25 list (bm25 or hybrid mode)."""
     ids, roots = visible.ids, visible.roots
     seen: set[tuple[object, ...]] = set()
     kept = []
     for r in rows:
         # visible.hidden held the invisible chunks when the search began; a run may have written
         # more since (or a failed run left some), ranked among the first: they are dropped here.
-        if ids is not None and r["id"] not in ids and (roots is None or r["root"] in roots):
+        if ids is not None and r.id not in ids and (roots is None or r.root in roots):
             continue
-        if threshold is not None and _score(r) < threshold and not _holds(r, asked, prepare):
+        if threshold is not None and _score(r) < threshold and not _holds(r, asked, prepare, bm25_listed):
             continue  # below the threshold, and not an exact match among BM25's first _EXACT_DEPTH
         if collapse != "none":
-            key = (r["path"],) if collapse == "file" else _section_key(r)
+            key = (r.path,) if collapse == "file" else _section_key(r)
             if key in seen:
                 continue
             seen.add(key)
@@ -213,9 +215,9 @@ def _kept(
     return kept
 
 
-def _score(row: Mapping[str, Any]) -> float:
+def _score(row: Hit) -> float:
     """A row's cosine, clipped to 0..1: what a result's ``score`` says and what the threshold reads."""
-    return min(1.0, max(0.0, float(row["score"])))
+    return min(1.0, max(0.0, float(row.score)))
 
 
 def _words(text: str, prepare: Callable[[str], str] | None) -> set[str]:
@@ -223,14 +225,14 @@ def _words(text: str, prepare: Callable[[str], str] | None) -> set[str]:
     return set(prepare(text).split()) if prepare is not None else set(_WORD.findall(text.lower()))
 
 
-def _holds(row: Mapping[str, Any], words: set[str], prepare: Callable[[str], str] | None) -> bool:
+def _holds(row: Hit, words: set[str], prepare: Callable[[str], str] | None, bm25_listed: bool) -> bool:
     """Whether the chunk's text as BM25 reads it (heading trail, then body) holds all of ``words``: an
     exact match of what was asked (a setting's name, a table row), whatever its cosine. Read only for a
     row among BM25's first ``_EXACT_DEPTH``, or of a dense-only search (no BM25 list: its rows are few)."""
-    rank = row.get("bm25_rank", 1)  # a dense search's rows have no BM25 rank
+    rank = row.bm25_rank if bm25_listed else 1  # a dense search's rows have no BM25 rank
     if rank is None or rank > _EXACT_DEPTH:
         return False
-    return words <= _words(f"{row['context']}\n\n{row['text']}", prepare)
+    return words <= _words(f"{row.context}\n\n{row.text}", prepare)
 
 
 def _ranked(
@@ -241,7 +243,7 @@ def _ranked(
     where: Filter | None,
     options: SearchOptions,
     hidden: frozenset[str],
-) -> tuple[list[dict[str, Any]], bool]:
+) -> tuple[list[Hit], bool]:
     """The best rows for ``options.mode`` (``n`` of them; hybrid: every candidate of its two lists, fused),
     but ``hidden`` where the store hides them; and whether rows that ``options.threshold`` keeps may lie
     past them in the store.
@@ -252,19 +254,24 @@ def _ranked(
     whether there may be more.
     """
     threshold = options.threshold
-    mode = options.mode
-    if mode == "hybrid" and not store.has_bm25:
-        mode = "dense"  # a collection from before BM25
+    mode = _mode(options.mode, store)
 
-    def deeper(rows: list[dict[str, Any]], asked: int) -> bool:
+    def deeper(rows: list[Hit], asked: int) -> bool:
         return len(rows) >= asked and (threshold is None or _score(rows[-1]) >= threshold)
 
     if mode != "hybrid":
-        rows = store.search(vector, n, where, mode=mode, text=query, hidden=hidden)
-        for rank, row in enumerate(rows, 1):
-            row["dense_rank" if mode == "dense" else "bm25_rank"] = rank
+        found = store.search(vector, n, where, mode=mode, text=query, hidden=hidden)
+        rows = [
+            replace(row, dense_rank=rank) if mode == "dense" else replace(row, bm25_rank=rank)
+            for rank, row in enumerate(found, 1)
+        ]
         return rows, deeper(rows, n) if mode == "dense" else len(rows) >= n and n < _BM25_DEPTH
-    depth = min(max(n * 3, _HYBRID_DEPTH), _MAX_FETCH)  # candidates from each list before fusion
+    depth = min(max(n * 3, _HYBRID_DEPTH), STORE_MAX_ROWS)  # candidates from each list before fusion
     dense = store.search(vector, depth, where, mode="dense", text=query, hidden=hidden)
     bm25 = store.search(vector, depth, where, mode="bm25", text=query, hidden=hidden)
     return fuse(dense, bm25, options.fusion, options.dense_weight), deeper(dense, depth)
+
+
+def _mode(mode: str, store: Store) -> str:
+    """The ranking ``mode`` asks of ``store``: hybrid is dense where the store has no BM25 field."""
+    return "dense" if mode == "hybrid" and not store.has_bm25 else mode  # a collection from before BM25

@@ -485,7 +485,7 @@ def test_a_run_records_the_checksums_of_index_files_that_milvus_lite_writes_afte
         later.start()
         store._record_sums()
         later.join()
-        recorded = json.loads(store._sums_file().read_text())["index_files"]
+        recorded = json.loads(store._files.sums.read_text())["index_files"]
         assert recorded.get(str(index.relative_to(coll))) == hashlib.sha256(whole).hexdigest(), recorded
     finally:
         idx.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -10,20 +11,24 @@ from mdrag.config import load_config
 from mdrag.embedding.base import Embedder
 from mdrag.fusion import RRF_K, fuse
 from mdrag.index import Index
+from mdrag.store.base import Hit
 
 
-def _list(prefix: str, scores: list[float]) -> list[dict[str, object]]:
-    return [{"id": f"{prefix}{i}", "rank_score": s, "score": 0.5} for i, s in enumerate(scores)]
+def _list(prefix: str, scores: list[float]) -> list[Hit]:
+    return [
+        Hit(f"{prefix}{i}", "", "", "", "", "", [], 0, 0, 0, 0, 0, "", {}, score=0.5, rank_score=s)
+        for i, s in enumerate(scores)
+    ]
 
 
 def test_each_row_keeps_its_rank_in_each_list() -> None:
     dense = _list("d", [0.9, 0.8, 0.7])
     bm25 = [dense[2], *_list("b", [12.0, 9.0])]
-    fused = {r["id"]: r for r in fuse(dense, bm25, "rrf")}
-    assert (fused["d2"]["dense_rank"], fused["d2"]["bm25_rank"]) == (3, 1)
-    assert (fused["d0"]["dense_rank"], fused["d0"]["bm25_rank"]) == (1, None)
-    assert (fused["b1"]["dense_rank"], fused["b1"]["bm25_rank"]) == (None, 3)
-    assert fused["d2"]["rank_score"] == pytest.approx(1 / (RRF_K + 3) + 1 / (RRF_K + 1))
+    fused = {r.id: r for r in fuse(dense, bm25, "rrf")}
+    assert (fused["d2"].dense_rank, fused["d2"].bm25_rank) == (3, 1)
+    assert (fused["d0"].dense_rank, fused["d0"].bm25_rank) == (1, None)
+    assert (fused["b1"].dense_rank, fused["b1"].bm25_rank) == (None, 3)
+    assert fused["d2"].rank_score == pytest.approx(1 / (RRF_K + 3) + 1 / (RRF_K + 1))
     with pytest.raises(ValueError, match="unknown fusion"):
         fuse(dense, bm25, "sum")
 
@@ -37,11 +42,11 @@ def test_a_clear_first_place_in_one_list_stays_in_the_top_three() -> None:
     middling = dense[2:12]  # dense ranks 3..12
     bm25 = _list("b", [20.0 - 0.3 * i for i in range(40)])
     for i, row in [*enumerate(middling, 4), (29, gold[0]), (16, gold[1])]:  # BM25 ranks 5..14, 30 and 17
-        bm25[i] = {**row, "rank_score": bm25[i]["rank_score"]}
-    top3 = [r["id"] for r in fuse(dense, bm25)[:3]]  # the default fusion
-    assert gold[0]["id"] in top3 and gold[1]["id"] in top3, top3
-    buried = [r["id"] for r in fuse(dense, bm25, "rrf")]
-    assert buried.index(gold[0]["id"]) > 3, "reciprocal ranks alone put middling rows above it"
+        bm25[i] = replace(row, rank_score=bm25[i].rank_score)
+    top3 = [r.id for r in fuse(dense, bm25)[:3]]  # the default fusion
+    assert gold[0].id in top3 and gold[1].id in top3, top3
+    buried = [r.id for r in fuse(dense, bm25, "rrf")]
+    assert buried.index(gold[0].id) > 3, "reciprocal ranks alone put middling rows above it"
 
 
 @pytest.mark.slow

@@ -6,6 +6,7 @@ import importlib.metadata
 import tempfile
 import time
 import uuid
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -58,9 +59,9 @@ def test_write_search_delete_round_trip(store_uri: str) -> None:
     s.upsert(chunks, vecs)
     assert s.count() == 20
     hits = s.search(vecs[3], 5)
-    assert hits[0]["id"] == chunks[3].id and hits[0]["score"] == pytest.approx(1.0, abs=1e-4)
-    assert hits[0]["headings"] == ["Doc", "Part"] and hits[0]["metadata"]["tags"] == ["x"]
-    assert hits[0]["page"] == 4 and hits[0]["line_start"] == 4
+    assert hits[0].id == chunks[3].id and hits[0].score == pytest.approx(1.0, abs=1e-4)
+    assert hits[0].headings == ["Doc", "Part"] and hits[0].metadata["tags"] == ["x"]
+    assert hits[0].page == 4 and hits[0].line_start == 4
     # upsert by id replaces, never duplicates
     s.upsert(chunks[:5], vecs[:5])
     assert s.count() == 20
@@ -84,7 +85,7 @@ def test_reopened_collection_is_loaded_and_searchable(store_uri: str) -> None:
     s2 = MilvusStore(store_uri, name, IDENTITY)
     assert s2.open(create=False)
     assert "Loaded" in str(s2.client.get_load_state(s2.collection)["state"])
-    assert s2.search(vecs[0], 1)[0]["id"] == chunks[0].id
+    assert s2.search(vecs[0], 1)[0].id == chunks[0].id
     s2.close()
 
 
@@ -162,7 +163,7 @@ def test_a_write_larger_than_one_request_is_split_and_fully_stored(
     assert all(len(req) == 1 or sum(_payload(r) for r in req) <= cap for req in requests)
     assert s.count() == 60
     hits = s.search(vecs[3], 1)
-    assert hits[0]["id"] == chunks[3].id and hits[0]["text"] == chunks[3].text
+    assert hits[0].id == chunks[3].id and hits[0].text == chunks[3].text
     s.close()
 
 
@@ -242,10 +243,10 @@ def test_bm25_search_ranks_by_terms_and_scores_by_cosine(store_uri: str) -> None
     s.upsert(chunks, vecs)
     query = vecs[2]  # dense points at chunk 2, the words at chunk 7
     dense = s.search(query, 3)
-    assert dense[0]["id"] == chunks[2].id
+    assert dense[0].id == chunks[2].id
     bm25 = s.search(query, 3, mode="bm25", text="zephyrine quux")
-    assert bm25[0]["id"] == chunks[7].id and len(bm25) == 1, "only chunks with the terms"
-    assert bm25[0]["score"] == pytest.approx(float(vecs[7] @ query), abs=1e-4), "score is the cosine"
+    assert bm25[0].id == chunks[7].id and len(bm25) == 1, "only chunks with the terms"
+    assert bm25[0].score == pytest.approx(float(vecs[7] @ query), abs=1e-4), "score is the cosine"
     filtered = s.search(query, 5, Filter(path_prefix="nothing.md"), mode="bm25", text="zephyrine")
     assert filtered == []
     s.close()
@@ -260,7 +261,7 @@ def test_stemming_matches_word_forms(tmp_path) -> None:
     chunks[4].text = "Configuring the caches of running servers."
     s.upsert(chunks, vecs)
     hits = s.search(vecs[0], 3, mode="bm25", text="cache configuration for a server that runs")
-    assert hits and hits[0]["id"] == chunks[4].id
+    assert hits and hits[0].id == chunks[4].id
     plain = MilvusStore(str(tmp_path / "plain.db"), "plain", IDENTITY)
     plain.open()
     plain.upsert(chunks, vecs)
@@ -282,12 +283,12 @@ def test_a_read_only_lite_folder_is_searched_through_a_private_view(tmp_path, mo
     s.close()
     files = {p: p.stat().st_mtime_ns for p in (tmp_path / "milvus.db").rglob("*") if p.is_file()}
 
-    monkeypatch.setattr(milvus, "_lite_read_only", lambda uri: True)  # as on a read-only mount
+    monkeypatch.setattr(milvus, "lite_read_only", lambda uri: True)  # as on a read-only mount
     (tmp_path / "tmp").mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))  # where the view goes
     r = MilvusStore(uri, "ro", IDENTITY)
     assert r.open(create=False)
-    assert r.count() == 10 and r.search(vecs[2], 1)[0]["id"] == chunks[2].id
+    assert r.count() == 10 and r.search(vecs[2], 1)[0].id == chunks[2].id
     with pytest.raises(StoreError, match="read-only"):
         r.upsert(chunks[:1], vecs[:1])
     with pytest.raises(StoreError, match="read-only"):
@@ -333,17 +334,17 @@ def test_a_filtered_search_returns_the_exact_filtered_top_k_on_the_otel_docs(
                 v = hash_embedder.embed_query(question)
                 want = sorted(vectors @ v, reverse=True)[:10]
                 hits = s.search(v, 10, where)
-                assert all(where.matches(h) for h in hits), (where, question)
-                assert [h["score"] for h in hits] == pytest.approx(want, abs=1e-5), (where, question, exact_rows)
+                assert all(where.matches(asdict(h)) for h in hits), (where, question)
+                assert [h.score for h in hits] == pytest.approx(want, abs=1e-5), (where, question, exact_rows)
     # BM25 reads every posting list: filtered, it ranks as the whole list does, restricted to the filter.
     where, found = wheres[1], 0
     for question in questions:
         v = hash_embedder.embed_query(question)
         everything = s.search(v, len(rows), None, mode="bm25", text=question)
-        want = [h["rank_score"] for h in everything if where.matches(h)][:10]
+        want = [h.rank_score for h in everything if where.matches(asdict(h))][:10]
         hits = s.search(v, 10, where, mode="bm25", text=question)
-        assert all(where.matches(h) for h in hits), question
-        assert [h["rank_score"] for h in hits] == pytest.approx(want, rel=1e-5), question
+        assert all(where.matches(asdict(h)) for h in hits), question
+        assert [h.rank_score for h in hits] == pytest.approx(want, rel=1e-5), question
         found += len(want) == 10
     assert found >= 3, "most questions' words are in the file"
     s.close()

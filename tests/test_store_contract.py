@@ -133,7 +133,7 @@ def test_upsert_replaces_by_id_and_delete_ignores_unknown_ids(store: Any) -> Non
     store.upsert(edited, vectors(3, 4))
     assert store.count() == 21
     hit = store.search(vectors(3, 4)[2], 1)[0]
-    assert hit["id"] == a[2].id and hit["text"] == "edited 2"
+    assert hit.id == a[2].id and hit.text == "edited 2"
 
     store.delete_ids([c.id for c in b[:5]] + ["f" * 32])
     assert store.count() == 16 and store.count(["/docs/b"]) == 4
@@ -148,12 +148,12 @@ def test_rows_carry_every_field(store: Any) -> None:
     store.upsert(chunks, vecs)
     for c, v in zip(chunks, vecs):
         row = store.search(v, 1)[0]
-        assert row["id"] == c.id
-        assert row["text"] == c.text and row["context"] == c.context
-        assert (row["path"], row["rel_path"], row["root"]) == (c.path, c.rel_path, c.root)
-        assert row["headings"] == c.heading_path and row["level"] == c.level and row["position"] == c.position
-        assert row["page"] == (c.page or 0) and (row["line_start"], row["line_end"]) == (c.line_start, c.line_end)
-        assert row["content_hash"] == c.content_hash and row["metadata"] == c.metadata
+        assert row.id == c.id
+        assert row.text == c.text and row.context == c.context
+        assert (row.path, row.rel_path, row.root) == (c.path, c.rel_path, c.root)
+        assert row.headings == c.heading_path and row.level == c.level and row.position == c.position
+        assert row.page == (c.page or 0) and (row.line_start, row.line_end) == (c.line_start, c.line_end)
+        assert row.content_hash == c.content_hash and row.metadata == c.metadata
 
 
 def test_roots_are_the_folders_of_the_stored_chunks(store: Any) -> None:
@@ -199,10 +199,10 @@ def test_dense_search_is_exact_and_scores_are_cosines(store: Any) -> None:
     for q in vectors(70, 5):
         hits = store.search(q, 10)
         exact = _exact(vecs, ids, q, 10)
-        assert [h["id"] for h in hits] == [i for i, _ in exact]
+        assert [h.id for h in hits] == [i for i, _ in exact]
         for h, (_, cos) in zip(hits, exact):
-            assert h["score"] == pytest.approx(cos, abs=1e-4)
-            assert h["rank_score"] == pytest.approx(cos, abs=1e-4)
+            assert h.score == pytest.approx(cos, abs=1e-4)
+            assert h.rank_score == pytest.approx(cos, abs=1e-4)
     assert len(store.search(vecs[0], 500)) == 120
 
 
@@ -223,7 +223,7 @@ def test_dense_search_after_a_run_is_exact_at_the_depths_search_asks_for(engine:
     try:
         for q in vectors(210, 20):
             for k in (10, 40, 120):
-                assert [h["id"] for h in s.search(q, k)] == [i for i, _ in _exact(vecs, ids, q, k)], k
+                assert [h.id for h in s.search(q, k)] == [i for i, _ in _exact(vecs, ids, q, k)], k
     finally:
         s.close()
 
@@ -237,11 +237,11 @@ def test_bm25_search_ranks_by_the_words_and_scores_by_cosine(store: Any) -> None
     store.upsert(chunks, vecs)
     q = vectors(80, 1)[0]
     hits = store.search(q, 5, mode="bm25", text="zebra configuration")
-    assert [h["id"] for h in hits] == [chunks[7].id, chunks[19].id, chunks[23].id]  # only chunks with the words
-    assert hits[0]["rank_score"] > hits[1]["rank_score"] > hits[2]["rank_score"] > 0
+    assert [h.id for h in hits] == [chunks[7].id, chunks[19].id, chunks[23].id]  # only chunks with the words
+    assert hits[0].rank_score > hits[1].rank_score > hits[2].rank_score > 0
     by_id = {c.id: v for c, v in zip(chunks, vecs)}
     for h in hits:
-        assert h["score"] == pytest.approx(float(by_id[h["id"]] @ q), abs=1e-4)
+        assert h.score == pytest.approx(float(by_id[h.id] @ q), abs=1e-4)
     assert store.search(q, 5, mode="bm25", text="nonexistentword") == []
     with pytest.raises(ValueError, match="mode"):
         store.search(q, 5, mode="sparse")
@@ -282,7 +282,7 @@ def test_bm25_scores_are_the_same_formula_on_every_engine(store: Any) -> None:
     for query in (["beta"], ["beta", "gamma1"], ["filler", "word7", "beta"]):
         want = bm25_ranking(chunks, query, 10)
         got = store.search(vecs[0], 10, mode="bm25", text=" ".join(query))
-        assert [h["rank_score"] for h in got] == pytest.approx([w for w, _ in want], rel=1e-4)
+        assert [h.rank_score for h in got] == pytest.approx([w for w, _ in want], rel=1e-4)
 
 
 FILTERS = [
@@ -307,10 +307,10 @@ def test_filtered_search_equals_exact_filtered_search(store: Any, where: Filter)
     for q in vectors(90, 3):
         hits = store.search(q, 10, where=where)
         exact = _exact(vecs[passing], ids, q, 10) if passing else []
-        assert [h["id"] for h in hits] == [i for i, _ in exact]
-        assert [h["score"] for h in hits] == pytest.approx([s for _, s in exact], abs=1e-4)
+        assert [h.id for h in hits] == [i for i, _ in exact]
+        assert [h.score for h in hits] == pytest.approx([s for _, s in exact], abs=1e-4)
         words = store.search(q, 500, where=where, mode="bm25", text="common")  # a word every chunk has
-        assert sorted(h["id"] for h in words) == sorted(ids)
+        assert sorted(h.id for h in words) == sorted(ids)
 
 
 def test_hidden_chunks_are_left_out_where_the_store_hides_them(store: Any) -> None:
@@ -325,15 +325,15 @@ def test_hidden_chunks_are_left_out_where_the_store_hides_them(store: Any) -> No
     passing = [i for i in shown if where.matches(row_of(chunks[i]))]
     for q in vectors(130, 3):
         hits = store.search(q, 10, hidden=hidden)
-        assert [h["id"] for h in hits] == [i for i, _ in _exact(vecs[shown], ids, q, 10)]
+        assert [h.id for h in hits] == [i for i, _ in _exact(vecs[shown], ids, q, 10)]
         hits = store.search(q, 10, where=where, hidden=hidden)
-        assert [h["id"] for h in hits] == [i for i, _ in _exact(vecs[passing], [chunks[i].id for i in passing], q, 10)]
+        assert [h.id for h in hits] == [i for i, _ in _exact(vecs[passing], [chunks[i].id for i in passing], q, 10)]
         words = store.search(q, 500, mode="bm25", text="common", hidden=hidden)  # a word every chunk has
-        assert sorted(h["id"] for h in words) == sorted(ids)
+        assert sorted(h.id for h in words) == sorted(ids)
     grown = hidden | {chunks[1].id, "not-a-stored-id"}  # a run writes more: the set grows
     if store.hides:
-        assert chunks[1].id not in {h["id"] for h in store.search(vecs[1], 5, hidden=grown)}
-    assert store.search(vecs[1], 1, hidden=frozenset())[0]["id"] == chunks[1].id  # the run ended: shown again
+        assert chunks[1].id not in {h.id for h in store.search(vecs[1], 5, hidden=grown)}
+    assert store.search(vecs[1], 1, hidden=frozenset())[0].id == chunks[1].id  # the run ended: shown again
 
 
 def test_a_filter_on_a_small_file_among_closer_chunks_loses_nothing(store: Any) -> None:
@@ -346,7 +346,7 @@ def test_a_filter_on_a_small_file_among_closer_chunks_loses_nothing(store: Any) 
     v_near /= np.linalg.norm(v_near, axis=1, keepdims=True)
     store.upsert(far + near, np.vstack([v_far, v_near]).astype(np.float32))
     hits = store.search(q, 10, where=Filter(root="/docs/small"))
-    assert [h["id"] for h in hits] == [i for i, _ in _exact(v_far, [c.id for c in far], q, 10)]
+    assert [h.id for h in hits] == [i for i, _ in _exact(v_far, [c.id for c in far], q, 10)]
 
 
 HOSTILE = ['a"b', "50%", "a_b", "back\\slash", "nul\x00x", "ünï cödé/日本", "' OR 1=1 --", '") or (id != "', "\n"]
@@ -372,7 +372,7 @@ def test_hostile_filter_values_are_data(store: Any) -> None:
                       Filter(root=f"/docs/{value}")):  # fmt: skip
             want = {c.id for c in chunks if where.matches(row_of(c))}
             try:
-                got = {h["id"] for h in store.search(q, len(chunks), where=where)}
+                got = {h.id for h in store.search(q, len(chunks), where=where)}
             except ConfigError:
                 continue  # refused with a clear error: allowed
             assert got == want, (value, where)
@@ -394,8 +394,8 @@ def test_reopen_keeps_everything(engine: tuple[str, str | None]) -> None:
     s = open_engine(*engine, name, create=False)
     try:
         assert s.count() == 25 and s.all_ids() == {c.id for c in chunks}
-        assert s.search(vecs[4], 1)[0]["id"] == chunks[4].id
-        assert s.search(vecs[4], 3, mode="bm25", text="word4")[0]["id"] in {c.id for c in chunks if "word4" in c.text}
+        assert s.search(vecs[4], 1)[0].id == chunks[4].id
+        assert s.search(vecs[4], 3, mode="bm25", text="word4")[0].id in {c.id for c in chunks if "word4" in c.text}
     finally:
         s.close()
 
@@ -431,10 +431,10 @@ def test_another_reader_sees_each_ended_run(engine: tuple[str, str | None]) -> N
         writer.delete_ids([chunks[0].id])
         writer.end_run(set(), set(), whole=False)
         assert reader.all_ids() == {c.id for c in chunks[1:]}
-        assert reader.search(vecs[8], 1)[0]["id"] == chunks[8].id
-        assert chunks[0].id not in {h["id"] for h in reader.search(vecs[0], 10)}
+        assert reader.search(vecs[8], 1)[0].id == chunks[8].id
+        assert chunks[0].id not in {h.id for h in reader.search(vecs[0], 10)}
         words = reader.search(vecs[8], 5, mode="bm25", text="word1")  # chunks 1 and 8: i % 7 == 1
-        assert {h["id"] for h in words} == {chunks[1].id, chunks[8].id}
+        assert {h.id for h in words} == {chunks[1].id, chunks[8].id}
     finally:
         reader.close()
         writer.close()
@@ -501,7 +501,7 @@ def test_a_writer_killed_mid_run_leaves_a_store_that_opens_and_repairs(engine: t
         s.delete_ids(ids - first)  # the indexer's repair: ids the manifest does not list go
         s.end_run(set(), first, whole=False)
         assert s.all_ids() == first and s.count() == 30
-        assert s.search(vectors(40, 30)[3], 1)[0]["id"] == make_chunks(40, 30)[3].id
+        assert s.search(vectors(40, 30)[3], 1)[0].id == make_chunks(40, 30)[3].id
     finally:
         s.close()
 

@@ -41,7 +41,7 @@ def test_files_live_in_the_cache_folder(mdrag_home: Path) -> None:
 def test_a_missing_damaged_or_stale_faiss_file_is_rebuilt_from_sqlite(mdrag_home: Path, damage: str) -> None:
     name = "d" + uuid.uuid4().hex[:8]
     s, vecs = _filled(name)
-    before = [h["id"] for h in s.search(vecs[5], 5)]
+    before = [h.id for h in s.search(vecs[5], 5)]
     faiss_file = mdrag_home / "cache" / "faiss" / f"{name}.faiss"
     old = faiss_file.read_bytes()
     if damage == "stale":  # a later run whose file was never written (killed between commit and save)
@@ -59,10 +59,10 @@ def test_a_missing_damaged_or_stale_faiss_file_is_rebuilt_from_sqlite(mdrag_home
     try:
         assert s.count() == (43 if damage == "stale" else 40)
         if damage == "stale":
-            assert s.search(vectors(2, 3)[1], 1)[0]["id"] == make_chunks(2, 3)[1].id
-            assert s.search(vecs[5], 1)[0]["id"] == before[0]
+            assert s.search(vectors(2, 3)[1], 1)[0].id == make_chunks(2, 3)[1].id
+            assert s.search(vecs[5], 1)[0].id == before[0]
         else:
-            assert [h["id"] for h in s.search(vecs[5], 5)] == before
+            assert [h.id for h in s.search(vecs[5], 5)] == before
         assert not s.unchanged_since_last_run()  # the file is not the one the last run wrote
     finally:
         s.close()
@@ -123,17 +123,17 @@ def test_hnsw_from_its_threshold_skips_deleted_chunks_and_filters_stay_exact(
     try:
         assert s._hnsw and len(s._dead) == 40 and s.count() == 260
         for i in (0, 5, 39):  # the nearest chunk to a deleted chunk's vector is never that chunk
-            assert gone.isdisjoint(h["id"] for h in s.search(vecs[i], 10))
-        hits = [s.search(v, 1)[0]["id"] for v in vecs[40:90]]
+            assert gone.isdisjoint(h.id for h in s.search(vecs[i], 10))
+        hits = [s.search(v, 1)[0].id for v in vecs[40:90]]
         assert sum(h == c.id for h, c in zip(hits, chunks[40:90])) >= 48  # approximate, but close to exact
         where = Filter(tags=("odd",))
         live = [i for i in range(40, 300) if where.matches({"metadata": chunks[i].metadata})]
         q = vectors(33, 1)[0]
         sims = vecs[live] @ q
         exact = [chunks[live[j]].id for j in np.argsort(-sims)[:10]]
-        assert [h["id"] for h in s.search(q, 10, where=where)] == exact
+        assert [h.id for h in s.search(q, 10, where=where)] == exact
         hidden = frozenset(chunks[live[j]].id for j in np.argsort(-sims)[:5])  # an update's uncommitted rows
-        walked = {h["id"] for h in s.search(q, 20, hidden=hidden)}  # the graph's walk skips them, and the dead
+        walked = {h.id for h in s.search(q, 20, hidden=hidden)}  # the graph's walk skips them, and the dead
         assert walked and walked.isdisjoint(hidden | gone), walked & (hidden | gone)
     finally:
         s.close()
@@ -176,9 +176,9 @@ def test_a_failed_write_leaves_sqlite_and_memory_as_they_were(monkeypatch: pytes
     try:
         assert s.count() == 40
         hit = s.search(vecs[2], 1)[0]
-        assert hit["id"] == chunks[2].id and hit["text"] == chunks[2].text
+        assert hit.id == chunks[2].id and hit.text == chunks[2].text
         s.end_run(set(), set(), whole=False)
-        assert s.count() == 40 and s.search(vecs[3], 1)[0]["text"] == chunks[3].text
+        assert s.count() == 40 and s.search(vecs[3], 1)[0].text == chunks[3].text
     finally:
         s.close()
 
@@ -187,7 +187,7 @@ def test_a_folder_it_may_not_write_is_searched_read_only_and_never_written(monke
     """A read-only home or mount: SQLite cannot make its shared-memory file there, so the store opens
     its file read-only (immutable) to search it, and an indexing run is refused with the reason."""
     s, vecs = _filled("ro")
-    before = [h["id"] for h in s.search(vecs[5], 5)]
+    before = [h.id for h in s.search(vecs[5], 5)]
     s.close()
     monkeypatch.setattr(FaissStore, "_writable", lambda self: False)
     s = _store("ro")
@@ -195,7 +195,7 @@ def test_a_folder_it_may_not_write_is_searched_read_only_and_never_written(monke
         s.open(create=True)
     assert s.open(create=False)
     try:
-        assert s.count() == 40 and [h["id"] for h in s.search(vecs[5], 5)] == before
+        assert s.count() == 40 and [h.id for h in s.search(vecs[5], 5)] == before
         with pytest.raises(StoreUnavailableError, match="read-only"):
             s.upsert(make_chunks(2, 1), vectors(2, 1))
         assert s.count() == 40
@@ -211,7 +211,7 @@ def test_a_full_disk_is_said_plainly_and_what_was_committed_stays() -> None:
     try:
         with pytest.raises(StoreError, match=r"the disk is full \(database or disk is full\)\. Free some space"):
             s.upsert(big, vectors(2, 20))
-        assert s.count() == 40 and s.search(vecs[5], 1)[0]["id"] == make_chunks(1, 40)[5].id
+        assert s.count() == 40 and s.search(vecs[5], 1)[0].id == make_chunks(1, 40)[5].id
         s.db.execute("PRAGMA max_page_count = 1073741823")  # space freed: the run goes on
         s.upsert(big, vectors(2, 20))
         s.end_run(set(), set(), whole=False)
@@ -236,8 +236,8 @@ def test_bm25_scores_use_collection_wide_statistics_after_updates_and_deletes(se
         query = ["gamma", "delta3", "word42"]
         want = bm25_ranking(chunks[10:], query, 8)  # statistics of the live chunks only
         got = s.search(vecs[0], 8, mode="bm25", text=" ".join(query))
-        assert [h["rank_score"] for h in got] == pytest.approx([w for w, _ in want], rel=1e-5)
-        assert got[0]["id"] == want[0][1]
+        assert [h.rank_score for h in got] == pytest.approx([w for w, _ in want], rel=1e-5)
+        assert got[0].id == want[0][1]
     finally:
         s.close()
 
@@ -251,14 +251,14 @@ def test_a_reader_in_another_process_sees_ended_runs_only() -> None:
         assert reader.open(create=False)
         ended, pending = make_chunks(40, 30), make_chunks(41, 30)
         assert reader.all_ids() == {c.id for c in ended}
-        assert reader.search(vectors(41, 30)[0], 1)[0]["id"] != pending[0].id
+        assert reader.search(vectors(41, 30)[0], 1)[0].id != pending[0].id
         assert proc.stdin is not None and proc.stdout is not None
         proc.stdin.write("\n")
         proc.stdin.flush()
         assert proc.stdout.readline().strip() == "ended"
         assert reader.count() == 60
-        assert reader.search(vectors(41, 30)[0], 1)[0]["id"] == pending[0].id
-        assert reader.search(vectors(41, 30)[0], 1, mode="bm25", text="seed 41")[0]["id"] in {c.id for c in pending}
+        assert reader.search(vectors(41, 30)[0], 1)[0].id == pending[0].id
+        assert reader.search(vectors(41, 30)[0], 1, mode="bm25", text="seed 41")[0].id in {c.id for c in pending}
     finally:
         reader.close()
         if proc.poll() is None:

@@ -25,7 +25,8 @@ from mdrag.errors import IndexingCancelledError
 from mdrag.index import Index
 from mdrag.manifest import Manifest
 from mdrag.server import QAServer
-from mdrag.store.milvus import MilvusStore, _lite_locked
+from mdrag.store.milvus import MilvusStore
+from mdrag.store.milvus_lite import lite_locked
 from mdrag.types import Chunk
 from tests.conftest import HashEmbedder, Held
 
@@ -197,7 +198,7 @@ def test_first_searches_from_several_threads_open_the_store_once(tmp_path: Path)
     assert results == [4] * 6
     idx.close()
     # One connection was made, and closed: the Milvus Lite file is free for another process.
-    assert not _lite_locked(config.milvus_uri), "a second connection was left open"
+    assert not lite_locked(config.milvus_uri), "a second connection was left open"
 
 
 def test_a_commit_during_a_first_search_is_not_undone_by_the_search(
@@ -255,7 +256,7 @@ def test_close_waits_for_a_search_in_flight(tmp_path: Path) -> None:
     searcher.join(WAIT)
     closer.join(WAIT)
     assert outcome == [4]
-    assert not _lite_locked(config.milvus_uri)
+    assert not lite_locked(config.milvus_uri)
 
 
 def test_a_search_that_outlasts_the_grace_time_is_reported_when_its_chunks_go(

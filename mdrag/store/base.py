@@ -32,13 +32,42 @@ import numpy as np
 
 from mdrag.types import Chunk
 
-__all__ = ["ROW_FIELDS", "Filter", "Store"]
+__all__ = ["ROW_FIELDS", "Filter", "Hit", "Store"]
 
-#: The fields of a row that :meth:`Store.search` returns, besides ``id``, ``score`` and ``rank_score``.
+#: The stored fields of a chunk that a :class:`Hit` carries, besides ``id``, ``score`` and ``rank_score``.
 ROW_FIELDS = (
     "text", "context", "path", "rel_path", "root", "headings", "level",
     "position", "page", "line_start", "line_end", "content_hash", "metadata",
 )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Hit:
+    """One chunk that :meth:`Store.search` returns: its stored fields (:data:`ROW_FIELDS`) and its scores.
+
+    The core sets the ranks (:mod:`mdrag.search`, :mod:`mdrag.fusion`) on a copy
+    (:func:`dataclasses.replace`); ``headings`` and ``metadata`` may be a store's
+    cached values: read them, do not change them.
+    """
+
+    id: str  # the chunk id (a hex digest)
+    text: str  # body text
+    context: str  # the heading trail embedded with the text
+    path: str  # absolute file path
+    rel_path: str  # path relative to its root folder
+    root: str  # the indexed folder the file was found under
+    headings: list[str]  # heading path, top down
+    level: int  # heading level (0: before any heading)
+    position: int  # 0-based index of the chunk within its file
+    page: int  # 1-based page; 0 when the format has no pages
+    line_start: int  # 1-based first line; 0 when unknown
+    line_end: int  # 1-based last line; 0 when unknown
+    content_hash: str  # sha256 of the embedded text
+    metadata: dict[str, Any]  # the frontmatter fields the chunk carries
+    score: float  # cosine similarity to the query vector, whatever ranked it
+    rank_score: float  # the ranking's own score: cosine (dense), BM25, or the fused score (hybrid)
+    dense_rank: int | None = None  # 1-based rank in the dense list; None: not in it, or not ranked yet
+    bm25_rank: int | None = None  # 1-based rank in the BM25 list; None: not in it, or not ranked yet
 
 
 @dataclass(frozen=True)
@@ -183,9 +212,9 @@ class Store(Protocol):
         mode: str = "dense",
         text: str = "",
         hidden: frozenset[str] = frozenset(),
-    ) -> list[dict[str, Any]]:
-        """The ``k`` best chunks passing ``where``, best first, as dicts of ``id``, :data:`ROW_FIELDS`,
-        ``score`` (cosine to ``vector``) and ``rank_score``. ``mode``: "dense" (by cosine) or "bm25" (by
+    ) -> list[Hit]:
+        """The ``k`` best chunks passing ``where``, best first, each with its ``score`` (cosine to
+        ``vector``) and ``rank_score`` (its ranks unset). ``mode``: "dense" (by cosine) or "bm25" (by
         BM25 on ``text``); hybrid ranking fuses the two in the core (:mod:`mdrag.fusion`). ``hidden``:
         chunk ids that a store that :attr:`hides` leaves out (what a running update of this process
         wrote and has not committed)."""

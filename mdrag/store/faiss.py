@@ -29,10 +29,8 @@ search is always exact, a product over the vectors of every chunk that passes
 (found in SQLite, parameters only). Each search runs FAISS on one OpenMP
 thread (a per-thread setting): one query gains nothing from more, and on a busy
 machine waits for them (HNSW at 100k: 8 ms on two threads, 0.4 ms on one).
-BM25 is an in-memory inverted index over the same texts Milvus ranks, with
-collection-wide statistics and the formula Milvus Lite scores with (k1 1.5, b 0.75,
-idf ``log(1 + (N - df + 0.5) / (df + 0.5))``, words as its standard analyzer
-splits them: :data:`_K1`); SQLite's FTS5 ``bm25()`` was measured at 131 ms per Hugo
+BM25 is an in-memory inverted index over the same texts Milvus ranks
+(:class:`mdrag.store.bm25.Bm25`); SQLite's FTS5 ``bm25()`` was measured at 131 ms per Hugo
 question on 100k chunks (it scores every match), too slow for a search path.
 
 A run's writes are one SQLite transaction, held under the writers' lock from
@@ -55,7 +53,7 @@ import re
 import sqlite3
 import threading
 import time
-from collections import Counter, OrderedDict
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import closing, contextmanager
 from pathlib import Path
@@ -75,7 +73,8 @@ from mdrag.errors import (
 )
 from mdrag.manifest import file_sha256_cached
 from mdrag.store import StoreBackend, same_location
-from mdrag.store.base import ROW_FIELDS, Filter
+from mdrag.store.base import ROW_FIELDS, Filter, Hit
+from mdrag.store.bm25 import Bm25
 from mdrag.types import Chunk
 
 if TYPE_CHECKING:
@@ -86,7 +85,6 @@ __all__ = ["FaissStore"]
 log = logging.getLogger(__name__)
 
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")
-_TOKEN = re.compile(r"\w+", re.UNICODE)  # words, as Milvus's "standard" analyzer splits them (lowercased)
 _BATCH = 500  # values per SQL `IN (...)` list
 _GATHER = 3  # a filter passing at most 1/_GATHER of the chunks: a product over their vectors only
 # From this many chunks, dense search without a filter walks an HNSW graph (approximate, as Milvus's
@@ -100,10 +98,6 @@ _HNSW_M, _HNSW_EF_BUILD, _HNSW_EF = 16, 100, 64
 # give 0.851 / 0.950 / 0.989 / 0.994 in 0.38 / 0.55 / 0.80 / 1.80 ms. So ef is 64 up to _HNSW_EF_ROWS
 # chunks and grows as (rows / _HNSW_EF_ROWS) ** 0.6 from there: 255 at a million.
 _HNSW_EF_ROWS = 100_000
-# BM25 parameters as Milvus Lite 3.2.2 scores: its scores fit k1 1.5 and b 0.75 exactly, and it ignores a
-# bm25_k1 of 1.2 in the index's parameters (the documented default is 1.2; measured on one segment, the
-# store contract test of BM25 scores holds it on every engine).
-_K1, _B = 1.5, 0.75
 
 
 def _ef_search(rows: int) -> int:
@@ -113,7 +107,6 @@ def _ef_search(rows: int) -> int:
 
 _ROW_CACHE = 16384  # decoded rows kept for search results (a hybrid search reads a few hundred)
 _LOCK_POLL_S = 0.05  # how often a writer waiting for another process's run tries its lock again
-_PENDING_MAX = 16384  # BM25 texts added before they become a segment (bounds the memory a load takes)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -211,123 +204,6 @@ def _prefix_end(prefix: str) -> str | None:
     return prefix[:-1] + chr(nxt)
 
 
-_Segment = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]  # BM25 postings: terms, starts, docs, tf
-
-
-class _Bm25:
-    """An in-memory BM25 index over chunk texts, keyed by row number, with collection-wide statistics.
-
-    Postings live in segments (term-sorted arrays); texts added since the last
-    search wait in ``pending`` and become a segment when a search needs them.
-    A removed row is only marked dead: its postings are skipped, and dropped
-    when segments are merged.
-    """
-
-    def __init__(self) -> None:
-        self.vocab: dict[str, int] = {}
-        self.segments: list[_Segment] = []  # terms, starts, docs, tf
-        self.pending: list[tuple[int, np.ndarray, np.ndarray]] = []  # (row, term ids, term counts)
-        self.alive = np.zeros(0, dtype=bool)  # by row number
-        self.dl = np.zeros(0, dtype=np.float32)  # document length (tokens), by row number
-        self.n = 0
-        self.total = 0.0  # sum of the live documents' lengths
-
-    def _grow(self, top: int) -> None:
-        if top >= len(self.alive):
-            cap = max(1024, 2 * top)
-            self.alive = np.concatenate([self.alive, np.zeros(cap - len(self.alive), dtype=bool)])
-            self.dl = np.concatenate([self.dl, np.zeros(cap - len(self.dl), dtype=np.float32)])
-
-    def tokens(self, text: str) -> list[str]:
-        return _TOKEN.findall(text.lower())
-
-    def add(self, rows: Sequence[int], texts: Sequence[str]) -> None:
-        if not rows:
-            return
-        self._grow(max(rows))
-        vocab = self.vocab
-        for row, text in zip(rows, texts):
-            counts = Counter(vocab.setdefault(t, len(vocab)) for t in self.tokens(text))
-            length = sum(counts.values())
-            self.pending.append(
-                (row, np.fromiter(counts.keys(), np.int32, len(counts)), np.fromiter(counts.values(), np.float32))
-            )
-            if self.alive[row]:
-                self.total -= float(self.dl[row])
-                self.n -= 1
-            self.alive[row] = True
-            self.dl[row] = length
-            self.n += 1
-            self.total += length
-        if len(self.pending) >= _PENDING_MAX:
-            self._flush()
-
-    def remove(self, rows: Iterable[int]) -> None:
-        for row in rows:
-            if row < len(self.alive) and self.alive[row]:
-                self.alive[row] = False
-                self.n -= 1
-                self.total -= float(self.dl[row])
-
-    def _flush(self) -> None:
-        if self.pending:
-            terms = np.concatenate([p[1] for p in self.pending])
-            docs = np.repeat(np.array([p[0] for p in self.pending], dtype=np.int32), [len(p[1]) for p in self.pending])
-            tf = np.concatenate([p[2] for p in self.pending])
-            self.pending = []
-            self.segments.append(self._segment(terms, docs, tf))
-        if len(self.segments) > 8:  # merge all but the largest, dropping dead postings
-            self.segments.sort(key=lambda s: -len(s[2]))
-            keep, small = self.segments[0], self.segments[1:]
-            parts = [(np.repeat(s[0], np.diff(np.append(s[1], len(s[2])))), s[2], s[3]) for s in small]
-            terms, docs, tf = (np.concatenate([p[i] for p in parts]) for i in range(3))
-            live = self.alive[docs]
-            self.segments = [keep, self._segment(terms[live], docs[live], tf[live])]
-
-    @staticmethod
-    def _segment(terms: np.ndarray, docs: np.ndarray, tf: np.ndarray) -> _Segment:
-        order = np.argsort(terms, kind="stable")
-        terms = terms[order]
-        uniq, starts = np.unique(terms, return_index=True)
-        return uniq, starts, docs[order], tf[order]
-
-    def search(self, query: str, k: int, allowed: np.ndarray | None) -> list[tuple[int, float]]:
-        """The ``k`` best (row, BM25 score) pairs with a positive score; ``allowed``: a mask by row number."""
-        self._flush()
-        wanted = Counter(self.vocab[t] for t in self.tokens(query) if t in self.vocab)
-        if not wanted or self.n == 0:
-            return []
-        avgdl = self.total / self.n
-        scores = np.zeros(len(self.alive), dtype=np.float32)
-        for term, qtf in wanted.items():
-            docs_parts, tf_parts = [], []
-            for terms, starts, docs, tf in self.segments:
-                i = int(np.searchsorted(terms, term))
-                if i < len(terms) and terms[i] == term:
-                    end = starts[i + 1] if i + 1 < len(starts) else len(docs)
-                    d, f = docs[starts[i] : end], tf[starts[i] : end]
-                    live = self.alive[d]
-                    docs_parts.append(d[live])
-                    tf_parts.append(f[live])
-            if not docs_parts:
-                continue
-            d = np.concatenate(docs_parts)
-            f = np.concatenate(tf_parts)
-            df = len(d)
-            if df == 0:
-                continue
-            idf = math.log(1.0 + (self.n - df + 0.5) / (df + 0.5))
-            scores[d] += qtf * idf * f * (_K1 + 1) / (f + _K1 * (1 - _B + _B * self.dl[d] / avgdl))
-        if allowed is not None:
-            scores[: len(allowed)] *= allowed[: len(scores)]
-            scores[len(allowed) :] = 0
-        hit = np.flatnonzero(scores > 0)
-        if len(hit) > k:
-            hit = hit[np.argpartition(-scores[hit], k - 1)[:k]]
-        hit = hit[np.lexsort((hit, -scores[hit]))]
-        return [(int(r), float(scores[r])) for r in hit]
-
-
 class FaissStore:
     """One index's chunks in SQLite, its vectors in a FAISS index held in memory (see the module docstring)."""
 
@@ -358,7 +234,7 @@ class FaissStore:
         self._in_run = False  # a write transaction is open, and the writers' lock held
         self._version = -1  # PRAGMA data_version when memory last matched SQLite
         self._index: Any = None  # faiss.IndexIDMap2 over IndexFlatIP or IndexHNSWFlat, ids = chunks.n
-        self._bm25: _Bm25 | None = None  # built from SQLite by the first BM25 search (writers need none)
+        self._bm25: Bm25 | None = None  # built from SQLite by the first BM25 search (writers need none)
         self._rows: set[int] = set()  # row numbers held in memory
         self._pos: np.ndarray | None = None  # row number -> position in the vector index (-1: none); None: stale
         self._foreign: dict[str, Any] | None = None  # the identity of another model, found in SQLite by _sync
@@ -1026,11 +902,11 @@ class FaissStore:
             self._reset_memory()  # flat (exact): quick to fill; the next run's end_run builds the graph
             self._load_rows(None)
 
-    def _bm25_index(self) -> _Bm25:
+    def _bm25_index(self) -> Bm25:
         """The BM25 index of the rows in memory, built from SQLite the first time a search needs it."""
         if self._bm25 is None:
             t = time.perf_counter()
-            bm25 = _Bm25()
+            bm25 = Bm25()
             cur = self.db.execute("SELECT n, bm25_text FROM chunks")
             while part := cur.fetchmany(4096):
                 part = [(r, text) for r, text in part if r in self._rows]
@@ -1258,7 +1134,7 @@ class FaissStore:
         mode: str = "dense",
         text: str = "",
         hidden: frozenset[str] = frozenset(),
-    ) -> list[dict[str, Any]]:
+    ) -> list[Hit]:
         """The ``k`` best chunks passing ``where`` and not ``hidden``, exactly (see :class:`mdrag.store.base.Store`)."""
         if mode not in ("dense", "bm25"):
             raise ValueError(f"unknown store search mode {mode!r}: dense or bm25")
@@ -1287,7 +1163,7 @@ class FaissStore:
 
     def _search(
         self, vector: np.ndarray, k: int, where: Filter | None, mode: str, text: str, hidden: frozenset[str]
-    ) -> list[dict[str, Any]]:
+    ) -> list[Hit]:
         with self._lock:
             self._read()
             q = _unit(np.asarray(vector, dtype=np.float32).reshape(-1))
@@ -1326,7 +1202,7 @@ class FaissStore:
                 cosines = ranks = sims.tolist()
             return self._rows_out(rows, cosines, ranks)
 
-    def _rows_out(self, rows: np.ndarray, cosines: list[float], ranks: list[float]) -> list[dict[str, Any]]:
+    def _rows_out(self, rows: np.ndarray, cosines: list[float], ranks: list[float]) -> list[Hit]:
         """The rows' fields, from the row cache or SQLite, with their scores."""
         cache = self._row_cache
         wanted = rows.tolist()
@@ -1342,8 +1218,8 @@ class FaissStore:
         for n, cos, rank in zip(wanted, cosines, ranks):
             cache.move_to_end(n)
             row = cache[n]
-            # a copy per search (its headings and metadata values are the cache's: read them, do not change them)
-            out.append({**row, "score": float(cos), "rank_score": float(rank)})
+            # its headings and metadata values are the cache's: read them, do not change them
+            out.append(Hit(**row, score=float(cos), rank_score=float(rank)))
         while len(cache) > _ROW_CACHE:
             cache.popitem(last=False)
         return out

@@ -16,31 +16,19 @@ are created Strong, and each read asks for Strong as well, so that collections
 created before (Bounded) behave the same. Milvus Lite reads its own writes at
 any level.
 
-Milvus Lite's own upkeep lives here too (:meth:`MilvusStore.end_run`): it keeps
-BM25 statistics per segment, so a small update's segment is padded with a
-sample of the index, and the index is written again whole once small updates
-add up to a tenth of it; and a fingerprint of its files lets a run that finds
-nothing changed skip opening the store (:meth:`MilvusStore.unchanged_since_last_run`).
-A Milvus Lite collection also proves it is whole: each run records the sha256 of
-its vector index files and its row count (:meth:`MilvusStore.check`); an index
-file that differs is set aside when the store opens, and Milvus Lite builds it
-again from the stored vectors.
+Milvus Lite's own upkeep (BM25 padding of small updates, the fingerprint and
+checksums of its files, read-only folders) lives in :mod:`mdrag.store.milvus_lite`;
+the store calls it at :meth:`MilvusStore.end_run`, and when it opens and closes.
 """
 
 from __future__ import annotations
 
-import errno
-import hashlib
 import json
 import logging
 import math
-import os
 import random
 import re
 import shutil
-import tempfile
-import threading
-import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -48,11 +36,21 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from mdrag.errors import ModelMismatchError, StoreDamagedError, StoreError, StoreInUseError, StoreUnavailableError
-from mdrag.manifest import file_sha256_cached, write_atomic
+from mdrag.knobs import STORE_MAX_ROWS
 from mdrag.redact import redact_url
 from mdrag.store import StoreBackend, filters, same_location
 from mdrag.store import is_server_uri as _is_remote
-from mdrag.store.base import Filter
+from mdrag.store.base import Filter, Hit
+from mdrag.store.milvus_lite import (
+    BM25_REWRITE_SHARE,
+    LiteFiles,
+    lite_locked,
+    lite_read_only,
+    lite_release,
+    lite_use,
+    lite_view,
+    padding,
+)
 from mdrag.types import Chunk
 
 if TYPE_CHECKING:
@@ -69,9 +67,6 @@ _VERSION = re.compile(r"(?:^|[\s(v-])(\d+)\.(\d+)")  # "v2.3.5", "2.6.1-rc", "mi
 
 _IDENTITY_KEY = "mdrag.identity"
 _ROWS_KEY = "mdrag.rows_since_rewrite"  # collection property: chunks written by small updates since a rewrite
-# Milvus Lite: rewrite the index whole once small updates have written this share of it.
-_BM25_REWRITE_SHARE = 0.1
-_BM25_SEGMENT_ROWS = 512  # Milvus Lite: fewest chunks a run writes in one segment (see _pad_segment)
 # A filtered dense search ranks the matching chunks exactly when there are at most this many
 # (Milvus Lite's HNSW index, searched with a filter, misses some of the best matches). The
 # matches are read, at most this many plus one, rather than counted: Milvus Lite's count costs more.
@@ -91,8 +86,6 @@ _EF_PER_RESULT = 16
 _SELF_SAMPLE = 64  # stored vectors `status --verify` asks the vector index for (see MilvusStore._lost_vectors)
 _TEXT_MAX = 65535  # VARCHAR limit in bytes
 _PATH_MAX = 4096
-_INDEX_FILES_WAIT_S = 30.0  # how long a run waits for Milvus Lite to write its segments' index files
-_INDEX_FILES_STILL_S = 0.3  # ... and for them to stay unchanged this long: written whole
 _QUERY_BATCH = 1000  # ids or hashes per `in [...]` expression
 # A gRPC server refuses a message over its limit (256 MiB by default in Milvus and
 # Milvus Lite), so writes go in requests of at most this many estimated bytes
@@ -116,12 +109,6 @@ _WRITES = {
 }  # refused on a view
 _READS = {"query", "search"}  # read with _CONSISTENCY
 _CONSISTENCY = "Strong"  # reads see every acknowledged write: see the module's docstring
-
-# Milvus Lite runs in process and holds a lock on its file until released: count
-# the open stores per file, and release the file when the last one closes, so
-# that another process can open it.
-_lite_users: dict[str, int] = {}
-_lite_lock = threading.Lock()
 
 
 def _pymilvus() -> Any:
@@ -164,7 +151,7 @@ def _clip(s: str, limit: int) -> str:
 class MilvusStore:
     """The vector store of one index (one collection)."""
 
-    query_limit = 16384  # most rows one Milvus query returns
+    query_limit = STORE_MAX_ROWS  # most rows one Milvus query returns
 
     def __init__(
         self,
@@ -184,7 +171,9 @@ class MilvusStore:
         self.transactional = False  # writes are searchable at once, from any process
         self.hides = False  # an `id not in [...]` filter of thousands of ids costs more than fetching them
         self._lite_engine: bool | None = None  # the server is Milvus Lite: see per_segment_bm25
-        self._view: str | None = None  # a read-only Lite folder is opened through this view: see _lite_view
+        self._view: str | None = None  # a read-only Lite folder is opened through this view: see lite_view
+        # A Milvus Lite collection's files, as mdrag keeps and checks them; None for a server.
+        self._files = None if _is_remote(uri) else LiteFiles(uri, self.collection)
         # The store is as the last run left it (see unchanged_since_last_run): found so when it was
         # opened, made false by any write, true again at end_run. Recorded when it closes.
         self._as_left = False
@@ -244,7 +233,8 @@ class MilvusStore:
                 try:
                     exists = self.open(create, replace_mismatch, _retry=False)
                 except StoreError:
-                    self._put_back(moved)  # not (only) the index files: the collection stays as it was
+                    self.close()
+                    LiteFiles.put_back(moved)  # not (only) the index files: the collection stays as it was
                     raise
                 log.warning(
                     "Milvus Lite could not load the collection %s (%s); it loads without its %d index "
@@ -267,28 +257,22 @@ class MilvusStore:
         leaves a file it cannot load. Index files hold nothing the data files do not
         (Milvus Lite builds them again on load), so the collection is tried without them.
         """
-        if _is_remote(self.uri) or self._view is not None:
+        if self._files is None or self._view is not None:
             return []
-        db = Path(self.uri).expanduser()
-        files = files or sorted((db / "collections" / self.collection).glob("partitions/*/indexes/*"))
+        files = files or self._files.index_files()
         if not files:
             return []
         self.close()
-        dest = db.parent / "damaged" / f"{self.collection}-indexes-{time.strftime('%Y%m%d-%H%M%S')}"
-        moved = [(f, dest / f.parent.parent.name / f.name) for f in files]
-        for src, dst in moved:
-            dst.parent.mkdir(parents=True, exist_ok=True)
-            os.replace(src, dst)
-        return moved
+        return self._files.move_aside(files)
 
     def _set_aside_changed_index_files(self) -> None:
         """Move the index files that differ from what their run wrote into the cache's damaged/ folder
         (Milvus Lite builds them again from the data when it loads the collection); StoreDamagedError
         when they cannot be moved (a read-only folder)."""
-        changed = self._changed_index_files()
+        changed = self._files.changed_index_files() if self._files is not None else []
         if not changed:
             return
-        moved = [] if _lite_read_only(self.uri) else self._set_aside_index_files(changed)
+        moved = [] if lite_read_only(self.uri) else self._set_aside_index_files(changed)
         if not moved:
             raise StoreDamagedError(
                 f"The index store is damaged: {changed[0]} is not the vector index file its run wrote. Run "
@@ -302,84 +286,20 @@ class MilvusStore:
             moved[0][1].parent.parent,
         )
 
-    def _sums_file(self) -> Path | None:
-        """Where the sha256 of the index files and the row count of the last run are kept (see
-        :meth:`check`): beside the fingerprint. None for a server."""
-        state = self._state_file()
-        return None if state is None else state.with_name(f"{self.collection}.sums.json")
-
-    def _recorded_sums(self) -> dict[str, Any]:
-        sums = self._sums_file()
-        try:
-            got = json.loads(sums.read_text(encoding="utf-8")) if sums is not None else {}
-        except (OSError, ValueError):
-            return {}
-        return got if isinstance(got, dict) else {}
-
-    def _index_digests(self) -> dict[str, str]:
-        """The sha256 of each of a Milvus Lite collection's index files, by path within the collection."""
-        coll = Path(self.uri).expanduser() / "collections" / self.collection
-        out = {}
-        for path in sorted(coll.glob("partitions/*/indexes/*")):
-            out[str(path.relative_to(coll))] = file_sha256_cached(path)
-        return out
-
     def _record_sums(self) -> None:
         """Record what the run leaves: its index files' sha256 and the row count (Milvus Lite)."""
-        sums = self._sums_file()
-        if sums is None or self._view is not None:
+        if self._files is None or self._view is not None:
             return
-        self._wait_for_index_files()
-        try:
-            write_atomic(sums, json.dumps({"index_files": self._index_digests(), "rows": self._count("")}))
-        except OSError as e:  # only a check is lost
-            log.debug("cannot record the store's checksums in %s: %s", sums, e)
-
-    def _wait_for_index_files(self, wait_s: float = _INDEX_FILES_WAIT_S) -> None:
-        """Wait until each data segment of a Milvus Lite collection has its index file, written whole: Lite
-        writes them in the background after a flush (a moment later, longer on a busy machine and for a
-        large segment). A file not there when the run records its checksums would not be checked; one
-        hashed while Lite still writes it would read as damaged at the next open. Written whole: every
-        index file's size and mtime unchanged for ``_INDEX_FILES_STILL_S``."""
-        coll = Path(self.uri).expanduser() / "collections" / self.collection
-        deadline = time.monotonic() + wait_s
-        seen: dict[Path, tuple[int, int]] = {}
-        still_since = time.monotonic()
-        while True:
-            data = {p.name.split(".", 1)[0] for p in coll.glob("partitions/*/data/data_*")}
-            stats: dict[Path, tuple[int, int]] = {}
-            for p in coll.glob("partitions/*/indexes/*"):
-                try:
-                    st = p.stat()
-                except OSError:  # replaced as we looked
-                    continue
-                stats[p] = (st.st_size, st.st_mtime_ns)
-            now = time.monotonic()
-            if stats != seen:
-                seen, still_since = stats, now
-            elif data <= {p.name.split(".", 1)[0] for p in stats} and now - still_since >= _INDEX_FILES_STILL_S:
-                return
-            if now > deadline:
-                log.debug("%s: index files still missing or being written after %g s: not checked", coll, wait_s)
-                return
-            time.sleep(0.05)
-
-    def _changed_index_files(self) -> list[Path]:
-        """The index files whose sha256 is not the one their run recorded (files it did not record pass)."""
-        recorded = self._recorded_sums().get("index_files") or {}
-        coll = Path(self.uri).expanduser() / "collections" / self.collection
-        try:
-            now = self._index_digests() if recorded else {}
-        except OSError:
-            return []
-        return [coll / rel for rel, digest in now.items() if rel in recorded and recorded[rel] != digest]
+        self._files.record_sums(self._count(""))
 
     def check(self, thorough: bool = False) -> list[str]:
         """What differs from what the last run recorded, each naming the file; [] when whole. Cheap: the
         index files' sha256 (opening sets aside those that differ); ``thorough`` also counts the rows and
         asks the vector index for a sample of its own vectors (:meth:`_lost_vectors`)."""
-        found = [f"the vector index file {p} is not the one its run wrote" for p in self._changed_index_files()]
-        rows = self._recorded_sums().get("rows")
+        files = self._files
+        changed = files.changed_index_files() if files is not None else []
+        found = [f"the vector index file {p} is not the one its run wrote" for p in changed]
+        rows = files.recorded_sums().get("rows") if files is not None else None
         if thorough and isinstance(rows, int) and (held := self._count("")) != rows:
             found.append(f"the collection {self.collection} in {self.uri} holds {held} rows, its last run left {rows}")
         if thorough and (lost := self._lost_vectors()):
@@ -432,17 +352,6 @@ class MilvusStore:
         self._as_left = False
         return [f"{lost}: built again from the stored vectors"], set()
 
-    def _forget_sums(self) -> None:
-        sums = self._sums_file()
-        if sums is not None:
-            sums.unlink(missing_ok=True)
-
-    def _put_back(self, moved: list[tuple[Path, Path]]) -> None:
-        self.close()
-        for src, dst in moved:
-            os.replace(dst, src)
-        shutil.rmtree(moved[0][1].parent.parent, ignore_errors=True)
-
     def _open_error(self, e: Exception, create: bool) -> StoreError:
         """Why the store could not be opened: unreachable, in use by another process, or damaged."""
         if _is_remote(self.uri):
@@ -450,12 +359,12 @@ class MilvusStore:
                 f"Cannot reach the Milvus store at {self.uri}: {_reason(e)}. Start the Milvus server or fix milvus_uri."
             )
         self.close()  # this process's own Milvus Lite server holds the file's lock: release it first
-        if create and _lite_read_only(self.uri):
+        if create and lite_read_only(self.uri):
             return StoreUnavailableError(
                 f"The Milvus Lite folder {self.uri} is read-only: mdrag can search it but not index "
                 "into it. Index where mdrag can write (MDRAG_HOME or milvus_uri)."
             )
-        if _lite_locked(self.uri):
+        if lite_locked(self.uri):
             return StoreInUseError(
                 f"The Milvus Lite file {self.uri} is in use by another process (a running "
                 "`mdrag index` or `mdrag serve`?). Wait for it to finish, or stop it, and try again."
@@ -477,28 +386,18 @@ class MilvusStore:
         Returns where it went (``<cache>/damaged/<collection>-<time>``), or None when there is
         nothing to move (a server URI, or no collection folder). Closes the store when it moves one.
         """
-        if _is_remote(self.uri):
-            return None
-        db = Path(self.uri).expanduser()
-        where = db / "collections" / self.collection
-        if not where.is_dir():
+        if self._files is None or not self._files.folder.is_dir():
             return None
         self.close()
-        dest = db.parent / "damaged" / f"{self.collection}-{time.strftime('%Y%m%d-%H%M%S')}"
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        self._forget_fingerprint()
-        self._forget_sums()
-        os.replace(where, dest)
-        log.warning("moved the damaged collection %s to %s", where, dest)
-        return dest
+        return self._files.set_aside()
 
     def _connect(self, create: bool = True) -> None:
         MilvusClient = _pymilvus().MilvusClient
         uri = self.uri
         if not _is_remote(self.uri):
             Path(self.uri).expanduser().parent.mkdir(parents=True, exist_ok=True)
-            if not create and _lite_read_only(self.uri):  # search or status of a read-only index
-                uri = self._view = _lite_view(self.uri)
+            if not create and lite_read_only(self.uri):  # search or status of a read-only index
+                uri = self._view = lite_view(self.uri)
         # pymilvus pings every 10 s even when idle; gRPC servers with default
         # settings (milvus-lite, in process or as a server) answer that with
         # GOAWAY "too many pings" and the next call fails. Ping only during calls,
@@ -513,8 +412,7 @@ class MilvusStore:
             self._drop_view()
             raise
         if not _is_remote(uri):
-            with _lite_lock:
-                _lite_users[_lite_key(uri)] = _lite_users.get(_lite_key(uri), 0) + 1
+            lite_use(uri)
         else:
             self._check_server()
 
@@ -551,10 +449,10 @@ class MilvusStore:
         finally:
             self._client = None
             if not _is_remote(self.uri):
-                _lite_release(self._view or self.uri)
+                lite_release(self._view or self.uri)
             self._drop_view()
-        if view is None:
-            self._record_fingerprint() if record else self._forget_fingerprint()
+        if view is None and self._files is not None:
+            self._files.record_fingerprint() if record else self._files.forget_fingerprint()
 
     def _drop_view(self) -> None:
         if self._view is not None:
@@ -564,64 +462,7 @@ class MilvusStore:
     def unchanged_since_last_run(self) -> bool:
         """Whether a Milvus Lite collection's files are as they were when the store was last closed after
         a run (:meth:`end_run`); read without connecting. Always False for a server URI."""
-        state = self._state_file()
-        if state is None:
-            return False
-        try:
-            recorded = json.loads(state.read_text(encoding="utf-8")).get("fingerprint")
-        except (OSError, ValueError, AttributeError):
-            return False
-        fingerprint = self._fingerprint()
-        return fingerprint is not None and fingerprint == recorded
-
-    def _state_file(self) -> Path | None:
-        """Where mdrag keeps what it knows of a Milvus Lite collection (its fingerprint): beside the
-        database folder, so that writing it changes no file of the collection. None for a server."""
-        if _is_remote(self.uri):
-            return None
-        db = Path(self.uri).expanduser()
-        return db.with_name(db.name + ".mdrag") / f"{self.collection}.json"
-
-    def _record_fingerprint(self) -> None:
-        state, fingerprint = self._state_file(), self._fingerprint()
-        if state is None or fingerprint is None:
-            return
-        try:
-            write_atomic(state, json.dumps({"fingerprint": fingerprint}))
-        except OSError as e:  # only a shortcut for the next run is lost
-            log.debug("cannot record the store's fingerprint in %s: %s", state, e)
-
-    def _forget_fingerprint(self) -> None:
-        state = self._state_file()
-        if state is not None:
-            try:
-                state.unlink(missing_ok=True)
-            except OSError as e:
-                log.debug("cannot remove %s: %s", state, e)
-
-    def _fingerprint(self) -> str | None:
-        """A digest of a Milvus Lite collection's files, read without connecting; None otherwise.
-
-        It changes whenever Milvus Lite commits anything to the collection (its
-        manifest, its write-ahead log) and whenever one of its data or index
-        files changes or goes missing, so an unchanged fingerprint means the
-        store holds what the last run left there.
-        """
-        if _is_remote(self.uri):
-            return None
-        coll = Path(self.uri).expanduser() / "collections" / self.collection
-        try:
-            files = [coll / "manifest.json", coll / "schema.json"]
-            folders = [coll / "wal"]
-            for partition in sorted((coll / "partitions").iterdir()):
-                folders += [partition / "data", partition / "indexes"]
-            for folder in folders:
-                if folder.is_dir():
-                    files += sorted(folder.iterdir())
-            parts = [f"{p.relative_to(coll)}:{st.st_size}:{st.st_mtime_ns}" for p in files for st in [p.stat()]]
-        except OSError:
-            return None
-        return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+        return self._files is not None and self._files.unchanged()
 
     @property
     def client(self) -> Any:
@@ -712,8 +553,9 @@ class MilvusStore:
     def drop(self) -> None:
         """Delete the whole collection (a rebuild with another model)."""
         self._as_left = False
-        self._forget_fingerprint()
-        self._forget_sums()
+        if self._files is not None:
+            self._files.forget_fingerprint()
+            self._files.forget_sums()
         if self.client.has_collection(self.collection):
             self.client.drop_collection(self.collection)
 
@@ -777,7 +619,7 @@ class MilvusStore:
     def end_run(self, written: set[str], live: set[str], whole: bool) -> None:
         """An indexing run is done writing: pad a small update's segment (Milvus Lite), flush once
         (every flush seals a segment), and write the index again whole when small updates add up to
-        ``_BM25_REWRITE_SHARE`` of it (Milvus Lite; see :attr:`per_segment_bm25`)."""
+        ``BM25_REWRITE_SHARE`` of it (Milvus Lite; see :attr:`per_segment_bm25`)."""
         if written and not whole and self.per_segment_bm25:
             self._pad_segment(written, live)
         self.flush()
@@ -786,30 +628,21 @@ class MilvusStore:
         self._as_left = True
 
     def _pad_segment(self, written: set[str], live: set[str]) -> None:
-        """Give a small update's segment BM25 statistics like the whole index's.
-
-        Milvus Lite computes BM25 statistics per segment (see :attr:`per_segment_bm25`):
-        chunks written alone would score far too low. Writing a random sample of the
-        other chunks again with them makes their segment a sample of the index, with
-        its term frequencies.
-        """
-        if len(written) >= _BM25_SEGMENT_ROWS:
-            return
-        others = sorted(live - written)
-        sample = random.Random(len(others)).sample(others, min(len(others), _BM25_SEGMENT_ROWS - len(written)))
-        if sample:
+        """Give a small update's segment BM25 statistics like the whole index's (see
+        :func:`mdrag.store.milvus_lite.padding`)."""
+        if sample := padding(written, live):
             self.rewrite(sample)
 
     def _refresh_bm25(self, live: set[str], written: int, whole: bool) -> None:
         """Keep Milvus Lite's per-segment BM25 statistics close to the whole index's.
 
         Small updates write segments that are samples of the index (:meth:`_pad_segment`);
-        once they add up to ``_BM25_REWRITE_SHARE`` of the index, every chunk is written
+        once they add up to ``BM25_REWRITE_SHARE`` of the index, every chunk is written
         again, together. The count of chunks so written is kept in the collection's properties.
         """
         before = self.rows_since_rewrite()
         rows = 0 if whole or not self.per_segment_bm25 else before + written
-        if live and rows >= _BM25_REWRITE_SHARE * len(live):
+        if live and rows >= BM25_REWRITE_SHARE * len(live):
             log.info("rewriting %d chunks so that BM25 statistics cover the whole index", len(live))
             self.rewrite(live)
             self.flush()
@@ -860,7 +693,7 @@ class MilvusStore:
 
         Ids are hex digests, so the collection is read in buckets by id prefix,
         each split 16 ways while it is larger than one query may return
-        (Milvus caps a query at 16,384 rows; Milvus Lite has no query iterator).
+        (Milvus caps a query at :data:`~mdrag.knobs.STORE_MAX_ROWS` rows; Milvus Lite has no query iterator).
         """
         limit = self.query_limit
         expr = filters.and_(
@@ -895,8 +728,8 @@ class MilvusStore:
         mode: str = "dense",
         text: str = "",
         hidden: frozenset[str] = frozenset(),  # ranked with the rest: hides is False
-    ) -> list[dict[str, Any]]:
-        """The ``k`` best chunks passing ``where`` as row dicts, best first.
+    ) -> list[Hit]:
+        """The ``k`` best chunks passing ``where``, best first.
 
         ``mode`` "dense" ranks by cosine; "bm25" by BM25 on the text (hybrid
         ranking fuses the two lists: mdrag.fusion). Every row's ``score`` is its
@@ -963,10 +796,10 @@ class MilvusStore:
             row["rank_score"] = abs(float(hit["distance"])) if mode == "bm25" else float(hit["distance"])
             stored = row.pop("vector", None)
             row["score"] = float(np.dot(np.asarray(stored, dtype=np.float32), vector)) if stored else row["rank_score"]
-            out.append(row)
+            out.append(Hit(**row))
         return out
 
-    def _exact_dense(self, vector: np.ndarray, k: int, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    def _exact_dense(self, vector: np.ndarray, k: int, rows: list[dict[str, Any]]) -> list[Hit]:
         """The ``k`` of ``rows`` (their ``id`` and ``vector``) most similar to ``vector``, ranked exactly
         here (cosine), as :meth:`search` returns them."""
         if not rows:
@@ -985,7 +818,7 @@ class MilvusStore:
         for i in best:
             row = found.get(ids[i])
             if row is not None:  # deleted between the two queries
-                out.append({**row, "score": float(cosine[i]), "rank_score": float(cosine[i])})
+                out.append(Hit(**row, score=float(cosine[i]), rank_score=float(cosine[i])))
         return out
 
     def _count(self, expr: str) -> int:
@@ -1071,85 +904,6 @@ def _row_bytes(row: dict[str, Any]) -> int:
         elif key != "vector" and isinstance(value, dict | list):
             size += len(repr(value))
     return size
-
-
-def _lite_key(uri: str) -> str:
-    return os.path.abspath(os.path.expanduser(uri))
-
-
-def _lite_release(uri: str) -> None:
-    key = _lite_key(uri)
-    with _lite_lock:
-        _lite_users[key] = _lite_users.get(key, 1) - 1
-        if _lite_users[key] > 0:
-            return
-        del _lite_users[key]
-    try:
-        from milvus_lite.server_manager import server_manager_instance
-    except ImportError:
-        return
-    server_manager_instance.release_server(key)
-
-
-# -- read-only Milvus Lite folders ------------------------------------------
-# Milvus Lite writes whenever it opens a folder (its LOCK file, a new write-ahead
-# log), so it cannot open one it may not write: a read-only mount, or a folder of
-# another user. Search and status open a private view of such a folder instead.
-
-
-def _lite_read_only(uri: str) -> bool:
-    """Whether the Milvus Lite folder exists and Milvus Lite cannot open it for writing (its LOCK file)."""
-    db = Path(uri).expanduser()
-    if not db.is_dir():
-        return False
-    try:
-        fd = os.open(db / "LOCK", os.O_RDWR | os.O_CREAT, 0o644)  # as Milvus Lite opens it
-    except OSError as e:
-        return e.errno in (errno.EROFS, errno.EACCES, errno.EPERM)
-    os.close(fd)
-    return False
-
-
-def _lite_view(uri: str) -> str:
-    """A private writable view of a read-only Milvus Lite folder: its tree, each file a symlink.
-
-    Milvus Lite writes new files (LOCK, write-ahead logs) and replaces files by
-    renaming over them; both land in the view, and the originals are only read.
-    A write into an original through a link fails, as the folder is read-only.
-    The view costs one symlink per file, whatever the size of the index.
-    """
-    src = Path(uri).expanduser().resolve()
-    view = Path(tempfile.mkdtemp(prefix="mdrag-readonly-")) / src.name  # pymilvus wants the name's ".db"
-    try:
-        for dirpath, _, filenames in os.walk(src):
-            rel = Path(dirpath).relative_to(src)
-            (view / rel).mkdir(parents=True, exist_ok=True)
-            for name in filenames:
-                if not (rel == Path(".") and name == "LOCK"):
-                    (view / rel / name).symlink_to(Path(dirpath) / name)
-    except OSError:
-        shutil.rmtree(view.parent, ignore_errors=True)
-        raise
-    log.info("%s is read-only: searching it through %s", uri, view)
-    return str(view)
-
-
-def _lite_locked(uri: str) -> bool:
-    """Whether another process holds the Milvus Lite file's lock (pymilvus hides the cause)."""
-    lock = Path(uri).expanduser() / "LOCK"  # milvus_lite's lock file inside the database folder
-    if not lock.is_file():
-        return False
-    try:
-        import fcntl
-    except ImportError:  # Windows: no way to tell
-        return False
-    with open(lock, "rb") as fh:
-        try:
-            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            return True
-        fcntl.flock(fh, fcntl.LOCK_UN)
-    return False
 
 
 def _reason(e: Exception) -> str:

@@ -125,9 +125,9 @@ def distinctive_words(home: Path, index: str, store: str = "milvus") -> dict[str
     stems_of: dict[str, set[str]] = defaultdict(set)
     words_of: dict[str, set[str]] = defaultdict(set)
     for r in rows:
-        embed_text = f"{r['context']}\n\n{r['text']}" if r["context"] else r["text"]  # Chunk.embed_text
-        stems_of[r["path"]].update(stem(embed_text).split())  # the words BM25 ranks
-        words_of[r["path"]].update(w for w in re.findall(r"[a-z]{6,}", r["text"].lower()))
+        embed_text = f"{r.context}\n\n{r.text}" if r.context else r.text  # Chunk.embed_text
+        stems_of[r.path].update(stem(embed_text).split())  # the words BM25 ranks
+        words_of[r.path].update(w for w in re.findall(r"[a-z]{6,}", r.text.lower()))
     seen: dict[str, int] = defaultdict(int)
     for stems in stems_of.values():
         for s in stems:
