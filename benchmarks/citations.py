@@ -92,7 +92,7 @@ def free_port() -> int:
 @contextmanager
 def serving(folder: Path, home: Path, log: Path, wait_s: float = 1800, **env: str) -> Iterator[str]:
     """A real `mdrag serve FOLDER` process; yields its URL once its index is ready."""
-    from mdrag.client import Client, ServerUnavailableError
+    from mdrag.frontends.client import Client, ServerUnavailableError
 
     port = free_port()
     url = f"ws://127.0.0.1:{port}"
@@ -125,7 +125,7 @@ def serving(folder: Path, home: Path, log: Path, wait_s: float = 1800, **env: st
 
 def ask_all(url: str, qs: list[str]) -> list[tuple[str, list[str]]]:
     """Each question's answer text and sources, through one connection."""
-    from mdrag.client import Client
+    from mdrag.frontends.client import Client
 
     answers = []
     with Client(url, timeout=120) as client:
@@ -161,7 +161,7 @@ def prompt_sources(prompt: str) -> str:
 
 def check(folder: Path, home: Path, qs: list[str]) -> dict[str, Any]:
     """Every question through `mdrag serve FOLDER`: extractive answers, then LLM prompts; the figures."""
-    from mdrag.client import Client
+    from mdrag.frontends.client import Client
 
     root = folder.resolve()
     rows: list[dict[str, Any]] = [{"question": q} for q in qs]

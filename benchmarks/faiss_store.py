@@ -8,7 +8,7 @@ for BM25, with generated query vectors.
 Figures per size: build time (upserts of 1,000 chunks, then end_run), an
 update run (20 chunks replaced and 20 deleted, then end_run, which saves the
 .faiss file), warm search p50/p95 (k=10) for dense, bm25, hybrid (the core's
-two lists of 30 and weighted fusion: mdrag.search with mode hybrid), and dense
+two lists of 30 and weighted fusion: mdrag.retrieval.search with mode hybrid), and dense
 filtered to one folder; and, in a fresh process, the time to open the store
 (load vectors and build the BM25 index) and its RSS after 200 hybrid searches.
 Baseline measured in the same process: exact dense top-10 in numpy over the
@@ -36,13 +36,13 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from store_scale import IDENTITY, hugo_passages, make_chunks, make_vectors  # noqa: E402
 
-from mdrag.fusion import fuse  # noqa: E402
+from mdrag.retrieval.fusion import fuse  # noqa: E402
 from mdrag.stemming import stemmer  # noqa: E402
 from mdrag.store.base import Filter, Hit  # noqa: E402
 from mdrag.store.faiss import FaissStore  # noqa: E402
 
 K = 10
-DEPTH = 30  # mdrag.search's hybrid depth for k=10
+DEPTH = 30  # mdrag.retrieval.search's hybrid depth for k=10
 QUESTIONS = ROOT / "benchmarks" / "data" / "hugo_qa.jsonl"
 
 

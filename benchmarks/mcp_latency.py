@@ -47,7 +47,7 @@ from steps import NA, Benchmark, Data, Json, Section, Step  # noqa: E402
 from benchmarks.hugo_index import QUERIES as HUGO_QUERIES  # noqa: E402 - after the path
 
 HUGO = ROOT.parent / "shared" / "data" / "markdown_hugo_docs" / "content" / "en"
-SERVE = "from mdrag.mcp import run_stdio; run_stdio()"
+SERVE = "from mdrag.frontends.mcp import run_stdio; run_stdio()"
 QUERIES = ["How do I create a custom shortcode?", *HUGO_QUERIES[:19]]
 SEARCH_DOCS = {
     "docset": "hugo",
@@ -122,8 +122,8 @@ def fill(docs: Path, limit_files: int | None) -> int:
 
 
 def in_process(project: Path, n: int) -> dict[str, Any]:
+    from mdrag.frontends.mcp import KnowledgeTools
     from mdrag.knowledge import KnowledgeBase
-    from mdrag.mcp import KnowledgeTools
 
     kb = KnowledgeBase(project)
     kb.config()  # REQ-9 counts from after the config load

@@ -9,7 +9,7 @@ then three rules decide whether to answer:
 - words: refuse when the best score is below `answer.min_score` or when more
   than `answer.max_unknown` of the question's idf weight is on words that no
   chunk of the index holds;
-- new (the server's rule, mdrag/relevance.py): as "words", and also when a
+- new (the server's rule, mdrag/retrieval/relevance.py): as "words", and also when a
   thing the question names (a run of capitalised words, not one ordinary
   English word; `relevance.names`) has a word the index holds in none of the
   first `NAMED_TOP` results while the best score is below `NAMED_SURE`.
@@ -20,7 +20,7 @@ passages and replies NO_ANSWER when they do not answer; before it, only a
 question with no result at all is refused. For that judge this script prints
 the questions refused before the LLM and those it is sent; with ``--llm URL``
 (an OpenAI-compatible API; ``--llm-model``, key in MARKDOWN_QA_API_KEY) it
-also asks the LLM each of those, as the Q&A server does (mdrag.qa), and
+also asks the LLM each of those, as the Q&A server does (mdrag.answering.ask), and
 counts its refusals.
 
 What was tuned where: `max_unknown` on the OpenTelemetry docs; `NAMED_TOP` on
@@ -144,11 +144,11 @@ def main() -> None:
         docs = folder_html
     os.environ["MDRAG_HOME"] = str(args.home)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from mdrag.answering.ask import answer, plan
     from mdrag.config import load_config
     from mdrag.index import Index
     from mdrag.knobs import MIN_CHUNKS, NAMED_SURE, NAMED_TOP
-    from mdrag.qa import answer, plan
-    from mdrag.relevance import missing_names, refuse, unknown_share
+    from mdrag.retrieval.relevance import missing_names, refuse, unknown_share
 
     qa = [json.loads(line) for line in qa_path.read_text().splitlines() if line.strip()]
     llm = {"llm.base_url": args.llm, "llm.model": args.llm_model, "answer.judge": "llm"} if args.llm else {}
@@ -315,7 +315,7 @@ REFUSAL_CORPORA = (("otel", "OpenTelemetry docs"), ("hugo", "Hugo docs"), ("cncf
 
 
 def t_refusal_corpora(data: Data) -> list[Row]:
-    """Per corpus: the server's rule (mdrag/relevance.py) against the old one (a best score below 0.45 alone)."""
+    """Per corpus: the server's rule (retrieval/relevance.py) against the old one (a best score below 0.45 alone)."""
     rows = []
     for key, name in REFUSAL_CORPORA:
         step = f"refusal_{key}"

@@ -2,7 +2,7 @@
 
 Each abstract becomes a Markdown file (``# title`` + text) and goes through the
 real pipeline: parser, chunker, MiniLM, Milvus Lite. Each query is one search
-as a user runs it (the index's default k, threshold and collapse: mdrag.evaluate);
+as a user runs it (the index's default k, threshold and collapse: mdrag.retrieval.evaluate);
 a document ranks by its best chunk. The baseline in the same run is the textbook evaluation:
 each whole document (title + text, truncated by the model at 256 word pieces)
 embedded once and ranked by exact cosine in numpy.
@@ -108,9 +108,9 @@ def main() -> None:
     corpus, queries, qrels = load(args.limit_queries)
 
     from mdrag.config import load_config
-    from mdrag.evaluate import evaluate as user_path_eval
-    from mdrag.evaluate import load_beir
     from mdrag.index import Index
+    from mdrag.retrieval.evaluate import evaluate as user_path_eval
+    from mdrag.retrieval.evaluate import load_beir
 
     with tempfile.TemporaryDirectory() as tmp:
         docs = Path(tmp) / "scifact"

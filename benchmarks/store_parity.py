@@ -13,7 +13,7 @@ twice: with its own HNSW walk (ef 64, mdrag before issue 27: the baseline) and
 with the walk mdrag asks for now (mdrag.store.milvus._EF_PER_RESULT x k).
 
 Each question whose file lists differ gets the causes found in the store-level
-lists that mdrag.search ranks from (dense and BM25 lists, 40 rows deep for
+lists that mdrag.retrieval.search ranks from (dense and BM25 lists, 40 rows deep for
 dense or BM25 mode, 120 for hybrid), checked against an exact ranking of the
 stored vectors by numpy (cosines over every stored vector, ties by id):
 
@@ -68,10 +68,10 @@ DATA = ROOT / "benchmarks" / "data"
 SHARED = ROOT.parent / "shared" / "data"
 
 from mdrag.config import load_config  # noqa: E402
-from mdrag.evaluate import Question, _match, load_questions, score_ranking  # noqa: E402
 from mdrag.index import Index  # noqa: E402
 from mdrag.knobs import STORE_MAX_ROWS  # noqa: E402
-from mdrag.search import _HYBRID_DEPTH, search  # noqa: E402
+from mdrag.retrieval.evaluate import Question, _match, load_questions, score_ranking  # noqa: E402
+from mdrag.retrieval.search import _HYBRID_DEPTH, search  # noqa: E402
 from mdrag.store import milvus  # noqa: E402
 from mdrag.store.base import Hit  # noqa: E402
 

@@ -14,7 +14,7 @@ embedding); `mdrag eval` on the Hugo questions. Each home is kept under
 ``scale``: the stores alone at 10k and 100k chunks (``--sizes``): Hugo
 passages with clustered 384-d vectors (benchmarks/store_scale.py's
 generators), inserted in batches of 1,000 and one end_run; warm search p50/p95
-(k 10; hybrid as mdrag.search runs it: lists of 120 for 40 rows, weighted
+(k 10; hybrid as mdrag.retrieval.search runs it: lists of 120 for 40 rows, weighted
 fusion); in a fresh process, open to first answer and RSS after 200 hybrid
 searches; disk. Baseline in the same process: exact numpy top-10 over the
 same vectors.
@@ -221,7 +221,7 @@ def _open(backend: str, folder: Path, create: bool = True) -> Any:
 
 
 def _hybrid(store: Any, q: np.ndarray, text: str) -> list[dict[str, Any]]:
-    from mdrag.search import SearchOptions, _ranked
+    from mdrag.retrieval.search import SearchOptions, _ranked
 
     return _ranked(store, q, text, 4 * K, None, SearchOptions(mode="hybrid", fusion="weighted"), frozenset())[:K]
 

@@ -27,9 +27,9 @@ from mdrag.types import Chunk, Document, SearchResult, Section
 from mdrag.version import __version__
 
 if TYPE_CHECKING:
+    from mdrag.answering.ask import Answer
     from mdrag.config import Config, load_config
     from mdrag.index import Index, open_index
-    from mdrag.qa import Answer
 
 __all__ = [
     "Answer",
@@ -53,7 +53,7 @@ __all__ = [
 ]
 
 _LAZY = {
-    "Answer": "mdrag.qa",
+    "Answer": "mdrag.answering.ask",
     "Index": "mdrag.index",
     "open_index": "mdrag.index",
     "Config": "mdrag.config",

@@ -1,5 +1,5 @@
 """`python -m mdrag` runs the command line."""
 
-from mdrag.cli import main
+from mdrag.frontends.cli import main
 
 raise SystemExit(main())

@@ -20,23 +20,23 @@ from mdrag.errors import (
     ModelMismatchError,
     StoreDamagedError,
 )
-from mdrag.indexer import Indexer, IndexOptions, RunEvents
-from mdrag.manifest import Manifest
-from mdrag.plan import mismatched
-from mdrag.progress import IndexProgress
-from mdrag.relevance import TermStats
-from mdrag.scan import ScanOptions
-from mdrag.search import SearchOptions, search
-from mdrag.snapshot import Snapshot
+from mdrag.ingest.manifest import Manifest
+from mdrag.ingest.pipeline import Indexer, IndexOptions, RunEvents
+from mdrag.ingest.plan import mismatched
+from mdrag.ingest.progress import IndexProgress
+from mdrag.ingest.scan import ScanOptions
+from mdrag.ingest.snapshot import Snapshot
+from mdrag.ingest.summary import IndexSummary
+from mdrag.ingest.verify import VerifyRecord
+from mdrag.ingest.visibility import Visibility
+from mdrag.ingest.writers import Writers
+from mdrag.retrieval.relevance import TermStats
+from mdrag.retrieval.search import SearchOptions, search
 from mdrag.store import make_store, resolve_backend
-from mdrag.summary import IndexSummary
 from mdrag.types import SearchResult
-from mdrag.verify import VerifyRecord
-from mdrag.visibility import Visibility
-from mdrag.writers import Writers
 
 if TYPE_CHECKING:
-    from mdrag.qa import Answer
+    from mdrag.answering.ask import Answer
     from mdrag.store.base import Store
 
 __all__ = ["Index", "make_embedder", "open_index"]
@@ -57,12 +57,12 @@ class Index:
 
     One Index may be used from several threads: searches run side by side and
     with one update (updates and removals run one at a time, across processes
-    too: see :class:`mdrag.writers.Writers`); the store is
+    too: see :class:`mdrag.ingest.writers.Writers`); the store is
     opened once, by whichever call needs it first; ``close()`` waits for the
     calls in progress. A search reads the state committed when it began; the
     chunks a commit replaces are deleted once the searches still reading the
     state before it have finished, or, should one take longer than
-    ``mdrag.visibility._READERS_GRACE_S``, after that, with a warning (that search may then miss
+    ``mdrag.ingest.visibility._READERS_GRACE_S``, after that, with a warning (that search may then miss
     some results; nothing else is affected).
     """
 
@@ -253,15 +253,15 @@ class Index:
         The index's other folders are kept as they are; a folder that is missing
         or empty is a warning and keeps what was indexed from it. To take a
         folder out of the index, use :meth:`remove`. ``progress`` is told how far
-        the run is (:class:`mdrag.indexer.IndexProgress`), often. Setting ``cancel``
+        the run is (:class:`mdrag.ingest.pipeline.IndexProgress`), often. Setting ``cancel``
         (from another thread) stops the run before its next file with
         IndexingCancelledError; searches keep the last committed state, and the
         next run finishes the work. A run of another process on the index is
         waited for (with a warning in the log): this one then finds that run's
         work done, and its summary's ``waited_s`` says how long it waited.
         ``only``, ``pause`` and ``batch_chunks`` keep a run short (see
-        :class:`mdrag.indexer.RunEvents` and :class:`~mdrag.indexer.IndexOptions`):
-        :class:`mdrag.keeper.IndexKeeper` commits a long update in steps with them.
+        :class:`mdrag.ingest.pipeline.RunEvents` and :class:`~mdrag.ingest.pipeline.IndexOptions`):
+        :class:`mdrag.ingest.keeper.IndexKeeper` commits a long update in steps with them.
         """
         with self._using(), self._update_lock, self._writers.hold(cancel):
             # Read under the writers' lock: after a wait for another process's run, what that run left.
@@ -320,7 +320,7 @@ class Index:
         :meth:`~mdrag.embedding.base.Embedder.background` model (one thread at a lower OS priority, for
         the ONNX and OpenVINO backends), so that a long update beside them does not slow the searches
         down. A run given ``only`` (a few changed files, which a user waits for) does not give way. For a
-        server that keeps its index current (:class:`mdrag.keeper.IndexKeeper`); a plain `mdrag index`
+        server that keeps its index current (:class:`mdrag.ingest.keeper.IndexKeeper`); a plain `mdrag index`
         embeds on every core."""
         self._yield = True
 
@@ -421,12 +421,12 @@ class Index:
     def warm_up(self) -> None:
         """Load now what the first question would wait for: the embedder's model, the store's in-memory
         search structures (the FAISS store's BM25 index: about 35 s at a million chunks) and the term
-        statistics of :mod:`mdrag.relevance`. The Q&A server calls it in a thread once its index is ready."""
+        statistics of :mod:`mdrag.retrieval.relevance`. The Q&A server calls it in a thread once its index is ready."""
         self.search("warm up", k=1, threshold=0.0, mode="hybrid")
         self.term_stats()
 
     def term_stats(self) -> TermStats:
-        """Document frequencies of the words in the index's chunks, for :mod:`mdrag.relevance`.
+        """Document frequencies of the words in the index's chunks, for :mod:`mdrag.retrieval.relevance`.
 
         Counted from the store's BM25 text on first use (about 1 s per 10,000
         chunks; an index of more than ``_STATS_ROWS`` chunks is sampled by chunk
@@ -525,10 +525,12 @@ class Index:
         self.close()
 
     def ask(self, question: str, on_text: Callable[[str], None] | None = None) -> Answer:
-        """Answer ``question`` from the index under the answer policy of :mod:`mdrag.qa`: the LLM's
+        """Answer ``question`` from the index under the answer policy of :mod:`mdrag.answering.ask`: the LLM's
         answer, the passages when no LLM is set, or "no relevant information" (``refused``);
         ``on_text`` is called with each piece of text as it arrives."""
-        from mdrag.qa import ask  # not at the top: mdrag.qa loads the OpenAI SDK, which only a question needs
+        from mdrag.answering.ask import (
+            ask,  # not at the top: mdrag.answering.ask loads the OpenAI SDK, which only a question needs
+        )
 
         return ask(self, question, on_text)
 

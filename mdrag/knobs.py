@@ -16,7 +16,7 @@ MAX_QUESTION_CHARS = 4000  # longer questions (and filter values) are refused, n
 
 # --- search and answers ---
 
-# The word check of mdrag.relevance needs this many chunks: a smaller index's vocabulary says little
+# The word check of mdrag.retrieval.relevance needs this many chunks: a smaller index's vocabulary says little
 # about what it covers (in the 15 chunks of examples/docs, "when" and "happen" are in none).
 MIN_CHUNKS = 200
 # The things a question names must be in one of this many first results, unless the best result's

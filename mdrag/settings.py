@@ -3,7 +3,7 @@
 :class:`Settings` has one field per setting; everything else about the settings is
 made from it: the defaults (:data:`DEFAULTS`), the md-qa environment variables
 (:data:`ENV_VARS`), the README's settings table (:func:`settings_table`, printed by
-``mdrag config --markdown``), the command line's flags (:mod:`mdrag.cli`), and the
+``mdrag config --markdown``), the command line's flags (:mod:`mdrag.frontends.cli`), and the
 checks and error messages of :mod:`mdrag.config`, which resolves the values in effect.
 A setting that picks a backend takes the names registered by entry point
 (:mod:`mdrag.plugins`).

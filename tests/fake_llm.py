@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from mdrag.answer import LLMSettings
+from mdrag.answering.generate import LLMSettings
 
 KEY = "sk-test-SECRET-5f1d-answer-9a7b"  # distinctive, so a leak is easy to spot
 

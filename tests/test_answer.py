@@ -1,4 +1,4 @@
-"""mdrag.answer: prompts, extractive answers, and streaming from a real OpenAI-style server on loopback."""
+"""mdrag.answering.generate: prompts, extractive answers, and streaming from a real OpenAI-style server on loopback."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import traceback
 
 import pytest
 
-from mdrag.answer import (
+from mdrag.answering.generate import (
     DECLINE,
     NO_RELEVANT,
     SYSTEM_PROMPT,

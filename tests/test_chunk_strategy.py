@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 from mdrag.chunking import chunk_document
-from mdrag.cli import main
 from mdrag.config import load_config
 from mdrag.errors import ConfigError
+from mdrag.frontends.cli import main
 from mdrag.index import Index
-from mdrag.manifest import Manifest
+from mdrag.ingest.manifest import Manifest
 from mdrag.parsers import parse_file
 from tests.conftest import HashEmbedder
 
@@ -111,8 +111,8 @@ def test_an_index_chunked_by_the_release_before_is_chunked_again(
     tmp_path: Path, shared_data: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Intro headings and overlaps changed what a file's chunks are: old rows are replaced, not mixed in."""
-    from mdrag import plan
     from mdrag.chunking import build, headings
+    from mdrag.ingest import plan
 
     root = tmp_path / "docs"
     root.mkdir()

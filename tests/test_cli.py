@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from mdrag.cli import main
+from mdrag.frontends.cli import main
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -135,7 +135,7 @@ def test_python_dash_m_and_help_examples() -> None:
 def test_core_imports_stay_light() -> None:
     """Importing the library loads neither torch nor pymilvus nor any front end."""
     code = (
-        "import sys, mdrag, mdrag.search, mdrag.index, mdrag.indexer, mdrag.parsers;"
+        "import sys, mdrag, mdrag.retrieval.search, mdrag.index, mdrag.ingest.pipeline, mdrag.parsers;"
         "heavy = [m for m in ('torch', 'sentence_transformers', 'pymilvus', 'websockets', 'mcp')"
         " if m in sys.modules]; print(heavy)"
     )
@@ -216,9 +216,9 @@ def test_search_and_log_lines_cannot_drive_the_terminal(
     found, _ = capsys.readouterr()
     assert found.splitlines()[0] == " 1. " + found.splitlines()[0][4:9] + "  real.md\\n 2. 0.990  fake.md:3  [Newline]"
     assert len(found.splitlines()) == 2, found  # one result: its line and its snippet
-    from mdrag.cli.output import _TerminalSafe
+    from mdrag.frontends.cli.output import _TerminalSafe
 
     record = logging.LogRecord(
-        "mdrag.scan", logging.WARNING, __file__, 1, "folder %s: skipped", ("a\x1b]0;X\x07b",), None
+        "mdrag.ingest.scan", logging.WARNING, __file__, 1, "folder %s: skipped", ("a\x1b]0;X\x07b",), None
     )
     assert _TerminalSafe("%(message)s").format(record) == "folder ab: skipped", "log lines are cleaned too"

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from mdrag.cli import main
+from mdrag.frontends.cli import main
 from tests.test_embedding_openai import FakeOpenAI, make_handler
 
 

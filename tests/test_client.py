@@ -1,4 +1,4 @@
-"""mdrag.client and `mdrag ask` (cli.run_ask) against a real websockets server on loopback, scripted per test."""
+"""frontends.client and `mdrag ask` (cli.run_ask) against a real websockets server on loopback, scripted per test."""
 
 from __future__ import annotations
 
@@ -17,10 +17,10 @@ from websockets.asyncio.server import ServerConnection, serve
 from websockets.datastructures import Headers
 from websockets.http11 import Request, Response
 
-from mdrag import protocol
-from mdrag.cli.serving import run_ask
-from mdrag.client import DEFAULT_SERVER, Client, ServerUnavailableError, sanitize
 from mdrag.errors import MdragError
+from mdrag.frontends import protocol
+from mdrag.frontends.cli.serving import run_ask
+from mdrag.frontends.client import DEFAULT_SERVER, Client, ServerUnavailableError, sanitize
 from tests.conftest import free_port
 
 

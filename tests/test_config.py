@@ -161,8 +161,8 @@ def test_explain_says_where_each_value_came_from(mdrag_home: Path, monkeypatch: 
 def test_inherited_values_are_shown_as_in_effect(mdrag_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """`llm.base_url` unset takes `api.base_url`, `embedding.model` the provider's model, `milvus_uri` the
     cache's file: `explain` (what `mdrag config` prints) shows those values, from where the program reads them."""
+    from mdrag.answering.ask import llm_settings
     from mdrag.embedding import make_embedder
-    from mdrag.qa import llm_settings
 
     monkeypatch.setenv("MARKDOWN_QA_API_BASE_URL", "http://127.0.0.1:9/v1")
     monkeypatch.setenv("MARKDOWN_QA_API_KEY", "sk-very-secret")

@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from mdrag.cli import main
 from mdrag.config import load_config
+from mdrag.frontends.cli import main
 from mdrag.index import Index
 from tests.conftest import HashEmbedder, overwrite_middle
 
@@ -191,7 +191,7 @@ def test_a_damaged_store_with_no_manifest_is_set_aside_by_the_next_run(cli, docs
 
 def test_a_damaged_store_with_a_dirty_manifest_is_set_aside_by_the_next_run(cli, docs: Path, mdrag_home: Path) -> None:
     # As a run killed while Milvus Lite wrote its files leaves it: the manifest says a run did not finish.
-    from mdrag.manifest import Manifest
+    from mdrag.ingest.manifest import Manifest
 
     total = _build(cli, docs)
     m = Manifest.load(_manifest(mdrag_home))
@@ -351,7 +351,7 @@ def test_a_store_that_lost_everything_is_named_then_repaired_by_index(
 
 
 def _no_roots(path: Path) -> None:
-    from mdrag.manifest import Manifest
+    from mdrag.ingest.manifest import Manifest
 
     m = Manifest.load(path)
     assert m is not None

@@ -29,7 +29,7 @@ from mdrag.embedding.onnx import (  # noqa: E402
 )
 from mdrag.embedding.priority import NICE, run_yielding  # noqa: E402
 from mdrag.errors import EmbeddingError  # noqa: E402
-from mdrag.manifest import file_sha256  # noqa: E402
+from mdrag.ingest.manifest import file_sha256  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -352,7 +352,7 @@ def test_a_kept_index_embeds_in_the_yielding_thread_and_stores_the_vectors_mdrag
 ) -> None:
     from mdrag.config import load_config
     from mdrag.index import Index
-    from mdrag.keeper import IndexKeeper
+    from mdrag.ingest.keeper import IndexKeeper
 
     e = request.getfixturevalue(f"{runtime}_embedder")
     docs = tmp_path / "docs"

@@ -11,8 +11,8 @@ import pytest
 
 from mdrag.config import load_config
 from mdrag.errors import ConfigError
-from mdrag.evaluate import evaluate, load_beir, load_questions, score_ranking
 from mdrag.index import Index
+from mdrag.retrieval.evaluate import evaluate, load_beir, load_questions, score_ranking
 from tests.conftest import HashEmbedder
 
 
@@ -64,7 +64,7 @@ def load_questions_from(tmp_path: Path, items: list[tuple[str, list[str]]]) -> l
 
 @pytest.mark.slow
 def test_the_command_on_the_sample_docs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from mdrag.cli import main
+    from mdrag.frontends.cli import main
 
     repo = Path(__file__).resolve().parents[1]
     assert main(["index", str(repo / "examples" / "docs"), "-q", "--json"]) == 0
@@ -96,7 +96,7 @@ def test_evaluation_measures_what_the_server_search_message_returns(tmp_path: Pa
 
     from websockets.asyncio.client import connect
 
-    from mdrag.server import QAServer
+    from mdrag.frontends.server import QAServer
 
     docs = tmp_path / "docs"
     docs.mkdir()

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from mdrag.errors import ConfigError
-from mdrag.search import build_filter
+from mdrag.retrieval.search import build_filter
 from mdrag.store import filters as f
 
 

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from mdrag.cli import main
 from mdrag.config import load_config
 from mdrag.errors import ConfigError
+from mdrag.frontends.cli import main
 from mdrag.index import Index
-from mdrag.manifest import Manifest
+from mdrag.ingest.manifest import Manifest
 from tests.conftest import HashEmbedder
 from tests.test_indexer import _consistent
 

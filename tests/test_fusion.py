@@ -1,4 +1,4 @@
-"""Hybrid fusion (mdrag.fusion): ranks kept per list, and a strong first place in one list is not buried."""
+"""Hybrid fusion (mdrag.retrieval.fusion): ranks kept per list, and a strong first place in one list is not buried."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 
 from mdrag.config import load_config
 from mdrag.embedding.base import Embedder
-from mdrag.fusion import RRF_K, fuse
 from mdrag.index import Index
+from mdrag.retrieval.fusion import RRF_K, fuse
 from mdrag.store.base import Hit
 
 

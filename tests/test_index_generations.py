@@ -21,12 +21,12 @@ from typing import Any
 
 import pytest
 
-import mdrag.indexer
+import mdrag.ingest.pipeline
 from mdrag.config import Config, load_config
 from mdrag.embedding.base import Embedder
 from mdrag.errors import IndexBuildingError
 from mdrag.index import Index
-from mdrag.manifest import Manifest
+from mdrag.ingest.manifest import Manifest
 from tests.conftest import HashEmbedder, Held
 from tests.test_threads import WAIT, _hold_searches
 
@@ -78,7 +78,7 @@ def _wait_held(held: Held, t: threading.Thread, failure: list[BaseException]) ->
 def test_a_rebuild_shows_readers_the_last_commit_until_it_commits(
     tmp_path: Path, held: Held, monkeypatch: pytest.MonkeyPatch, backend: str
 ) -> None:
-    monkeypatch.setattr(mdrag.indexer, "_BATCH_CHUNKS", 2)  # the files before the held one are written
+    monkeypatch.setattr(mdrag.ingest.pipeline, "_BATCH_CHUNKS", 2)  # the files before the held one are written
     root = _docs(tmp_path)
     held.release.set()
     idx = Index(_config(backend), embedder=HashEmbedder())

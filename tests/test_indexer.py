@@ -15,7 +15,7 @@ import pytest
 
 from mdrag.config import load_config
 from mdrag.index import Index
-from mdrag.manifest import Manifest
+from mdrag.ingest.manifest import Manifest
 from tests.conftest import HashEmbedder
 
 DOC = """---
@@ -127,11 +127,11 @@ def test_moved_file_reuses_its_vectors(tmp_path: Path, backend: str) -> None:
 
 def test_a_build_from_empty_looks_up_only_the_texts_it_wrote(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """An empty store has nothing to reuse: no lookups but for texts repeated across batches."""
-    import mdrag.indexer
+    import mdrag.ingest.pipeline
 
     root = _corpus(tmp_path)
     (root / "copy.md").write_text((root / "install.md").read_text())  # the same texts in another file
-    monkeypatch.setattr(mdrag.indexer, "_BATCH_CHUNKS", 1)  # a batch per file: the copy comes later
+    monkeypatch.setattr(mdrag.ingest.pipeline, "_BATCH_CHUNKS", 1)  # a batch per file: the copy comes later
     with _index(HashEmbedder()) as idx:
         looked_up: list[list[str]] = []
         real = idx.store.vectors_by_hash
@@ -346,7 +346,7 @@ def test_searches_during_an_update_see_the_old_or_the_new_state_never_a_mix(
 ) -> None:
     import threading
 
-    import mdrag.indexer
+    import mdrag.ingest.pipeline
 
     root = tmp_path / "docs"
     root.mkdir()
@@ -362,7 +362,7 @@ def test_searches_during_an_update_see_the_old_or_the_new_state_never_a_mix(
     idx.update([root])
     for i in range(30):
         (root / f"f{i}.md").write_text(f"# File {i}\n\nversion two of marker text number {i}\n")
-    monkeypatch.setattr(mdrag.indexer, "_BATCH_CHUNKS", 3)  # many small writes
+    monkeypatch.setattr(mdrag.ingest.pipeline, "_BATCH_CHUNKS", 3)  # many small writes
     done = threading.Event()
     seen: list[tuple[int, int]] = []
 
@@ -486,7 +486,7 @@ def test_lite_small_updates_get_the_bm25_scores_of_a_fresh_build(tmp_path: Path,
 def test_parse_ahead_keeps_order_raises_errors_and_stops_early() -> None:
     import threading
 
-    from mdrag.background import ahead
+    from mdrag.ingest.background import ahead
 
     seen: list[int] = []
     out = list(ahead(list(range(200)), lambda i: (seen.append(i), i * i)[1], depth=4))
@@ -550,7 +550,7 @@ def test_progress_is_told_as_files_are_read_and_as_each_embedding_batch_returns(
     """Progress moves through a run, not once per write round: every file read, every batch of the embedder
     (here 3 texts, in rounds of 512 chunks). The counts only grow and end at the run's totals; a file that
     is skipped is done too; a run that reuses every vector still ends at its totals."""
-    from mdrag.progress import IndexProgress
+    from mdrag.ingest.progress import IndexProgress
 
     root = _corpus(tmp_path, n=40)
     (root / "broken.pdf").write_bytes(b"not a pdf")
@@ -586,8 +586,8 @@ def test_progress_is_told_as_files_are_read_and_as_each_embedding_batch_returns(
 
 
 def test_the_bar_estimates_the_chunks_to_write_from_the_files_read_until_all_are_read() -> None:
-    from mdrag.cli.indexing import _chunks_in_all
-    from mdrag.progress import IndexProgress
+    from mdrag.frontends.cli.indexing import _chunks_in_all
+    from mdrag.ingest.progress import IndexProgress
 
     assert _chunks_in_all(IndexProgress("reading", 0, 100, 0, 0, 0)) == (0, True)  # nothing to go by yet
     assert _chunks_in_all(IndexProgress("embedding", 0, 100, 20, 30, 150)) == (750, True)  # 7.5 chunks a file

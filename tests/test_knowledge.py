@@ -828,7 +828,7 @@ def test_cli_init_refresh_status(
     tmp_path: Path, project: Path, monkeypatch: pytest.MonkeyPatch, capsys, hash_embedder
 ) -> None:
     """`mdrag knowledge` (also installed as `agentic-knowledge`) end to end on a local repository."""
-    from mdrag.cli import main
+    from mdrag.frontends.cli import main
 
     monkeypatch.setattr("mdrag.index.make_embedder", lambda config: hash_embedder)  # the docset's index
 
@@ -874,7 +874,7 @@ def test_knowledge_commands_load_no_front_end(project: Path) -> None:
     neither the MCP SDK nor websockets is loaded."""
     write_config(project, "docsets:\n  - id: react\n")  # no folder yet: the command still reaches the index step
     code = (
-        "import sys; from mdrag.cli import main; code = main(['knowledge', 'refresh']);"
+        "import sys; from mdrag.frontends.cli import main; code = main(['knowledge', 'refresh']);"
         "print(sorted(m for m in ('mcp', 'websockets') if m in sys.modules), code)"
     )
     p = subprocess.run([sys.executable, "-c", code], cwd=project, capture_output=True, text=True, timeout=120)
@@ -884,7 +884,7 @@ def test_knowledge_commands_load_no_front_end(project: Path) -> None:
 
 def _cli(capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture, *argv: str) -> tuple[int, str]:
     """`mdrag knowledge ARGV`: its exit code, and all it said (stdout, stderr and the log)."""
-    from mdrag.cli import main
+    from mdrag.frontends.cli import main
 
     caplog.clear()
     code = main(["knowledge", *argv])

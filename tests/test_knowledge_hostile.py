@@ -22,8 +22,9 @@ from typing import Any
 import anyio
 import pytest
 
-from mdrag import cli
 from mdrag.errors import DocsetError
+from mdrag.frontends import cli
+from mdrag.frontends.mcp import KnowledgeTools
 from mdrag.knowledge import (
     METADATA_FILE,
     GitRepoLoader,
@@ -37,7 +38,6 @@ from mdrag.knowledge import (
 from mdrag.knowledge.docsets import docset_index
 from mdrag.knowledge.files import sync
 from mdrag.knowledge.metadata import FAILURES_FILE
-from mdrag.mcp import KnowledgeTools
 from tests.conftest import listening
 from tests.figures import report
 from tests.test_knowledge import git, make_repo, push_commit, write_config, write_files

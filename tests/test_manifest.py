@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from mdrag.errors import ManifestError
-from mdrag.manifest import FileState, Manifest, diff
+from mdrag.ingest.manifest import FileState, Manifest, diff
 
 
 def _state(mtime: int = 1, size: int = 10, chunks: list[str] | None = None) -> FileState:

@@ -1,6 +1,6 @@
 """The MCP server, driven by the MCP SDK's own client over a real stdio transport.
 
-Each test starts ``python -c "from mdrag.mcp import run_stdio; run_stdio()"`` in a
+Each test starts ``python -c "from mdrag.frontends.mcp import run_stdio; run_stdio()"`` in a
 project folder holding ``.knowledge/config.yaml``, as an assistant would, and
 talks to it with ``mcp.ClientSession`` over ``mcp.client.stdio.stdio_client``.
 One test writes raw bytes to the server's stdin (malformed JSON-RPC); the
@@ -26,12 +26,12 @@ import pytest
 from mcp import ClientSession, MCPError, StdioServerParameters, stdio_client, types
 
 import mdrag
+from mdrag.frontends.mcp import KnowledgeTools
 from mdrag.knowledge import MAX_KEYWORDS, KnowledgeBase
 from mdrag.knowledge.docsets import docset_index, index_name, update_docset_index
-from mdrag.mcp import KnowledgeTools
 
 ROOT = Path(__file__).resolve().parents[1]
-SERVE = "from mdrag.mcp import run_stdio; run_stdio()"
+SERVE = "from mdrag.frontends.mcp import run_stdio; run_stdio()"
 TEMPLATE = (
     "Search for '{keywords}' in folder {local_path}. Use your normal text search tools to do this. "
     "If the search results don't help you, try to find '{generalized_keywords}'. "
@@ -534,7 +534,7 @@ async def test_knowledge_commands_build_the_index(
     searches it from its first call."""
     from mcp import Client
 
-    from mdrag.cli import main
+    from mdrag.frontends.cli import main
 
     monkeypatch.setattr("mdrag.index.make_embedder", lambda config: hash_embedder)
     (mdrag_home / "config.yaml").write_text("search:\n  threshold: 0.0\n")

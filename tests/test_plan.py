@@ -1,10 +1,10 @@
-"""The index run's plan (mdrag.plan): diffing and crash repair, from a manifest and a scan, with no store."""
+"""The index run's plan (mdrag.ingest.plan): diffing and crash repair, from a manifest and a scan, with no store."""
 
 from __future__ import annotations
 
-from mdrag.manifest import FileState, Manifest
-from mdrag.plan import mismatched, nothing_to_do, plan_update, to_hash
-from mdrag.scan import ScanResult
+from mdrag.ingest.manifest import FileState, Manifest
+from mdrag.ingest.plan import mismatched, nothing_to_do, plan_update, to_hash
+from mdrag.ingest.scan import ScanResult
 
 A, B = "/docs", "/more"
 

@@ -1,4 +1,4 @@
-"""`mdrag.protocol.parse`, without sockets: every frame is a request or a ProtocolError that says what to change."""
+"""`frontends.protocol.parse`, no sockets: every frame is a request or a ProtocolError that says what to change."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 import pytest
 
 from mdrag.errors import ProtocolError
-from mdrag.protocol import Filters, QueryRequest, SearchRequest, StatusRequest, parse
+from mdrag.frontends.protocol import Filters, QueryRequest, SearchRequest, StatusRequest, parse
 
 
 def test_valid_messages_become_requests() -> None:

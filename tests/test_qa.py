@@ -1,4 +1,4 @@
-"""`Index.ask()`: the answer policy of mdrag.qa on the real model and examples/docs, extractively and
+"""`Index.ask()`: the answer policy of mdrag.answering.ask on the real model and examples/docs, extractively and
 through the loopback stand-in LLM."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 import mdrag
-from mdrag.answer import NO_LLM_NOTE, NO_RELEVANT
+from mdrag.answering.generate import NO_LLM_NOTE, NO_RELEVANT
 from mdrag.config import load_config
 from mdrag.embedding.base import Embedder
 from mdrag.errors import LLMError

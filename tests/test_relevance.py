@@ -1,4 +1,4 @@
-"""The "no relevant information" rule (mdrag.relevance) and the index's term statistics."""
+"""The "no relevant information" rule (mdrag.retrieval.relevance) and the index's term statistics."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from mdrag.config import load_config
 from mdrag.embedding.base import Embedder
 from mdrag.index import Index
 from mdrag.knobs import MIN_CHUNKS, NAMED_SURE, NAMED_TOP
-from mdrag.relevance import TermStats, missing_names, names, refuse, unknown_share
+from mdrag.retrieval.relevance import TermStats, missing_names, names, refuse, unknown_share
 from mdrag.stemming import stemmer
 from mdrag.types import SearchResult
 from tests.conftest import HashEmbedder

@@ -1,4 +1,4 @@
-"""The search settings as one value (mdrag.search.SearchOptions), as an Index reads them."""
+"""The search settings as one value (mdrag.retrieval.search.SearchOptions), as an Index reads them."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 from mdrag.config import load_config
 from mdrag.index import Index
-from mdrag.search import SearchOptions
+from mdrag.retrieval.search import SearchOptions
 from tests.conftest import HashEmbedder
 
 
@@ -50,7 +50,7 @@ def test_a_blank_query_is_refused_before_any_search(query: str) -> None:
     from typing import Any, cast
 
     from mdrag.errors import ConfigError
-    from mdrag.search import search
+    from mdrag.retrieval.search import search
 
     nothing = cast(Any, None)  # neither the store nor the embedder is reached
     with pytest.raises(ConfigError, match="the search query is empty"):
@@ -80,9 +80,9 @@ def test_a_result_that_holds_every_word_asked_is_kept_below_the_threshold(
 
 
 def test_the_module_function_ranks_as_the_index_does_by_default(tmp_path: Path) -> None:
-    """`mdrag.search.search` with no options is `mdrag search`: the settings' defaults (issue 28 point 2),
+    """`mdrag.retrieval.search.search` with no options is `mdrag search`: the settings' defaults (issue 28 point 2),
     where it ranked dense, without threshold or collapse, and fused by RRF."""
-    from mdrag.search import search
+    from mdrag.retrieval.search import search
 
     assert SearchOptions() == SearchOptions.from_config(load_config())
     root = tmp_path / "docs"

@@ -20,14 +20,14 @@ import pytest
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
-from mdrag.answer import NO_RELEVANT
+from mdrag.answering.generate import NO_RELEVANT
 from mdrag.config import Config, load_config
 from mdrag.embedding.base import Embedder
 from mdrag.errors import ConfigError
+from mdrag.frontends.protocol import is_loopback
+from mdrag.frontends.server import QAServer
 from mdrag.index import Index
 from mdrag.knobs import MESSAGE_CEILING_BYTES
-from mdrag.protocol import is_loopback
-from mdrag.server import QAServer
 from tests.conftest import HashEmbedder
 from tests.fake_llm import LLM
 
@@ -235,7 +235,7 @@ def test_filter_values_with_line_breaks_match_and_store_errors_stay_in_the_log(
             assert (await recv(ws))["type"] == "status", "the connection stays open"
             await ws.close()
 
-    with caplog.at_level(logging.ERROR, logger="mdrag.server"):
+    with caplog.at_level(logging.ERROR, logger="mdrag.frontends.server"):
         asyncio.run(scenario())
     logged = [r.getMessage() for r in caplog.records]
     assert any("could not answer a search request: Milvus" in m and "does not exist" in m for m in logged), logged
@@ -588,7 +588,7 @@ def test_config_changes_apply_live_or_are_reported_as_needing_a_restart(
 ) -> None:
     import yaml
 
-    from mdrag.server import LIVE_SETTINGS
+    from mdrag.frontends.server import LIVE_SETTINGS
     from mdrag.settings import DEFAULTS
 
     assert LIVE_SETTINGS <= DEFAULTS.keys()
@@ -626,7 +626,7 @@ def test_config_changes_apply_live_or_are_reported_as_needing_a_restart(
             for key, value, live in changes:
                 config_file.write_text(yaml.safe_dump(_nested({**base, key: value})))
                 caplog.clear()
-                with caplog.at_level(logging.WARNING, logger="mdrag.server"):
+                with caplog.at_level(logging.WARNING, logger="mdrag.frontends.server"):
                     assert server.reload_config()
                 warned = [r.getMessage() for r in caplog.records if "restart to apply" in r.getMessage()]
                 if live:
@@ -671,7 +671,7 @@ def test_config_changes_apply_live_or_are_reported_as_needing_a_restart(
 
 
 def test_shared_api_settings_need_a_restart_when_the_embedder_uses_them() -> None:
-    from mdrag.server import live_settings
+    from mdrag.frontends.server import live_settings
 
     assert {"api.base_url", "api.api_key"} <= live_settings(load_config())  # the LLM's alone: live
     openai = load_config({"embedding.provider": "openai"})
@@ -802,7 +802,7 @@ def test_ask_with_no_server_is_one_line_and_exit_1() -> None:
 
 def test_a_failing_load_is_reported_and_stops_the_server(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """An index whose store is damaged cannot be served: `mdrag serve` says so and exits 1."""
-    from mdrag.cli import main
+    from mdrag.frontends.cli import main
 
     root = _docs(tmp_path, 1)
     config = _config(**{"store.backend": "milvus"})  # damaged as Milvus Lite's files can be
@@ -820,7 +820,7 @@ def test_an_unexpected_error_at_load_stops_the_server_instead_of_loading_for_eve
 ) -> None:
     """A bug (not an MdragError) while the index loads: `mdrag serve` says so and exits 1; it used to stay
     "loading" for good, and `mdrag ask` waited on it."""
-    from mdrag.cli import main
+    from mdrag.frontends.cli import main
 
     root = _docs(tmp_path, 1)
     config = _config()
@@ -1009,7 +1009,7 @@ def test_the_prompt_asks_again_on_a_new_connection_after_a_server_restart(tmp_pa
     import queue
     import threading
 
-    from mdrag.cli.serving import run_ask
+    from mdrag.frontends.cli.serving import run_ask
 
     root = _docs(tmp_path, 3)
     questions: queue.Queue[str] = queue.Queue()
@@ -1065,7 +1065,7 @@ def test_serve_says_how_far_the_first_build_is(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """`mdrag serve` on a new folder: until the index is ready, its terminal says how far the build is."""
-    from mdrag.cli import serving
+    from mdrag.frontends.cli import serving
 
     release = threading.Event()
 

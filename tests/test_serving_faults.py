@@ -38,7 +38,7 @@ from typing import Any
 import pytest
 
 from mdrag.config import load_config
-from mdrag.manifest import Manifest
+from mdrag.ingest.manifest import Manifest
 from tests.conftest import listening
 from tests.figures import report
 

@@ -354,9 +354,9 @@ def test_the_backend_comes_from_the_setting_the_environment_or_the_flag(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from mdrag import plugins, store
-    from mdrag.cli.parser import _overrides, _parser
     from mdrag.config import load_config
     from mdrag.errors import ConfigError
+    from mdrag.frontends.cli.parser import _overrides, _parser
     from mdrag.store.faiss import FaissStore
 
     s = store.make_store(

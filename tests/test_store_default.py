@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from mdrag.cli import main
 from mdrag.config import load_config
+from mdrag.frontends.cli import main
 from mdrag.index import Index
 from mdrag.store import resolve_backend
 from tests.conftest import HashEmbedder

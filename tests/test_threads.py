@@ -18,13 +18,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-import mdrag.visibility
+import mdrag.ingest.visibility
 from mdrag.config import Config, load_config
 from mdrag.embedding.base import Embedder
 from mdrag.errors import IndexingCancelledError
+from mdrag.frontends.server import QAServer
 from mdrag.index import Index
-from mdrag.manifest import Manifest
-from mdrag.server import QAServer
+from mdrag.ingest.manifest import Manifest
 from mdrag.store.milvus import MilvusStore
 from mdrag.store.milvus_lite import lite_locked
 from mdrag.types import Chunk
@@ -262,7 +262,7 @@ def test_close_waits_for_a_search_in_flight(tmp_path: Path) -> None:
 def test_a_search_that_outlasts_the_grace_time_is_reported_when_its_chunks_go(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    monkeypatch.setattr(mdrag.visibility, "_READERS_GRACE_S", 0.2)
+    monkeypatch.setattr(mdrag.ingest.visibility, "_READERS_GRACE_S", 0.2)
     config, root = _built(tmp_path)
     idx = Index(config, embedder=HashEmbedder())
     idx.status()
@@ -271,7 +271,7 @@ def test_a_search_that_outlasts_the_grace_time_is_reported_when_its_chunks_go(
     searcher.start()
     assert inside.wait(WAIT)
     (root / "topic1.md").write_text("# Topic 1\n\nRewritten: the old chunk of topic1.md is replaced.\n")
-    with caplog.at_level(logging.WARNING, logger="mdrag.visibility"):
+    with caplog.at_level(logging.WARNING, logger="mdrag.ingest.visibility"):
         idx.update([root])  # the search still reads the state before: the commit waits, then says so
     go.set()
     searcher.join(WAIT)
@@ -360,7 +360,7 @@ def test_collections_are_created_and_read_with_strong_consistency(recorded_serve
     vectors = np.eye(3, 8, dtype=np.float32)
     store.upsert(chunks, vectors)
     # The indexer's reads of its own writes, and a search in each of the store's modes (hybrid fuses
-    # these two lists in mdrag.fusion), right after the write.
+    # these two lists in mdrag.retrieval.fusion), right after the write.
     assert store.vectors_by_hash([c.content_hash for c in chunks]).keys() == {c.content_hash for c in chunks}
     assert store.all_ids() == {c.id for c in chunks} and store.count() == 3
     for mode in ("dense", "bm25"):

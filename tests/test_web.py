@@ -24,8 +24,8 @@ import pytest
 import yaml
 
 from mdrag.config import load_config
+from mdrag.frontends.server import QAServer
 from mdrag.index import Index
-from mdrag.server import QAServer
 from tests.conftest import HashEmbedder, listening
 from tests.fake_llm import FakeServer, Handler, Script
 

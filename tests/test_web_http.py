@@ -11,9 +11,9 @@ from pathlib import Path
 from websockets.asyncio.client import connect
 
 from mdrag.config import load_config
+from mdrag.frontends.server import QAServer
+from mdrag.frontends.web import STATIC, load_static
 from mdrag.index import Index
-from mdrag.server import QAServer
-from mdrag.web import STATIC, load_static
 from tests.conftest import HashEmbedder
 
 PAGE_FILES = {"/", "/index.html", "/app.js", "/markdown.js", "/style.css", "/favicon.svg"}
@@ -86,7 +86,7 @@ def test_the_page_is_served_on_the_websocket_port_with_strict_headers(tmp_path: 
 
 
 def test_paths_outside_the_static_folder_are_refused(tmp_path: Path) -> None:
-    secret = b"def load_static"  # in mdrag/web/__init__.py, just above the static folder
+    secret = b"def load_static"  # in mdrag/frontends/web/__init__.py, just above the static folder
 
     async def scenario(server: QAServer) -> None:
         port = server.port

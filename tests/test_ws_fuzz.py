@@ -27,9 +27,9 @@ from websockets.exceptions import ConnectionClosed
 
 from mdrag.config import load_config
 from mdrag.embedding.base import Embedder
+from mdrag.frontends.protocol import MAX_QUESTION_CHARS
+from mdrag.frontends.server import QAServer
 from mdrag.index import Index
-from mdrag.protocol import MAX_QUESTION_CHARS
-from mdrag.server import QAServer
 from tests.figures import report
 
 REPO = Path(__file__).resolve().parents[1]

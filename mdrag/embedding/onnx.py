@@ -37,7 +37,7 @@ from mdrag.embedding.base import Embedder, EmbedderBackend
 from mdrag.embedding.local import _ALIASES, DEFAULT_MODEL, resolve_model_dir
 from mdrag.embedding.priority import run_yielding, yielding_busy
 from mdrag.errors import EmbeddingError
-from mdrag.manifest import file_sha256, file_sha256_cached
+from mdrag.ingest.manifest import file_sha256, file_sha256_cached
 
 if TYPE_CHECKING:
     from mdrag.config import Config

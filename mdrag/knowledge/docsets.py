@@ -1,6 +1,6 @@
 """Each docset's own mdrag index: its name, where it is stored, and bringing it in line with the docset's folder.
 
-``mdrag knowledge init/refresh`` and the MCP server (:mod:`mdrag.mcp`) both
+``mdrag knowledge init/refresh`` and the MCP server (:mod:`mdrag.frontends.mcp`) both
 build a docset's index with :func:`update_docset_index`. Each docset has its
 own index (:func:`index_name`) in the store that ``store.backend`` picks: with
 ``auto`` (the default), FAISS under ``$MDRAG_HOME/cache/faiss/`` for a new
@@ -29,8 +29,8 @@ from mdrag.knowledge.model import Docset
 
 if TYPE_CHECKING:
     from mdrag.index import Index
-    from mdrag.progress import IndexProgress
-    from mdrag.summary import IndexSummary
+    from mdrag.ingest.progress import IndexProgress
+    from mdrag.ingest.summary import IndexSummary
 
 __all__ = ["docset_folder", "docset_index", "index_name", "update_docset_index"]
 
@@ -101,7 +101,7 @@ def update_docset_index(
     out; the docset's index from before the hashed names (:func:`index_name`)
     loses the docset's folder, and is deleted when nothing else is left in it.
     ``progress``, ``cancel`` and ``how`` (``pause``, ``batch_chunks``: an
-    :class:`~mdrag.keeper.IndexKeeper`'s steps) as for :meth:`mdrag.index.Index.update`.
+    :class:`~mdrag.ingest.keeper.IndexKeeper`'s steps) as for :meth:`mdrag.index.Index.update`.
     """
     folder = docset_folder(ds)
     summary = index.update([folder], progress=progress, cancel=cancel, **how)

@@ -20,9 +20,9 @@ from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath
 
 from mdrag.errors import DocsetError
+from mdrag.ingest.manifest import file_sha256
 from mdrag.knowledge.metadata import METADATA_FILE, read_metadata, write_metadata
 from mdrag.knowledge.model import DRIVE, Selection, SourceResult, WebSource
-from mdrag.manifest import file_sha256
 from mdrag.parsers import supported_extensions
 from mdrag.redact import redact_url
 

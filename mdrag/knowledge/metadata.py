@@ -13,8 +13,8 @@ from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from mdrag.ingest.manifest import write_atomic
 from mdrag.knowledge.model import DRIVE
-from mdrag.manifest import write_atomic
 
 __all__ = [
     "FAILURES_FILE",

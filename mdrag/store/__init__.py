@@ -119,7 +119,7 @@ def resolve_backend(config: Config, name: str | None = None) -> tuple[str, str]:
 def _recorded_store_uri(manifest: Path) -> str | None:
     """The ``store_uri`` that the manifest at ``manifest`` records, or None (no manifest, or none readable).
 
-    Read from the file's first bytes when it is there, as :meth:`mdrag.manifest.Manifest.save`
+    Read from the file's first bytes when it is there, as :meth:`mdrag.ingest.manifest.Manifest.save`
     writes it, so that a large manifest is not parsed whole; its checksum is not checked.
     """
     try:

@@ -45,7 +45,7 @@ ROW_FIELDS = (
 class Hit:
     """One chunk that :meth:`Store.search` returns: its stored fields (:data:`ROW_FIELDS`) and its scores.
 
-    The core sets the ranks (:mod:`mdrag.search`, :mod:`mdrag.fusion`) on a copy
+    The core sets the ranks (:mod:`mdrag.retrieval.search`, :mod:`mdrag.retrieval.fusion`) on a copy
     (:func:`dataclasses.replace`); ``headings`` and ``metadata`` may be a store's
     cached values: read them, do not change them.
     """
@@ -108,7 +108,7 @@ class Store(Protocol):
     uri: str  # where the store lives, as users name it in messages (never holds credentials)
     has_bm25: bool  # BM25 search is possible (False: "bm25" and "hybrid" fall back to dense)
     # Other processes see a run's writes only at its end_run, all at once (True), or as they are
-    # written (False: they read the committed ids the manifest records, see mdrag.manifest).
+    # written (False: they read the committed ids the manifest records, see mdrag.ingest.manifest).
     transactional: bool
     # search() leaves out the chunks it is given as ``hidden`` (True), or ranks them with the rest (False:
     # the caller fetches that many more rows, and drops them).
@@ -215,7 +215,7 @@ class Store(Protocol):
     ) -> list[Hit]:
         """The ``k`` best chunks passing ``where``, best first, each with its ``score`` (cosine to
         ``vector``) and ``rank_score`` (its ranks unset). ``mode``: "dense" (by cosine) or "bm25" (by
-        BM25 on ``text``); hybrid ranking fuses the two in the core (:mod:`mdrag.fusion`). ``hidden``:
+        BM25 on ``text``); hybrid ranking fuses the two in the core (:mod:`mdrag.retrieval.fusion`). ``hidden``:
         chunk ids that a store that :attr:`hides` leaves out (what a running update of this process
         wrote and has not committed)."""
         ...

@@ -71,7 +71,7 @@ from mdrag.errors import (
     StoreInUseError,
     StoreUnavailableError,
 )
-from mdrag.manifest import file_sha256_cached
+from mdrag.ingest.manifest import file_sha256_cached
 from mdrag.store import StoreBackend, same_location
 from mdrag.store.base import ROW_FIELDS, Filter, Hit
 from mdrag.store.bm25 import Bm25

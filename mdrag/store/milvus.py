@@ -80,7 +80,7 @@ _HNSW_EF = 64  # Milvus Lite's default HNSW search breadth
 # then differed from FAISS's (another lowest dense score to normalise by). A walk of 16 x k missed
 # none of the top 120, one chunk of the top 40 for 2 questions (with no answer in the docs), of the
 # top 10 for 6 (asked for with collapse none only: k 10 asks for 40 rows otherwise); through
-# mdrag.search the stores' file lists then differed only where chunks have equal cosines. It costs
+# mdrag.retrieval.search the stores' file lists then differed only where chunks have equal cosines. It costs
 # at most 8% of a Milvus Lite dense or hybrid search (p50; benchmarks/store_parity.py, RESULTS.md).
 _EF_PER_RESULT = 16
 _SELF_SAMPLE = 64  # stored vectors `status --verify` asks the vector index for (see MilvusStore._lost_vectors)
@@ -732,7 +732,7 @@ class MilvusStore:
         """The ``k`` best chunks passing ``where``, best first.
 
         ``mode`` "dense" ranks by cosine; "bm25" by BM25 on the text (hybrid
-        ranking fuses the two lists: mdrag.fusion). Every row's ``score`` is its
+        ranking fuses the two lists: mdrag.retrieval.fusion). Every row's ``score`` is its
         cosine similarity to ``vector``, whatever ranked it, so one threshold
         means the same in every mode; ``rank_score`` is the ranking mode's own score.
 

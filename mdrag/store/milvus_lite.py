@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from mdrag.manifest import file_sha256_cached, write_atomic
+from mdrag.ingest.manifest import file_sha256_cached, write_atomic
 
 __all__ = [
     "BM25_REWRITE_SHARE",

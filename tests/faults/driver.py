@@ -1,14 +1,14 @@
 """An `mdrag index` process that kills itself with SIGKILL at a chosen point.
 
 Run as ``python -m tests.faults.driver FOLDER --index NAME [--phase P --n N --when before|after]``
-with ``MDRAG_HOME`` set. It runs the real command line (``mdrag.cli.main``)
+with ``MDRAG_HOME`` set. It runs the real command line (``mdrag.frontends.cli.main``)
 with a :class:`tests.conftest.HashEmbedder`, small batches and a manifest save
 after every batch, so that each phase is reached many times. No hook is added
 to the library: the driver wraps the library's own functions, and at the
 ``n``-th call of phase ``P`` it sends itself SIGKILL, before or after the real
 call. Phases (:data:`PHASES`):
 
-- ``scan``: ``mdrag.indexer.scan``, the folder walk
+- ``scan``: ``mdrag.ingest.pipeline.scan``, the folder walk
 - ``parse``: ``ParseWorker.parse`` (the indexer's parse thread, waiting on the parse child)
 - ``embed``: the embedder's ``embed_batch``
 - ``upsert``: the store's ``upsert`` (chunk batches)
@@ -74,17 +74,17 @@ def _args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--hold", help="wait in the first embed_batch until this file exists (see above)")
     p.add_argument("--hold-close", action="store_true", help="with --hold: wait in Index.close instead")
     p.add_argument("--log", action="store_true", help="show the command's warnings on stderr (no -q)")
-    p.add_argument("--batch-chunks", type=int, default=16, help="mdrag.indexer._BATCH_CHUNKS")
+    p.add_argument("--batch-chunks", type=int, default=16, help="mdrag.ingest.pipeline._BATCH_CHUNKS")
     return p.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _args(argv)
     import mdrag.index
-    import mdrag.indexer
-    import mdrag.manifest
-    from mdrag.cli import main as mdrag_main
+    import mdrag.ingest.manifest
+    import mdrag.ingest.pipeline
     from mdrag.config import load_config
+    from mdrag.frontends.cli import main as mdrag_main
     from mdrag.store import resolve_backend, store_backends
     from tests.conftest import HashEmbedder
 
@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
 
     Embedder.embed_batch = faulty("embed", Embedder.embed_batch)  # type: ignore[method-assign]
     mdrag.index.make_embedder = lambda config: Embedder()
-    mdrag.indexer.scan = faulty("scan", mdrag.indexer.scan)
+    mdrag.ingest.pipeline.scan = faulty("scan", mdrag.ingest.pipeline.scan)
     from mdrag.parsers.worker import ParseWorker
 
     ParseWorker.parse = faulty("parse", ParseWorker.parse)  # type: ignore[method-assign]
@@ -123,15 +123,15 @@ def main(argv: list[str] | None = None) -> int:
         setattr(Store, method, faulty(phase, getattr(Store, method)))
     for phase, method in BACKEND_PHASES[backend].items():
         setattr(Store, method, faulty(phase, getattr(Store, method)))
-    mdrag.manifest.Manifest.save = faulty("save", mdrag.manifest.Manifest.save)  # type: ignore[method-assign]
-    real_run = mdrag.indexer.Indexer.run
+    mdrag.ingest.manifest.Manifest.save = faulty("save", mdrag.ingest.manifest.Manifest.save)  # type: ignore[method-assign]
+    real_run = mdrag.ingest.pipeline.Indexer.run
 
-    def run(self: mdrag.indexer.Indexer, folders: Any, events: Any = None, **kw: Any) -> Any:
+    def run(self: mdrag.ingest.pipeline.Indexer, folders: Any, events: Any = None, **kw: Any) -> Any:
         if events is not None and events.on_commit is not None:
             events = dataclasses.replace(events, on_commit=faulty("commit", events.on_commit))
         return real_run(self, folders, events, **kw)
 
-    mdrag.indexer.Indexer.run = run  # type: ignore[method-assign]
+    mdrag.ingest.pipeline.Indexer.run = run  # type: ignore[method-assign]
     if args.hold_close:
         real_close = mdrag.index.Index.close
 
@@ -140,8 +140,8 @@ def main(argv: list[str] | None = None) -> int:
             real_close(self)
 
         mdrag.index.Index.close = close  # type: ignore[method-assign]
-    mdrag.indexer._BATCH_CHUNKS = args.batch_chunks
-    mdrag.indexer._SAVE_EVERY_S = 0.0  # a manifest save after every batch: more points to kill at
+    mdrag.ingest.pipeline._BATCH_CHUNKS = args.batch_chunks
+    mdrag.ingest.pipeline._SAVE_EVERY_S = 0.0  # a manifest save after every batch: more points to kill at
 
     out = io.StringIO()
     t0 = time.perf_counter()

@@ -17,7 +17,7 @@ from typing import Any
 from mdrag.config import load_config
 from mdrag.embedding.base import Embedder
 from mdrag.index import Index
-from mdrag.manifest import Manifest
+from mdrag.ingest.manifest import Manifest
 from tests.conftest import HashEmbedder
 
 REPO = Path(__file__).resolve().parents[2]

@@ -13,7 +13,7 @@ import pytest
 
 from mdrag.config import load_config
 from mdrag.index import Index
-from mdrag.manifest import Manifest
+from mdrag.ingest.manifest import Manifest
 from tests.faults.harness import REPO, corpus, driver, env, mutate, run_driver, verify, wait_until_writing
 
 

@@ -29,7 +29,7 @@ from typing import Any
 
 import pytest
 
-from mdrag.manifest import Manifest
+from mdrag.ingest.manifest import Manifest
 from tests.faults.driver import phases
 from tests.faults.harness import TRIALS, corpus, distinctive_words, run_driver, verify
 

@@ -1,0 +1,100 @@
+"""The `mdrag` command line: the only package that knows about argv and exit codes.
+
+Exit codes: 0 ok, 1 error, 2 usage or configuration error, 130 interrupted,
+141 stdout's reader went away (as for any Unix tool killed by SIGPIPE).
+Progress and logs go to stderr, data to stdout.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import os
+import sys
+from collections.abc import Sequence
+
+from mdrag.errors import ConfigError, MdragError
+from mdrag.frontends.cli.indexing import _cmd_index, _cmd_remove
+from mdrag.frontends.cli.knowledge import _cmd_knowledge, _cmd_mcp
+from mdrag.frontends.cli.output import _safe, _setup_logging
+from mdrag.frontends.cli.parser import _overrides, _parser
+from mdrag.frontends.cli.reading import _cmd_config, _cmd_eval, _cmd_search, _cmd_status
+from mdrag.frontends.cli.serving import _cmd_ask, _cmd_serve
+
+__all__ = ["agentic_knowledge_main", "agentic_knowledge_mcp_main", "main"]
+
+_EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: what a shell reports for a Unix tool whose reader went away
+
+
+def agentic_knowledge_main() -> int:
+    """`agentic-knowledge init | refresh | status`: the spec's command names."""
+    return main(["knowledge", *sys.argv[1:]])
+
+
+def agentic_knowledge_mcp_main() -> int:
+    """`agentic-knowledge-mcp`: the spec's MCP server command."""
+    return main(["mcp", *sys.argv[1:]])
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The `mdrag` command; ``argv`` None means this process's own arguments (it exits next)."""
+    try:
+        code = _main(argv)
+        sys.stdout.flush()  # a closed pipe is found here, not at exit
+        return code
+    except BrokenPipeError:
+        # The reader went away (`mdrag search ... | head`): stop quietly, as Unix tools do,
+        # with the status of a process killed by SIGPIPE. Python's own flush at exit
+        # would fail again: stdout now points at /dev/null.
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError):  # stdout is not a file (tests capture it)
+            pass
+        return _EXIT_BROKEN_PIPE
+    finally:
+        if argv is None:
+            # Everything was closed explicitly: spare the exit its full garbage collection
+            # over every module loaded (pymilvus, pandas, pyarrow), ~0.2 s of each command.
+            gc.freeze()
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    args = _parser().parse_args(argv)
+    _setup_logging(args)
+    from mdrag.config import load_config
+
+    try:
+        if args.command == "mcp":
+            return _cmd_mcp(args)
+        if args.command == "knowledge":
+            return _cmd_knowledge(args)
+        if args.command == "config":
+            return _cmd_config(args)
+        config = load_config(_overrides(args))
+        if args.command == "serve":
+            return _cmd_serve(args, config)
+        if args.command == "ask":
+            return _cmd_ask(args, config)
+        reads = {"search": _cmd_search, "status": _cmd_status}
+        if args.command in reads and args.server:  # that server, never the local index
+            return reads[args.command](args, config, None)
+        from mdrag.index import Index
+
+        index = Index(config)
+        # `index` and `remove` hold the index's writers' lock until its store is closed: a run waiting for
+        # this one in another process then finds the store free (Milvus Lite lets one process open its file).
+        writing = index.writing() if args.command in ("index", "remove") else contextlib.nullcontext()
+        with writing, index:
+            if args.command in reads:
+                return reads[args.command](args, config, index)
+            commands = {"index": _cmd_index, "remove": _cmd_remove, "eval": _cmd_eval}
+            return commands[args.command](args, index)
+    except ConfigError as e:
+        print(_safe(f"mdrag: configuration error: {e}"), file=sys.stderr)
+        return 2
+    except MdragError as e:
+        print(_safe(f"mdrag: error: {e}"), file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("mdrag: interrupted (the next `mdrag index` repairs the index)", file=sys.stderr)
+        return 130

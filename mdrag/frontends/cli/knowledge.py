@@ -1,0 +1,137 @@
+"""`mdrag mcp` and `mdrag knowledge`: docsets for AI assistants."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from mdrag.errors import MdragError
+from mdrag.frontends.cli.indexing import _IndexBar
+from mdrag.frontends.cli.output import _safe
+from mdrag.frontends.cli.parser import _overrides
+
+if TYPE_CHECKING:
+    from mdrag.config import Config
+
+
+def _cmd_mcp(args: argparse.Namespace) -> int:
+    from mdrag.config import load_config
+    from mdrag.frontends.mcp import run_stdio
+
+    run_stdio(config=load_config(_overrides(args)))
+    return 0
+
+
+def _cmd_knowledge(args: argparse.Namespace) -> int:
+    from mdrag import knowledge as k
+    from mdrag.config import load_config
+
+    config = load_config(_overrides(args))
+    kb = k.KnowledgeBase(allowed_outside=config["knowledge.allowed_paths"])
+
+    def progress(message: str) -> None:
+        if not args.quiet:
+            print(f"mdrag: {message}", file=sys.stderr, flush=True)
+
+    if args.action == "status":
+        rows = k.status(kb)
+        if args.json:
+            print(json.dumps(rows, indent=2))
+        elif not rows:
+            print("no docset has web sources")
+        for row in [] if args.json else rows:
+            print(_status_lines(row))
+        return 0
+    named = args.docset is not None  # `init` always names one
+    chosen = [kb.resolve(args.docset)] if named else list(kb.config().docsets)
+    loaded = {d.id: k.init_docset(kb, d.id, progress) for d in chosen if d.web_sources}
+    failed = 0
+    out: dict[str, Any] = {}
+    for d in chosen:
+        sources = loaded.get(d.id, [])  # none: the docset's folder is filled by hand
+        for s in sources:
+            if not s.ok:
+                failed += 1
+            if not args.json:
+                if s.ok:
+                    print(
+                        f"{d.id}: {s.url}: {len(s.files)} files ({len(s.added)} added, "
+                        f"{len(s.changed)} changed, {len(s.removed)} removed)"
+                    )
+                else:
+                    print(f"{d.id}: {s.url}: failed: {s.error}")
+                if s.warning:
+                    print(f"{d.id}: {s.url}: warning: {s.warning}")
+        if sources and not any(s.ok for s in sources) and not Path(d.local_path).is_dir():
+            again = f"mdrag knowledge {args.action} {d.id if named else ''}".strip()
+            indexed: dict[str, Any] = {
+                "note": f"no source loaded, so its folder {d.local_path} does not exist yet: fix what the error "
+                f"above says, then run `{again}` again"
+            }
+        else:
+            quiet = args.quiet or args.json
+            indexed = _index_docset(d, kb.config().root.parent, config, progress=not quiet, named=named)
+        failed += "error" in indexed
+        out[d.id] = {"sources": [s.__dict__ for s in sources], **indexed}
+        if not args.json:
+            if "index" in indexed:
+                print(f"{d.id}: {_index_line(indexed['index'])}")
+            else:
+                print(f"{d.id}: index not updated: {indexed.get('error') or indexed['note']}")
+    if args.json:
+        print(json.dumps(out, indent=2, default=str))
+    return 1 if failed else 0
+
+
+def _status_lines(row: dict[str, Any]) -> str:
+    """What `mdrag knowledge status` says about one web source: when it loaded, its files (and those no
+    parser reads), and why its last load failed, if it did."""
+    docset = row.get("id")
+    failed = row.get("last_error")
+    last = row.get("last_fetched") or ("never" if failed else f"never (run `mdrag knowledge init {docset}`)")
+    files = f"files: {row.get('files', 0)}"
+    kinds = row.get("unsearchable") or {}
+    if kinds:
+        listed = ", ".join(f"{ext} {n}" for ext, n in kinds.items())
+        files += f" ({sum(kinds.values())} with no parser, which the `search` tool cannot find: {listed})"
+    text = f"{docset}: {row.get('url')}\n    last updated: {last}; {files}"
+    if failed:
+        action = "refresh" if row.get("last_fetched") else "init"
+        text += (
+            f"\n    the last load failed ({row.get('failed_at')}): {failed}\n"
+            f"    fix that, then run `mdrag knowledge {action} {docset}`"
+        )
+    return _safe(text)
+
+
+def _index_docset(d: Any, project: Path, config: Config, progress: bool, named: bool) -> dict[str, Any]:
+    """Build or update the project's docset's index, the one `mdrag mcp` searches.
+
+    Returns {"index": its summary}, {"error": why not} (a failure), or {"note": why
+    not}: a docset with no folder yet that the command did not name.
+    """
+    from mdrag.errors import StoreInUseError
+    from mdrag.knowledge.docsets import docset_folder, docset_index, update_docset_index
+
+    try:
+        docset_folder(d)
+    except MdragError as e:
+        return {"error" if named else "note": str(e)}
+    try:
+        with docset_index(d.id, project, config) as index, _IndexBar(shown=progress) as bar:
+            summary = update_docset_index(index, d, progress=bar)
+    except StoreInUseError as e:
+        return {"error": f"{e} If `mdrag mcp` is running, it updates the docset's index itself."}
+    except MdragError as e:
+        return {"error": str(e)}
+    return {"index": {"name": index.name, **summary.to_dict()}}
+
+
+def _index_line(s: dict[str, Any]) -> str:
+    return (
+        f"index {s['name']}: files {s['added']} added, {s['modified']} changed, {s['deleted']} removed; "
+        f"{s['chunks_total']} chunks ({s['chunks_embedded']} embedded) in {s['seconds']:.1f} s"
+    )

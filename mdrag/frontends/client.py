@@ -1,0 +1,325 @@
+"""The client side of `mdrag serve`: the WebSocket client that `mdrag ask` uses.
+
+Synchronous on purpose (``websockets.sync.client``): the CLI asks one question
+at a time and needs no event loop. :class:`Client` holds one connection for
+many questions; the `mdrag ask` command itself lives in mdrag.frontends.cli. Every text
+that came from the server goes through :func:`sanitize` before it is returned.
+
+The messages are described in docs/protocol.md and built in mdrag.frontends.protocol.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import socket
+import time
+from collections.abc import Callable
+from types import TracebackType
+from typing import Any, NoReturn
+
+from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus, InvalidURI, WebSocketException
+from websockets.sync.client import ClientConnection
+from websockets.sync.client import connect as ws_connect
+from websockets.uri import parse_uri
+
+from mdrag.errors import MdragError
+from mdrag.frontends.protocol import MAX_QUESTION_CHARS, encode, is_loopback
+from mdrag.redact import redact_url
+
+__all__ = ["DEFAULT_SERVER", "Client", "ServerUnavailableError", "sanitize"]
+
+log = logging.getLogger("mdrag.frontends.client")
+
+DEFAULT_SERVER = "ws://localhost:8765"
+
+_START_HINT = "Start it with `mdrag serve DIR`."
+_MAX_REPLY_BYTES = 16 * 2**20  # search results with long chunks can exceed websockets' 1 MiB default
+_NOT_MDRAG = f"is it an mdrag server? {_START_HINT}"
+_STILL_LOADING = "the server is still loading the index; try again shortly"
+
+
+class ServerUnavailableError(MdragError, ConnectionError):
+    """The server cannot be reached, refused the connection, stopped answering or dropped it."""
+
+
+# Escape sequences first (so their parameters go too), then any control character left.
+_ESCAPES = re.compile(
+    r"""
+      (?:\x1b\[|\x9b) [\x30-\x3f]* [\x20-\x2f]* [\x40-\x7e]        # CSI: colours, cursor moves, erase
+    | (?:\x1b[\]PX^_]|[\x90\x98\x9d\x9e\x9f]) .*? (?:\x07|\x1b\\|\x9c|\Z)  # OSC, DCS, SOS, PM, APC strings
+    | \x1b [\x20-\x2f]* [\x30-\x7e]                                  # other escapes: ESC c, ESC 7, ESC ( B
+    """,
+    re.VERBOSE | re.DOTALL,
+)
+_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # C0 but \t and \n, DEL, C1
+
+
+def sanitize(text: str) -> str:
+    """Remove what could drive the terminal: escape sequences and control characters but newline and tab."""
+    return _CONTROLS.sub("", _ESCAPES.sub("", text))
+
+
+def _one_line(text: str) -> str:
+    """Sanitized, on one line: for error messages and paths."""
+    return " ".join(sanitize(text).split())
+
+
+def _closed_reason(e: ConnectionClosed) -> str:
+    if e.rcvd is None:
+        return "the connection dropped"
+    reason = f": {_one_line(e.rcvd.reason)}" if e.rcvd.reason else ""
+    return f"the server closed it with code {e.rcvd.code}{reason}"
+
+
+def _check_question(question: str) -> str:
+    if not isinstance(question, str) or not question.strip():
+        raise MdragError("the question is empty")
+    question = question.strip()
+    if len(question) > MAX_QUESTION_CHARS:
+        raise MdragError(f"the question is too long ({len(question)} characters, at most {MAX_QUESTION_CHARS})")
+    return question
+
+
+class Client:
+    """One connection to `mdrag serve` for many questions; use it as a context manager.
+
+    ``timeout`` is how long to wait for each message of a reply, and the longest
+    time to keep resending a question while the server is still loading its
+    index. ``open_timeout`` bounds the TCP and WebSocket handshake and the wait
+    for the status the server sends on connect.
+    """
+
+    retry_delay = 1.0  # seconds between two tries while the server loads its index
+
+    def __init__(
+        self, url: str = DEFAULT_SERVER, token: str | None = None, timeout: float = 30.0, open_timeout: float = 5.0
+    ) -> None:
+        try:
+            uri = parse_uri(url)
+        except InvalidURI:
+            raise ValueError(
+                f"invalid server address {redact_url(url)!r}: use ws://HOST:PORT or wss://HOST:PORT, "
+                f"e.g. {DEFAULT_SERVER}"
+            ) from None
+        self.url = url  # as given; messages show redact_url(url)
+        self.token = token  # sent as "Authorization: Bearer <token>"
+        self.timeout = timeout  # the most seconds to wait for one message of a reply
+        self.open_timeout = open_timeout  # the most seconds for the handshake and the first status
+        self.server_status: dict[str, Any] = {}  # the status the server sent on connect ({} if none came)
+        self._loopback = is_loopback(uri.host)  # no HTTP(S)_PROXY for a server on this machine
+        self._ws: ClientConnection | None = None  # the open connection, None before connect() and after close()
+
+    # -- connection ---------------------------------------------------------------------------------
+
+    def __enter__(self) -> Client:
+        self.connect()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def connect(self) -> dict[str, Any]:
+        """Open the connection and return the status the server sends first ({} if none came in time).
+
+        Already connected: returns that status again. ServerUnavailableError says
+        why the connection could not be made.
+        """
+        if self._ws is not None:
+            return self.server_status
+        shown = redact_url(self.url)
+        headers = {"Authorization": f"Bearer {self.token}"} if self.token else None
+        try:
+            self._ws = ws_connect(
+                self.url,
+                additional_headers=headers,
+                open_timeout=self.open_timeout,
+                max_size=_MAX_REPLY_BYTES,
+                close_timeout=2,
+                proxy=None if self._loopback else True,
+            )
+        except InvalidStatus as e:
+            raise ServerUnavailableError(self._refused(e)) from None
+        except InvalidURI as e:
+            raise ServerUnavailableError(f"invalid server address {shown!r}: {_one_line(str(e))}") from None
+        except InvalidHandshake as e:
+            raise ServerUnavailableError(
+                f"the server at {shown} did not accept a WebSocket connection ({_one_line(str(e))}); {_NOT_MDRAG}"
+            ) from None
+        except ConnectionRefusedError:
+            raise ServerUnavailableError(self._unreachable("connection refused")) from None
+        except socket.gaierror as e:
+            raise ServerUnavailableError(self._unreachable(f"unknown host: {e.strerror or e}")) from None
+        except TimeoutError:
+            raise ServerUnavailableError(self._unreachable(f"no answer in {self.open_timeout:g} s")) from None
+        except (OSError, WebSocketException) as e:
+            raise ServerUnavailableError(self._unreachable(_one_line(str(e)) or type(e).__name__)) from None
+
+        try:
+            first = self._receive(self.open_timeout)
+        except TimeoutError:
+            log.debug("no status from %s on connect", shown)
+            return self.server_status
+        except ConnectionClosed as e:
+            self._ws = None
+            raise ServerUnavailableError(
+                f"the mdrag server at {shown} closed the connection right away ({_closed_reason(e)})"
+            ) from None
+        if first.get("type") == "error":
+            self.close()
+            message = _one_line(str(first.get("message", "")))
+            raise ServerUnavailableError(f"the mdrag server at {shown} refused the connection: {message}")
+        if first.get("type") == "status":
+            self.server_status = first
+        return self.server_status
+
+    def close(self) -> None:
+        """Close the connection (the server then cancels whatever it was still answering)."""
+        ws, self._ws = self._ws, None
+        if ws is not None:
+            ws.close()
+
+    def _unreachable(self, why: str) -> str:
+        return f"cannot reach the mdrag server at {redact_url(self.url)} ({why}). {_START_HINT}"
+
+    def _refused(self, e: InvalidStatus) -> str:
+        status = e.response.status_code
+        why = f"HTTP {status} {_one_line(e.response.reason_phrase)}".rstrip()
+        body = _one_line(e.response.body.decode("utf-8", "replace"))[:200] if e.response.body else ""
+        if body:
+            why += f": {body}"
+        if status < 400:
+            return f"the server at {redact_url(self.url)} did not accept a WebSocket connection ({why}); {_NOT_MDRAG}"
+        hint = ""
+        if status in (401, 403):
+            hint = (
+                " Give the server's token: --token TOKEN, or the setting server.token in your config "
+                "(it is sent as `Authorization: Bearer TOKEN`)."
+            )
+        return f"the mdrag server at {redact_url(self.url)} refused the connection ({why}).{hint}"
+
+    # -- messages -----------------------------------------------------------------------------------
+
+    def _connection(self) -> ClientConnection:
+        if self._ws is None:
+            self.connect()
+        assert self._ws is not None
+        return self._ws
+
+    def _send(self, message: dict[str, Any]) -> None:
+        try:
+            self._connection().send(encode(message))
+        except ConnectionClosed as e:
+            self._lost(e)
+
+    def _receive(self, timeout: float) -> dict[str, Any]:
+        """The next JSON object from the server; frames that are not one are skipped."""
+        ws = self._connection()
+        while True:
+            frame = ws.recv(timeout=timeout)  # TimeoutError, ConnectionClosed
+            try:
+                message = json.loads(frame)
+            except ValueError:
+                log.debug("skipped a frame that is not JSON: %.80r", frame)
+                continue
+            if isinstance(message, dict):
+                return message
+            log.debug("skipped a frame that is not a JSON object: %.80r", frame)
+
+    def _reply(self) -> dict[str, Any]:
+        """The next message of a reply; a silent server is given up on and the connection closed."""
+        try:
+            return self._receive(self.timeout)
+        except ConnectionClosed as e:
+            self._lost(e)
+        except TimeoutError:
+            self.close()  # a late reply would be read as the answer to the next question
+            raise ServerUnavailableError(
+                f"no reply from the mdrag server at {redact_url(self.url)} in {self.timeout:g} s"
+            ) from None
+
+    def _lost(self, e: ConnectionClosed) -> NoReturn:
+        self._ws = None
+        raise ServerUnavailableError(
+            f"lost the connection to the mdrag server at {redact_url(self.url)} ({_closed_reason(e)})"
+        ) from None
+
+    def _wait_while_loading(self, deadline: float) -> None:
+        if time.monotonic() + self.retry_delay > deadline:
+            raise MdragError(_STILL_LOADING)
+        time.sleep(self.retry_delay)
+
+    def ask(self, question: str, on_chunk: Callable[[str], None], index: str | None = None) -> list[str]:
+        """Ask one question: on_chunk gets each piece of the answer as it comes; returns the source paths
+        (the answer's ``[n]`` is the n-th).
+
+        Text is sanitized. MdragError: the server answered with an error, or is
+        still loading after ``timeout`` seconds. ServerUnavailableError: the
+        connection is gone.
+        """
+        message: dict[str, Any] = {"type": "query", "question": _check_question(question)}
+        if index is not None:
+            message["index"] = index
+        deadline = time.monotonic() + self.timeout
+        self._send(message)
+        started = False
+        while True:
+            reply = self._reply()
+            kind = reply.get("type")
+            if kind == "stream_start":
+                started = True
+            elif kind == "stream_chunk":
+                started = True
+                chunk = reply.get("chunk")
+                if isinstance(chunk, str) and chunk:
+                    on_chunk(sanitize(chunk))
+            elif kind == "stream_end":
+                return _sources(reply)
+            elif kind == "answer":  # a server that does not stream: the whole answer at once
+                answer = reply.get("answer")
+                if isinstance(answer, str) and answer:
+                    on_chunk(sanitize(answer))
+                return _sources(reply)
+            elif kind == "error":
+                raise MdragError(_one_line(str(reply.get("message") or "the server reported an error")))
+            elif kind == "status" and not started and reply.get("state") == "loading":
+                self._wait_while_loading(deadline)
+                self._send(message)
+            elif kind == "status" and not started and reply.get("state") == "empty":
+                raise MdragError(
+                    _one_line(str(reply.get("message") or "the server has no documents indexed"))
+                    + "; start it with folders to index: `mdrag serve DIR`"
+                )
+            else:
+                log.debug("ignored a %r message while waiting for an answer", kind)
+
+    def request(self, message: dict[str, Any]) -> dict[str, Any]:
+        """Send one request (search, status) and return the reply; an error reply raises MdragError.
+
+        A search made while the server is loading is resent, like a question.
+        """
+        kind = message.get("type")
+        if kind == "query":
+            raise ValueError("use Client.ask() for questions: the answer comes in several messages")
+        deadline = time.monotonic() + self.timeout
+        self._send(message)
+        while True:
+            reply = self._reply()
+            if reply.get("type") == "error":
+                raise MdragError(_one_line(str(reply.get("message") or "the server reported an error")))
+            if kind != "status" and reply.get("type") == "status" and reply.get("state") == "loading":
+                self._wait_while_loading(deadline)
+                self._send(message)
+                continue
+            return reply
+
+
+def _sources(reply: dict[str, Any]) -> list[str]:
+    """The sources of an answer, sanitized, each once, in order."""
+    sources = reply.get("sources")
+    if not isinstance(sources, list):
+        return []
+    return list(dict.fromkeys(sanitize(s) for s in sources if isinstance(s, str) and s))

@@ -1,0 +1,209 @@
+"""The WebSocket protocol of `mdrag serve`: messages in and out, no I/O.
+
+Client to server (one JSON object per text frame):
+
+    {"type": "query", "question": "...", "index": "name"?}      -> stream_start, stream_chunk*, stream_end
+    {"type": "search", "query": "...", "k": 10?, "threshold": 0.4?, "filters": {...}?,
+     "mode": "dense" | "bm25" | "hybrid"?, "collapse": "none" | "section" | "file"?, "index": "name"?}
+                                                                 -> search_results
+    {"type": "status"}                                           -> status
+
+Server to client:
+
+    {"type": "status", "state": "ready" | "loading" | "empty", "index": ..., "files": n, "chunks": n, "message": ...}
+    {"type": "stream_start"}
+    {"type": "stream_chunk", "chunk": "..."}
+    {"type": "stream_end", "sources": ["/abs/path.md", ...]}     [n] in the answer is sources[n-1]
+    {"type": "search_results", "query": "...", "results": [SearchResult.to_dict(), ...]}
+    {"type": "error", "message": "..."}
+
+docs/protocol.md describes every message; `parse` turns a frame into a
+request or raises ProtocolError with the message the client will see. Each
+field's JSON type and range is checked, and fields not listed are refused.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, TypeAdapter, ValidationError
+from pydantic_core import ErrorDetails
+
+from mdrag.errors import ProtocolError
+from mdrag.frontends.received import describe
+from mdrag.knobs import MAX_QUESTION_CHARS
+
+__all__ = [
+    "MAX_QUESTION_CHARS",
+    "MAX_TAGS",
+    "Filters",
+    "QueryRequest",
+    "Request",
+    "SearchRequest",
+    "StatusRequest",
+    "encode",
+    "error",
+    "is_loopback",
+    "parse",
+    "search_results",
+    "status",
+    "stream_chunk",
+    "stream_end",
+    "stream_start",
+]
+
+MAX_TAGS = 100  # tags in one filter
+_LOOPBACK_NAMES = {"localhost", "localhost.", "localhost.localdomain", "ip6-localhost"}
+
+_Text = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=MAX_QUESTION_CHARS)]
+_Value = Annotated[str, StringConstraints(max_length=MAX_QUESTION_CHARS)]
+
+
+class _Message(BaseModel):
+    # JSON types as sent (no "5" for 5, no true for 1), and no field that the protocol does not define.
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class Filters(_Message):
+    """The ``filters`` of a search (mdrag.retrieval.search.FILTER_KEYS); a value that matches nothing is no error."""
+
+    path_prefix: _Value | None = None
+    tags: _Value | Annotated[list[_Value], Field(max_length=MAX_TAGS)] | None = None
+    root: _Value | None = None
+
+
+class QueryRequest(_Message):
+    type: Literal["query"] = "query"
+    question: _Text
+    index: _Text | None = None
+
+
+class SearchRequest(_Message):
+    type: Literal["search"] = "search"
+    query: _Text
+    k: Annotated[int, Field(ge=1, le=100)] | None = None
+    threshold: Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)] | None = None
+    filters: Filters | None = None
+    mode: Literal["dense", "bm25", "hybrid"] | None = None  # the ranking; None: setting search.mode
+    collapse: Literal["none", "section", "file"] | None = None  # best chunk per ...; None: setting search.collapse
+    index: _Text | None = None
+
+
+class StatusRequest(_Message):
+    type: Literal["status"] = "status"
+
+
+Request = QueryRequest | SearchRequest | StatusRequest
+
+_REQUEST: TypeAdapter[Request] = TypeAdapter(Annotated[Request, Field(discriminator="type")])
+_TYPES = "query, search, status"
+_FILTERS = ", ".join(Filters.model_fields)
+_FIELDS = {
+    m.model_fields["type"].default: [f for f in m.model_fields if f != "type"]
+    for m in (QueryRequest, SearchRequest, StatusRequest)
+}
+# What each field must be, for error messages: '"k" must be an integer from 1 to 100, not 0'.
+_EXPECTED = {
+    "question": f"a non-empty string of at most {MAX_QUESTION_CHARS} characters",
+    "query": f"a non-empty string of at most {MAX_QUESTION_CHARS} characters",
+    "index": "an index name (a non-empty string)",
+    "k": "an integer from 1 to 100",
+    "threshold": "a number from 0 to 1",
+    "filters": f"an object with any of {_FILTERS}",
+    "mode": 'one of "dense", "bm25", "hybrid"',
+    "collapse": 'one of "none", "section", "file"',
+    "path_prefix": f"a path (absolute, or relative to the indexed folder) of at most {MAX_QUESTION_CHARS} characters",
+    "tags": f"a tag or a list of at most {MAX_TAGS} tags (strings of at most {MAX_QUESTION_CHARS} characters)",
+    "root": f"an indexed folder (a path of at most {MAX_QUESTION_CHARS} characters)",
+}
+
+
+def parse(frame: str | bytes) -> Request:
+    """One client frame to a request; ProtocolError says what is wrong with it and what to send instead.
+
+    The JSON is parsed by pydantic (a Rust parser with a nesting limit), so no
+    frame can exhaust the stack; every field is checked for its JSON type and range.
+    """
+    if isinstance(frame, bytes):
+        try:
+            frame = frame.decode("utf-8")
+        except UnicodeDecodeError:
+            raise ProtocolError("messages must be UTF-8 JSON text") from None
+    try:
+        return _REQUEST.validate_json(frame)
+    except ValidationError as e:
+        # The deepest problem is the most precise one: tags [1] is about the item 1, not the list.
+        raise ProtocolError(_problem(max(e.errors(include_url=False), key=lambda d: len(d["loc"])))) from None
+
+
+def _problem(err: ErrorDetails) -> str:
+    """One pydantic error as a sentence that says what to change."""
+    kind, loc, value = err["type"], err["loc"], err["input"]
+    if kind == "json_invalid":
+        reason = err["msg"].removeprefix("Invalid JSON: ")
+        if "surrogate" in reason or "hex escape" in reason:
+            reason += " (text must be valid Unicode: a \\uD800-\\uDFFF surrogate escape needs its pair)"
+        return f"invalid JSON: {reason}"
+    if kind == "union_tag_invalid":
+        return f"unknown message type {describe(value.get('type'))}: use one of {_TYPES}"
+    if kind == "union_tag_not_found":
+        return f'a message needs a "type" field: one of {_TYPES}'
+    if not loc:
+        return f'a message must be a JSON object with a "type" field, not {describe(value)}'
+    message, name = loc[0], loc[-1]
+    if kind == "extra_forbidden":
+        if len(loc) > 2 and loc[1] == "filters":
+            return f"unknown filter {describe(name)}: use {_FILTERS}"
+        allowed = ", ".join(_FIELDS[message]) or "no other field"
+        return f'unknown field {describe(name)} in a "{message}" message: use {allowed}'
+    field = next((p for p in reversed(loc) if isinstance(p, str) and p in _EXPECTED), str(name))
+    expected = _EXPECTED.get(field, "valid")
+    if kind == "missing":
+        return f'a "{message}" message needs a "{field}" field: {expected}'
+    if kind == "string_too_long" and isinstance(value, str):
+        return f'"{field}" is too long ({len(value)} characters, at most {MAX_QUESTION_CHARS})'
+    if isinstance(loc[-1], int):
+        return f'"{field}" must be {expected}; item {loc[-1] + 1} is {describe(value)}'
+    return f'"{field}" must be {expected}, not {describe(value)}'
+
+
+def encode(msg: dict[str, Any]) -> str:
+    return json.dumps(msg, ensure_ascii=False)
+
+
+def status(state: str, index: str, files: int, chunks: int, message: str) -> dict[str, Any]:
+    return {"type": "status", "state": state, "index": index, "files": files, "chunks": chunks, "message": message}
+
+
+def stream_start() -> dict[str, Any]:
+    return {"type": "stream_start"}
+
+
+def stream_chunk(text: str) -> dict[str, Any]:
+    return {"type": "stream_chunk", "chunk": text}
+
+
+def stream_end(sources: list[str]) -> dict[str, Any]:
+    """The end of an answer: its numbered sources' paths, ``[n]`` in the answer being ``sources[n-1]``."""
+    return {"type": "stream_end", "sources": list(dict.fromkeys(sources))}
+
+
+def search_results(query: str, results: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"type": "search_results", "query": query, "results": results}
+
+
+def error(message: str) -> dict[str, Any]:
+    return {"type": "error", "message": message}
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (a name or address) only reaches this machine."""
+    host = host.strip("[]").lower()
+    if host in _LOOPBACK_NAMES or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

@@ -1,0 +1,526 @@
+"""Keep an index current: scan -> plan -> parse -> chunk -> embed -> store.
+
+An :class:`Indexer` is built once from its parts (the store, the embedder, the
+manifest's path and :class:`IndexOptions`); :meth:`Indexer.run` brings folders
+into the index, telling :class:`RunEvents` as it goes, and :meth:`Indexer.remove`
+takes folders out. What to do with each file is worked out by :mod:`mdrag.ingest.plan`
+from the manifest, the scan and the changed files' hashes, with no store; this
+module reads the files (:mod:`mdrag.ingest.reading`) and the store, and applies the plan.
+
+Crash safety comes from the order of writes. Before the store is touched the
+manifest is saved with ``dirty = True``; chunks are upserted under ids
+derived from their position and content (so a repeated write replaces, never
+duplicates). Ids that the new state no longer uses (edited chunks, deleted
+files) are deleted after ``on_commit`` has been told the new set of ids; then
+the store is told the run is done (``Store.end_run``: durable, and its own
+upkeep), and the manifest is saved clean: a reader that searches only the committed ids (`Index`
+does) sees the old state until then and the new one after, never a mix. A
+run that is killed at any point leaves ``dirty = True``, and the next run
+compares the store's ids with the manifest's, deletes any orphans, and
+re-indexes any file whose chunks are missing.
+
+A run given a ``cancel`` event stops soon after it is set, at a safe point:
+between files, before the commit. It saves the manifest (still dirty, so the
+next run repairs and finishes) and raises IndexingCancelledError; a file
+being parsed is left to its thread, which writes nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Collection, Sequence
+from contextlib import closing
+from dataclasses import dataclass
+from pathlib import Path
+
+from mdrag.chunking import ChunkSettings, Truncated
+from mdrag.embedding.base import Embedder
+from mdrag.errors import ConfigError, IndexingCancelledError
+from mdrag.ingest.background import WarmUp, ahead
+from mdrag.ingest.manifest import FileState, Manifest, SkippedFile
+from mdrag.ingest.plan import (
+    UpdatePlan,
+    chunking_of,
+    kept_files,
+    mismatched,
+    nothing_to_do,
+    plan_update,
+    rebuild_reason,
+    recall_skips,
+    refuse_rebuild_with_folders_missing,
+    skip_key,
+    to_hash,
+)
+from mdrag.ingest.progress import IndexProgress, ProgressCounter
+from mdrag.ingest.reading import Parsed, read_file, read_hash
+from mdrag.ingest.scan import ScanOptions, ScanResult, scan
+from mdrag.ingest.summary import IndexSummary, report_scan, warn
+from mdrag.ingest.writing import delete_replaced, publish, write_batch
+from mdrag.parsers.worker import ParseWorker
+from mdrag.store import is_server_uri
+from mdrag.store.base import Store
+from mdrag.types import Chunk
+
+__all__ = ["IndexOptions", "Indexer", "RunEvents"]
+
+log = logging.getLogger(__name__)
+
+_BATCH_CHUNKS = 512  # chunks per embed + upsert round
+_SAVE_EVERY_S = 5.0  # how often a long run records its progress in the manifest
+
+
+@dataclass(frozen=True)
+class IndexOptions:
+    """How an :class:`Indexer` reads files and writes their chunks."""
+
+    settings: ChunkSettings  # how files are cut into chunks: a change re-chunks every file
+    selection: ScanOptions | None = None  # which files of the folders are indexed (None: every supported file)
+    # (seconds, MB or None): files are parsed in a child process (:class:`~mdrag.parsers.worker.ParseWorker`),
+    # and a file over either limit is skipped with the reason. None: parsed in this process, no limit.
+    parse_limits: tuple[float, float | None] | None = None
+    # Chunks per embed and write round (None: ``_BATCH_CHUNKS``); fewer: a pause is heeded sooner,
+    # and the embedder holds the CPU for less time at once.
+    batch_chunks: int | None = None
+
+
+@dataclass(frozen=True)
+class RunEvents:
+    """Whom a run tells what it does, and what stops it (see :meth:`Indexer.run`)."""
+
+    # How far the run is, as it starts, as each file is read, as each batch of the embedder returns,
+    # as files are written or skipped, and when it starts saving (an exception it raises stops the
+    # run, which the next run repairs).
+    progress: Callable[[IndexProgress], None] | None = None
+    on_upsert: Callable[[list[str]], None] | None = None  # the ids of the chunks just written (not committed)
+    on_commit: Callable[[set[str]], None] | None = None  # the new state's chunk ids, before those it replaces go
+    # Opens the store, called when the run first needs it (None: the store is open). A run that finds nothing
+    # to do, the store unchanged since its last run (``Store.unchanged_since_last_run``), does not call it.
+    open_store: Callable[[], None] | None = None
+    # Once set, the run stops before its next file and raises IndexingCancelledError (the manifest is saved
+    # dirty: the next run repairs and finishes).
+    cancel: threading.Event | None = None
+    # Once set, the run stops reading files, commits what it wrote, and returns with ``remaining`` files
+    # left for the next run: a long update is committed in steps.
+    pause: threading.Event | None = None
+
+
+#: ``sweep`` of a rebuild: every chunk in the store that the new state does not use is deleted.
+_EVERYTHING: list[str] = []
+
+
+@dataclass
+class _Job:
+    """What a run found to do (:meth:`Indexer._prepare`), for :meth:`Indexer._apply`."""
+
+    m: Manifest  # the new state: the files as they will be, saved as the run goes
+    plan: UpdatePlan  # what to do with each file of the folders listed
+    found: ScanResult  # what the scan found
+    writes: bool  # False: the store holds the new state already, and the manifest is not saved
+    sweep: list[str] | None  # folders (``_EVERYTHING``: all) whose chunks the new state does not use are deleted
+    run_hashes: set[int] | None  # see :func:`mdrag.ingest.writing.write_batch`
+
+
+class Indexer:
+    """Keeps one index's store and manifest in line with its folders (see the module's docstring).
+
+    >>> indexer = Indexer(store, embedder, manifest_path, "docs", IndexOptions(ChunkSettings()))  # doctest: +SKIP
+    >>> summary = indexer.run(["docs"], RunEvents(progress=print))                                # doctest: +SKIP
+    """
+
+    def __init__(self, store: Store, embedder: Embedder, manifest_path: Path, name: str, options: IndexOptions) -> None:
+        self.store = store  # where the chunks go: open, or opened by RunEvents.open_store
+        self.embedder = embedder  # embeds the new chunks; its identity is recorded in the manifest
+        self.manifest_path = manifest_path  # the index's per-file state, saved as the run goes
+        self.name = name  # the index's name, recorded in the manifest and named in the log
+        self.options = options  # how files are read and written
+
+    def run(
+        self,
+        folders: Sequence[str | Path],
+        events: RunEvents | None = None,
+        *,
+        rebuild: bool = False,
+        only: Collection[str] | None = None,
+        thorough: bool = False,
+    ) -> IndexSummary:
+        """Add or update ``folders`` in the index; the index's other folders are kept as they are.
+
+        A folder that is missing, empty or partly unreadable is a warning, and
+        what was indexed from it is kept: only a file that is gone from a folder
+        that was listed whole is deleted (removing a folder is :meth:`remove`).
+        ``events``: whom the run tells, and what stops it (see :class:`RunEvents`).
+        ``rebuild`` drops the collection and starts over. With ``only`` (absolute
+        paths), the run parses only those of the files to do (a watched change goes
+        ahead of the rest).
+
+        A manifest that was lost (missing, unreadable, or listing no folder) gives back the index's folders
+        from the store: its chunks' folders (:func:`_roots_from_store`), with a warning.
+
+        ``thorough`` (a `status --verify` found damage): the store repairs what its thorough check finds
+        (``Store.repair``), and every file's chunks are compared with the store, as after a crash: the files
+        whose chunks differ, or that the store names suspect, are indexed again (their vectors reused).
+        """
+        t0 = time.perf_counter()
+        events = events or RunEvents()
+        summary = IndexSummary()
+        job = self._prepare(folders, events, summary, rebuild, only, thorough)
+        if job is not None:
+            self._apply(job, events, summary)
+            summary.folders = list(job.m.roots)
+            summary.chunks_total = job.m.chunk_count
+        summary.seconds = round(time.perf_counter() - t0, 3)
+        summary.embed_seconds = round(summary.embed_seconds, 3)
+        return summary
+
+    def _prepare(
+        self,
+        folders: Sequence[str | Path],
+        events: RunEvents,
+        summary: IndexSummary,
+        rebuild: bool,
+        only: Collection[str] | None,
+        thorough: bool,
+    ) -> _Job | None:
+        """Decide what the run does, repairing what a run that did not finish left; None: nothing to do
+        (``summary`` then says what was found)."""
+        store, manifest_path, selection = self.store, self.manifest_path, self.options.selection
+        open_store = events.open_store
+        roots = _resolve(folders)
+        # What decides the stored chunks: a change re-chunks (vectors are reused by content hash).
+        chunking = chunking_of(store, self.embedder, self.options.settings)
+        old = before = Manifest.load(manifest_path)
+        if rebuild:
+            summary.rebuild = "requested (--rebuild)"
+        elif old is None:
+            summary.rebuild = "no manifest" if not manifest_path.exists() else "manifest unreadable"
+        else:
+            summary.rebuild = rebuild_reason(old, store, self.embedder, chunking)
+        if summary.rebuild and old is not None:  # every folder of the index is indexed again, not only those given
+            roots = _resolve([*old.roots, *roots])
+        if (old is None or not old.roots) and _store_beside(store, manifest_path):
+            if open_store is not None:
+                open_store()
+                open_store = None
+            retired = old.retired_roots if old is not None else []  # a removal of them did not finish
+            roots = _resolve([*_roots_from_store(store, manifest_path, retired, summary), *roots])
+        found = scan(roots, selection)
+        if summary.rebuild and old is not None:
+            refuse_rebuild_with_folders_missing(old, found, summary.rebuild)
+        if rebuild:
+            old = None
+        key = skip_key(self.options.parse_limits)
+        skips = old.skipped if old is not None and summary.rebuild is None else {}
+        recall_skips(found, skips, key)
+        # The store as the last clean run left it: no need to count its rows.
+        as_left = (
+            old is not None and old.verified and not old.dirty and not thorough and store.unchanged_since_last_run()
+        )
+        if open_store is not None and old is not None and as_left and summary.rebuild is None:
+            if nothing_to_do(old, roots, found):
+                summary.unchanged, summary.chunks_total = len(found.files), old.chunk_count
+                summary.kept = len(kept_files(old.files, roots, found))
+                summary.skipped_files = [(p, reason) for p, (_, reason) in found.skipped.items()]
+                summary.skipped = len(summary.skipped_files)
+                report_scan(summary, found, old)
+                summary.folders = list(old.roots)
+                return None
+        if open_store is not None:
+            open_store()
+        if summary.rebuild:
+            log.info("full re-index: %s", summary.rebuild)
+        suspect = _repair_store(store, summary, thorough)
+
+        m = Manifest(index=self.name, store_uri=store.uri, model=self.embedder.identity, chunking=chunking)
+        if old is not None and summary.rebuild is None:
+            m.files = old.files
+            m.dirty = old.dirty or not old.verified or thorough
+            m.retired_roots = old.retired_roots
+            m.committed_ids, m.committed_roots = old.committed_ids, old.committed_roots
+            # kept while the file is there as it was, or its folder was not listed in this run
+            m.skipped = {p: f for p, f in skips.items() if p in found.skipped or f.root not in roots}
+        # The folders this manifest accounts for: other indexers may write other
+        # folders into the same collection, and their chunks are not ours to repair.
+        m.roots = _resolve([*(old.roots if old is not None else []), *(r for r in roots if r not in found.missing)])
+        scope = sorted(set(m.roots) | set(roots) | set(m.retired_roots))
+        if not m.dirty and m.files and not as_left and store.count(scope) != m.chunk_count:
+            log.warning("index %r: the store and the manifest disagree", self.name)
+            m.dirty = True
+        repair = summary.rebuild is not None or m.dirty
+        if m.dirty:
+            summary.repaired = True
+            log.warning("the previous run of index %r did not finish, or its files changed: repairing", self.name)
+            stored = store.id_paths(roots=scope)
+            for path in mismatched(m.files, stored):
+                log.info("re-indexing %s: its chunks in the store do not match the manifest", path)
+                del m.files[path]
+            for path in sorted({stored[cid] for cid in suspect if cid in stored} & m.files.keys()):
+                log.info("re-indexing %s: the store finds its chunks' rows damaged", path)
+                del m.files[path]
+            # A repaired file may lie in any folder of the index: list them all.
+            if set(m.roots) - set(roots):
+                roots = m.roots
+                found = scan(roots, selection)
+                recall_skips(found, m.skipped, key)
+        report_scan(summary, found, old)
+
+        # A store that starts a full re-index empty (a new index, or one made anew for another model) holds
+        # nothing readers could keep seeing, and no vectors to reuse but the ones this run writes (texts that
+        # repeat); --rebuild trusts none of the stored vectors either: only this run's hashes are looked up.
+        empty = summary.rebuild is not None and store.count() == 0
+        m.keep_committed(None if empty else before)  # what readers keep seeing until this run commits
+        run_hashes: set[int] | None = set() if rebuild or empty else None
+
+        hashes = {p: read_hash(p) for p in to_hash(m.files, roots, found)}
+        plan = plan_update(m.files, roots, found, hashes)
+        if only is not None:
+            plan.todo = [t for t in plan.todo if t[0] in only]
+        writes = bool(
+            plan.todo or plan.delete or repair or m.retired_roots or (old is not None and old.roots != m.roots)
+        )
+        # A rebuild writes the whole index beside what readers see, then deletes every chunk it did not write.
+        sweep = _EVERYTHING if rebuild else scope if repair or m.retired_roots else None
+        return _Job(m, plan, found, writes, sweep, run_hashes)
+
+    def _apply(self, job: _Job, events: RunEvents, summary: IndexSummary) -> None:
+        """Carry out the job's plan on the store and the manifest, and save the manifest clean.
+
+        Touched files are recorded; the files to do are parsed, chunked, embedded
+        and written; ``on_commit`` is told the new state; then the chunks it no
+        longer uses are deleted (with ``sweep``, every chunk under those folders
+        that it does not use: a repair) and the store is told the run is done.
+        With ``writes`` False the store holds the new state already: the manifest
+        is not saved.
+        """
+        store, embedder, settings, manifest_path = self.store, self.embedder, self.options.settings, self.manifest_path
+        m, plan, found, parse_limits = job.m, job.plan, job.found, self.options.parse_limits
+        batch_chunks = self.options.batch_chunks or _BATCH_CHUNKS
+        todo, removed = plan.todo, plan.delete
+        key = skip_key(parse_limits)
+        summary.unchanged = len(plan.unchanged) + len(plan.touched)
+        summary.kept = len(plan.kept)
+        summary.touched = len(plan.touched)
+        for p, (mtime_ns, size) in plan.touched.items():
+            m.files[p].mtime_ns, m.files[p].size = mtime_ns, size
+            log.info("%s: touched, content unchanged: already embedded", p)
+        if job.writes:
+            m.dirty = True
+            m.progress = [0, len(todo)]  # readers of a first build learn its size at once
+            m.save(manifest_path)
+
+        last_save = time.monotonic()
+        written: set[str] = set()  # ids of the chunks this run upserted
+        retired: list[str] = []  # ids the new state no longer uses: deleted after the commit
+        batch: list[tuple[str, FileState, list[Chunk]]] = []
+        bar = ProgressCounter(len(todo), events.progress)
+
+        # With parse_limits, files are parsed in a child process that can be stopped.
+        worker = ParseWorker(parse_limits[1]) if parse_limits and any(err is None for _, err in todo) else None
+        timeout = parse_limits[0] if parse_limits else 0.0
+        truncated = Truncated()  # chunks longer than the model reads (chunk.strategy langchain): one warning
+
+        def parse(item: tuple[str, str | None]) -> Parsed:
+            path, err = item
+            if err:
+                return Parsed(None, [], err)
+            root, rel, mtime_ns, size = found.files[path]
+            return read_file(path, root, rel, mtime_ns, size, embedder, settings, worker, timeout, truncated)
+
+        # The model loads while the first files are parsed (a parse worker takes a while to start, too).
+        warming = WarmUp(embedder) if todo else None
+
+        def write(batch: list[tuple[str, FileState, list[Chunk]]]) -> set[str]:
+            nonlocal warming
+            if warming is not None:
+                if not warming.ready:
+                    bar.now("loading the model")
+                summary.embed_seconds += warming.finish()
+                warming = None
+            bar.now("embedding")
+            ids = write_batch(
+                store, embedder, m, batch, summary, events.on_upsert, retired, job.run_hashes, bar, batch_chunks
+            )
+            bar.done(len(batch))
+            return ids
+
+        # Files are parsed and chunked in a thread while the last batch is embedded.
+        read = 0  # files taken from todo
+        try:
+            with closing(ahead(todo, parse, cancel=events.cancel)) as parsed:
+                for (path, preset), result in parsed:
+                    read += 1
+                    _take(m, found, summary, bar, key, retired, batch, path, preset, result)
+                    if sum(len(chunks) for _, _, chunks in batch) >= batch_chunks:
+                        written |= write(batch)
+                        batch.clear()
+                        if time.monotonic() - last_save > _SAVE_EVERY_S:
+                            m.progress = [bar.files_done, bar.files_total]
+                            m.save(manifest_path)
+                            last_save = time.monotonic()
+                    if events.pause is not None and events.pause.is_set():
+                        break
+        except IndexingCancelledError:
+            if job.writes:
+                m.save(manifest_path)  # what was written so far, still dirty: the next run repairs and goes on
+            raise
+        finally:
+            if worker is not None:
+                worker.close()
+        if batch:
+            written |= write(batch)
+        bar.now("saving")
+        summary.remaining = len(todo) - read
+        if msg := truncated.message():
+            warn(summary, msg)
+
+        # Files gone from disk: their chunks go, after the new files could reuse their vectors.
+        for p in removed:
+            retired.extend(m.files.pop(p).chunks)
+        summary.deleted = len(removed)
+
+        live = m.chunk_ids()
+        if job.writes:
+            publish(store, m, live)
+            m.save(manifest_path)  # still dirty: a crash from here on is repaired
+        if events.on_commit is not None:
+            events.on_commit(live)
+        if job.sweep is not None:
+            retired.extend(store.all_ids(roots=None if job.sweep is _EVERYTHING else job.sweep) - live)
+        retired = sorted(set(retired) - live)
+        if retired:
+            delete_replaced(store, retired)
+            summary.chunks_deleted += len(retired)
+        if job.writes:
+            store.end_run(written, live, whole=summary.rebuild is not None)
+            m.retired_roots = []
+            m.mark_finished()
+            m.save(manifest_path)
+
+    def remove(self, folders: Sequence[str | Path], events: RunEvents | None = None) -> IndexSummary:
+        """Take ``folders`` out of the index: their files' chunks are deleted; the folders need not exist.
+        Of ``events``, only ``on_commit`` is told (the new state's chunk ids, before the removed ones go).
+
+        Raises ConfigError naming the index's folders when one of ``folders`` is not among them.
+        """
+        t0 = time.perf_counter()
+        store, manifest_path = self.store, self.manifest_path
+        on_commit = events.on_commit if events is not None else None
+        m = Manifest.load(manifest_path)
+        if m is None:
+            raise ConfigError(f"the index has no readable manifest at {manifest_path}: nothing to remove")
+        m.keep_committed(m)  # what readers keep seeing until the removal commits
+        targets = []
+        for f in folders:
+            resolved = str(Path(f).expanduser().resolve())
+            match = next((r for r in m.roots if r in (resolved, str(f))), None)
+            if match is None:
+                raise ConfigError(
+                    f"{f} is not a folder of index {m.index!r}; its folders are: " + (", ".join(m.roots) or "none")
+                )
+            targets.append(match)
+        summary = IndexSummary(removed_folders=targets)
+        m.roots = [r for r in m.roots if r not in targets]
+        m.retired_roots = sorted(set(m.retired_roots) | set(targets))
+        gone = [p for p, state in m.files.items() if state.root in targets]
+        retired = [cid for p in gone for cid in m.files.pop(p).chunks]
+        summary.deleted = len(gone)
+        m.dirty = True
+        live = m.chunk_ids()
+        publish(store, m, live)
+        m.save(manifest_path)  # from here a crash is repaired: the retired folders' chunks are deleted then
+        if on_commit is not None:
+            on_commit(live)
+        leftovers = store.all_ids(roots=m.retired_roots) - live
+        ids = sorted((set(retired) | leftovers) - live)
+        if ids:
+            delete_replaced(store, ids)
+        store.end_run(set(), live, whole=False)
+        summary.chunks_deleted = len(ids)
+        m.retired_roots = []
+        m.mark_finished()
+        m.save(manifest_path)
+        summary.folders = list(m.roots)
+        summary.chunks_total = m.chunk_count
+        summary.seconds = round(time.perf_counter() - t0, 3)
+        return summary
+
+
+def _resolve(folders: Sequence[str | Path]) -> list[str]:
+    return list(dict.fromkeys(str(Path(f).expanduser().resolve()) for f in folders))
+
+
+def _repair_store(store: Store, summary: IndexSummary, thorough: bool) -> set[str]:
+    """Build again what the store finds damaged in its own files (its vector index, tag rows), from the
+    data it holds; each repair is a warning. The ids of the chunks whose rows the store finds suspect."""
+    said, suspect = store.repair(thorough)
+    for msg in said:
+        summary.repaired = True
+        warn(summary, msg)
+    return suspect
+
+
+def _store_beside(store: Store, manifest_path: Path) -> bool:
+    """Whether the store lives in the manifest's cache folder (the FAISS store, the default Milvus Lite
+    file): then every chunk in it is this manifest's. A store elsewhere (a Milvus server, another home's
+    Milvus Lite file) may hold other indexers' folders too."""
+    if is_server_uri(store.uri):
+        return False
+    try:
+        return Path(store.uri).expanduser().resolve().is_relative_to(manifest_path.parent.parent.resolve())
+    except (OSError, ValueError):
+        return False
+
+
+def _roots_from_store(store: Store, manifest_path: Path, retired: list[str], summary: IndexSummary) -> list[str]:
+    """The folders of an index whose manifest lost them (missing, unreadable, or listing none): the
+    folders of the chunks its store holds but ``retired``, said as a warning; none for a new index."""
+    roots = [r for r in store.roots() if r not in retired]
+    if roots:
+        warn(
+            summary,
+            f"the manifest {manifest_path} was lost: took the folders back from the store: {', '.join(roots)}",
+        )
+    return roots
+
+
+def _take(
+    m: Manifest,
+    found: ScanResult,
+    summary: IndexSummary,
+    bar: ProgressCounter,
+    key: str,
+    retired: list[str],
+    batch: list[tuple[str, FileState, list[Chunk]]],
+    path: str,
+    preset: str | None,
+    parsed: Parsed,
+) -> None:
+    """Account for one parsed file: a skip is recorded (an indexed file's stale chunks join ``retired``);
+    a file's chunks join ``batch``."""
+    state, chunks, err, encoding, crashed, doc_warnings = parsed
+    is_new = path not in m.files
+    for w in doc_warnings:
+        warn(summary, w)
+    bar.read(len(chunks))
+    if state is None:
+        summary.skipped += 1
+        summary.parser_errors += crashed
+        summary.skipped_files.append((path, err or "unknown error"))
+        (log.info if path in m.skipped else log.warning)("skipped %s: %s", path, err)
+        if preset is None:  # its parse failed (not the scan, not a read): remembered until it changes
+            root, _, mtime_ns, size = found.files[path]
+            m.skipped[path] = SkippedFile(root, mtime_ns, size, err or "unknown error", key)
+        bar.done(1)
+        if not is_new:  # its old content is stale: remove it, retry next run
+            retired.extend(m.files.pop(path).chunks)
+        return
+    m.skipped.pop(path, None)
+    if encoding and encoding.replace("-", "_").lower() not in ("utf_8", "utf_8_sig", "ascii"):
+        summary.decoded[path] = encoding
+        log.info("%s: decoded as %s", path, encoding)
+    if is_new:
+        summary.added += 1
+    else:
+        summary.modified += 1
+    batch.append((path, state, chunks))

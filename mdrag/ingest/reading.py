@@ -1,0 +1,69 @@
+"""Reading a file for the index: its bytes hashed, parsed (here or in a parse worker) and chunked."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from pathlib import Path
+from typing import NamedTuple
+
+from mdrag.chunking import ChunkSettings, Truncated, chunk_document
+from mdrag.embedding.base import Embedder
+from mdrag.errors import ParseError, ParserCrashError, UnsupportedFormatError
+from mdrag.ingest.manifest import FileState
+from mdrag.parsers import parse_file
+from mdrag.parsers.worker import ParseWorker
+from mdrag.types import Chunk
+
+__all__ = ["Parsed", "file_hash", "read_file", "read_hash"]
+
+
+def file_hash(data: bytes) -> str:
+    """The sha256 of a file's bytes, as the manifest records it."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def read_hash(path: str) -> str | OSError:
+    """The sha256 of the file's bytes, or why it cannot be read."""
+    try:
+        return file_hash(Path(path).read_bytes())
+    except OSError as e:
+        return e
+
+
+class Parsed(NamedTuple):
+    """One file's parse: its state and chunks, or why it was skipped."""
+
+    state: FileState | None  # None: skipped
+    chunks: list[Chunk]
+    reason: str | None = None  # why it was skipped
+    encoding: str | None = None  # the text's encoding, when it was decoded
+    crashed: bool = False  # skipped for an unexpected exception in the parser (ParserCrashError)
+    warnings: Sequence[str] = ()  # the parser's non-fatal problems (Document.warnings)
+
+
+def read_file(
+    path: str,
+    root: str,
+    rel: str,
+    mtime_ns: int,
+    size: int,
+    embedder: Embedder,
+    settings: ChunkSettings,
+    worker: ParseWorker | None = None,
+    timeout: float = 0.0,
+    truncated: Truncated | None = None,
+) -> Parsed:
+    """Parse and chunk the file at ``path`` (under ``root`` as ``rel``, with the scan's mtime and size):
+    its state and chunks, or why it is skipped. With ``worker``, it is parsed there within ``timeout``."""
+    try:
+        data = Path(path).read_bytes()
+        doc = worker.parse(path, timeout) if worker is not None else parse_file(path, data)
+    except (ParseError, UnsupportedFormatError) as e:
+        return Parsed(None, [], str(e).removeprefix(f"{path}: "), crashed=isinstance(e, ParserCrashError))
+    except OSError as e:
+        return Parsed(None, [], f"cannot read: {e}")
+    chunks = chunk_document(doc, root, rel, settings, embedder.count_tokens, embedder.max_tokens, truncated)
+    state = FileState(root=root, rel_path=rel, mtime_ns=mtime_ns, size=size, hash=file_hash(data))
+    state.chunks = [c.id for c in chunks]
+    return Parsed(state, chunks, None, doc.encoding, warnings=doc.warnings)

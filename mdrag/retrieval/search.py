@@ -1,0 +1,277 @@
+"""Query -> ranked results: embed, nearest neighbours in the store, threshold, filters."""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from mdrag.embedding.base import Embedder
+from mdrag.errors import ConfigError
+from mdrag.knobs import STORE_MAX_ROWS
+from mdrag.retrieval.fusion import fuse
+from mdrag.settings import DEFAULTS
+from mdrag.store.base import Filter, Hit, Store
+from mdrag.types import SearchResult
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from mdrag.config import Config
+
+__all__ = ["FILTER_KEYS", "SearchOptions", "Visible", "build_filter", "search"]
+
+_HYBRID_DEPTH = 30  # fewest candidates taken from each list in hybrid mode
+_BM25_DEPTH = 1024  # a BM25-mode search fetches past this many rows for no threshold or collapse
+# Rows below the threshold are read for every word of the query (_holds) only among BM25's first this many:
+# a chunk that holds every word ranks there, and reading a row's words costs about 60 us (stemmed), which
+# on the ~200 candidates of a question the documents do not answer was 15 ms per search.
+_EXACT_DEPTH = 30
+_WORD = re.compile(r"\w+", re.UNICODE)
+
+#: Filters that `search` understands, and what they match.
+FILTER_KEYS = {
+    "path_prefix": "files whose path starts with this (absolute, or relative to the indexed folder)",
+    "tags": "files whose frontmatter tags contain this tag (a list: all of them)",
+    "root": "files found under this indexed folder (absolute path)",
+}
+
+
+def _setting(key: str) -> Any:
+    """The default of a ``search.*`` setting: options built without a config rank as `mdrag search` does."""
+    return DEFAULTS[key][1]
+
+
+@dataclass(frozen=True)
+class SearchOptions:
+    """How a search ranks and cuts its results: the ``search.*`` settings as one value; each field's
+    default is the setting's (mdrag.config)."""
+
+    k: int = _setting("search.k")  # results, at most
+    threshold: float | None = _setting("search.threshold")  # results scoring below it are dropped; None: none are
+    mode: str = _setting("search.mode")  # the ranking: dense, bm25 or hybrid (the score is the cosine in every mode)
+    fusion: str = _setting("search.fusion")  # how hybrid fuses its two lists (mdrag.retrieval.fusion)
+    dense_weight: float = _setting("search.dense_weight")  # the dense list's weight in weighted fusion
+    # Keep only the best chunk of each "section" (heading path; a PDF page without outline
+    # headings is a section) or "file", so one long section or file cannot fill every place.
+    collapse: str = _setting("search.collapse")
+
+    @classmethod
+    def from_config(cls, config: Config) -> SearchOptions:
+        """The options the settings ``search.k``, ``search.threshold``, ... ask for."""
+        return cls(
+            k=config["search.k"],
+            threshold=config["search.threshold"],
+            mode=config["search.mode"],
+            fusion=config["search.fusion"],
+            dense_weight=config["search.dense_weight"],
+            collapse=config["search.collapse"],
+        )
+
+
+@dataclass(frozen=True)
+class Visible:
+    """Which chunks a search may return: the index's committed state when the search began."""
+
+    ids: frozenset[str] | None = None  # only these chunk ids; None: every chunk
+    roots: frozenset[str] | None = None  # the folders ``ids`` account for (others pass); None: all folders
+    # Chunks written by a running update and not yet visible: a store that ``hides`` leaves them out of
+    # its ranking; from another store that many more rows are fetched, to make up for them.
+    hidden: frozenset[str] = frozenset()
+
+
+def build_filter(filters: Mapping[str, Any] | None) -> Filter | None:
+    """The :class:`~mdrag.store.base.Filter` for ``filters`` (None: no filter); each store translates it.
+
+    ConfigError: an unknown key, a value of the wrong type, or one no path can
+    hold (a NUL character).
+    """
+    if not filters:
+        return None
+    unknown = set(filters) - set(FILTER_KEYS)
+    if unknown:
+        raise ConfigError(f"unknown search filter {sorted(unknown)}: use {', '.join(FILTER_KEYS)}")
+    prefix = filters.get("path_prefix") or None
+    if prefix is not None and not isinstance(prefix, str):
+        raise ConfigError(f"filter path_prefix must be a string (a path), not {type(prefix).__name__}")
+    tags = filters.get("tags") or ()
+    tags = (tags,) if isinstance(tags, str) else tags
+    if not isinstance(tags, list | tuple) or not all(isinstance(t, str) for t in tags):
+        raise ConfigError("filter tags must be a tag or a list of tags (strings)")
+    root = filters.get("root") or None
+    if root is not None and not isinstance(root, str):
+        raise ConfigError(f"filter root must be a string (an indexed folder), not {type(root).__name__}")
+    if any("\x00" in v for v in [prefix or "", *tags, root or ""]):
+        raise ConfigError("filter values cannot contain NUL characters")
+    where = Filter(prefix.removeprefix("./") if prefix else None, tuple(tags), root)
+    return where or None
+
+
+def _section_key(row: Hit) -> tuple[object, ...]:
+    """What ``collapse="section"`` groups by: the heading path, or the page where there is none.
+
+    A PDF page without an outline entry is a section of its own; text before
+    a file's first heading (page 0: no page) is one section, as before.
+    """
+    headings = row.headings or []
+    return (row.path, *headings) if headings else (row.path, row.page or 0)
+
+
+def search(
+    store: Store,
+    embedder: Embedder,
+    query: str,
+    options: SearchOptions = SearchOptions(),
+    filters: Mapping[str, Any] | None = None,
+    visible: Visible = Visible(),
+    vector: np.ndarray | None = None,
+) -> list[SearchResult]:
+    """The ``options.k`` chunks most similar to ``query`` whose score is at least ``options.threshold``,
+    or that hold every word of the query.
+
+    Scores are cosine similarities clipped to 0..1 (MiniLM vectors are normalized). A
+    chunk that holds every word of the query (as BM25 reads them: its heading trail and
+    text) is kept whatever its score: a model embeds a setting's name, a version or a
+    table row poorly, and a short keyword query that names one finds it with a low cosine.
+    Only the chunks ``visible`` lets through are returned; ``filters`` are
+    :data:`FILTER_KEYS`. ``vector`` is the query's embedding when the caller has it already.
+    """
+    k, threshold, collapse = options.k, options.threshold, options.collapse
+    if not any(not ch.isspace() and unicodedata.category(ch) != "Cf" for ch in query):
+        # blank: whitespace and invisible format characters (a zero-width space, a BOM) only
+        raise ConfigError("the search query is empty: give some words to search for")
+    if k < 1:
+        raise ConfigError(f"k must be at least 1, got {k}")
+    where = build_filter(filters)
+    if vector is None:
+        vector = embedder.embed_query(query)
+    fetch = k * 4 if collapse != "none" else k  # room for the chunks that collapse away
+    n = min(fetch + (0 if store.hides else len(visible.hidden)), STORE_MAX_ROWS)
+    asked = _words(query, store.prepare_text) if threshold is not None else set()  # _holds reads them
+    bm25_listed = _mode(options.mode, store) != "dense"  # the rows carry their rank in a BM25 list
+    while True:
+        rows, more = _ranked(store, vector, query, n, where, options, visible.hidden)
+        rows = _kept(rows, k, visible, threshold, asked, collapse, store.prepare_text, bm25_listed)
+        # Fewer than k, and rows that would be kept may lie past those fetched: ask for more.
+        if len(rows) >= k or not more or n >= STORE_MAX_ROWS:
+            break
+        n = min(max(2 * n, n + fetch), STORE_MAX_ROWS)
+    results = []
+    for r in rows:
+        score = _score(r)
+        results.append(
+            SearchResult(
+                text=r.text,
+                path=r.path,
+                rel_path=r.rel_path,
+                score=round(score, 6),
+                heading_path=list(r.headings or []),
+                chunk_id=r.id,
+                page=r.page or None,
+                line_start=r.line_start or None,
+                line_end=r.line_end or None,
+                metadata=dict(r.metadata or {}),
+                rank_score=round(r.rank_score, 6),
+                dense_rank=r.dense_rank,
+                bm25_rank=r.bm25_rank,
+            )
+        )
+    return results
+
+
+def _kept(
+    rows: list[Hit],
+    k: int,
+    visible: Visible,
+    threshold: float | None,
+    asked: set[str],
+    collapse: str,
+    prepare: Callable[[str], str] | None,
+    bm25_listed: bool,
+) -> list[Hit]:
+    """The first ``k`` of ``rows`` that ``visible`` lets through, that pass ``threshold`` (or hold every
+    word ``asked``), and that collapse keeps: the threshold goes before the cut, so a search returns the
+    k best that pass whatever k is. ``bm25_listed``: the rows come from a BM25 list (bm25 or hybrid mode)."""
+    ids, roots = visible.ids, visible.roots
+    seen: set[tuple[object, ...]] = set()
+    kept = []
+    for r in rows:
+        # visible.hidden held the invisible chunks when the search began; a run may have written
+        # more since (or a failed run left some), ranked among the first: they are dropped here.
+        if ids is not None and r.id not in ids and (roots is None or r.root in roots):
+            continue
+        if threshold is not None and _score(r) < threshold and not _holds(r, asked, prepare, bm25_listed):
+            continue  # below the threshold, and not an exact match among BM25's first _EXACT_DEPTH
+        if collapse != "none":
+            key = (r.path,) if collapse == "file" else _section_key(r)
+            if key in seen:
+                continue
+            seen.add(key)
+        kept.append(r)
+        if len(kept) == k:
+            break
+    return kept
+
+
+def _score(row: Hit) -> float:
+    """A row's cosine, clipped to 0..1: what a result's ``score`` says and what the threshold reads."""
+    return min(1.0, max(0.0, float(row.score)))
+
+
+def _words(text: str, prepare: Callable[[str], str] | None) -> set[str]:
+    """The distinct words of ``text`` as BM25 reads them (lower case; stemmed where the store stems)."""
+    return set(prepare(text).split()) if prepare is not None else set(_WORD.findall(text.lower()))
+
+
+def _holds(row: Hit, words: set[str], prepare: Callable[[str], str] | None, bm25_listed: bool) -> bool:
+    """Whether the chunk's text as BM25 reads it (heading trail, then body) holds all of ``words``: an
+    exact match of what was asked (a setting's name, a table row), whatever its cosine. Read only for a
+    row among BM25's first ``_EXACT_DEPTH``, or of a dense-only search (no BM25 list: its rows are few)."""
+    rank = row.bm25_rank if bm25_listed else 1  # a dense search's rows have no BM25 rank
+    if rank is None or rank > _EXACT_DEPTH:
+        return False
+    return words <= _words(f"{row.context}\n\n{row.text}", prepare)
+
+
+def _ranked(
+    store: Store,
+    vector: np.ndarray,
+    query: str,
+    n: int,
+    where: Filter | None,
+    options: SearchOptions,
+    hidden: frozenset[str],
+) -> tuple[list[Hit], bool]:
+    """The best rows for ``options.mode`` (``n`` of them; hybrid: every candidate of its two lists, fused),
+    but ``hidden`` where the store hides them; and whether rows that ``options.threshold`` keeps may lie
+    past them in the store.
+
+    A dense list is ranked by the score the threshold reads: when its last row falls below the
+    threshold, no row past it passes. BM25 ranks by other scores: its list grows to ``_BM25_DEPTH``
+    rows at most. Hybrid fuses the store's dense and BM25 lists (mdrag.retrieval.fusion); its dense list says
+    whether there may be more.
+    """
+    threshold = options.threshold
+    mode = _mode(options.mode, store)
+
+    def deeper(rows: list[Hit], asked: int) -> bool:
+        return len(rows) >= asked and (threshold is None or _score(rows[-1]) >= threshold)
+
+    if mode != "hybrid":
+        found = store.search(vector, n, where, mode=mode, text=query, hidden=hidden)
+        rows = [
+            replace(row, dense_rank=rank) if mode == "dense" else replace(row, bm25_rank=rank)
+            for rank, row in enumerate(found, 1)
+        ]
+        return rows, deeper(rows, n) if mode == "dense" else len(rows) >= n and n < _BM25_DEPTH
+    depth = min(max(n * 3, _HYBRID_DEPTH), STORE_MAX_ROWS)  # candidates from each list before fusion
+    dense = store.search(vector, depth, where, mode="dense", text=query, hidden=hidden)
+    bm25 = store.search(vector, depth, where, mode="bm25", text=query, hidden=hidden)
+    return fuse(dense, bm25, options.fusion, options.dense_weight), deeper(dense, depth)
+
+
+def _mode(mode: str, store: Store) -> str:
+    """The ranking ``mode`` asks of ``store``: hybrid is dense where the store has no BM25 field."""
+    return "dense" if mode == "hybrid" and not store.has_bm25 else mode  # a collection from before BM25

@@ -1,0 +1,129 @@
+"""The layout holds: no import cycle, no module too long, and the core loads no front end.
+
+docs/architecture.md describes the layout these tests guard. Imports are read
+from the source (every ``import`` in a file counts, including those inside a
+function or under ``TYPE_CHECKING``), so a cycle cannot hide from them.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "mdrag"
+MAX_LINES = 620  # "no module over ~600 lines" (issue 29)
+FRONT_ENDS = "mdrag.frontends"  # the CLI, the WebSocket server and client, the web page, the MCP server
+
+
+def _modules() -> dict[str, Path]:
+    mods = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        mods[".".join(parts)] = path
+    return mods
+
+
+MODULES = _modules()
+
+
+def _imports(name: str) -> set[str]:
+    """The mdrag modules that module ``name`` imports anywhere in its source."""
+    path = MODULES[name]
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                up = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*up, base] if base else up)
+            names = [f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES else base for a in node.names]
+        else:
+            continue
+        for target in names:
+            while target and target not in MODULES:
+                target = target.rpartition(".")[0]
+            if target and target != name:
+                found.add(target)
+    return found
+
+
+GRAPH = {name: _imports(name) for name in MODULES}
+
+
+def _cycles() -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(GRAPH[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 10 * len(GRAPH)))
+    for v in sorted(GRAPH):
+        if v not in index:
+            visit(v)
+    return cycles
+
+
+def test_no_import_cycle_even_inside_functions_or_under_type_checking() -> None:
+    assert _cycles() == []
+
+
+def test_the_cycle_finder_sees_a_cycle_hidden_in_a_function(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The check above can fail: one import back, wherever it is written, makes a cycle."""
+    a = "mdrag.config"
+    b = min(GRAPH[a])
+    monkeypatch.setitem(GRAPH, b, GRAPH[b] | {a})
+    assert any({a, b} <= set(c) for c in _cycles())
+
+
+def test_no_module_is_longer_than_the_house_allows() -> None:
+    lengths = {name: len(path.read_text(encoding="utf-8").splitlines()) for name, path in MODULES.items()}
+    assert {n: k for n, k in lengths.items() if k > MAX_LINES} == {}
+
+
+def test_the_core_imports_no_front_end() -> None:
+    """Front ends import the core, never the reverse (docs/architecture.md)."""
+
+    def reaches(start: str) -> set[str]:
+        seen, todo = set(), [start]
+        while todo:
+            for nxt in GRAPH[todo.pop()] - seen:
+                seen.add(nxt)
+                todo.append(nxt)
+        return seen
+
+    core = [n for n in MODULES if not (n == FRONT_ENDS or n.startswith(FRONT_ENDS + "."))]
+    assert FRONT_ENDS in MODULES
+    assert {n: sorted(f for f in reaches(n) if f.startswith(FRONT_ENDS)) for n in core if n != "mdrag.__main__"} == {
+        n: [] for n in core if n != "mdrag.__main__"
+    }
