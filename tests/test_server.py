@@ -1065,7 +1065,7 @@ def test_serve_says_how_far_the_first_build_is(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """`mdrag serve` on a new folder: until the index is ready, its terminal says how far the build is."""
-    from mdrag.frontends.cli import serving
+    from mdrag.frontends.cli import serving as serve_command
 
     release = threading.Event()
 
@@ -1074,14 +1074,14 @@ def test_serve_says_how_far_the_first_build_is(
             release.wait(60)
             return super().embed_batch(texts)
 
-    monkeypatch.setattr(serving, "_PROGRESS_S", 0.05)
+    monkeypatch.setattr(serve_command, "_PROGRESS_S", 0.05)
     root = _docs(tmp_path)
     said = ""
 
     async def scenario() -> None:
         nonlocal said
         async with serving(_config(), [root], Held(), wait=False) as server:
-            report = asyncio.ensure_future(serving._report_loading(server))
+            report = asyncio.ensure_future(serve_command._report_loading(server))
             for _ in range(1200):
                 said += capsys.readouterr().err
                 if " of 7 files" in said:
