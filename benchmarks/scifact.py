@@ -97,10 +97,10 @@ def main() -> None:
     ap.add_argument(
         "--stemming", action=argparse.BooleanOptionalAction, default=True, help="search.stemming (default: on)"
     )
-    ap.add_argument("--backend", default="auto", help="embedding.backend: auto, torch, onnx or openvino")
-    ap.add_argument(
-        "--store", choices=("auto", "milvus", "faiss"), help="store.backend (default: the setting's default)"
-    )
+    from mdrag.settings import choices
+
+    ap.add_argument("--backend", default="auto", choices=choices("embedding.backend"), help="embedding.backend")
+    ap.add_argument("--store", choices=choices("store.backend"), help="store.backend (default: the setting's default)")
     args = ap.parse_args()
     if not DATA.is_dir():
         sys.exit(f"shared data not found at {DATA}")
