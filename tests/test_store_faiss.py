@@ -114,16 +114,16 @@ def test_hnsw_from_its_threshold_skips_deleted_chunks_and_filters_stay_exact(
     chunks, vecs = make_chunks(3, 300), vectors(3, 300)
     s.upsert(chunks, vecs)
     s.end_run(set(), set(), whole=True)
-    assert s._index.hnsw
+    assert s._mem.index.hnsw
     gone = {c.id for c in chunks[:40]}
     s.delete_ids(gone)
     s.end_run(set(), set(), whole=False)  # 40 deleted of 260: kept in the graph, skipped
-    assert s._index.hnsw and len(s._index.dead) == 40
+    assert s._mem.index.hnsw and len(s._mem.index.dead) == 40
     s.close()
     s = _store("big")
     assert s.open(create=False)  # from the saved graph, deleted rows and all
     try:
-        assert s._index.hnsw and len(s._index.dead) == 40 and s.count() == 260
+        assert s._mem.index.hnsw and len(s._mem.index.dead) == 40 and s.count() == 260
         for i in (0, 5, 39):  # the nearest chunk to a deleted chunk's vector is never that chunk
             assert gone.isdisjoint(h.id for h in s.search(vecs[i], 10))
         hits = [s.search(v, 1)[0].id for v in vecs[40:90]]

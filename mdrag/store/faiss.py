@@ -1,37 +1,22 @@
 """Chunks in SQLite, vectors in a FAISS index held in memory: the ``faiss`` store backend.
 
-Files, under ``<cache>/faiss/``:
+Files, under ``<cache>/faiss/``: ``<index>.sqlite``, the source of truth
+(SQLite in WAL mode, :mod:`mdrag.store.sqlite_rows`); ``<index>.faiss``, the
+vector index (:mod:`mdrag.store.faiss_index`), written at the end of each run
+with an atomic rename and named in SQLite by its sha256 in the same commit (only
+a faster start: a missing, stale or damaged file is built again from SQLite);
+``<index>.lock``, the writers' lock (:mod:`filelock`). Nothing is pickled.
 
-- ``<index>.sqlite``: the source of truth (SQLite in WAL mode). One row per
-  chunk: its fields, ``headings`` and ``metadata`` as JSON, the text BM25
-  ranks, and its vector as a float32 blob; a ``tags`` table for tag filters,
-  and a ``meta`` table holding the model identity and a commit counter.
-- ``<index>.faiss``: the vector index (FAISS ``IndexIDMap2``, keyed by the
-  chunks' SQLite row numbers), written at the end of each run with an atomic
-  rename, and named in SQLite by its sha256 in the same commit. It is only a
-  faster start: a missing, stale or damaged file is built again from SQLite.
-- ``<index>.lock``: the writers' lock (:mod:`filelock`).
+A store proves it is whole: each run records in ``meta`` what it left. Opening
+checks the cheap records (:meth:`FaissStore.check`), ``mdrag status --verify``
+all of them, and :meth:`FaissStore.repair` builds the vector index and the tag
+rows again from the stored vectors and metadata.
 
-A store proves it is whole: each run records in ``meta`` what it left (the
-``.faiss`` file's sha256, the counts of chunk and tag rows, a digest of the
-chunk ids). Opening checks the cheap ones (:meth:`FaissStore.check`),
-``mdrag status --verify`` all of them, and :meth:`FaissStore.repair` builds the
-vector index and the tag rows again from the stored vectors and metadata.
-
-Nothing here is pickled: SQLite rows, JSON and FAISS's own format hold
-everything, and loading them runs no code.
-
-Reads never touch disk for ranking. Dense search: a flat index (exact) below
-20,000 chunks, an HNSW graph from there (M 16, efConstruction 100, ef 64:
-recall@10 0.9985 at 100k chunks, as Milvus Lite's AUTOINDEX; ef grows with
-the graph past 100k: :func:`_ef_search`); a filtered
-search is always exact, a product over the vectors of every chunk that passes
-(found in SQLite, parameters only). Each search runs FAISS on one OpenMP
-thread (a per-thread setting): one query gains nothing from more, and on a busy
-machine waits for them (HNSW at 100k: 8 ms on two threads, 0.4 ms on one).
-BM25 is an in-memory inverted index over the same texts Milvus ranks
-(:class:`mdrag.store.bm25.Bm25`); SQLite's FTS5 ``bm25()`` was measured at 131 ms per Hugo
-question on 100k chunks (it scores every match), too slow for a search path.
+Reads never touch disk for ranking (:mod:`mdrag.store.faiss_memory`): dense
+search is exact below ``_HNSW_MIN`` chunks and with a filter, an HNSW graph
+from there; BM25 is an in-memory inverted index (:class:`mdrag.store.bm25.Bm25`):
+SQLite's FTS5 ``bm25()`` was measured at 131 ms per Hugo question on 100k
+chunks (it scores every match), too slow for a search path.
 
 A run's writes are one SQLite transaction, held under the writers' lock from
 the first write to :meth:`FaissStore.end_run`, which commits; a process killed
@@ -46,13 +31,12 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
 import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import closing, contextmanager
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -63,9 +47,9 @@ from mdrag.errors import ModelMismatchError, StoreError, StoreInUseError, StoreU
 from mdrag.store import StoreBackend, same_location
 from mdrag.store import sqlite_rows as sql
 from mdrag.store.base import Filter, Hit
-from mdrag.store.bm25 import Bm25
 from mdrag.store.faiss_index import VectorIndex, faiss_digest, unit
-from mdrag.store.sqlite_rows import RowCache, batches, damaged, get_meta, set_meta
+from mdrag.store.faiss_memory import Memory
+from mdrag.store.sqlite_rows import batches, damaged, get_meta, set_meta
 from mdrag.types import Chunk
 
 if TYPE_CHECKING:
@@ -111,14 +95,8 @@ class FaissStore:
         self._db: sqlite3.Connection | None = None
         self._in_run = False  # a write transaction is open, and the writers' lock held
         self._version = -1  # PRAGMA data_version when memory last matched SQLite
-        self._index = VectorIndex(self._dim)  # the vectors by row number (chunks.n)
-        self._bm25: Bm25 | None = None  # built from SQLite by the first BM25 search (writers need none)
-        self._rows: set[int] = set()  # row numbers held in memory
         self._foreign: dict[str, Any] | None = None  # the identity of another model, found in SQLite by _sync
-        self._passing: dict[Filter, np.ndarray] = {}  # the rows each recent filter passes, until the next change
-        # The last ``hidden`` ids searched with and their row numbers: a running update's set grows as it writes.
-        self._hidden: tuple[frozenset[str], np.ndarray] = (frozenset(), np.zeros(0, dtype=np.int64))
-        self._row_cache = RowCache()  # decoded rows for search results (cleared on a rollback: _reset_memory, close)
+        self._mem = Memory(self._dim)  # the vectors, the BM25 index and caches over them
 
     @classmethod
     def from_config(
@@ -190,14 +168,6 @@ class FaissStore:
                 raise
             return True
 
-    @contextmanager
-    def _writing(self) -> Iterator[None]:
-        """SQLite errors of a write call, said as :meth:`_write_error` says them."""
-        try:
-            yield
-        except sqlite3.Error as e:
-            raise sql.write_error(self.path, e) from e
-
     def _mismatch(self, stored: dict[str, Any]) -> ModelMismatchError:
         return ModelMismatchError.between(self.name, stored, self.identity)
 
@@ -226,18 +196,13 @@ class FaissStore:
                     self._end_write()
                 self._db.close()
                 self._db = None
-            self._index = VectorIndex(self._dim)
-            self._bm25 = None
-            self._rows = set()
-            self._passing.clear()
-            self._row_cache.clear()
+            self._mem = Memory(self._dim)
             self._tags_checked = None  # data_version counts per connection
-            self._hidden = (frozenset(), np.zeros(0, dtype=np.int64))  # row numbers start again in a new file
             self._version = -1
 
     def drop(self) -> None:
         """Delete every chunk and the model identity, at once (committed)."""
-        with self._lock, self._writing():
+        with self._lock, sql.writing(self.path):
             self._begin()
             self.db.execute("DELETE FROM chunks")
             self.db.execute("DELETE FROM tags")
@@ -250,19 +215,7 @@ class FaissStore:
         """Move the SQLite and FAISS files into ``<cache>/damaged/<index>-<time>/``; None when there are none."""
         with self._lock:
             self.close()
-            files = [
-                p
-                for p in (self.path, Path(f"{self.path}-wal"), Path(f"{self.path}-shm"), self.faiss_path)
-                if p.exists()
-            ]
-            if not self.path.exists():
-                return None
-            dest = self.folder.parent / "damaged" / f"faiss-{self.name}-{time.strftime('%Y%m%d-%H%M%S')}"
-            dest.mkdir(parents=True, exist_ok=True)
-            for p in files:
-                os.replace(p, dest / p.name)
-            log.warning("moved the damaged FAISS store %s to %s", self.path, dest)
-            return dest
+            return sql.set_aside(self.path, self.faiss_path, self.name)
 
     def unchanged_since_last_run(self) -> bool:
         """Whether SQLite's last commit was an :meth:`end_run` and the ``.faiss`` file is the one it wrote.
@@ -274,25 +227,8 @@ class FaissStore:
             if self._in_run:
                 return False
             if self._db is not None:
-                return self._last_commit_was_run(self._db)
-            if not self.path.exists():
-                return False
-            try:
-                with closing(sqlite3.connect(f"{self.path.as_uri()}?mode=ro", uri=True, timeout=5)) as db:
-                    return self._last_commit_was_run(db)
-            except sqlite3.Error:
-                return False
-
-    def _last_commit_was_run(self, db: sqlite3.Connection) -> bool:
-        try:
-            got = sql.recorded(db)
-            if got.get("commits") is None or got.get("commits") != got.get("run_commit") or not got.get("faiss_file"):
-                return False
-            if db.execute("SELECT 1 FROM meta WHERE key = 'identity'").fetchone() is None:
-                return False  # the model identity was lost: opening the store (to write it again) is the repair
-            return not self._mismatches(db, got)
-        except (sqlite3.Error, OSError):
-            return False
+                return sql.last_commit_was_run(self._db, self.path, self.faiss_path, self._dim)
+            return sql.last_commit_was_run(None, self.path, self.faiss_path, self._dim)
 
     def _mismatches(
         self, db: sqlite3.Connection, got: dict[str, str], thorough: bool = False, faiss_file: bool = True
@@ -328,13 +264,13 @@ class FaissStore:
                 raise damaged(self.path, e) from e
             fixed = [found[k] for k in ("faiss", "tags", "rows", "tagged", "vectors") if k in found]
             if fixed:
-                with self._writing():
+                with sql.writing(self.path):
                     self._begin()
                     if bad:  # their files are indexed again; a damaged vector must not be reused by content hash
                         self._delete_rows(sorted(bad))
                     sql.create_tables(self.db)  # a table or index that was dropped
                     sql.rebuild_tags(self.db)
-                    self._rebuild_index(self._index.hnsw or len(self._rows) >= _HNSW_MIN)
+                    self._mem.rebuild(self._mem.index.hnsw or len(self._mem.rows) >= _HNSW_MIN)
                     self._save_faiss()
                     self._commit(run=True)
             said = [
@@ -404,7 +340,7 @@ class FaissStore:
             keep = sorted(latest.values())
             chunks = [chunks[i] for i in keep]
             vecs = unit(np.asarray(vectors)[keep]) if keep else np.zeros((0, self._dim), np.float32)
-            with self._writing():
+            with sql.writing(self.path):
                 self._begin()
                 with self._undo_on_error():
                     self._insert(chunks, vecs)
@@ -424,7 +360,7 @@ class FaissStore:
         with self._lock:
             rows = sql.rows_of(self.db, wanted)
             if rows:
-                with self._writing():
+                with sql.writing(self.path):
                     if not self._in_run:  # the run starts here: another process may commit before it is ours
                         self._begin()
                         rows = sql.rows_of(self.db, wanted)
@@ -454,24 +390,24 @@ class FaissStore:
         if not rows:
             return
         sql.delete_rows(self.db, rows)
-        self._remove_memory(rows)
+        self._mem.remove(rows)
 
     def end_run(self, written: set[str], live: set[str], whole: bool) -> None:
         """Choose and tidy the vector index, save it (atomic rename), record it, and commit the run."""
-        with self._lock, self._writing():
+        with self._lock, sql.writing(self.path):
             self._begin()
-            live_rows = len(self._rows)
+            live_rows = len(self._mem.rows)
             hnsw = live_rows >= _HNSW_MIN
-            if (hnsw and not self._index.hnsw) or (self._index.hnsw and live_rows < _HNSW_MIN // 2):
-                self._rebuild_index(hnsw)
-            elif self._index.hnsw and len(self._index.dead) > live_rows // 4:
-                self._rebuild_index(True)  # drop the deleted vectors the graph still holds
+            if (hnsw and not self._mem.index.hnsw) or (self._mem.index.hnsw and live_rows < _HNSW_MIN // 2):
+                self._mem.rebuild(hnsw)
+            elif self._mem.index.hnsw and len(self._mem.index.dead) > live_rows // 4:
+                self._mem.rebuild(True)  # drop the deleted vectors the graph still holds
             self._save_faiss()
             self._commit(run=True)
 
     def _save_faiss(self) -> None:
         """Write the ``.faiss`` file and note in SQLite (same transaction) which file it is."""
-        saved = self._index.save(self.faiss_path)
+        saved = self._mem.index.save(self.faiss_path)
         set_meta(self.db, "faiss_file", faiss_digest(self.faiss_path) if saved else "")
         sql.record_run(self.db)
 
@@ -485,34 +421,10 @@ class FaissStore:
         return int(self.identity["dimension"])
 
     def _reset_memory(self, hnsw: bool = False) -> None:
-        self._index = VectorIndex(self._dim, hnsw)
-        self._bm25 = None
-        self._rows = set()
-        self._passing.clear()
-        self._row_cache.clear()
-        self._hidden = (frozenset(), np.zeros(0, dtype=np.int64))  # row numbers start again in a new file
-
-    def _rebuild_index(self, hnsw: bool) -> None:
-        """A new vector index of the live rows: HNSW from ``_HNSW_MIN`` chunks, else flat."""
-        self._index = self._index.rebuilt(np.asarray(sorted(self._rows), dtype=np.int64), hnsw)
+        self._mem = Memory(self._dim, hnsw)  # row numbers start again in a new file
 
     def _add_memory(self, rows: list[int], vecs: np.ndarray, texts: list[str]) -> None:
-        if rows:
-            self._index.add(rows, vecs)
-            if self._bm25 is not None:
-                self._bm25.add(rows, texts)
-            self._rows.update(rows)
-            self._passing.clear()
-
-    def _remove_memory(self, rows: Iterable[int]) -> None:
-        """Forget these rows: removed from a flat index; an HNSW graph keeps them, skipped, until rebuilt."""
-        rows = [r for r in rows if r in self._rows]
-        if rows:
-            self._index.remove(rows)
-            if self._bm25 is not None:
-                self._bm25.remove(rows)
-            self._rows.difference_update(rows)
-            self._passing.clear()
+        self._mem.add(rows, vecs, texts)
 
     def _load(self) -> None:
         """Fill memory from the ``.faiss`` file when SQLite names it as current, else from SQLite."""
@@ -528,10 +440,7 @@ class FaissStore:
         stored = {r[0] for r in self.db.execute("SELECT n FROM chunks")}
         index: VectorIndex | None = None
         if self._faiss_file_current():
-            try:
-                index = VectorIndex.read(self.faiss_path)
-            except RuntimeError as e:
-                log.warning("cannot read %s (%s): building it from SQLite", self.faiss_path, e)
+            index = VectorIndex.read(self.faiss_path)
         elif "faiss" in self._mismatches(self.db, sql.recorded(self.db)):
             log.warning(
                 "%s is not the file its last run wrote (damaged?): building the vector index from SQLite; "
@@ -540,21 +449,14 @@ class FaissStore:
             )
         held = index.ids() if index is not None else set()
         if index is not None and index.dim == self._dim and stored <= held:
-            self._reset_memory()
-            self._index = index
-            self._rows = held
-            self._remove_memory(held - stored)  # rows an HNSW graph still held when it was saved
+            self._mem = Memory(self._dim, index=index)
+            self._mem.rows = held
+            self._mem.remove(held - stored)  # rows an HNSW graph still held when it was saved
         else:
             if index is not None:
                 log.warning("%s does not match %s: building it from SQLite", self.faiss_path, self.path)
             self._reset_memory()  # flat (exact): quick to fill; the next run's end_run builds the graph
             self._load_rows(None)
-
-    def _bm25_index(self) -> Bm25:
-        """The BM25 index of the rows in memory, built from SQLite the first time a search needs it."""
-        if self._bm25 is None:
-            self._bm25 = sql.bm25_index(self.db, self._rows)
-        return self._bm25
 
     def _load_rows(self, rows: list[int] | None) -> None:
         """Load these rows (all when None) from SQLite into memory."""
@@ -583,7 +485,11 @@ class FaissStore:
                 self._reset_memory()
             else:
                 self._reconcile()
-                if self._index.hnsw and len(self._index.dead) > len(self._rows) // 4 and self._faiss_file_current():
+                if (
+                    self._mem.index.hnsw
+                    and len(self._mem.index.dead) > len(self._mem.rows) // 4
+                    and self._faiss_file_current()
+                ):
                     self._load_snapshot()  # the writer has rebuilt the graph without them: take its file
             self._version = version
         finally:
@@ -592,8 +498,8 @@ class FaissStore:
     def _reconcile(self) -> None:
         """Make memory hold exactly the rows SQLite holds (row numbers are never reused: a set difference)."""
         rows = {r[0] for r in self.db.execute("SELECT n FROM chunks")}
-        self._remove_memory(self._rows - rows)
-        self._load_rows(sorted(rows - self._rows))
+        self._mem.remove(self._mem.rows - rows)
+        self._load_rows(sorted(rows - self._mem.rows))
 
     # -- reads --------------------------------------------------------------
     def _read(self) -> sqlite3.Connection:
@@ -663,58 +569,13 @@ class FaissStore:
         except sqlite3.DatabaseError as e:
             raise damaged(self.path, e) from e
 
-    def _hidden_rows(self, hidden: frozenset[str]) -> np.ndarray:
-        """The row numbers of the ``hidden`` chunks, looked up only for the ids new since the last call."""
-        known, rows = self._hidden
-        if hidden is known:
-            return rows
-        if not known <= hidden:  # another run's set: looked up whole
-            known, rows = frozenset(), np.zeros(0, dtype=np.int64)
-        found = sql.rows_of(self.db, sorted(hidden - known))
-        rows = np.union1d(rows, np.asarray(found, np.int64))
-        self._hidden = (hidden, rows)
-        return rows
-
     def _search(
         self, vector: np.ndarray, k: int, where: Filter | None, mode: str, text: str, hidden: frozenset[str]
     ) -> list[Hit]:
         with self._lock:
             self._read()
-            q = unit(np.asarray(vector, dtype=np.float32).reshape(-1))
-            cand = None
-            if where:
-                cand = self._passing.get(where)
-                if cand is None:
-                    cand = self._candidates(where)
-                    if len(self._passing) >= 64:
-                        self._passing.clear()
-                    self._passing[where] = cand
-            hide = self._hidden_rows(hidden) if hidden else None
-            if cand is not None and hide is not None:
-                cand = np.setdiff1d(cand, hide, assume_unique=True)
-            if k <= 0 or not self._rows or (cand is not None and len(cand) == 0):
-                return []
-            if mode == "bm25":
-                allowed = None
-                bm25 = self._bm25_index()
-                if cand is not None:
-                    allowed = np.zeros(max(len(bm25.alive), int(cand.max()) + 1), dtype=bool)
-                    allowed[cand] = True
-                elif hide is not None:
-                    allowed = np.ones(max(len(bm25.alive), int(hide.max()) + 1), dtype=bool)
-                    allowed[hide] = False
-                query = self.prepare_text(text) if self.prepare_text else text
-                ranked = bm25.search(query, k, allowed)
-                rows = np.asarray([r for r, _ in ranked], dtype=np.int64)
-                ranks = [s for _, s in ranked]
-                cosines = (self._index.vectors(rows) @ q).tolist() if len(rows) else []
-            elif cand is not None:
-                rows, sims = self._index.nearest_among(q, cand, k)
-                cosines = ranks = sims.tolist()
-            else:
-                rows, sims = self._index.nearest(q, k, len(self._rows), hide)
-                cosines = ranks = sims.tolist()
-            return self._row_cache.hits(self.db, rows, cosines, ranks)
+            query = lambda: self.prepare_text(text) if self.prepare_text else text  # noqa: E731
+            return self._mem.search(self.db, vector, k, where, self._candidates, mode, query, hidden)
 
 
 def _location(config: Config, name: str) -> str:

@@ -80,9 +80,13 @@ class VectorIndex:
         self.pos: np.ndarray | None = None  # row number -> position in the index (-1: none); None: stale
 
     @classmethod
-    def read(cls, path: Path) -> VectorIndex:
-        """The index saved in ``path`` (RuntimeError when FAISS cannot read it)."""
-        index = faiss.read_index(str(path))
+    def read(cls, path: Path) -> VectorIndex | None:
+        """The index saved in ``path``; None, logged, when FAISS cannot read it."""
+        try:
+            index = faiss.read_index(str(path))
+        except RuntimeError as e:
+            log.warning("cannot read %s (%s): building it from SQLite", path, e)
+            return None
         return cls(index.d, index=index)
 
     def ids(self) -> set[int]:

@@ -19,6 +19,7 @@ import sqlite3
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import closing, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -97,6 +98,15 @@ def write_error(path: Path, e: Exception) -> StoreError:
             "Index where mdrag can write (MDRAG_HOME)."
         )
     return StoreError(f"Cannot write the FAISS store {path}: {e}")
+
+
+@contextmanager
+def writing(path: Path) -> Iterator[None]:
+    """SQLite errors of a write call to the store ``path``, said as :func:`write_error` says them."""
+    try:
+        yield
+    except sqlite3.Error as e:
+        raise write_error(path, e) from e
 
 
 def damaged(path: Path, e: Exception) -> StoreError:
@@ -486,3 +496,39 @@ def search_texts(db: sqlite3.Connection, prefix: str) -> list[str]:
         q = "SELECT bm25_text FROM chunks WHERE substr(id, 1, 1) = ?"
         return [r[0] for r in db.execute(q, (prefix,))]
     return [r[0] for r in db.execute("SELECT bm25_text FROM chunks")]
+
+
+def last_commit_was_run(db: sqlite3.Connection | None, path: Path, faiss_path: Path, dim: int) -> bool:
+    """Whether the store's last commit was a run's end, whose records still match its files. ``db``: its
+    connection, or None to look without opening the store (a read-only connection of its own)."""
+    if db is None:
+        if not path.exists():
+            return False
+        try:
+            with closing(sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True, timeout=5)) as ro:
+                return last_commit_was_run(ro, path, faiss_path, dim)
+        except sqlite3.Error:
+            return False
+    try:
+        got = recorded(db)
+        if got.get("commits") is None or got.get("commits") != got.get("run_commit") or not got.get("faiss_file"):
+            return False
+        if db.execute("SELECT 1 FROM meta WHERE key = 'identity'").fetchone() is None:
+            return False  # the model identity was lost: opening the store (to write it again) is the repair
+        return not mismatches(db, path, faiss_path, dim, got)
+    except (sqlite3.Error, OSError):
+        return False
+
+
+def set_aside(path: Path, faiss_path: Path, name: str) -> Path | None:
+    """Move the closed store's SQLite and FAISS files into ``<cache>/damaged/<index>-<time>/``; None when
+    there are none."""
+    files = [p for p in (path, Path(f"{path}-wal"), Path(f"{path}-shm"), faiss_path) if p.exists()]
+    if not path.exists():
+        return None
+    dest = path.parent.parent / "damaged" / f"faiss-{name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    dest.mkdir(parents=True, exist_ok=True)
+    for p in files:
+        os.replace(p, dest / p.name)
+    log.warning("moved the damaged FAISS store %s to %s", path, dest)
+    return dest
