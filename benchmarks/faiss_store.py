@@ -133,7 +133,7 @@ def run_size(n: int, passages: list[Any], tmp: Path) -> dict[str, Any]:
     live = np.r_[0:20, 40:n]  # chunks 20-39 were deleted by the update run
     truth = [{chunks[live[i]].id for i in np.argsort(-(vectors[live] @ q))[:K]} for q, _ in qs]
     res["dense_recall@10"] = round(float(np.mean([len(f & t) / K for f, t in zip(found, truth)])), 4)
-    res["dense_index"] = "HNSW" if store._hnsw else "flat"
+    res["dense_index"] = "HNSW" if store._mem.index.hnsw else "flat"
     res["baseline_numpy_dense"] = {"p50_ms": p(base, 50), "p95_ms": p(base, 95)}
     for label in ("dense", "bm25", "hybrid", "dense_filtered", "bm25_filtered"):
         res[label]["x_baseline"] = round(res[label]["p50_ms"] / res["baseline_numpy_dense"]["p50_ms"], 2)

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from mdrag.errors import ModelMismatchError, StoreError, StoreInUseError, StoreUnavailableError
-from mdrag.store import milvus
+from mdrag.store import milvus, milvus_rows
 from mdrag.store.base import Filter
 from mdrag.store.milvus import MilvusStore, collection_name
 from mdrag.types import Chunk
@@ -139,7 +139,7 @@ def test_a_write_larger_than_one_request_is_split_and_fully_stored(
 ) -> None:
     # The cap stands in for gRPC's message limit (256 MiB), lowered so the test stays light.
     cap = 20_000
-    monkeypatch.setattr(milvus, "_REQUEST_BYTES", cap)
+    monkeypatch.setattr(milvus_rows, "_REQUEST_BYTES", cap)
     s = MilvusStore(store_uri, _name(), IDENTITY)
     s.open()
     chunks, vecs = _chunks(60)
@@ -156,7 +156,7 @@ def test_a_write_larger_than_one_request_is_split_and_fully_stored(
     assert stored[0]["text"] == chunks[7].text
 
     # rewrite reads the rows back and writes them again in the same bounded requests
-    monkeypatch.setattr(milvus, "_REQUEST_ROWS", 7)
+    monkeypatch.setattr(milvus_rows, "_REQUEST_ROWS", 7)
     requests.clear()
     s.rewrite([c.id for c in chunks])
     assert sum(len(r) for r in requests) == 60 and all(len(req) <= 7 for req in requests)

@@ -10,7 +10,9 @@ import pytest
 
 from mdrag.config import load_config
 from mdrag.errors import StoreDamagedError, StoreError, StoreUnavailableError
-from mdrag.store.faiss import FaissStore, _ef_search
+from mdrag.store import sqlite_rows
+from mdrag.store.faiss import FaissStore
+from mdrag.store.faiss_index import ef_search
 from mdrag.types import Chunk
 from tests.conftest import overwrite_middle
 from tests.test_store_contract import IDENTITY, bm25_ranking, make_chunks, vectors
@@ -112,16 +114,16 @@ def test_hnsw_from_its_threshold_skips_deleted_chunks_and_filters_stay_exact(
     chunks, vecs = make_chunks(3, 300), vectors(3, 300)
     s.upsert(chunks, vecs)
     s.end_run(set(), set(), whole=True)
-    assert s._hnsw
+    assert s._mem.index.hnsw
     gone = {c.id for c in chunks[:40]}
     s.delete_ids(gone)
     s.end_run(set(), set(), whole=False)  # 40 deleted of 260: kept in the graph, skipped
-    assert s._hnsw and len(s._dead) == 40
+    assert s._mem.index.hnsw and len(s._mem.index.dead) == 40
     s.close()
     s = _store("big")
     assert s.open(create=False)  # from the saved graph, deleted rows and all
     try:
-        assert s._hnsw and len(s._dead) == 40 and s.count() == 260
+        assert s._mem.index.hnsw and len(s._mem.index.dead) == 40 and s.count() == 260
         for i in (0, 5, 39):  # the nearest chunk to a deleted chunk's vector is never that chunk
             assert gone.isdisjoint(h.id for h in s.search(vecs[i], 10))
         hits = [s.search(v, 1)[0].id for v in vecs[40:90]]
@@ -189,7 +191,7 @@ def test_a_folder_it_may_not_write_is_searched_read_only_and_never_written(monke
     s, vecs = _filled("ro")
     before = [h.id for h in s.search(vecs[5], 5)]
     s.close()
-    monkeypatch.setattr(FaissStore, "_writable", lambda self: False)
+    monkeypatch.setattr(sqlite_rows, "writable", lambda folder, path: False)
     s = _store("ro")
     with pytest.raises(StoreUnavailableError, match="is read-only: mdrag can search it but not index into it"):
         s.open(create=True)
@@ -312,9 +314,9 @@ def test_the_hnsw_walk_widens_with_the_graph() -> None:
     """ef 64 held recall@10 0.99 at 100,000 chunks but 0.85 at a million (benchmarks/hnsw_ef.py): past
     100,000 the walk widens, to about 255 at a million (recall 0.989)."""
     sizes = [20_000, 100_000, 200_000, 1_000_000, 5_000_000]
-    efs = [_ef_search(n) for n in sizes]
+    efs = [ef_search(n) for n in sizes]
     assert efs[:2] == [64, 64] and efs == sorted(efs) and len(set(efs[1:])) == 4
-    assert 250 <= _ef_search(1_000_000) <= 300
+    assert 250 <= ef_search(1_000_000) <= 300
 
 
 def test_a_writer_waiting_for_another_process_does_not_hold_up_searches() -> None:

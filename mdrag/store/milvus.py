@@ -38,7 +38,7 @@ import numpy as np
 from mdrag.errors import ModelMismatchError, StoreDamagedError, StoreError, StoreInUseError, StoreUnavailableError
 from mdrag.knobs import STORE_MAX_ROWS
 from mdrag.redact import redact_url
-from mdrag.store import StoreBackend, filters, same_location
+from mdrag.store import StoreBackend, filters, milvus_rows, same_location
 from mdrag.store import is_server_uri as _is_remote
 from mdrag.store.base import Filter, Hit
 from mdrag.store.milvus_lite import (
@@ -51,6 +51,7 @@ from mdrag.store.milvus_lite import (
     lite_view,
     padding,
 )
+from mdrag.store.milvus_rows import CONSISTENCY, IDENTITY_KEY
 from mdrag.types import Chunk
 
 if TYPE_CHECKING:
@@ -65,7 +66,6 @@ log = logging.getLogger(__name__)
 MIN_SERVER_VERSION = (2, 5)
 _VERSION = re.compile(r"(?:^|[\s(v-])(\d+)\.(\d+)")  # "v2.3.5", "2.6.1-rc", "milvus_lite-3.2.2"
 
-_IDENTITY_KEY = "mdrag.identity"
 _ROWS_KEY = "mdrag.rows_since_rewrite"  # collection property: chunks written by small updates since a rewrite
 # A filtered dense search ranks the matching chunks exactly when there are at most this many
 # (Milvus Lite's HNSW index, searched with a filter, misses some of the best matches). The
@@ -84,15 +84,7 @@ _HNSW_EF = 64  # Milvus Lite's default HNSW search breadth
 # at most 8% of a Milvus Lite dense or hybrid search (p50; benchmarks/store_parity.py, RESULTS.md).
 _EF_PER_RESULT = 16
 _SELF_SAMPLE = 64  # stored vectors `status --verify` asks the vector index for (see MilvusStore._lost_vectors)
-_TEXT_MAX = 65535  # VARCHAR limit in bytes
-_PATH_MAX = 4096
 _QUERY_BATCH = 1000  # ids or hashes per `in [...]` expression
-# A gRPC server refuses a message over its limit (256 MiB by default in Milvus and
-# Milvus Lite), so writes go in requests of at most this many estimated bytes
-# (text, JSON and vector; one oversized row goes alone) and this many rows.
-_REQUEST_BYTES = 32 * 1024 * 1024
-_REQUEST_ROWS = 2048
-_ROW_OVERHEAD = 128  # bytes a row costs beyond its values: field tags, numbers, JSON punctuation
 _OUTPUT = [
     "text", "context", "path", "rel_path", "root", "headings", "level",
     "position", "page", "line_start", "line_end", "content_hash", "metadata",
@@ -107,8 +99,7 @@ _WRITES = {
     "drop_collection",
     "alter_collection_properties",
 }  # refused on a view
-_READS = {"query", "search"}  # read with _CONSISTENCY
-_CONSISTENCY = "Strong"  # reads see every acknowledged write: see the module's docstring
+_READS = {"query", "search"}  # read with CONSISTENCY
 
 
 def _pymilvus() -> Any:
@@ -141,11 +132,6 @@ def collection_name(index: str) -> str:
     if not _NAME.match(index):
         raise StoreError(f"invalid index name {index!r}: use a letter, then letters, digits or '_' (64 at most)")
     return f"mdrag_{index}"
-
-
-def _clip(s: str, limit: int) -> str:
-    b = s.encode("utf-8", "surrogatepass")
-    return s if len(b) <= limit else b[:limit].decode("utf-8", "ignore")
 
 
 class MilvusStore:
@@ -211,7 +197,7 @@ class MilvusStore:
                     return False
                 if self.set_aside() is not None:  # a collection's files that Milvus Lite no longer knows
                     self._connect(create)
-                self._create()
+                milvus_rows.create(self.client, self.collection, self.identity, self.uri)
             else:
                 try:
                     self._check_identity()
@@ -220,7 +206,7 @@ class MilvusStore:
                         raise
                     log.warning("%s Rebuilding it now.", e)
                     self.drop()
-                    self._create()
+                    milvus_rows.create(self.client, self.collection, self.identity, self.uri)
             self._check_fields()
             self._ensure_loaded()
             if fresh:
@@ -470,54 +456,9 @@ class MilvusStore:
             raise StoreError("the store is not open")
         return self._client
 
-    def _create(self) -> None:
-        from pymilvus import DataType, Function, FunctionType, MilvusClient
-
-        dim = int(self.identity["dimension"])
-        s = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False)
-        s.add_field("id", DataType.VARCHAR, is_primary=True, max_length=64)
-        # enable_analyzer lets a BM25 function be added on `text` without a migration.
-        s.add_field("text", DataType.VARCHAR, max_length=_TEXT_MAX, enable_analyzer=True)
-        s.add_field("context", DataType.VARCHAR, max_length=1024)
-        s.add_field("path", DataType.VARCHAR, max_length=_PATH_MAX)
-        s.add_field("rel_path", DataType.VARCHAR, max_length=_PATH_MAX)
-        s.add_field("root", DataType.VARCHAR, max_length=_PATH_MAX)
-        s.add_field("headings", DataType.JSON)
-        s.add_field("level", DataType.INT64)
-        s.add_field("position", DataType.INT64)
-        s.add_field("page", DataType.INT64)  # 0 when the format has no pages
-        s.add_field("line_start", DataType.INT64)  # 0 when unknown
-        s.add_field("line_end", DataType.INT64)
-        s.add_field("content_hash", DataType.VARCHAR, max_length=64)
-        s.add_field("metadata", DataType.JSON)
-        s.add_field("vector", DataType.FLOAT_VECTOR, dim=dim)
-        # Full-text search: Milvus computes BM25 term weights from bm25_text (the
-        # heading context and the chunk text) into `sparse` on insert.
-        s.add_field("bm25_text", DataType.VARCHAR, max_length=_TEXT_MAX, enable_analyzer=True)
-        s.add_field("sparse", DataType.SPARSE_FLOAT_VECTOR)
-        s.add_function(
-            Function(
-                name="bm25",
-                function_type=FunctionType.BM25,
-                input_field_names=["bm25_text"],
-                output_field_names=["sparse"],
-            )
-        )
-        ip = self.client.prepare_index_params()
-        ip.add_index("vector", index_type="AUTOINDEX", metric_type="COSINE")
-        ip.add_index("sparse", index_type="SPARSE_INVERTED_INDEX", metric_type="BM25")
-        self.client.create_collection(
-            self.collection,
-            schema=s,
-            index_params=ip,
-            properties={_IDENTITY_KEY: json.dumps(self.identity, sort_keys=True)},
-            consistency_level=_CONSISTENCY,
-        )
-        log.info("created collection %s (%d-d) in %s", self.collection, dim, self.uri)
-
     def stored_identity(self) -> dict[str, Any] | None:
         props = self.client.describe_collection(self.collection).get("properties") or {}
-        raw = props.get(_IDENTITY_KEY)
+        raw = props.get(IDENTITY_KEY)
         try:
             return json.loads(raw) if raw else None
         except ValueError:
@@ -567,7 +508,7 @@ class MilvusStore:
         segments cost search time (and, in Milvus Lite, BM25 quality).
         """
         self._as_left = False
-        rows = (_row(c, v, self.has_bm25, self.prepare_text) for c, v in zip(chunks, vectors))
+        rows = (milvus_rows.chunk_row(c, v, self.has_bm25, self.prepare_text) for c, v in zip(chunks, vectors))
         self._write(rows)
 
     def _write(self, rows: Iterable[dict[str, Any]]) -> None:
@@ -576,7 +517,7 @@ class MilvusStore:
         The whole write would be one gRPC message otherwise, refused past the
         server's limit, and held in memory as Python lists of floats.
         """
-        for request in _requests(rows):
+        for request in milvus_rows.requests(rows):
             self._call("upsert", self.collection, request)
 
     @property
@@ -845,65 +786,11 @@ class MilvusStore:
         if self._view is not None and method in _WRITES:
             raise StoreError(f"the Milvus Lite folder {self.uri} is read-only: cannot {method}")
         if method in _READS:
-            kwargs["consistency_level"] = _CONSISTENCY
+            kwargs["consistency_level"] = CONSISTENCY
         try:
             return getattr(self.client, method)(*args, **kwargs)
         except Exception as e:
             raise StoreError(f"Milvus {method} on {self.collection} at {self.uri} failed: {_reason(e)}") from e
-
-
-def _row(c: Chunk, v: np.ndarray, bm25: bool, prepare: Callable[[str], str] | None = None) -> dict[str, Any]:
-    row = {
-        "id": c.id,
-        "text": _clip(c.text, _TEXT_MAX),
-        "context": _clip(c.context, 1024),
-        "path": _clip(c.path, _PATH_MAX),
-        "rel_path": _clip(c.rel_path, _PATH_MAX),
-        "root": _clip(c.root, _PATH_MAX),
-        "headings": list(c.heading_path),
-        "level": c.level,
-        "position": c.position,
-        "page": c.page or 0,
-        "line_start": c.line_start or 0,
-        "line_end": c.line_end or 0,
-        "content_hash": c.content_hash,
-        "metadata": c.metadata,
-        "vector": np.asarray(v, dtype=np.float32).tolist(),
-    }
-    if bm25:
-        row["bm25_text"] = _clip(prepare(c.embed_text) if prepare else c.embed_text, _TEXT_MAX)
-    return row
-
-
-def _requests(rows: Iterable[dict[str, Any]]) -> Iterator[list[dict[str, Any]]]:
-    """``rows`` in lists of at most ``_REQUEST_ROWS`` rows and ``_REQUEST_BYTES`` estimated bytes."""
-    request: list[dict[str, Any]] = []
-    size = 0
-    for row in rows:
-        row_size = _row_bytes(row)
-        if request and (size + row_size > _REQUEST_BYTES or len(request) >= _REQUEST_ROWS):
-            yield request
-            request, size = [], 0
-        request.append(row)
-        size += row_size
-    if request:
-        yield request
-
-
-def _row_bytes(row: dict[str, Any]) -> int:
-    """About the bytes ``row`` takes in a write request, from its values' lengths.
-
-    Strings count their characters (text is mostly ASCII; the request cap leaves
-    room for the 2-4 bytes of other characters), JSON values the characters of
-    their ``repr``, and a vector four bytes per float.
-    """
-    size = _ROW_OVERHEAD + 4 * len(row["vector"])
-    for key, value in row.items():
-        if isinstance(value, str):
-            size += len(value)
-        elif key != "vector" and isinstance(value, dict | list):
-            size += len(repr(value))
-    return size
 
 
 def _reason(e: Exception) -> str:

@@ -1,0 +1,121 @@
+"""What a FAISS store holds in memory, and its searches (see :mod:`mdrag.store.faiss`).
+
+The vector index (:class:`mdrag.store.faiss_index.VectorIndex`), the BM25
+index (built from SQLite by the first BM25 search: writers need none), the row
+numbers held, and caches: the rows each recent filter passes, the row numbers
+of the last ``hidden`` ids searched with, and decoded rows for search results.
+The store keeps it equal to what SQLite holds, under its lock.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable, Iterable
+
+import numpy as np
+
+from mdrag.store import sqlite_rows as sql
+from mdrag.store.base import Filter, Hit
+from mdrag.store.bm25 import Bm25
+from mdrag.store.faiss_index import VectorIndex, unit
+
+
+class Memory:
+    """One FAISS store's chunks in memory: their vectors, their BM25 index, and caches over them."""
+
+    def __init__(self, dim: int, hnsw: bool = False, index: VectorIndex | None = None) -> None:
+        self.index = index if index is not None else VectorIndex(dim, hnsw)  # the vectors by row number (chunks.n)
+        self.bm25: Bm25 | None = None  # built from SQLite by the first BM25 search (writers need none)
+        self.rows: set[int] = set()  # row numbers held in memory
+        self.passing: dict[Filter, np.ndarray] = {}  # the rows each recent filter passes, until the next change
+        # The last ``hidden`` ids searched with and their row numbers: a running update's set grows as it writes.
+        self.hidden: tuple[frozenset[str], np.ndarray] = (frozenset(), np.zeros(0, dtype=np.int64))
+        self.row_cache = sql.RowCache()  # decoded rows for search results (a new Memory after a rollback)
+
+    def rebuild(self, hnsw: bool) -> None:
+        """A new vector index of the live rows: HNSW or flat."""
+        self.index = self.index.rebuilt(np.asarray(sorted(self.rows), dtype=np.int64), hnsw)
+
+    def add(self, rows: list[int], vecs: np.ndarray, texts: list[str]) -> None:
+        if rows:
+            self.index.add(rows, vecs)
+            if self.bm25 is not None:
+                self.bm25.add(rows, texts)
+            self.rows.update(rows)
+            self.passing.clear()
+
+    def remove(self, rows: Iterable[int]) -> None:
+        """Forget these rows: removed from a flat index; an HNSW graph keeps them, skipped, until rebuilt."""
+        rows = [r for r in rows if r in self.rows]
+        if rows:
+            self.index.remove(rows)
+            if self.bm25 is not None:
+                self.bm25.remove(rows)
+            self.rows.difference_update(rows)
+            self.passing.clear()
+
+    def bm25_index(self, db: sqlite3.Connection) -> Bm25:
+        """The BM25 index of the rows in memory, built from SQLite the first time a search needs it."""
+        if self.bm25 is None:
+            self.bm25 = sql.bm25_index(db, self.rows)
+        return self.bm25
+
+    def hidden_rows(self, db: sqlite3.Connection, hidden: frozenset[str]) -> np.ndarray:
+        """The row numbers of the ``hidden`` chunks, looked up only for the ids new since the last call."""
+        known, rows = self.hidden
+        if hidden is known:
+            return rows
+        if not known <= hidden:  # another run's set: looked up whole
+            known, rows = frozenset(), np.zeros(0, dtype=np.int64)
+        found = sql.rows_of(db, sorted(hidden - known))
+        rows = np.union1d(rows, np.asarray(found, np.int64))
+        self.hidden = (hidden, rows)
+        return rows
+
+    def search(
+        self,
+        db: sqlite3.Connection,
+        vector: np.ndarray,
+        k: int,
+        where: Filter | None,
+        candidates: Callable[[Filter], np.ndarray],
+        mode: str,
+        query: Callable[[], str],
+        hidden: frozenset[str],
+    ) -> list[Hit]:
+        """The ``k`` best chunks passing ``where`` (the rows ``candidates`` finds) and not ``hidden``: dense,
+        or BM25 on the text ``query`` gives."""
+        q = unit(np.asarray(vector, dtype=np.float32).reshape(-1))
+        cand = None
+        if where:
+            cand = self.passing.get(where)
+            if cand is None:
+                cand = candidates(where)
+                if len(self.passing) >= 64:
+                    self.passing.clear()
+                self.passing[where] = cand
+        hide = self.hidden_rows(db, hidden) if hidden else None
+        if cand is not None and hide is not None:
+            cand = np.setdiff1d(cand, hide, assume_unique=True)
+        if k <= 0 or not self.rows or (cand is not None and len(cand) == 0):
+            return []
+        if mode == "bm25":
+            allowed = None
+            bm25 = self.bm25_index(db)
+            if cand is not None:
+                allowed = np.zeros(max(len(bm25.alive), int(cand.max()) + 1), dtype=bool)
+                allowed[cand] = True
+            elif hide is not None:
+                allowed = np.ones(max(len(bm25.alive), int(hide.max()) + 1), dtype=bool)
+                allowed[hide] = False
+            ranked = bm25.search(query(), k, allowed)
+            rows = np.asarray([r for r, _ in ranked], dtype=np.int64)
+            ranks = [s for _, s in ranked]
+            cosines = (self.index.vectors(rows) @ q).tolist() if len(rows) else []
+        elif cand is not None:
+            rows, sims = self.index.nearest_among(q, cand, k)
+            cosines = ranks = sims.tolist()
+        else:
+            rows, sims = self.index.nearest(q, k, len(self.rows), hide)
+            cosines = ranks = sims.tolist()
+        return self.row_cache.hits(db, rows, cosines, ranks)
