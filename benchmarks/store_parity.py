@@ -10,7 +10,7 @@ too: their lists are compared) is searched in each store in each mode as
 questions whose top-5 (top-10) file lists differ between the stores, Hit@5 and
 MRR per store (over the questions with gold files). Milvus Lite is searched
 twice: with its own HNSW walk (ef 64, mdrag before issue 27: the baseline) and
-with the walk mdrag asks for now (mdrag.store.milvus._EF_PER_RESULT x k).
+with the walk mdrag asks for now (mdrag.store.milvus_search._EF_PER_RESULT x k).
 
 Each question whose file lists differ gets the causes found in the store-level
 lists that mdrag.retrieval.search ranks from (dense and BM25 lists, 40 rows deep for
@@ -72,7 +72,7 @@ from mdrag.index import Index  # noqa: E402
 from mdrag.knobs import STORE_MAX_ROWS  # noqa: E402
 from mdrag.retrieval.evaluate import Question, _match, load_questions, score_ranking  # noqa: E402
 from mdrag.retrieval.search import _HYBRID_DEPTH, search  # noqa: E402
-from mdrag.store import milvus  # noqa: E402
+from mdrag.store import milvus_search  # noqa: E402
 from mdrag.store.base import Hit  # noqa: E402
 
 CORPORA = {
@@ -87,9 +87,9 @@ STORES = ("faiss", "milvus")
 MODES = ("dense", "bm25", "hybrid")
 TIE = 1e-6  # cosines this close are a tie (float32 rounding of the same product is ~1e-7)
 BM25_REL = 1e-4
-# Milvus Lite's HNSW walk, as mdrag.store.milvus._EF_PER_RESULT sets it: "lite_default" is Milvus Lite's
+# Milvus Lite's HNSW walk, as mdrag.store.milvus_search._EF_PER_RESULT sets it: "lite_default" is Milvus Lite's
 # own walk of 64 (mdrag before issue 27), "shipped" the walk mdrag asks for now.
-WALKS = {"lite_default": 0, "shipped": milvus._EF_PER_RESULT}
+WALKS = {"lite_default": 0, "shipped": milvus_search._EF_PER_RESULT}
 SWEEP = (0, 4, 8, 16, 32)  # --sweep: Milvus Lite's walk, times k
 
 
@@ -266,7 +266,7 @@ def sweep(
     the exact one (scoring above the list's last row, beyond the tie tolerance)."""
     out: dict[str, dict[str, int]] = {}
     for per in SWEEP:
-        milvus._EF_PER_RESULT = per
+        milvus_search._EF_PER_RESULT = per
         row = out[f"ef max(64, {per} x k)" if per else "ef 64 (Lite's own)"] = {}
         for k in (10, 40, 120):
             bad = 0
@@ -276,7 +276,7 @@ def sweep(
                 exact = [order[i] for i in np.lexsort((np.arange(len(order)), -sims))[:k]]
                 bad += bool(missed(store.search(v, k, mode="dense"), exact, dict(zip(order, sims.tolist()))))
             row[f"top {k}"] = bad
-    milvus._EF_PER_RESULT = WALKS["shipped"]
+    milvus_search._EF_PER_RESULT = WALKS["shipped"]
     return out
 
 
@@ -306,7 +306,7 @@ def run_corpus(
         "walks": {},
     }
     for walk, per in WALKS.items():
-        milvus._EF_PER_RESULT = per
+        milvus_search._EF_PER_RESULT = per
         res["walks"][walk] = {
             name: {mode: compare(indexes, qs, mode, depth[mode], vectors, order, matrix) for mode in MODES}
             for name, qs in sets.items()
@@ -321,11 +321,11 @@ def run_corpus(
             for q in every:
                 for column in ("faiss", *WALKS):
                     store = indexes["faiss" if column == "faiss" else "milvus"].store
-                    milvus._EF_PER_RESULT = WALKS.get(column, 0)
+                    milvus_search._EF_PER_RESULT = WALKS.get(column, 0)
                     t = time.perf_counter()
                     search(store, indexes["faiss"].embedder, q.text, opts, vector=vectors[q.text])
                     timings[column][mode].append(time.perf_counter() - t)
-    milvus._EF_PER_RESULT = WALKS["shipped"]
+    milvus_search._EF_PER_RESULT = WALKS["shipped"]
     res["warm_search_ms"] = {
         c: {m: {q: round(float(np.percentile(ts, p)) * 1000, 2) for q, p in (("p50", 50), ("p95", 95))}
             for m, ts in timings[c].items()}

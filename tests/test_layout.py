@@ -15,9 +15,6 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "mdrag"
 MAX_LINES = 620  # "no module over ~600 lines" (issue 29)
-# Modules still being split (issue 29 point 3: the FAISS store's SQLite rows and vector index, Milvus's rows):
-# none may grow, and the list only shrinks.
-NOT_YET_SPLIT = {"mdrag.store.milvus": 833}
 FRONT_ENDS = "mdrag.frontends"  # the CLI, the WebSocket server and client, the web page, the MCP server
 
 
@@ -111,9 +108,7 @@ def test_the_cycle_finder_sees_a_cycle_hidden_in_a_function(monkeypatch: pytest.
 
 def test_no_module_is_longer_than_the_house_allows() -> None:
     lengths = {name: len(path.read_text(encoding="utf-8").splitlines()) for name, path in MODULES.items()}
-    too_long = {n: k for n, k in lengths.items() if k > MAX_LINES}
-    assert {n: k for n, k in too_long.items() if k > NOT_YET_SPLIT.get(n, MAX_LINES)} == {}
-    assert set(NOT_YET_SPLIT) <= set(too_long), "split: take it off NOT_YET_SPLIT"
+    assert {n: k for n, k in lengths.items() if k > MAX_LINES} == {}
 
 
 def test_the_core_imports_no_front_end() -> None:

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from mdrag.errors import ModelMismatchError, StoreError, StoreInUseError, StoreUnavailableError
-from mdrag.store import milvus, milvus_rows
+from mdrag.store import milvus, milvus_check, milvus_rows, milvus_search
 from mdrag.store.base import Filter
 from mdrag.store.milvus import MilvusStore, collection_name
 from mdrag.types import Chunk
@@ -272,7 +272,6 @@ def test_stemming_matches_word_forms(tmp_path) -> None:
 
 def test_a_read_only_lite_folder_is_searched_through_a_private_view(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Milvus Lite writes whenever it opens a folder; a read-only one is opened through a view of links."""
-    import mdrag.store.milvus as milvus
 
     uri = str(tmp_path / "milvus.db")
     s = MilvusStore(uri, "ro", IDENTITY)
@@ -323,8 +322,8 @@ def test_a_filtered_search_returns_the_exact_filtered_top_k_on_the_otel_docs(
         "python logging",
     ]
     wheres = [Filter(path_prefix="python/configuration.md"), Filter(path_prefix="python/", tags=())]
-    for exact_rows in (milvus._EXACT_ROWS, 5):  # 5: every filter takes the wider walk of the HNSW graph
-        monkeypatch.setattr(milvus, "_EXACT_ROWS", exact_rows)
+    for exact_rows in (milvus_search._EXACT_ROWS, 5):  # 5: every filter takes the wider walk of the HNSW graph
+        monkeypatch.setattr(milvus_search, "_EXACT_ROWS", exact_rows)
         for where in wheres:
             passing = [r for r in rows if where.matches(r)]
             assert 10 < len(passing) < len(rows) / 10
@@ -392,13 +391,13 @@ def test_the_backend_comes_from_the_setting_the_environment_or_the_flag(
     ],
 )
 def test_server_versions_are_read_and_compared(reported: str, old: bool) -> None:
-    assert milvus.server_too_old(reported, milvus.MIN_SERVER_VERSION) is old
-    assert milvus.MIN_SERVER_VERSION == (2, 5)
+    assert milvus_check.server_too_old(reported, milvus_check.MIN_SERVER_VERSION) is old
+    assert milvus_check.MIN_SERVER_VERSION == (2, 5)
 
 
 @pytest.mark.parametrize("reported", ["", "unknown", "dev-build", "milvus_lite"])
 def test_a_server_version_that_cannot_be_read_does_not_block(reported: str, caplog: pytest.LogCaptureFixture) -> None:
-    assert not milvus.server_too_old(reported, milvus.MIN_SERVER_VERSION)
+    assert not milvus_check.server_too_old(reported, milvus_check.MIN_SERVER_VERSION)
     assert f"cannot read the Milvus server's version {reported!r}" in caplog.text
 
 
@@ -412,9 +411,9 @@ def test_a_milvus_server_older_than_mdrag_needs_is_refused_by_its_version(
     s = MilvusStore(milvus_server, name, IDENTITY)
     assert s.open(create=True)
     reported = str(s.client.get_server_version())
-    assert not milvus.server_too_old(reported, milvus.MIN_SERVER_VERSION)
+    assert not milvus_check.server_too_old(reported, milvus_check.MIN_SERVER_VERSION)
     s.close()
-    monkeypatch.setattr(milvus, "MIN_SERVER_VERSION", (99, 0))
+    monkeypatch.setattr(milvus_check, "MIN_SERVER_VERSION", (99, 0))
     refused = MilvusStore(milvus_server, name, IDENTITY)
     with pytest.raises(StoreError) as e:
         refused.open(create=True)

@@ -25,8 +25,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
-import random
 import re
 import shutil
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -35,60 +33,34 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from mdrag.errors import ModelMismatchError, StoreDamagedError, StoreError, StoreInUseError, StoreUnavailableError
+from mdrag.errors import ModelMismatchError, StoreDamagedError, StoreError
 from mdrag.knobs import STORE_MAX_ROWS
 from mdrag.redact import redact_url
-from mdrag.store import StoreBackend, filters, milvus_rows, same_location
+from mdrag.store import StoreBackend, filters, milvus_check, milvus_rows, milvus_search, same_location
 from mdrag.store import is_server_uri as _is_remote
 from mdrag.store.base import Filter, Hit
+from mdrag.store.milvus_check import reason
 from mdrag.store.milvus_lite import (
-    BM25_REWRITE_SHARE,
+    ROWS_KEY,
     LiteFiles,
-    lite_locked,
     lite_read_only,
     lite_release,
     lite_use,
     lite_view,
     padding,
+    refresh_bm25,
 )
-from mdrag.store.milvus_rows import CONSISTENCY, IDENTITY_KEY
+from mdrag.store.milvus_rows import CONSISTENCY, FIELDS, IDENTITY_KEY
 from mdrag.types import Chunk
 
 if TYPE_CHECKING:
     from mdrag.config import Config
 
-__all__ = ["MIN_SERVER_VERSION", "MilvusStore", "collection_name", "server_too_old"]
+__all__ = ["MilvusStore", "collection_name"]
 
 log = logging.getLogger(__name__)
 
-#: The oldest Milvus server mdrag works with: the BM25 function (full-text search) came in Milvus 2.5, and
-#: in Milvus Lite 2.5 (a `milvus-lite server` reports "milvus_lite-3.2.2"; mdrag installs 2.5 or later).
-MIN_SERVER_VERSION = (2, 5)
-_VERSION = re.compile(r"(?:^|[\s(v-])(\d+)\.(\d+)")  # "v2.3.5", "2.6.1-rc", "milvus_lite-3.2.2"
-
-_ROWS_KEY = "mdrag.rows_since_rewrite"  # collection property: chunks written by small updates since a rewrite
-# A filtered dense search ranks the matching chunks exactly when there are at most this many
-# (Milvus Lite's HNSW index, searched with a filter, misses some of the best matches). The
-# matches are read, at most this many plus one, rather than counted: Milvus Lite's count costs more.
-_EXACT_ROWS = 512
-_HNSW_EF = 64  # Milvus Lite's default HNSW search breadth
-# Milvus Lite's HNSW walk for k results is this many times k wide (at least _HNSW_EF), where the FAISS
-# store ranks exactly (below 20,000 chunks). Milvus Lite's own walk of 64 misses chunks of the exact
-# top k, the more the deeper the list: on the graphs it built of the Hugo and otel docs (3,516 and
-# 10,654 chunks; their 291 questions) it missed some of the top 40 (what a search of k 10 asks for)
-# for 144 questions, and of the top 120 (a hybrid search's dense list) for all 291, whose hybrid lists
-# then differed from FAISS's (another lowest dense score to normalise by). A walk of 16 x k missed
-# none of the top 120, one chunk of the top 40 for 2 questions (with no answer in the docs), of the
-# top 10 for 6 (asked for with collapse none only: k 10 asks for 40 rows otherwise); through
-# mdrag.retrieval.search the stores' file lists then differed only where chunks have equal cosines. It costs
-# at most 8% of a Milvus Lite dense or hybrid search (p50; benchmarks/store_parity.py, RESULTS.md).
-_EF_PER_RESULT = 16
-_SELF_SAMPLE = 64  # stored vectors `status --verify` asks the vector index for (see MilvusStore._lost_vectors)
 _QUERY_BATCH = 1000  # ids or hashes per `in [...]` expression
-_OUTPUT = [
-    "text", "context", "path", "rel_path", "root", "headings", "level",
-    "position", "page", "line_start", "line_end", "content_hash", "metadata",
-]  # fmt: skip
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")
 _WRITES = {
     "upsert",
@@ -100,31 +72,6 @@ _WRITES = {
     "alter_collection_properties",
 }  # refused on a view
 _READS = {"query", "search"}  # read with CONSISTENCY
-
-
-def _pymilvus() -> Any:
-    """Import pymilvus and quiet its own log handlers: mdrag reports store errors
-    itself, with the URI and what to do, instead of pymilvus's RPC tracebacks."""
-    import pymilvus
-
-    # grpc._server: Milvus Lite's in-process server logs a harmless "AllocTimestamp
-    # not implemented" traceback each time a collection is created.
-    for name in ("pymilvus", "pymilvus.milvus_client", "pymilvus.bulk_writer", "grpc._server", "milvus_lite"):
-        logging.getLogger(name).setLevel(logging.CRITICAL)
-    return pymilvus
-
-
-def server_too_old(reported: str, minimum: tuple[int, int]) -> bool:
-    """Whether a Milvus server that reports the version ``reported`` (``v2.3.5``, ``2.6.1-rc``,
-    ``milvus_lite-3.2.2``) is older than ``minimum`` (major, minor). A version that cannot be read is not:
-    that is logged, and mdrag goes on."""
-    m = _VERSION.search(reported)
-    if m is None:
-        log.warning(
-            "cannot read the Milvus server's version %r: going on as if it were %d.%d or later", reported, *minimum
-        )
-        return False
-    return (int(m.group(1)), int(m.group(2))) < minimum
 
 
 def collection_name(index: str) -> str:
@@ -226,7 +173,7 @@ class MilvusStore:
                     "Milvus Lite could not load the collection %s (%s); it loads without its %d index "
                     "file(s), which it builds again from the data: the damaged ones are in %s",
                     self.collection,
-                    _reason(e),
+                    reason(e),
                     len(moved),
                     moved[0][1].parent.parent,
                 )
@@ -260,10 +207,7 @@ class MilvusStore:
             return
         moved = [] if lite_read_only(self.uri) else self._set_aside_index_files(changed)
         if not moved:
-            raise StoreDamagedError(
-                f"The index store is damaged: {changed[0]} is not the vector index file its run wrote. Run "
-                "`mdrag index` where the folder is writable to build it again from the stored vectors."
-            )
+            raise milvus_check.changed_files_error(changed)
         log.warning(
             "%d vector index file(s) of %s are not the ones their run wrote (damaged?): moved to %s; Milvus "
             "Lite builds them again from the stored vectors",
@@ -276,95 +220,30 @@ class MilvusStore:
         """Record what the run leaves: its index files' sha256 and the row count (Milvus Lite)."""
         if self._files is None or self._view is not None:
             return
-        self._files.record_sums(self._count(""))
+        self._files.record_sums(self.count_where(""))
 
     def check(self, thorough: bool = False) -> list[str]:
-        """What differs from what the last run recorded, each naming the file; [] when whole. Cheap: the
-        index files' sha256 (opening sets aside those that differ); ``thorough`` also counts the rows and
-        asks the vector index for a sample of its own vectors (:meth:`_lost_vectors`)."""
-        files = self._files
-        changed = files.changed_index_files() if files is not None else []
-        found = [f"the vector index file {p} is not the one its run wrote" for p in changed]
-        rows = files.recorded_sums().get("rows") if files is not None else None
-        if thorough and isinstance(rows, int) and (held := self._count("")) != rows:
-            found.append(f"the collection {self.collection} in {self.uri} holds {held} rows, its last run left {rows}")
-        if thorough and (lost := self._lost_vectors()):
-            found.append(lost)
-        return found
-
-    def _lost_vectors(self) -> str:
-        """Whether the vector index finds the chunks it holds: a sample of ``_SELF_SAMPLE`` stored vectors,
-        each searched for, must each come back with a cosine of 1 (itself, or a chunk of the same text).
-        An index damaged where its files' checksums do not look (a Milvus server, or files with no
-        recorded checksum) finds other chunks. "" when it finds them, else what it found, naming the store."""
-        ids = sorted(self.all_ids())
-        if not ids:
-            return ""
-        sample = random.Random(len(ids)).sample(ids, min(_SELF_SAMPLE, len(ids)))
-        rows = self._call("query", self.collection, filter=filters.in_("id", sample), output_fields=["vector"])
-        if not rows:
-            return ""
-        res = self._call(
-            "search",
-            self.collection,
-            data=[[float(x) for x in r["vector"]] for r in rows],
-            limit=1,
-            output_fields=["id"],
-            search_params={"metric_type": "COSINE"},
-        )
-        missed = sum(1 for hits in res if not hits or float(hits[0]["distance"]) < 1 - 1e-3)
-        if missed <= len(rows) // 16:  # HNSW is approximate: a few may be missed in a large index
-            return ""
-        where = Path(self.uri).expanduser() / "collections" / self.collection if not _is_remote(self.uri) else self.uri
-        return (
-            f"the vector index of {where} does not find its own vectors ({missed} of {len(rows)} searched for "
-            "were not found)"
-        )
+        """What differs from what the last run recorded, each naming the file; [] when whole (opening sets
+        aside the index files that differ): :func:`mdrag.store.milvus_check.found_damage`."""
+        return milvus_check.found_damage(self, self._files, thorough)
 
     def repair(self, thorough: bool = False) -> tuple[list[str], set[str]]:
         """Opening already set aside the index files that differ (Milvus Lite builds them again); with
         ``thorough``, a vector index that does not find its own vectors (see :meth:`check`) is dropped and
         built again from the stored vectors (nothing is embedded again). What was repaired; no chunk is
         suspect (chunk rows that were lost are the indexer's to repair)."""
-        lost = self._lost_vectors() if thorough else ""
+        lost = milvus_check.lost_vectors(self) if thorough else ""
         if not lost:
             return [], set()
-        self._call("release_collection", self.collection)
-        self._call("drop_index", self.collection, "vector")
-        ip = self.client.prepare_index_params()
-        ip.add_index("vector", index_type="AUTOINDEX", metric_type="COSINE")
-        self._call("create_index", self.collection, ip)
-        self._call("load_collection", self.collection)
+        milvus_check.rebuild_vector_index(self)
         self._as_left = False
         return [f"{lost}: built again from the stored vectors"], set()
 
     def _open_error(self, e: Exception, create: bool) -> StoreError:
         """Why the store could not be opened: unreachable, in use by another process, or damaged."""
-        if _is_remote(self.uri):
-            return StoreUnavailableError(
-                f"Cannot reach the Milvus store at {self.uri}: {_reason(e)}. Start the Milvus server or fix milvus_uri."
-            )
-        self.close()  # this process's own Milvus Lite server holds the file's lock: release it first
-        if create and lite_read_only(self.uri):
-            return StoreUnavailableError(
-                f"The Milvus Lite folder {self.uri} is read-only: mdrag can search it but not index "
-                "into it. Index where mdrag can write (MDRAG_HOME or milvus_uri)."
-            )
-        if lite_locked(self.uri):
-            return StoreInUseError(
-                f"The Milvus Lite file {self.uri} is in use by another process (a running "
-                "`mdrag index` or `mdrag serve`?). Wait for it to finish, or stop it, and try again."
-            )
-        where = Path(self.uri).expanduser() / "collections" / self.collection
-        if where.is_dir():
-            return StoreDamagedError(
-                f"The index store is damaged: Milvus Lite cannot open {where} ({_reason(e)}). "
-                "`mdrag index --rebuild` moves it aside (into the cache's damaged/ folder) and builds the "
-                "index again from its folders."
-            )
-        return StoreUnavailableError(
-            f"Cannot open the Milvus Lite file {self.uri}: {_reason(e)}. Check that its folder exists and is writable."
-        )
+        if not _is_remote(self.uri):
+            self.close()  # this process's own Milvus Lite server holds the file's lock: release it first
+        return milvus_check.open_error(e, self.uri, self.collection, create)
 
     def set_aside(self) -> Path | None:
         """Move a damaged Milvus Lite collection out of the database, so the index can be built anew.
@@ -378,7 +257,7 @@ class MilvusStore:
         return self._files.set_aside()
 
     def _connect(self, create: bool = True) -> None:
-        MilvusClient = _pymilvus().MilvusClient
+        MilvusClient = milvus_rows.pymilvus().MilvusClient
         uri = self.uri
         if not _is_remote(self.uri):
             Path(self.uri).expanduser().parent.mkdir(parents=True, exist_ok=True)
@@ -403,22 +282,17 @@ class MilvusStore:
             self._check_server()
 
     def _check_server(self) -> None:
-        """Refuse a Milvus server older than :data:`MIN_SERVER_VERSION`: it has no BM25 function, so creating
-        a collection fails (a 2.3 server was seen to abort on it). Asked once, as the server is connected."""
+        """Refuse a Milvus server too old for BM25 full-text search (:func:`mdrag.store.milvus_check.too_old`).
+        Asked once, as the server is connected."""
         try:
             version = str(self.client.get_server_version())
-        except Exception as e:  # asked again where it matters (see _lite)
-            log.warning("the Milvus server at %s did not say its version (%s)", redact_url(self.uri), _reason(e))
+        except Exception as e:  # asked again where it matters (see lite)
+            log.warning("the Milvus server at %s did not say its version (%s)", redact_url(self.uri), reason(e))
             return
         self._lite_engine = version.startswith("milvus_lite")
-        if server_too_old(version, MIN_SERVER_VERSION):
+        if error := milvus_check.too_old(version, self.uri):
             self.close()
-            least = ".".join(map(str, MIN_SERVER_VERSION))
-            raise StoreError(
-                f"The Milvus server at {redact_url(self.uri)} is version {version}, and mdrag needs Milvus {least} "
-                f"or later (or Milvus Lite {least} or later), for its BM25 full-text search. Upgrade the server "
-                "(docker-compose.milvus.yml runs one), or unset milvus_uri to keep the index on this machine."
-            )
+            raise error
 
     def close(self) -> None:
         """Disconnect; a Milvus Lite file is released when its last store closes.
@@ -518,7 +392,7 @@ class MilvusStore:
         server's limit, and held in memory as Python lists of floats.
         """
         for request in milvus_rows.requests(rows):
-            self._call("upsert", self.collection, request)
+            self.call("upsert", self.collection, request)
 
     @property
     def per_segment_bm25(self) -> bool:
@@ -534,16 +408,16 @@ class MilvusStore:
         StoreError rather than being guessed at (a wrong guess leaves small
         updates with skewed BM25 scores, or rewrites rows for nothing).
         """
-        return self.has_bm25 and self._lite()
+        return self.has_bm25 and self.lite()
 
     def rewrite(self, ids: Iterable[str]) -> None:
         """Write these rows again, unchanged, so that they share one set of segments (sealed by a flush)."""
         self._as_left = False
         ids = sorted(ids)
-        fields = ["id", *_OUTPUT, "vector", "bm25_text"]
+        fields = ["id", *FIELDS, "vector", "bm25_text"]
         for i in range(0, len(ids), _QUERY_BATCH):
             expr = filters.in_("id", ids[i : i + _QUERY_BATCH])
-            rows = self._call("query", self.collection, filter=expr, output_fields=fields)
+            rows = self.call("query", self.collection, filter=expr, output_fields=fields)
             self._write({k: r[k] for k in fields} for r in rows)
 
     def delete_ids(self, ids: Iterable[str]) -> None:
@@ -552,50 +426,27 @@ class MilvusStore:
         ids = list(ids)
         for i in range(0, len(ids), _QUERY_BATCH):
             expr = filters.in_("id", ids[i : i + _QUERY_BATCH])
-            self._call("delete", self.collection, filter=expr)
+            self.call("delete", self.collection, filter=expr)
 
     def flush(self) -> None:
-        self._call("flush", self.collection)
+        self.call("flush", self.collection)
 
     def end_run(self, written: set[str], live: set[str], whole: bool) -> None:
         """An indexing run is done writing: pad a small update's segment (Milvus Lite), flush once
         (every flush seals a segment), and write the index again whole when small updates add up to
         ``BM25_REWRITE_SHARE`` of it (Milvus Lite; see :attr:`per_segment_bm25`)."""
-        if written and not whole and self.per_segment_bm25:
-            self._pad_segment(written, live)
+        if written and not whole and self.per_segment_bm25 and (sample := padding(written, live)):
+            self.rewrite(sample)  # a small update's segment gets BM25 statistics like the whole index's
         self.flush()
-        self._refresh_bm25(live, len(written), whole)
+        refresh_bm25(self, live, len(written), whole)
         self._record_sums()
         self._as_left = True
 
-    def _pad_segment(self, written: set[str], live: set[str]) -> None:
-        """Give a small update's segment BM25 statistics like the whole index's (see
-        :func:`mdrag.store.milvus_lite.padding`)."""
-        if sample := padding(written, live):
-            self.rewrite(sample)
-
-    def _refresh_bm25(self, live: set[str], written: int, whole: bool) -> None:
-        """Keep Milvus Lite's per-segment BM25 statistics close to the whole index's.
-
-        Small updates write segments that are samples of the index (:meth:`_pad_segment`);
-        once they add up to ``BM25_REWRITE_SHARE`` of the index, every chunk is written
-        again, together. The count of chunks so written is kept in the collection's properties.
-        """
-        before = self.rows_since_rewrite()
-        rows = 0 if whole or not self.per_segment_bm25 else before + written
-        if live and rows >= BM25_REWRITE_SHARE * len(live):
-            log.info("rewriting %d chunks so that BM25 statistics cover the whole index", len(live))
-            self.rewrite(live)
-            self.flush()
-            rows = 0
-        if rows != before:
-            self._call("alter_collection_properties", self.collection, properties={_ROWS_KEY: str(rows)})
-
     def rows_since_rewrite(self) -> int:
         """Chunks written by small updates since the collection was last written whole (see :meth:`end_run`)."""
-        props = self._call("describe_collection", self.collection).get("properties") or {}
+        props = self.call("describe_collection", self.collection).get("properties") or {}
         try:
-            return int(props.get(_ROWS_KEY) or 0)
+            return int(props.get(ROWS_KEY) or 0)
         except ValueError:
             return 0
 
@@ -606,7 +457,7 @@ class MilvusStore:
         found: dict[str, np.ndarray] = {}
         for i in range(0, len(hashes), _QUERY_BATCH):
             expr = filters.in_("content_hash", hashes[i : i + _QUERY_BATCH])
-            rows = self._call("query", self.collection, filter=expr, output_fields=["content_hash", "vector"])
+            rows = self.call("query", self.collection, filter=expr, output_fields=["content_hash", "vector"])
             for r in rows:
                 found.setdefault(r["content_hash"], np.asarray(r["vector"], dtype=np.float32))
         return found
@@ -640,23 +491,21 @@ class MilvusStore:
         expr = filters.and_(
             filters.like_prefix("id", prefix) if prefix else "", filters.in_("root", roots) if roots else ""
         )
-        rows: list[dict[str, Any]] = self._call(
-            "query", self.collection, filter=expr, output_fields=fields, limit=limit
-        )
+        rows: list[dict[str, Any]] = self.call("query", self.collection, filter=expr, output_fields=fields, limit=limit)
         if len(rows) < limit:
             return rows
         return [row for c in "0123456789abcdef" for row in self._all_rows(fields, roots, prefix + c)]
 
     def count(self, roots: Sequence[str] | None = None) -> int:
         """Chunks in the collection, or under these indexed folders."""
-        return self._count(filters.in_("root", roots) if roots else "")
+        return self.count_where(filters.in_("root", roots) if roots else "")
 
     def roots(self) -> list[str]:
         """The chunks' folders, one query each (Milvus has no DISTINCT): a chunk under none found so far."""
         found: list[str] = []
         while True:
             expr = f"not ({filters.in_('root', found)})" if found else ""
-            rows = self._call("query", self.collection, filter=expr, output_fields=["root"], limit=1)
+            rows = self.call("query", self.collection, filter=expr, output_fields=["root"], limit=1)
             if not rows:
                 return sorted(found)
             found.append(rows[0]["root"])
@@ -676,97 +525,16 @@ class MilvusStore:
         ranking fuses the two lists: mdrag.retrieval.fusion). Every row's ``score`` is its
         cosine similarity to ``vector``, whatever ranked it, so one threshold
         means the same in every mode; ``rank_score`` is the ranking mode's own score.
-
-        Milvus Lite's HNSW walk is ``_EF_PER_RESULT`` times ``k`` wide, so that its
-        dense lists match the exact ones (the FAISS store's, below 20,000 chunks)
-        but for rare misses. A filter never costs recall: Milvus Lite's HNSW index,
-        searched with a filter, skips the chunks that fail it during its walk of the
-        graph and misses some of the best that pass when they are few. A filtered dense
-        search therefore ranks the matching chunks exactly when there are at most
-        ``_EXACT_ROWS``; past that, Milvus Lite's walk is widened in proportion to
-        the share of chunks that may fail the filter (the walk then reaches several
-        times more chunks than hold the ``k`` best that pass). BM25 search reads every
-        posting list: exact.
+        How a filter and Milvus Lite's HNSW walk keep recall: :func:`mdrag.store.milvus_search.search`.
         """
-        if mode not in ("dense", "bm25"):
-            raise ValueError(f"unknown store search mode {mode!r}: dense or bm25")
-        if mode == "bm25" and not self.has_bm25:
-            mode = "dense"
-        if mode == "bm25" and self.prepare_text is not None:
-            text = self.prepare_text(text)
-        expr = filters.to_expr(where)
-        params: dict[str, Any] = {"metric_type": "COSINE" if mode == "dense" else "BM25"}
-        if mode == "dense" and expr:
-            matching = self._call(
-                "query", self.collection, filter=expr, output_fields=["vector"], limit=_EXACT_ROWS + 1
-            )
-            if len(matching) <= _EXACT_ROWS:
-                return self._exact_dense(vector, k, matching)
-            if self._lite():  # at least len(matching) pass: the share that fails is at most 1 - that / total
-                total = self._count("")
-                wide = min(total, max(_HNSW_EF, 4 * k) * math.ceil(total / len(matching)))
-                params["params"] = {"ef": max(wide, _EF_PER_RESULT * k)}
-        if mode == "dense" and "params" not in params and self._lite():
-            params["params"] = {"ef": max(_HNSW_EF, _EF_PER_RESULT * k)}
-        if mode == "dense":
-            res = self._call(
-                "search",
-                self.collection,
-                data=[vector.astype(np.float32).tolist()],
-                limit=k,
-                filter=expr,
-                output_fields=_OUTPUT,
-                search_params=params,
-            )
-        else:
-            res = self._call(
-                "search",
-                self.collection,
-                data=[text],
-                anns_field="sparse",
-                limit=k,
-                filter=expr,
-                output_fields=[*_OUTPUT, "vector"],
-                search_params=params,
-            )
-        out = []
-        for hit in res[0] if res else []:
-            row = dict(hit["entity"])
-            row["id"] = hit["id"]
-            # Milvus Lite reports BM25 as a negative distance: rank_score is the score itself.
-            row["rank_score"] = abs(float(hit["distance"])) if mode == "bm25" else float(hit["distance"])
-            stored = row.pop("vector", None)
-            row["score"] = float(np.dot(np.asarray(stored, dtype=np.float32), vector)) if stored else row["rank_score"]
-            out.append(Hit(**row))
-        return out
+        return milvus_search.search(self, vector, k, where, mode, text)
 
-    def _exact_dense(self, vector: np.ndarray, k: int, rows: list[dict[str, Any]]) -> list[Hit]:
-        """The ``k`` of ``rows`` (their ``id`` and ``vector``) most similar to ``vector``, ranked exactly
-        here (cosine), as :meth:`search` returns them."""
-        if not rows:
-            return []
-        ids = [r["id"] for r in rows]
-        vectors = np.asarray([r["vector"] for r in rows], dtype=np.float32)
-        norms = np.linalg.norm(vectors, axis=1) * (np.linalg.norm(vector) or 1.0)
-        cosine = (vectors @ vector.astype(np.float32)) / np.where(norms > 0, norms, 1.0)
-        best = sorted(range(len(ids)), key=lambda i: (-cosine[i], ids[i]))[:k]
-        top = [ids[i] for i in best]
-        found = {
-            r["id"]: r
-            for r in self._call("query", self.collection, filter=filters.in_("id", top), output_fields=_OUTPUT)
-        }
-        out = []
-        for i in best:
-            row = found.get(ids[i])
-            if row is not None:  # deleted between the two queries
-                out.append(Hit(**row, score=float(cosine[i]), rank_score=float(cosine[i])))
-        return out
-
-    def _count(self, expr: str) -> int:
-        rows = self._call("query", self.collection, filter=expr, output_fields=["count(*)"])
+    def count_where(self, expr: str) -> int:
+        """Rows passing the filter expression ``expr`` ("" for all)."""
+        rows = self.call("query", self.collection, filter=expr, output_fields=["count(*)"])
         return int(rows[0]["count(*)"]) if rows else 0
 
-    def _lite(self) -> bool:
+    def lite(self) -> bool:
         """Whether the server is Milvus Lite (embedded, or ``milvus-lite server``); asked once."""
         if self._lite_engine is None:
             client = self.client  # StoreError when not connected
@@ -774,14 +542,14 @@ class MilvusStore:
                 version = str(client.get_server_version())
             except Exception as e:
                 raise StoreError(
-                    f"Cannot tell which Milvus serves {self.uri} (its version request failed: {_reason(e)}). "
-                    f"Check that milvus_uri points at a Milvus {'.'.join(map(str, MIN_SERVER_VERSION))} or later "
+                    f"Cannot tell which Milvus serves {self.uri} (its version request failed: {reason(e)}). "
+                    f"Check that milvus_uri points at a Milvus {milvus_check.least_version()} or later "
                     "server, or at a Milvus Lite file."
                 ) from e
             self._lite_engine = version.startswith("milvus_lite")
         return self._lite_engine
 
-    def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+    def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
         """``self.client.<method>(...)``, with failures as StoreError naming the URI."""
         if self._view is not None and method in _WRITES:
             raise StoreError(f"the Milvus Lite folder {self.uri} is read-only: cannot {method}")
@@ -790,12 +558,7 @@ class MilvusStore:
         try:
             return getattr(self.client, method)(*args, **kwargs)
         except Exception as e:
-            raise StoreError(f"Milvus {method} on {self.collection} at {self.uri} failed: {_reason(e)}") from e
-
-
-def _reason(e: Exception) -> str:
-    msg = getattr(e, "message", None) or str(e)
-    return msg.strip().splitlines()[0][:300] if msg else type(e).__name__
+            raise StoreError(f"Milvus {method} on {self.collection} at {self.uri} failed: {reason(e)}") from e
 
 
 def _chosen(config: Config) -> str | None:

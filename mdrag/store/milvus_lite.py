@@ -28,8 +28,9 @@ import shutil
 import tempfile
 import threading
 import time
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from mdrag.ingest.manifest import file_sha256_cached, write_atomic
 
@@ -42,12 +43,14 @@ __all__ = [
     "lite_use",
     "lite_view",
     "padding",
+    "refresh_bm25",
 ]
 
 log = logging.getLogger(__name__)
 
 # Milvus Lite: rewrite the index whole once small updates have written this share of it.
 BM25_REWRITE_SHARE = 0.1
+ROWS_KEY = "mdrag.rows_since_rewrite"  # collection property: chunks written by small updates since a rewrite
 _BM25_SEGMENT_ROWS = 512  # Milvus Lite: fewest chunks a run writes in one segment (see padding)
 _INDEX_FILES_WAIT_S = 30.0  # how long a run waits for Milvus Lite to write its segments' index files
 _INDEX_FILES_STILL_S = 0.3  # ... and for them to stay unchanged this long: written whole
@@ -71,6 +74,41 @@ def padding(written: set[str], live: set[str]) -> list[str]:
         return []
     others = sorted(live - written)
     return random.Random(len(others)).sample(others, min(len(others), _BM25_SEGMENT_ROWS - len(written)))
+
+
+class Rewrites(Protocol):
+    """What keeping BM25 statistics whole asks of the Milvus store."""
+
+    collection: str  # the collection kept
+
+    @property
+    def per_segment_bm25(self) -> bool: ...  # Milvus Lite's BM25 statistics are per segment
+
+    def call(self, method: str, *args: Any, **kwargs: Any) -> Any: ...  # a client request
+
+    def rewrite(self, ids: Iterable[str]) -> None: ...  # write these rows again, together
+
+    def flush(self) -> None: ...
+
+    def rows_since_rewrite(self) -> int: ...  # the collection's ROWS_KEY property
+
+
+def refresh_bm25(store: Rewrites, live: set[str], written: int, whole: bool) -> None:
+    """Keep Milvus Lite's per-segment BM25 statistics close to the whole index's, at a run's end.
+
+    Small updates write segments that are samples of the index (:func:`padding`);
+    once they add up to ``BM25_REWRITE_SHARE`` of the index, every chunk is written
+    again, together. The count of chunks so written is kept in the collection's properties.
+    """
+    before = store.rows_since_rewrite()
+    rows = 0 if whole or not store.per_segment_bm25 else before + written
+    if live and rows >= BM25_REWRITE_SHARE * len(live):
+        log.info("rewriting %d chunks so that BM25 statistics cover the whole index", len(live))
+        store.rewrite(live)
+        store.flush()
+        rows = 0
+    if rows != before:
+        store.call("alter_collection_properties", store.collection, properties={ROWS_KEY: str(rows)})
 
 
 class LiteFiles:

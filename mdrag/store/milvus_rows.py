@@ -23,7 +23,23 @@ _PATH_MAX = 4096
 # (text, JSON and vector; one oversized row goes alone) and this many rows.
 _REQUEST_BYTES = 32 * 1024 * 1024
 _REQUEST_ROWS = 2048
+FIELDS = [
+    "text", "context", "path", "rel_path", "root", "headings", "level",
+    "position", "page", "line_start", "line_end", "content_hash", "metadata",
+]  # fmt: skip  # what a read returns of a row, beside its id
 _ROW_OVERHEAD = 128  # bytes a row costs beyond its values: field tags, numbers, JSON punctuation
+
+
+def pymilvus() -> Any:
+    """Import pymilvus and quiet its own log handlers: mdrag reports store errors
+    itself, with the URI and what to do, instead of pymilvus's RPC tracebacks."""
+    import pymilvus
+
+    # grpc._server: Milvus Lite's in-process server logs a harmless "AllocTimestamp
+    # not implemented" traceback each time a collection is created.
+    for name in ("pymilvus", "pymilvus.milvus_client", "pymilvus.bulk_writer", "grpc._server", "milvus_lite"):
+        logging.getLogger(name).setLevel(logging.CRITICAL)
+    return pymilvus
 
 
 def _clip(s: str, limit: int) -> str:

@@ -1,0 +1,166 @@
+"""Damage to a Milvus collection (see :mod:`mdrag.store.milvus`): what opening, `mdrag status` and
+`status --verify` find, what each error says, and the repair of a vector index that lost its vectors."""
+
+from __future__ import annotations
+
+import logging
+import random
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+from mdrag.errors import StoreDamagedError, StoreError, StoreInUseError, StoreUnavailableError
+from mdrag.redact import redact_url
+from mdrag.store import filters
+from mdrag.store import is_server_uri as _is_remote
+from mdrag.store.milvus_lite import LiteFiles, lite_locked, lite_read_only
+
+log = logging.getLogger(__name__)
+
+#: The oldest Milvus server mdrag works with: the BM25 function (full-text search) came in Milvus 2.5, and
+#: in Milvus Lite 2.5 (a `milvus-lite server` reports "milvus_lite-3.2.2"; mdrag installs 2.5 or later).
+MIN_SERVER_VERSION = (2, 5)
+_VERSION = re.compile(r"(?:^|[\s(v-])(\d+)\.(\d+)")  # "v2.3.5", "2.6.1-rc", "milvus_lite-3.2.2"
+_SELF_SAMPLE = 64  # stored vectors `status --verify` asks the vector index for (see lost_vectors)
+
+
+class Collection(Protocol):
+    """What a check asks of the store: reads of its collection."""
+
+    uri: str  # the Milvus Lite file, or the server's URI
+    collection: str  # the collection checked
+
+    def call(self, method: str, *args: Any, **kwargs: Any) -> Any: ...  # a client request, errors as StoreError
+
+    def count_where(self, expr: str) -> int: ...  # rows passing ``expr`` ("" for all)
+
+    def all_ids(self, roots: Sequence[str] | None = None) -> set[str]: ...
+
+
+def server_too_old(reported: str, minimum: tuple[int, int]) -> bool:
+    """Whether a Milvus server that reports the version ``reported`` (``v2.3.5``, ``2.6.1-rc``,
+    ``milvus_lite-3.2.2``) is older than ``minimum`` (major, minor). A version that cannot be read is not:
+    that is logged, and mdrag goes on."""
+    m = _VERSION.search(reported)
+    if m is None:
+        log.warning(
+            "cannot read the Milvus server's version %r: going on as if it were %d.%d or later", reported, *minimum
+        )
+        return False
+    return (int(m.group(1)), int(m.group(2))) < minimum
+
+
+def least_version() -> str:
+    """:data:`MIN_SERVER_VERSION` as a user reads it ("2.5")."""
+    return ".".join(map(str, MIN_SERVER_VERSION))
+
+
+def too_old(version: str, uri: str) -> StoreError | None:
+    """The error of a Milvus server at ``uri`` that reports ``version`` older than :data:`MIN_SERVER_VERSION`:
+    it has no BM25 function, so creating a collection fails (a 2.3 server was seen to abort on it)."""
+    if not server_too_old(version, MIN_SERVER_VERSION):
+        return None
+    least = least_version()
+    return StoreError(
+        f"The Milvus server at {redact_url(uri)} is version {version}, and mdrag needs Milvus {least} "
+        f"or later (or Milvus Lite {least} or later), for its BM25 full-text search. Upgrade the server "
+        "(docker-compose.milvus.yml runs one), or unset milvus_uri to keep the index on this machine."
+    )
+
+
+def reason(e: Exception) -> str:
+    """The first line of an error from pymilvus or Milvus, for a message that names what failed."""
+    msg = getattr(e, "message", None) or str(e)
+    return msg.strip().splitlines()[0][:300] if msg else type(e).__name__
+
+
+def found_damage(store: Collection, files: LiteFiles | None, thorough: bool) -> list[str]:
+    """What differs from what the last run recorded, each naming the file; [] when whole. Cheap: the
+    index files' sha256; ``thorough`` also counts the rows and asks the vector index for a sample of
+    its own vectors (:func:`lost_vectors`)."""
+    changed = files.changed_index_files() if files is not None else []
+    found = [f"the vector index file {p} is not the one its run wrote" for p in changed]
+    rows = files.recorded_sums().get("rows") if files is not None else None
+    if thorough and isinstance(rows, int) and (held := store.count_where("")) != rows:
+        found.append(f"the collection {store.collection} in {store.uri} holds {held} rows, its last run left {rows}")
+    if thorough and (lost := lost_vectors(store)):
+        found.append(lost)
+    return found
+
+
+def lost_vectors(store: Collection) -> str:
+    """Whether the vector index finds the chunks it holds: a sample of ``_SELF_SAMPLE`` stored vectors,
+    each searched for, must each come back with a cosine of 1 (itself, or a chunk of the same text).
+    An index damaged where its files' checksums do not look (a Milvus server, or files with no
+    recorded checksum) finds other chunks. "" when it finds them, else what it found, naming the store."""
+    ids = sorted(store.all_ids())
+    if not ids:
+        return ""
+    sample = random.Random(len(ids)).sample(ids, min(_SELF_SAMPLE, len(ids)))
+    rows = store.call("query", store.collection, filter=filters.in_("id", sample), output_fields=["vector"])
+    if not rows:
+        return ""
+    res = store.call(
+        "search",
+        store.collection,
+        data=[[float(x) for x in r["vector"]] for r in rows],
+        limit=1,
+        output_fields=["id"],
+        search_params={"metric_type": "COSINE"},
+    )
+    missed = sum(1 for hits in res if not hits or float(hits[0]["distance"]) < 1 - 1e-3)
+    if missed <= len(rows) // 16:  # HNSW is approximate: a few may be missed in a large index
+        return ""
+    where = store.uri if _is_remote(store.uri) else Path(store.uri).expanduser() / "collections" / store.collection
+    return (
+        f"the vector index of {where} does not find its own vectors ({missed} of {len(rows)} searched for "
+        "were not found)"
+    )
+
+
+def rebuild_vector_index(store: Collection) -> None:
+    """Drop the collection's vector index and build it again from the stored vectors (nothing is embedded)."""
+    store.call("release_collection", store.collection)
+    store.call("drop_index", store.collection, "vector")
+    ip = store.call("prepare_index_params")
+    ip.add_index("vector", index_type="AUTOINDEX", metric_type="COSINE")
+    store.call("create_index", store.collection, ip)
+    store.call("load_collection", store.collection)
+
+
+def changed_files_error(changed: list[Path]) -> StoreDamagedError:
+    """The error of index files that differ from what their run wrote and cannot be moved aside."""
+    return StoreDamagedError(
+        f"The index store is damaged: {changed[0]} is not the vector index file its run wrote. Run "
+        "`mdrag index` where the folder is writable to build it again from the stored vectors."
+    )
+
+
+def open_error(e: Exception, uri: str, collection: str, create: bool) -> StoreError:
+    """Why the store at ``uri`` could not be opened: unreachable, in use by another process, or damaged.
+    A Milvus Lite store must be closed first (this process's own Milvus Lite server holds the file's lock)."""
+    if _is_remote(uri):
+        return StoreUnavailableError(
+            f"Cannot reach the Milvus store at {uri}: {reason(e)}. Start the Milvus server or fix milvus_uri."
+        )
+    if create and lite_read_only(uri):
+        return StoreUnavailableError(
+            f"The Milvus Lite folder {uri} is read-only: mdrag can search it but not index "
+            "into it. Index where mdrag can write (MDRAG_HOME or milvus_uri)."
+        )
+    if lite_locked(uri):
+        return StoreInUseError(
+            f"The Milvus Lite file {uri} is in use by another process (a running "
+            "`mdrag index` or `mdrag serve`?). Wait for it to finish, or stop it, and try again."
+        )
+    where = Path(uri).expanduser() / "collections" / collection
+    if where.is_dir():
+        return StoreDamagedError(
+            f"The index store is damaged: Milvus Lite cannot open {where} ({reason(e)}). "
+            "`mdrag index --rebuild` moves it aside (into the cache's damaged/ folder) and builds the "
+            "index again from its folders."
+        )
+    return StoreUnavailableError(
+        f"Cannot open the Milvus Lite file {uri}: {reason(e)}. Check that its folder exists and is writable."
+    )
