@@ -51,6 +51,8 @@ MCP_MAX_DEPTH = 32  # JSON nesting a message may have: MCP's own messages use a 
 MCP_CHECK_INLINE_CHARS = 2**16  # a longer line is checked in a worker thread, not holding up other requests
 MCP_PROGRESS_EVERY_S = 0.5  # how often a waiting `search` looks at the update's progress (for notifications)
 MCP_HINT_CACHE_SIZE = 256  # (index, keywords) -> ranked sections kept, so search_docs' next call has them at once
+MCP_HTTP_PATH = "/mcp"  # the endpoint of `mdrag mcp --http`: the path the MCP SDK's servers and examples use
+MCP_HTTP_STOP_S = 3  # on stop, open HTTP streams (a client's GET stream never ends) get this long, then are cut
 
 # --- server ---
 

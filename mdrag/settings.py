@@ -390,6 +390,13 @@ class Settings(BaseModel):
         '`["~/docs"]`; each use is logged as a warning; `mdrag mcp` reads it when it starts. A project\'s '
         'own `.knowledge/config.yaml` cannot allow this (see "Documentation sets for AI assistants")',
     )
+    mcp__port: Int = setting(
+        8766,
+        "port of the MCP server over HTTP (`mdrag mcp --http`; `0`: a free one); its address, token and "
+        "allowed origins are the `server.*` settings",
+        ge=0,
+        le=65535,
+    )
 
 
 #: Every setting's field, by dotted key.

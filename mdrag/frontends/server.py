@@ -24,7 +24,6 @@ import asyncio
 import contextlib
 import errno
 import functools
-import hmac
 import logging
 import os
 import time
@@ -32,12 +31,12 @@ from collections.abc import Awaitable, Callable, Sequence
 from http import HTTPStatus
 from pathlib import Path
 from typing import Any, TypeVar
-from urllib.parse import parse_qs, urlsplit
 
 from mdrag.answering import ask as qa
 from mdrag.config import Config, load_config
 from mdrag.errors import ConfigError, LLMError, MdragError, ProtocolError
 from mdrag.frontends import protocol, web
+from mdrag.frontends.access import check_bind, origin_allowed, token_matches
 from mdrag.frontends.protocol import is_loopback
 from mdrag.index import Index
 from mdrag.ingest.keeper import IndexKeeper, KeeperState
@@ -129,11 +128,7 @@ class QAServer:
         from websockets.asyncio.server import serve
 
         host, port = self.config["server.host"], self.config["server.port"]
-        if not is_loopback(host) and not self.config["server.token"]:
-            raise ConfigError(
-                f"binding to {host} exposes your documents to the network: set a token with "
-                "--token (setting server.token), or bind to 127.0.0.1"
-            )
+        check_bind(host, self.config["server.token"])
         try:
             self._server = await serve(
                 self._handle,
@@ -403,26 +398,13 @@ class QAServer:
         if not web.is_handshake(request):
             return web.respond(self._page, request)  # static files, no data: no token needed
         origin = request.headers.get("Origin")
-        if origin is not None and not self._origin_allowed(origin):
+        if origin is not None and not origin_allowed(origin, self.config["server.allowed_origins"]):
             log.warning("refused a connection from origin %s", origin[:200])
             return connection.respond(HTTPStatus.FORBIDDEN, "Origin not allowed: mdrag serves local pages only.\n")
         token = self.config["server.token"]
-        if token:
-            given = ""
-            auth = request.headers.get("Authorization", "")
-            if auth.lower().startswith("bearer "):
-                given = auth[7:].strip()
-            else:
-                given = parse_qs(urlsplit(request.path).query).get("token", [""])[0]
-            if not hmac.compare_digest(given.encode(), token.encode()):
-                return connection.respond(HTTPStatus.UNAUTHORIZED, "A valid token is required.\n")
+        if token and not token_matches(request.headers.get("Authorization"), request.path, token):
+            return connection.respond(HTTPStatus.UNAUTHORIZED, "A valid token is required.\n")
         return None
-
-    def _origin_allowed(self, origin: str) -> bool:
-        if origin in self.config["server.allowed_origins"]:
-            return True
-        parts = urlsplit(origin)
-        return parts.scheme in ("http", "https") and is_loopback(parts.hostname or "")
 
     def _status(self) -> dict[str, Any]:
         st = self.keeper.state if self.keeper is not None else KeeperState()

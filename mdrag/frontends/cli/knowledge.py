@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mdrag.errors import MdragError
+from mdrag.errors import ConfigError, MdragError
 from mdrag.frontends.cli.indexing import _IndexBar
 from mdrag.frontends.cli.output import _safe
 from mdrag.frontends.cli.parser import _overrides
@@ -17,11 +17,29 @@ if TYPE_CHECKING:
     from mdrag.config import Config
 
 
+_HTTP_ONLY = {"server.host": "--host", "mcp.port": "--port", "server.token": "--token"}  # flags of --http
+
+
 def _cmd_mcp(args: argparse.Namespace) -> int:
     from mdrag.config import load_config
-    from mdrag.frontends.mcp import run_stdio
 
-    run_stdio(config=load_config(_overrides(args)))
+    config = load_config(_overrides(args))
+    if not args.http:
+        given = [flag for key, flag in _HTTP_ONLY.items() if getattr(args, key) is not None]
+        given += ["--allow-origin"] if getattr(args, "server.allowed_origins") else []
+        if given:
+            verb = "applies" if len(given) == 1 else "apply"
+            raise ConfigError(f"{', '.join(given)} only {verb} to the MCP server over HTTP: add --http")
+        from mdrag.frontends.mcp import run_stdio
+
+        run_stdio(config=config)
+        return 0
+    from mdrag.frontends.mcp.http import MCPHTTPServer
+
+    server = MCPHTTPServer(config=config)
+    print(f"mdrag: MCP server on {server.url} (streamable HTTP); Ctrl+C stops it", file=sys.stderr, flush=True)
+    server.run()
+    print("mdrag: MCP server stopped", file=sys.stderr, flush=True)
     return 0
 
 

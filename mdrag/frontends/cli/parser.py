@@ -25,7 +25,8 @@ EXAMPLES = {
     "status": "example: mdrag status --json",
     "serve": 'example: mdrag serve ./docs --port 8765   (then, elsewhere: mdrag ask "how do I ...?")',
     "ask": 'example: mdrag ask "How do I create a custom shortcode?"   (no question: interactive)',
-    "mcp": "example: register `mdrag mcp` (or `agentic-knowledge-mcp`) as a stdio server in your MCP client",
+    "mcp": "example: register `mdrag mcp` (or `agentic-knowledge-mcp`) as a stdio server in your MCP client; "
+    "over HTTP: mdrag mcp --http   (then point the client at http://127.0.0.1:8766/mcp)",
     "knowledge": "example: mdrag knowledge init react   |   mdrag knowledge refresh   |   mdrag knowledge status",
     "config": "example: mdrag config --json   (each setting's value and where it came from)",
     "eval": "example: mdrag eval benchmarks/data/hugo_qa.jsonl --index hugo   "
@@ -50,6 +51,7 @@ _SETTING_FLAGS: dict[str, tuple[str, str | None]] = {
     "server.reload_interval": ("--reload-interval", "S"),
     "server.token": ("--token", None),
     "server.allowed_origins": ("--allow-origin", "ORIGIN"),
+    "mcp.port": ("--port", None),
 }
 
 
@@ -172,8 +174,16 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--markdown", action="store_true", help="print every setting's default and help as a Markdown table")
     _common(p)
 
-    p = sub.add_parser("mcp", help="run the MCP server for AI assistants (stdio)", epilog=EXAMPLES["mcp"])
+    p = sub.add_parser("mcp", help="run the MCP server for AI assistants (stdio, or HTTP)", epilog=EXAMPLES["mcp"])
     _setting_flag(p, "store.backend")
+    p.add_argument(
+        "--http",
+        action="store_true",
+        help="serve the tools over MCP's streamable HTTP transport (at /mcp) instead of stdin/stdout; several "
+        "clients may connect at once",
+    )
+    for key in ("server.host", "mcp.port", "server.token", "server.allowed_origins"):
+        _setting_flag(p, key)
     p.add_argument("-v", "--verbose", action="count", default=0, help="more log output on stderr")
     p.add_argument("-q", "--quiet", action="store_true", help="only errors on stderr")
 

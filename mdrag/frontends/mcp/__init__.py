@@ -1,4 +1,4 @@
-"""The MCP server (`mdrag mcp`): docset tools for AI coding assistants, over stdio.
+"""The MCP server (`mdrag mcp`): docset tools for AI coding assistants, over stdio or HTTP.
 
 The tools::
 
@@ -21,6 +21,8 @@ Layered as websockets is, a core without I/O under thin I/O layers:
 - ``tools``: :class:`KnowledgeTools`, the tools over the core (:mod:`mdrag.knowledge`, its docsets'
   indexes in :mod:`mdrag.knowledge.docsets`), with their indexes kept current in the background.
 - ``stdio``: :func:`run_stdio`, the SDK's stdio transport with each line checked by ``wire`` first.
+- ``http``: :class:`~mdrag.frontends.mcp.http.MCPHTTPServer` (`mdrag mcp --http`), the SDK's streamable HTTP
+  transport, one set of tools for every session, behind the WebSocket server's Origin and token checks.
 """
 
 from __future__ import annotations

@@ -1,0 +1,48 @@
+"""Who may use a server of mdrag's: the rules the WebSocket server (`mdrag serve`) and the MCP server over
+HTTP (`mdrag mcp --http`) share. No I/O.
+
+- :func:`check_bind`: an address other than loopback needs a token (``server.token``).
+- :func:`origin_allowed`: a browser page may connect from a loopback origin or one listed in
+  ``server.allowed_origins``; any other origin is refused (against DNS rebinding and cross-site pages).
+- :func:`token_matches`: the token comes as ``Authorization: Bearer …`` or ``?token=``, compared in
+  constant time.
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Sequence
+from urllib.parse import parse_qs, urlsplit
+
+from mdrag.errors import ConfigError
+from mdrag.frontends.protocol import is_loopback
+
+__all__ = ["check_bind", "origin_allowed", "token_matches"]
+
+
+def check_bind(host: str, token: str | None) -> None:
+    """Refuse (ConfigError) to listen on ``host`` when it reaches beyond this machine and no token is set."""
+    if not is_loopback(host) and not token:
+        raise ConfigError(
+            f"binding to {host} exposes your documents to the network: set a token with "
+            "--token (setting server.token), or bind to 127.0.0.1"
+        )
+
+
+def origin_allowed(origin: str, allowed: Sequence[str]) -> bool:
+    """Whether a request with this ``Origin`` header may be served: a loopback page, or one of ``allowed``."""
+    if origin in allowed:
+        return True
+    parts = urlsplit(origin)
+    return parts.scheme in ("http", "https") and is_loopback(parts.hostname or "")
+
+
+def token_matches(authorization: str | None, target: str, token: str) -> bool:
+    """Whether a request carries ``token``: in its ``Authorization: Bearer`` header, or else in the
+    ``token`` query parameter of its ``target`` (the path and query it asked for)."""
+    auth = authorization or ""
+    if auth.lower().startswith("bearer "):
+        given = auth[7:].strip()
+    else:
+        given = parse_qs(urlsplit(target).query).get("token", [""])[0]
+    return hmac.compare_digest(given.encode(), token.encode())

@@ -1,0 +1,223 @@
+"""The MCP server over HTTP (`mdrag mcp --http`): the SDK's streamable HTTP transport at
+:data:`~mdrag.knobs.MCP_HTTP_PATH`, served by uvicorn.
+
+The tools are the stdio server's (:func:`~mdrag.frontends.mcp.tools.build_server`), built once:
+every client session shares them, and so one index keeper per docset. The requests pass the
+WebSocket server's checks first (:mod:`mdrag.frontends.access`): a browser page from an origin
+that is not loopback nor in ``server.allowed_origins`` is refused (403: the MCP specification
+asks for it, against DNS rebinding), a request without ``server.token`` when one is set is
+refused (401), and an address other than loopback needs a token. A POST's body is then checked
+as a stdio line is (:func:`~mdrag.frontends.mcp.wire.check_message`): one the SDK should not
+read gets its JSON-RPC error (400) and the server goes on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import logging
+import signal
+import socket
+import threading
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import anyio.to_thread
+import uvicorn
+from mcp import types
+from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
+from mcp.server.transport_security import TransportSecuritySettings
+from starlette.applications import Starlette
+from starlette.datastructures import Headers
+from starlette.responses import PlainTextResponse, Response
+from starlette.routing import Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from mdrag.config import Config, load_config
+from mdrag.errors import MdragError
+from mdrag.frontends.access import check_bind, origin_allowed, token_matches
+from mdrag.frontends.mcp.tools import build_server
+from mdrag.frontends.mcp.wire import check_message, not_utf8_reply, oversized_reply
+from mdrag.knobs import MCP_CHECK_INLINE_CHARS, MCP_HTTP_PATH, MCP_HTTP_STOP_S, MCP_MAX_MESSAGE_BYTES
+from mdrag.knowledge import KnowledgeBase
+
+__all__ = ["MCPHTTPServer"]
+
+log = logging.getLogger(__name__)
+
+
+class _Guard:
+    """The ASGI app in front of the SDK's: the Origin and token checks, then a POST body's JSON-RPC check."""
+
+    def __init__(self, app: ASGIApp, config: Config) -> None:
+        self.app = app  # the Starlette app holding the SDK's endpoint
+        self.config = config  # server.token and server.allowed_origins, read at each request
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":  # the lifespan
+            await self.app(scope, receive, send)
+            return
+        headers = Headers(scope=scope)
+        origin = headers.get("origin")
+        if origin is not None and not origin_allowed(origin, self.config["server.allowed_origins"]):
+            log.warning("refused a request from origin %s", origin[:200])
+            refused = PlainTextResponse("Origin not allowed: mdrag serves local pages only.\n", 403)
+            await refused(scope, receive, send)
+            return
+        token = self.config["server.token"]
+        target = scope["path"] + ("?" + scope["query_string"].decode("latin-1") if scope["query_string"] else "")
+        if token and not token_matches(headers.get("authorization"), target, token):
+            unauthorized = PlainTextResponse(
+                "A valid token is required: send it as Authorization: Bearer <token>.\n",
+                401,
+                headers={"WWW-Authenticate": "Bearer"},
+            )
+            await unauthorized(scope, receive, send)
+            return
+        if scope["method"] != "POST":
+            await self.app(scope, receive, send)
+            return
+        body = await _read_body(receive)
+        refusal = await _refusal(body)
+        if refusal is not None:
+            await refusal(scope, receive, send)
+            return
+        assert body is not None  # one too long is refused
+        await self.app(scope, _replay(body, receive), send)
+
+
+async def _read_body(receive: Receive) -> bytes | None:
+    """The request's body, or None when it is longer than MCP_MAX_MESSAGE_BYTES (the rest is left unread)."""
+    body = bytearray()
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            return bytes(body)
+        body += message.get("body", b"")
+        if len(body) > MCP_MAX_MESSAGE_BYTES:
+            return None
+        if not message.get("more_body", False):
+            return bytes(body)
+
+
+async def _refusal(body: bytes | None) -> Response | None:
+    """The answer to a body the SDK should not read (a JSON-RPC error; 202 for a dropped notification), or None."""
+    if body is None:
+        reply: types.JSONRPCError | None = oversized_reply(MCP_MAX_MESSAGE_BYTES)
+        status = 413
+    else:
+        try:
+            text = body.decode("utf-8")
+        except UnicodeDecodeError as e:
+            reply = not_utf8_reply(e)
+        else:
+            if len(text) < MCP_CHECK_INLINE_CHARS:
+                forward, reply = check_message(text)
+            else:  # a long one could hold up the other requests for a while
+                forward, reply = await anyio.to_thread.run_sync(check_message, text)
+            if forward:
+                return None
+            if reply is None:  # a notification or a response that is dropped: never answered
+                return Response(status_code=202)
+        status = 400
+    assert reply is not None
+    log.warning("malformed message from a client: %s", reply.error.message)
+    return Response(reply.model_dump_json(by_alias=True, exclude_unset=True), status, media_type="application/json")
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """``receive`` for the SDK, which reads the body again: the body read, then what comes next."""
+    sent = False
+
+    async def replay() -> Message:
+        nonlocal sent
+        if sent:
+            return await receive()
+        sent = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return replay
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """A socket listening on ``host``:``port``, or an MdragError that says what to change."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+        sock = socket.socket(family, kind, proto)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind(address)
+            sock.listen()
+        except BaseException:
+            sock.close()
+            raise
+    except OSError as e:  # the port is taken, the address is not this machine's, ...
+        hint = (
+            "another program (another `mdrag mcp --http`?) listens there: pick another port with --port"
+            if e.errno == errno.EADDRINUSE
+            else "check server.host (--host) and mcp.port (--port)"
+        )
+        raise MdragError(f"cannot listen on {host}:{port} ({e.strerror or e}): {hint}") from None
+    return sock
+
+
+class MCPHTTPServer:
+    """The MCP tools over HTTP: listening once made (``url`` known, port 0 resolved), served by :meth:`run`
+    until Ctrl+C or SIGTERM, which close the docsets' indexes.
+
+    ``start``: where to look for ``.knowledge/config.yaml`` (as for :func:`~.stdio.run_stdio`);
+    ``config``: the settings (``server.host``, ``mcp.port``, ``server.token``,
+    ``server.allowed_origins``, and those the docsets' indexes start from; default: the user's).
+    """
+
+    def __init__(self, start: Path | None = None, config: Config | None = None) -> None:
+        config = config or load_config()
+        host = config["server.host"]
+        check_bind(host, config["server.token"])
+        self.config = config  # the settings the server started with
+        server = build_server(KnowledgeBase(start, allowed_outside=config["knowledge.allowed_paths"]), config=config)
+        self._sessions = StreamableHTTPSessionManager(  # every session shares `server`, and so its tools
+            server,
+            security_settings=TransportSecuritySettings(enable_dns_rebinding_protection=False),  # _Guard checks
+            max_request_body_size=MCP_MAX_MESSAGE_BYTES,
+        )
+        self._socket = _listen(host, config["mcp.port"])  # bound here: the port is known before run()
+        bound = self._socket.getsockname()
+        shown = f"[{bound[0]}]" if ":" in bound[0] else bound[0]
+        self.url = f"http://{shown}:{bound[1]}{MCP_HTTP_PATH}"  # what a client connects to (no token in it)
+        app = Starlette(
+            routes=[Route(MCP_HTTP_PATH, endpoint=StreamableHTTPASGIApp(self._sessions))], lifespan=self._lifespan
+        )
+        self._uvicorn = uvicorn.Server(
+            uvicorn.Config(
+                _Guard(app, config),
+                lifespan="on",
+                log_config=None,  # mdrag's logging as the command line set it up
+                access_log=False,
+                server_header=False,
+                proxy_headers=False,
+                ws="none",
+                timeout_graceful_shutdown=MCP_HTTP_STOP_S,
+            )
+        )
+
+    @contextlib.asynccontextmanager
+    async def _lifespan(self, _: Starlette) -> AsyncIterator[None]:
+        async with self._sessions.run():  # starts the tools (and the docsets' index updates), once
+            log.info("MCP server listening on %s", self.url)
+            yield
+        log.info("MCP server stopped; the docsets' indexes are closed")
+
+    def run(self) -> None:
+        """Serve until Ctrl+C or SIGTERM; the docsets' indexes are closed on the way out."""
+        main = threading.current_thread() is threading.main_thread()
+        # uvicorn stops on SIGTERM, then raises it again: with this handler, as Ctrl+C, caught below
+        previous = signal.signal(signal.SIGTERM, signal.default_int_handler) if main else None
+        try:
+            self._uvicorn.run(sockets=[self._socket])
+        except KeyboardInterrupt:
+            pass
+        finally:
+            self._socket.close()
+            if previous is not None:
+                signal.signal(signal.SIGTERM, previous)
