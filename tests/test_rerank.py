@@ -349,3 +349,18 @@ def test_a_local_cross_encoder_orders_by_its_own_scores(index: Index, cross_enco
     want = [r.rel_path for _, r in sorted(zip(scores, fused[:6]), key=lambda pair: -pair[0])]
     assert _paths(results) == want + _paths(fused)[6:]
     assert [r.rerank_score for r in results[:6]] == pytest.approx(sorted(scores, reverse=True), abs=1e-5)
+
+
+@pytest.mark.slow
+def test_a_local_model_that_will_not_load_leaves_the_fused_order(
+    index: Index, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    broken = tmp_path / "broken-model"
+    broken.mkdir()
+    (broken / "config.json").write_text("{}")
+    fused = index.search(QUERY)
+    index.config = index.config.with_overrides({"rerank.path": str(broken)})
+    with caplog.at_level(logging.WARNING):
+        assert _paths(index.search(QUERY)) == _paths(fused)
+        assert _paths(index.search(QUERY)) == _paths(fused)  # each search: one warning
+    assert len(_warnings(caplog)) == 2 and all(f"model {broken} failed: cannot load it" in w for w in _warnings(caplog))

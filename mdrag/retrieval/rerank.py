@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import threading
 import time
 import urllib.parse
@@ -78,10 +79,10 @@ class Reranker(ABC):
         try:
             scores = self._scores(query, [_document(r) for r in head])
         except Exception as e:  # whatever happened, the search goes on in the fused order
-            reason = str(e) if isinstance(e, _Failed) else f"{type(e).__name__}: {e}"
+            reason = (str(e) if isinstance(e, _Failed) else f"{type(e).__name__}: {e}").rstrip(".")
             with self._lock:
                 self.failures += 1
-            logger.warning("reranker %s failed (%s): these results keep the fused order", self.shown, reason)
+            logger.warning("reranker %s failed: %s; these results keep the fused order", self.shown, reason)
             return {}
         logger.debug("reranker %s scored %d rows in %.3f s", self.shown, len(head), time.monotonic() - started)
         return {head[i].id: s for i, s in scores.items()}
@@ -210,6 +211,7 @@ class LocalReranker(Reranker):
         with self._load_lock:
             if self._model is None and self._load_error is None:
                 try:
+                    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # no "Loading weights" bar
                     from sentence_transformers import CrossEncoder
 
                     self._model = CrossEncoder(str(self.path), device=self.device, local_files_only=True)
