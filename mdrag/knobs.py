@@ -27,6 +27,9 @@ NAMED_SURE = 0.65
 MAX_SOURCE_CHARS = 12_000  # characters of passages put in an answer's prompt, which must fit the chat model's context
 MAX_EXTRACTIVE = 5  # passages quoted by an extractive answer (no LLM)
 MAX_ERROR_BODY = 64 * 1024  # bytes of an LLM or embedding API's error response quoted from: its message, not a page
+# Bytes of a reranker's answer read (mdrag.retrieval.rerank): scores for rerank.top_n (at most 200) documents,
+# even with each document's text echoed back (Jina and Cohere may), fit well within it.
+MAX_RERANK_ANSWER = 4 * 2**20
 
 # --- stores ---
 

@@ -306,6 +306,44 @@ class Settings(BaseModel):
         "section",
         "keep only the best chunk of each `section` or each `file`, or `none`",
     )
+    rerank__url: str | None = setting(
+        None,
+        "a reranker's full `/rerank` endpoint, e.g. `http://127.0.0.1:8080/v1/rerank` (llama.cpp, vLLM, Jina, "
+        "Cohere: `{model, query, documents, top_n}` answered by `{results: [{index, relevance_score}]}`): it "
+        "reorders the best `rerank.top_n` results before `search.threshold` and `search.k`; unset: no reranker "
+        '(see "Reranking")',
+        shown="unset",
+    )
+    rerank__model: str | None = setting(
+        None,
+        "the model name sent to `rerank.url` (left out of the request when unset)",
+        shown="unset",
+    )
+    rerank__api_key: str | None = setting(
+        None,
+        "its key (`Authorization: Bearer`); never logged; not taken from `api.api_key`, so that key never "
+        "goes to another host",
+        secret=True,
+        shown="unset",
+    )
+    rerank__path: str | None = setting(
+        None,
+        "instead of `rerank.url`: the folder of a sentence-transformers CrossEncoder on this machine (never "
+        "downloaded), run on `embedding.device`",
+        shown="unset",
+    )
+    rerank__top_n: Int = setting(
+        20,
+        "how many of the best fused results the reranker reorders; the others follow them",
+        ge=1,
+        le=200,
+    )
+    rerank__timeout: Number = setting(
+        10,
+        "seconds a search waits for the reranker; then, as on any failure of it, the results keep the fused "
+        "order and a warning says why",
+        gt=0,
+    )
     llm__base_url: str | None = setting(
         None,
         "chat completions endpoint (for the Q&A server)",

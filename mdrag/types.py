@@ -97,6 +97,7 @@ class SearchResult:
     rank_score: float | None = None  # what ranked it: cosine (dense), BM25, or the fused score (hybrid)
     dense_rank: int | None = None  # 1-based rank among the dense candidates; None: not among them, or bm25 mode
     bm25_rank: int | None = None  # 1-based rank among the BM25 candidates; None: not among them, or dense mode
+    rerank_score: float | None = None  # the reranker's score (rerank.*), which ordered it; None: not reranked
 
     @property
     def heading(self) -> str:

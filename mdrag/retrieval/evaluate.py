@@ -7,7 +7,8 @@ by their id). Relevance is binary; a document is a file, and its rank is the
 rank of its best chunk.
 
 Each question is one search with the index's settings (``search.k``,
-``search.threshold``, ``search.collapse``), the same call as a `search`
+``search.threshold``, ``search.collapse``, and the reranker of ``rerank.*``
+when one is set; `mdrag eval --rerank` measures without it too), the same call as a `search`
 message with no options to `mdrag serve`, or `mdrag search` without flags;
 only the mode is named, so that every mode can be measured (with the
 setting's own mode, the call is the default one). The figures are those of

@@ -1,4 +1,4 @@
-"""Query -> ranked results: embed, nearest neighbours in the store, threshold, filters."""
+"""Query -> ranked results: embed, nearest neighbours in the store, rerank (optional), threshold, filters."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from mdrag.embedding.base import Embedder
 from mdrag.errors import ConfigError
 from mdrag.knobs import STORE_MAX_ROWS
+from mdrag.retrieval import rerank as reranking
 from mdrag.retrieval.fusion import fuse
 from mdrag.settings import DEFAULTS
 from mdrag.store.base import Filter, Hit, Store
@@ -57,6 +58,8 @@ class SearchOptions:
     # Keep only the best chunk of each "section" (heading path; a PDF page without outline
     # headings is a section) or "file", so one long section or file cannot fill every place.
     collapse: str = _setting("search.collapse")
+    # Reorders the best fused rows before the threshold and the cut (rerank.*; mdrag.retrieval.rerank); None: off.
+    rerank: reranking.Reranker | None = None
 
     @classmethod
     def from_config(cls, config: Config) -> SearchOptions:
@@ -68,6 +71,7 @@ class SearchOptions:
             fusion=config["search.fusion"],
             dense_weight=config["search.dense_weight"],
             collapse=config["search.collapse"],
+            rerank=reranking.from_config(config),
         )
 
 
@@ -137,6 +141,9 @@ def search(
     table row poorly, and a short keyword query that names one finds it with a low cosine.
     Only the chunks ``visible`` lets through are returned; ``filters`` are
     :data:`FILTER_KEYS`. ``vector`` is the query's embedding when the caller has it already.
+    With ``options.rerank``, its best ``top_n`` rows are reordered by the reranker first
+    (:mod:`mdrag.retrieval.rerank`; their ``rerank_score`` says its score); the threshold still
+    reads the cosine, so reranking only changes the order.
     """
     k, threshold, collapse = options.k, options.threshold, options.collapse
     if not any(not ch.isspace() and unicodedata.category(ch) != "Cf" for ch in query):
@@ -148,11 +155,18 @@ def search(
     if vector is None:
         vector = embedder.embed_query(query)
     fetch = k * 4 if collapse != "none" else k  # room for the chunks that collapse away
+    if options.rerank is not None:
+        fetch = max(fetch, options.rerank.top_n)  # the reranker reorders that many
     n = min(fetch + (0 if store.hides else len(visible.hidden)), STORE_MAX_ROWS)
     asked = _words(query, store.prepare_text) if threshold is not None else set()  # _holds reads them
     bm25_listed = _mode(options.mode, store) != "dense"  # the rows carry their rank in a BM25 list
+    scored: dict[str, float] | None = None  # the reranker's scores by chunk id: asked once per search
     while True:
         rows, more = _ranked(store, vector, query, n, where, options, visible.hidden)
+        if options.rerank is not None:
+            if scored is None:
+                scored = options.rerank.score(query, [r for r in rows if _shown(r, visible)])
+            rows = reranking.reorder(rows, scored)
         rows = _kept(rows, k, visible, threshold, asked, collapse, store.prepare_text, bm25_listed)
         # Fewer than k, and rows that would be kept may lie past those fetched: ask for more.
         if len(rows) >= k or not more or n >= STORE_MAX_ROWS:
@@ -176,6 +190,7 @@ def search(
                 rank_score=round(r.rank_score, 6),
                 dense_rank=r.dense_rank,
                 bm25_rank=r.bm25_rank,
+                rerank_score=round(scored[r.id], 6) if scored and r.id in scored else None,
             )
         )
     return results
@@ -194,13 +209,10 @@ def _kept(
     """The first ``k`` of ``rows`` that ``visible`` lets through, that pass ``threshold`` (or hold every
     word ``asked``), and that collapse keeps: the threshold goes before the cut, so a search returns the
     k best that pass whatever k is. ``bm25_listed``: the rows come from a BM25 list (bm25 or hybrid mode)."""
-    ids, roots = visible.ids, visible.roots
     seen: set[tuple[object, ...]] = set()
     kept = []
     for r in rows:
-        # visible.hidden held the invisible chunks when the search began; a run may have written
-        # more since (or a failed run left some), ranked among the first: they are dropped here.
-        if ids is not None and r.id not in ids and (roots is None or r.root in roots):
+        if not _shown(r, visible):
             continue
         if threshold is not None and _score(r) < threshold and not _holds(r, asked, prepare, bm25_listed):
             continue  # below the threshold, and not an exact match among BM25's first _EXACT_DEPTH
@@ -213,6 +225,12 @@ def _kept(
         if len(kept) == k:
             break
     return kept
+
+
+def _shown(row: Hit, visible: Visible) -> bool:
+    """Whether ``visible`` lets ``row`` through. visible.hidden held the invisible chunks when the search
+    began; a run may have written more since (or a failed run left some), ranked among the first: not these."""
+    return visible.ids is None or row.id in visible.ids or (visible.roots is not None and row.root not in visible.roots)
 
 
 def _score(row: Hit) -> float:

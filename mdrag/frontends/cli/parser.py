@@ -30,7 +30,8 @@ EXAMPLES = {
     "knowledge": "example: mdrag knowledge init react   |   mdrag knowledge refresh   |   mdrag knowledge status",
     "config": "example: mdrag config --json   (each setting's value and where it came from)",
     "eval": "example: mdrag eval benchmarks/data/hugo_qa.jsonl --index hugo   "
-    "(BEIR: mdrag eval --queries queries.tsv --qrels qrels/test.tsv --doc-id stem)",
+    "(BEIR: mdrag eval --queries queries.tsv --qrels qrels/test.tsv --doc-id stem; with and without a "
+    "reranker: --rerank --rerank-url http://127.0.0.1:8080/v1/rerank)",
 }
 
 
@@ -52,7 +53,13 @@ _SETTING_FLAGS: dict[str, tuple[str, str | None]] = {
     "server.token": ("--token", None),
     "server.allowed_origins": ("--allow-origin", "ORIGIN"),
     "mcp.port": ("--port", None),
+    "rerank.url": ("--rerank-url", "URL"),
+    "rerank.path": ("--rerank-path", "DIR"),
+    "rerank.model": ("--rerank-model", "NAME"),
+    "rerank.top_n": ("--rerank-top-n", "N"),
 }
+
+_RERANK_FLAGS = ("rerank.url", "rerank.path", "rerank.model", "rerank.top_n")  # on `search` and `eval`
 
 
 def _setting_flag(p: argparse.ArgumentParser, key: str) -> None:
@@ -129,6 +136,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print results as JSON")
     p.add_argument("--server", metavar="URL", help=_SERVER_HELP)
     _setting_flag(p, "server.token")
+    for key in _RERANK_FLAGS:
+        _setting_flag(p, key)
     _common(p)
 
     p = sub.add_parser("status", help="show what the index holds", epilog=EXAMPLES["status"])
@@ -167,6 +176,13 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--doc-id", choices=["path", "stem"], default="path", help="match gold by path or by file stem")
     p.add_argument("--mode", choices=["dense", "bm25", "hybrid", "all"], default="all", help="ranking mode(s)")
     p.add_argument("--json", action="store_true", help="print the figures as JSON")
+    p.add_argument(
+        "--rerank",
+        action="store_true",
+        help="measure with and without the reranker (rerank.url or rerank.path; --rerank-url), side by side",
+    )
+    for key in _RERANK_FLAGS:
+        _setting_flag(p, key)
     _common(p)
 
     p = sub.add_parser("config", help="show the settings in effect and where each came from", epilog=EXAMPLES["config"])

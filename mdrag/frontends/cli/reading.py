@@ -88,7 +88,8 @@ def _cmd_search(args: argparse.Namespace, config: Any, index: Any | None) -> int
     for i, r in enumerate(results, 1):
         where = _name(r["rel_path"]) + (f" p.{r['page']}" if r["page"] else "")
         where += f":{r['line_start']}" if r["line_start"] else ""
-        print(f"{i:2}. {r['score']:.3f}  {where}" + (f"  [{_name(r['heading'])}]" if r["heading"] else ""))
+        reranked = f" (rerank {r['rerank_score']:.3f})" if r.get("rerank_score") is not None else ""
+        print(f"{i:2}. {r['score']:.3f}{reranked}  {where}" + (f"  [{_name(r['heading'])}]" if r["heading"] else ""))
         snippet = " ".join(_safe(r["text"]).split())
         print(f"    {snippet[:200]}{'…' if len(snippet) > 200 else ''}")
     return 0
@@ -150,9 +151,8 @@ def _cmd_eval(args: argparse.Namespace, index: Any) -> int:
         questions = ev.load_questions(Path(args.questions))
     else:
         raise ConfigError("give a questions file, or --queries and --qrels")
-    modes = ev.MODES if args.mode == "all" else (args.mode,)
-    result = ev.evaluate(index.search, questions, modes, doc_key=args.doc_id)
-    result["search"] = {key: index.config[f"search.{key}"] for key in ("mode", "k", "threshold", "collapse")}
+    modes: tuple[str, ...] = ev.MODES if args.mode == "all" else (args.mode,)
+    result = _evaluate(args, index, questions, modes)
     result["unknown_gold"] = ev.unknown_gold(questions, index.files, doc_key=args.doc_id)
     if result["unknown_gold"]:
         unknown = result["unknown_gold"]
@@ -170,11 +170,47 @@ def _cmd_eval(args: argparse.Namespace, index: Any) -> int:
         return 0
     print(f"{result['questions']} questions ({result['without_gold']} without gold left out)")
     print("each one search as `mdrag search` runs it: " + ", ".join(f"{k} {v}" for k, v in result["search"].items()))
-    print(f"{'mode':<8}{'nDCG@10':>9}{'R@10':>8}{'MRR':>8}{'Hit@5':>8}")
-    for mode in modes:
-        m = result[mode]
-        print(f"{mode:<8}{m['ndcg@10']:>9.4f}{m['recall@10']:>8.4f}{m['mrr']:>8.4f}{m['hit@5']:>8.4f}")
+    rows = [(mode, result[mode]) for mode in modes]
+    if "rerank" in result:
+        rows = [row for mode in modes for row in ((mode, result[mode]), (f"{mode}+rerank", result["rerank"][mode]))]
+    if result.get("rerank_failed"):
+        failed = result["rerank_failed"]
+        print(f"the reranker failed on {failed} searches, which kept the fused order (see the warnings)")
+    width = max(len(name) for name, _ in rows) + 2
+    print(f"{'mode':<{width}}{'nDCG@10':>9}{'R@10':>8}{'MRR':>8}{'Hit@5':>8}")
+    for name, m in rows:
+        print(f"{name:<{width}}{m['ndcg@10']:>9.4f}{m['recall@10']:>8.4f}{m['mrr']:>8.4f}{m['hit@5']:>8.4f}")
     return 0
+
+
+def _evaluate(args: argparse.Namespace, index: Any, questions: list[Any], modes: tuple[str, ...]) -> dict[str, Any]:
+    """`mdrag eval`'s figures: each mode as `mdrag search` ranks (with the reranker, when one is set); with
+    ``--rerank``, each mode without the reranker, and with it under ``"rerank"``."""
+    from mdrag.retrieval import evaluate as ev
+    from mdrag.retrieval import rerank
+
+    reranker = index.search_options.rerank
+    if not args.rerank:
+        result = ev.evaluate(index.search, questions, modes, doc_key=args.doc_id)
+    elif reranker is None:
+        raise ConfigError(
+            "--rerank compares the figures with and without a reranker, and none is set: give --rerank-url URL "
+            "(a /rerank endpoint) or --rerank-path DIR (a CrossEncoder folder), or set rerank.url or rerank.path"
+        )
+    else:
+        reranked = ev.evaluate(index.search, questions, modes, doc_key=args.doc_id)
+        config = index.config
+        index.config = config.with_overrides(rerank.OFF)  # the same index, searched without the reranker
+        try:
+            result = ev.evaluate(index.search, questions, modes, doc_key=args.doc_id)
+        finally:
+            index.config = config
+        result["rerank"] = {mode: reranked[mode] for mode in modes}
+    result["search"] = {key: index.config[f"search.{key}"] for key in ("mode", "k", "threshold", "collapse")}
+    result["search"]["rerank"] = reranker.shown if reranker is not None else "off"
+    if reranker is not None:  # searches that kept the fused order: their figures are not the reranker's
+        result["rerank_failed"] = reranker.failures
+    return result
 
 
 def _cmd_config(args: argparse.Namespace) -> int:
