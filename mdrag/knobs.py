@@ -27,6 +27,13 @@ NAMED_SURE = 0.65
 MAX_SOURCE_CHARS = 12_000  # characters of passages put in an answer's prompt, which must fit the chat model's context
 MAX_EXTRACTIVE = 5  # passages quoted by an extractive answer (no LLM)
 MAX_ERROR_BODY = 64 * 1024  # bytes of an LLM or embedding API's error response quoted from: its message, not a page
+# Most characters one `get` (mdrag.retrieval.documents) returns, all documents together: an agent's tool output
+# goes into its context, and MCP clients cut long outputs (Claude Code at 25,000 tokens by default, about 4
+# characters each); past it, the answer says how to ask for less (a line range, a section, fewer files).
+GET_MAX_CHARS = 80_000
+# Most documents one `get` names (a list or a glob): each is read and parsed, and an agent that wants more
+# files than this wants `search`, or a narrower glob.
+GET_MAX_FILES = 50
 
 # --- stores ---
 
