@@ -92,6 +92,7 @@ def test_get_the_document_of_a_search_result_by_its_chunk_id(
     code, out, _ = run(monkeypatch, capsys, corpus, "search", "canary deployment traffic", "--json", "-k", "3")
     assert code == 0
     hit = json.loads(out)[0]
+    assert hit["ref"] == hit["rel_path"] and Path(hit["path"]).is_absolute()  # what opens it (issue 30 point 6)
     code, out, _ = run(monkeypatch, capsys, corpus, "get", hit["chunk_id"], "--json")
     assert code == 0
     (whole,) = json.loads(out)["documents"]

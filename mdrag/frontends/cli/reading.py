@@ -72,7 +72,8 @@ def _cmd_search(args: argparse.Namespace, config: Any, index: Any | None) -> int
         results = _through_server(config, _search_message(args), None, args.server)["results"]
     else:
         try:
-            results = [r.to_dict() for r in index.search(args.query, filters=_filters(args) or None)]
+            found = index.search(args.query, filters=_filters(args) or None)
+            results = [{**r.to_dict(), "ref": r.rel_path} for r in found]  # ref: what `mdrag get` takes
         except StoreInUseError as e:
             results = _through_server(config, _search_message(args), e, args.server)["results"]
     if args.json:
