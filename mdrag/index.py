@@ -30,6 +30,7 @@ from mdrag.ingest.summary import IndexSummary
 from mdrag.ingest.verify import VerifyRecord
 from mdrag.ingest.visibility import Visibility
 from mdrag.ingest.writers import Writers
+from mdrag.retrieval.documents import Fetched, fetch
 from mdrag.retrieval.relevance import TermStats
 from mdrag.retrieval.search import SearchOptions, search
 from mdrag.store import make_store, resolve_backend
@@ -417,6 +418,12 @@ class Index:
         if not results and self._view.progress is None and building:
             raise self._view.building_error()  # a transactional store being built by another process shows nothing yet
         return results
+
+    def get(self, refs: str | Sequence[str]) -> Fetched:
+        """Documents of the index, or parts of them, read from disk now: ``refs`` are paths relative to its
+        folders (``docs/config.md``, ``docs/config.md:10-40``, ``docs/config.md#Menus``), chunk ids or globs;
+        see :mod:`mdrag.retrieval.documents`. Reads the manifest only: the store is not opened."""
+        return fetch(Manifest.load(self.manifest_path), self.name, refs)
 
     def warm_up(self) -> None:
         """Load now what the first question would wait for: the embedder's model, the store's in-memory

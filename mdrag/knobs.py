@@ -30,6 +30,13 @@ MAX_ERROR_BODY = 64 * 1024  # bytes of an LLM or embedding API's error response 
 # Bytes of a reranker's answer read (mdrag.retrieval.rerank): scores for rerank.top_n (at most 200) documents,
 # even with each document's text echoed back (Jina and Cohere may), fit well within it.
 MAX_RERANK_ANSWER = 4 * 2**20
+# Most characters one `get` (mdrag.retrieval.documents) returns, all documents together: an agent's tool output
+# goes into its context, and MCP clients cut long outputs (Claude Code at 25,000 tokens by default, about 4
+# characters each); past it, the answer says how to ask for less (a line range, a section, fewer files).
+GET_MAX_CHARS = 80_000
+# Most documents one `get` names (a list or a glob): each is read and parsed, and an agent that wants more
+# files than this wants `search`, or a narrower glob.
+GET_MAX_FILES = 50
 
 # --- stores ---
 

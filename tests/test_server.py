@@ -115,6 +115,12 @@ def test_answers_stream_from_the_llm_with_sources_or_extractively(
             assert text == "Create a file in layouts/_shortcodes [1]."
             assert any(s.endswith("templates/shortcode.md") for s in sources)
             assert len(sources) == len(set(sources))
+            # where to open each source: its path, the ref `get` takes, and its best passage's lines
+            locations = messages[-1]["locations"]
+            assert [loc["path"] for loc in locations] == sources
+            shortcode = next(loc for loc in locations if loc["path"].endswith("templates/shortcode.md"))
+            assert shortcode["ref"] == "templates/shortcode.md"
+            assert 1 <= shortcode["line_start"] <= shortcode["line_end"]
             prompt = llm.script.requests[0]["body"]["messages"][-1]["content"]
             assert "[1]" in prompt and "How do I create a custom shortcode?" in prompt
             assert llm.script.requests[0]["body"]["stream"] is True
@@ -179,6 +185,7 @@ def test_bad_messages_get_errors_and_the_connection_stays_open(
             await ws.send(json.dumps({"type": "search", "query": "feature2 options", "k": 3, "threshold": 0}))
             reply = await recv(ws)
             assert reply["type"] == "search_results" and len(reply["results"]) == 3
+            assert all(r["ref"] == r["rel_path"] for r in reply["results"])  # what `get` takes
             top = reply["results"][0]
             assert top["rel_path"] == "topic2.md" and top["heading_path"] == ["Topic 2"] and 0 <= top["score"] <= 1
             # The documented limit: a message the server cannot hold closes that connection only.

@@ -13,8 +13,9 @@ Server to client:
     {"type": "status", "state": "ready" | "loading" | "empty", "index": ..., "files": n, "chunks": n, "message": ...}
     {"type": "stream_start"}
     {"type": "stream_chunk", "chunk": "..."}
-    {"type": "stream_end", "sources": ["/abs/path.md", ...]}     [n] in the answer is sources[n-1]
-    {"type": "search_results", "query": "...", "results": [SearchResult.to_dict(), ...]}
+    {"type": "stream_end", "sources": ["/abs/path.md", ...], "locations": [{path, ref, line_start, ...}, ...]}
+                                                                 [n] in the answer is sources[n-1], at locations[n-1]
+    {"type": "search_results", "query": "...", "results": [SearchResult.to_dict() + ref, ...]}
     {"type": "error", "message": "..."}
 
 docs/protocol.md describes every message; `parse` turns a frame into a
@@ -26,7 +27,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, TypeAdapter, ValidationError
 from pydantic_core import ErrorDetails
@@ -34,6 +35,9 @@ from pydantic_core import ErrorDetails
 from mdrag.errors import ProtocolError
 from mdrag.frontends.received import describe
 from mdrag.knobs import MAX_QUESTION_CHARS
+
+if TYPE_CHECKING:
+    from mdrag.answering.generate import Source
 
 __all__ = [
     "MAX_QUESTION_CHARS",
@@ -48,6 +52,7 @@ __all__ = [
     "is_loopback",
     "parse",
     "search_results",
+    "source_location",
     "status",
     "stream_chunk",
     "stream_end",
@@ -185,13 +190,31 @@ def stream_chunk(text: str) -> dict[str, Any]:
     return {"type": "stream_chunk", "chunk": text}
 
 
-def stream_end(sources: list[str]) -> dict[str, Any]:
-    """The end of an answer: its numbered sources' paths, ``[n]`` in the answer being ``sources[n-1]``."""
-    return {"type": "stream_end", "sources": list(dict.fromkeys(sources))}
+def stream_end(sources: list[str], locations: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """The end of an answer: its numbered sources' paths, ``[n]`` in the answer being ``sources[n-1]``, and
+    ``locations[n-1]`` where to open it (:func:`source_location`)."""
+    msg: dict[str, Any] = {"type": "stream_end", "sources": list(dict.fromkeys(sources))}
+    if locations is not None:
+        msg["locations"] = locations
+    return msg
+
+
+def source_location(source: Source) -> dict[str, Any]:
+    """Where to open an answer's source: its path, the ``ref`` that `get` (CLI, MCP) takes, and the lines
+    (or the page) of its best passage."""
+    best = source.passages[0]
+    return {
+        "path": source.path,
+        "ref": best.rel_path,
+        "line_start": best.line_start,
+        "line_end": best.line_end,
+        "page": best.page,
+    }
 
 
 def search_results(query: str, results: list[dict[str, Any]]) -> dict[str, Any]:
-    return {"type": "search_results", "query": query, "results": results}
+    """Ranked results (``SearchResult.to_dict()``), each with the ``ref`` that `get` takes for its document."""
+    return {"type": "search_results", "query": query, "results": [{**r, "ref": r["rel_path"]} for r in results]}
 
 
 def error(message: str) -> dict[str, Any]:

@@ -501,4 +501,5 @@ class QAServer:
         async with contextlib.aclosing(plan.stream(self._http)) as stream:
             async for piece in stream:
                 await send(protocol.stream_chunk(piece))
-        await send(protocol.stream_end([s.path for s in plan.sources]))  # the answer's [n] is sources[n-1]
+        locations = [protocol.source_location(s) for s in plan.sources]
+        await send(protocol.stream_end([s.path for s in plan.sources], locations))  # the answer's [n] is sources[n-1]

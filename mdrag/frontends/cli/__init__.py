@@ -18,7 +18,7 @@ from mdrag.frontends.cli.indexing import _cmd_index, _cmd_remove
 from mdrag.frontends.cli.knowledge import _cmd_knowledge, _cmd_mcp
 from mdrag.frontends.cli.output import _safe, _setup_logging
 from mdrag.frontends.cli.parser import _overrides, _parser
-from mdrag.frontends.cli.reading import _cmd_config, _cmd_eval, _cmd_search, _cmd_status
+from mdrag.frontends.cli.reading import _cmd_config, _cmd_eval, _cmd_get, _cmd_search, _cmd_status
 from mdrag.frontends.cli.serving import _cmd_ask, _cmd_serve
 
 __all__ = ["agentic_knowledge_main", "agentic_knowledge_mcp_main", "main"]
@@ -87,7 +87,7 @@ def _main(argv: Sequence[str] | None) -> int:
         with writing, index:
             if args.command in reads:
                 return reads[args.command](args, config, index)
-            commands = {"index": _cmd_index, "remove": _cmd_remove, "eval": _cmd_eval}
+            commands = {"index": _cmd_index, "remove": _cmd_remove, "eval": _cmd_eval, "get": _cmd_get}
             return commands[args.command](args, index)
     except ConfigError as e:
         print(_safe(f"mdrag: configuration error: {e}"), file=sys.stderr)

@@ -23,6 +23,8 @@ EXAMPLES = {
     "remove": "example: mdrag remove ./notes   (its chunks leave the index; the files stay on disk)",
     "search": 'example: mdrag search "how do I define a custom output format" -k 5 --json',
     "status": "example: mdrag status --json",
+    "get": "example: mdrag get docs/config.md:10-40   |   mdrag get 'docs/config.md#Menus'   |   "
+    "mdrag get 'docs/api/*.md' --json",
     "serve": 'example: mdrag serve ./docs --port 8765   (then, elsewhere: mdrag ask "how do I ...?")',
     "ask": 'example: mdrag ask "How do I create a custom shortcode?"   (no question: interactive)',
     "mcp": "example: register `mdrag mcp` (or `agentic-knowledge-mcp`) as a stdio server in your MCP client; "
@@ -138,6 +140,18 @@ def _parser() -> argparse.ArgumentParser:
     _setting_flag(p, "server.token")
     for key in _RERANK_FLAGS:
         _setting_flag(p, key)
+    _common(p)
+
+    p = sub.add_parser("get", help="print documents of the index, or parts of them", epilog=EXAMPLES["get"])
+    p.add_argument(
+        "refs",
+        nargs="+",
+        metavar="REF",
+        help="a file of the index: its path relative to an indexed folder (as search shows it), its absolute "
+        "path, a chunk id from `search --json`, or a glob (docs/api/*.md); PATH:10-40 for lines, PATH#HEADING "
+        "for a section, PATH#page=3 for a PDF's page",
+    )
+    p.add_argument("--json", action="store_true", help="print the documents as JSON")
     _common(p)
 
     p = sub.add_parser("status", help="show what the index holds", epilog=EXAMPLES["status"])

@@ -1,4 +1,4 @@
-"""The commands that read: `mdrag search`, `status` (from the local index or through a server), `eval` and
+"""The commands that read: `mdrag search`, `get`, `status` (from the local index or through a server), `eval` and
 `config`.
 """
 
@@ -72,7 +72,8 @@ def _cmd_search(args: argparse.Namespace, config: Any, index: Any | None) -> int
         results = _through_server(config, _search_message(args), None, args.server)["results"]
     else:
         try:
-            results = [r.to_dict() for r in index.search(args.query, filters=_filters(args) or None)]
+            found = index.search(args.query, filters=_filters(args) or None)
+            results = [{**r.to_dict(), "ref": r.rel_path} for r in found]  # ref: what `mdrag get` takes
         except StoreInUseError as e:
             results = _through_server(config, _search_message(args), e, args.server)["results"]
     if args.json:
@@ -92,6 +93,25 @@ def _cmd_search(args: argparse.Namespace, config: Any, index: Any | None) -> int
         print(f"{i:2}. {r['score']:.3f}{reranked}  {where}" + (f"  [{_name(r['heading'])}]" if r["heading"] else ""))
         snippet = " ".join(_safe(r["text"]).split())
         print(f"    {snippet[:200]}{'…' if len(snippet) > 200 else ''}")
+    return 0
+
+
+def _cmd_get(args: argparse.Namespace, index: Any) -> int:
+    """`mdrag get`: documents of the local index (or parts), read from disk; several under a header each."""
+    fetched = index.get(args.refs)
+    if args.json:
+        print(json.dumps(fetched.to_dict(), indent=2, ensure_ascii=False))
+        return 0
+    headers = len(fetched.parts) > 1 or len(args.refs) > 1
+    for part in fetched.parts:
+        if part.changed:
+            log.warning("%s changed since it was indexed: run `mdrag index` to update the index", part.rel_path)
+        if headers:
+            where = f"lines {part.line_start}-{part.line_end} of {part.lines}"
+            print(f"==> {_name(part.rel_path)} ({where}) <==")
+        print(_safe(part.text))
+    for left_out in fetched.omitted:
+        log.warning("%s left out: %s", left_out["rel_path"], left_out["reason"])
     return 0
 
 

@@ -17,7 +17,7 @@ from mcp import types
 
 from mdrag.errors import ProtocolError
 from mdrag.frontends.received import LONE_SURROGATE, describe
-from mdrag.knobs import MAX_QUESTION_CHARS, MCP_DEFAULT_K, MCP_MAX_K
+from mdrag.knobs import GET_MAX_CHARS, GET_MAX_FILES, MAX_QUESTION_CHARS, MCP_DEFAULT_K, MCP_MAX_K
 from mdrag.knowledge import MAX_KEYWORDS
 
 __all__ = [
@@ -27,6 +27,7 @@ __all__ = [
     "TOOL_NAMES",
     "k_arg",
     "query_arg",
+    "refs_arg",
     "string_arg",
     "terms_arg",
 ]
@@ -36,10 +37,23 @@ SERVER_INSTRUCTIONS = (
     "Local documentation sets (docsets) for this project. Call list_docsets first to learn their names. "
     "Use search_docs to get the folder and terms for searching a docset's files with your own tools "
     "(grep, file reading); use search for ranked passages when a semantic lookup in natural language "
-    "is the better fit."
+    "is the better fit, and get (multi_get for several) to read a whole document, a section or lines of it."
 )
 
 _TERMS_SCHEMA = {"type": "array", "items": {"type": "string", "minLength": 1}, "minItems": 1, "maxItems": MAX_KEYWORDS}
+_DOCSET = {"type": "string", "description": "Docset id or alias, as listed by list_docsets (e.g. 'react')."}
+_REF = (
+    "a file's path relative to the docset's folder (a search result's ref), or a chunk_id from search; "
+    "add :10-40 for those lines, #Heading (or #Parent > Heading) for that section, #page=3 for a PDF's page"
+)
+_GOT = (
+    'as JSON {"docset", "documents": [{ref, path, rel_path, text, line_start, line_end, lines, section, pages, '
+    'changed}], "omitted": [{ref, rel_path, reason}]}. The text is the file as it is on disk now (Markdown: its own '
+    "lines, as search counts them; PDF, DOCX, HTML: the text mdrag reads from it, a PDF's pages marked [page N]); "
+    "changed: true when the file changed since it was indexed. Only the files the docset's index holds can be "
+    f"read. At most {GET_MAX_CHARS:,} characters in all: past that, the answer says how to ask for less "
+    "(lines, a section)."
+)
 _READ_ONLY = types.ToolAnnotations(read_only_hint=True, destructive_hint=False, open_world_hint=False)
 
 TOOLS: tuple[types.Tool, ...] = (
@@ -92,8 +106,9 @@ TOOLS: tuple[types.Tool, ...] = (
         title="Semantic search in documentation",
         description=(
             "Semantic search over the docsets' content with mdrag's local embedding index: returns the most "
-            'relevant sections as JSON {"results": [{docset, text, path, rel_path, heading_path, score}]}, '
-            "best first, score 0-1, with line_start and line_end for text files and page for PDFs. Use it for "
+            'relevant sections as JSON {"results": [{docset, text, path, rel_path, ref, heading_path, score}]}, '
+            "best first, score 0-1, with line_start and line_end for text files and page for PDFs; pass a "
+            "result's ref to get (with the docset) to read its whole document. Use it for "
             "questions in natural language, or when you do not know the "
             "words the docs use; use search_docs instead to grep the files yourself. Searches one docset, or "
             "all of them when docset is omitted. The server indexes the docsets in the background; while a "
@@ -122,6 +137,52 @@ TOOLS: tuple[types.Tool, ...] = (
                 },
             },
             "required": ["query"],
+        },
+        annotations=_READ_ONLY,
+    ),
+    types.Tool(
+        name="get",
+        title="Read a document of a docset",
+        description=(
+            "Read one document of a docset whole, or a section or lines of it, by reference: " + _REF + ". "
+            "Returns it " + _GOT + " Use it after search, to read around a result."
+        ),
+        input_schema={
+            "type": "object",
+            "properties": {
+                "docset": _DOCSET,
+                "ref": {
+                    "type": "string",
+                    "minLength": 1,
+                    "description": "The document, e.g. 'guides/config.md', 'guides/config.md:10-40' or "
+                    "'guides/config.md#Menus'.",
+                },
+            },
+            "required": ["docset", "ref"],
+        },
+        annotations=_READ_ONLY,
+    ),
+    types.Tool(
+        name="multi_get",
+        title="Read several documents of a docset",
+        description=(
+            f"Read up to {GET_MAX_FILES} documents of a docset at once: a list of references (each as get takes "
+            "it: " + _REF + ") or a glob over the paths ('api/*.md'; * stays in a folder, ** crosses folders). "
+            "Returns them " + _GOT + " Documents that do not fit are listed in omitted, with the reason."
+        ),
+        input_schema={
+            "type": "object",
+            "properties": {
+                "docset": _DOCSET,
+                "refs": {
+                    "anyOf": [
+                        {"type": "array", "items": {"type": "string", "minLength": 1}, "minItems": 1},
+                        {"type": "string", "minLength": 1},
+                    ],
+                    "description": "References, e.g. ['intro.md', 'config.md#Menus'], or a glob such as 'api/*.md'.",
+                },
+            },
+            "required": ["docset", "refs"],
         },
         annotations=_READ_ONLY,
     ),
@@ -174,6 +235,20 @@ def terms_arg(args: Mapping[str, Any], key: str) -> list[str] | str:
         raise ProtocolError(f"argument {key!r} must be an array of strings, got {describe(value)}")
     for i, v in enumerate(value):
         _check_text(f"{key}[{i}]", v)
+    return value
+
+
+def refs_arg(args: Mapping[str, Any]) -> list[str] | str:
+    """multi_get's ``refs``: an array of references, or one string (a glob, or a single reference)."""
+    value = args.get("refs")
+    if value is None:
+        raise ProtocolError("missing argument 'refs': give an array of references, e.g. [\"intro.md\"], or a glob")
+    if isinstance(value, str):
+        return _check_text("refs", value)
+    if not isinstance(value, list) or not value or not all(isinstance(v, str) for v in value):
+        raise ProtocolError(f"argument 'refs' must be a non-empty array of strings or a glob, got {describe(value)}")
+    for i, v in enumerate(value):
+        _check_text(f"refs[{i}]", v)
     return value
 
 

@@ -58,6 +58,7 @@ from mdrag.frontends.mcp.schema import (
     TOOLS,
     k_arg,
     query_arg,
+    refs_arg,
     string_arg,
     terms_arg,
 )
@@ -204,6 +205,8 @@ class KnowledgeTools:
                 return _text_result(self.list_docsets())
             if name == "search":
                 return _text_result(json.dumps(await self.search(arguments, report), ensure_ascii=False))
+            if name in ("get", "multi_get"):
+                return _text_result(json.dumps(await self.get(arguments, name == "multi_get"), ensure_ascii=False))
         except MdragError as e:
             return _text_result(str(e), is_error=True)
         except Exception as e:  # a bug or a library failure: logged, and told to the assistant
@@ -288,6 +291,11 @@ class KnowledgeTools:
             out["note"] = _indexing_note(indexing)
             out["indexing"] = indexing
         out["results"] = [_result_dict(ds, r) for ds, r in hits[:k]]
+        if out["results"]:
+            out["hint"] = (
+                "to read a result's whole document, call get with its docset and ref (ref:LINE_START-LINE_END "
+                "for its lines, ref#HEADING for its section)"
+            )
         if not hits and not indexing and targets:
             threshold = targets[0][1].index.config["search.threshold"]
             out["note"] = (
@@ -298,6 +306,23 @@ class KnowledgeTools:
         if skipped:
             out["skipped"] = skipped
         return out
+
+    async def get(self, args: Mapping[str, Any], several: bool) -> dict[str, Any]:
+        """Documents of a docset (or parts), by the references ``get`` and ``multi_get`` take, read from disk:
+        only the files its index holds (:mod:`mdrag.retrieval.documents`)."""
+        ds = self.kb.resolve(string_arg(args, "docset"))
+        refs = refs_arg(args) if several else string_arg(args, "ref")
+        docset_folder(ds)  # checks its folder again
+        entry = self._entry(ds)
+        if not await anyio.to_thread.run_sync(lambda: entry.index.files):
+            progress = entry.progress()
+            if progress is not None:
+                raise DocsetError(
+                    f"docset {ds.id!r} is being indexed ({_progress_text(progress)}): get reads the files its "
+                    f"index holds, so call it again shortly, or read the file under {ds.local_path} yourself"
+                )
+        fetched = await anyio.to_thread.run_sync(entry.index.get, refs)
+        return {"docset": ds.id, **fetched.to_dict()}
 
     # -- indexes -----------------------------------------------------------
 
@@ -498,6 +523,7 @@ def _result_dict(ds: Docset, r: SearchResult) -> dict[str, Any]:
         "text": r.text,
         "path": r.path,
         "rel_path": r.rel_path,
+        "ref": r.rel_path,  # what `get` takes: a docset's index has one folder, so its relative path names the file
         "heading_path": r.heading_path,
         "score": round(r.score, 4),
     }

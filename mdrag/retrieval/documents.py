@@ -1,0 +1,455 @@
+"""Whole documents for readers (agents through MCP, `mdrag get`, :meth:`mdrag.index.Index.get`): a
+document the index holds, or part of it, by reference.
+
+A reference (``ref``) is ``TARGET``, ``TARGET:LINES`` or ``TARGET#SECTION``:
+
+- ``TARGET``: the file's path relative to one of the index's folders (a search result's ``rel_path``
+  and ``ref``), its absolute path, the id of one of its chunks (a search result's ``chunk_id``), or a
+  glob over the relative paths (``docs/api/*.md``: ``*`` and ``?`` stay within a folder, ``**``
+  crosses folders);
+- ``LINES``: ``10-40`` (both included), or ``10`` and ``10-`` (from line 10 to the end);
+- ``SECTION``: a heading's text (``#Menus``) or a heading path (``#Configuration > Menus``), matched
+  without regard to case or spacing: the section under the first such heading, subsections included;
+  in a PDF, ``#page=3`` or ``#page=3-5`` too.
+
+Only the files the index holds (its manifest) are read: a file of an indexed folder that was not
+indexed (``.env``, a hidden, excluded or unsupported file) never is. A path that leaves the index's
+folders (``..``, an absolute path elsewhere) is refused, and so is a file that now leads out of its
+folder (a symbolic link put in its place).
+
+The document is the file as it is on disk now, not the stored chunks: an agent reads it to quote or
+edit it, and chunks are cut pieces with context headers. When the file's sha256 differs from the
+manifest's, the part says so (``changed``): search results may point at lines that have moved
+(`mdrag index` brings the index up to date). A format whose parser gives source lines (Markdown) is
+returned as the file's text, so that its line numbers are the search results'; another (PDF, DOCX,
+HTML) as the text its parser reads, headings written as Markdown headings and, in a PDF, each page's
+start marked ``[page N]``: its line numbers count lines of that text (``source_lines`` False).
+
+One call returns at most :data:`~mdrag.knobs.GET_MAX_CHARS` characters of :data:`~mdrag.knobs.GET_MAX_FILES`
+documents. One document over it is refused, the message saying how to ask for less (a line range, a
+section); of several, those that do not fit are listed in ``omitted`` with the same advice.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import posixpath
+import re
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from fnmatch import fnmatchcase
+from pathlib import Path
+from typing import Any
+
+from mdrag.errors import MdragError, ParseError, UnsupportedFormatError
+from mdrag.ingest.manifest import FileState, Manifest
+from mdrag.knobs import GET_MAX_CHARS, GET_MAX_FILES
+from mdrag.parsers import parse_file
+from mdrag.types import Document
+
+__all__ = ["Fetched", "Part", "fetch"]
+
+_CHUNK_ID = re.compile(r"[0-9a-f]{32}")  # mdrag.chunking.build.chunk_id
+_LINES = re.compile(r"(\d+)(?:-(\d*))?")
+_PAGES = re.compile(r"page=(\d+)(?:-(\d+))?", re.IGNORECASE)
+_GLOB = re.compile(r"[*?[]")
+_MAX_REF_CHARS = 4096  # a reference is a path and a suffix: PATH_MAX is 4096 on Linux
+_NAMED_HEADINGS = 12  # headings a refusal for size names, to pick a section from
+_BACK_LINES = 20  # lines above a section's first text searched for its own heading, when it had no text
+
+
+@dataclass
+class Part:
+    """One document the index holds, or the part of it a reference asked for (JSON: :meth:`to_dict`)."""
+
+    ref: str  # the reference it answers, as given
+    path: str  # absolute path of the file
+    rel_path: str  # path relative to its indexed folder
+    root: str  # the indexed folder
+    text: str  # the document's text, or the part asked for
+    line_start: int  # 1-based first line of ``text`` in the document's text
+    line_end: int  # its last line
+    lines: int  # lines in the whole document's text
+    source_lines: bool  # the lines are the file's own (as search results count them); False: of the parsed text
+    section: list[str] | None = None  # heading path of the section asked for
+    pages: list[int] | None = None  # first and last page of the text returned (PDF)
+    changed: bool = False  # the file differs from what was indexed: search results may point at old lines
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class Fetched:
+    """What one ``get`` returns: the parts, and the documents left out (each ``{ref, rel_path, reason}``)."""
+
+    parts: list[Part]
+    omitted: list[dict[str, str]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"documents": [p.to_dict() for p in self.parts], "omitted": self.omitted}
+
+
+@dataclass(frozen=True)
+class _Ask:
+    """One reference, taken apart."""
+
+    ref: str  # as given
+    target: str  # the path, chunk id or glob
+    lines: tuple[int, int | None] | None = None  # first, last (None: to the end)
+    section: str | None = None  # heading text or path
+    pages: tuple[int, int] | None = None  # first, last (PDF)
+
+
+@dataclass
+class _Text:
+    """A document's text, line by line, and where its sections are."""
+
+    lines: list[str]
+    spans: list[tuple[list[str], int, int, int | None]]  # each section: heading path, first and last line, page
+    headings: dict[tuple[str, ...], int]  # heading path -> line of its heading
+    source: bool  # the file's own lines (False: the text its parser read)
+    end: str = ""  # after the last line: "\n" when the file ends with a line break
+
+
+def fetch(
+    manifest: Manifest | None,
+    index: str,
+    refs: str | Sequence[str],
+    max_chars: int = GET_MAX_CHARS,
+    max_files: int = GET_MAX_FILES,
+) -> Fetched:
+    """The documents (or parts) ``refs`` name among the files ``manifest`` holds (index ``index``).
+
+    Raises MdragError, saying what to send instead, for a reference that names no file of the index or
+    leaves its folders, for more than ``max_files`` documents, and for one document over ``max_chars``.
+    """
+    if manifest is None or not manifest.files:
+        raise MdragError(f"index {index!r} holds no files yet: run `mdrag index DIR` first")
+    held = _Held(manifest)
+    refs = [refs] if isinstance(refs, str) else list(refs)
+    if not refs:
+        raise MdragError("no reference given: name a file of the index (as search results give it in `ref`)")
+    wanted = [(ask, path) for ask in map(held.parse, refs) for path in held.resolve(ask.target)]
+    if len(wanted) > max_files:
+        raise MdragError(
+            f"{len(wanted)} documents asked for, more than the {max_files} one get returns: "
+            "narrow the glob or name fewer files"
+        )
+    out = Fetched([])
+    left = max_chars
+    for ask, path in wanted:
+        fs = manifest.files[path]
+        try:
+            part = _part(ask, path, fs, left, max_chars, several=len(wanted) > 1)
+        except MdragError as e:
+            if len(wanted) == 1:
+                raise
+            out.omitted.append({"ref": ask.ref, "rel_path": fs.rel_path, "reason": str(e)})
+            continue
+        left -= len(part.text)
+        out.parts.append(part)
+    if not out.parts:
+        raise MdragError("none of the documents asked for fits: " + "; ".join(o["reason"] for o in out.omitted))
+    return out
+
+
+class _Held:
+    """The files the manifest holds, looked up by relative path, absolute path and chunk id."""
+
+    def __init__(self, manifest: Manifest) -> None:
+        self.manifest = manifest  # the index's files and folders
+        self.by_rel: dict[str, list[str]] = {}  # relative path -> absolute paths (one per folder holding it)
+        for path, fs in sorted(manifest.files.items()):
+            self.by_rel.setdefault(fs.rel_path, []).append(path)
+        self._by_chunk: dict[str, str] | None = None  # chunk id -> absolute path, made on first use
+
+    def chunk(self, target: str) -> str | None:
+        if self._by_chunk is None:
+            self._by_chunk = {cid: p for p, fs in self.manifest.files.items() for cid in fs.chunks}
+        return self._by_chunk.get(target)
+
+    def known(self, target: str) -> bool:
+        """Whether ``target`` names files: held, a glob, or a chunk id of the index."""
+        return bool(
+            _GLOB.search(target)
+            or posixpath.normpath(target) in self.by_rel
+            or os.path.normpath(target) in self.manifest.files
+            or (_CHUNK_ID.fullmatch(target) and self.chunk(target))
+        )
+
+    def parse(self, ref: str) -> _Ask:
+        """``ref`` taken apart: the whole of it when it names a file, else at a ``#`` or the last ``:``."""
+        if not isinstance(ref, str) or not ref.strip():
+            raise MdragError(f"empty reference {ref!r}: name a file of the index, e.g. docs/install.md")
+        if len(ref) > _MAX_REF_CHARS or "\x00" in ref:
+            raise MdragError(f"reference {ref[:80]!r}... is not a path: over {_MAX_REF_CHARS} characters or NUL")
+        if self.known(ref):
+            return _Ask(ref, ref)
+        cuts = [i for i, c in enumerate(ref) if c == "#"]
+        if cuts:
+            i = next((i for i in cuts if self.known(ref[:i])), cuts[0])
+            section = ref[i + 1 :].strip()
+            if not section:
+                raise MdragError(f"{ref!r}: name a section after '#', e.g. {ref[:i]}#Installation")
+            pages = _PAGES.fullmatch(section)
+            if pages:
+                first = int(pages[1])
+                return _Ask(ref, ref[:i], pages=(first, int(pages[2] or first)))
+            return _Ask(ref, ref[:i], section=section)
+        target, _, suffix = ref.rpartition(":")
+        lines = _LINES.fullmatch(suffix) if target else None
+        if lines:
+            return _Ask(ref, target, lines=(int(lines[1]), int(lines[2]) if lines[2] else None))
+        return _Ask(ref, ref)
+
+    def resolve(self, target: str) -> list[str]:
+        """The absolute paths of the held files ``target`` names (a glob: all it matches, sorted)."""
+        roots = self.manifest.roots
+        absolute = os.path.isabs(os.path.expanduser(target))
+        norm = os.path.normpath(os.path.expanduser(target)) if absolute else posixpath.normpath(target)
+        if (absolute and not any(_inside(norm, r) for r in roots)) or norm == ".." or norm.startswith("../"):
+            raise MdragError(
+                f"{target!r} leaves the index's folders ({', '.join(roots)}): `get` reads only the files the "
+                "index holds; give a path relative to one of them, as search results show it (rel_path)"
+            )
+        if _CHUNK_ID.fullmatch(target) and target not in self.by_rel:
+            path = self.chunk(target)
+            if path is None:
+                raise MdragError(
+                    f"no chunk {target} in the index: its file may have changed since that search "
+                    "(search again, or give the file's path)"
+                )
+            return [path]
+        if _GLOB.search(norm):
+            pattern = norm.split("/")
+            found = sorted(
+                p for p, fs in self.manifest.files.items() if _glob((p if absolute else fs.rel_path), pattern)
+            )
+            if not found:
+                raise MdragError(
+                    f"the glob {target!r} matches no file of the index (its paths look like {self._some()})"
+                )
+            return found
+        if absolute:
+            paths = [norm] if norm in self.manifest.files else []
+        else:
+            paths = self.by_rel.get(norm, [])
+        if len(paths) > 1:
+            raise MdragError(f"{target!r} is in several of the index's folders: give its absolute path, one of {paths}")
+        if not paths:
+            raise MdragError(self._not_held(target, norm, absolute))
+        return paths
+
+    def _not_held(self, target: str, norm: str, absolute: bool) -> str:
+        for path, skipped in self.manifest.skipped.items():
+            if path == norm or (not absolute and path == os.path.join(skipped.root, norm)):
+                return f"{target!r} is not in the index: it was left out when indexed ({skipped.reason})"
+        return (
+            f"{target!r} is not a file of the index: `get` reads only the files the index holds (hidden, excluded "
+            f"and unsupported files are never indexed; a new file is once `mdrag index` runs). Its paths look "
+            f"like {self._some()}"
+        )
+
+    def _some(self) -> str:
+        return ", ".join(list(self.by_rel)[:3])
+
+
+def _glob(path: str, pattern: list[str]) -> bool:
+    """Whether ``path`` matches ``pattern`` (split at "/"): ``*`` within a folder, ``**`` across folders."""
+    return _match(path.split("/"), pattern)
+
+
+def _match(parts: list[str], pattern: list[str]) -> bool:
+    if not pattern:
+        return not parts
+    if pattern[0] == "**":
+        return any(_match(parts[i:], pattern[1:]) for i in range(len(parts) + 1))
+    return bool(parts) and fnmatchcase(parts[0], pattern[0]) and _match(parts[1:], pattern[1:])
+
+
+def _inside(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def _part(ask: _Ask, path: str, fs: FileState, left: int, max_chars: int, several: bool) -> Part:
+    """The part of the file at ``path`` that ``ask`` names, if it fits in ``left`` characters."""
+    data, changed = _read(path, fs)
+    try:
+        text = _text(parse_file(path, data), data)
+    except (ParseError, UnsupportedFormatError) as e:
+        raise MdragError(f"{fs.rel_path} cannot be read as a document now: {e}") from e
+    first, last, section = _select(text, ask, fs.rel_path)
+    body = "\n".join(text.lines[first - 1 : last]) + (text.end if last == len(text.lines) else "")
+    if len(body) > left:
+        raise MdragError(_advice(ask, fs.rel_path, text, (first, last), len(body), left, max_chars, several))
+    pages = sorted({p for _, a, b, p in text.spans if p is not None and a <= last and b >= first})
+    return Part(
+        ask.ref,
+        path,
+        fs.rel_path,
+        fs.root,
+        body,
+        first,
+        last,
+        len(text.lines),
+        text.source,
+        section,
+        [pages[0], pages[-1]] if pages else None,
+        changed,
+    )
+
+
+def _read(path: str, fs: FileState) -> tuple[bytes, bool]:
+    """The file's bytes, and whether they differ from what was indexed; never a file outside its folder."""
+    real = os.path.realpath(path)
+    if not _inside(real, os.path.realpath(fs.root)):
+        raise MdragError(f"{fs.rel_path} now leads out of its indexed folder {fs.root} (to {real}): it is not read")
+    try:
+        data = Path(real).read_bytes()
+    except FileNotFoundError:
+        raise MdragError(f"{fs.rel_path} is no longer in {fs.root}: run `mdrag index` to update the index") from None
+    except OSError as e:
+        raise MdragError(f"cannot read {path}: {e.strerror or e}") from e
+    return data, hashlib.sha256(data).hexdigest() != fs.hash
+
+
+def _text(doc: Document, data: bytes) -> _Text:
+    """The document's text: the file's own lines when its parser gives them, else its sections written out."""
+    blocks = [b for s in doc.sections for b in s.blocks]
+    if doc.encoding and blocks and all(b.line_start and b.line_end for b in blocks):
+        raw = data.decode(doc.encoding, "replace").removeprefix("\ufeff")
+        lines = raw.replace("\r\n", "\n").replace("\r", "\n").split("\n")  # as the Markdown parser counts lines
+        end = "\n" if len(lines) > 1 and not lines[-1] else ""
+        if end:
+            lines.pop()
+        spans = [
+            (
+                s.heading_path,
+                s.heading_line or min(b.line_start or 0 for b in s.blocks),
+                max(b.line_end or 0 for b in s.blocks),
+                s.page,
+            )
+            for s in doc.sections
+            if s.blocks
+        ]
+        heads = {tuple(s.heading_path): s.heading_line for s in doc.sections if s.heading_line}
+        return _Text(lines, spans, heads, True, end)
+    return _render(doc)
+
+
+def _render(doc: Document) -> _Text:
+    """A parsed document written out: headings as Markdown headings, each PDF page's start marked."""
+    lines: list[str] = []
+    out = _Text(lines, [], {}, False)
+    before: list[str] = []
+    page: int | None = None
+    for s in doc.sections:
+        if s.page is not None and s.page != page:
+            page = s.page
+            lines += [""] if lines else []
+            first = len(lines) + 1  # the first section on a page starts at its marker
+            lines += [f"[page {page}]", ""]
+        else:
+            first = len(lines) + 1
+        same = next((i for i, (a, b) in enumerate(zip(before, s.heading_path, strict=False)) if a != b), None)
+        common = min(len(before), len(s.heading_path)) if same is None else same
+        for depth in range(common, len(s.heading_path)):
+            out.headings.setdefault(tuple(s.heading_path[: depth + 1]), len(lines) + 1)
+            lines += ["#" * min(depth + 1, 6) + " " + s.heading_path[depth], ""]
+        lines += s.text.split("\n")
+        out.spans.append((s.heading_path, first, len(lines), page))
+        lines.append("")
+        before = s.heading_path
+    while lines and not lines[-1].strip():
+        lines.pop()
+    return out
+
+
+def _select(text: _Text, ask: _Ask, name: str) -> tuple[int, int, list[str] | None]:
+    """The first and last line ``ask`` names, and the heading path of the section it names."""
+    count = len(text.lines)
+    if ask.lines is not None:
+        first, last = ask.lines[0], min(ask.lines[1] or count, count)
+        if not 1 <= first <= last:
+            raise MdragError(f"{ask.ref!r}: {name} has {count} lines: ask for lines 1 to {count}")
+        return first, last, None
+    if ask.pages is not None:
+        spans = [(a, b) for _, a, b, p in text.spans if p is not None and ask.pages[0] <= p <= ask.pages[1]]
+        if not spans:
+            paged = [p for *_, p in text.spans if p is not None]
+            has = f"its pages are {min(paged)} to {max(paged)}" if paged else "it has no pages: ask for lines"
+            raise MdragError(f"{ask.ref!r}: no such page in {name}: {has}")
+        return spans[0][0], spans[-1][1], None
+    if ask.section is not None:
+        return _section(text, ask, name)
+    return 1, count, None
+
+
+def _norm(heading: str) -> str:
+    return " ".join(heading.casefold().split())
+
+
+def _section(text: _Text, ask: _Ask, name: str) -> tuple[int, int, list[str]]:
+    """The lines of the first section whose heading (path) is ``ask.section``, subsections included."""
+    want = [_norm(h) for h in re.split(r"\s+>\s+", (ask.section or "").strip())]
+    for i, (path, first, _, _) in enumerate(text.spans):
+        normed = [_norm(h) for h in path]
+        for depth in range(len(want), len(normed) + 1):
+            if normed[depth - len(want) : depth] == want:
+                found = path[:depth]
+                end = next((j for j, s in enumerate(text.spans[i:]) if s[0][:depth] != found), len(text.spans) - i)
+                run = text.spans[i : i + end]
+                start = text.headings.get(tuple(found)) or _heading_above(text.lines, found[-1], first) or first
+                return start, max(s[2] for s in run), found
+    heads = _headings(text)
+    raise MdragError(
+        f"{ask.ref!r}: no section {ask.section!r} in {name}"
+        + (f": its headings are {', '.join(heads)}" if heads else ": it has no headings (ask for lines)")
+    )
+
+
+def _heading_above(lines: list[str], heading: str, line: int) -> int | None:
+    """The line of the Markdown heading ``heading`` just above ``line`` (blank lines and headings between):
+    the heading of a section that had no text of its own before its first subsection."""
+    for n in range(line - 1, max(line - 1 - _BACK_LINES, 0), -1):
+        stripped = lines[n - 1].strip()
+        if not stripped:
+            continue
+        if not stripped.startswith("#"):
+            return None
+        if _norm(stripped.lstrip("#").rstrip("#")) == _norm(heading):
+            return n
+    return None
+
+
+def _headings(text: _Text) -> list[str]:
+    """Up to _NAMED_HEADINGS headings of the document, shallowest first, to pick a section from."""
+    paths = list(dict.fromkeys(tuple(p) for p, *_ in text.spans if p))
+    depth = min((len(p) for p in paths), default=0)
+    names = list(dict.fromkeys(p[depth - 1] for p in paths if len(p) >= depth))
+    if len(names) == 1:
+        names = list(dict.fromkeys(" > ".join(p[: depth + 1]) for p in paths if len(p) > depth)) or names
+    return names[:_NAMED_HEADINGS] + (["..."] if len(names) > _NAMED_HEADINGS else [])
+
+
+def _advice(
+    ask: _Ask, name: str, text: _Text, lines: tuple[int, int], chars: int, left: int, max_chars: int, several: bool
+) -> str:
+    """Why a part is refused for its size, and how to ask for less."""
+    first, last = lines
+    fit = max(1, int(left * (last - first + 1) / chars))  # lines that would fit, at this part's line length
+    heads = _headings(text)
+    base = ask.target if os.path.isabs(ask.target) else name  # a glob's or chunk id's file by its path
+    where = f"{base}:{first}-{first + fit - 1}"
+    sections = f" or a section ({base}#HEADING; its headings: {', '.join(heads)})" if heads else ""
+    limit = (
+        f"the {max_chars:,} characters one get returns"
+        if left == max_chars
+        else f"the {left:,} characters left of the {max_chars:,} one get returns"
+    )
+    return (
+        f"{name} (lines {first}-{last}) is {chars:,} characters, over {limit}: ask for part of it: a line range "
+        f"({where}){sections}" + (", or fewer files" if several else "")
+    )

@@ -1,0 +1,301 @@
+"""Whole documents for agents (issue 30 point 2): `mdrag get`, ``Index.get`` and the MCP ``get`` and
+``multi_get`` tools, on real documents (the CNCF glossary, OpenTelemetry's Java SDK page, a pdflatex PDF)
+with the real MiniLM model."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from mdrag.config import load_config
+from mdrag.embedding.base import Embedder
+from mdrag.errors import MdragError
+from mdrag.frontends.cli import main
+from mdrag.index import Index
+from mdrag.knobs import GET_MAX_CHARS, GET_MAX_FILES
+from tests.test_mcp import connect, docsets, error, make_project, ok, search_when_indexed
+
+pytestmark = pytest.mark.slow
+
+GLOSSARY = "markdown_cncf_glossary"
+JAVA = "markdown_otel_docs/content/en/docs/languages/java"  # sdk.md: 82,741 bytes, over GET_MAX_CHARS
+# Part of the glossary (a*.md and c*.md), and the one big page of the Java folder: a short build.
+INCLUDE = 'index:\n  include: ["content/en/a*.md", "content/en/c*.md", "sdk.md"]\n'
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory, shared_data: Path) -> Iterator[Path]:
+    """An mdrag home whose default index holds the glossary's a*.md and c*.md, and sdk.md (read in place)."""
+    home = tmp_path_factory.mktemp("get-home")
+    (home / "config.yaml").write_text(INCLUDE, encoding="utf-8")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("MDRAG_HOME", str(home))
+        assert main(["index", str(shared_data / GLOSSARY), str(shared_data / JAVA), "-q"]) == 0
+    yield home
+
+
+def run(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], home: Path, *argv: str
+) -> tuple[int, str, str]:
+    monkeypatch.setenv("MDRAG_HOME", str(home))
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def lines_of(path: Path) -> list[str]:
+    return path.read_text(encoding="utf-8").splitlines()
+
+
+# -- the command line ------------------------------------------------------------------------------
+
+
+def test_get_a_document_its_lines_and_a_section(
+    corpus: Path, shared_data: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = shared_data / GLOSSARY / "content/en/container.md"
+    code, out, _ = run(monkeypatch, capsys, corpus, "get", "content/en/container.md")
+    assert code == 0 and out == source.read_text(encoding="utf-8") + "\n"  # the file itself, frontmatter included
+
+    code, out, _ = run(monkeypatch, capsys, corpus, "get", "content/en/container.md:8-10")
+    assert code == 0 and out.split("\n")[:-1] == lines_of(source)[7:10]
+
+    code, out, _ = run(monkeypatch, capsys, corpus, "get", "content/en/container.md#problem it  ADDRESSES", "--json")
+    assert code == 0
+    (part,) = json.loads(out)["documents"]
+    wanted = lines_of(source)
+    start = wanted.index("## Problem it addresses") + 1  # 1-based lines
+    following = wanted.index("## How it helps") + 1
+    assert (part["line_start"], part["section"], part["source_lines"]) == (start, ["Problem it addresses"], True)
+    assert part["line_end"] == following - 2  # its last line of text: the blank line before the next is left out
+    assert part["text"].split("\n") == wanted[start - 1 : following - 2]
+    assert part["path"] == str(source) and part["root"] == str(shared_data / GLOSSARY)
+    assert part["changed"] is False and part["lines"] == len(wanted)
+
+    code, _, err = run(monkeypatch, capsys, corpus, "get", "content/en/container.md:50-60")
+    assert code == 1 and f"has {len(wanted)} lines: ask for lines 1 to {len(wanted)}" in err
+    code, _, err = run(monkeypatch, capsys, corpus, "get", "content/en/container.md#Installation")
+    assert code == 1 and "no section 'Installation'" in err and "Problem it addresses" in err
+
+
+def test_get_the_document_of_a_search_result_by_its_chunk_id(
+    corpus: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, _ = run(monkeypatch, capsys, corpus, "search", "canary deployment traffic", "--json", "-k", "3")
+    assert code == 0
+    hit = json.loads(out)[0]
+    assert hit["ref"] == hit["rel_path"] and Path(hit["path"]).is_absolute()  # what opens it (issue 30 point 6)
+    code, out, _ = run(monkeypatch, capsys, corpus, "get", hit["chunk_id"], "--json")
+    assert code == 0
+    (whole,) = json.loads(out)["documents"]
+    assert (whole["rel_path"], whole["path"], whole["line_start"]) == (hit["rel_path"], hit["path"], 1)
+    assert whole["text"] == Path(hit["path"]).read_text(encoding="utf-8")
+
+    lines = f"{hit['chunk_id']}:{hit['line_start']}-{hit['line_end']}"  # the result's own lines
+    code, out, _ = run(monkeypatch, capsys, corpus, "get", lines, "--json")
+    (part,) = json.loads(out)["documents"]
+    assert (part["line_start"], part["line_end"]) == (hit["line_start"], hit["line_end"])
+    assert hit["text"].split("\n")[0].strip() in part["text"]
+
+    code, _, err = run(monkeypatch, capsys, corpus, "get", "0" * 32)
+    assert code == 1 and "no chunk" in err and "search again" in err
+
+
+def test_get_a_glob_and_a_list(
+    corpus: Path, shared_data: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    held = sorted(
+        p.relative_to(shared_data / GLOSSARY).as_posix() for p in (shared_data / GLOSSARY).glob("content/en/c*.md")
+    )
+    code, out, _ = run(monkeypatch, capsys, corpus, "get", "content/en/c*.md", "--json")
+    assert code == 0
+    got = json.loads(out)
+    assert [d["rel_path"] for d in got["documents"]] == held and got["omitted"] == []
+    code, out, _ = run(monkeypatch, capsys, corpus, "get", "**/ca*.md", "--json")
+    assert [d["rel_path"] for d in json.loads(out)["documents"]] == [p for p in held if "/ca" in p]
+
+    code, out, _ = run(
+        monkeypatch, capsys, corpus, "get", "content/en/container.md:1-1", "content/en/abstraction.md:1-1"
+    )
+    assert code == 0
+    sizes = [len(lines_of(shared_data / GLOSSARY / "content/en" / name)) for name in ("container.md", "abstraction.md")]
+    assert out.splitlines() == [
+        f"==> content/en/container.md (lines 1-1 of {sizes[0]}) <==",
+        "---",
+        f"==> content/en/abstraction.md (lines 1-1 of {sizes[1]}) <==",
+        "---",
+    ]
+    code, _, err = run(monkeypatch, capsys, corpus, "get", "docs/*.md")
+    assert code == 1 and "matches no file of the index" in err
+
+
+def test_paths_that_leave_the_folders_or_the_index_are_refused(
+    corpus: Path, shared_data: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for ref in (
+        "../README.md",
+        "content/../../markdown_hugo_docs/README.md",
+        "/etc/passwd",
+        str(shared_data / "README.md"),
+    ):
+        code, out, err = run(monkeypatch, capsys, corpus, "get", ref)
+        assert (code, out) == (1, ""), ref
+        assert "leaves the index's folders" in err, err
+    # in the folder, on disk, but not a file of the index: never read
+    excluded = "content/en/zero-trust-architecture.md"
+    assert (shared_data / GLOSSARY / excluded).is_file()
+    for ref in (excluded, "LICENSE", str(shared_data / GLOSSARY / "LICENSE")):
+        code, out, err = run(monkeypatch, capsys, corpus, "get", ref)
+        assert (code, out) == (1, "") and "is not a file of the index" in err, err
+
+
+def test_a_document_over_the_limit_is_refused_with_how_to_ask_for_less(
+    corpus: Path, shared_data: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sdk = shared_data / JAVA / "sdk.md"
+    assert len(sdk.read_text(encoding="utf-8")) > GET_MAX_CHARS
+    code, out, err = run(monkeypatch, capsys, corpus, "get", "sdk.md")
+    assert (code, out) == (1, "")
+    assert f"over the {GET_MAX_CHARS:,} characters one get returns" in err and "sdk.md#HEADING" in err
+    advised = re.search(r"\((sdk\.md:\d+-\d+)\)", err)
+    assert advised, err
+    heading = re.search(r"its headings: ([^,)]+)", err)
+    assert heading, err
+    code, out, _ = run(monkeypatch, capsys, corpus, "get", advised[1], "--json")  # the range it advises fits
+    assert code == 0 and len(json.loads(out)["documents"][0]["text"]) <= GET_MAX_CHARS
+    code, out, _ = run(monkeypatch, capsys, corpus, "get", f"sdk.md#{heading[1]}", "--json")
+    assert code == 0 and json.loads(out)["documents"][0]["text"].startswith("#")
+
+    # of several, the one that does not fit is left out, said so, and the others are returned
+    code, out, err = run(monkeypatch, capsys, corpus, "get", "sdk.md", "content/en/container.md", "--json")
+    got = json.loads(out)
+    assert code == 0 and [d["rel_path"] for d in got["documents"]] == ["content/en/container.md"]
+    (left,) = got["omitted"]
+    assert left["ref"] == "sdk.md" and "sdk.md:1-" in left["reason"] and "fewer files" in left["reason"]
+    code, out, _ = run(monkeypatch, capsys, corpus, "get", "**/*.md", "--json")  # a glob's advice names the file
+    assert "(sdk.md:1-" in json.loads(out)["omitted"][0]["reason"]
+
+    code, _, err = run(monkeypatch, capsys, corpus, "get", *["content/en/container.md:1-1"] * (GET_MAX_FILES + 1))
+    assert code == 1 and f"more than the {GET_MAX_FILES} one get returns" in err
+
+
+# -- Python ----------------------------------------------------------------------------------------
+
+
+def docs_index(name: str, minilm: Embedder) -> Index:
+    """Index ``name`` in the test's own home, embedding with the session's MiniLM."""
+    return Index(load_config({"index": name}), embedder=minilm)
+
+
+def test_index_get_reads_the_file_on_disk_and_never_outside_its_folder(
+    tmp_path: Path, shared_data: Path, minilm: Embedder
+) -> None:
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for name in ("container.md", "canary-deployment.md"):
+        shutil.copy(shared_data / GLOSSARY / "content/en" / name, docs / name)
+    (docs / ".env").write_text("API_KEY=secret\n")
+    secret = tmp_path / "secret.md"
+    secret.write_text("# Secret\n\nnot in the folder\n")
+    with docs_index("docs", minilm) as index:
+        index.update([docs])
+        assert index.get("container.md").parts[0].changed is False
+
+        with open(docs / "container.md", "a", encoding="utf-8") as f:
+            f.write("\nA line added after indexing.\n")
+        (part,) = index.get(["container.md"]).parts
+        assert part.changed is True and part.text.endswith("A line added after indexing.\n")
+
+        for ref in (".env", "../secret.md", str(secret)):
+            with pytest.raises(MdragError) as e:
+                index.get(ref)
+            assert "leaves the index's folders" in str(e.value) or "is not a file of the index" in str(e.value)
+
+        (docs / "canary-deployment.md").unlink()
+        os.symlink(secret, docs / "canary-deployment.md")  # put in its place after indexing: leads out
+        with pytest.raises(MdragError, match="leads out of its indexed folder"):
+            index.get("canary-deployment.md")
+
+
+def test_index_get_a_pdf_by_page_and_section(shared_data: Path, minilm: Embedder) -> None:
+    folder = shared_data / "pdf_py-pdf_sample-files" / "006-pdflatex-outline"
+    with docs_index("pdf", minilm) as index:
+        index.update([folder])
+        (whole,) = index.get("pdflatex-outline.pdf").parts
+        assert whole.source_lines is False and whole.text.startswith("[page 1]")
+        assert whole.pages is not None and whole.pages[0] == 1 and whole.pages[1] > 1
+        (page,) = index.get("pdflatex-outline.pdf#page=2").parts
+        assert page.pages == [2, 2] and page.text.startswith("[page 2]") and page.text in whole.text
+        heading = next(line[2:] for line in whole.text.split("\n") if line.startswith("# "))
+        (section,) = index.get(f"pdflatex-outline.pdf#{heading}").parts
+        assert section.section == [heading] and section.text.startswith(f"# {heading}")
+        with pytest.raises(MdragError, match="its pages are 1 to"):
+            index.get("pdflatex-outline.pdf#page=99")
+
+
+# -- MCP, with the SDK's client over stdio ---------------------------------------------------------------
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.mark.anyio
+async def test_mcp_get_and_multi_get(tmp_path: Path, mdrag_home: Path, shared_data: Path) -> None:
+    project = make_project(tmp_path)
+    (tmp_path / "outside.md").write_text("# Outside\n\nnot in the docset\n")
+    async with connect(project, mdrag_home, tmp_path / "err.log") as s:
+        tools = {t.name: t for t in (await s.list_tools()).tools}
+        local = Path((await docsets(s))["react"]["local_path"])
+        local.mkdir(parents=True)
+        for name in ("container.md", "canary-deployment.md", "abstraction.md"):
+            shutil.copy(shared_data / GLOSSARY / "content/en" / name, local / name)
+        (local / ".env").write_text("API_KEY=secret\n")
+        with anyio.fail_after(300):
+            found, _ = await search_when_indexed(s, {"query": "canary deployment traffic", "docset": "react"})
+        top = found["results"][0]
+        got: dict[str, Any] = json.loads(ok(await s.call_tool("get", {"docset": "react", "ref": top["ref"]})))
+        lines = f"{top['ref']}:{top['line_start']}-{top['line_end']}"
+        part = json.loads(ok(await s.call_tool("get", {"docset": "reactjs", "ref": lines})))["documents"][0]
+        many = json.loads(ok(await s.call_tool("multi_get", {"docset": "react", "refs": "c*.md"})))
+        listed = json.loads(
+            ok(
+                await s.call_tool(
+                    "multi_get",
+                    {
+                        "docset": "react",
+                        "refs": ["container.md#How it helps", "abstraction.md:1-3", "abstraction.md#Usage"],
+                    },
+                )
+            )
+        )
+        refused = {
+            ref: error(await s.call_tool("get", {"docset": "react", "ref": ref}))
+            for ref in ("../../outside.md", str(tmp_path / "outside.md"), ".env", "missing.md")
+        }
+        bad = error(await s.call_tool("multi_get", {"docset": "react", "refs": []}))
+
+    assert {"get", "multi_get"} <= set(tools) and "ref" in tools["search"].description
+    assert tools["get"].input_schema["required"] == ["docset", "ref"]
+    assert "get" in found["hint"] and top["ref"] == top["rel_path"] == "canary-deployment.md"
+    (whole,) = got["documents"]
+    assert got["docset"] == "react" and whole["text"] == (local / "canary-deployment.md").read_text(encoding="utf-8")
+    assert (part["line_start"], part["line_end"]) == (top["line_start"], top["line_end"])
+    assert [d["rel_path"] for d in many["documents"]] == ["canary-deployment.md", "container.md"]
+    assert [d["section"] for d in listed["documents"]] == [["How it helps"], None]
+    assert listed["documents"][1]["text"].startswith("---\ntitle: Abstraction")
+    (left,) = listed["omitted"]  # a part that cannot be had is left out, with the reason; the others come
+    assert left["ref"] == "abstraction.md#Usage" and "no section 'Usage'" in left["reason"]
+    for ref in ("../../outside.md", str(tmp_path / "outside.md")):
+        assert "leaves the index's folders" in refused[ref], refused
+    assert "is not a file of the index" in refused[".env"] and "is not a file of the index" in refused["missing.md"]
+    assert "refs" in bad
