@@ -17,7 +17,8 @@ first 5 distinct files (Hit@5; MRR@5: one over that rank). Four queries per pair
   pair's ``standalone`` text (hand-written, as a good LLM would rewrite). So this row measures the rewrite
   path with an ideal rewrite: an upper bound for an LLM's rewrites, not any model's quality. A rewrite that
   did not come back as sent (the path fell back to the heuristic) is counted and shown;
-- first turn: the first question alone on its own gold, a ceiling for what the corpus and ranking allow.
+- first turn: the first question alone on its own gold, a reference: what a question that stands alone gets
+  on the same corpus and ranking (a ceiling in spirit, though a follow-up's gold can be easier to find).
 
 The history carries the first question only (``Turn(question)``, no answer: the pairs hold none).
 
@@ -263,7 +264,7 @@ ROWS = (
     ("alone", "the follow-up alone (before: what mdrag searched)"),
     ("joined", "joined with the previous question (no LLM: `joined_query`)"),
     ("rewrite", "rewritten (LLM configured: `search_query`; ideal hand-written rewrite from a loopback stand-in)"),
-    ("first", "ceiling: the first turn alone, on its own gold"),
+    ("first", "reference: the first turn alone, on its own gold"),
 )
 
 
@@ -297,6 +298,21 @@ def section_followup(data: Data) -> list[str]:
         f"{f.get('rewrite_fell_back')} rewrites fell back to the heuristic. Machine: {f.get('machine')}.",
         "",
     ]
+    missed = [
+        (q, [v for v in ("joined", "rewrite") if not found(dig(q, "ranks", v))])
+        for q in f.get("questions") or []
+        if isinstance(q, dict)
+    ]
+    missed = [(q, vs) for q, vs in missed if vs]
+    if missed:
+        lines += ["Pairs whose gold the joined query or the rewrite leaves out of the top 5 (its first files):", ""]
+        for q, vs in missed:
+            tops = "; ".join(f"{v}: {', '.join(f'`{p}`' for p in dig(q, 'top', v) or []) or 'none'}" for v in vs)
+            lines.append(
+                f'- {q.get("id")} "{dig(q, "queries", "alone")}" (gold rank alone: '
+                f"{dig(q, 'ranks', 'alone') or 'none'}): {tops}"
+            )
+        lines.append("")
     return lines
 
 
