@@ -15,7 +15,8 @@ first 5 distinct files (Hit@5; MRR@5: one over that rank). Four queries per pair
 - rewrite: ``search_query`` with an LLM configured, the path a server with ``llm.base_url`` takes. The LLM
   is a stand-in: a real OpenAI-compatible HTTP server on 127.0.0.1, started here, whose completion is the
   pair's ``standalone`` text (hand-written, as a good LLM would rewrite). So this row measures the rewrite
-  path with an ideal rewrite: an upper bound for an LLM's rewrites, not any model's quality. A rewrite that
+  path with an ideal rewrite: an upper bound for an LLM's rewrites, not any model's quality (though even
+  a good rewrite can drop a word of the first question that the joined query keeps). A rewrite that
   did not come back as sent (the path fell back to the heuristic) is counted and shown;
 - first turn: the first question alone on its own gold, a reference: what a question that stands alone gets
   on the same corpus and ranking (a ceiling in spirit, though a follow-up's gold can be easier to find).
