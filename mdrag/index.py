@@ -38,6 +38,7 @@ from mdrag.types import SearchResult
 
 if TYPE_CHECKING:
     from mdrag.answering.ask import Answer
+    from mdrag.answering.followup import Turn
     from mdrag.store.base import Store
 
 __all__ = ["Index", "make_embedder", "open_index"]
@@ -531,15 +532,16 @@ class Index:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def ask(self, question: str, on_text: Callable[[str], None] | None = None) -> Answer:
+    def ask(self, question: str, on_text: Callable[[str], None] | None = None, history: Sequence[Turn] = ()) -> Answer:
         """Answer ``question`` from the index under the answer policy of :mod:`mdrag.answering.ask`: the LLM's
         answer, the passages when no LLM is set, or "no relevant information" (``refused``);
-        ``on_text`` is called with each piece of text as it arrives."""
+        ``on_text`` is called with each piece of text as it arrives; ``history``: the earlier turns
+        (:class:`mdrag.answering.followup.Turn`) a follow-up question refers to."""
         from mdrag.answering.ask import (
             ask,  # not at the top: mdrag.answering.ask loads the OpenAI SDK, which only a question needs
         )
 
-        return ask(self, question, on_text)
+        return ask(self, question, on_text, history)
 
 
 def open_index(name: str | None = None, config: Config | None = None, **settings: Any) -> Index:

@@ -11,6 +11,14 @@ from __future__ import annotations
 # --- what a client may send (WebSocket and MCP alike) ---
 
 MAX_QUESTION_CHARS = 4000  # longer questions (and filter values) are refused, not truncated
+# The earlier turns a follow-up question may carry (mdrag.answering.followup): a query message with more
+# is refused, a Python caller's history is cut to its newest turns, and the page and `mdrag ask` send only
+# these. The rewrite reads the turns to resolve "it" and "that", which the last few turns settle; more
+# would only make every message and prompt bigger. A previous answer is read from its beginning, which
+# says what it was about; the total keeps a full query message well under server.max_message_bytes.
+MAX_HISTORY_TURNS = 6
+MAX_HISTORY_ANSWER_CHARS = 1000  # of each previous answer
+MAX_HISTORY_CHARS = 8000  # of all the turns' questions and answers together
 
 # --- indexing ---
 
@@ -37,6 +45,13 @@ GET_MAX_CHARS = 80_000
 # Most documents one `get` names (a list or a glob): each is read and parsed, and an agent that wants more
 # files than this wants `search`, or a narrower glob.
 GET_MAX_FILES = 50
+# Rewriting a follow-up into a standalone search query (mdrag.answering.followup) is one short completion
+# before the search: a model that has not written it in this time is overloaded or still loading, and the
+# heuristic query (the previous question joined to the follow-up) is ready at once, so waiting longer
+# would only delay the answer. A query is a line of words: a longer reply is not one (it is refused).
+REWRITE_TIMEOUT_S = 10.0
+REWRITE_MAX_TOKENS = 96
+REWRITE_MAX_CHARS = 400
 
 # --- stores ---
 

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from mdrag.answering.followup import REWRITE_PROMPT
 from mdrag.answering.generate import LLMSettings
 
 KEY = "sk-test-SECRET-5f1d-answer-9a7b"  # distinctive, so a leak is easy to spot
@@ -34,6 +35,7 @@ class Script:
     error_event: str | None = None  # send {"error": {"message": error_event}} after the first token
     as_json: bool = False  # answer with one non-streaming JSON completion
     role_first: bool = True  # start with a role-only delta, as OpenAI does
+    rewrite: str | None = None  # the reply to a follow-up's rewrite request (REWRITE_PROMPT); None: the tokens
     requests: list[dict[str, Any]] = field(default_factory=list)  # {"path", "headers" (lower-case names), "body"}
     disconnected: threading.Event = field(default_factory=threading.Event)  # a write failed
     finished: threading.Event = field(default_factory=threading.Event)  # the whole stream was written
@@ -42,6 +44,12 @@ class Script:
 
 def sse(obj: Any) -> bytes:
     return b"data: " + json.dumps(obj).encode() + b"\n\n"
+
+
+def is_rewrite(body: Any) -> bool:
+    """Whether a request body asks to rewrite a follow-up question (mdrag.answering.followup)."""
+    messages = body.get("messages") if isinstance(body, dict) else None
+    return bool(messages) and messages[0].get("content") == REWRITE_PROMPT
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -60,6 +68,9 @@ class Handler(BaseHTTPRequestHandler):
         script.requests.append(
             {"path": self.path, "headers": {k.lower(): v for k, v in self.headers.items()}, "body": body}
         )
+        tokens = script.tokens
+        if script.rewrite is not None and is_rewrite(body):
+            tokens = [script.rewrite]
         if script.hang == "before_headers":
             script.stop.wait(10)
             return
@@ -76,7 +87,7 @@ class Handler(BaseHTTPRequestHandler):
                     "choices": [
                         {
                             "index": 0,
-                            "message": {"role": "assistant", "content": "".join(script.tokens)},
+                            "message": {"role": "assistant", "content": "".join(tokens)},
                             "finish_reason": script.finish_reason,
                         }
                     ]
@@ -96,7 +107,7 @@ class Handler(BaseHTTPRequestHandler):
         events = [b": keep-alive comment\n\n"]
         if script.role_first:
             events.append(b"event: message\n" + sse({"choices": [{"index": 0, "delta": {"role": "assistant"}}]}))
-        for i, token in enumerate(script.tokens):
+        for i, token in enumerate(tokens):
             events.append(sse({"choices": [{"index": 0, "delta": {"content": token}, "finish_reason": None}]}))
             if i == 0 and script.malformed:
                 events.append(b"data: " + script.bad_event + b"\n\n")

@@ -18,6 +18,12 @@ price): only reading can. Otherwise (``scores``, or no LLM configured: the
 extractive answer reads nothing) :func:`mdrag.retrieval.relevance.refuse` decides before
 any answer, with ``answer.min_score`` and ``answer.max_unknown``.
 
+A follow-up question ("and how do I nest it?") comes with the earlier turns of its
+conversation (``history``): the index is searched for
+:func:`mdrag.answering.followup.search_query` (a standalone rewrite by the LLM, or the
+previous question joined to it), the LLM answers the follow-up told the earlier
+questions, and the sources and ``[n]`` are this answer's own.
+
 The server runs :func:`plan` in a thread and forwards :meth:`AnswerPlan.stream`;
 :func:`ask` (``Index.ask()``) does both synchronously.
 """
@@ -32,7 +38,16 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from mdrag.answering.generate import NO_RELEVANT, LLMSettings, Source, answer_stream, declined, numbered_sources
+from mdrag.answering.followup import Turn, in_context, search_query
+from mdrag.answering.generate import (
+    NO_RELEVANT,
+    LLMSettings,
+    Source,
+    answer_stream,
+    declined,
+    llm_settings,
+    numbered_sources,
+)
 from mdrag.config import Config
 from mdrag.retrieval.relevance import TermStats, refuse
 from mdrag.types import SearchResult
@@ -40,7 +55,7 @@ from mdrag.types import SearchResult
 if TYPE_CHECKING:
     import httpx2
 
-__all__ = ["SETTINGS", "Answer", "AnswerPlan", "Retriever", "answer", "ask", "llm_settings", "plan"]
+__all__ = ["SETTINGS", "Answer", "AnswerPlan", "Retriever", "Turn", "answer", "ask", "llm_settings", "plan"]
 
 logger = logging.getLogger(__name__)
 
@@ -58,16 +73,6 @@ SETTINGS = frozenset(
         "api.api_key",
     }
 )
-
-
-def llm_settings(config: Config) -> LLMSettings:
-    """The LLM that answers (``llm.*``, falling back to the shared ``api.*``); no base URL: none."""
-    return LLMSettings(
-        base_url=config.effective("llm.base_url"),
-        api_key=config.effective("llm.api_key"),
-        model=config["llm.model"],
-        timeout=float(config["llm.timeout"]),
-    )
 
 
 class Retriever(Protocol):
@@ -95,6 +100,8 @@ class AnswerPlan:
     refused: bool  # the answer is "no relevant information": nothing found, nothing relevant enough, or the LLM said so
     sources: list[Source]  # numbered sources the answer is given (none when refused): [n] is sources[n - 1]
     llm: LLMSettings  # who writes the answer; not configured: an extractive answer quotes the sources
+    query: str = ""  # what was searched: the question, or for a follow-up mdrag.answering.followup.search_query
+    history: tuple[Turn, ...] = ()  # the earlier turns the question follows (the LLM is told their questions)
 
     async def stream(self, client: httpx2.AsyncClient | None = None) -> AsyncGenerator[str, None]:
         """The answer's text, piece by piece (see :func:`mdrag.answering.generate.answer_stream`; ``client`` is
@@ -105,7 +112,8 @@ class AnswerPlan:
         :data:`mdrag.answering.generate.NO_RELEVANT`, ``refused`` becomes True and ``sources`` empty.
         """
         held: list[str] | None = [] if self.llm.configured and self.sources else None
-        async with contextlib.aclosing(answer_stream(self.question, self.sources, self.llm, client)) as pieces:
+        asked = in_context(self.question, self.history)
+        async with contextlib.aclosing(answer_stream(asked, self.sources, self.llm, client)) as pieces:
             async for piece in pieces:
                 if held is None:
                     yield piece
@@ -125,23 +133,29 @@ class AnswerPlan:
             yield "".join(held)
 
 
-def plan(index: Retriever, question: str, results: Sequence[SearchResult] | None = None) -> AnswerPlan:
-    """Plan the answer to ``question`` under ``index.config``; blocking (search, word counts):
-    async code runs it in a thread.
+def plan(
+    index: Retriever, question: str, results: Sequence[SearchResult] | None = None, history: Sequence[Turn] = ()
+) -> AnswerPlan:
+    """Plan the answer to ``question`` under ``index.config``; blocking (search, word counts, the
+    rewrite of a follow-up): async code runs it in a thread.
 
-    ``results``: what a search already found (default: ``index.search(question)``
+    ``results``: what a search already found (default: ``index.search(query)``
     with the index's settings); ``[]`` answers "no relevant information" without
-    touching the index.
+    touching the index. ``history``: the earlier turns of the conversation, oldest
+    first; the query is then :func:`mdrag.answering.followup.search_query` (a
+    standalone rewrite, or the previous question joined), not the question alone.
     """
     config = index.config
-    found = list(index.search(question) if results is None else results)
+    query = question if results is not None else search_query(question, history, config)
+    found = list(index.search(query) if results is None else results)
     llm = llm_settings(config)
     llm_judges = config["answer.judge"] == "llm" and llm.configured
     refused = not found or (
         not llm_judges
-        and refuse(question, found, index.term_stats(), config["answer.min_score"], config["answer.max_unknown"])
+        and refuse(query, found, index.term_stats(), config["answer.min_score"], config["answer.max_unknown"])
     )
-    return AnswerPlan(question, found, refused, [] if refused else numbered_sources(found, llm), llm)
+    sources = [] if refused else numbered_sources(found, llm)
+    return AnswerPlan(question, found, refused, sources, llm, query, tuple(history))
 
 
 @dataclass(frozen=True)
@@ -153,16 +167,20 @@ class Answer:
     sources: list[Source]  # [n] in text is sources[n - 1]; empty when refused
     refused: bool  # "no relevant information": nothing found, nothing relevant enough, or the LLM said so
     results: list[SearchResult]  # what the search found, best first
+    query: str = ""  # what was searched: the question, or for a follow-up its standalone query
 
 
-def ask(index: Retriever, question: str, on_text: Callable[[str], None] | None = None) -> Answer:
+def ask(
+    index: Retriever, question: str, on_text: Callable[[str], None] | None = None, history: Sequence[Turn] = ()
+) -> Answer:
     """Answer ``question`` from ``index``, synchronously; ``on_text`` is called with each piece of
-    text as it arrives. Raises LLMError when the LLM fails (the message says what to change).
+    text as it arrives; ``history`` holds the earlier turns a follow-up question refers to (see
+    :func:`plan`). Raises LLMError when the LLM fails (the message says what to change).
 
     Async code that should not wait here plans in a thread and iterates the stream itself:
     ``p = await asyncio.to_thread(plan, index, question)``, then ``async for piece in p.stream()``.
     """
-    return answer(plan(index, question), on_text)
+    return answer(plan(index, question, history=history), on_text)
 
 
 def answer(p: AnswerPlan, on_text: Callable[[str], None] | None = None) -> Answer:
@@ -183,4 +201,4 @@ def answer(p: AnswerPlan, on_text: Callable[[str], None] | None = None) -> Answe
     else:  # called from async code (a Jupyter cell): its event loop waits while another thread answers
         with ThreadPoolExecutor(1, thread_name_prefix="mdrag-ask") as pool:
             pool.submit(asyncio.run, collect()).result()
-    return Answer(p.question, "".join(pieces), p.sources, p.refused, p.results)
+    return Answer(p.question, "".join(pieces), p.sources, p.refused, p.results, p.query)

@@ -51,6 +51,7 @@ import httpx2
 import openai
 from openai.types.chat import ChatCompletionChunk
 
+from mdrag.config import Config
 from mdrag.errors import LLMError
 from mdrag.httperrors import NO_KEY, auth_headers, one_line, server_message
 from mdrag.knobs import MAX_ERROR_BODY, MAX_EXTRACTIVE, MAX_SOURCE_CHARS
@@ -66,7 +67,9 @@ __all__ = [
     "Source",
     "answer_stream",
     "build_messages",
+    "complete",
     "declined",
+    "llm_settings",
     "numbered_sources",
 ]
 
@@ -146,6 +149,16 @@ class LLMSettings:
             f"LLMSettings(base_url={redact_url(self.base_url or '') or None!r}, api_key={key}, "
             f"model={self.model!r}, timeout={self.timeout!r}, max_tokens={self.max_tokens!r})"
         )
+
+
+def llm_settings(config: Config) -> LLMSettings:
+    """The LLM that answers (``llm.*``, falling back to the shared ``api.*``); no base URL: none."""
+    return LLMSettings(
+        base_url=config.effective("llm.base_url"),
+        api_key=config.effective("llm.api_key"),
+        model=config["llm.model"],
+        timeout=float(config["llm.timeout"]),
+    )
 
 
 # -- numbered sources --------------------------------------------------------------
@@ -272,9 +285,19 @@ async def answer_stream(
         for piece in _extractive(sources):
             yield piece
         return
-    async with contextlib.aclosing(_stream_llm(question, sources, llm, client)) as pieces:
+    async with contextlib.aclosing(_stream_llm(build_messages(question, sources), llm, client)) as pieces:
         async for piece in pieces:
             yield piece
+
+
+async def complete(messages: Sequence[dict[str, str]], llm: LLMSettings) -> str:
+    """The whole text of one completion of ``messages`` (a short one, such as a rewritten search query),
+    through the same client, checks and errors as an answer (:class:`LLMError`); ``llm.max_tokens`` caps it."""
+    pieces: list[str] = []
+    async with contextlib.aclosing(_stream_llm(messages, llm)) as stream:
+        async for piece in stream:
+            pieces.append(piece)
+    return "".join(pieces)
 
 
 def _extractive(sources: Sequence[Source]) -> list[str]:
@@ -356,12 +379,12 @@ class _Call:
 
 
 async def _stream_llm(
-    question: str, sources: Sequence[Source], llm: LLMSettings, client: httpx2.AsyncClient | None = None
+    messages: Sequence[dict[str, str]], llm: LLMSettings, client: httpx2.AsyncClient | None = None
 ) -> AsyncGenerator[str, None]:
-    """Stream the answer from ``POST {base_url}/chat/completions`` through the openai client."""
+    """Stream the completion of ``messages`` from ``POST {base_url}/chat/completions`` through the openai client."""
     call = _Call(llm)
     call.check()
-    logger.debug("Asking %s (model %s) with %d sources", call.shown, llm.model, len(sources))
+    logger.debug("Asking %s (model %s), %d messages", call.shown, llm.model, len(messages))
     started = time.monotonic()
     pieces = 0
     try:
@@ -377,7 +400,7 @@ async def _stream_llm(
             )
             raw = await api.chat.completions.with_raw_response.create(
                 model=llm.model,
-                messages=cast("Any", build_messages(question, sources)),
+                messages=cast("Any", list(messages)),
                 stream=True,
                 max_tokens=llm.max_tokens if llm.max_tokens is not None else openai.omit,
                 extra_headers=auth_headers(llm.api_key),
