@@ -24,7 +24,8 @@ EXAMPLES = {
     "search": 'example: mdrag search "how do I define a custom output format" -k 5 --json',
     "status": "example: mdrag status --json",
     "serve": 'example: mdrag serve ./docs --port 8765   (then, elsewhere: mdrag ask "how do I ...?")',
-    "ask": 'example: mdrag ask "How do I create a custom shortcode?"   (no question: interactive)',
+    "ask": 'example: mdrag ask "How do I create a custom shortcode?"   (no question: an interactive prompt, one '
+    "conversation: follow-up questions are asked with the earlier ones; /new starts a new conversation)",
     "mcp": "example: register `mdrag mcp` (or `agentic-knowledge-mcp`) as a stdio server in your MCP client",
     "knowledge": "example: mdrag knowledge init react   |   mdrag knowledge refresh   |   mdrag knowledge status",
     "config": "example: mdrag config --json   (each setting's value and where it came from)",
