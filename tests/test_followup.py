@@ -210,6 +210,11 @@ def test_index_ask_searches_a_follow_up_with_its_history(minilm: Embedder, llm: 
         assert follow.query == "and the overlap? How do I set the chunk size?" and follow.question == "and the overlap?"
         assert follow.sources and follow.sources[0].path == str(docs / "configuration.md")
         assert index.ask("and the overlap?").query == "and the overlap?"
+        # a new subject after an unrelated turn: the joined query finds nothing, the question alone does
+        nitrogen = [Turn("What is the boiling point of liquid nitrogen in kelvin?")]
+        assert index.search(joined_query("How do I change the chunk size?", nitrogen)) == []
+        changed = index.ask("How do I change the chunk size?", history=nitrogen)
+        assert changed.query == "How do I change the chunk size?" and changed.results and not changed.refused
     config = _llm_config(llm, index="g" + os.urandom(4).hex())
     with Index(config, embedder=minilm) as index:
         index.update([docs])
