@@ -35,7 +35,7 @@ class Script:
     error_event: str | None = None  # send {"error": {"message": error_event}} after the first token
     as_json: bool = False  # answer with one non-streaming JSON completion
     role_first: bool = True  # start with a role-only delta, as OpenAI does
-    rewrite: str | None = None  # the reply to a follow-up's rewrite request (REWRITE_PROMPT); None: the tokens
+    rewrite: str | None = None  # the reply to a follow-up's rewrite request (REWRITE_PROMPT); None: its question
     requests: list[dict[str, Any]] = field(default_factory=list)  # {"path", "headers" (lower-case names), "body"}
     disconnected: threading.Event = field(default_factory=threading.Event)  # a write failed
     finished: threading.Event = field(default_factory=threading.Event)  # the whole stream was written
@@ -69,8 +69,9 @@ class Handler(BaseHTTPRequestHandler):
             {"path": self.path, "headers": {k.lower(): v for k, v in self.headers.items()}, "body": body}
         )
         tokens = script.tokens
-        if script.rewrite is not None and is_rewrite(body):
-            tokens = [script.rewrite]
+        if is_rewrite(body):  # as a model would: the question unchanged when it already stands alone
+            asked = body["messages"][-1]["content"].split("Last question: ")[-1].split("\n\n")[0]
+            tokens = [asked if script.rewrite is None else script.rewrite]
         if script.hang == "before_headers":
             script.stop.wait(10)
             return

@@ -27,7 +27,7 @@ from mdrag.config import load_config
 from mdrag.frontends.server import QAServer
 from mdrag.index import Index
 from tests.conftest import HashEmbedder, listening
-from tests.fake_llm import FakeServer, Handler, Script
+from tests.fake_llm import FakeServer, Handler, Script, is_rewrite
 
 REPO = Path(__file__).resolve().parents[1]
 FOREIGN = "foreign.example"  # a name the browser maps to 127.0.0.1: a page of another origin
@@ -442,6 +442,35 @@ def test_a_reload_shows_the_conversation_again(browser: WebDriver, served: str, 
         ["mdrag-conversation"],
         0,
     ]
+    assert [e["message"] for e in browser.get_log("browser") if e["level"] == "SEVERE"] == []
+
+
+def test_a_follow_up_is_sent_with_the_earlier_turns_until_a_new_conversation(
+    browser: WebDriver, served: str, script: Script
+) -> None:
+    """The page sends its earlier turns with each question (the server's LLM is asked to rewrite the
+    follow-up with them, also after a reload); New conversation clears the thread."""
+    open_page(browser, served)
+    new = browser.find_element(By.ID, "new-conversation")
+    assert not new.is_enabled()  # nothing to forget yet
+    finished(browser, ask(browser, "How do I set the chunk size?"))
+    assert not any(is_rewrite(r["body"]) for r in script.requests), "a first question is asked alone"
+    script.rewrite = "How do I set the chunk overlap?"
+    finished(browser, follow := ask(browser, "and the overlap?"))
+    assert follow.find_elements(By.CSS_SELECTOR, ".sources li")
+    rewrites = [r["body"]["messages"][-1]["content"] for r in script.requests if is_rewrite(r["body"])]
+    assert len(rewrites) == 1 and "Last question: and the overlap?" in rewrites[0]
+    assert "Question: How do I set the chunk size?\nAnswer: Hello, world [1]." in rewrites[0]
+    browser.refresh()  # the thread is the tab's: a reload goes on with it
+    wait_for(browser, lambda b: state(b).startswith("ready:"), "the ready state after the reload")
+    finished(browser, ask(browser, "and the default?"))
+    rewrites = [r["body"]["messages"][-1]["content"] for r in script.requests if is_rewrite(r["body"])]
+    assert len(rewrites) == 2 and "Question: and the overlap?" in rewrites[1]
+    assert "Question: How do I set the chunk size?" in rewrites[1]
+    browser.find_element(By.ID, "new-conversation").click()
+    assert turns(browser) == []
+    finished(browser, ask(browser, "and the overlap?"))
+    assert len([r for r in script.requests if is_rewrite(r["body"])]) == 2, "a new conversation is asked alone"
     assert [e["message"] for e in browser.get_log("browser") if e["level"] == "SEVERE"] == []
 
 

@@ -143,11 +143,15 @@ def plan(
     with the index's settings); ``[]`` answers "no relevant information" without
     touching the index. ``history``: the earlier turns of the conversation, oldest
     first; the query is then :func:`mdrag.answering.followup.search_query` (a
-    standalone rewrite, or the previous question joined), not the question alone.
+    standalone rewrite, or the previous question joined), and the question alone
+    only when that finds nothing (a new subject after an unrelated turn).
     """
     config = index.config
     query = question if results is not None else search_query(question, history, config)
     found = list(index.search(query) if results is None else results)
+    if not found and query != question:  # the history led nowhere: the question may stand on its own
+        logger.info("A follow-up question searched with its history found nothing: searching it alone")
+        query, found = question, list(index.search(question))
     llm = llm_settings(config)
     llm_judges = config["answer.judge"] == "llm" and llm.configured
     refused = not found or (

@@ -82,7 +82,8 @@ class Turn:
 
 
 def _cut(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[:limit].rstrip() + "…"
+    """``text``, or its first characters and "…", in at most ``limit`` characters."""
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
 
 
 def history_chars(history: Sequence[Turn]) -> int:

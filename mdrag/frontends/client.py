@@ -15,7 +15,7 @@ import logging
 import re
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import Any, NoReturn
 
@@ -24,6 +24,7 @@ from websockets.sync.client import ClientConnection
 from websockets.sync.client import connect as ws_connect
 from websockets.uri import parse_uri
 
+from mdrag.answering.followup import Turn, bounded
 from mdrag.errors import MdragError
 from mdrag.frontends.protocol import MAX_QUESTION_CHARS, encode, is_loopback
 from mdrag.redact import redact_url
@@ -252,9 +253,16 @@ class Client:
             raise MdragError(_STILL_LOADING)
         time.sleep(self.retry_delay)
 
-    def ask(self, question: str, on_chunk: Callable[[str], None], index: str | None = None) -> list[str]:
+    def ask(
+        self,
+        question: str,
+        on_chunk: Callable[[str], None],
+        index: str | None = None,
+        history: Sequence[Turn] = (),
+    ) -> list[str]:
         """Ask one question: on_chunk gets each piece of the answer as it comes; returns the source paths
-        (the answer's ``[n]`` is the n-th).
+        (the answer's ``[n]`` is the n-th). ``history``: the earlier turns of the conversation, oldest
+        first, for a follow-up question; its newest turns within the protocol's bounds are sent.
 
         Text is sanitized. MdragError: the server answered with an error, or is
         still loading after ``timeout`` seconds. ServerUnavailableError: the
@@ -263,6 +271,9 @@ class Client:
         message: dict[str, Any] = {"type": "query", "question": _check_question(question)}
         if index is not None:
             message["index"] = index
+        turns = bounded(history)
+        if turns:
+            message["history"] = [{"question": t.question, "answer": t.answer} for t in turns]
         deadline = time.monotonic() + self.timeout
         self._send(message)
         started = False

@@ -2,7 +2,8 @@
 
 Client to server (one JSON object per text frame):
 
-    {"type": "query", "question": "...", "index": "name"?}      -> stream_start, stream_chunk*, stream_end
+    {"type": "query", "question": "...", "index": "name"?,
+     "history": [{"question": "...", "answer": "..."?}, ...]?}  -> stream_start, stream_chunk*, stream_end
     {"type": "search", "query": "...", "k": 10?, "threshold": 0.4?, "filters": {...}?,
      "mode": "dense" | "bm25" | "hybrid"?, "collapse": "none" | "section" | "file"?, "index": "name"?}
                                                                  -> search_results
@@ -34,7 +35,7 @@ from pydantic_core import ErrorDetails
 
 from mdrag.errors import ProtocolError
 from mdrag.frontends.received import describe
-from mdrag.knobs import MAX_QUESTION_CHARS
+from mdrag.knobs import MAX_HISTORY_ANSWER_CHARS, MAX_HISTORY_CHARS, MAX_HISTORY_TURNS, MAX_QUESTION_CHARS
 
 if TYPE_CHECKING:
     from mdrag.answering.generate import Source
@@ -43,6 +44,7 @@ __all__ = [
     "MAX_QUESTION_CHARS",
     "MAX_TAGS",
     "Filters",
+    "HistoryTurn",
     "QueryRequest",
     "Request",
     "SearchRequest",
@@ -79,10 +81,18 @@ class Filters(_Message):
     root: _Value | None = None
 
 
+class HistoryTurn(_Message):
+    """One earlier turn of the conversation a query follows (mdrag.answering.followup.Turn)."""
+
+    question: _Text
+    answer: Annotated[str, StringConstraints(max_length=MAX_HISTORY_ANSWER_CHARS)] | None = None  # its beginning
+
+
 class QueryRequest(_Message):
     type: Literal["query"] = "query"
     question: _Text
     index: _Text | None = None
+    history: Annotated[list[HistoryTurn], Field(max_length=MAX_HISTORY_TURNS)] | None = None  # oldest first
 
 
 class SearchRequest(_Message):
@@ -122,7 +132,9 @@ _EXPECTED = {
     "path_prefix": f"a path (absolute, or relative to the indexed folder) of at most {MAX_QUESTION_CHARS} characters",
     "tags": f"a tag or a list of at most {MAX_TAGS} tags (strings of at most {MAX_QUESTION_CHARS} characters)",
     "root": f"an indexed folder (a path of at most {MAX_QUESTION_CHARS} characters)",
+    "history": f"a list of at most {MAX_HISTORY_TURNS} earlier turns, oldest first",
 }
+_TURN = '{"question": "...", "answer": "..."}'
 
 
 def parse(frame: str | bytes) -> Request:
@@ -137,10 +149,18 @@ def parse(frame: str | bytes) -> Request:
         except UnicodeDecodeError:
             raise ProtocolError("messages must be UTF-8 JSON text") from None
     try:
-        return _REQUEST.validate_json(frame)
+        request = _REQUEST.validate_json(frame)
     except ValidationError as e:
         # The deepest problem is the most precise one: tags [1] is about the item 1, not the list.
         raise ProtocolError(_problem(max(e.errors(include_url=False), key=lambda d: len(d["loc"])))) from None
+    if isinstance(request, QueryRequest) and request.history:
+        size = sum(len(t.question) + len(t.answer or "") for t in request.history)
+        if size > MAX_HISTORY_CHARS:
+            raise ProtocolError(
+                f'"history" is too long ({size} characters of questions and answers, at most {MAX_HISTORY_CHARS}): '
+                "send the newest turns, and only the beginning of each answer"
+            )
+    return request
 
 
 def _problem(err: ErrorDetails) -> str:
@@ -158,6 +178,8 @@ def _problem(err: ErrorDetails) -> str:
     if not loc:
         return f'a message must be a JSON object with a "type" field, not {describe(value)}'
     message, name = loc[0], loc[-1]
+    if len(loc) > 1 and loc[1] == "history":
+        return _history_problem(kind, loc, value)
     if kind == "extra_forbidden":
         if len(loc) > 2 and loc[1] == "filters":
             return f"unknown filter {describe(name)}: use {_FILTERS}"
@@ -172,6 +194,33 @@ def _problem(err: ErrorDetails) -> str:
     if isinstance(loc[-1], int):
         return f'"{field}" must be {expected}; item {loc[-1] + 1} is {describe(value)}'
     return f'"{field}" must be {expected}, not {describe(value)}'
+
+
+def _history_problem(kind: str, loc: tuple[int | str, ...], value: Any) -> str:
+    """A problem with the ``history`` of a query, as a sentence: which turn, which field, what to send."""
+    if len(loc) == 2:  # the list itself
+        if kind == "too_long":
+            return f'"history" has {len(value)} turns, at most {MAX_HISTORY_TURNS}: send the newest ones'
+        return f'"history" must be {_EXPECTED["history"]}, each {_TURN}, not {describe(value)}'
+    turn = f'"history" item {int(loc[2]) + 1}'
+    if len(loc) == 3:
+        return f"{turn} must be an object {_TURN}, not {describe(value)}"
+    field = loc[3]
+    if kind == "extra_forbidden":
+        return f"unknown field {describe(field)} in {turn}: use question, answer"
+    if kind == "missing":
+        return f'{turn} needs a "question" field: a non-empty string of at most {MAX_QUESTION_CHARS} characters'
+    if field == "answer":
+        if kind == "string_too_long" and isinstance(value, str):
+            return (
+                f'"answer" of {turn} is too long ({len(value)} characters, at most {MAX_HISTORY_ANSWER_CHARS}): '
+                "send the beginning of the answer"
+            )
+        expected = f"a string of at most {MAX_HISTORY_ANSWER_CHARS} characters"
+        return f'"answer" of {turn} must be {expected}, not {describe(value)}'
+    if kind == "string_too_long" and isinstance(value, str):
+        return f'"question" of {turn} is too long ({len(value)} characters, at most {MAX_QUESTION_CHARS})'
+    return f'"question" of {turn} must be {_EXPECTED["question"]}, not {describe(value)}'
 
 
 def encode(msg: dict[str, Any]) -> str:

@@ -15,7 +15,8 @@ restart, and the server keeps the value it started with.
 Each connection's messages are answered one at a time, in order (answers
 stream over several frames and the protocol has no request ids); at most
 ``server.max_pending`` wait. A client that disconnects cancels its work,
-including the LLM request.
+including the LLM request. The server keeps no conversation: a follow-up query
+carries its earlier turns (``history``, see mdrag.answering.followup).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from mdrag.answering import ask as qa
+from mdrag.answering.followup import Turn
 from mdrag.config import Config, load_config
 from mdrag.errors import ConfigError, LLMError, MdragError, ProtocolError
 from mdrag.frontends import protocol, web
@@ -496,7 +498,8 @@ class QAServer:
     async def _query(self, req: protocol.QueryRequest, send: Callable[[dict[str, Any]], Awaitable[None]]) -> None:
         assert self.index is not None
         found: list[SearchResult] | None = [] if self.state == "empty" else None  # empty: not searched
-        plan = await asyncio.to_thread(qa.plan, self.index, req.question, found)
+        history = [Turn(t.question, t.answer or "") for t in req.history or ()]  # the client keeps the conversation
+        plan = await asyncio.to_thread(qa.plan, self.index, req.question, found, history)
         await send(protocol.stream_start())
         async with contextlib.aclosing(plan.stream(self._http)) as stream:
             async for piece in stream:

@@ -26,7 +26,8 @@ EXAMPLES = {
     "get": "example: mdrag get docs/config.md:10-40   |   mdrag get 'docs/config.md#Menus'   |   "
     "mdrag get 'docs/api/*.md' --json",
     "serve": 'example: mdrag serve ./docs --port 8765   (then, elsewhere: mdrag ask "how do I ...?")',
-    "ask": 'example: mdrag ask "How do I create a custom shortcode?"   (no question: interactive)',
+    "ask": 'example: mdrag ask "How do I create a custom shortcode?"   (no question: an interactive prompt, one '
+    "conversation: follow-up questions are asked with the earlier ones; /new starts a new conversation)",
     "mcp": "example: register `mdrag mcp` (or `agentic-knowledge-mcp`) as a stdio server in your MCP client; "
     "over HTTP: mdrag mcp --http   (then point the client at http://127.0.0.1:8766/mcp)",
     "knowledge": "example: mdrag knowledge init react   |   mdrag knowledge refresh   |   mdrag knowledge status",

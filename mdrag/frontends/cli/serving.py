@@ -5,18 +5,22 @@ from __future__ import annotations
 import argparse
 import contextlib
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
+from mdrag.answering.followup import Turn
 from mdrag.errors import MdragError
 from mdrag.frontends.cli.parser import _overrides
 from mdrag.frontends.cli.reading import _server_url
+from mdrag.knobs import MAX_HISTORY_TURNS
 from mdrag.redact import redact_url
 
 __all__ = ["run_ask"]
 
 
+# Shown to a person at the prompt (stderr is a terminal); also in `mdrag ask --help`.
+_PROMPT_HELP = "follow-up questions refer to the earlier ones; /new starts a new conversation; Ctrl+D quits"
 _SLOW_S = 1.0  # `serve` says it is loading when loading takes longer than this
 _PROGRESS_S = 5.0  # then how often it says how far the build is
 
@@ -82,24 +86,25 @@ def _cmd_ask(args: argparse.Namespace, config: Any) -> int:
     return run_ask(args.question, url, sys.stdout, sys.stderr, token=config["server.token"], index=args.index)
 
 
-def _ask_again_if_lost(client: Any, question: str, printer: _Printer, index: str | None) -> list[str]:
+def _ask_again_if_lost(
+    client: Any, question: str, printer: _Printer, index: str | None, history: Sequence[Turn] = ()
+) -> tuple[list[str], str]:
     """``client.ask``, asked once more on a new connection when the last one was lost before any answer
-    came (a server restarted between two questions at the prompt)."""
+    came (a server restarted between two questions at the prompt); returns the sources and the answer."""
     from mdrag.frontends.client import ServerUnavailableError
 
-    answered = False
+    pieces: list[str] = []
 
     def chunk(text: str) -> None:
-        nonlocal answered
-        answered = True
+        pieces.append(text)
         printer.chunk(text)
 
     try:
-        return client.ask(question, chunk, index=index)
+        return client.ask(question, chunk, index=index, history=history), "".join(pieces)
     except ServerUnavailableError:
-        if answered:
+        if pieces:
             raise
-        return client.ask(question, printer.chunk, index=index)  # the client connects again
+        return client.ask(question, chunk, index=index, history=history), "".join(pieces)  # connects again
 
 
 def run_ask(
@@ -118,7 +123,10 @@ def run_ask(
     address, 130 interrupted during a one-shot question. At the prompt, an error
     is printed and the prompt goes on; a lost connection is opened again; Ctrl+C
     during an answer stops it (the connection is closed, the next question opens
-    another) and Ctrl+C or Ctrl+D at the prompt ends it.
+    another) and Ctrl+C or Ctrl+D at the prompt ends it. The prompt is one
+    conversation: each question is sent with the turns answered before it (a
+    follow-up such as "and how do I nest it?" is searched with them), and
+    ``/new`` starts a new one.
     """
     from mdrag.frontends.client import Client, ServerUnavailableError
 
@@ -147,8 +155,9 @@ def run_ask(
                 printer.sources(sources)
                 return 0
 
-            err.write(_describe(url, status) + "\n")
+            err.write(_describe(url, status) + "\n" + (_PROMPT_HELP + "\n" if err.isatty() else ""))
             err.flush()
+            turns: list[Turn] = []  # this conversation's answered turns, oldest first
             while True:
                 try:
                     line = input_fn("question> ").strip()
@@ -159,8 +168,13 @@ def run_ask(
                     continue
                 if line.lower() in ("quit", "exit"):
                     return 0
+                if line.lower() == "/new":
+                    turns.clear()
+                    err.write("new conversation: the next question is asked on its own\n")
+                    err.flush()
+                    continue
                 try:
-                    sources = _ask_again_if_lost(client, line, printer, index)
+                    sources, text = _ask_again_if_lost(client, line, printer, index, turns)
                 except MdragError as e:  # the server gone too: the next question connects again
                     printer.end_line()
                     err.write(f"error: {e}\n")
@@ -173,6 +187,7 @@ def run_ask(
                     err.flush()
                     continue
                 printer.sources(sources)
+                turns[:] = [*turns, Turn(line, text)][-MAX_HISTORY_TURNS:]
     except ServerUnavailableError as e:
         printer.end_line()
         return fail(str(e))

@@ -8,6 +8,7 @@ const form = $("ask");
 const question = $("question");
 const sendButton = $("send");
 const stopButton = $("stop");
+const newButton = $("new-conversation");
 const searchOnly = $("search-only");
 const log = $("log");
 const stateLine = $("state");
@@ -20,6 +21,13 @@ const TOKEN = "mdrag-token"; // kept in sessionStorage: gone when the tab closes
 const CONVERSATION = "mdrag-conversation";
 const MAX_KEPT = 50;
 const MAX_KEPT_CHARS = 500_000;
+// A question is sent with the earlier turns of the conversation (docs/protocol.md, "history"), so that
+// a follow-up ("and how do I nest it?") is searched with them; the server keeps nothing. The bounds are
+// the server's (mdrag/knobs.py): the newest turns, the beginning of each answer, so much in all.
+const MAX_QUESTION_CHARS = 4000;
+const MAX_HISTORY_TURNS = 6;
+const MAX_HISTORY_ANSWER_CHARS = 1000;
+const MAX_HISTORY_CHARS = 8000;
 
 let ws = null; // the open connection, or null
 let pending = []; // handlers of the requests sent, oldest first
@@ -97,6 +105,7 @@ function dropPending(reason) {
 function updateControls() {
   const open = ws?.readyState === WebSocket.OPEN;
   sendButton.disabled = !open || answering !== null;
+  newButton.disabled = answering !== null || !conversation.length;
   stopButton.hidden = answering === null;
   sendButton.textContent = searchOnly.checked ? "Search" : "Ask";
 }
@@ -256,6 +265,35 @@ function restore() {
   }
 }
 
+// -- the history a question is sent with ------------------------------------------
+/** `text` in at most `limit` characters (counted in code points as the server does, never halving one). */
+function cut(text, limit) {
+  const chars = Array.from(text);
+  return chars.length <= limit ? text : `${chars.slice(0, limit - 1).join("").trimEnd()}…`;
+}
+
+/** The turns so far, as the query's "history": the newest, each answer's beginning, within the bounds. */
+function history() {
+  let turns = conversation
+    .filter((r) => r.question.trim())
+    .map((r) => ({ question: cut(r.question.trim(), MAX_QUESTION_CHARS), answer: r.done && !r.note && r.text ? cut(r.text.trim(), MAX_HISTORY_ANSWER_CHARS) : "" }))
+    .slice(-MAX_HISTORY_TURNS);
+  const size = (ts) => ts.reduce((n, t) => n + Array.from(t.question).length + Array.from(t.answer).length, 0);
+  while (turns.length > 1 && size(turns) > MAX_HISTORY_CHARS) turns = turns.slice(1);
+  if (turns.length && size(turns) > MAX_HISTORY_CHARS) turns = [{ question: turns[0].question, answer: "" }];
+  return turns;
+}
+
+/** New conversation: the turns are cleared from the page and the tab, and the next question is asked alone. */
+function newConversation() {
+  if (answering) return;
+  conversation = [];
+  log.querySelectorAll(":scope > .turn").forEach((t) => t.remove());
+  save();
+  updateControls();
+  question.focus();
+}
+
 function cite(turn) {
   return (n) => {
     const a = el("a", "cite", `[${n}]`);
@@ -266,6 +304,8 @@ function cite(turn) {
 }
 
 function ask(text) {
+  const earlier = history(); // the turns before this one
+  const query = earlier.length ? { type: "query", question: text, history: earlier } : { type: "query", question: text };
   const turn = newTurn(text, "answer");
   const handler = {
     text: "",
@@ -296,7 +336,7 @@ function ask(text) {
           showStatus(msg);
           note(turn, "wait", "The index is still loading; asking again shortly…");
           setTimeout(() => {
-            if (answering === handler && ws?.readyState === WebSocket.OPEN) send({ type: "query", question: text }, handler);
+            if (answering === handler && ws?.readyState === WebSocket.OPEN) send(query, handler);
           }, 1000);
           return true;
         default:
@@ -310,7 +350,7 @@ function ask(text) {
     },
   };
   answering = handler;
-  send({ type: "query", question: text }, handler);
+  send(query, handler);
 }
 
 /** The complete answer: its text and its sources (the paths its [n] cite). */
@@ -486,6 +526,7 @@ stopButton.addEventListener("click", () => {
 });
 
 searchOnly.addEventListener("change", updateControls);
+newButton.addEventListener("click", newConversation);
 
 tokenForm.addEventListener("submit", (ev) => {
   ev.preventDefault();
