@@ -193,6 +193,68 @@ def test_mdx_drops_esm_jsx_and_expressions_but_keeps_text_code_and_lines() -> No
     assert any(b.text.startswith("```mdx\n{/* A comment! */}") for b in code)
 
 
+MDX_COMPONENTS = """\
+---
+title: Tabs <b>demo</b>
+---
+import Tabs from '@theme/Tabs'
+
+# Install {props.name}
+
+<Callout type="warn">Back up first.</Callout> Then <br/> run it.
+
+<Tabs
+  values={[
+    {label: 'Linux', value: 'linux'},
+  ]}
+  icon={<Icon />}>
+    <TabItem value="linux">
+
+        Open a terminal on the machine.
+
+    ```sh
+    echo "<b>{x}</b>"
+    ```
+
+    </TabItem>
+</Tabs>
+
+Keep `<Tabs>` and `{x}`, a < b and <https://example.com>.
+
+<Chart data={[1, 2]} />
+{/* a comment
+
+over a blank line */}
+After <></> the fragment.
+
+export default function Layout({children}) {
+  return <main>{children}</main>
+
+}
+
+Last words.
+"""
+
+
+def test_mdx_components_over_several_lines_and_code_inside_them(tmp_path: Path) -> None:
+    """What the real page does not show: a tag over several lines, an expression in an attribute, a fence and
+    prose indented inside a component, a fragment, a comment over a blank line, an `export default` function."""
+    page = tmp_path / "install.mdx"
+    page.write_text(MDX_COMPONENTS, encoding="utf-8")
+    doc = parse_file(page)
+    assert doc.title == "Tabs <b>demo</b>", "the frontmatter is read as it is"
+    assert [(s.heading_path, s.heading_line) for s in doc.sections] == [(["Install"], 6)]
+    blocks = [(b.kind, b.line_start, b.line_end, b.text.strip()) for b in doc.sections[0].blocks]
+    assert blocks == [
+        ("text", 8, 8, "Back up first. Then  run it."),
+        ("text", 17, 17, "Open a terminal on the machine."),  # prose, not indented code
+        ("code", 19, 21, '```sh\n    echo "<b>{x}</b>"\n   ```'),
+        ("text", 26, 26, "Keep `<Tabs>` and `{x}`, a < b and <https://example.com>."),
+        ("text", 32, 32, "After  the fragment."),
+        ("text", 39, 39, "Last words."),
+    ]
+
+
 @pytest.fixture
 def three_kinds(tmp_path: Path) -> Path:
     """A folder with one real file of each new kind, and one file no parser reads."""

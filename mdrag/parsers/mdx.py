@@ -33,6 +33,9 @@ _NAME = re.compile(r"[A-Za-z_$][\w.:$-]*")
 _INDENT = re.compile(r"^[ \t]+")
 _MAX_INDENT = 3  # four columns would make an indented code block, which MDX does not have
 _OPEN = {"(": ")", "[": "]", "{": "}"}
+_SPECIAL = "\\`<{\n"  # what may open markup in text (and the line break, where a line's start is read)
+_SPECIAL_RE = re.compile(r"[\\`<{\n]")
+_BLANK_LINE = re.compile(r"\n[ \t]*\n")
 
 
 def parse(data: bytes, path: str) -> Document:
@@ -70,6 +73,9 @@ class _Stripper:
         self.i = 0  # the position read up to
         self.fence: str | None = None  # the marker of the code fence open ("```"), if any
         self.line_read = -1  # the start of the last line whose start was read (fence, ESM, indentation)
+        self.blank = -1  # where the next blank line after the position read starts (markup does not cross it)
+        self.unclosed: dict[int, int] = {}  # backtick runs of this length open no code span before this blank line
+        self.braces = _Braces(text)  # the ends of the expressions found so far
 
     def run(self) -> str:
         text = self.text
@@ -111,19 +117,49 @@ class _Stripper:
         return False
 
     def _token(self) -> None:
-        """Read one character of text, or one escape, code span, tag or expression."""
+        """Read a run of plain text up to the line's end, or one escape, code span, tag or expression."""
         text, i, ch = self.text, self.i, self.text[self.i]
-        if ch in "\\`":
-            end = min(i + 2, len(text)) if ch == "\\" else _code_span_end(text, i)
+        if ch not in _SPECIAL:
+            plain = _SPECIAL_RE.search(text, i)
+            end = plain.start() if plain else len(text)
             self.out.append(text[i:end])
             self.i = end
             return
-        drop = _tag_end(text, i) if ch == "<" else _expression_end(text, i) if ch == "{" else None
+        if ch in "\\`\n":
+            if ch == "`":
+                end = self._code_span_end()
+            else:
+                end = min(i + (2 if ch == "\\" else 1), len(text))  # an escape, or a line break
+            self.out.append(text[i:end])
+            self.i = end
+            return
+        stop = self._stop()
+        drop = _tag_end(self.braces, i, stop) if ch == "<" else self.braces.end(i)
         if drop is None:
             self.out.append(ch)
             self.i += 1
         else:
             self._drop(drop)
+
+    def _code_span_end(self) -> int:
+        """The end of the code span opening here, or of its run of backticks when none closes it."""
+        text, i, stop = self.text, self.i, self._stop()
+        run = i
+        while run < len(text) and text[run] == "`":
+            run += 1
+        if self.unclosed.get(run - i) == stop:
+            return run  # a run as long was not closed before this blank line: nor is this one
+        end = _code_span_end(text, i, run, stop)
+        if end == run:
+            self.unclosed[run - i] = stop
+        return end
+
+    def _stop(self) -> int:
+        """Where the next blank line starts (or the end of the text)."""
+        if self.blank < self.i:
+            blank = _BLANK_LINE.search(self.text, self.i)
+            self.blank = blank.start() if blank else len(self.text)
+        return self.blank
 
     def _drop(self, end: int) -> None:
         """Leave out ``text[i:end]`` but its line breaks; a space where it stood between two words."""
@@ -144,18 +180,10 @@ def _cap_indent(line: str) -> str:
     return " " * min(width, _MAX_INDENT) + line[indent.end() :]
 
 
-def _code_span_end(text: str, i: int) -> int:
-    """The end of the inline code span opening at ``i`` (a run of backticks), or of the run when none closes it.
-
-    The span may continue over line breaks but not over a blank line, as CommonMark reads it.
-    """
-    run = i
-    while run < len(text) and text[run] == "`":
-        run += 1
-    ticks = text[i:run]
-    stop = text.find("\n\n", run)
-    stop = len(text) if stop < 0 else stop
-    j = run
+def _code_span_end(text: str, i: int, run: int, stop: int) -> int:
+    """The end of the inline code span whose backticks are ``text[i:run]``, or ``run`` when none closes it before
+    ``stop`` (a blank line: CommonMark's code spans may go over line breaks, not over a blank line)."""
+    ticks, j = text[i:run], run
     while True:
         j = text.find(ticks, j, stop)
         if j < 0:
@@ -168,8 +196,9 @@ def _code_span_end(text: str, i: int) -> int:
         j = k
 
 
-def _tag_end(text: str, i: int) -> int | None:
-    """The end of the JSX tag (or HTML comment) opening at ``i``, or None when ``<`` opens none."""
+def _tag_end(braces: _Braces, i: int, stop: int) -> int | None:
+    """The end of the JSX tag (or HTML comment) opening at ``i``, or None when ``<`` opens none before ``stop``."""
+    text = braces.text
     if text.startswith("<!--", i):
         close = text.find("-->", i + 4)
         return None if close < 0 else close + 3
@@ -192,12 +221,12 @@ def _tag_end(text: str, i: int) -> int | None:
         if k == j and k < len(text) and text[k] not in "{":
             return None  # "<a:b/c" or "<https://...": not a tag
         if k < len(text) and text[k] == "{":
-            j = _expression_end(text, k) or -1
+            j = braces.end(k) or -1
         else:
             attribute = _NAME.match(text, k)
             if attribute is None:
                 return None
-            j = _attribute_value_end(text, attribute.end())
+            j = _attribute_value_end(braces, attribute.end(), stop)
         if j < 0:
             return None
 
@@ -211,9 +240,10 @@ def _skip_space(text: str, j: int) -> int | None:
     return j
 
 
-def _attribute_value_end(text: str, j: int) -> int:
+def _attribute_value_end(braces: _Braces, j: int, stop: int) -> int:
     """After an attribute's name at ``j``: the end of its ``="..."`` or ``={...}``, ``j`` if it has no value,
-    -1 if the value is not closed."""
+    -1 if the value is not closed before ``stop``."""
+    text = braces.text
     k = _skip_space(text, j)
     if k is None or k >= len(text) or text[k] != "=":
         return j
@@ -221,28 +251,48 @@ def _attribute_value_end(text: str, j: int) -> int:
     if k is None or k >= len(text):
         return -1
     if text[k] in "\"'":
-        close = text.find(text[k], k + 1)
+        close = text.find(text[k], k + 1, stop)
         return -1 if close < 0 else close + 1
     if text[k] == "{":
-        return _expression_end(text, k) or -1
+        return braces.end(k) or -1
     return -1
 
 
-def _expression_end(text: str, i: int) -> int | None:
-    """The end of the braced JavaScript expression opening at ``i``, or None when it is not closed."""
-    end = _balanced_end(text, i)
-    return end if end is not None and text[end - 1] == "}" else None
+class _Braces:
+    """The ends of braced JavaScript expressions in a text, each read once.
+
+    Reading one expression reads those nested in it, and the same characters
+    read from a nested brace give the same result, so every brace met is
+    remembered: text with many braces that never close costs one pass, not
+    one per brace.
+    """
+
+    def __init__(self, text: str) -> None:
+        self.text = text  # the MDX body
+        self.known: dict[int, int | None] = {}  # brace position -> the end of its expression, None: not closed
+
+    def end(self, i: int) -> int | None:
+        """The end of the expression whose brace is at ``i``, or None when a blank line comes before its end (a
+        comment in it may hold one)."""
+        if i not in self.known:
+            _balanced_end(self.text, i, known=self.known)
+        return self.known.get(i)
 
 
-def _balanced_end(text: str, i: int, stop_at_blank: bool = False) -> int | None:
-    """From ``i``: past the bracket opened there (strings and comments skipped), or, with ``stop_at_blank``, to the
-    first blank line where every bracket is closed. None when that never comes."""
-    stack: list[str] = []
-    j, n = i, len(text)
-    while j < n:
+def _balanced_end(text: str, i: int, at_blank: bool = False, known: dict[int, int | None] | None = None) -> int | None:
+    """From ``i``: past the bracket opened there, strings and comments skipped, or None at a blank line; with
+    ``at_blank``, up to the first blank line where every bracket is closed (None: there is none). The ends of the
+    braces read on the way go to ``known`` (None for those left open)."""
+    stack: list[tuple[str, int]] = []  # (the closing bracket awaited, where its opening one is)
+    record = known if known is not None else {}
+    j = i
+    while j < len(text):
         ch = text[j]
-        if stop_at_blank and not stack and ch == "\n" and (j + 1 >= n or not text[j + 1 : _eol(text, j + 1)].strip()):
-            return j + 1
+        if ch == "\n" and not text[j + 1 : _eol(text, j + 1)].strip():
+            if not at_blank:
+                break  # a blank line: the bracket is not closed in its paragraph
+            if not stack:
+                return j + 1
         if ch in "\"'`":
             j = _string_end(text, j)
             continue
@@ -251,22 +301,31 @@ def _balanced_end(text: str, i: int, stop_at_blank: bool = False) -> int | None:
             continue
         if text.startswith("/*", j):
             close = text.find("*/", j + 2)
-            j = n if close < 0 else close + 2
+            j = len(text) if close < 0 else close + 2
             continue
         if ch in _OPEN:
-            stack.append(_OPEN[ch])
-        elif stack and ch == stack[-1]:
-            stack.pop()
-            if not stack and not stop_at_blank:
+            stack.append((_OPEN[ch], j))
+        elif stack and ch == stack[-1][0]:
+            _, opened = stack.pop()
+            if ch == "}":
+                record[opened] = j + 1
+            if not stack and not at_blank:
                 return j + 1
         j += 1
-    return n if stop_at_blank else None
+    for closer, opened in stack:
+        if closer == "}":
+            record[opened] = None
+    return len(text) if at_blank and not stack else None
 
 
 def _esm_end(text: str, i: int) -> int:
-    """The end of the ESM block starting at ``i``: the start of the first blank line where its brackets are closed."""
-    end = _balanced_end(text, i, stop_at_blank=True)
-    return len(text) if end is None else end
+    """The end of the ESM block starting at ``i``: the start of the first blank line where its brackets are closed,
+    or of the first blank line when they never are."""
+    end = _balanced_end(text, i, at_blank=True)
+    if end is None:
+        blank = _BLANK_LINE.search(text, i)
+        end = blank.start() + 1 if blank else len(text)
+    return end
 
 
 def _string_end(text: str, j: int) -> int:
