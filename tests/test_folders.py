@@ -142,7 +142,7 @@ def test_gitignore_include_exclude_size_links_and_unsupported(tmp_path: Path) ->
     (root / "scratch.tmp.md").write_text("# Scratch\n\nIgnored.\n")
     (root / "keep.tmp.md").write_text("# Keep\n\nNegated in .gitignore: indexed.\n")
     _folder(root / "drafts", "draft")
-    (root / "notes.txt").write_text("no parser")
+    (root / "notes.odt").write_bytes(b"PK\x03\x04")  # no parser
     (root / "image.png").write_bytes(b"\x89PNG")
     (root / "big.md").write_text("# Big\n\n" + "word " * 60_000)  # ~0.3 MB
     outside = _folder(tmp_path / "outside", "outside")
@@ -156,7 +156,7 @@ def test_gitignore_include_exclude_size_links_and_unsupported(tmp_path: Path) ->
         assert "over the 0.1 MB limit (setting index.max_file_mb)" in skipped["big.md"]
         assert "outside the indexed folder" in skipped["link.md"]
         assert s.excluded == 1  # scratch.tmp.md; build/ and drafts/ are pruned as folders, not walked
-        assert s.unsupported == {".png": 1, ".txt": 1}
+        assert s.unsupported == {".png": 1, ".odt": 1}
     with _index(**{"index.exclude": ["drafts/"], "index.max_file_mb": 0.1}) as idx:
         again = idx.update([root])  # nothing changed (answered without opening the store): still reported
         assert not idx._opened, "the store was not opened"

@@ -3,18 +3,19 @@
 A parser is any callable taking the file's bytes and its absolute path and
 returning a :class:`~mdrag.types.Document`; it raises
 :class:`~mdrag.errors.ParseError` naming the reason when the file cannot be
-parsed. The built-in parsers (Markdown, PDF, DOCX, HTML) are registered with
-the same table third-party ones use, through small wrappers that import the
-parser module (and its heavy library) only when a file of that kind is first
-parsed, so ``import mdrag.parsers`` stays cheap.
+parsed. The built-in parsers (Markdown, PDF, DOCX, HTML, reStructuredText,
+plain text, MDX) are registered with the same table third-party ones use,
+through small wrappers that import the parser module (and its heavy library)
+only when a file of that kind is first parsed, so ``import mdrag.parsers``
+stays cheap.
 
 Third-party parsers are found through the ``mdrag.parsers`` entry-point group::
 
     [project.entry-points."mdrag.parsers"]
-    rst = "mdrag_rst:parser"   # the name is ignored
+    asciidoc = "mdrag_asciidoc:parser"   # the name is ignored
 
 where ``parser`` is callable as a parser and has an ``extensions`` attribute
-(an iterable of strings such as ``[".rst"]``). Entry points are loaded once, on
+(an iterable of strings such as ``[".adoc"]``). Entry points are loaded once, on
 the first lookup; one that fails to load is logged and skipped.
 
 Precedence, lowest first: built-ins, entry points, :func:`register_parser`
@@ -200,3 +201,6 @@ _add([".md", ".markdown"], _Lazy("markdown", "markdown-it-py and python-frontmat
 _add([".pdf"], _Lazy("pdf", "pypdf"))
 _add([".docx"], _Lazy("docx", "python-docx"))
 _add([".html", ".htm"], _Lazy("html", "beautifulsoup4"))
+_add([".rst", ".rest"], _Lazy("rst", "docutils"))
+_add([".txt"], _Lazy("plaintext", "charset-normalizer"))
+_add([".mdx"], _Lazy("mdx", "markdown-it-py and python-frontmatter"))
