@@ -663,3 +663,23 @@ def test_a_source_opens_at_its_cited_lines(browser: WebDriver, served: str, scri
     assert item.find_element(By.TAG_NAME, "details").get_attribute("open") is None
     browser.find_element(By.ID, "viewer-close").click()
     assert [e["message"] for e in browser.get_log("browser") if e["level"] == "SEVERE"] == []
+
+
+def test_with_a_token_the_page_opens_a_source_with_it(browser: WebDriver, tmp_path: Path, script: Script) -> None:
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "install.md").write_text("# Install\n\nRun the installer.\n\nThen restart the service.\n")
+    with _serve(tmp_path / "home", tmp_path / "docs", None, "--token", "s3cret-t0ken") as port:
+        browser.get(f"http://127.0.0.1:{port}/")
+        wait_for(browser, lambda b: b.find_element(By.ID, "token-form").is_displayed(), "the token form")
+        browser.find_element(By.ID, "token").send_keys("s3cret-t0ken" + Keys.ENTER)
+        wait_for(browser, lambda b: state(b).startswith("ready:"), "the ready state", 180)
+        browser.find_element(By.ID, "search-only").click()
+        turn = ask(browser, "run the installer")
+        wait_for(browser, lambda b: turn.find_elements(By.CSS_SELECTOR, ".results .passage"), "results")
+        turn.find_element(By.CSS_SELECTOR, ".results button.open").click()
+        assert (3, "Run the installer.") in _hits(browser)  # the token went in a header: no 401
+        browser.find_element(By.ID, "viewer-close").click()
+        browser.execute_script("sessionStorage.setItem('mdrag-token', 'wrong')")
+        turn.find_element(By.CSS_SELECTOR, ".results button.open").click()
+        wait_for(browser, lambda b: "valid token" in b.find_element(By.ID, "viewer-text").text, "the refusal")
+        browser.execute_script("sessionStorage.clear()")

@@ -8,6 +8,8 @@ const title = document.getElementById("viewer-title");
 const content = document.getElementById("viewer-text");
 document.getElementById("viewer-close").addEventListener("click", () => viewer.close());
 
+const CONTEXT_ABOVE = 3; // lines shown above the cited ones
+
 function el(tag, cls, text) {
   const e = document.createElement(tag);
   if (cls) e.className = cls;
@@ -52,15 +54,15 @@ async function openSource(loc, token) {
     content.replaceChildren(el("p", "note error", `Cannot open ${loc.ref}: ${e.message}`));
     return;
   }
-  show(body);
+  show(body, loc);
 }
 
-function show({ document: doc, highlight, whole }) {
+function show({ document: doc, highlight, whole }, loc) {
   const lines = doc.text.split("\n");
   if (lines.length > 1 && lines[lines.length - 1] === "") lines.pop();
   const hit = highlight ? [highlight.line_start, highlight.line_end] : null;
-  const pages = doc.pages ? (doc.pages[0] === doc.pages[1] ? `page ${doc.pages[0]}` : `pages ${doc.pages[0]}–${doc.pages[1]}`) : "";
-  title.replaceChildren(el("span", "file", doc.rel_path), hit ? ` · ${whereText({ line_start: hit[0], line_end: hit[1] })}` : "", pages && !doc.source_lines ? ` (${pages})` : "");
+  const where = hit && whereText(loc.page ? { page: loc.page } : { line_start: hit[0], line_end: hit[1] });
+  title.replaceChildren(el("span", "file", doc.rel_path), where ? ` · ${where}` : "");
   title.title = doc.path;
   const notes = [];
   if (!whole) notes.push(el("p", "note", `Lines ${doc.line_start}–${doc.line_end} of ${doc.lines}: the whole document is too large to show.`));
@@ -75,5 +77,7 @@ function show({ document: doc, highlight, whole }) {
     box.append(row);
   });
   content.replaceChildren(...notes, box);
-  (box.querySelector(".hit") ?? box.firstChild)?.scrollIntoView({ block: "center" });
+  // the cited lines at the top of the view, a few lines of what comes before them above
+  const first = hit ? Math.max(hit[0] - CONTEXT_ABOVE, doc.line_start) - doc.line_start : 0;
+  box.children[first]?.scrollIntoView({ block: "start" });
 }
