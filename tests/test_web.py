@@ -620,3 +620,66 @@ def test_while_loading_the_page_says_so_and_asks_again_once_ready(
             )
     finally:
         release.set()
+
+
+def _hits(browser: WebDriver) -> list[tuple[int, str]]:
+    """The marked lines of the open source: number and text, once the dialog shows them."""
+    rows = wait_for(browser, lambda b: b.find_elements(By.CSS_SELECTOR, "#viewer[open] .line.hit"), "the cited lines")
+    return [(int(r.get_attribute("data-n")), r.get_attribute("textContent")) for r in rows]
+
+
+def test_a_source_opens_at_its_cited_lines(browser: WebDriver, served: str, script: Script) -> None:
+    open_page(browser, served)
+    browser.get_log("browser")  # what earlier tests left there
+    docs = REPO / "examples" / "docs"
+    # a result of Search only: its open button shows the file with the result's lines marked, in view
+    browser.find_element(By.ID, "search-only").click()
+    turn = ask(browser, "chunk size setting")
+    result = wait_for(browser, lambda b: turn.find_elements(By.CSS_SELECTOR, ".results .passage"), "results")[0]
+    first, last = (int(n) for n in result.find_element(By.CSS_SELECTOR, ".lines").text.split()[-1].split("–"))
+    lines = (docs / result.find_element(By.CSS_SELECTOR, ".file").text).read_text().split("\n")
+    result.find_element(By.CSS_SELECTOR, "button.open").click()
+    assert _hits(browser) == [(n, lines[n - 1]) for n in range(first, last + 1)]
+    assert browser.execute_script(
+        "const hit = document.querySelector('#viewer .line.hit').getBoundingClientRect();"
+        "const box = document.getElementById('viewer-text').getBoundingClientRect();"
+        "return hit.top >= box.top && hit.bottom <= box.bottom;"
+    ), "the cited lines are not scrolled into view"
+    whole = browser.find_elements(By.CSS_SELECTOR, "#viewer .line")
+    assert len(whole) == len(lines) - 1  # the whole file (it ends with a line break)
+    browser.find_element(By.ID, "viewer-close").click()
+    assert not browser.find_element(By.ID, "viewer").is_displayed()
+    # an answer's source: its open button shows the file at the best passage's lines, not folding the passages
+    browser.find_element(By.ID, "search-only").click()
+    script.tokens = ["Set `chunk.size` [1]."]
+    finished(browser, answered := ask(browser, "How do I change the chunk size?"))
+    item = answered.find_element(By.CSS_SELECTOR, ".sources > li")
+    path = Path(item.find_element(By.TAG_NAME, "summary").get_attribute("title"))
+    item.find_element(By.CSS_SELECTOR, "button.open").click()
+    hits = _hits(browser)
+    text = path.read_text().split("\n")
+    assert hits and all(line == text[n - 1] for n, line in hits)
+    assert browser.find_element(By.ID, "viewer-title").text.startswith(str(path.relative_to(docs)))
+    assert item.find_element(By.TAG_NAME, "details").get_attribute("open") is None
+    browser.find_element(By.ID, "viewer-close").click()
+    assert [e["message"] for e in browser.get_log("browser") if e["level"] == "SEVERE"] == []
+
+
+def test_with_a_token_the_page_opens_a_source_with_it(browser: WebDriver, tmp_path: Path, script: Script) -> None:
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "install.md").write_text("# Install\n\nRun the installer.\n\nThen restart the service.\n")
+    with _serve(tmp_path / "home", tmp_path / "docs", None, "--token", "s3cret-t0ken") as port:
+        browser.get(f"http://127.0.0.1:{port}/")
+        wait_for(browser, lambda b: b.find_element(By.ID, "token-form").is_displayed(), "the token form")
+        browser.find_element(By.ID, "token").send_keys("s3cret-t0ken" + Keys.ENTER)
+        wait_for(browser, lambda b: state(b).startswith("ready:"), "the ready state", 180)
+        browser.find_element(By.ID, "search-only").click()
+        turn = ask(browser, "run the installer")
+        wait_for(browser, lambda b: turn.find_elements(By.CSS_SELECTOR, ".results .passage"), "results")
+        turn.find_element(By.CSS_SELECTOR, ".results button.open").click()
+        assert (3, "Run the installer.") in _hits(browser)  # the token went in a header: no 401
+        browser.find_element(By.ID, "viewer-close").click()
+        browser.execute_script("sessionStorage.setItem('mdrag-token', 'wrong')")
+        turn.find_element(By.CSS_SELECTOR, ".results button.open").click()
+        wait_for(browser, lambda b: "valid token" in b.find_element(By.ID, "viewer-text").text, "the refusal")
+        browser.execute_script("sessionStorage.clear()")

@@ -7,6 +7,8 @@ import json
 import os
 import socket
 from pathlib import Path
+from typing import Any
+from urllib.parse import quote
 
 from websockets.asyncio.client import connect
 
@@ -16,7 +18,7 @@ from mdrag.frontends.web import STATIC, load_static
 from mdrag.index import Index
 from tests.conftest import HashEmbedder
 
-PAGE_FILES = {"/", "/index.html", "/app.js", "/markdown.js", "/style.css", "/favicon.svg"}
+PAGE_FILES = {"/", "/index.html", "/app.js", "/markdown.js", "/viewer.js", "/style.css", "/favicon.svg"}
 
 
 def http(port: int, request: bytes) -> tuple[int, dict[str, str], bytes]:
@@ -36,12 +38,12 @@ def get(port: int, path: str, method: str = "GET") -> tuple[int, dict[str, str],
     return http(port, f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode())
 
 
-def _serve_and_run(tmp_path: Path, scenario) -> None:  # type: ignore[no-untyped-def]
-    (tmp_path / "docs").mkdir()
+def _serve_and_run(tmp_path: Path, scenario, **settings: object) -> None:  # type: ignore[no-untyped-def]
+    (tmp_path / "docs").mkdir(exist_ok=True)
     (tmp_path / "docs" / "a.md").write_text("# A\n\nThe installer restarts the service.\n")
 
     async def main() -> None:
-        config = load_config({"index": "w" + os.urandom(4).hex(), "server.port": 0})
+        config = load_config({"index": "w" + os.urandom(4).hex(), "server.port": 0, **settings})
         index = Index(config, embedder=HashEmbedder())
         server = QAServer(config, [tmp_path / "docs"], overrides={"server.port": 0}, index=index)
         await server.start()
@@ -138,4 +140,122 @@ def test_the_whole_page_is_small_and_every_file_it_names_is_served() -> None:
     for name in ("app.js", "style.css", "favicon.svg"):
         assert f'"{name}"' in html
     assert "<script>" not in html and " style=" not in html and "http" not in html  # nothing inline, no CDN
-    assert b'from "./markdown.js"' in files["/app.js"].body
+    assert b'from "./markdown.js"' in files["/app.js"].body and b'from "./viewer.js"' in files["/app.js"].body
+
+
+# -- opening a source: GET /source (mdrag.frontends.web.source) -------------------------------------------
+def source(port: int, query: str, *headers: str, method: str = "GET") -> tuple[int, dict[str, str], Any]:
+    """GET /source?QUERY with extra header lines; the status, headers and the JSON body."""
+    extra = "".join(h + "\r\n" for h in headers)
+    if not any(h.lower().startswith("host:") for h in headers):
+        extra = f"Host: 127.0.0.1:{port}\r\n" + extra
+    status, head, body = http(port, f"{method} /source?{query} HTTP/1.1\r\n{extra}\r\n".encode())
+    return status, head, json.loads(body)
+
+
+GUIDE = "# Guide\n\nIntro.\n\n## Install\n\n<script>alert(1)</script> Run the installer.\nThen restart.\n"
+
+
+def test_a_source_opens_at_its_lines_as_json_no_other_origin_can_read(tmp_path: Path) -> None:
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "guide.md").write_text(GUIDE)
+
+    async def scenario(server: QAServer) -> None:
+        port = server.port
+        for ref in ("guide.md", str(tmp_path / "docs" / "guide.md")):
+            status, headers, body = await asyncio.to_thread(
+                source, port, f"ref={quote(ref)}&lines=7-8", "Sec-Fetch-Site: same-origin"
+            )
+            assert status == 200, body
+            assert body["document"]["text"] == GUIDE and body["document"]["rel_path"] == "guide.md"
+            assert body["highlight"] == {"line_start": 7, "line_end": 8} and body["whole"] is True
+            assert headers["content-type"] == "application/json; charset=utf-8"
+            assert headers["x-content-type-options"] == "nosniff" and headers["cache-control"] == "no-store"
+            assert "default-src 'none'" in headers["content-security-policy"]
+            assert headers["cross-origin-resource-policy"] == "same-origin"
+            assert not any(h.startswith("access-control-") for h in headers)
+        # a typed address (Sec-Fetch-Site: none) and a client without browser headers read it too
+        status, _, body = await asyncio.to_thread(source, port, "ref=guide.md", "Sec-Fetch-Site: none")
+        assert status == 200 and body["highlight"] is None
+        # read-only: another method is refused
+        status, headers, body = await asyncio.to_thread(source, port, "ref=guide.md", method="POST")
+        assert status == 405 and headers["allow"] == "GET" and "read-only" in body["error"]
+        status, _, body = await asyncio.to_thread(source, port, "ref=guide.md&lines=x")
+        assert status == 400 and "lines=12-30" in body["error"]
+        status, _, body = await asyncio.to_thread(source, port, "lines=1")
+        assert status == 400 and "ref=PATH" in body["error"]
+
+    _serve_and_run(tmp_path, scenario)
+
+
+def test_a_source_outside_the_index_or_for_another_site_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / ".env").write_text("API_KEY=sk-secret-in-the-folder\n")
+    (tmp_path / "docs" / "notes.txt").write_text("sk-secret-unsupported\n")
+    (tmp_path / "secret.md").write_text("# Secret\n\nsk-secret-next-to-the-folder\n")
+
+    async def scenario(server: QAServer) -> None:
+        port = server.port
+        refused = {
+            "../secret.md": "leaves the index's folders",
+            "docs/../../secret.md": "leaves the index's folders",
+            str(tmp_path / "secret.md"): "leaves the index's folders",
+            "/etc/passwd": "leaves the index's folders",
+            ".env": "is not a file of the index",
+            str(tmp_path / "docs" / ".env"): "is not a file of the index",
+            "notes.txt": "is not a file of the index",
+        }
+        for ref, why in refused.items():
+            status, _, body = await asyncio.to_thread(source, port, f"ref={quote(ref)}&lines=1-3")
+            assert status == 404 and why in body["error"], (ref, body)
+            assert "sk-secret" not in json.dumps(body)
+        # a page of another site (its fetch, or a DNS-rebinding page whose Host is not this server's)
+        for headers in (
+            ("Origin: http://evil.example",),
+            ("Sec-Fetch-Site: cross-site",),
+            ("Sec-Fetch-Site: same-site", "Origin: http://localhost:1234"),
+            (f"Host: evil.example:{port}",),
+        ):
+            status, _, body = await asyncio.to_thread(source, port, "ref=a.md", *headers)
+            assert status == 403 and "not allowed" in body["error"] and "installer" not in json.dumps(body), headers
+        status, _, body = await asyncio.to_thread(source, port, "ref=a.md", f"Host: localhost:{port}")
+        assert status == 200 and "installer" in body["document"]["text"]
+
+    _serve_and_run(tmp_path, scenario)
+
+
+def test_a_source_needs_the_token_when_the_server_has_one(tmp_path: Path) -> None:
+    async def scenario(server: QAServer) -> None:
+        port = server.port
+        for headers in ((), ("Authorization: Bearer wrong",)):
+            status, head, body = await asyncio.to_thread(source, port, "ref=a.md", *headers)
+            assert status == 401 and "token" in body["error"] and head["www-authenticate"].startswith("Bearer")
+        status, _, body = await asyncio.to_thread(source, port, "ref=a.md", "Authorization: Bearer s3cret")
+        assert status == 200 and "installer" in body["document"]["text"]
+        status, _, body = await asyncio.to_thread(source, port, "ref=a.md&token=s3cret", "Host: 192.0.2.1")
+        assert status == 200  # with the token, any Host (a server bound to the network)
+        status, _, _ = await asyncio.to_thread(
+            source, port, "ref=a.md", "Authorization: Bearer s3cret", "Origin: http://evil.example"
+        )
+        assert status == 403
+
+    _serve_and_run(tmp_path, scenario, **{"server.token": "s3cret"})
+
+
+def test_a_source_too_large_to_show_whole_opens_around_its_lines(tmp_path: Path) -> None:
+    (tmp_path / "docs").mkdir()
+    lines = [f"Line {n} of the long guide says something about the installer." for n in range(1, 3001)]
+    (tmp_path / "docs" / "long.md").write_text("# Long\n\n" + "\n".join(lines) + "\n")
+
+    async def scenario(server: QAServer) -> None:
+        port = server.port
+        status, _, body = await asyncio.to_thread(source, port, "ref=long.md&lines=1500-1501")
+        assert status == 200 and body["whole"] is False
+        doc = body["document"]
+        assert (doc["line_start"], doc["line_end"], doc["lines"]) == (1300, 1701, 3002)
+        assert doc["text"].split("\n")[1500 - 1300] == "Line 1498 of the long guide says something about the installer."
+        assert body["highlight"] == {"line_start": 1500, "line_end": 1501}
+        status, _, body = await asyncio.to_thread(source, port, "ref=long.md")  # nothing cited: get's advice
+        assert status == 404 and "ask for part of it" in body["error"] and "long.md:1-" in body["error"]
+
+    _serve_and_run(tmp_path, scenario)

@@ -40,6 +40,7 @@ from mdrag.errors import ConfigError, LLMError, MdragError, ProtocolError
 from mdrag.frontends import protocol, web
 from mdrag.frontends.access import check_bind, origin_allowed, token_matches
 from mdrag.frontends.protocol import is_loopback
+from mdrag.frontends.web import source
 from mdrag.index import Index
 from mdrag.ingest.keeper import IndexKeeper, KeeperState
 from mdrag.knobs import MESSAGE_CEILING_BYTES
@@ -394,10 +395,14 @@ class QAServer:
         return True
 
     # -- connections --------------------------------------------------------
-    def _check_request(self, connection: Any, request: Any) -> Any:
-        """Answer plain HTTP requests with the page; refuse WebSocket handshakes from browser pages
-        of other origins, and from clients without the token."""
+    async def _check_request(self, connection: Any, request: Any) -> Any:
+        """Answer plain HTTP requests with the page, or a source it opens (mdrag.frontends.web.source);
+        refuse WebSocket handshakes from browser pages of other origins, and from clients without the token."""
         if not web.is_handshake(request):
+            if source.asks_for(request):  # a document of the index: checks origin and token itself
+                return await source.respond(
+                    request, self.index, self.config["server.token"], self.config["server.allowed_origins"]
+                )
             return web.respond(self._page, request)  # static files, no data: no token needed
         origin = request.headers.get("Origin")
         if origin is not None and not origin_allowed(origin, self.config["server.allowed_origins"]):

@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 from websockets.datastructures import Headers
 from websockets.http11 import Request, Response
 
-__all__ = ["STATIC", "StaticFile", "is_handshake", "load_static", "respond"]
+__all__ = ["STATIC", "StaticFile", "base_headers", "is_handshake", "load_static", "respond"]
 
 STATIC = Path(__file__).with_name("static")
 _TYPES = {
@@ -71,18 +71,23 @@ def _csp(host: str) -> str:
     )
 
 
-def respond(files: dict[str, StaticFile], request: Request) -> Response:
-    """The HTTP answer to a GET or HEAD of one of ``files``; 404 for any other path, 405 for other methods."""
-    headers = Headers(
+def base_headers(request: Request, cache: str = "no-cache") -> Headers:
+    """The headers of every plain HTTP answer: the page's Content-Security-Policy, ``nosniff``, no referrer."""
+    return Headers(
         [
             ("Date", email.utils.formatdate(usegmt=True)),
             ("Connection", "close"),
             ("Content-Security-Policy", _csp(request.headers.get("Host", ""))),
             ("X-Content-Type-Options", "nosniff"),
             ("Referrer-Policy", "no-referrer"),
-            ("Cache-Control", "no-cache"),
+            ("Cache-Control", cache),
         ]
     )
+
+
+def respond(files: dict[str, StaticFile], request: Request) -> Response:
+    """The HTTP answer to a GET or HEAD of one of ``files``; 404 for any other path, 405 for other methods."""
+    headers = base_headers(request)
     method = request.method
     page = files.get(urlsplit(request.path).path)
     if method not in ("GET", "HEAD"):

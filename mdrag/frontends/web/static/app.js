@@ -2,6 +2,7 @@
 // The server answers the requests of one connection one at a time, in order, so each request sent
 // queues a handler, and every message goes to the oldest handler still waiting.
 import { renderMarkdown } from "./markdown.js";
+import { openButton, whereText } from "./viewer.js";
 
 const $ = (id) => document.getElementById(id);
 const form = $("ask");
@@ -109,6 +110,8 @@ function updateControls() {
   stopButton.hidden = answering === null;
   sendButton.textContent = searchOnly.checked ? "Search" : "Ask";
 }
+
+const tabToken = () => sessionStorage.getItem(TOKEN);
 
 function connect() {
   const token = sessionStorage.getItem(TOKEN);
@@ -260,7 +263,7 @@ function restore() {
     const text = typeof r.text === "string" ? r.text : "";
     if (text) showAnswer(turn, text);
     if (said) cutShort(turn, said.cls, String(said.text));
-    else if (r.done) finish(turn, text, Array.isArray(r.sources) ? r.sources.map(String) : []);
+    else if (r.done) finish(turn, text, Array.isArray(r.sources) ? r.sources.map(String) : [], Array.isArray(r.locations) ? r.locations : []);
     else cutShort(turn, "stopped", reloaded);
   }
 }
@@ -326,7 +329,7 @@ function ask(text) {
         case "stream_end":
         case "answer":
           answering = null;
-          finish(turn, msg.type === "answer" ? msg.answer : this.text, msg.sources || []);
+          finish(turn, msg.type === "answer" ? msg.answer : this.text, msg.sources || [], msg.locations || []);
           return true;
         case "error": // before stream_start, or after it: the answer is cut short
           cutShort(turn, "error", `Error: ${msg.message}`);
@@ -353,11 +356,12 @@ function ask(text) {
   send(query, handler);
 }
 
-/** The complete answer: its text and its sources (the paths its [n] cite). */
-function finish(turn, text, sources) {
+/** The complete answer: its text, its sources (the paths its [n] cite) and where in each it was found. */
+function finish(turn, text, sources, locations) {
   turn.article.querySelector(":scope > .note")?.remove();
   showAnswer(turn, text);
   turn.record.sources = sources;
+  turn.record.locations = locations;
   if (!sources.length) {
     turn.article.classList.add("no-info");
     turn.body.prepend(el("p", "label", "No relevant information"));
@@ -377,7 +381,7 @@ function finish(turn, text, sources) {
       return;
     }
     first.set(path, n);
-    list.append(sourceItem(turn, n, path, path.slice(prefix.length) || path));
+    list.append(sourceItem(turn, n, path, path.slice(prefix.length) || path, locations[k]));
   });
   turn.article.append(list);
   turn.body.addEventListener("click", (ev) => {
@@ -399,12 +403,19 @@ function commonDir(paths) {
   return prefix;
 }
 
-function sourceItem(turn, n, path, label) {
+/** Where to open a source or passage: its file by absolute path (unlike `ref`, never in two folders). */
+function openAt(path, at) {
+  const loc = { ref: path || at?.ref };
+  for (const k of ["line_start", "line_end", "page"]) if (Number.isInteger(at?.[k]) && at[k] > 0) loc[k] = at[k];
+  return loc;
+}
+
+function sourceItem(turn, n, path, label, at) {
   const li = el("li");
   li.id = `${turn.id}-src-${n}`;
   const details = el("details");
   const summary = el("summary");
-  summary.append(el("span", "num", `[${n}]`), " ", el("span", "path", label));
+  summary.append(el("span", "num", `[${n}]`), " ", el("span", "path", label), openButton(openAt(path, at), tabToken));
   summary.title = path;
   const box = el("div", "passages");
   details.append(summary, box);
@@ -443,12 +454,13 @@ function loadPassages(query, path, box) {
 
 function passage(r) {
   const div = el("div", "passage");
-  const where = r.page ? `page ${r.page}` : r.line_start ? `lines ${r.line_start}–${r.line_end}` : "";
+  const where = whereText(r);
   const head = el("p", "where");
   head.append(el("span", "file", r.rel_path || r.path));
   if (r.heading) head.append(" › ", el("span", "heading", r.heading));
   if (where) head.append(" · ", el("span", "lines", where));
   if (typeof r.score === "number") head.append(" · ", el("span", "score", `score ${r.score.toFixed(2)}`));
+  if (r.path || r.ref) head.append(openButton(openAt(r.path, r), tabToken));
   const text = el("div", "text");
   text.append(renderMarkdown(r.text));
   div.append(head, text);
@@ -457,7 +469,7 @@ function passage(r) {
 
 function showResults(turn, results) {
   // kept for a reload: what passage() shows
-  const shown = ["path", "rel_path", "heading", "page", "line_start", "line_end", "score", "text"];
+  const shown = ["path", "ref", "rel_path", "heading", "page", "line_start", "line_end", "score", "text"];
   turn.record.results = results.map((r) => Object.fromEntries(shown.map((k) => [k, r?.[k]])));
   if (!results.length) turn.body.replaceChildren(el("p", "label", "No relevant information: no passage matches."));
   else {
@@ -536,7 +548,7 @@ tokenForm.addEventListener("submit", (ev) => {
 });
 
 window.addEventListener("pagehide", save); // a reload or a closed tab: the latest turns, even one still coming
-history.scrollRestoration = "manual"; // a reload shows the end of the conversation, as restore() scrolls there
+window.history.scrollRestoration = "manual"; // a reload shows the end of the conversation, as restore() scrolls there
 
 restore();
 connect();
