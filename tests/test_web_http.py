@@ -191,7 +191,7 @@ def test_a_source_opens_at_its_lines_as_json_no_other_origin_can_read(tmp_path: 
 def test_a_source_outside_the_index_or_for_another_site_is_refused(tmp_path: Path) -> None:
     (tmp_path / "docs").mkdir()
     (tmp_path / "docs" / ".env").write_text("API_KEY=sk-secret-in-the-folder\n")
-    (tmp_path / "docs" / "notes.txt").write_text("sk-secret-unsupported\n")
+    (tmp_path / "docs" / "notes.adoc").write_text("sk-secret-unsupported\n")
     (tmp_path / "secret.md").write_text("# Secret\n\nsk-secret-next-to-the-folder\n")
 
     async def scenario(server: QAServer) -> None:
@@ -203,7 +203,7 @@ def test_a_source_outside_the_index_or_for_another_site_is_refused(tmp_path: Pat
             "/etc/passwd": "leaves the index's folders",
             ".env": "is not a file of the index",
             str(tmp_path / "docs" / ".env"): "is not a file of the index",
-            "notes.txt": "is not a file of the index",
+            "notes.adoc": "is not a file of the index",
         }
         for ref, why in refused.items():
             status, _, body = await asyncio.to_thread(source, port, f"ref={quote(ref)}&lines=1-3")
