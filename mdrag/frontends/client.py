@@ -140,6 +140,9 @@ class Client:
                 open_timeout=self.open_timeout,
                 max_size=_MAX_REPLY_BYTES,
                 close_timeout=2,
+                # No keepalive pings: the reply timeout gives up on a silent server. A ping unanswered for 20 s
+                # dropped whole answers of a server that was slow to answer it (seen under load, 2 cores).
+                ping_interval=None,
                 proxy=None if self._loopback else True,
             )
         except InvalidStatus as e:
