@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -169,19 +170,34 @@ class LLM:
         return LLMSettings(self.base_url, **kw)
 
 
-@pytest.fixture
-def llm(monkeypatch: pytest.MonkeyPatch) -> Iterator[LLM]:
-    """A fake OpenAI-compatible chat server on 127.0.0.1 (a free port)."""
+def no_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Requests to the stand-in on 127.0.0.1 go straight to it, whatever proxy the environment names."""
     for var in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
         monkeypatch.delenv(var, raising=False)
-    server = FakeServer(("127.0.0.1", 0), Handler)
-    server.script = Script()
+
+
+@contextmanager
+def serving(
+    handler: type[BaseHTTPRequestHandler], script: Any, server_class: type[ThreadingHTTPServer] = FakeServer
+) -> Iterator[Any]:
+    """A real HTTP server on 127.0.0.1 (a free port) in a thread, answering with ``handler`` as
+    ``server.script`` says; at the end the script then set (a test may swap it) is told to stop."""
+    server: Any = server_class(("127.0.0.1", 0), handler)
+    server.script = script
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     try:
-        yield LLM(f"http://127.0.0.1:{server.server_address[1]}/v1", server.script)
+        yield server
     finally:
         server.script.stop.set()
         server.shutdown()
         server.server_close()
         thread.join(5)
+
+
+@pytest.fixture
+def llm(monkeypatch: pytest.MonkeyPatch) -> Iterator[LLM]:
+    """A fake OpenAI-compatible chat server on 127.0.0.1 (a free port)."""
+    no_proxy(monkeypatch)
+    with serving(Handler, Script()) as server:
+        yield LLM(f"http://127.0.0.1:{server.server_address[1]}/v1", server.script)

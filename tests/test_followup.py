@@ -11,7 +11,6 @@ import os
 import re
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -44,8 +43,8 @@ from mdrag.knobs import (
     REWRITE_MAX_CHARS,
     REWRITE_MAX_TOKENS,
 )
-from tests.conftest import listening
-from tests.fake_llm import KEY, LLM, FakeServer, Handler, Script, is_rewrite
+from tests.conftest import SHARED_DATA, listening
+from tests.fake_llm import KEY, LLM, FakeServer, Handler, Script, is_rewrite, serving
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -230,23 +229,15 @@ def test_index_ask_searches_a_follow_up_with_its_history(minilm: Embedder, llm: 
 
 # -- through `mdrag serve` and `mdrag ask`, on the Hugo docs -------------------------------------------------------
 
-HUGO = Path("/work/shared/data/markdown_hugo_docs/content/en")
+HUGO = SHARED_DATA / "markdown_hugo_docs" / "content" / "en"
 HUGO_FOLDERS = ["configuration", "content-management"]
 NESTED_MENU = "configuration/menus.md"  # its "Nested menu" section: found by the follow-up with its history only
 
 
 @pytest.fixture(scope="module")
 def module_llm() -> Iterator[FakeServer]:
-    server = FakeServer(("127.0.0.1", 0), Handler)
-    server.script = Script()
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    try:
+    with serving(Handler, Script()) as server:
         yield server
-    finally:
-        server.script.stop.set()
-        server.shutdown()
-        server.server_close()
 
 
 @pytest.fixture

@@ -26,6 +26,7 @@ from mdrag.errors import ConfigError
 from mdrag.index import Index
 from mdrag.retrieval import rerank
 from mdrag.types import SearchResult
+from tests.fake_llm import no_proxy, serving
 
 KEY = "sk-rerank-SECRET-3c9e-7d1f"  # distinctive, so a leak is easy to spot
 
@@ -100,19 +101,9 @@ class Reranker:
 @pytest.fixture
 def reranker(monkeypatch: pytest.MonkeyPatch) -> Iterator[Reranker]:
     """A stand-in `/rerank` endpoint on 127.0.0.1 (a free port)."""
-    for var in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
-        monkeypatch.delenv(var, raising=False)
-    server = _Server(("127.0.0.1", 0), _Handler)
-    server.script = Script()
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    try:
+    no_proxy(monkeypatch)
+    with serving(_Handler, Script(), _Server) as server:
         yield Reranker(f"http://127.0.0.1:{server.server_address[1]}/v1/rerank", server.script)
-    finally:
-        server.script.stop.set()
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
 
 
 @pytest.fixture

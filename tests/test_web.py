@@ -27,7 +27,7 @@ from mdrag.config import load_config
 from mdrag.frontends.server import QAServer
 from mdrag.index import Index
 from tests.conftest import HashEmbedder, listening
-from tests.fake_llm import FakeServer, Handler, Script, is_rewrite
+from tests.fake_llm import FakeServer, Handler, Script, is_rewrite, serving
 
 REPO = Path(__file__).resolve().parents[1]
 FOREIGN = "foreign.example"  # a name the browser maps to 127.0.0.1: a page of another origin
@@ -73,16 +73,8 @@ def browser() -> Iterator[WebDriver]:
 
 @pytest.fixture(scope="module")
 def fake_llm() -> Iterator[FakeServer]:
-    server = FakeServer(("127.0.0.1", 0), Handler)
-    server.script = Script()
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    try:
+    with serving(Handler, Script()) as server:
         yield server
-    finally:
-        server.script.stop.set()
-        server.shutdown()
-        server.server_close()
 
 
 @pytest.fixture
