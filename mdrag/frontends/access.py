@@ -6,18 +6,20 @@ HTTP (`mdrag mcp --http`) share. No I/O.
   ``server.allowed_origins``; any other origin is refused (against DNS rebinding and cross-site pages).
 - :func:`token_matches`: the token comes as ``Authorization: Bearer …`` or ``?token=``, compared in
   constant time.
+- :func:`cannot_listen`: what a server that could not listen tells the user to change.
 """
 
 from __future__ import annotations
 
+import errno
 import hmac
 from collections.abc import Sequence
 from urllib.parse import parse_qs, urlsplit
 
-from mdrag.errors import ConfigError
+from mdrag.errors import ConfigError, MdragError
 from mdrag.frontends.protocol import is_loopback
 
-__all__ = ["check_bind", "origin_allowed", "token_matches"]
+__all__ = ["cannot_listen", "check_bind", "origin_allowed", "token_matches"]
 
 
 def check_bind(host: str, token: str | None) -> None:
@@ -46,3 +48,14 @@ def token_matches(authorization: str | None, target: str, token: str) -> bool:
     else:
         given = parse_qs(urlsplit(target).query).get("token", [""])[0]
     return hmac.compare_digest(given.encode(), token.encode())
+
+
+def cannot_listen(e: OSError, host: str, port: int, command: str, port_setting: str) -> MdragError:
+    """The error of ``command`` (`mdrag serve`, `mdrag mcp --http`) that could not listen on ``host``:``port``:
+    the port taken by another program, or an address that is not this machine's."""
+    hint = (
+        f"another program (another `{command}`?) listens there: pick another port with --port"
+        if e.errno == errno.EADDRINUSE
+        else f"check server.host (--host) and {port_setting} (--port)"
+    )
+    return MdragError(f"cannot listen on {host}:{port} ({e.strerror or e}): {hint}")

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
 import functools
 import logging
 import os
@@ -38,7 +37,7 @@ from mdrag.answering.followup import Turn
 from mdrag.config import Config, load_config
 from mdrag.errors import ConfigError, LLMError, MdragError, ProtocolError
 from mdrag.frontends import protocol, web
-from mdrag.frontends.access import check_bind, origin_allowed, token_matches
+from mdrag.frontends.access import cannot_listen, check_bind, origin_allowed, token_matches
 from mdrag.frontends.protocol import is_loopback
 from mdrag.frontends.web import source
 from mdrag.index import Index
@@ -143,12 +142,7 @@ class QAServer:
                 server_header=None,
             )
         except OSError as e:  # the port is taken, the address is not this machine's, ...
-            hint = (
-                "another program (another `mdrag serve`?) listens there: pick another port with --port"
-                if e.errno == errno.EADDRINUSE
-                else "check server.host (--host) and server.port (--port)"
-            )
-            raise MdragError(f"cannot listen on {host}:{port} ({e.strerror or e}): {hint}") from None
+            raise cannot_listen(e, host, port, "mdrag serve", "server.port") from None
         self._http = httpx2.AsyncClient(follow_redirects=False, limits=httpx2.Limits(max_connections=64))
         sock = self._server.sockets[0].getsockname()
         self.host, self.port = sock[0], sock[1]

@@ -14,7 +14,6 @@ read gets its JSON-RPC error (400) and the server goes on.
 from __future__ import annotations
 
 import contextlib
-import errno
 import logging
 import signal
 import socket
@@ -34,8 +33,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from mdrag.config import Config, load_config
-from mdrag.errors import MdragError
-from mdrag.frontends.access import check_bind, origin_allowed, token_matches
+from mdrag.frontends.access import cannot_listen, check_bind, origin_allowed, token_matches
 from mdrag.frontends.mcp.tools import build_server
 from mdrag.frontends.mcp.wire import check_message, not_utf8_reply, oversized_reply
 from mdrag.knobs import MCP_CHECK_INLINE_CHARS, MCP_HTTP_PATH, MCP_HTTP_STOP_S, MCP_MAX_MESSAGE_BYTES
@@ -152,12 +150,7 @@ def _listen(host: str, port: int) -> socket.socket:
             sock.close()
             raise
     except OSError as e:  # the port is taken, the address is not this machine's, ...
-        hint = (
-            "another program (another `mdrag mcp --http`?) listens there: pick another port with --port"
-            if e.errno == errno.EADDRINUSE
-            else "check server.host (--host) and mcp.port (--port)"
-        )
-        raise MdragError(f"cannot listen on {host}:{port} ({e.strerror or e}): {hint}") from None
+        raise cannot_listen(e, host, port, "mdrag mcp --http", "mcp.port") from None
     return sock
 
 
