@@ -20,11 +20,11 @@ __all__ = ["EXTRAS", "MissingExtraError", "extra_installed", "require_extra"]
 EXTRAS: dict[str, tuple[tuple[str, ...], str]] = {
     "torch": (
         ("sentence_transformers",),
-        "the torch backend (embedding.backend: torch, GPUs through embedding.device) and the local CrossEncoder "
-        "reranker (rerank.path)",
+        "the torch backend, embedding.backend: torch, with GPUs through embedding.device; the local CrossEncoder "
+        "reranker, rerank.path",
     ),
-    "milvus": (("pymilvus", "milvus_lite"), "the Milvus store (a Milvus Lite file, a server or a cluster by URI)"),
-    "openvino": (("openvino",), "the OpenVINO backend (embedding.backend: openvino)"),
+    "milvus": (("pymilvus", "milvus_lite"), "the Milvus store: a Milvus Lite file, a server or a cluster by URI"),
+    "openvino": (("openvino",), "the OpenVINO backend, embedding.backend: openvino"),
     "langchain": (("langchain_text_splitters",), "chunk.strategy: langchain"),
 }
 
@@ -58,8 +58,8 @@ def require_extra(extra: str, chosen: str, modules: tuple[str, ...] | None = Non
     missing = [m for m in modules or EXTRAS[extra][0] if not _found(m)]
     if missing:
         raise MissingExtraError(
-            f"{chosen} needs mdrag's {extra} extra ({EXTRAS[extra][1]}), which is not installed "
-            f"(no {', '.join(missing)}): run `pip install 'mdrag[{extra}]'` (installed with pipx: `pipx install "
+            f"{chosen} needs the mdrag[{extra}] extra ({EXTRAS[extra][1]}), which is not installed (no module "
+            f"{', '.join(missing)}). Run `pip install 'mdrag[{extra}]'` (installed with pipx: `pipx install "
             f"--force 'mdrag[{extra}]'`; with uv: `uv tool install 'mdrag[{extra}]'`), then run this again.",
             extra,
         )

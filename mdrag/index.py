@@ -33,7 +33,7 @@ from mdrag.ingest.writers import Writers
 from mdrag.retrieval.documents import Fetched, fetch
 from mdrag.retrieval.relevance import TermStats
 from mdrag.retrieval.search import SearchOptions, search
-from mdrag.store import make_store, resolve_backend
+from mdrag.store import check_backend, make_store, resolve_backend
 from mdrag.types import SearchResult
 
 if TYPE_CHECKING:
@@ -90,6 +90,7 @@ class Index:
         # The store backend (store.backend, or what `auto` picks for this index) and why; opened on first use.
         self.backend, self.backend_reason = resolve_backend(self.config, self.name)
         log.info("index %r: %s store (%s)", self.name, self.backend, self.backend_reason)
+        check_backend(self.config, self.name, self.backend)  # an extra it needs and lacks: said now, not later
         self._store: Store | None = None  # made on first use (see store)
         self._store_lock = threading.Lock()
         # The store's connection; these four are guarded by _open_lock.

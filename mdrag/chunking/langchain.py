@@ -22,21 +22,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from mdrag.chunking.split import TokenCounter, token_counts
-from mdrag.errors import ConfigError
+from mdrag.extras import require_extra
 from mdrag.types import Chunk, Document
 
 __all__ = ["Truncated", "langchain_chunks", "splitter_class"]
 
 
 def splitter_class() -> Any:
-    """``MarkdownTextSplitter``, or a ConfigError saying how to install it."""
-    try:
-        from langchain_text_splitters import MarkdownTextSplitter
-    except ImportError as e:
-        raise ConfigError(
-            "chunk.strategy 'langchain' needs the langchain-text-splitters package, which is not installed "
-            f"({e}): run pip install 'mdrag[langchain]', or set chunk.strategy: headings"
-        ) from None
+    """``MarkdownTextSplitter``, or a MissingExtraError saying how to install it."""
+    require_extra("langchain", "chunk.strategy: langchain")
+    from langchain_text_splitters import MarkdownTextSplitter
+
     return MarkdownTextSplitter
 
 

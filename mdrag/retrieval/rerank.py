@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mdrag.errors import ConfigError
+from mdrag.extras import require_extra
 from mdrag.httperrors import server_message
 from mdrag.knobs import MAX_ERROR_BODY, MAX_RERANK_ANSWER
 from mdrag.redact import redact, redact_url
@@ -199,6 +200,7 @@ class LocalReranker(Reranker):
                 f"rerank.path {str(folder)!r} {missing}: give the folder of a sentence-transformers "
                 f"CrossEncoder model saved on this machine (nothing is downloaded), or unset rerank.path"
             )
+        require_extra("torch", f"rerank.path {str(folder)!r} (a local CrossEncoder)", ("sentence_transformers",))
         super().__init__(f"model {folder}", top_n, timeout)
         self.path = folder  # the model's folder
         self.device = device  # torch device it runs on (embedding.device)

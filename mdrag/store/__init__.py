@@ -27,7 +27,15 @@ if TYPE_CHECKING:
     from mdrag.config import Config
     from mdrag.store.base import Store
 
-__all__ = ["StoreBackend", "is_server_uri", "make_store", "resolve_backend", "same_location", "store_backends"]
+__all__ = [
+    "StoreBackend",
+    "check_backend",
+    "is_server_uri",
+    "make_store",
+    "resolve_backend",
+    "same_location",
+    "store_backends",
+]
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +45,10 @@ _MANIFEST_HEAD = 65536
 
 
 def _chosen_by_nothing(config: Config) -> str | None:
+    return None
+
+
+def _requires_nothing(config: Config, name: str) -> None:
     return None
 
 
@@ -61,6 +73,9 @@ class StoreBackend:
     # Why the configuration alone picks it for every index (a Milvus server in milvus_uri), or None.
     chosen: Callable[[Config], str | None] = _chosen_by_nothing
     new_indexes: bool = False  # `auto` puts an index that no backend owns here
+    # Raises MissingExtraError (mdrag.extras) when a library it needs for index `name` is not installed:
+    # called when an Index picks the backend, before any model loads, and again by make_store.
+    requires: Callable[[Config, str], None] = _requires_nothing
 
 
 def store_backends() -> dict[str, StoreBackend]:
@@ -174,6 +189,19 @@ def make_store(
     if backend is None:
         backend, reason = resolve_backend(config, name)
         log.info("index %r: %s store (%s)", name, backend, reason)
+    declared = _declared(backend)
+    declared.requires(config, name)
+    return declared.store(config, name, identity, prepare_text)
+
+
+def check_backend(config: Config, name: str, backend: str) -> None:
+    """Raise now what :func:`make_store` would raise later: an unknown backend (ConfigError), or one whose
+    libraries are not installed (MissingExtraError, naming the extra to install). Opens nothing."""
+    _declared(backend).requires(config, name)
+
+
+def _declared(backend: str) -> StoreBackend:
+    """The registered store backend ``backend``; ConfigError when there is none, or it cannot be imported."""
     registered = plugins.names(plugins.STORES)
     if backend not in registered:
         raise ConfigError(f"store.backend must be one of auto, {', '.join(registered)}, got {backend!r}")
@@ -191,4 +219,4 @@ def make_store(
             f"store.backend is {backend!r}, but this mdrag has no {backend} backend ({module_name}): "
             f"set store.backend (MDRAG_STORE, --store) to one of {others}"
         ) from e
-    return declared.store(config, name, identity, prepare_text)
+    return declared

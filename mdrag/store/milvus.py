@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from mdrag.errors import ModelMismatchError, StoreDamagedError, StoreError
+from mdrag.extras import require_extra
 from mdrag.knobs import STORE_MAX_ROWS
 from mdrag.redact import redact_url
 from mdrag.store import StoreBackend, filters, milvus_check, milvus_rows, milvus_search, same_location
@@ -569,6 +570,15 @@ def _chosen(config: Config) -> str | None:
     return None
 
 
+def _requires(config: Config, name: str) -> None:
+    """A Milvus server needs pymilvus, a Milvus Lite file milvus-lite too: the ``milvus`` extra."""
+    uri = config.milvus_uri
+    if _is_remote(uri):
+        require_extra("milvus", f"index {name!r} in the Milvus server {redact_url(uri)}", ("pymilvus",))
+    else:
+        require_extra("milvus", f"index {name!r} in the Milvus Lite file {uri}")
+
+
 def _location(config: Config, name: str) -> str:
     """Every index is in the one Milvus Lite file (or server) of ``milvus_uri``, as a collection of its own."""
     return config.milvus_uri
@@ -593,4 +603,5 @@ BACKEND = StoreBackend(
     location=_location,
     owns=_owns,
     chosen=_chosen,
+    requires=_requires,
 )
