@@ -1,0 +1,139 @@
+"""An option whose extra is not installed is one clear error naming the extra, at once, from every front end.
+
+The extras are installed where the tests run (``make test`` installs ``mdrag[dev]``, which brings them all),
+so each test hides an extra's modules: in a subprocess by a wrapper that sets ``sys.modules[name] = None``
+before mdrag starts (``import`` then raises ImportError and ``importlib.util.find_spec`` finds nothing, as
+when the package is absent), in this process with ``monkeypatch.setitem(sys.modules, ...)``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import anyio
+import pytest
+
+from mdrag.config import load_config
+from mdrag.extras import EXTRAS, MissingExtraError, extra_installed, require_extra
+
+REPO = Path(__file__).resolve().parents[1]
+DOCS = REPO / "examples" / "docs"
+
+# Runs `mdrag ARGV...` with the comma-separated modules in argv[1] hidden.
+WITHOUT = """\
+import runpy, sys
+for name in sys.argv[1].split(","):
+    sys.modules[name] = None
+sys.argv = ["mdrag", *sys.argv[2:]]
+runpy.run_module("mdrag", run_name="__main__", alter_sys=True)
+"""
+
+
+def mdrag_without(modules: list[str], *argv: str) -> subprocess.CompletedProcess[str]:
+    full = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    return subprocess.run(
+        [sys.executable, "-c", WITHOUT, ",".join(modules), *argv],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=full,
+        cwd=REPO,
+    )
+
+
+def said_once(proc: subprocess.CompletedProcess[str], extra: str) -> None:
+    """Exit 2 (a configuration error) with the install command, no traceback."""
+    assert proc.returncode == 2, proc.stderr
+    assert f"pip install 'mdrag[{extra}]'" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_require_extra_names_the_missing_module_and_the_command(monkeypatch: pytest.MonkeyPatch) -> None:
+    require_extra("milvus", "store.backend: milvus")  # installed here: nothing raised
+    assert extra_installed("milvus")
+    monkeypatch.setitem(sys.modules, "milvus_lite", None)
+    assert not extra_installed("milvus")
+    assert extra_installed("milvus", ("pymilvus",))  # a server needs pymilvus alone
+    with pytest.raises(MissingExtraError) as e:
+        require_extra("milvus", "store.backend: milvus")
+    assert e.value.extra == "milvus"
+    text = str(e.value)
+    assert text.startswith("store.backend: milvus needs the mdrag[milvus] extra")
+    assert "no module milvus_lite)" in text and "pymilvus" not in text.split("(no module")[1]
+    assert "pip install 'mdrag[milvus]'" in text
+
+
+def test_every_extra_is_declared_in_pyproject() -> None:
+    """The extras the errors name are the ones pyproject.toml declares, and `all` brings each of them."""
+    import tomllib  # noqa: PLC0415  (3.11+, where the tests run)
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    declared = project["optional-dependencies"]
+    for extra in EXTRAS:
+        assert extra in declared, extra
+        assert extra in declared["all"][0], declared["all"]
+    assert "mdrag[all]" in declared["dev"]
+    core = {re.split(r"[<>=;\[ ]", req, maxsplit=1)[0].lower() for req in project["dependencies"]}
+    heavy = {"torch", "sentence-transformers", "transformers", "pymilvus", "milvus-lite", "openvino"}
+    assert not core & heavy, core & heavy
+
+
+def test_milvus_server_uri_without_the_extra(mdrag_home: Path) -> None:
+    proc = mdrag_without(["pymilvus", "milvus_lite"], "index", str(DOCS), "--milvus-uri", "http://127.0.0.1:9")
+    said_once(proc, "milvus")
+    assert "Milvus server http://127.0.0.1:9" in proc.stderr
+    assert not (mdrag_home / "cache" / "models").exists()  # said before any model was prepared
+
+
+def test_milvus_lite_store_without_the_extra_on_search(mdrag_home: Path) -> None:
+    proc = mdrag_without(["milvus_lite"], "search", "chunk size", "--store", "milvus")
+    said_once(proc, "milvus")
+    assert "Milvus Lite file" in proc.stderr and "no module milvus_lite" in proc.stderr
+    assert not (mdrag_home / "cache" / "models").exists()
+
+
+def test_rerank_path_without_torch(mdrag_home: Path, tmp_path: Path) -> None:
+    model = tmp_path / "cross-encoder"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    (mdrag_home / "config.yaml").write_text(f"rerank:\n  path: {model}\n")
+    proc = mdrag_without(["sentence_transformers"], "search", "chunk size")
+    said_once(proc, "torch")
+    assert f"rerank.path '{model}'" in proc.stderr
+
+
+def test_the_python_api_raises_it_when_the_index_is_made(monkeypatch: pytest.MonkeyPatch) -> None:
+    from mdrag import Index
+
+    monkeypatch.setitem(sys.modules, "pymilvus", None)
+    with pytest.raises(MissingExtraError) as e:
+        Index(load_config({"store.backend": "milvus", "milvus_uri": "http://127.0.0.1:9"}))
+    assert e.value.extra == "milvus"
+
+
+def test_the_mcp_tools_answer_it_as_the_tool_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from mdrag.frontends.mcp import KnowledgeTools
+    from mdrag.knowledge import KnowledgeBase
+
+    project = tmp_path / "project"
+    (project / ".knowledge").mkdir(parents=True)
+    (project / ".knowledge" / "config.yaml").write_text("docsets:\n  - id: demo\n    name: Demo\n")
+    local = Path(KnowledgeBase(project).resolve("demo").local_path)
+    local.mkdir(parents=True)
+    (local / "a.md").write_text("# A\n\nSome text.\n")
+    monkeypatch.setitem(sys.modules, "pymilvus", None)
+    tools = KnowledgeTools(KnowledgeBase(project), config=load_config({"milvus_uri": "http://127.0.0.1:9"}))
+
+    async def main() -> str:
+        async with tools.running():
+            result = await tools.call("search", {"docset": "demo", "query": "text"})
+        assert result.is_error
+        block = result.content[0]
+        return str(getattr(block, "text", ""))
+
+    text = anyio.run(main)
+    assert "pip install 'mdrag[milvus]'" in text, text
