@@ -230,15 +230,15 @@ class Settings(BaseModel):
     )
     embedding__device: str = setting(
         "cpu",
-        "torch device for the local model",
+        "torch device for the local model (`cuda`, `mps`: with `pip install 'mdrag[torch]'`)",
     )
     embedding__backend: LocalEmbedderName = setting(
         "auto",
-        "how the local model runs: `onnx` (onnxruntime on an ONNX export made once with torch and cached "
-        "under `$MDRAG_HOME/cache/models/`, no torch at query time), `torch` (sentence-transformers), "
-        "`openvino` (OpenVINO on the same export; bf16 on CPUs that have it, the fastest: see "
-        "benchmarks/RESULTS.md; imported with its usage telemetry off); `auto` picks `openvino`, then "
-        "`onnx`, whichever is installed (`torch` when `embedding.device` is not `cpu`). All give the same "
+        "how the local model runs: `onnx` (onnxruntime on an ONNX model written once from the weights, no "
+        "torch, and cached under `$MDRAG_HOME/cache/models/`), `openvino` (OpenVINO on the same model, bf16 on "
+        "CPUs that have it; `pip install 'mdrag[openvino]'`; imported with its usage telemetry off), `torch` "
+        "(sentence-transformers; `pip install 'mdrag[torch]'`); `auto` picks `openvino`, then `onnx`, whichever "
+        "is installed (`torch` when `embedding.device` is not `cpu`). All give the same "
         "vectors (cosine >= 0.9999 to torch), so an index works with any of them",
     )
     chunk__size: Int = setting(
