@@ -118,6 +118,7 @@ def test_a_runtime_that_cannot_be_imported_says_what_to_do(
     monkeypatch.setattr(importlib, "import_module", broken)
     exports: list[object] = []
     monkeypatch.setattr(onnx, "export_onnx", lambda *a: exports.append(a))
+    monkeypatch.setattr(onnx, "prepare_onnx", lambda *a: exports.append(a))
     cls = OpenVinoEmbedder if runtime_module == "openvino" else OnnxEmbedder
     embedder = cls(cache_dir=onnx_cache, threads=7)  # a thread count no other test uses: a new session
     message = rf"{runtime_module} is installed but cannot be imported.*embedding.backend"
@@ -175,7 +176,7 @@ def test_cache_path_is_named_and_keyed_by_the_weights(tmp_path: Path) -> None:
 
 def test_export_without_torch_says_what_to_do(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "torch", None)  # import torch -> ImportError
-    with pytest.raises(EmbeddingError, match=r"pip install torch.*embedding\.backend=torch"):
+    with pytest.raises(EmbeddingError, match=r"pip install .*'mdrag\[torch\]'.*embedding\.backend=torch"):
         export_onnx(LocalEmbedder().model_dir, tmp_path / "model.onnx")
     assert not (tmp_path / "model.onnx").exists()
 
