@@ -230,7 +230,7 @@ def build_model(model_dir: Path) -> Any:
     dims = ["batch", "sequence"]
     graph = helper.make_graph(
         g.nodes,
-        f"{model_dir.name}-encoder",
+        "bert-encoder",
         [
             helper.make_tensor_value_info(n, TensorProto.INT64, dims)
             for n in ("input_ids", "attention_mask", "token_type_ids")
