@@ -233,8 +233,13 @@ def test_an_unchanged_model_is_not_hashed_again(tmp_path: Path, monkeypatch: pyt
     OnnxEmbedder(cache_dir=cache, threads=3).embed(["hello"])
     hashed: list[Path] = []
     real = onnx_module.file_sha256
-    monkeypatch.setattr(onnx_module, "file_sha256", lambda p: hashed.append(p) or real(p))
-    monkeypatch.setattr("mdrag.ingest.manifest.file_sha256", lambda p: hashed.append(p) or real(p))
+
+    def counted(path: Path) -> str:
+        hashed.append(path)
+        return real(path)
+
+    monkeypatch.setattr(onnx_module, "file_sha256", counted)
+    monkeypatch.setattr("mdrag.ingest.manifest.file_sha256", counted)
     fresh = OnnxEmbedder(cache_dir=cache)
     assert onnx_module._checksum_ok(fresh.onnx_path)
     assert hashed == []

@@ -677,22 +677,25 @@ class OpenVinoEmbedder(OnnxEmbedder):
 
 
 def _import_openvino() -> Any:
-    """Import OpenVINO without its usage telemetry.
+    """Import OpenVINO without its model converter and without its usage telemetry.
 
-    ``import openvino`` sends an anonymous usage event to Google Analytics from
-    a forked process, unless the user opted out (``opt_in_out --opt_out``), and
-    keeps a client id under ``~/intel``. mdrag sends nothing anywhere: while
-    OpenVINO is imported its telemetry package is hidden, so OpenVINO falls
-    back to its own no-op stub. Nothing else sees the difference afterwards.
+    ``import openvino`` imports its model converter (``openvino.tools.ovc``, for
+    ``ov.convert_model``; a tenth of a second), which sends an anonymous usage
+    event to Google Analytics from a forked process, unless the user opted out
+    (``opt_in_out --opt_out``), and keeps a client id under ``~/intel``. mdrag
+    reads ONNX files with the runtime alone and sends nothing anywhere: while
+    OpenVINO is imported, the converter and the telemetry package are hidden
+    (``openvino`` skips a converter it cannot import). Nothing else sees the
+    difference afterwards: a later ``import openvino.tools.ovc`` works.
     """
-    hide = "openvino_telemetry" not in sys.modules
-    if hide:
-        sys.modules["openvino_telemetry"] = None  # type: ignore[assignment]  # `import` of it raises ImportError
+    hidden = [m for m in ("openvino.tools.ovc", "openvino_telemetry") if m not in sys.modules]
+    for module in hidden:
+        sys.modules[module] = None  # type: ignore[assignment]  # `import` of it raises ImportError
     try:
         return importlib.import_module("openvino")
     finally:
-        if hide:
-            sys.modules.pop("openvino_telemetry", None)
+        for module in hidden:
+            sys.modules.pop(module, None)
 
 
 def openvino_available() -> bool:
