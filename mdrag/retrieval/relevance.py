@@ -125,7 +125,7 @@ def ordinary_words() -> frozenset[str]:
     from mdrag.embedding.local import DEFAULT_MODEL, resolve_model_dir
 
     try:
-        path = resolve_model_dir(DEFAULT_MODEL) / "tokenizer.json"
+        path = resolve_model_dir(DEFAULT_MODEL, ("tokenizer.json",)) / "tokenizer.json"  # the vocabulary alone
         vocab = json.loads(path.read_text(encoding="utf-8"))["model"]["vocab"]
     except (MdragError, OSError, ValueError, KeyError, TypeError) as e:
         log.warning("no list of ordinary words (%s): every capitalised word counts as a name", e)
