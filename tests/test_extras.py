@@ -140,3 +140,29 @@ def test_the_mcp_tools_answer_it_as_the_tool_error(tmp_path: Path, monkeypatch: 
 
     text = anyio.run(main)
     assert "pip install 'mdrag[milvus]'" in text, text
+
+
+@pytest.mark.parametrize(
+    ("backend", "hidden", "extra"),
+    [("openvino", ["openvino"], "openvino"), ("torch", ["sentence_transformers"], "torch")],
+)
+def test_an_embedding_backend_without_its_extra(
+    mdrag_home: Path, backend: str, hidden: list[str], extra: str, tmp_path: Path
+) -> None:
+    """`embedding.backend` set to a backend whose extra is missing: said by `mdrag index` before anything is read."""
+    (mdrag_home / "config.yaml").write_text(f"embedding:\n  backend: {backend}\n")
+    proc = mdrag_without(hidden, "index", str(DOCS))
+    said_once(proc, extra)
+    assert f"embedding.backend: {backend}" in proc.stderr
+    assert not (mdrag_home / "cache" / "models").exists()
+    assert not (mdrag_home / "cache" / "manifests").exists()  # nothing indexed
+
+
+def test_auto_runs_the_model_with_onnxruntime_when_openvino_is_missing(mdrag_home: Path) -> None:
+    """The default install has no OpenVINO: `auto` then runs the model with onnxruntime, and indexes."""
+    proc = mdrag_without(["openvino"], "index", str(DOCS), "-v")
+    assert proc.returncode == 0, proc.stderr
+    assert "for the onnxruntime runtime" in proc.stderr
+    found = mdrag_without(["openvino"], "search", "how do I change the chunk size?", "-k", "1", "--json")
+    assert found.returncode == 0, found.stderr
+    assert "configuration.md" in found.stdout

@@ -627,6 +627,7 @@ class OpenVinoEmbedder(OnnxEmbedder):
         threads: int | None = None,
         precision: str | None = None,
     ) -> None:
+        require_extra("openvino", "embedding.backend: openvino")  # said when chosen, before any model is read
         super().__init__(model, batch_size, cache_dir, threads)
         self.precision = precision  # "f32", "bf16", or None for OpenVINO's choice
         self._local = threading.local()  # one infer request per thread: requests are not thread-safe
@@ -634,10 +635,6 @@ class OpenVinoEmbedder(OnnxEmbedder):
     @property
     def session(self) -> Any:
         """The compiled OpenVINO model, compiled once per process, model file and precision."""
-        if not openvino_available():
-            raise EmbeddingError(
-                "openvino is not installed: run `pip install openvino`, or set embedding.backend=onnx or torch."
-            )
         path = self.onnx_path
         key = (f"openvino:{path}:{self.precision}", self.threads)
         with _sessions_lock:
