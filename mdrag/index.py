@@ -391,7 +391,9 @@ class Index:
             collapse=o.collapse if collapse is None else collapse,
         )
         vector = None
-        if not self._opened and query.strip():  # unlocked read: at worst the query is embedded alone
+        # Unlocked read of _opened: at worst the query is embedded alone. Without a manifest the index most
+        # likely does not exist: the store says so first, and the model is neither prepared nor loaded for it.
+        if not self._opened and query.strip() and self.manifest_path.exists():
             # First search: load the model and embed the query while the store opens.
             with ThreadPoolExecutor(1, thread_name_prefix="mdrag-embed") as pool:
                 pending_vector = pool.submit(self.embedder.embed_query, query)
