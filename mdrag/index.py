@@ -28,7 +28,7 @@ from mdrag.ingest.scan import ScanOptions
 from mdrag.ingest.snapshot import Snapshot
 from mdrag.ingest.summary import IndexSummary
 from mdrag.ingest.verify import VerifyRecord
-from mdrag.ingest.visibility import Visibility
+from mdrag.ingest.visibility import ManifestState, Visibility
 from mdrag.ingest.writers import Writers
 from mdrag.retrieval.documents import Fetched, fetch
 from mdrag.retrieval.relevance import TermStats
@@ -160,21 +160,26 @@ class Index:
                 self._missing = None
             return self._exists
 
-    def _missing_rows(self, exists: bool) -> tuple[int, int] | None:
+    def _missing_rows(self, exists: bool, manifest: ManifestState | None = None) -> tuple[int, int] | None:
         """(stored, expected) chunks when the store holds fewer than the manifest lists, else None.
 
         ``exists``: the store holds the index (False: it holds nothing). Checked once per
         opening: the store's files may have been deleted or damaged behind mdrag's back
-        (the next `mdrag index` repairs that).
+        (the next `mdrag index` repairs that). ``manifest``: the manifest as a search just
+        read it (:meth:`Visibility.manifest_state`), so that it is not parsed again; None: read now.
         """
         with self._open_lock:
             if self._missing is None:
-                m = Manifest.load(self.manifest_path)
-                expected = len(m.visible()[0]) if m is not None else 0  # committed: a run's own may not be
+                if manifest is not None:
+                    expected, roots = len(manifest[2][0]), self._view.seen_roots
+                else:
+                    m = Manifest.load(self.manifest_path)
+                    expected = len(m.visible()[0]) if m is not None else 0  # committed: a run's own may not be
+                    roots = m.roots if m is not None else []
                 if not exists:
                     stored = 0
                 else:
-                    stored = self.store.count(m.roots) if m is not None and m.roots else expected
+                    stored = self.store.count(roots) if roots else expected
                 self._missing = (stored, expected) if stored < expected else ()
             return self._missing or None
 
@@ -405,7 +410,7 @@ class Index:
         building = manifest[1]
         if building or (not exists and self._view.progress is not None):
             raise self._view.building_error()  # nothing committed yet: not "does not exist", nor "lost its data"
-        missing = self._missing_rows(exists)
+        missing = self._missing_rows(exists, manifest)
         if missing is None and not exists:
             raise MdragError(f"index {self.name!r} does not exist in {self.store.uri}: run `mdrag index DIR` first")
         if missing is not None:
