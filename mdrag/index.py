@@ -171,7 +171,8 @@ class Index:
         with self._open_lock:
             if self._missing is None:
                 if manifest is not None:
-                    expected, roots = len(manifest[2][0]), self._view.seen_roots
+                    committed = manifest[2]
+                    expected, roots = (len(committed[0]) if committed else 0), self._view.seen_roots
                 else:
                     m = Manifest.load(self.manifest_path)
                     expected = len(m.visible()[0]) if m is not None else 0  # committed: a run's own may not be

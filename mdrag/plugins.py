@@ -36,10 +36,10 @@ LOCAL_EMBEDDERS = "mdrag.local_embedders"  # how the local model runs: the value
 
 
 @functools.cache
-def _all_entry_points() -> importlib.metadata.EntryPoints:
+def _all_entry_points() -> Any:
     """Every installed distribution's entry points, read once per process: each read opens the metadata of
     every installed package (tens of milliseconds where torch and its kin are installed), and a command
-    asks for several groups."""
+    asks for several groups. An ``EntryPoints`` (a ``SelectableGroups`` before Python 3.12): ``.select()``."""
     return importlib.metadata.entry_points()
 
 
