@@ -33,10 +33,8 @@ so the new and deleted rows are the set difference).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
-import os
 import re
 import sqlite3
 import threading
@@ -53,9 +51,8 @@ from mdrag.errors import ModelMismatchError, StoreError, StoreInUseError, StoreU
 from mdrag.store import StoreBackend, same_location
 from mdrag.store import sqlite_rows as sql
 from mdrag.store.base import Filter, Hit
-from mdrag.store.bm25 import Bm25
 from mdrag.store.faiss_index import VectorIndex, faiss_digest, unit
-from mdrag.store.faiss_memory import Memory
+from mdrag.store.faiss_memory import Memory, save_bm25, saved_bm25
 from mdrag.store.sqlite_rows import batches, damaged, get_meta, set_meta
 from mdrag.types import Chunk
 
@@ -419,46 +416,8 @@ class FaissStore:
         """Write the ``.faiss`` and ``.bm25`` files and note in SQLite (same transaction) which files they are."""
         saved = self._mem.index.save(self.faiss_path)
         set_meta(self.db, "faiss_file", faiss_digest(self.faiss_path) if saved else "")
-        set_meta(self.db, "bm25_file", self._save_bm25())
+        set_meta(self.db, "bm25_file", save_bm25(self._mem.bm25_index(self.db), self.bm25_path))
         sql.record_run(self.db)
-
-    def _save_bm25(self) -> str:
-        """Write the BM25 index of the rows in memory to the ``.bm25`` file (an atomic rename): its
-        ``sha256:<hex>``, or "" (logged) when it could not be written (searches then build it from SQLite)."""
-        data = self._mem.bm25_index(self.db).to_bytes()
-        tmp = self.bm25_path.with_name(f"{self.bm25_path.name}.{os.getpid()}.tmp")
-        try:
-            tmp.write_bytes(data)
-            os.replace(tmp, self.bm25_path)
-        except OSError as e:
-            tmp.unlink(missing_ok=True)
-            log.warning("could not save %s (%s): searches build the BM25 index from SQLite", self.bm25_path, e)
-            return ""
-        return "sha256:" + hashlib.sha256(data).hexdigest()
-
-    def _saved_bm25(self, recorded: str | None) -> Callable[[], Bm25 | None] | None:
-        """What reads the ``.bm25`` file SQLite names as ``recorded`` (None when it names none): the index,
-        or None, logged, when the file is missing, is not that one, or does not read."""
-        if not recorded:
-            return None
-        path = self.bm25_path
-
-        def read() -> Bm25 | None:
-            try:
-                data = path.read_bytes()
-            except OSError as e:
-                log.warning("cannot read %s (%s): building the BM25 index from SQLite", path, e)
-                return None
-            if "sha256:" + hashlib.sha256(data).hexdigest() != recorded:
-                log.warning("%s is not the file its last run wrote: building the BM25 index from SQLite", path)
-                return None
-            try:
-                return Bm25.from_bytes(data)
-            except ValueError as e:
-                log.warning("cannot read %s (%s): building the BM25 index from SQLite", path, e)
-                return None
-
-        return read
 
     def _faiss_file_current(self) -> bool:
         recorded = get_meta(self.db, "faiss_file")
@@ -506,7 +465,8 @@ class FaissStore:
                 log.warning("%s does not match %s: building it from SQLite", self.faiss_path, self.path)
             self._reset_memory()  # flat (exact): quick to fill; the next run's end_run builds the graph
             self._load_rows(None)
-        self._mem.saved_bm25 = self._saved_bm25(get_meta(self.db, "bm25_file"))  # memory holds this snapshot's rows
+        # memory holds this snapshot's rows: the .bm25 file its last run saved holds the same
+        self._mem.saved_bm25 = saved_bm25(self.bm25_path, get_meta(self.db, "bm25_file"))
 
     def _load_rows(self, rows: list[int] | None) -> None:
         """Load these rows (all when None) from SQLite into memory."""

@@ -11,9 +11,12 @@ The store keeps it equal to what SQLite holds, under its lock.
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import os
 import sqlite3
 from collections.abc import Callable, Iterable
+from pathlib import Path
 
 import numpy as np
 
@@ -146,3 +149,42 @@ class Memory:
             rows, sims = self.index.nearest(q, k, len(self.rows), hide)
             cosines = ranks = sims.tolist()
         return self.row_cache.hits(db, rows, cosines, ranks)
+
+
+def save_bm25(bm25: Bm25, path: Path) -> str:
+    """Write ``bm25`` to ``path`` (the store's ``.bm25`` file; an atomic rename): its ``sha256:<hex>``, or ""
+    (logged) when it could not be written (searches then build the BM25 index from SQLite)."""
+    data = bm25.to_bytes()
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        log.warning("could not save %s (%s): searches build the BM25 index from SQLite", path, e)
+        return ""
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def saved_bm25(path: Path, recorded: str | None) -> Callable[[], Bm25 | None] | None:
+    """What reads the ``.bm25`` file SQLite names as ``recorded`` (None when it names none): the index, or
+    None, logged, when the file is missing, is not that one, or does not read."""
+    if not recorded:
+        return None
+
+    def read() -> Bm25 | None:
+        try:
+            data = path.read_bytes()
+        except OSError as e:
+            log.warning("cannot read %s (%s): building the BM25 index from SQLite", path, e)
+            return None
+        if "sha256:" + hashlib.sha256(data).hexdigest() != recorded:
+            log.warning("%s is not the file its last run wrote: building the BM25 index from SQLite", path)
+            return None
+        try:
+            return Bm25.from_bytes(data)
+        except ValueError as e:
+            log.warning("cannot read %s (%s): building the BM25 index from SQLite", path, e)
+            return None
+
+    return read

@@ -12,7 +12,7 @@ import gc
 import os
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from mdrag.errors import ConfigError, MdragError
@@ -85,14 +85,14 @@ def _main(argv: Sequence[str] | None) -> int:
         reads = {"search": _cmd_search, "status": _cmd_status}
         if args.command in reads and args.server:  # that server, never the local index
             return reads[args.command](args, config, None)
-        embedder = _model_loading(config, args.query) if args.command == "search" else None
+        embedder, loading = _model_loading(config, args.query) if args.command == "search" else (None, None)
         from mdrag.index import Index
 
         index = Index(config, embedder)
         # `index` and `remove` hold the index's writers' lock until its store is closed: a run waiting for
         # this one in another process then finds the store free (Milvus Lite lets one process open its file).
         writing = index.writing() if args.command in ("index", "remove") else contextlib.nullcontext()
-        with writing, index:
+        with writing, index, _joined(loading):
             if args.command in reads:
                 return reads[args.command](args, config, index)
             from mdrag.frontends.cli.indexing import _cmd_index, _cmd_remove
@@ -110,16 +110,27 @@ def _main(argv: Sequence[str] | None) -> int:
         return 130
 
 
-def _model_loading(config: Config, query: str) -> Embedder | None:
-    """For a one-shot `mdrag search`: the embedder, its model loading in a thread from now on, while the rest
-    of the search is imported and its index opened (the model's load is most of a search's time); None when
-    the index has no manifest (most likely it does not exist: the model is not prepared for an error).
+@contextlib.contextmanager
+def _joined(thread: threading.Thread | None) -> Iterator[None]:
+    """Wait for ``thread`` at the end of the block: a model runtime still at work in a thread when the
+    interpreter exits may abort the process (OpenVINO's does: "terminate called without an active exception")."""
+    try:
+        yield
+    finally:
+        if thread is not None:
+            thread.join()
+
+
+def _model_loading(config: Config, query: str) -> tuple[Embedder | None, threading.Thread | None]:
+    """For a one-shot `mdrag search`: the embedder, and the thread that loads its model from now on, while the
+    rest of the search is imported and its index opened (the model's load is most of a search's time); None
+    for both when the index has no manifest (most likely it does not exist: the model is not prepared for an error).
 
     The thread embeds the query itself, so that it loads just what a query runs (OpenVINO embeds queries
     with a model of its own); the search embeds it again, in a few milliseconds, with the model loaded.
     """
     if not query.strip() or not config.manifest_path(config["index"]).exists():
-        return None
+        return None, None
     from mdrag.embedding import make_embedder
 
     embedder = make_embedder(config)
@@ -130,5 +141,6 @@ def _model_loading(config: Config, query: str) -> Embedder | None:
         except Exception:  # noqa: BLE001  # the search's own embedding raises it again, and reports it
             pass
 
-    threading.Thread(target=load, name="mdrag-model", daemon=True).start()
-    return embedder
+    thread = threading.Thread(target=load, name="mdrag-model", daemon=True)
+    thread.start()
+    return embedder, thread
