@@ -9,10 +9,12 @@ error message (OpenAI's ``{"error": {"message": ...}}``, FastAPI's
 from __future__ import annotations
 
 import json
-
-import openai
+from typing import TYPE_CHECKING
 
 from mdrag.redact import redact
+
+if TYPE_CHECKING:
+    import openai  # imported by auth_headers only: a search that quotes a reranker's error needs none of it
 
 __all__ = ["MAX_SERVER_MESSAGE", "NO_KEY", "auth_headers", "one_line", "server_message"]
 
@@ -28,6 +30,8 @@ def auth_headers(api_key: str | None) -> dict[str, str | openai.Omit]:
     an ``Authorization`` in ``OPENAI_CUSTOM_HEADERS``, ``OPENAI_ORG_ID``,
     ``OPENAI_PROJECT_ID``) from reaching mdrag's servers.
     """
+    import openai  # only its callers (the chat and embedding clients) load the SDK
+
     return {
         "Authorization": f"Bearer {api_key}" if api_key else openai.Omit(),
         "OpenAI-Organization": openai.Omit(),

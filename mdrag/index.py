@@ -28,7 +28,7 @@ from mdrag.ingest.scan import ScanOptions
 from mdrag.ingest.snapshot import Snapshot
 from mdrag.ingest.summary import IndexSummary
 from mdrag.ingest.verify import VerifyRecord
-from mdrag.ingest.visibility import Visibility
+from mdrag.ingest.visibility import ManifestState, Visibility
 from mdrag.ingest.writers import Writers
 from mdrag.retrieval.documents import Fetched, fetch
 from mdrag.retrieval.relevance import TermStats
@@ -161,21 +161,27 @@ class Index:
                 self._missing = None
             return self._exists
 
-    def _missing_rows(self, exists: bool) -> tuple[int, int] | None:
+    def _missing_rows(self, exists: bool, manifest: ManifestState | None = None) -> tuple[int, int] | None:
         """(stored, expected) chunks when the store holds fewer than the manifest lists, else None.
 
         ``exists``: the store holds the index (False: it holds nothing). Checked once per
         opening: the store's files may have been deleted or damaged behind mdrag's back
-        (the next `mdrag index` repairs that).
+        (the next `mdrag index` repairs that). ``manifest``: the manifest as a search just
+        read it (:meth:`Visibility.manifest_state`), so that it is not parsed again; None: read now.
         """
         with self._open_lock:
             if self._missing is None:
-                m = Manifest.load(self.manifest_path)
-                expected = len(m.visible()[0]) if m is not None else 0  # committed: a run's own may not be
+                if manifest is not None:
+                    committed = manifest[2]
+                    expected, roots = (len(committed[0]) if committed else 0), self._view.seen_roots
+                else:
+                    m = Manifest.load(self.manifest_path)
+                    expected = len(m.visible()[0]) if m is not None else 0  # committed: a run's own may not be
+                    roots = m.roots if m is not None else []
                 if not exists:
                     stored = 0
                 else:
-                    stored = self.store.count(m.roots) if m is not None and m.roots else expected
+                    stored = self.store.count(roots) if roots else expected
                 self._missing = (stored, expected) if stored < expected else ()
             return self._missing or None
 
@@ -392,7 +398,9 @@ class Index:
             collapse=o.collapse if collapse is None else collapse,
         )
         vector = None
-        if not self._opened and query.strip():  # unlocked read: at worst the query is embedded alone
+        # Unlocked read of _opened: at worst the query is embedded alone. Without a manifest the index most
+        # likely does not exist: the store says so first, and the model is neither prepared nor loaded for it.
+        if not self._opened and query.strip() and self.manifest_path.exists():
             # First search: load the model and embed the query while the store opens.
             with ThreadPoolExecutor(1, thread_name_prefix="mdrag-embed") as pool:
                 pending_vector = pool.submit(self.embedder.embed_query, query)
@@ -404,7 +412,7 @@ class Index:
         building = manifest[1]
         if building or (not exists and self._view.progress is not None):
             raise self._view.building_error()  # nothing committed yet: not "does not exist", nor "lost its data"
-        missing = self._missing_rows(exists)
+        missing = self._missing_rows(exists, manifest)
         if missing is None and not exists:
             raise MdragError(f"index {self.name!r} does not exist in {self.store.uri}: run `mdrag index DIR` first")
         if missing is not None:

@@ -36,9 +36,17 @@ LOCAL_EMBEDDERS = "mdrag.local_embedders"  # how the local model runs: the value
 
 
 @functools.cache
+def _all_entry_points() -> Any:
+    """Every installed distribution's entry points, read once per process: each read opens the metadata of
+    every installed package (tens of milliseconds where torch and its kin are installed), and a command
+    asks for several groups. An ``EntryPoints`` (a ``SelectableGroups`` before Python 3.12): ``.select()``."""
+    return importlib.metadata.entry_points()
+
+
+@functools.cache
 def entry_points(group: str) -> dict[str, importlib.metadata.EntryPoint]:
     """The entry points of ``group`` by name, sorted by name (read once per process)."""
-    found = {ep.name: ep for ep in importlib.metadata.entry_points(group=group)}
+    found = {ep.name: ep for ep in _all_entry_points().select(group=group)}
     if not found and group in (STORES, LOCAL_EMBEDDERS):  # mdrag registers its own here: its metadata is stale
         log.error(
             "no %s entry points: the metadata of the installed mdrag predates them, or a stale mdrag.egg-info "

@@ -70,6 +70,94 @@ def test_a_missing_damaged_or_stale_faiss_file_is_rebuilt_from_sqlite(mdrag_home
         s.close()
 
 
+def _bm25_texts(n: int) -> list[str]:
+    return [f"alpha beta {'gamma ' * (i % 3)}delta{i % 5} word{i}" for i in range(n)]
+
+
+def _bm25_filled(name: str) -> tuple[FaissStore, list[Chunk], np.ndarray]:
+    """A store whose last run wrote 50 chunks, then deleted 10 of them."""
+    chunks, vecs = make_chunks(7, 50, texts=_bm25_texts(50)), vectors(7, 50)
+    s = _store(name)
+    s.open()
+    s.upsert(chunks, vecs)
+    s.delete_ids([c.id for c in chunks[:10]])
+    s.end_run(set(), set(), whole=False)
+    return s, chunks, vecs
+
+
+_QUERY = "gamma delta3 word42 alpha"
+
+
+def test_a_run_saves_the_bm25_index_and_a_new_process_reads_it_instead_of_every_text(
+    mdrag_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    name = "b" + uuid.uuid4().hex[:8]
+    s, chunks, vecs = _bm25_filled(name)
+    want = [(h.id, h.rank_score) for h in s.search(vecs[0], 10, mode="bm25", text=_QUERY)]
+    s.close()
+    assert (mdrag_home / "cache" / "faiss" / f"{name}.bm25").is_file()
+    assert not list((mdrag_home / "cache" / "faiss").glob("*.tmp"))
+
+    def no_rebuild(*args: object) -> None:
+        raise AssertionError("the BM25 index was built from SQLite")
+
+    monkeypatch.setattr(sqlite_rows, "bm25_index", no_rebuild)
+    s = _store(name)
+    assert s.open(create=False)
+    try:
+        assert [(h.id, h.rank_score) for h in s.search(vecs[0], 10, mode="bm25", text=_QUERY)] == want
+        s.upsert(make_chunks(8, 5, texts=["gamma gamma word42"] * 5), vectors(8, 5))  # kept up to date
+        s.end_run(set(), set(), whole=False)
+        assert {h.id for h in s.search(vecs[0], 5, mode="bm25", text="gamma word42")} == {
+            c.id for c in make_chunks(8, 5, texts=["gamma gamma word42"] * 5)
+        }
+    finally:
+        s.close()
+
+
+@pytest.mark.parametrize("damage", ["missing", "garbage", "stale", "other-rows", "older-version"])
+def test_a_missing_damaged_or_stale_bm25_file_is_built_from_sqlite(
+    mdrag_home: Path, damage: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    name = "b" + uuid.uuid4().hex[:8]
+    s, chunks, vecs = _bm25_filled(name)
+    want = [(h.id, h.rank_score) for h in s.search(vecs[0], 10, mode="bm25", text=_QUERY)]
+    bm25_file = mdrag_home / "cache" / "faiss" / f"{name}.bm25"
+    old = bm25_file.read_bytes()
+    if damage in ("stale", "other-rows"):  # a later run's chunks (its file never written, or it is another one)
+        more = make_chunks(9, 4, texts=["gamma word42"] * 4)
+        s.upsert(more, vectors(9, 4))
+        s.end_run(set(), set(), whole=False)
+        want = [(h.id, h.rank_score) for h in s.search(vecs[0], 10, mode="bm25", text=_QUERY)]
+    s.close()
+    if damage == "missing":
+        bm25_file.unlink()
+    elif damage == "garbage":
+        bm25_file.write_bytes(old[:100] + b"\0" * (len(old) - 100))
+    elif damage == "stale":
+        bm25_file.write_bytes(old)
+    elif damage == "other-rows":  # the file its run recorded, holding other rows (as if SQLite went back)
+        import sqlite3
+
+        bm25_file.write_bytes(old)
+        with sqlite3.connect(mdrag_home / "cache" / "faiss" / f"{name}.sqlite") as db:
+            db.execute("UPDATE meta SET value = ? WHERE key = 'bm25_file'", (sqlite_rows.faiss_digest(bm25_file),))
+    else:  # an index written before the file existed
+        import sqlite3
+
+        bm25_file.unlink()
+        with sqlite3.connect(mdrag_home / "cache" / "faiss" / f"{name}.sqlite") as db:
+            db.execute("DELETE FROM meta WHERE key = 'bm25_file'")
+    s = _store(name)
+    assert s.open(create=False)
+    try:
+        assert [(h.id, h.rank_score) for h in s.search(vecs[0], 10, mode="bm25", text=_QUERY)] == want
+    finally:
+        s.close()
+    if damage != "older-version":
+        assert "building the BM25 index from SQLite" in caplog.text
+
+
 def test_a_damaged_sqlite_file_is_reported_and_set_aside(mdrag_home: Path) -> None:
     s, _ = _filled("docs")
     s.close()

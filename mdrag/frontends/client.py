@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 import socket
 import time
 from collections.abc import Callable, Sequence
@@ -27,6 +26,7 @@ from websockets.uri import parse_uri
 from mdrag.answering.followup import Turn, bounded
 from mdrag.errors import MdragError
 from mdrag.frontends.protocol import MAX_QUESTION_CHARS, encode, is_loopback
+from mdrag.frontends.terminal import sanitize
 from mdrag.redact import redact_url
 
 __all__ = ["DEFAULT_SERVER", "Client", "ServerUnavailableError", "sanitize"]
@@ -43,23 +43,6 @@ _STILL_LOADING = "the server is still loading the index; try again shortly"
 
 class ServerUnavailableError(MdragError, ConnectionError):
     """The server cannot be reached, refused the connection, stopped answering or dropped it."""
-
-
-# Escape sequences first (so their parameters go too), then any control character left.
-_ESCAPES = re.compile(
-    r"""
-      (?:\x1b\[|\x9b) [\x30-\x3f]* [\x20-\x2f]* [\x40-\x7e]        # CSI: colours, cursor moves, erase
-    | (?:\x1b[\]PX^_]|[\x90\x98\x9d\x9e\x9f]) .*? (?:\x07|\x1b\\|\x9c|\Z)  # OSC, DCS, SOS, PM, APC strings
-    | \x1b [\x20-\x2f]* [\x30-\x7e]                                  # other escapes: ESC c, ESC 7, ESC ( B
-    """,
-    re.VERBOSE | re.DOTALL,
-)
-_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # C0 but \t and \n, DEL, C1
-
-
-def sanitize(text: str) -> str:
-    """Remove what could drive the terminal: escape sequences and control characters but newline and tab."""
-    return _CONTROLS.sub("", _ESCAPES.sub("", text))
 
 
 def _one_line(text: str) -> str:

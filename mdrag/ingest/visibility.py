@@ -39,6 +39,7 @@ class Visibility:
         self.snapshot = snapshot
         self.progress: tuple[int, int | None] | None = None  # (files done, to do) of this process's update
         self._seen_manifest: ManifestState | None = None  # see manifest_state
+        self.seen_roots: list[str] = []  # the index's folders, as the manifest manifest_state last parsed lists them
 
     def commit(self, ids: set[str], roots: frozenset[str]) -> None:
         """A run's new state becomes what searches see: ``ids`` are visible, chunks under ``roots`` filtered.
@@ -86,6 +87,7 @@ class Visibility:
         try:
             st = self.manifest_path.stat()
         except OSError:
+            self.seen_roots = []
             return None, False, (frozenset(), None)
         stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
         seen = self._seen_manifest
@@ -93,6 +95,7 @@ class Visibility:
             m = Manifest.load(self.manifest_path)
             committed = m.visible() if m is not None else (frozenset(), None)
             seen = self._seen_manifest = (stamp, m is not None and m.building, committed)
+            self.seen_roots = list(m.roots) if m is not None else []
         return seen
 
     def building(self) -> IndexBuildingError | None:

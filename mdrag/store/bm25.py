@@ -3,13 +3,17 @@
 It ranks as Milvus Lite scores: the formula with k1 1.5, b 0.75 and idf
 ``log(1 + (N - df + 0.5) / (df + 0.5))``, words as Milvus's standard analyzer
 splits them (:data:`_K1`). It knows nothing of where the texts are stored: the
-FAISS store (:mod:`mdrag.store.faiss`) feeds it from SQLite.
+FAISS store (:mod:`mdrag.store.faiss`) feeds it from SQLite, and saves it beside
+its vector index (:meth:`Bm25.to_bytes`) so that a new process need not read
+every text again.
 """
 
 from __future__ import annotations
 
+import io
 import math
 import re
+import zipfile
 from collections import Counter
 from collections.abc import Iterable, Sequence
 
@@ -24,6 +28,7 @@ _TOKEN = re.compile(r"\w+", re.UNICODE)  # words, as Milvus's "standard" analyze
 _K1, _B = 1.5, 0.75
 _PENDING_MAX = 16384  # BM25 texts added before they become a segment (bounds the memory a load takes)
 
+_FORMAT = 1  # the layout to_bytes() writes; from_bytes() reads no other
 _Segment = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]  # BM25 postings: terms, starts, docs, tf
 
 
@@ -139,3 +144,65 @@ class Bm25:
             hit = hit[np.argpartition(-scores[hit], k - 1)[:k]]
         hit = hit[np.lexsort((hit, -scores[hit]))]
         return [(int(r), float(scores[r])) for r in hit]
+
+    def to_bytes(self) -> bytes:
+        """The whole index as an ``.npz`` archive (no pickle): what :meth:`from_bytes` reads back.
+
+        Pending texts become a segment first; the archive holds the vocabulary (one
+        word a line: a word never holds a line break), the postings segments and the
+        per-row statistics, so a search of the loaded index scores exactly as this one.
+        """
+        self._flush()
+        words = "\n".join(sorted(self.vocab, key=self.vocab.__getitem__)).encode("utf-8")
+        arrays: dict[str, np.ndarray] = {
+            "format": np.array([_FORMAT, len(self.vocab), len(self.segments), self.n], dtype=np.int64),
+            "total": np.array([self.total], dtype=np.float64),
+            "vocab": np.frombuffer(words, dtype=np.uint8),
+            "alive": self.alive,
+            "dl": self.dl,
+        }
+        for i, segment in enumerate(self.segments):
+            for name, part in zip(("terms", "starts", "docs", "tf"), segment):
+                arrays[f"{name}{i}"] = part
+        out = io.BytesIO()
+        np.savez(out, **arrays)  # type: ignore[arg-type]
+        return out.getvalue()
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> Bm25:
+        """The index :meth:`to_bytes` wrote; ValueError saying what is wrong when ``data`` is not one."""
+        try:
+            with np.load(io.BytesIO(data), allow_pickle=False) as z:
+                form, size, segments, n = (int(v) for v in z["format"])
+                if form != _FORMAT:
+                    raise ValueError(f"format {form}, expected {_FORMAT}")
+                bm25 = cls()
+                words = bytes(z["vocab"]).decode("utf-8")
+                vocab = words.split("\n") if size else []
+                if len(vocab) != size:
+                    raise ValueError(f"{len(vocab)} words, expected {size}")
+                bm25.vocab = dict(zip(vocab, range(size)))
+                bm25.alive, bm25.dl = z["alive"].astype(bool), z["dl"].astype(np.float32)
+                bm25.n, bm25.total = n, float(z["total"][0])
+                bm25.segments = [(z[f"terms{i}"], z[f"starts{i}"], z[f"docs{i}"], z[f"tf{i}"]) for i in range(segments)]
+        except (OSError, KeyError, EOFError, UnicodeDecodeError, zipfile.BadZipFile) as e:
+            raise ValueError(f"not a saved BM25 index ({e})") from e
+        bm25._check(size)
+        return bm25
+
+    def _check(self, size: int) -> None:
+        """ValueError unless the arrays fit together (a damaged file that still unpacks)."""
+        rows = len(self.alive)
+        if (
+            len(self.dl) != rows
+            or int(self.alive.sum()) != self.n
+            or float(self.dl[self.alive].astype(np.float64).sum()) != self.total
+        ):
+            raise ValueError("its row statistics disagree")
+        for terms, starts, docs, tf in self.segments:
+            if len(terms) != len(starts) or len(docs) != len(tf) or (len(starts) and starts[-1] >= len(docs)):
+                raise ValueError("a postings segment is cut short")
+            if len(terms) and (terms.min() < 0 or terms.max() >= size):
+                raise ValueError("a posting names a word it does not hold")
+            if len(docs) and (docs.min() < 0 or docs.max() >= rows):
+                raise ValueError("a posting names a row it does not hold")

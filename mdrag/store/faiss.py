@@ -5,6 +5,10 @@ Files, under ``<cache>/faiss/``: ``<index>.sqlite``, the source of truth
 vector index (:mod:`mdrag.store.faiss_index`), written at the end of each run
 with an atomic rename and named in SQLite by its sha256 in the same commit (only
 a faster start: a missing, stale or damaged file is built again from SQLite);
+``<index>.bm25``, the BM25 index (:meth:`mdrag.store.bm25.Bm25.to_bytes`),
+written and named the same way by the same commit, read by the first BM25
+search of a process instead of every chunk's text (a missing, stale or damaged
+file, or one of an index written before it existed, is built from SQLite);
 ``<index>.lock``, the writers' lock (:mod:`filelock`). Nothing is pickled.
 
 A store proves it is whole: each run records in ``meta`` what it left. Opening
@@ -48,7 +52,7 @@ from mdrag.store import StoreBackend, same_location
 from mdrag.store import sqlite_rows as sql
 from mdrag.store.base import Filter, Hit
 from mdrag.store.faiss_index import VectorIndex, faiss_digest, unit
-from mdrag.store.faiss_memory import Memory
+from mdrag.store.faiss_memory import Memory, save_bm25, saved_bm25
 from mdrag.store.sqlite_rows import batches, damaged, get_meta, set_meta
 from mdrag.types import Chunk
 
@@ -80,6 +84,7 @@ class FaissStore:
         self.name = index
         self.path = self.folder / f"{index}.sqlite"  # the source of truth
         self.faiss_path = self.folder / f"{index}.faiss"  # the saved vector index: a faster start
+        self.bm25_path = self.folder / f"{index}.bm25"  # the saved BM25 index: a faster first BM25 search
         self.uri = str(self.path)
         self.identity = identity  # {"model": ..., "dimension": ...} of the embedder
         self.prepare_text = prepare_text  # applied to BM25 text and BM25 queries (stemming), if set
@@ -209,12 +214,14 @@ class FaissStore:
             self.db.execute("DELETE FROM meta WHERE key != 'commits'")
             self._commit(run=False)
             self.faiss_path.unlink(missing_ok=True)
+            self.bm25_path.unlink(missing_ok=True)
             self._reset_memory()
 
     def set_aside(self) -> Path | None:
         """Move the SQLite and FAISS files into ``<cache>/damaged/<index>-<time>/``; None when there are none."""
         with self._lock:
             self.close()
+            self.bm25_path.unlink(missing_ok=True)  # built from the chunks' texts: nothing to keep
             return sql.set_aside(self.path, self.faiss_path, self.name)
 
     def unchanged_since_last_run(self) -> bool:
@@ -406,9 +413,10 @@ class FaissStore:
             self._commit(run=True)
 
     def _save_faiss(self) -> None:
-        """Write the ``.faiss`` file and note in SQLite (same transaction) which file it is."""
+        """Write the ``.faiss`` and ``.bm25`` files and note in SQLite (same transaction) which files they are."""
         saved = self._mem.index.save(self.faiss_path)
         set_meta(self.db, "faiss_file", faiss_digest(self.faiss_path) if saved else "")
+        set_meta(self.db, "bm25_file", save_bm25(self._mem.bm25_index(self.db), self.bm25_path))
         sql.record_run(self.db)
 
     def _faiss_file_current(self) -> bool:
@@ -457,6 +465,8 @@ class FaissStore:
                 log.warning("%s does not match %s: building it from SQLite", self.faiss_path, self.path)
             self._reset_memory()  # flat (exact): quick to fill; the next run's end_run builds the graph
             self._load_rows(None)
+        # memory holds this snapshot's rows: the .bm25 file its last run saved holds the same
+        self._mem.saved_bm25 = saved_bm25(self.bm25_path, get_meta(self.db, "bm25_file"))
 
     def _load_rows(self, rows: list[int] | None) -> None:
         """Load these rows (all when None) from SQLite into memory."""

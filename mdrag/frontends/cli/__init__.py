@@ -11,15 +11,20 @@ import contextlib
 import gc
 import os
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
 
 from mdrag.errors import ConfigError, MdragError
-from mdrag.frontends.cli.indexing import _cmd_index, _cmd_remove
-from mdrag.frontends.cli.knowledge import _cmd_knowledge, _cmd_mcp
 from mdrag.frontends.cli.output import _safe, _setup_logging
 from mdrag.frontends.cli.parser import _overrides, _parser
-from mdrag.frontends.cli.reading import _cmd_config, _cmd_eval, _cmd_get, _cmd_search, _cmd_status
-from mdrag.frontends.cli.serving import _cmd_ask, _cmd_serve
+
+if TYPE_CHECKING:
+    from mdrag.config import Config
+    from mdrag.embedding import Embedder
+
+# Each command's module is imported by the command alone: `mdrag search` loads nothing `ask`, `serve`, `mcp`
+# or `index` needs (asyncio, the WebSocket client, the parsers).
 
 __all__ = ["agentic_knowledge_main", "agentic_knowledge_mcp_main", "main"]
 
@@ -64,29 +69,34 @@ def _main(argv: Sequence[str] | None) -> int:
     from mdrag.config import load_config
 
     try:
-        if args.command == "mcp":
-            return _cmd_mcp(args)
-        if args.command == "knowledge":
-            return _cmd_knowledge(args)
+        if args.command in ("mcp", "knowledge"):
+            from mdrag.frontends.cli.knowledge import _cmd_knowledge, _cmd_mcp
+
+            return _cmd_mcp(args) if args.command == "mcp" else _cmd_knowledge(args)
+        from mdrag.frontends.cli.reading import _cmd_config, _cmd_eval, _cmd_get, _cmd_search, _cmd_status
+
         if args.command == "config":
             return _cmd_config(args)
         config = load_config(_overrides(args))
-        if args.command == "serve":
-            return _cmd_serve(args, config)
-        if args.command == "ask":
-            return _cmd_ask(args, config)
+        if args.command in ("serve", "ask"):
+            from mdrag.frontends.cli.serving import _cmd_ask, _cmd_serve
+
+            return _cmd_serve(args, config) if args.command == "serve" else _cmd_ask(args, config)
         reads = {"search": _cmd_search, "status": _cmd_status}
         if args.command in reads and args.server:  # that server, never the local index
             return reads[args.command](args, config, None)
+        embedder, loading = _model_loading(config, args.query) if args.command == "search" else (None, None)
         from mdrag.index import Index
 
-        index = Index(config)
+        index = Index(config, embedder)
         # `index` and `remove` hold the index's writers' lock until its store is closed: a run waiting for
         # this one in another process then finds the store free (Milvus Lite lets one process open its file).
         writing = index.writing() if args.command in ("index", "remove") else contextlib.nullcontext()
-        with writing, index:
+        with writing, index, _joined(loading):
             if args.command in reads:
                 return reads[args.command](args, config, index)
+            from mdrag.frontends.cli.indexing import _cmd_index, _cmd_remove
+
             commands = {"index": _cmd_index, "remove": _cmd_remove, "eval": _cmd_eval, "get": _cmd_get}
             return commands[args.command](args, index)
     except ConfigError as e:
@@ -98,3 +108,39 @@ def _main(argv: Sequence[str] | None) -> int:
     except KeyboardInterrupt:
         print("mdrag: interrupted (the next `mdrag index` repairs the index)", file=sys.stderr)
         return 130
+
+
+@contextlib.contextmanager
+def _joined(thread: threading.Thread | None) -> Iterator[None]:
+    """Wait for ``thread`` at the end of the block: a model runtime still at work in a thread when the
+    interpreter exits may abort the process (OpenVINO's does: "terminate called without an active exception")."""
+    try:
+        yield
+    finally:
+        if thread is not None:
+            thread.join()
+
+
+def _model_loading(config: Config, query: str) -> tuple[Embedder | None, threading.Thread | None]:
+    """For a one-shot `mdrag search`: the embedder, and the thread that loads its model from now on, while the
+    rest of the search is imported and its index opened (the model's load is most of a search's time); None
+    for both when the index has no manifest (most likely it does not exist: the model is not prepared for an error).
+
+    The thread embeds the query itself, so that it loads just what a query runs (OpenVINO embeds queries
+    with a model of its own); the search embeds it again, in a few milliseconds, with the model loaded.
+    """
+    if not query.strip() or not config.manifest_path(config["index"]).exists():
+        return None, None
+    from mdrag.embedding import make_embedder
+
+    embedder = make_embedder(config)
+
+    def load() -> None:
+        try:
+            embedder.embed_query(query)
+        except Exception:  # noqa: BLE001  # the search's own embedding raises it again, and reports it
+            pass
+
+    thread = threading.Thread(target=load, name="mdrag-model", daemon=True)
+    thread.start()
+    return embedder, thread

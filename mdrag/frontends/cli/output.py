@@ -9,7 +9,7 @@ import sys
 
 def _safe(text: str) -> str:
     """``text`` without what could drive the terminal: file names and texts from documents are printed."""
-    from mdrag.frontends.client import sanitize
+    from mdrag.frontends.terminal import sanitize
 
     return sanitize(text)
 

@@ -233,7 +233,7 @@ class _Printer:
             self.line_open = False
 
     def sources(self, sources: list[str]) -> None:
-        from mdrag.frontends.client import sanitize
+        from mdrag.frontends.terminal import sanitize
 
         self.end_line()
         if sources:  # numbered as the answer cites them: [n] is the n-th, each on one line
