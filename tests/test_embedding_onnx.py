@@ -17,7 +17,7 @@ import pytest
 
 pytest.importorskip("onnxruntime", reason="onnxruntime is not installed (pip install onnxruntime)")
 
-from mdrag.embedding import onnx  # noqa: E402
+from mdrag.embedding import onnx, onnx_files  # noqa: E402
 from mdrag.embedding.local import DEFAULT_MODEL, LocalEmbedder  # noqa: E402
 from mdrag.embedding.onnx import (  # noqa: E402
     OnnxEmbedder,
@@ -265,11 +265,11 @@ def test_a_corrupt_export_is_redone(onnx_cache: Path, tmp_path: Path, caplog: py
     data = bytearray(path.read_bytes())
     data[len(data) // 2 : len(data) // 2 + 4096] = b"\x00" * 4096  # a flipped block in the weights
     path.write_bytes(bytes(data))
-    assert not onnx._checksum_ok(path)
+    assert not onnx_files.checksum_ok(path)
     with caplog.at_level(logging.WARNING, logger="mdrag.embedding.onnx"):
         v = e.embed(TEXTS[:2])
     assert "does not match its checksum" in caplog.text
-    assert onnx._checksum_ok(path)
+    assert onnx_files.checksum_ok(path)
     np.testing.assert_allclose(v, OnnxEmbedder(cache_dir=onnx_cache).embed(TEXTS[:2]), atol=1e-5)
 
 

@@ -17,7 +17,7 @@ pytest.importorskip("onnxruntime", reason="onnxruntime is not installed (pip ins
 import onnx  # noqa: E402
 from safetensors.numpy import save_file  # noqa: E402
 
-from mdrag.embedding import onnx as onnx_module  # noqa: E402
+from mdrag.embedding import onnx_files  # noqa: E402
 from mdrag.embedding.local import DEFAULT_MODEL, resolve_model_dir  # noqa: E402
 from mdrag.embedding.onnx import OnnxEmbedder, onnx_model_path  # noqa: E402
 from mdrag.embedding.onnx_build import UnsupportedModelError, build_onnx, check_supported  # noqa: E402
@@ -176,11 +176,11 @@ def test_an_unsupported_model_without_torch_names_the_torch_extra(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     folder = _tiny_bert(tmp_path / "model", "", hidden_act="relu")
-    monkeypatch.setattr(onnx_module, "extra_installed", lambda extra, modules=None: False)
+    monkeypatch.setattr(onnx_files, "extra_installed", lambda extra, modules=None: False)
     monkeypatch.setattr("mdrag.extras._found", lambda module: False)
     out = tmp_path / "cache" / "model.onnx"
     with pytest.raises(MissingExtraError, match=r"hidden_act.*pip install 'mdrag\[torch\]'"):
-        onnx_module.prepare_onnx(folder, out)
+        onnx_files.prepare_onnx(folder, out)
     assert not out.exists()
 
 
@@ -232,30 +232,30 @@ def test_an_unchanged_model_is_not_hashed_again(tmp_path: Path, monkeypatch: pyt
     cache = tmp_path / "cache"
     OnnxEmbedder(cache_dir=cache, threads=3).embed(["hello"])
     hashed: list[Path] = []
-    real = onnx_module.file_sha256
+    real = onnx_files.file_sha256
 
     def counted(path: Path) -> str:
         hashed.append(path)
         return real(path)
 
-    monkeypatch.setattr(onnx_module, "file_sha256", counted)
+    monkeypatch.setattr(onnx_files, "file_sha256", counted)
     monkeypatch.setattr("mdrag.ingest.manifest.file_sha256", counted)
     fresh = OnnxEmbedder(cache_dir=cache)
-    assert onnx_module._checksum_ok(fresh.onnx_path)
+    assert onnx_files.checksum_ok(fresh.onnx_path)
     assert hashed == []
 
     copy = tmp_path / "copy"  # a copied home: other inodes and ctimes, so hashed once, then recorded
     shutil.copytree(cache, copy)
     path = OnnxEmbedder(cache_dir=copy).onnx_path
-    assert onnx_module._checksum_ok(path) and hashed == [path]
-    assert onnx_module._checksum_ok(path) and hashed == [path]
+    assert onnx_files.checksum_ok(path) and hashed == [path]
+    assert onnx_files.checksum_ok(path) and hashed == [path]
 
     st = path.stat()  # rewritten in place with the mtime set back: the ctime still tells
     with open(path, "r+b") as f:
         f.seek(st.st_size // 2)
         f.write(b"\0" * 64)
     os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
-    assert not onnx_module._checksum_ok(path)
+    assert not onnx_files.checksum_ok(path)
 
 
 def _real_chunks(limit: int) -> list[str]:

@@ -1,21 +1,14 @@
-"""all-MiniLM-L6-v2 (or another local sentence-transformers model) as ONNX.
+"""all-MiniLM-L6-v2 (or another local sentence-transformers model) run as ONNX.
 
 The same weights as :class:`~mdrag.embedding.local.LocalEmbedder`, written once
-as an ONNX graph and cached under ``<cache>/models/``; embedding needs only
-``tokenizers`` and a runtime: onnxruntime (:class:`OnnxEmbedder`) or OpenVINO
-(:class:`OpenVinoEmbedder`). A BERT model is written from its safetensors by
-:mod:`mdrag.embedding.onnx_build`, without torch, in about a second; other
-architectures fall back on torch's exporter (:func:`export_onnx`, the torch
-extra). A model fetched from the Hugging Face hub comes with its own ONNX file,
-run where the hub's cache keeps it. The vectors equal the torch ones within
-tolerance, so the backends share one ``model_id`` and an index built with one
-keeps working with the others.
-
-A process that opens a model written before pays nothing in proportion to its
-size: the sidecar ``model.onnx.sha256`` holds the file's sha256 and its size,
-mtime, ctime and inode when written, and the file is hashed again only when
-those differ (a rewrite, even one that sets the mtime back, changes the ctime).
-The cache key covers the config's bytes and the weights' size and mtime.
+as an ONNX file under ``<cache>/models/`` (:mod:`mdrag.embedding.onnx_files`:
+a BERT model from its safetensors, without torch, in about a second; other
+architectures through torch's exporter, the torch extra). Embedding then needs
+only ``tokenizers`` and a runtime: onnxruntime (:class:`OnnxEmbedder`) or
+OpenVINO (:class:`OpenVinoEmbedder`, the openvino extra). A model fetched from
+the Hugging Face hub comes with its own ONNX file, run where the hub's cache
+keeps it. The vectors equal the torch ones within tolerance, so the backends
+share one ``model_id`` and an index built with one keeps working with the others.
 
 The graph ends at ``last_hidden_state``; pooling (mean over the attention
 mask, or CLS) is done here in numpy, and the base class normalizes.
@@ -23,20 +16,15 @@ mask, or CLS) is done here in numpy, and the base class normalizes.
 
 from __future__ import annotations
 
-import glob
 import hashlib
 import importlib
 import importlib.util
-import inspect
 import json
 import logging
 import os
-import re
 import shutil
 import sys
-import tempfile
 import threading
-import warnings
 from collections.abc import Callable, Sequence
 from functools import cached_property
 from pathlib import Path
@@ -46,11 +34,19 @@ import numpy as np
 
 from mdrag.embedding.base import Embedder, EmbedderBackend
 from mdrag.embedding.local import _ALIASES, DEFAULT_MODEL, HUB_ONNX_FILE, resolve_model_dir
-from mdrag.embedding.onnx_build import BUILDER_VERSION, UnsupportedModelError, build_onnx
+from mdrag.embedding.onnx_files import (
+    INPUTS,
+    OUTPUT,
+    WEIGHTS,
+    checksum_ok,
+    export_onnx,
+    label,
+    onnx_model_path,
+    prepare_onnx,
+)
 from mdrag.embedding.priority import run_yielding, yielding_busy
 from mdrag.errors import EmbeddingError
-from mdrag.extras import extra_installed, require_extra
-from mdrag.ingest.manifest import file_sha256
+from mdrag.extras import require_extra
 
 if TYPE_CHECKING:
     from mdrag.config import Config
@@ -67,11 +63,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-OPSET = 17
-_EXPORT_VERSION = "2"  # part of the cache key: bump when the export itself changes (2: built without torch)
-_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
-_WEIGHTS = ("model.safetensors", "pytorch_model.bin")  # the files the graph is written from
-_OUTPUT = "last_hidden_state"
 _SUPPORTED_MODULES = {
     "sentence_transformers.models.Transformer",
     "sentence_transformers.models.Pooling",
@@ -98,241 +89,6 @@ def _import_runtime(name: str) -> Any:
             f"{name} is installed but cannot be imported ({e}): reinstall it (`pip install --force-reinstall "
             f"{name}`), or set embedding.backend to another backend (onnx, openvino, torch)."
         ) from e
-
-
-def _weights_hash(model_dir: Path) -> str:
-    """The cache key of ``model_dir``'s ONNX file: the config's bytes, the weights' size and mtime.
-
-    Reading the weights themselves (90 MB for MiniLM) would cost every process a
-    quarter of a second; weights replaced in place get a new mtime, and so a new key.
-    """
-    h = hashlib.sha256(f"mdrag-onnx-{_EXPORT_VERSION}-opset{OPSET}-build{BUILDER_VERSION}".encode())
-    config = model_dir / "config.json"
-    if config.is_file():
-        h.update(b"config.json:" + config.read_bytes())
-    for name in _WEIGHTS:
-        f = model_dir / name
-        if f.is_file():
-            st = f.stat()
-            h.update(f"{name}:{st.st_size}:{st.st_mtime_ns}".encode())
-    return h.hexdigest()[:12]
-
-
-def onnx_model_path(model_dir: Path, cache_dir: Path, name: str | None = None) -> Path:
-    """Where the ONNX file of ``model_dir`` is cached.
-
-    ``<cache_dir>/models/<name>-<hash>/model.onnx``: the hash covers the
-    config and the weights' size and mtime, so changed weights get a fresh
-    file. ``name`` defaults to the model folder's name.
-    """
-    return (
-        Path(cache_dir) / "models" / f"{_label(name or model_dir.name)}-{_weights_hash(Path(model_dir))}" / "model.onnx"
-    )
-
-
-def _label(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._") or "model"
-
-
-def _sidecar(out: Path) -> Path:
-    return out.with_name(out.name + ".sha256")
-
-
-def _stamp(path: Path) -> str:
-    """What changes when a file is rewritten: size, mtime, ctime (utime cannot set it back) and inode."""
-    st = path.stat()
-    return f"{st.st_size} {st.st_mtime_ns} {st.st_ctime_ns} {st.st_ino}"
-
-
-def _read_sidecar(out: Path) -> dict[str, str]:
-    """The sidecar's fields: ``sha256``, then ``stamp`` and ``source`` (older sidecars hold the sha256 alone)."""
-    try:
-        lines = _sidecar(out).read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError):
-        return {}
-    fields = {"sha256": lines[0].split()[0]} if lines and lines[0].split() else {}
-    for line in lines[1:]:
-        key, _, value = line.partition(" ")
-        fields[key] = value
-    return fields
-
-
-def _write_sidecar(out: Path, digest: str, source: Path | None) -> None:
-    """``<out>.sha256``: the sha256 (as sha256sum writes it), the file's stamp and the folder it was made from."""
-    text = f"{digest}  {out.name}\nstamp {_stamp(out)}\n" + (f"source {source}\n" if source else "")
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.sha256")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, _sidecar(out))
-
-
-def _checksum_ok(out: Path) -> bool:
-    """True when ``out`` exists and matches the sha256 written beside it.
-
-    The file is read only when its stamp (size, mtime, ctime, inode) is not the one
-    recorded: a process that opens an untouched model pays a ``stat``. When the
-    bytes still match (a copied home), the new stamp is recorded, where the folder
-    is writable, so the next process is spared the hash.
-    """
-    fields = _read_sidecar(out)
-    if not out.is_file() or not fields.get("sha256"):
-        return False
-    if fields.get("stamp") == _stamp(out):
-        return True
-    log.info("hashing %s: it changed since its checksum was written", out)
-    if file_sha256(out) != fields["sha256"]:
-        return False
-    try:
-        _write_sidecar(out, fields["sha256"], Path(fields["source"]) if fields.get("source") else None)
-    except OSError:  # a read-only home: hash again next time
-        pass
-    return True
-
-
-def _install(tmp: Path, out: Path, digest: str, model_dir: Path) -> None:
-    """Move the finished file ``tmp`` to ``out``, then its sidecar (last: a file without one is unfinished).
-
-    Compiled OpenVINO blobs of the old file go, and so do the folders of older
-    files made from the same model folder (another key, another mdrag version):
-    a home keeps one copy of a model's weights.
-    """
-    _sidecar(out).unlink(missing_ok=True)
-    shutil.rmtree(out.parent / "openvino", ignore_errors=True)  # blobs compiled from the old file
-    os.replace(tmp, out)
-    _write_sidecar(out, digest, model_dir)
-    label = out.parent.name.rsplit("-", 1)[0]
-    for old in out.parent.parent.glob(f"{glob.escape(label)}-*"):
-        fields = _read_sidecar(old / out.name)
-        if old != out.parent and old.name.rsplit("-", 1)[0] == label and fields.get("source") in (None, str(model_dir)):
-            log.info("removing %s, an older ONNX file of %s", old, model_dir)
-            shutil.rmtree(old, ignore_errors=True)
-
-
-def prepare_onnx(model_dir: Path, out: Path) -> Path:
-    """Write the ONNX file of the model in ``model_dir`` to ``out``, with its sidecar; returns ``out``.
-
-    A BERT model is written from its weights (:mod:`mdrag.embedding.onnx_build`,
-    no torch); other architectures are exported by torch (:func:`export_onnx`) when
-    the torch extra is installed, else a :class:`~mdrag.extras.MissingExtraError`
-    names it.
-    """
-    model_dir, out = Path(model_dir), Path(out)
-    try:
-        data = build_onnx(model_dir)
-    except UnsupportedModelError as e:
-        if not extra_installed("torch"):
-            require_extra("torch", f"The model in {model_dir} ({e}; mdrag writes BERT models without torch)")
-        log.info("%s: exporting %s with torch instead", e, model_dir)
-        return export_onnx(model_dir, out)
-    tmp = _temp_file(out)
-    try:
-        tmp.write_bytes(data)
-        _install(tmp, out, hashlib.sha256(data).hexdigest(), model_dir)
-    except OSError as e:
-        raise EmbeddingError(f"Cannot write the model's ONNX file {out}: {e}.") from e
-    finally:
-        tmp.unlink(missing_ok=True)
-    log.info("wrote %s (%.0f MB) from %s", out, len(data) / 1e6, model_dir)
-    return out
-
-
-def _temp_file(out: Path) -> Path:
-    """A new temporary file beside ``out``; an EmbeddingError that says what to do when that folder is read-only."""
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp_name = tempfile.mkstemp(prefix=".export-", suffix=".onnx", dir=out.parent)
-    except OSError as e:  # a read-only MDRAG_HOME that holds no model file yet
-        raise EmbeddingError(
-            f"Cannot write the model's ONNX file {out}: {e.strerror}. "
-            "Run mdrag once where that folder is writable (or point MDRAG_HOME at one)."
-        ) from e
-    os.close(fd)
-    return Path(tmp_name)
-
-
-def export_onnx(model_dir: Path, out: Path) -> Path:
-    """Export the transformer in ``model_dir`` to ONNX at ``out`` with torch (the torch extra).
-
-    Only for the architectures :func:`prepare_onnx` cannot write itself. Inputs
-    ``input_ids``, ``attention_mask``, ``token_type_ids`` (int64, dynamic batch and
-    sequence axes); output ``last_hidden_state``. Written to a temporary file,
-    checked against torch on another shape, then renamed into
-    place, with its sha256 in ``<out>.sha256``. Returns ``out``.
-    """
-    model_dir, out = Path(model_dir), Path(out)
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # read when transformers is first imported
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # no "Loading weights" bar
-    chosen = f"Exporting {model_dir} to ONNX (not a BERT model, which mdrag writes without torch)"
-    require_extra("torch", chosen)
-    try:
-        import onnx  # noqa: F401  - the TorchScript exporter writes through it
-        import torch
-        from transformers import AutoModel
-    except ImportError as e:
-        raise EmbeddingError(
-            f"{chosen} needs torch and transformers, which cannot be imported ({e}): run "
-            "`pip install --force-reinstall 'mdrag[torch]'` once (the export is cached), "
-            "or set embedding.backend=torch."
-        ) from e
-    log.info("exporting %s to ONNX at %s (once)", model_dir, out)
-    try:
-        model = AutoModel.from_pretrained(str(model_dir), local_files_only=True, attn_implementation="eager")
-    except Exception as e:
-        raise EmbeddingError(f"Could not load the model in {model_dir} for the ONNX export: {e}") from e
-    model.eval()
-
-    # BERT-style models take token_type_ids; others (DistilBERT) get a graph without it.
-    inputs = [n for n in _INPUTS if n != "token_type_ids" or n in inspect.signature(model.forward).parameters]
-
-    class _Encoder(torch.nn.Module):
-        """Positional inputs in a fixed order; returns only the token states."""
-
-        def __init__(self, inner: torch.nn.Module) -> None:
-            super().__init__()
-            self.inner = inner  # the transformers model
-
-        def forward(self, *args: Any) -> Any:
-            return self.inner(**dict(zip(inputs, args))).last_hidden_state
-
-    def sample(batch: int, seq: int) -> tuple[Any, ...]:
-        gen = torch.Generator().manual_seed(batch * 1000 + seq)
-        ids = torch.randint(1000, 2000, (batch, seq), generator=gen, dtype=torch.long)
-        mask = torch.ones((batch, seq), dtype=torch.long)
-        mask[-1, seq // 2 :] = 0  # one padded row, as in real batches
-        return (ids, mask, torch.zeros((batch, seq), dtype=torch.long))[: len(inputs)]
-
-    kwargs: dict[str, Any] = {
-        "input_names": inputs,
-        "output_names": [_OUTPUT],
-        "dynamic_axes": {k: {0: "batch", 1: "sequence"} for k in (*inputs, _OUTPUT)},
-        "opset_version": OPSET,
-        "do_constant_folding": True,
-    }
-    params = inspect.signature(torch.onnx.export).parameters
-    if "dynamo" in params:
-        kwargs["dynamo"] = False  # the TorchScript exporter: no onnxscript needed, dynamic axes as given
-    tmp = _temp_file(out)
-    try:
-        wrapper = _Encoder(model).eval()
-        with torch.no_grad(), warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # tracer and deprecation chatter
-            torch.onnx.export(wrapper, sample(2, 16), str(tmp), **kwargs)
-            check = sample(3, 23)  # another shape: the axes must really be dynamic
-            expected = wrapper(*check).numpy()
-        if onnx_available():
-            got = _new_session(tmp, 1).run([_OUTPUT], dict(zip(inputs, (t.numpy() for t in check))))[0]
-            err = float(np.abs(got - expected).max())
-            if err > 1e-3:
-                raise EmbeddingError(f"The ONNX export of {model_dir} differs from torch (max error {err:.2g}).")
-        _install(tmp, out, file_sha256(tmp), model_dir)
-    except EmbeddingError:
-        raise
-    except Exception as e:
-        raise EmbeddingError(f"Exporting {model_dir} to ONNX failed: {e}; set embedding.backend=torch.") from e
-    finally:
-        tmp.unlink(missing_ok=True)
-    log.info("exported %s (%.0f MB)", out, out.stat().st_size / 1e6)
-    return out
 
 
 def _new_session(path: Path, threads: int) -> Any:
@@ -456,7 +212,7 @@ class OnnxEmbedder(Embedder):
         """The ONNX file that came with the model (the hub's ``onnx/model.onnx``), run as it is, where the
         folder holds no weights to write one from; None otherwise."""
         ready = self.model_dir / HUB_ONNX_FILE
-        if ready.is_file() and not any((self.model_dir / name).is_file() for name in _WEIGHTS):
+        if ready.is_file() and not any((self.model_dir / name).is_file() for name in WEIGHTS):
             return ready
         return None
 
@@ -477,7 +233,7 @@ class OnnxEmbedder(Embedder):
         if self._ready_onnx is None:
             return self.onnx_path.parent / "openvino"
         key = hashlib.sha256(str(self._ready_onnx.resolve()).encode()).hexdigest()[:12]
-        return self.cache_dir / "models" / f"{_label(self._name)}-hub-{key}" / "openvino"
+        return self.cache_dir / "models" / f"{label(self._name)}-hub-{key}" / "openvino"
 
     @property
     def session(self) -> Any:
@@ -496,7 +252,7 @@ class OnnxEmbedder(Embedder):
     def _load(self, path: Path, load: Callable[[], Any]) -> Any:
         """Check (or write) the ONNX file at ``path``, then ``load()`` it; written once more if it will not load."""
         ready = self._ready_onnx is not None
-        if not ready and not _checksum_ok(path):
+        if not ready and not checksum_ok(path):
             if path.is_file():
                 log.warning("%s does not match its checksum (corrupt or unfinished): writing it again", path)
             else:  # the first use, or the file was deleted
@@ -516,7 +272,7 @@ class OnnxEmbedder(Embedder):
             prepare_onnx(self.model_dir, path)
             model = load()
         names, outputs = self._io_names(model)
-        if not names <= set(_INPUTS) or outputs[:1] != [_OUTPUT]:
+        if not names <= set(INPUTS) or outputs[:1] != [OUTPUT]:
             raise EmbeddingError(f"{path} is not an mdrag export (inputs {sorted(names)}): delete it to export again.")
         return model
 
@@ -570,7 +326,7 @@ class OnnxEmbedder(Embedder):
         return run_yielding(lambda: self._infer(feed))
 
     def _infer(self, feed: dict[str, np.ndarray]) -> np.ndarray:
-        return np.asarray(self.session.run([_OUTPUT], feed)[0], dtype=np.float32)
+        return np.asarray(self.session.run([OUTPUT], feed)[0], dtype=np.float32)
 
     def embed(self, texts: Sequence[str], progress: Callable[[int], None] | None = None) -> np.ndarray:
         """As :meth:`Embedder.embed`, tokenizing each text once: the batches are cut by its token count."""
