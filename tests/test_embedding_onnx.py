@@ -387,3 +387,44 @@ def test_a_kept_index_embeds_in_the_yielding_thread_and_stores_the_vectors_mdrag
     finally:
         for index in indexes:
             index.close()
+
+
+def test_a_models_first_inference_runs_alone(onnx_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two first inferences at once have hung OpenVINO for good (issue 37 point 9): a model's first runs alone
+    in the process, the others side by side. Each inference waits (at most a second) for another to join it."""
+    monkeypatch.setattr(onnx, "_inferred", set())
+    e = OnnxEmbedder(cache_dir=onnx_cache)
+    real = e._infer
+    inside: list[int] = []
+    lock = threading.Lock()
+
+    def run_together(times: float) -> int:
+        """Two queries at once; the most inferences that were inside the model together."""
+        meet = threading.Barrier(2, timeout=times)
+        most = [0]
+
+        def infer(feed: dict[str, np.ndarray]) -> np.ndarray:
+            with lock:
+                inside.append(1)
+                most[0] = max(most[0], len(inside))
+            try:
+                meet.wait()
+            except threading.BrokenBarrierError:  # the other could not come in
+                pass
+            try:
+                return real(feed)
+            finally:
+                with lock:
+                    inside.pop()
+
+        monkeypatch.setattr(e, "_infer", infer)
+        threads = [threading.Thread(target=e.embed_query, args=(q,)) for q in ("first", "second")]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=60)
+        assert not any(t.is_alive() for t in threads), "an inference hung"
+        return most[0]
+
+    assert run_together(1.0) == 1, "the model's first inference ran beside another"
+    assert run_together(30.0) == 2, "later inferences wait for nothing"

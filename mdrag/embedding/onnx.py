@@ -71,6 +71,8 @@ _SUPPORTED_MODULES = {
 
 _sessions: dict[tuple[str, int], Any] = {}  # (runtime + file, threads) -> session or compiled model, one per process
 _sessions_lock = threading.Lock()  # also serializes exports within a process
+_first_inference = threading.Lock()  # held by a model's first inference (see OnnxEmbedder._infer_once_alone)
+_inferred: set[int] = set()  # id() of the models in _sessions that have run once
 
 
 def onnx_available() -> bool:
@@ -321,9 +323,21 @@ class OnnxEmbedder(Embedder):
     def _run(self, feed: dict[str, np.ndarray]) -> np.ndarray:
         """The token states for one tokenized batch, in this thread or (:attr:`yields`) the yielding one."""
         if not self.yields:
-            return self._infer(feed)
+            return self._infer_once_alone(feed)
         self.session  # noqa: B018  # loaded here, at this thread's priority: never by the yielding thread
-        return run_yielding(lambda: self._infer(feed))
+        return run_yielding(lambda: self._infer_once_alone(feed))
+
+    def _infer_once_alone(self, feed: dict[str, np.ndarray]) -> np.ndarray:
+        """:meth:`_infer`, the first inference of each model in the process alone: two first inferences at
+        once have hung OpenVINO for good, each waiting on the other (a server's warm-up and its first query;
+        a one-shot search's model loading and its query). Later ones run side by side."""
+        model = self.session
+        if id(model) in _inferred:
+            return self._infer(feed)
+        with _first_inference:
+            out = self._infer(feed)
+            _inferred.add(id(model))  # the models are kept in _sessions for the process: ids are never reused
+        return out
 
     def _infer(self, feed: dict[str, np.ndarray]) -> np.ndarray:
         return np.asarray(self.session.run([OUTPUT], feed)[0], dtype=np.float32)

@@ -20,8 +20,7 @@ from mdrag.frontends.cli.output import _safe, _setup_logging
 from mdrag.frontends.cli.parser import _overrides, _parser
 
 if TYPE_CHECKING:
-    from mdrag.config import Config
-    from mdrag.embedding import Embedder
+    from mdrag.index import Index
 
 # Each command's module is imported by the command alone: `mdrag search` loads nothing `ask`, `serve`, `mcp`
 # or `index` needs (asyncio, the WebSocket client, the parsers).
@@ -85,10 +84,10 @@ def _main(argv: Sequence[str] | None) -> int:
         reads = {"search": _cmd_search, "status": _cmd_status}
         if args.command in reads and args.server:  # that server, never the local index
             return reads[args.command](args, config, None)
-        embedder, loading = _model_loading(config, args.query) if args.command == "search" else (None, None)
         from mdrag.index import Index
 
-        index = Index(config, embedder)
+        index = Index(config)
+        loading = _model_loading(index, args.query) if args.command == "search" else None
         # `index` and `remove` hold the index's writers' lock until its store is closed: a run waiting for
         # this one in another process then finds the store free (Milvus Lite lets one process open its file).
         writing = index.writing() if args.command in ("index", "remove") else contextlib.nullcontext()
@@ -121,19 +120,17 @@ def _joined(thread: threading.Thread | None) -> Iterator[None]:
             thread.join()
 
 
-def _model_loading(config: Config, query: str) -> tuple[Embedder | None, threading.Thread | None]:
-    """For a one-shot `mdrag search`: the embedder, and the thread that loads its model from now on, while the
-    rest of the search is imported and its index opened (the model's load is most of a search's time); None
-    for both when the index has no manifest (most likely it does not exist: the model is not prepared for an error).
+def _model_loading(index: Index, query: str) -> threading.Thread | None:
+    """For a one-shot `mdrag search`: the thread that loads the index's model from now on, while the rest of
+    the search is imported and its store opened (the model's load is most of a search's time); None when the
+    index has no manifest (most likely it does not exist: the model is not prepared for an error).
 
     The thread embeds the query itself, so that it loads just what a query runs (OpenVINO embeds queries
     with a model of its own); the search embeds it again, in a few milliseconds, with the model loaded.
     """
-    if not query.strip() or not config.manifest_path(config["index"]).exists():
-        return None, None
-    from mdrag.embedding import make_embedder
-
-    embedder = make_embedder(config)
+    if not query.strip() or not index.manifest_path.exists():
+        return None
+    embedder = index.embedder
 
     def load() -> None:
         try:
@@ -143,4 +140,4 @@ def _model_loading(config: Config, query: str) -> tuple[Embedder | None, threadi
 
     thread = threading.Thread(target=load, name="mdrag-model", daemon=True)
     thread.start()
-    return embedder, thread
+    return thread
