@@ -431,6 +431,28 @@ def test_a_client_that_disconnects_mid_answer_cancels_the_llm_request(tmp_path: 
     asyncio.run(scenario())
 
 
+def test_a_question_of_invisible_characters_only_is_an_empty_query(tmp_path: Path) -> None:
+    """U+202E, U+00AD, U+200B alone: "the search query is empty", in a query as in a search (issue 37)."""
+    root = _docs(tmp_path, 1)
+
+    async def scenario() -> None:
+        async with serving(_config(), [root]) as server:
+            ws = await opened(server)
+            for blank in ("\u202e", "\u00ad", "\u00ad\u200b \u202e", "\ufeff"):
+                for msg in ({"type": "query", "question": blank}, {"type": "search", "query": blank}):
+                    await ws.send(json.dumps(msg))
+                    reply = await recv(ws)
+                    assert reply["type"] == "error" and "the search query is empty" in reply["message"], (msg, reply)
+            await ws.send(json.dumps({"type": "query", "question": "install", "history": [{"question": "\u202e"}]}))
+            reply = await recv(ws)
+            assert reply["type"] == "error" and '"question" of "history" item 1 is empty' in reply["message"], reply
+            text, sources, _ = await ask(ws, "\u202einstall the service")  # visible words with one: a question
+            assert any(s.endswith("install.md") for s in sources), text
+            await ws.close()
+
+    asyncio.run(scenario())
+
+
 def test_origin_token_and_bind_checks(tmp_path: Path) -> None:
     root = _docs(tmp_path, 1)
 
@@ -438,6 +460,9 @@ def test_origin_token_and_bind_checks(tmp_path: Path) -> None:
         async with serving(_config(), [root]) as server:
             with pytest.raises(InvalidStatus) as e:
                 await connect(server.url, origin="http://evil.example")  # type: ignore[arg-type]
+            assert e.value.response.status_code == 403
+            with pytest.raises(InvalidStatus) as e:  # one origin only, even when the first is loopback
+                await connect(server.url, origin="http://127.0.0.1:1 https://evil.example")  # type: ignore[arg-type]
             assert e.value.response.status_code == 403
             for ok in ("http://localhost:3000", "http://127.0.0.1:8080", "http://[::1]"):
                 ws = await opened(server, origin=ok)

@@ -215,6 +215,10 @@ def test_a_source_outside_the_index_or_for_another_site_is_refused(tmp_path: Pat
             ("Sec-Fetch-Site: cross-site",),
             ("Sec-Fetch-Site: same-site", "Origin: http://localhost:1234"),
             (f"Host: evil.example:{port}",),
+            # one origin only: a list that starts with a loopback one is no page of this machine (issue 37)
+            ("Origin: http://127.0.0.1:1 https://evil.example",),
+            ("Origin: http://127.0.0.1:1,https://evil.example",),
+            ("Origin: http://127.0.0.1:1/x",),
         ):
             status, _, body = await asyncio.to_thread(source, port, "ref=a.md", *headers)
             assert status == 403 and "not allowed" in body["error"] and "installer" not in json.dumps(body), headers

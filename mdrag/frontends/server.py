@@ -498,7 +498,10 @@ class QAServer:
         assert self.index is not None
         found: list[SearchResult] | None = [] if self.state == "empty" else None  # empty: not searched
         history = [Turn(t.question, t.answer or "") for t in req.history or ()]  # the client keeps the conversation
-        plan = await asyncio.to_thread(qa.plan, self.index, req.question, found, history)
+        try:
+            plan = await asyncio.to_thread(qa.plan, self.index, req.question, found, history)
+        except ConfigError as e:  # what the search refuses of the request (an empty query), as for a search
+            raise ProtocolError(str(e)) from None
         await send(protocol.stream_start())
         async with contextlib.aclosing(plan.stream(self._http)) as stream:
             async for piece in stream:
