@@ -46,8 +46,7 @@ import os
 import posixpath
 import re
 import threading
-from collections import OrderedDict
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from fnmatch import fnmatchcase
 from pathlib import Path
@@ -58,6 +57,7 @@ from mdrag.ingest.manifest import FileState, Manifest
 from mdrag.knobs import GET_MAX_CHARS, GET_MAX_FILES
 from mdrag.parsers import _Lazy, get_parser, parse_file
 from mdrag.parsers.text import decode_text
+from mdrag.retrieval.lru import LRUCache
 from mdrag.types import Document
 
 __all__ = ["Fetched", "Part", "fetch"]
@@ -137,65 +137,7 @@ class _Text:
         return sum(map(len, self.lines)) + len(self.lines)
 
 
-class _Cache:
-    """The texts of the document versions read last, by key (path, content hash, how it was read); a
-    version being read by one thread is waited for by another that asks for it, not read twice."""
-
-    def __init__(self, entries: int, chars: int) -> None:
-        self.entries = entries  # versions kept at most
-        self.limit = chars  # characters kept at most, all of them together
-        self._lock = threading.Lock()  # guards the fields below
-        self._items: OrderedDict[Hashable, tuple[_Text, int]] = OrderedDict()  # key -> text, its chars; LRU last
-        self._held = 0  # characters the items hold
-        self._reading: dict[Hashable, threading.Lock] = {}  # key -> held while one thread reads it
-
-    def get(self, key: Hashable, read: Callable[[], _Text]) -> _Text:
-        """The text for ``key``: kept, or ``read()`` (once, whichever threads ask) and kept."""
-        with self._lock:
-            found = self._hit(key)
-            if found is not None:
-                return found
-            reading = self._reading.setdefault(key, threading.Lock())
-        with reading:
-            with self._lock:
-                found = self._hit(key)
-                if found is not None:
-                    return found
-            try:
-                text = read()
-            finally:
-                with self._lock:
-                    self._reading.pop(key, None)
-            self._keep(key, text)
-            return text
-
-    def _hit(self, key: Hashable) -> _Text | None:
-        item = self._items.get(key)
-        if item is None:
-            return None
-        self._items.move_to_end(key)
-        return item[0]
-
-    def _keep(self, key: Hashable, text: _Text) -> None:
-        size = text.chars()
-        if size > self.limit:
-            return
-        with self._lock:
-            old = self._items.pop(key, None)
-            self._held -= old[1] if old else 0
-            self._items[key] = (text, size)
-            self._held += size
-            while len(self._items) > self.entries or self._held > self.limit:
-                _, (_, dropped) = self._items.popitem(last=False)
-                self._held -= dropped
-
-    def clear(self) -> None:
-        with self._lock:
-            self._items.clear()
-            self._held = 0
-
-
-_cache = _Cache(_CACHE_ENTRIES, _CACHE_CHARS)
+_cache: LRUCache[_Text] = LRUCache(_CACHE_ENTRIES, _CACHE_CHARS, _Text.chars)
 
 
 class _Budget:
