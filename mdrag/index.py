@@ -429,11 +429,12 @@ class Index:
             raise self._view.building_error()  # a transactional store being built by another process shows nothing yet
         return results
 
-    def get(self, refs: str | Sequence[str]) -> Fetched:
+    def get(self, refs: str | Sequence[str], stop: threading.Event | None = None) -> Fetched:
         """Documents of the index, or parts of them, read from disk now: ``refs`` are paths relative to its
         folders (``docs/config.md``, ``docs/config.md:10-40``, ``docs/config.md#Menus``), chunk ids or globs;
-        see :mod:`mdrag.retrieval.documents`. Reads the manifest only: the store is not opened."""
-        return fetch(Manifest.load(self.manifest_path), self.name, refs)
+        see :mod:`mdrag.retrieval.documents`. Reads the manifest only: the store is not opened. ``stop``:
+        set when the caller's client has gone; the get stops before its next document."""
+        return fetch(Manifest.load(self.manifest_path), self.name, refs, stop=stop)
 
     def warm_up(self) -> None:
         """Load now what the first question would wait for: the embedder's model, the store's in-memory

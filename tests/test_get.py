@@ -8,6 +8,7 @@ import json
 import os
 import re
 import shutil
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,7 @@ from mdrag.errors import MdragError
 from mdrag.frontends.cli import main
 from mdrag.index import Index
 from mdrag.knobs import GET_MAX_CHARS, GET_MAX_FILES
-from tests.test_mcp import connect, docsets, error, make_project, ok, search_when_indexed
+from tests.test_mcp import connect, docsets, error, make_project, ok, react_docs, search_when_indexed
 
 pytestmark = pytest.mark.slow
 
@@ -299,3 +300,98 @@ async def test_mcp_get_and_multi_get(tmp_path: Path, mdrag_home: Path, shared_da
         assert "leaves the index's folders" in refused[ref], refused
     assert "is not a file of the index" in refused[".env"] and "is not a file of the index" in refused["missing.md"]
     assert "refs" in bad
+
+
+# -- what reading a big document costs (issue 37 point 3) ------------------------------------------------
+BIG_LINE = "The same line about the installer, again and again."
+
+
+def big_docs(tmp_path: Path, lines: int = 20_000) -> Path:
+    """A folder with biglines.md (``# Big`` and ``lines`` identical lines: over GET_MAX_CHARS) and a small page."""
+    root = tmp_path / "big"
+    root.mkdir()
+    (root / "biglines.md").write_text("# Big\n\n" + (BIG_LINE + "\n") * lines, encoding="utf-8")
+    (root / "small.md").write_text("# Small\n\nIntro.\n\n## Part\n\nText of the part.\n", encoding="utf-8")
+    return root
+
+
+@pytest.fixture
+def parsed(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The names of the files the Markdown parser parses from now on (the built-in parser, counted)."""
+    import mdrag.parsers.markdown as markdown
+
+    seen: list[str] = []
+    parse = markdown.parse
+
+    def counted(data: bytes, path: str) -> Any:
+        seen.append(Path(path).name)
+        return parse(data, path)
+
+    monkeypatch.setattr(markdown, "parse", counted)
+    return seen
+
+
+def test_lines_of_a_big_file_are_read_without_parsing_it_and_a_version_is_parsed_once(
+    tmp_path: Path, hash_embedder: Embedder, parsed: list[str]
+) -> None:
+    root = big_docs(tmp_path)
+    with Index(load_config({"index": "big"}), embedder=hash_embedder) as index:
+        index.update([root])
+        parsed.clear()  # what indexing parsed
+        (part,) = index.get("biglines.md:5-6").parts
+        assert part.text == f"{BIG_LINE}\n{BIG_LINE}" and (part.line_start, part.line_end, part.lines) == (5, 6, 20_002)
+        assert part.source_lines is True
+        (again,) = index.get(["biglines.md:100-101"]).parts
+        assert again.text == part.text
+        # the whole of it: refused for its size, saying how to ask for less (its headings found without a parse)
+        with pytest.raises(MdragError, match=r"ask for part of it: a line range \(biglines.md:1-\d+\) or a section"):
+            index.get("biglines.md")
+        assert parsed == [], "a line range, or the whole, of a Markdown file needs no parse"
+        # a section needs the parse: one per version of the file, however many gets ask for it
+        for _ in range(3):
+            (section,) = index.get("small.md#Part").parts
+            assert section.text == "## Part\n\nText of the part.\n" and section.section == ["Small", "Part"]
+            with pytest.raises(MdragError, match="is .* characters, over"):
+                index.get("biglines.md#Big")
+        assert sorted(parsed) == ["biglines.md", "small.md"]
+        (root / "small.md").write_text("# Small\n\nIntro.\n\n## Part\n\nNew text.\n", encoding="utf-8")
+        (section,) = index.get("small.md#Part").parts
+        assert section.text == "## Part\n\nNew text.\n" and section.changed is True
+        assert sorted(parsed) == ["biglines.md", "small.md", "small.md"], "a new version is parsed again"
+
+
+def test_a_get_stops_when_its_client_has_gone(tmp_path: Path, hash_embedder: Embedder) -> None:
+    root = big_docs(tmp_path, 10)
+    with Index(load_config({"index": "gone"}), embedder=hash_embedder) as index:
+        index.update([root])
+        stop = threading.Event()
+        assert len(index.get(["small.md", "biglines.md"], stop).parts) == 2
+        stop.set()
+        with pytest.raises(MdragError, match="its client has gone"):
+            index.get(["small.md", "biglines.md"], stop)
+
+
+@pytest.mark.anyio
+async def test_multi_get_of_50_refs_to_one_big_file_parses_it_at_most_once(
+    tmp_path: Path, hash_embedder: Embedder, parsed: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mcp import Client
+
+    from mdrag.frontends.mcp import KnowledgeTools
+
+    monkeypatch.setattr("mdrag.index.make_embedder", lambda config: hash_embedder)
+    kb, local = react_docs(tmp_path)
+    (local / "biglines.md").write_text("# Big\n\n" + (BIG_LINE + "\n") * 20_000, encoding="utf-8")
+    tools = KnowledgeTools(kb, refresh_interval=0, search_wait=60)
+    with anyio.fail_after(120):
+        async with Client(tools.server()) as client:
+            await search_when_indexed(client, {"query": "installer", "docset": "react"})
+            parsed.clear()
+            for refs in (["biglines.md:1-999999999"] * 50, ["biglines.md#Big"] * 50):
+                refused = error(await client.call_tool("multi_get", {"docset": "react", "refs": refs}))
+                assert "none of the documents asked for fits" in refused and "ask for part of it" in refused
+            lines = json.loads(
+                ok(await client.call_tool("multi_get", {"docset": "react", "refs": ["biglines.md:3-4"] * 50}))
+            )
+    assert [d["text"] for d in lines["documents"]] == [f"{BIG_LINE}\n{BIG_LINE}"] * 50
+    assert parsed == ["biglines.md"], "the sections' refs parse it once; the line ranges not at all"

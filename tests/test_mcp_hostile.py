@@ -106,6 +106,7 @@ def cases() -> list[tuple[str, bytes, str | int, int | str | None, str]]:
         ("query of 5,000 characters", {"query": "q" * 5000}, "too long"),
         ("query of 10 MB", {"query": "q" * 10_000_000}, "too long"),
         ("query empty", {"query": "  "}, "empty"),
+        ("query of invisible characters only", {"query": "\u202e\u00ad\u200b"}, "'query' is empty"),
         ("query missing", {"docset": "react"}, "query"),
         ("query a number", {"query": 5}, "query"),
         ("k a string", {"query": "q", "k": "5"}, "'k'"),

@@ -180,6 +180,10 @@ def test_a_page_of_another_origin_is_refused(server: Served) -> None:
     assert evil.status_code == 403
     assert "Origin not allowed" in evil.text
     assert "refused a request from origin http://evil.example" in server.text()
+    # exactly one origin: a list that starts with a loopback one is refused too (issue 37)
+    for listed in ("http://127.0.0.1:1 https://evil.example", "http://localhost:5173, https://evil.example"):
+        two = httpx.post(server.url, json=INITIALIZE, headers={**POST_HEADERS, "Origin": listed})
+        assert two.status_code == 403 and "Origin not allowed" in two.text, listed
     # a page of this machine is served (the session it opened is left to expire)
     local = httpx.post(server.url, json=INITIALIZE, headers={**POST_HEADERS, "Origin": "http://localhost:5173"})
     assert local.status_code == 200, local.text

@@ -23,7 +23,7 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 from mdrag.answering.generate import NO_RELEVANT
 from mdrag.config import Config, load_config
 from mdrag.embedding.base import Embedder
-from mdrag.errors import ConfigError
+from mdrag.errors import ConfigError, EmbeddingError
 from mdrag.frontends.protocol import is_loopback
 from mdrag.frontends.server import QAServer
 from mdrag.index import Index
@@ -431,6 +431,28 @@ def test_a_client_that_disconnects_mid_answer_cancels_the_llm_request(tmp_path: 
     asyncio.run(scenario())
 
 
+def test_a_question_of_invisible_characters_only_is_an_empty_query(tmp_path: Path) -> None:
+    """U+202E, U+00AD, U+200B alone: "the search query is empty", in a query as in a search (issue 37)."""
+    root = _docs(tmp_path, 1)
+
+    async def scenario() -> None:
+        async with serving(_config(), [root]) as server:
+            ws = await opened(server)
+            for blank in ("\u202e", "\u00ad", "\u00ad\u200b \u202e", "\ufeff"):
+                for msg in ({"type": "query", "question": blank}, {"type": "search", "query": blank}):
+                    await ws.send(json.dumps(msg))
+                    reply = await recv(ws)
+                    assert reply["type"] == "error" and "the search query is empty" in reply["message"], (msg, reply)
+            await ws.send(json.dumps({"type": "query", "question": "install", "history": [{"question": "\u202e"}]}))
+            reply = await recv(ws)
+            assert reply["type"] == "error" and '"question" of "history" item 1 is empty' in reply["message"], reply
+            text, sources, _ = await ask(ws, "\u202einstall the service")  # visible words with one: a question
+            assert any(s.endswith("install.md") for s in sources), text
+            await ws.close()
+
+    asyncio.run(scenario())
+
+
 def test_origin_token_and_bind_checks(tmp_path: Path) -> None:
     root = _docs(tmp_path, 1)
 
@@ -438,6 +460,9 @@ def test_origin_token_and_bind_checks(tmp_path: Path) -> None:
         async with serving(_config(), [root]) as server:
             with pytest.raises(InvalidStatus) as e:
                 await connect(server.url, origin="http://evil.example")  # type: ignore[arg-type]
+            assert e.value.response.status_code == 403
+            with pytest.raises(InvalidStatus) as e:  # one origin only, even when the first is loopback
+                await connect(server.url, origin="http://127.0.0.1:1 https://evil.example")  # type: ignore[arg-type]
             assert e.value.response.status_code == 403
             for ok in ("http://localhost:3000", "http://127.0.0.1:8080", "http://[::1]"):
                 ws = await opened(server, origin=ok)
@@ -511,6 +536,73 @@ def test_the_server_loads_its_search_structures_before_the_first_question(
 
     with caplog.at_level(logging.INFO, logger="mdrag"):
         asyncio.run(scenario())
+
+
+class ColdModel(HashEmbedder):
+    """A model whose first inference must run alone, as OpenVINO's (issue 37 point 9): a second inference
+    begun before the first has ended fails, where the real one hung for good. The first waits until the
+    test has sent its question, then a second for another inference to begin beside it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.cold = True  # no inference has ended yet (a new process)
+        self.running = 0  # inferences under way
+        self.overlapped = False  # two inferences ran at once while cold: the model is stuck
+        self.asked = threading.Event()  # set by the test once its question is sent
+        self._beside = threading.Event()  # set when an inference begins beside the first
+        self._lock = threading.Lock()  # guards the fields above
+
+    def embed_batch(self, texts):  # type: ignore[no-untyped-def]
+        with self._lock:
+            cold, first = self.cold, self.running == 0
+            self.running += 1
+            if cold and not first:
+                self.overlapped = True
+                self._beside.set()
+        try:
+            if cold and first:
+                self.asked.wait(30)
+                self._beside.wait(1)
+            if self.overlapped:
+                raise EmbeddingError("two first inferences at once: the model is stuck")
+            return super().embed_batch(texts)
+        finally:
+            with self._lock:
+                self.running -= 1
+                self.cold = self.cold and self.overlapped
+
+
+def test_questions_sent_during_the_warm_up_are_answered_after_it(tmp_path: Path) -> None:
+    """Ten server starts, a search or a question sent while the warm-up makes the model's first inference:
+    none runs beside it, and each is answered (the timeouts only catch a hang)."""
+    root = _docs(tmp_path)
+    config = _config()
+    model = ColdModel()
+    with Index(config, embedder=model) as index:
+        index.update([root])
+
+    async def scenario(run: int) -> None:
+        model.cold, model.overlapped = True, False  # a new process: the model is cold again
+        model.asked.clear()
+        async with serving(config, [root], model) as server:
+            ws = await opened(server)
+            if run % 2:
+                await ws.send(json.dumps({"type": "search", "query": "feature3 options", "threshold": 0}))
+                model.asked.set()
+                reply = await recv(ws, 120)
+                assert reply["type"] == "search_results" and reply["results"], reply
+            else:
+                await ws.send(json.dumps({"type": "query", "question": "Topic 3 feature3 options"}))
+                model.asked.set()
+                messages = [await recv(ws, 120)]
+                while messages[-1]["type"] not in ("stream_end", "error"):
+                    messages.append(await recv(ws, 120))
+                assert messages[-1]["type"] == "stream_end" and messages[-1]["sources"], messages
+            await ws.close()
+        assert not model.overlapped and not model.cold, run
+
+    for run in range(10):
+        asyncio.run(asyncio.wait_for(scenario(run), 300))
 
 
 def test_reloads_while_queries_run_and_a_saved_file_is_found(tmp_path: Path) -> None:

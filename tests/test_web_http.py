@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+import pytest
 from websockets.asyncio.client import connect
 
 from mdrag.config import load_config
@@ -215,6 +216,10 @@ def test_a_source_outside_the_index_or_for_another_site_is_refused(tmp_path: Pat
             ("Sec-Fetch-Site: cross-site",),
             ("Sec-Fetch-Site: same-site", "Origin: http://localhost:1234"),
             (f"Host: evil.example:{port}",),
+            # one origin only: a list that starts with a loopback one is no page of this machine (issue 37)
+            ("Origin: http://127.0.0.1:1 https://evil.example",),
+            ("Origin: http://127.0.0.1:1,https://evil.example",),
+            ("Origin: http://127.0.0.1:1/x",),
         ):
             status, _, body = await asyncio.to_thread(source, port, "ref=a.md", *headers)
             assert status == 403 and "not allowed" in body["error"] and "installer" not in json.dumps(body), headers
@@ -257,5 +262,33 @@ def test_a_source_too_large_to_show_whole_opens_around_its_lines(tmp_path: Path)
         assert body["highlight"] == {"line_start": 1500, "line_end": 1501}
         status, _, body = await asyncio.to_thread(source, port, "ref=long.md")  # nothing cited: get's advice
         assert status == 404 and "ask for part of it" in body["error"] and "long.md:1-" in body["error"]
+
+    _serve_and_run(tmp_path, scenario)
+
+
+def test_a_big_source_opens_at_its_lines_and_the_200_around_them_without_a_parse(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 1 MB Markdown file (issue 37): its lines are the file's lines, read without parsing it, in time for
+    the handshake's deadline whatever its size."""
+    import mdrag.parsers.markdown as markdown
+
+    (tmp_path / "docs").mkdir()
+    line = "The same line about the installer, again and again."
+    (tmp_path / "docs" / "biglines.md").write_text("# Big\n\n" + (line + "\n") * 20_000)
+    parsed: list[str] = []
+
+    async def scenario(server: QAServer) -> None:
+        parse = markdown.parse
+        monkeypatch.setattr(markdown, "parse", lambda data, path: parsed.append(path) or parse(data, path))
+        for lines, (first, last) in (("5-6", (1, 206)), ("10000-10001", (9800, 10201)), ("20002", (19802, 20002))):
+            status, _, body = await asyncio.to_thread(source, server.port, f"ref=biglines.md&lines={lines}")
+            assert status == 200 and body["whole"] is False, body
+            doc = body["document"]
+            assert (doc["line_start"], doc["line_end"], doc["lines"]) == (first, last, 20_002)
+            cited = [int(n) for n in lines.split("-")]
+            assert doc["text"].split("\n")[cited[0] - first] == line and doc["source_lines"] is True
+            assert body["highlight"] == {"line_start": cited[0], "line_end": cited[-1]}
+        assert parsed == []
 
     _serve_and_run(tmp_path, scenario)

@@ -3,7 +3,8 @@ HTTP (`mdrag mcp --http`) share. No I/O.
 
 - :func:`check_bind`: an address other than loopback needs a token (``server.token``).
 - :func:`origin_allowed`: a browser page may connect from a loopback origin or one listed in
-  ``server.allowed_origins``; any other origin is refused (against DNS rebinding and cross-site pages).
+  ``server.allowed_origins``; any other origin is refused (against DNS rebinding and cross-site pages), and
+  so is a header that is not exactly one origin (``scheme://host[:port]``: two listed, a path, spaces).
 - :func:`token_matches`: the token comes as ``Authorization: Bearer …`` or ``?token=``, compared in
   constant time.
 - :func:`cannot_listen`: what a server that could not listen tells the user to change.
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import errno
 import hmac
+import re
 from collections.abc import Sequence
 from urllib.parse import parse_qs, urlsplit
 
@@ -20,6 +22,10 @@ from mdrag.errors import ConfigError, MdragError
 from mdrag.frontends.protocol import is_loopback
 
 __all__ = ["cannot_listen", "check_bind", "origin_allowed", "token_matches"]
+
+# One serialized origin (RFC 6454): scheme "://" host [":" port], nothing else: no space (a list of
+# origins), no path, query, fragment or user name.
+_ONE_ORIGIN = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://(?:\[[0-9A-Fa-f:.]+\]|[^\s/?#@\[\]:,]+)(?::[0-9]{1,5})?")
 
 
 def check_bind(host: str, token: str | None) -> None:
@@ -32,7 +38,12 @@ def check_bind(host: str, token: str | None) -> None:
 
 
 def origin_allowed(origin: str, allowed: Sequence[str]) -> bool:
-    """Whether a request with this ``Origin`` header may be served: a loopback page, or one of ``allowed``."""
+    """Whether a request with this ``Origin`` header may be served: a loopback page, or one of ``allowed``.
+
+    The header must be exactly one origin: a list of several (``http://127.0.0.1:1 https://evil.example``),
+    which a browser never sends for a page of its own, is refused whatever it starts with."""
+    if not _ONE_ORIGIN.fullmatch(origin):
+        return False
     if origin in allowed:
         return True
     parts = urlsplit(origin)

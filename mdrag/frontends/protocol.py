@@ -28,10 +28,11 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import unicodedata
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, TypeAdapter, ValidationError
-from pydantic_core import ErrorDetails
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, TypeAdapter, ValidationError
+from pydantic_core import ErrorDetails, PydanticCustomError
 
 from mdrag.errors import ProtocolError
 from mdrag.frontends.received import describe
@@ -51,6 +52,7 @@ __all__ = [
     "StatusRequest",
     "encode",
     "error",
+    "has_visible",
     "is_loopback",
     "parse",
     "search_results",
@@ -64,7 +66,27 @@ __all__ = [
 MAX_TAGS = 100  # tags in one filter
 _LOOPBACK_NAMES = {"localhost", "localhost.", "localhost.localdomain", "ip6-localhost"}
 
-_Text = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=MAX_QUESTION_CHARS)]
+_BLANK = "blank_text"  # the pydantic error type of a text with no visible character
+
+
+def has_visible(text: str) -> bool:
+    """Whether ``text`` has a character a reader sees: not only white space and invisible format characters
+    (Unicode category Cf: a zero-width space, a soft hyphen, a right-to-left override, a byte-order mark).
+    A question or query without one is empty (the search refuses it the same way)."""
+    return any(not ch.isspace() and unicodedata.category(ch) != "Cf" for ch in text)
+
+
+def _visible(text: str) -> str:
+    if not has_visible(text):
+        raise PydanticCustomError(_BLANK, "no visible character")
+    return text
+
+
+_Text = Annotated[
+    str,
+    StringConstraints(strip_whitespace=True, min_length=1, max_length=MAX_QUESTION_CHARS),
+    AfterValidator(_visible),
+]
 _Value = Annotated[str, StringConstraints(max_length=MAX_QUESTION_CHARS)]
 
 
@@ -191,6 +213,8 @@ def _problem(err: ErrorDetails) -> str:
         return f'a "{message}" message needs a "{field}" field: {expected}'
     if kind == "string_too_long" and isinstance(value, str):
         return f'"{field}" is too long ({len(value)} characters, at most {MAX_QUESTION_CHARS})'
+    if kind == _BLANK and field in ("question", "query"):
+        return f'the search query is empty: "{field}" has no visible character; give some words to search for'
     if isinstance(loc[-1], int):
         return f'"{field}" must be {expected}; item {loc[-1] + 1} is {describe(value)}'
     return f'"{field}" must be {expected}, not {describe(value)}'
@@ -218,6 +242,8 @@ def _history_problem(kind: str, loc: tuple[int | str, ...], value: Any) -> str:
             )
         expected = f"a string of at most {MAX_HISTORY_ANSWER_CHARS} characters"
         return f'"answer" of {turn} must be {expected}, not {describe(value)}'
+    if kind == _BLANK:
+        return f'"question" of {turn} is empty (no visible character): send the question that was asked'
     if kind == "string_too_long" and isinstance(value, str):
         return f'"question" of {turn} is too long ({len(value)} characters, at most {MAX_QUESTION_CHARS})'
     return f'"question" of {turn} must be {_EXPECTED["question"]}, not {describe(value)}'

@@ -121,6 +121,10 @@ class QAServer:
         self._rewatch = asyncio.Event()  # set when the folders change: the file watcher starts again on them
         self._http: Any = None  # httpx2.AsyncClient shared by LLM requests (keep-alive connections)
         self._page = web.load_static()  # the browser page, answered to plain HTTP requests on the same port
+        # The model's first inference runs alone: a second one beside it can hang both for good (OpenVINO,
+        # issue 37). Held by the warm-up, and by each search until one has gone through the model.
+        self._first = asyncio.Lock()
+        self._warm = False  # a warm-up or a search has gone through the model: searches no longer queue
         self.ready = asyncio.Event()  # set once the index is loaded (or known to be empty), or loading failed
         self.failed: str | None = None  # why loading the index failed; the server must then stop
 
@@ -245,6 +249,7 @@ class QAServer:
         self.ready.set()
         if st.state == "ready":
             self._spawn(self._warm_up())
+            await asyncio.sleep(0)  # the warm-up takes the model's first inference before any query
         self._spawn(self._watch_files())
         self._spawn(self._periodic())
 
@@ -266,15 +271,37 @@ class QAServer:
             self._rewatch.set()
 
     async def _warm_up(self) -> None:
-        """Load the model and the store's search structures before the first question needs them."""
+        """Load the model and the store's search structures before the first question needs them; the
+        questions that come meanwhile wait for it (:meth:`_searching`)."""
         assert self.index is not None
-        t = time.monotonic()
-        try:
-            await self._in_thread(self.index.warm_up)
-        except Exception as e:  # the first question will meet the same error and report it
-            log.warning("could not prepare the index for searches: %s", e, exc_info=not isinstance(e, MdragError))
-            return
+        async with self._first:
+            if self._warm:
+                return
+            t = time.monotonic()
+            try:
+                await self._in_thread(self.index.warm_up)
+            except Exception as e:  # the first question will meet the same error and report it
+                log.warning("could not prepare the index for searches: %s", e, exc_info=not isinstance(e, MdragError))
+                return
+            self._warm = True
         log.info("ready for searches: model and search structures loaded in %.1f s", time.monotonic() - t)
+
+    async def _searching(self, fn: Callable[[], T]) -> T:
+        """``fn()`` (a search) in a worker thread. Until a warm-up or a search has gone through the model,
+        one at a time and after a running warm-up, so that no first inference runs beside another (two
+        first OpenVINO inferences at once hung for good); a caller cancelled meanwhile lets the next one
+        go once its thread is done. Then no wait at all."""
+        if self._warm:
+            return await asyncio.to_thread(fn)
+        async with self._first:
+            work = asyncio.ensure_future(asyncio.to_thread(fn))
+            try:
+                result = await asyncio.shield(work)
+            except asyncio.CancelledError:
+                await asyncio.wait([work])  # the model stays this thread's until it is done
+                raise
+            self._warm = True  # went through the model (a refused query raised before this line)
+            return result
 
     def _reload(self, why: str, paths: list[str] | None = None) -> None:
         """Ask the keeper for an update (of ``paths`` only, ahead of any other, when given)."""
@@ -489,7 +516,7 @@ class QAServer:
         search = functools.partial(self.index.search, mode=req.mode, collapse=req.collapse)
         try:
             build_filter(filters)
-            results = await asyncio.to_thread(search, req.query, req.k, req.threshold, filters)
+            results = await self._searching(functools.partial(search, req.query, req.k, req.threshold, filters))
         except ConfigError as e:  # a filter the search refuses (a backslash in a path prefix, on Milvus)
             raise ProtocolError(str(e)) from None
         await send(protocol.search_results(req.query, [r.to_dict() for r in results]))
@@ -498,7 +525,12 @@ class QAServer:
         assert self.index is not None
         found: list[SearchResult] | None = [] if self.state == "empty" else None  # empty: not searched
         history = [Turn(t.question, t.answer or "") for t in req.history or ()]  # the client keeps the conversation
-        plan = await asyncio.to_thread(qa.plan, self.index, req.question, found, history)
+        try:
+            planning = functools.partial(qa.plan, self.index, req.question, found, history)
+            # an empty index is not searched: no model either
+            plan = await (asyncio.to_thread(planning) if found is not None else self._searching(planning))
+        except ConfigError as e:  # what the search refuses of the request (an empty query), as for a search
+            raise ProtocolError(str(e)) from None
         await send(protocol.stream_start())
         async with contextlib.aclosing(plan.stream(self._http)) as stream:
             async for piece in stream:

@@ -28,6 +28,15 @@ start marked ``[page N]``: its line numbers count lines of that text (``source_l
 One call returns at most :data:`~mdrag.knobs.GET_MAX_CHARS` characters of :data:`~mdrag.knobs.GET_MAX_FILES`
 documents. One document over it is refused, the message saying how to ask for less (a line range, a
 section); of several, those that do not fit are listed in ``omitted`` with the same advice.
+
+What one call costs is bounded, however big the files: a Markdown or text file is not parsed for its
+lines or the whole of it (its lines are the file's lines), only for a section; a document version
+(its path and content hash) is parsed once and kept in a small LRU cache (:data:`_CACHE_ENTRIES`
+documents, :data:`_CACHE_CHARS` characters), so that the references of one ``multi_get`` to one
+file, or the gets of one file's lines one after another, parse it at most once; one call parses
+at most :data:`_MAX_PARSE_BYTES` of files not in the cache (past it, a document is left out, saying
+to ask for it again); and a call whose client has gone (its ``stop`` event set) stops before its
+next document.
 """
 
 from __future__ import annotations
@@ -36,6 +45,7 @@ import hashlib
 import os
 import posixpath
 import re
+import threading
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from fnmatch import fnmatchcase
@@ -45,7 +55,9 @@ from typing import Any
 from mdrag.errors import MdragError, ParseError, UnsupportedFormatError
 from mdrag.ingest.manifest import FileState, Manifest
 from mdrag.knobs import GET_MAX_CHARS, GET_MAX_FILES
-from mdrag.parsers import parse_file
+from mdrag.parsers import _Lazy, get_parser, parse_file
+from mdrag.parsers.text import decode_text
+from mdrag.retrieval.lru import LRUCache
 from mdrag.types import Document
 
 __all__ = ["Fetched", "Part", "fetch"]
@@ -57,6 +69,12 @@ _GLOB = re.compile(r"[*?[]")
 _MAX_REF_CHARS = 4096  # a reference is a path and a suffix: PATH_MAX is 4096 on Linux
 _NAMED_HEADINGS = 12  # headings a refusal for size names, to pick a section from
 _BACK_LINES = 20  # lines above a section's first text searched for its own heading, when it had no text
+_SOURCE_LINED = frozenset({"markdown", "plaintext"})  # built-in parsers whose document is the file's own lines
+_CACHE_ENTRIES = 8  # document texts kept, most recently used first
+_CACHE_CHARS = 32_000_000  # characters they hold at most (a bigger one is not kept)
+_MAX_PARSE_BYTES = 16 * 2**20  # bytes of files one call parses (not found in the cache): past it, left out
+_ATX = re.compile(r" {0,3}(#{1,6})(?:[ \t]+(.*?))??(?:[ \t]+#+)?[ \t]*")  # a Markdown heading line
+_FENCE = re.compile(r" {0,3}(`{3,}|~{3,})")  # a code fence's opening or closing line
 
 
 @dataclass
@@ -111,6 +129,40 @@ class _Text:
     headings: dict[tuple[str, ...], int]  # heading path -> line of its heading
     source: bool  # the file's own lines (False: the text its parser read)
     end: str = ""  # after the last line: "\n" when the file ends with a line break
+    parsed: bool = True  # False: the file's lines read without its parser (no spans nor headings)
+    named: list[str] | None = None  # the headings a refusal names (:func:`_named`), once worked out
+
+    def chars(self) -> int:
+        """About the characters it holds, to bound the cache."""
+        return sum(map(len, self.lines)) + len(self.lines)
+
+
+_cache: LRUCache[_Text] = LRUCache(_CACHE_ENTRIES, _CACHE_CHARS, _Text.chars)
+
+
+class _Budget:
+    """What one call may still parse, and whether its client has gone."""
+
+    def __init__(self, stop: threading.Event | None) -> None:
+        self.stop = stop  # set when the client has gone: the call stops before its next document
+        self.parsed = 0  # bytes of files parsed so far (not found in the cache)
+
+    def check(self) -> None:
+        if self.stop is not None and self.stop.is_set():
+            raise _Stopped("the request was given up (its client has gone): nothing more is read")
+
+    def spend(self, size: int, name: str) -> None:
+        """Count ``size`` bytes to parse; refuse past :data:`_MAX_PARSE_BYTES` (the first file always passes)."""
+        if self.parsed and self.parsed + size > _MAX_PARSE_BYTES:
+            raise MdragError(
+                f"{name} was not read: this call already parsed {self.parsed / 2**20:.1f} MiB of documents "
+                f"(at most {_MAX_PARSE_BYTES // 2**20} MiB per call): ask for it in another call"
+            )
+        self.parsed += size
+
+
+class _Stopped(MdragError):
+    """The call was given up: its client has gone."""
 
 
 def fetch(
@@ -119,11 +171,13 @@ def fetch(
     refs: str | Sequence[str],
     max_chars: int = GET_MAX_CHARS,
     max_files: int = GET_MAX_FILES,
+    stop: threading.Event | None = None,
 ) -> Fetched:
     """The documents (or parts) ``refs`` name among the files ``manifest`` holds (index ``index``).
 
     Raises MdragError, saying what to send instead, for a reference that names no file of the index or
-    leaves its folders, for more than ``max_files`` documents, and for one document over ``max_chars``.
+    leaves its folders, for more than ``max_files`` documents, and for one document over ``max_chars``;
+    and once ``stop`` is set (the caller's client has gone), before the next document.
     """
     if manifest is None or not manifest.files:
         raise MdragError(f"index {index!r} holds no files yet: run `mdrag index DIR` first")
@@ -139,10 +193,14 @@ def fetch(
         )
     out = Fetched([])
     left = max_chars
+    budget = _Budget(stop)
     for ask, path in wanted:
         fs = manifest.files[path]
+        budget.check()
         try:
-            part = _part(ask, path, fs, left, max_chars, several=len(wanted) > 1)
+            part = _part(ask, path, fs, left, max_chars, len(wanted) > 1, budget)
+        except _Stopped:
+            raise
         except MdragError as e:
             if len(wanted) == 1:
                 raise
@@ -273,11 +331,12 @@ def _inside(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip("/") + "/")
 
 
-def _part(ask: _Ask, path: str, fs: FileState, left: int, max_chars: int, several: bool) -> Part:
+def _part(ask: _Ask, path: str, fs: FileState, left: int, max_chars: int, several: bool, budget: _Budget) -> Part:
     """The part of the file at ``path`` that ``ask`` names, if it fits in ``left`` characters."""
-    data, changed = _read(path, fs)
+    data, digest = _read(path, fs)
+    changed = digest != fs.hash
     try:
-        text = _text(parse_file(path, data), data)
+        text = _document(path, fs.rel_path, data, digest, ask.section is None and ask.pages is None, budget)
     except (ParseError, UnsupportedFormatError) as e:
         raise MdragError(f"{fs.rel_path} cannot be read as a document now: {e}") from e
     first, last, section = _select(text, ask, fs.rel_path)
@@ -301,8 +360,8 @@ def _part(ask: _Ask, path: str, fs: FileState, left: int, max_chars: int, severa
     )
 
 
-def _read(path: str, fs: FileState) -> tuple[bytes, bool]:
-    """The file's bytes, and whether they differ from what was indexed; never a file outside its folder."""
+def _read(path: str, fs: FileState) -> tuple[bytes, str]:
+    """The file's bytes and their sha256 (hex); never a file outside its folder."""
     real = os.path.realpath(path)
     if not _inside(real, os.path.realpath(fs.root)):
         raise MdragError(f"{fs.rel_path} now leads out of its indexed folder {fs.root} (to {real}): it is not read")
@@ -312,18 +371,52 @@ def _read(path: str, fs: FileState) -> tuple[bytes, bool]:
         raise MdragError(f"{fs.rel_path} is no longer in {fs.root}: run `mdrag index` to update the index") from None
     except OSError as e:
         raise MdragError(f"cannot read {path}: {e.strerror or e}") from e
-    return data, hashlib.sha256(data).hexdigest() != fs.hash
+    return data, hashlib.sha256(data).hexdigest()
+
+
+def _document(path: str, name: str, data: bytes, digest: str, lines_only: bool, budget: _Budget) -> _Text:
+    """The text of the file at ``path`` (its bytes ``data``, their sha256 ``digest``), from the cache when
+    this version was read before. ``lines_only``: no section nor page is asked for, so a format whose
+    document is the file's own lines (Markdown, text) is not parsed."""
+    parser = get_parser(path)
+    # The built-in Markdown and text parsers only: another registered for the extension may read it otherwise.
+    if lines_only and isinstance(parser, _Lazy) and parser.module in _SOURCE_LINED:
+        lined = _cache.get((path, digest, "lines"), lambda: _file_lines(data))
+        if any(lined.lines):  # else (a blank file) as its parser reads it: no lines
+            return lined
+
+    def parse() -> _Text:
+        budget.spend(len(data), name)
+        return _text(parse_file(path, data, parser=parser), data)
+
+    return _cache.get((path, digest, parser), parse)
+
+
+def _file_lines(data: bytes) -> _Text:
+    """A Markdown or text file's own lines, as its parser counts them, without parsing it."""
+    _, encoding = decode_text(data)  # the parser's own choice (ParseError for a binary file)
+    return _source_text(data, encoding, [], {}, parsed=False)
+
+
+def _source_text(
+    data: bytes,
+    encoding: str,
+    spans: list[tuple[list[str], int, int, int | None]],
+    heads: dict[tuple[str, ...], int],
+    parsed: bool = True,
+) -> _Text:
+    raw = data.decode(encoding, "replace").removeprefix("\ufeff")
+    lines = raw.replace("\r\n", "\n").replace("\r", "\n").split("\n")  # as the Markdown parser counts lines
+    end = "\n" if len(lines) > 1 and not lines[-1] else ""
+    if end:
+        lines.pop()
+    return _Text(lines, spans, heads, True, end, parsed)
 
 
 def _text(doc: Document, data: bytes) -> _Text:
     """The document's text: the file's own lines when its parser gives them, else its sections written out."""
     blocks = [b for s in doc.sections for b in s.blocks]
     if doc.encoding and blocks and all(b.line_start and b.line_end for b in blocks):
-        raw = data.decode(doc.encoding, "replace").removeprefix("\ufeff")
-        lines = raw.replace("\r\n", "\n").replace("\r", "\n").split("\n")  # as the Markdown parser counts lines
-        end = "\n" if len(lines) > 1 and not lines[-1] else ""
-        if end:
-            lines.pop()
         spans = [
             (
                 s.heading_path,
@@ -335,7 +428,7 @@ def _text(doc: Document, data: bytes) -> _Text:
             if s.blocks
         ]
         heads = {tuple(s.heading_path): s.heading_line for s in doc.sections if s.heading_line}
-        return _Text(lines, spans, heads, True, end)
+        return _source_text(data, doc.encoding, spans, heads)
     return _render(doc)
 
 
@@ -434,13 +527,47 @@ def _headings(text: _Text) -> list[str]:
     return names[:_NAMED_HEADINGS] + (["..."] if len(names) > _NAMED_HEADINGS else [])
 
 
+def _named(text: _Text) -> list[str]:
+    """The headings a refusal names: :func:`_headings`; of a file read without its parser, its Markdown
+    headings as a scan of its lines finds them (outside front matter and code fences), worked out once."""
+    if text.named is None:
+        text.named = _headings(text if text.parsed else _Text(text.lines, _scanned(text.lines), {}, True))
+    return text.named
+
+
+def _scanned(lines: list[str]) -> list[tuple[list[str], int, int, int | None]]:
+    """Sections by the ATX headings (``## Title``) of Markdown ``lines``: heading path and line, no parse."""
+    spans: list[tuple[list[str], int, int, int | None]] = []
+    path: list[tuple[int, str]] = []  # level, title of the headings above
+    fence = ""
+    start = 0
+    if lines and lines[0].strip() == "---":  # front matter: up to its closing line
+        start = next((i + 1 for i in range(1, len(lines)) if lines[i].strip() in ("---", "...")), 0)
+    for n in range(start, len(lines)):
+        line = lines[n]
+        opening = _FENCE.match(line)
+        if opening:
+            mark = opening[1]
+            if not fence:
+                fence = mark
+            elif mark[0] == fence[0] and len(mark) >= len(fence) and not line.strip()[len(mark) :].strip():
+                fence = ""
+            continue
+        heading = None if fence else _ATX.fullmatch(line)
+        if heading and heading[2]:
+            level = len(heading[1])
+            path = [p for p in path if p[0] < level] + [(level, heading[2].strip())]
+            spans.append(([t for _, t in path], n + 1, n + 1, None))
+    return spans
+
+
 def _advice(
     ask: _Ask, name: str, text: _Text, lines: tuple[int, int], chars: int, left: int, max_chars: int, several: bool
 ) -> str:
     """Why a part is refused for its size, and how to ask for less."""
     first, last = lines
     fit = max(1, int(left * (last - first + 1) / chars))  # lines that would fit, at this part's line length
-    heads = _headings(text)
+    heads = _named(text)
     base = ask.target if os.path.isabs(ask.target) else name  # a glob's or chunk id's file by its path
     where = f"{base}:{first}-{first + fit - 1}"
     sections = f" or a section ({base}#HEADING; its headings: {', '.join(heads)})" if heads else ""

@@ -16,6 +16,7 @@ from typing import Any
 from mcp import types
 
 from mdrag.errors import ProtocolError
+from mdrag.frontends.protocol import has_visible
 from mdrag.frontends.received import LONE_SURROGATE, describe
 from mdrag.knobs import GET_MAX_CHARS, GET_MAX_FILES, MAX_QUESTION_CHARS, MCP_DEFAULT_K, MCP_MAX_K
 from mdrag.knowledge import MAX_KEYWORDS
@@ -214,7 +215,7 @@ def string_arg(args: Mapping[str, Any], key: str) -> str:
 
 def query_arg(args: Mapping[str, Any]) -> str:
     query = string_arg(args, "query")
-    if not query.strip():
+    if not has_visible(query):  # white space, or invisible format characters (U+200B, U+00AD, U+202E) only
         raise ProtocolError("argument 'query' is empty: say what to look for")
     if len(query) > MAX_QUESTION_CHARS:
         raise ProtocolError(

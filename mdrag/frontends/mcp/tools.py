@@ -321,7 +321,11 @@ class KnowledgeTools:
                     f"docset {ds.id!r} is being indexed ({_progress_text(progress)}): get reads the files its "
                     f"index holds, so call it again shortly, or read the file under {ds.local_path} yourself"
                 )
-        fetched = await anyio.to_thread.run_sync(entry.index.get, refs)
+        stop = threading.Event()  # set when the call is cancelled (its client has gone): the get reads no more
+        try:
+            fetched = await anyio.to_thread.run_sync(entry.index.get, refs, stop, abandon_on_cancel=True)
+        finally:
+            stop.set()
         return {"docset": ds.id, **fetched.to_dict()}
 
     # -- indexes -----------------------------------------------------------

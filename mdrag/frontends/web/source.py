@@ -22,6 +22,7 @@ import asyncio
 import json
 import logging
 import re
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from http import HTTPStatus
@@ -143,7 +144,7 @@ def _one(fetched: Fetched, ref: str) -> Part:
     return fetched.parts[0]
 
 
-def _near(index: Index, ask: SourceAsk) -> Part | None:
+def _near(index: Index, ask: SourceAsk, stop: threading.Event | None = None) -> Part | None:
     """The cited lines with :data:`CONTEXT_LINES` around them (else the cited lines alone), or the cited page."""
     if ask.lines is not None:
         first, last = ask.lines
@@ -152,28 +153,32 @@ def _near(index: Index, ask: SourceAsk) -> Part | None:
         refs = [f"{ask.ref}#page={ask.page}"] if ask.page is not None else []
     for ref in refs:
         try:
-            return _one(index.get(ref), ref)
+            return _one(index.get(ref, stop), ref)
         except MdragError:
+            if stop is not None and stop.is_set():
+                raise
             continue
     return None
 
 
-def read(index: Index, ask: SourceAsk) -> dict[str, Any]:
+def read(index: Index, ask: SourceAsk, stop: threading.Event | None = None) -> dict[str, Any]:
     """The JSON answer: ``document`` (a :class:`~mdrag.retrieval.documents.Part`), ``highlight`` (the cited
     lines of its text, or null) and ``whole`` (false: the part around the cited lines only).
 
     Raises MdragError with `get`'s refusal (a path outside the index's folders, a file it does not hold,
-    a document too large with nothing cited)."""
+    a document too large with nothing cited); ``stop``: set when the client has gone, to read no more."""
     try:
-        part, whole = _one(index.get(ask.ref), ask.ref), True
+        part, whole = _one(index.get(ask.ref, stop), ask.ref), True
     except MdragError:
-        near = _near(index, ask)
+        if stop is not None and stop.is_set():
+            raise
+        near = _near(index, ask, stop)
         if near is None:
             raise
         part, whole = near, False
     cited: tuple[int, int] | None = ask.lines
     if ask.page is not None:
-        page = part if not whole else _near(index, ask)  # the page's lines in the document's text
+        page = part if not whole else _near(index, ask, stop)  # the page's lines in the document's text
         cited = (page.line_start, page.line_end) if page is not None else None
     highlight = None
     if cited is not None and cited[0] <= part.line_end and cited[1] >= part.line_start:
@@ -202,7 +207,11 @@ async def respond(request: Request, index: Index | None, token: str | None, allo
         ask = parse(request.path)
         if index is None:
             raise Refused(HTTPStatus.SERVICE_UNAVAILABLE, "the index is still loading: open the source again shortly")
-        body = await asyncio.to_thread(read, index, ask)
+        stop = threading.Event()  # set when this request is cancelled: its client has gone, or its deadline passed
+        try:
+            body = await asyncio.to_thread(read, index, ask, stop)
+        finally:
+            stop.set()
     except Refused as e:
         return answer(request, e.status, {"error": e.message})
     except MdragError as e:  # get's refusal: says what to ask for instead
