@@ -402,7 +402,7 @@ def test_a_pdf_page_outside_the_outline_keeps_its_page_as_its_place() -> None:
     assert [c.heading_path for c in chunk_document(doc, "/docs", "guide.pdf")] == [[], ["Intro"]]
 
 
-# --- big files: linear work ---------------------------------------------------------------
+# --- big files: linear work, and a time limit ----------------------------------------------
 
 _LOREM = "Lorem ipsum dolor sit amet, consectetur adipiscing elit, sed do eiusmod tempor incididunt."
 
@@ -491,3 +491,20 @@ def test_line_numbers_of_a_big_file_are_exact(tmp_path: Path) -> None:
         assert c.line_start is not None and c.line_end is not None
         span = "\n".join(lines[c.line_start - 1 : c.line_end])
         assert c.text.startswith(lines[c.line_start - 1].strip()[:20]) and span.rstrip().endswith(c.text[-20:])
+
+
+def test_chunking_past_its_deadline_stops_with_the_reason(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The limit is counted in checks here, not seconds: each look at the clock moves it one second on."""
+    from mdrag.chunking import ChunkingTimeoutError, Deadline, deadline
+
+    ticks = iter(range(10**9))
+    monkeypatch.setattr(deadline, "_clock", lambda: float(next(ticks)))
+    small = _doc(Section(["Intro"], 1, [Block(_para(30))]))
+    assert chunk_document(small, "/docs", "guide.md", deadline=Deadline(20))
+    big = _doc(Section(["Intro"], 1, [Block(f"{_para(40)}\n\n" * 2000)]))
+    with pytest.raises(ChunkingTimeoutError) as info:
+        chunk_document(big, "/docs", "guide.md", deadline=Deadline(20))
+    assert str(info.value) == "chunking took longer than 20 s (setting index.parse_timeout): skipped"
+    counter = lambda ts: [len(t.split()) for t in ts]  # noqa: E731
+    with pytest.raises(ChunkingTimeoutError):  # the tokenizer's calls are checked too
+        chunk_document(big, "/docs", "guide.md", count_tokens=counter, max_tokens=128, deadline=Deadline(20))
