@@ -400,3 +400,111 @@ def test_text_before_the_first_heading_is_under_the_title(shared_data: Path, str
 def test_a_pdf_page_outside_the_outline_keeps_its_page_as_its_place() -> None:
     doc = _doc(Section([], 0, [Block("Cover page text.")], page=1), Section(["Intro"], 1, [Block("Hi.")], page=2))
     assert [c.heading_path for c in chunk_document(doc, "/docs", "guide.pdf")] == [[], ["Intro"]]
+
+
+# --- big files: linear work, and a time limit ----------------------------------------------
+
+_LOREM = "Lorem ipsum dolor sit amet, consectetur adipiscing elit, sed do eiusmod tempor incididunt."
+
+
+def _big_file(folder: Path, shape: str, size: int) -> Path:
+    """The shapes of issue 37: one paragraph of lines (.txt), one line (.md), paragraphs of one line (.txt)."""
+    line, name = {
+        "one-paragraph": (_LOREM + "\n", "big.txt"),
+        "one-line": (_LOREM + " ", "big.md"),
+        "blank-line-paragraphs": (_LOREM + "\n\n", "big.txt"),
+    }[shape]
+    path = folder / f"{shape}-{size}" / name
+    path.parent.mkdir()
+    path.write_text((line * (size // len(line) + 1))[:size].rstrip() + "\n", encoding="utf-8")
+    return path
+
+
+def _chunking_work(monkeypatch: pytest.MonkeyPatch, path: Path, window: bool) -> int:
+    """How many characters of its sections' texts and how many of their units chunking ``path`` goes over.
+
+    Searches (``find`` up to its match, ``count``) and slices of a section's text
+    count the characters they span; each unit visited in its list of spans counts one.
+    """
+    from mdrag.chunking import units
+    from mdrag.parsers import parse_file
+
+    work = [0]
+
+    class Text(str):
+        def _span(self, start: int | None, end: int | None) -> None:
+            work[0] += len(range(*slice(start, end).indices(len(self))))
+
+        def count(self, sub: str, start: int | None = None, end: int | None = None) -> int:  # type: ignore[override]
+            self._span(start, end)
+            return str.count(self, sub, start, end)
+
+        def find(self, sub: str, start: int | None = None, end: int | None = None) -> int:  # type: ignore[override]
+            found = str.find(self, sub, start, end)  # it reads up to the first match
+            self._span(start, end if found < 0 else found + len(sub))
+            return found
+
+        def __getitem__(self, key: slice | int) -> str:  # type: ignore[override]
+            if isinstance(key, slice):
+                self._span(key.start, key.stop)
+            return str.__getitem__(self, key)
+
+    class Spans(list):  # type: ignore[type-arg]
+        def __iter__(self):  # type: ignore[no-untyped-def]
+            for item in list.__iter__(self):
+                work[0] += 1
+                yield item
+
+    init = units.SectionText.__init__
+
+    def counted(self: units.SectionText, us: list[units.Unit]) -> None:
+        init(self, us)
+        self.text, self.spans = Text(self.text), Spans(self.spans)
+
+    monkeypatch.setattr(units.SectionText, "__init__", counted)
+    doc = parse_file(path)
+    kwargs: dict = {"count_tokens": lambda ts: [len(t.split()) + 2 for t in ts], "max_tokens": 256} if window else {}
+    chunks = chunk_document(doc, str(path.parent), path.name, **kwargs)
+    assert len(chunks) > 100 and chunks[-1].line_end is not None
+    return work[0]
+
+
+@pytest.mark.parametrize("window", [False, True], ids=["chars", "window"])
+@pytest.mark.parametrize("shape", ["one-paragraph", "one-line", "blank-line-paragraphs"])
+def test_chunking_work_grows_linearly_with_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, shape: str, window: bool
+) -> None:
+    """Issue 37: each chunk's line was counted from the start of its unit (and the units' starts listed
+    afresh), so chunking a 20 MB text file ran for hours. Twice the file: about twice the work, not four times."""
+    small = _chunking_work(monkeypatch, _big_file(tmp_path, shape, 256 * 1024), window)
+    large = _chunking_work(monkeypatch, _big_file(tmp_path, shape, 512 * 1024), window)
+    assert large <= 2.2 * small, (small, large)
+
+
+def test_line_numbers_of_a_big_file_are_exact(tmp_path: Path) -> None:
+    from mdrag.parsers import parse_file
+
+    path = _big_file(tmp_path, "blank-line-paragraphs", 300 * 1024)
+    lines = path.read_text(encoding="utf-8").split("\n")
+    chunks = chunk_document(parse_file(path), str(tmp_path), path.name)
+    for c in chunks:
+        assert c.line_start is not None and c.line_end is not None
+        span = "\n".join(lines[c.line_start - 1 : c.line_end])
+        assert c.text.startswith(lines[c.line_start - 1].strip()[:20]) and span.rstrip().endswith(c.text[-20:])
+
+
+def test_chunking_past_its_deadline_stops_with_the_reason(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The limit is counted in checks here, not seconds: each look at the clock moves it one second on."""
+    from mdrag.chunking import ChunkingTimeoutError, Deadline, deadline
+
+    ticks = iter(range(10**9))
+    monkeypatch.setattr(deadline, "_clock", lambda: float(next(ticks)))
+    small = _doc(Section(["Intro"], 1, [Block(_para(30))]))
+    assert chunk_document(small, "/docs", "guide.md", deadline=Deadline(20))
+    big = _doc(Section(["Intro"], 1, [Block(f"{_para(40)}\n\n" * 2000)]))
+    with pytest.raises(ChunkingTimeoutError) as info:
+        chunk_document(big, "/docs", "guide.md", deadline=Deadline(20))
+    assert str(info.value) == "chunking took longer than 20 s (setting index.parse_timeout): skipped"
+    counter = lambda ts: [len(t.split()) for t in ts]  # noqa: E731
+    with pytest.raises(ChunkingTimeoutError):  # the tokenizer's calls are checked too
+        chunk_document(big, "/docs", "guide.md", count_tokens=counter, max_tokens=128, deadline=Deadline(20))

@@ -417,3 +417,35 @@ def test_a_child_whose_parent_has_gone_ends_quietly() -> None:
         proc.stdin.close()
         err = proc.stderr.read()
         assert proc.returncode == 0 and "Traceback" not in err and "Error" not in err, (closed_before_ready, err)
+
+
+def test_a_file_whose_chunking_passes_the_time_limit_is_skipped_and_the_others_indexed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 37: chunking ran outside the parse limits, so one big file held up the whole run. Chunking
+    has the same limit; here its clock is the tokenizer's work: each text counted moves it a second on."""
+    from mdrag.chunking import deadline
+    from tests.conftest import HashEmbedder
+
+    counted = [0]
+
+    class Tokenizer(HashEmbedder):
+        def count_tokens(self, texts: Any) -> list[int]:
+            counted[0] += len(texts)
+            return super().count_tokens(texts)
+
+    monkeypatch.setattr(deadline, "_clock", lambda: float(counted[0]))
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    line = "Lorem ipsum dolor sit amet, consectetur adipiscing elit, sed do eiusmod tempor incididunt."
+    _write(docs, "big.txt", "".join(f"{i} {line}\n" for i in range(20_000)))  # 2 MB, one paragraph
+    _write(docs, "fine.md", "# Fine\n\nThis file chunks in time.\n")
+    _write(docs, "notes.txt", "Notes\n\nA short text file.\n")
+    config = load_config({"index": "big", "index.parse_timeout": 100})
+    with Index(config, embedder=Tokenizer(max_tokens=256)) as idx:
+        summary = idx.update([docs])
+        assert summary.added == 2 and summary.skipped == 1
+        assert dict(summary.skipped_files) == {
+            str(docs / "big.txt"): "chunking took longer than 100 s (setting index.parse_timeout): skipped"
+        }
+        assert idx.search("chunks in time")[0].rel_path == "fine.md"

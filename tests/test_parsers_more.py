@@ -322,3 +322,71 @@ async def test_the_mcp_search_tool_finds_each_kind_in_a_docset(
                     await anyio.sleep(0.5)
                 answers[rel] = [r["rel_path"] for r in found["results"]]
     assert {rel: ranked[:1] for rel, ranked in answers.items()} == {rel: [rel] for rel in QUESTIONS}, answers
+
+
+def _shifted(doc: Document, lines: int) -> list:
+    """``doc``'s sections with every line number ``lines`` further down."""
+    import dataclasses
+
+    def block(b):  # type: ignore[no-untyped-def]
+        return dataclasses.replace(b, line_start=b.line_start + lines, line_end=b.line_end + lines)
+
+    return [
+        dataclasses.replace(s, blocks=[block(b) for b in s.blocks], heading_line=s.heading_line + lines)
+        for s in doc.sections
+    ]
+
+
+def test_a_big_rst_file_is_read_in_parts_with_the_whole_file_s_sections_and_lines(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 37 point 2: docutils' time and memory grew faster than the file (a 5 MB manual was skipped
+    after 120 s, and needed 2 GB). A big file is read in parts cut at section titles; its sections and
+    line numbers are the whole file's."""
+    from docutils.parsers.rst import Parser
+
+    text = RST.read_text(encoding="utf-8")
+    copies = 14  # 300 KB: the primer again and again
+    big = tmp_path / "manual.rst"
+    big.write_text((text + "\n") * copies, encoding="utf-8")
+    read: list[int] = []  # the length of each text docutils parsed
+    parse = Parser.parse
+
+    def recorded(self: Parser, inputstring: str, document: object) -> None:
+        read.append(len(inputstring))
+        parse(self, inputstring, document)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Parser, "parse", recorded)
+    one = parse_file(RST)
+    read.clear()
+    doc = parse_file(big)
+    assert len(read) > 1 and max(read) < 100_000 and sum(read) > 290_000  # in parts, all of it
+    step = text.count("\n") + 1
+    assert doc.sections == [s for k in range(copies) for s in _shifted(one, k * step)]
+    assert doc.title == one.title
+
+
+def test_rst_cut_before_every_title_reads_as_the_whole_file(monkeypatch: pytest.MonkeyPatch) -> None:
+    from mdrag.parsers import rst
+
+    whole = parse_file(RST)
+    monkeypatch.setattr(rst, "_SPLIT_CHARS", 0)
+    monkeypatch.setattr(rst, "_PART_CHARS", 1)  # a part per title, wherever a part may start
+    assert len(rst._parts(_lines(RST))) > 20
+    assert parse_file(RST) == whole
+
+
+def test_rst_nested_too_deeply_is_a_parse_error_that_names_the_nesting(tmp_path: Path) -> None:
+    """A bullet list nested 200 deep made docutils recurse past Python's limit: a ParserCrashError,
+    "a parser bug". It is the file's problem, said as such."""
+    from mdrag.errors import ParseError, ParserCrashError
+
+    deep = tmp_path / "deep.rst"
+    deep.write_text("".join("  " * i + "- item\n\n" for i in range(200)), encoding="utf-8")
+    with pytest.raises(ParseError) as info:
+        parse_file(deep)
+    assert not isinstance(info.value, ParserCrashError)
+    assert str(info.value) == (
+        f"{deep}: its blocks (lists, block quotes, directives) are nested too deeply for docutils to read "
+        "(the deepest is indented 398 columns, at line 399): flatten the nesting to index it"
+    )

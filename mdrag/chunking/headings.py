@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from functools import partial
 
 from mdrag.chunking.build import Cut
+from mdrag.chunking.deadline import Deadline
 from mdrag.chunking.settings import ChunkSettings
 from mdrag.chunking.split import (
     SEPARATORS,
@@ -49,21 +50,26 @@ def heading_cuts(
     count_tokens: TokenCounter | None,
     max_tokens: int | None,
     header: Callable[[int, bool], str],
+    deadline: Deadline | None = None,
 ) -> list[Cut]:
     """``doc`` cut by its headings, then by size: the chunks' texts and where they lie.
 
     ``count_tokens``/``max_tokens`` come from the embedder: with them, no chunk's
     embedded text (``header(section index, first chunk of the file)`` and its
     text) is longer than the model's window, and a block that fits the window
-    is never cut.
+    is never cut. ``deadline`` is checked before every call to ``sizes`` and between sections.
     """
     sizes = token_counts(count_tokens) if count_tokens is not None and settings.unit == "tokens" else char_lengths
+    if deadline is not None:
+        sizes = deadline.guard(sizes)
     window = None
     if count_tokens is not None and max_tokens is not None:
         window = Window(header, count_tokens, max_tokens)
     texts = [SectionText(block_units(section.blocks)) for section in doc.sections]
     pieces: list[tuple[int, int, int]] = []  # (section index, start, end in its text)
     for si, sec in enumerate(texts):
+        if deadline is not None:
+            deadline.check()
         fits = None
         if window is not None:
             fits = partial(window.fits_span, sec, si, not pieces)

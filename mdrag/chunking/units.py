@@ -22,6 +22,7 @@ class Unit:
     table: bool = False  # a table may be cut between rows to take in a remainder
 
 
+_NEWLINE = re.compile("\n")
 # A fence line inside a list item or a quote ("  ```yaml", "> ~~~"): its blank lines do not end a paragraph.
 _FENCE = re.compile(r"^[ \t]*(?:(?:[-*+]|\d+[.)])[ \t]+|>[ \t]?)*(`{3,}|~{3,})")
 
@@ -78,7 +79,12 @@ def block_units(blocks: Sequence[Block]) -> list[Unit]:
 
 
 class SectionText:
-    """A section's units joined by blank lines: every piece of the section is a slice of ``text``."""
+    """A section's units joined by blank lines: every piece of the section is a slice of ``text``.
+
+    Where a character lies (its unit, its line) is found by bisection over
+    offsets computed once, so that asking for every chunk of a large section
+    costs no more than reading it once.
+    """
 
     def __init__(self, units: list[Unit]) -> None:
         self.text = "\n\n".join(u.text for u in units)  # what the pieces are sliced from
@@ -88,14 +94,23 @@ class SectionText:
             self.spans.append((pos, pos + len(u.text)))
             pos += len(u.text) + 2
         self.units = units
+        self._starts = [a for a, _ in self.spans]  # each unit's start, for bisection
+        self._newlines: list[int] | None = None  # offsets of every "\n" in ``text``, found at the first line()
 
     def line(self, pos: int) -> int | None:
         """The file line of the character at ``pos`` (which is not in a gap between units)."""
-        k = max(bisect.bisect_right([a for a, _ in self.spans], pos) - 1, 0)
+        k = max(bisect.bisect_right(self._starts, pos) - 1, 0)
         first = self.units[k].line_start
-        return None if first is None else first + self.text.count("\n", self.spans[k][0], pos)
+        if first is None:
+            return None
+        if self._newlines is None:
+            self._newlines = [m.start() for m in _NEWLINE.finditer(self.text)]
+        nl = self._newlines
+        return first + bisect.bisect_left(nl, pos) - bisect.bisect_left(nl, self.spans[k][0])
 
     def atomic(self, lo: int, hi: int, tables: bool = True) -> list[tuple[int, int]]:
         """The spans of the atomic units inside ``lo..hi`` (tables too, or not)."""
-        units = zip(self.spans, self.units)
+        first = bisect.bisect_left(self._starts, lo)
+        last = bisect.bisect_right(self._starts, hi)
+        units = zip(self.spans[first:last], self.units[first:last])
         return [s for s, u in units if u.atomic and (tables or not u.table) and lo <= s[0] and s[1] <= hi]

@@ -1,4 +1,10 @@
-"""Reading a file for the index: its bytes hashed, parsed (here or in a parse worker) and chunked."""
+"""Reading a file for the index: its bytes hashed, parsed (here or in a parse worker) and chunked.
+
+With a time limit (``index.parse_timeout``), the parse worker stops a parse
+that passes it, and chunking, done here, stops at the same limit (counted
+afresh: the parse and the chunking may each take that long): either way the
+file is skipped with the reason and the run goes on.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NamedTuple
 
-from mdrag.chunking import ChunkSettings, Truncated, chunk_document
+from mdrag.chunking import ChunkingTimeoutError, ChunkSettings, Deadline, Truncated, chunk_document
 from mdrag.embedding.base import Embedder
 from mdrag.errors import ParseError, ParserCrashError, UnsupportedFormatError
 from mdrag.ingest.manifest import FileState
@@ -55,7 +61,8 @@ def read_file(
     truncated: Truncated | None = None,
 ) -> Parsed:
     """Parse and chunk the file at ``path`` (under ``root`` as ``rel``, with the scan's mtime and size):
-    its state and chunks, or why it is skipped. With ``worker``, it is parsed there within ``timeout``."""
+    its state and chunks, or why it is skipped. With ``worker``, it is parsed there within ``timeout``;
+    with ``timeout``, chunking must also end within it."""
     try:
         data = Path(path).read_bytes()
         doc = worker.parse(path, timeout) if worker is not None else parse_file(path, data)
@@ -63,7 +70,13 @@ def read_file(
         return Parsed(None, [], str(e).removeprefix(f"{path}: "), crashed=isinstance(e, ParserCrashError))
     except OSError as e:
         return Parsed(None, [], f"cannot read: {e}")
-    chunks = chunk_document(doc, root, rel, settings, embedder.count_tokens, embedder.max_tokens, truncated)
+    deadline = Deadline(timeout) if timeout > 0 else None
+    try:
+        chunks = chunk_document(
+            doc, root, rel, settings, embedder.count_tokens, embedder.max_tokens, truncated, deadline
+        )
+    except ChunkingTimeoutError as e:
+        return Parsed(None, [], str(e), doc.encoding, warnings=doc.warnings)
     state = FileState(root=root, rel_path=rel, mtime_ns=mtime_ns, size=size, hash=file_hash(data))
     state.chunks = [c.id for c in chunks]
     return Parsed(state, chunks, None, doc.encoding, warnings=doc.warnings)
