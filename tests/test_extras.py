@@ -166,3 +166,16 @@ def test_auto_runs_the_model_with_onnxruntime_when_openvino_is_missing(mdrag_hom
     found = mdrag_without(["openvino"], "search", "how do I change the chunk size?", "-k", "1", "--json")
     assert found.returncode == 0, found.stderr
     assert "configuration.md" in found.stdout
+
+
+def test_serve_says_it_and_does_not_start(mdrag_home: Path) -> None:
+    """`mdrag serve` on an index kept in Milvus, without the extra: the same message, and no server."""
+    from tests.conftest import free_port
+
+    proc = mdrag_without(
+        ["pymilvus", "milvus_lite"], "serve", str(DOCS), "--store", "milvus", "--port", str(free_port())
+    )
+    assert proc.returncode == 1, proc.stderr
+    assert "pip install 'mdrag[milvus]'" in proc.stderr and "Traceback" not in proc.stderr
+    assert "listening on" not in proc.stderr
+    assert not (mdrag_home / "cache" / "models").exists()
