@@ -1,0 +1,98 @@
+"""A home (``MDRAG_HOME``) that was copied or moved is the same index where its files are intact (issue 37,
+point 10): nothing is embedded again; what does start a full re-index says why, at WARNING."""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+from pathlib import Path
+
+import pytest
+
+from mdrag.config import load_config
+from mdrag.index import Index
+from tests.conftest import HashEmbedder
+
+
+def _docs(root: Path) -> Path:
+    docs = root / "docs"
+    for i in range(6):
+        (docs / f"s{i}").mkdir(parents=True, exist_ok=True)
+        (docs / f"s{i}" / "page.md").write_text(
+            f"# Section {i}\n\nAbout topic {i}: words {i} here.\n\n## More\n\nText.\n"
+        )
+    return docs
+
+
+def _index(home: Path, embedder: HashEmbedder | None = None, backend: str = "faiss") -> Index:
+    return Index(
+        load_config({"index": "moved", "store.backend": backend}, home=home), embedder=embedder or HashEmbedder()
+    )
+
+
+def _built(tmp_path: Path, backend: str = "faiss") -> tuple[Path, Path, set[str]]:
+    """A home with an index of a few files, and a copy of it: (home, copy, its chunk ids)."""
+    docs, home, copy = _docs(tmp_path), tmp_path / "home-a", tmp_path / "home-b"
+    with _index(home, backend=backend) as index:
+        first = index.update([docs])
+        assert first.chunks_embedded > 0
+        ids = index.store.all_ids()
+    shutil.copytree(home, copy, symlinks=True)
+    return home, copy, ids
+
+
+@pytest.mark.parametrize("backend", ["faiss", "milvus"])
+def test_a_copied_home_is_the_same_index_nothing_is_embedded_again(
+    tmp_path: Path, backend: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    if backend == "milvus":
+        pytest.importorskip("milvus_lite")
+    home, copy, ids = _built(tmp_path, backend)
+    embedder = HashEmbedder()
+    caplog.set_level(logging.WARNING)
+    with _index(copy, embedder, backend) as index:
+        assert index.backend == backend
+        st = index.status()
+        assert (st["files"], st["chunks"], st["damage"] if "damage" in st else []) == (6, len(ids), [])
+        summary = index.update()
+        assert summary.rebuild is None
+        assert (summary.chunks_embedded, summary.added, summary.unchanged) == (0, 0, 6)
+        assert index.store.all_ids() == ids
+        assert summary.chunks_total == len(ids)
+        assert embedder.embedded == []
+    recorded = json.loads(index.manifest_path.read_text())["store_uri"]
+    assert Path(recorded).is_relative_to(copy), recorded  # the manifest records the store's new place
+    assert not [r for r in caplog.records if "indexed again" in r.getMessage()]
+    with _index(home, backend=backend) as original:  # the original home is untouched
+        assert original.update().chunks_embedded == 0
+
+
+def test_a_full_re_index_says_why_at_warning(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The copy's store is gone: every file is indexed again, and the log says why at the default level."""
+    _, copy, ids = _built(tmp_path)
+    shutil.rmtree(copy / "cache" / "faiss")
+    caplog.set_level(logging.WARNING)
+    with _index(copy) as index:
+        summary = index.update()
+        assert summary.rebuild is not None and "not the one its manifest records" in summary.rebuild
+        assert index.store.all_ids() == ids
+    said = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert any("every file is indexed again" in m and "not the one its manifest records" in m for m in said), said
+
+
+def test_a_copied_home_with_another_model_is_indexed_again_and_says_why(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    _, copy, _ = _built(tmp_path)
+
+    class Other(HashEmbedder):
+        model_id = "test:other-64"
+
+    caplog.set_level(logging.WARNING)
+    with _index(copy, Other()) as index:
+        summary = index.update()
+        assert summary.rebuild is not None and "embedding model changed" in summary.rebuild
+        assert summary.chunks_embedded > 0
+    said = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert any("every file is indexed again" in m and "embedding model changed" in m for m in said), said
