@@ -96,3 +96,40 @@ def test_a_copied_home_with_another_model_is_indexed_again_and_says_why(
         assert summary.chunks_embedded > 0
     said = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     assert any("every file is indexed again" in m and "embedding model changed" in m for m in said), said
+
+
+def test_a_full_re_index_asked_to_pause_keeps_the_committed_index_whole(tmp_path: Path) -> None:
+    """A server commits a long update in steps (a pause); a step of a full re-index would commit the files
+    done so far and drop the others, which readers see: the pause waits for the run's end instead."""
+    import threading
+
+    docs, home = _docs(tmp_path), tmp_path / "home"
+    with _index(home) as index:
+        index.update([docs])
+        ids = index.store.all_ids()
+    pause = threading.Event()
+    pause.set()  # a step's time is up from the start
+    config = load_config({"index": "moved", "store.backend": "faiss", "chunk.size": 900}, home=home)
+    with Index(config, embedder=HashEmbedder()) as index:
+        summary = index.update(pause=pause, batch_chunks=1)
+        assert summary.rebuild == "chunk settings changed"
+        assert summary.remaining == 0
+        st = index.status()
+        assert (st["files"], st["interrupted"]) == (6, False)
+        assert st["chunks"] == len(index.store.all_ids()) == len(ids)
+
+
+def test_an_update_asked_to_pause_still_commits_in_steps(tmp_path: Path) -> None:
+    """An incremental update (nothing the readers see is dropped) pauses as before."""
+    import threading
+
+    docs, home = _docs(tmp_path), tmp_path / "home"
+    with _index(home) as index:
+        index.update([docs])
+        for i in range(4):
+            (docs / f"s{i}" / "page.md").write_text(f"# Changed {i}\n\nNew words {i}.\n")
+        pause = threading.Event()
+        pause.set()
+        summary = index.update(pause=pause, batch_chunks=1)
+        assert summary.remaining > 0
+        assert index.status()["files"] == 6

@@ -364,7 +364,7 @@ class Indexer:
                             m.progress = [bar.files_done, bar.files_total]
                             m.save(manifest_path)
                             last_save = time.monotonic()
-                    if events.pause is not None and events.pause.is_set():
+                    if events.pause is not None and events.pause.is_set() and not _would_drop(m, retired, batch):
                         break
         except IndexingCancelledError:
             if job.writes:
@@ -450,6 +450,19 @@ class Indexer:
         summary.chunks_total = m.chunk_count
         summary.seconds = round(time.perf_counter() - t0, 3)
         return summary
+
+
+def _would_drop(m: Manifest, retired: list[str], batch: list[tuple[str, FileState, list[Chunk]]]) -> bool:
+    """Whether committing now would drop chunks that readers see and that nothing replaced yet: the files
+    a full re-index has not done again (a pause then waits for the run's end, so that readers keep the
+    committed index whole). ``batch``: the files read and not written yet, whose chunks the commit holds."""
+    if not m.committed_ids:
+        return False
+    kept = m.chunk_ids()
+    kept.update(retired)
+    for _, _, chunks in batch:
+        kept.update(c.id for c in chunks)
+    return not kept.issuperset(m.committed_ids)
 
 
 def _resolve(folders: Sequence[str | Path]) -> list[str]:
