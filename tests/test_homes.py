@@ -133,3 +133,21 @@ def test_an_update_asked_to_pause_still_commits_in_steps(tmp_path: Path) -> None
         summary = index.update(pause=pause, batch_chunks=1)
         assert summary.remaining > 0
         assert index.status()["files"] == 6
+
+
+def test_status_counts_the_committed_files_while_a_full_re_index_runs(tmp_path: Path) -> None:
+    """What readers see is whole during a full re-index: so are the files `status` counts."""
+    docs, home = _docs(tmp_path), tmp_path / "home"
+    with _index(home) as index:
+        index.update([docs])
+    seen: list[int] = []
+
+    def progress(_: object) -> None:
+        with _index(home) as reader:  # another reader of the index, as `mdrag status` would be
+            seen.append(reader.status()["files"])
+
+    config = load_config({"index": "moved", "store.backend": "faiss", "chunk.size": 900}, home=home)
+    with Index(config, embedder=HashEmbedder()) as index:
+        assert index.update(progress=progress).rebuild == "chunk settings changed"
+        assert index.status()["files"] == 6
+    assert seen and set(seen) == {6}, seen

@@ -244,6 +244,7 @@ class Indexer:
             m.dirty = old.dirty or not old.verified or thorough
             m.retired_roots = old.retired_roots
             m.committed_ids, m.committed_roots = old.committed_ids, old.committed_roots
+            m.committed_files = old.committed_files
             # kept while the file is there as it was, or its folder was not listed in this run
             m.skipped = {p: f for p, f in skips.items() if p in found.skipped or f.root not in roots}
         # The folders this manifest accounts for: other indexers may write other
