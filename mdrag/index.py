@@ -506,7 +506,7 @@ class Index:
             "model": (m.model if m else recorded),
             "model_mismatch": str(mismatch) if mismatch is not None else None,
             "folders": m.roots if m else [],
-            "files": len(m.files) if m else 0,
+            "files": m.file_count if m else 0,  # committed: a run's progress is not counted
             "chunks": chunks,
             "last_indexed": m.last_indexed if m else None,
             "interrupted": bool(m and (m.dirty or not m.verified)),

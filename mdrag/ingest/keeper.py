@@ -41,7 +41,7 @@ from mdrag.index import Index
 from mdrag.ingest.progress import IndexProgress
 from mdrag.ingest.summary import IndexSummary
 
-__all__ = ["IndexKeeper", "KeeperState", "Updater"]
+__all__ = ["IndexKeeper", "KeeperState", "Updater", "add_step"]
 
 #: Runs one update: ``(folders, **how)`` where ``how`` holds :meth:`mdrag.index.Index.update`'s ``cancel``,
 #: ``batch_chunks`` and either ``only`` or ``progress`` and ``pause``; the default is ``index.update``.
@@ -286,7 +286,7 @@ class IndexKeeper:
                         self._pause.clear()
             if summary is None or not summary.remaining:
                 return
-            so_far = _add(so_far, summary)
+            so_far = add_step(so_far, summary)
             done_before = (self.state.indexing or (done_before, None))[0]
             with self._cond:
                 if self._closed:
@@ -350,7 +350,7 @@ class IndexKeeper:
             error=None,
             updates=self._state.updates + 1,
             folders=list(summary.folders),
-            summary=_add(so_far, summary),
+            summary=add_step(so_far, summary),
             finished_at=time.monotonic(),
             **({} if still else {"indexing": None, "reason": None}),
         )
@@ -407,13 +407,15 @@ _ADDED_UP = (
 )  # fmt: skip
 
 
-def _add(before: IndexSummary | None, step: IndexSummary) -> IndexSummary:
+def add_step(before: IndexSummary | None, step: IndexSummary) -> IndexSummary:
     """The summary of an update's steps so far: ``before`` (the earlier steps) and ``step``, the last."""
     if before is None:
         return step
     return replace(
         step,
         **{f: getattr(before, f) + getattr(step, f) for f in _ADDED_UP},
+        # the files the earlier steps added or modified are the last step's unchanged ones: counted once
+        unchanged=max(0, step.unchanged - before.added - before.modified),
         rebuild=before.rebuild or step.rebuild,
         repaired=before.repaired or step.repaired,
         skipped_files=before.skipped_files + step.skipped_files,

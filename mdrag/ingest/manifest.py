@@ -124,6 +124,7 @@ class Manifest:
     # commits (``files`` holds the run's progress). ``committed_ids`` None: ``files`` is the committed state.
     committed_ids: list[str] | None = None
     committed_roots: list[str] | None = None  # the folders those ids account for (None: all of them)
+    committed_files: int | None = None  # how many files those ids are (None: not recorded: the manifest's files)
     progress: list[int] | None = None  # [files done, files to do] of the run writing, as last saved
     version: int = VERSION
     # False when the file's checksum did not match (changed outside mdrag): not saved.
@@ -132,6 +133,13 @@ class Manifest:
     @property
     def chunk_count(self) -> int:
         return sum(len(f.chunks) for f in self.files.values())
+
+    @property
+    def file_count(self) -> int:
+        """The files of the last committed state (see :meth:`visible`): a run's progress is not counted."""
+        if self.dirty and self.committed_ids is not None and self.committed_files is not None:
+            return self.committed_files
+        return len(self.files)
 
     def chunk_ids(self) -> set[str]:
         return {cid for f in self.files.values() for cid in f.chunks}
@@ -154,14 +162,16 @@ class Manifest:
         if self.committed_ids is not None:
             return
         if before is None:
-            self.committed_ids, self.committed_roots = [], None
+            self.committed_ids, self.committed_roots, self.committed_files = [], None, 0
             return
+        self.committed_files = before.file_count
         ids, roots = before.visible()
         self.committed_ids, self.committed_roots = sorted(ids), sorted(roots) if roots is not None else None
 
     def publish(self, ids: set[str], roots: Sequence[str]) -> None:
         """The run's new state is the committed one (its chunks are written; the replaced ones not yet deleted)."""
         self.committed_ids = sorted(ids)
+        self.committed_files = len(self.files)
         self.committed_roots = sorted({*roots, *(self.committed_roots or ())})
 
     def to_json(self) -> dict[str, Any]:
@@ -206,6 +216,7 @@ class Manifest:
             last_indexed=d.get("last_indexed"),
             committed_ids=_strings(d.get("committed_ids"), "committed_ids"),
             committed_roots=_strings(d.get("committed_roots"), "committed_roots"),
+            committed_files=d["committed_files"] if isinstance(d.get("committed_files"), int) else None,
             progress=[int(n) for n in d["progress"]] if isinstance(d.get("progress"), list) else None,
         )
 
@@ -260,7 +271,7 @@ class Manifest:
     def mark_finished(self) -> None:
         self.dirty = False
         self.last_indexed = time.time()
-        self.committed_ids = self.committed_roots = self.progress = None
+        self.committed_ids = self.committed_roots = self.progress = self.committed_files = None
 
 
 def _strings(value: Any, key: str) -> list[str] | None:

@@ -59,7 +59,7 @@ from mdrag.ingest.scan import ScanOptions, ScanResult, scan
 from mdrag.ingest.summary import IndexSummary, report_scan, warn
 from mdrag.ingest.writing import delete_replaced, publish, write_batch
 from mdrag.parsers.worker import ParseWorker
-from mdrag.store import is_server_uri
+from mdrag.store import is_server_uri, moved_uri, same_location
 from mdrag.store.base import Store
 from mdrag.types import Chunk
 
@@ -191,6 +191,8 @@ class Indexer:
         # What decides the stored chunks: a change re-chunks (vectors are reused by content hash).
         chunking = chunking_of(store, self.embedder, self.options.settings)
         old = before = Manifest.load(manifest_path)
+        if old is not None and not rebuild and _moved(old, store, manifest_path, open_store):
+            open_store = None
         if rebuild:
             summary.rebuild = "requested (--rebuild)"
         elif old is None:
@@ -228,8 +230,12 @@ class Indexer:
                 return None
         if open_store is not None:
             open_store()
-        if summary.rebuild:
-            log.info("full re-index: %s", summary.rebuild)
+        if summary.rebuild:  # said at WARNING unless asked for (--rebuild) or the index is new
+            (log.warning if not rebuild and (before is not None or manifest_path.exists()) else log.info)(
+                "index %r: every file is indexed again (%s); searches keep the last committed state until it is done",
+                self.name,
+                summary.rebuild,
+            )
         suspect = _repair_store(store, summary, thorough)
 
         m = Manifest(index=self.name, store_uri=store.uri, model=self.embedder.identity, chunking=chunking)
@@ -238,6 +244,7 @@ class Indexer:
             m.dirty = old.dirty or not old.verified or thorough
             m.retired_roots = old.retired_roots
             m.committed_ids, m.committed_roots = old.committed_ids, old.committed_roots
+            m.committed_files = old.committed_files
             # kept while the file is there as it was, or its folder was not listed in this run
             m.skipped = {p: f for p, f in skips.items() if p in found.skipped or f.root not in roots}
         # The folders this manifest accounts for: other indexers may write other
@@ -358,7 +365,7 @@ class Indexer:
                             m.progress = [bar.files_done, bar.files_total]
                             m.save(manifest_path)
                             last_save = time.monotonic()
-                    if events.pause is not None and events.pause.is_set():
+                    if events.pause is not None and events.pause.is_set() and not _would_drop(m, retired, batch):
                         break
         except IndexingCancelledError:
             if job.writes:
@@ -446,6 +453,19 @@ class Indexer:
         return summary
 
 
+def _would_drop(m: Manifest, retired: list[str], batch: list[tuple[str, FileState, list[Chunk]]]) -> bool:
+    """Whether committing now would drop chunks that readers see and that nothing replaced yet: the files
+    a full re-index has not done again (a pause then waits for the run's end, so that readers keep the
+    committed index whole). ``batch``: the files read and not written yet, whose chunks the commit holds."""
+    if not m.committed_ids:
+        return False
+    kept = m.chunk_ids()
+    kept.update(retired)
+    for _, _, chunks in batch:
+        kept.update(c.id for c in chunks)
+    return not kept.issuperset(m.committed_ids)
+
+
 def _resolve(folders: Sequence[str | Path]) -> list[str]:
     return list(dict.fromkeys(str(Path(f).expanduser().resolve()) for f in folders))
 
@@ -458,6 +478,35 @@ def _repair_store(store: Store, summary: IndexSummary, thorough: bool) -> set[st
         summary.repaired = True
         warn(summary, msg)
     return suspect
+
+
+def _moved(old: Manifest, store: Store, manifest_path: Path, open_store: Callable[[], None] | None) -> bool:
+    """Whether the manifest records its store in a home that was copied or moved (see
+    :func:`mdrag.store.moved_uri`), the store in this home holding exactly the chunks it lists: then
+    it is the same index, and its manifest records the new place (saved, when its checksum held).
+    Opens the store (with ``open_store``) to count them; whether it did."""
+    if same_location(old.store_uri, store.uri):
+        return False
+    moved = moved_uri(old.store_uri, manifest_path)
+    if moved is None or not same_location(moved, store.uri):
+        return False
+    if open_store is not None:
+        open_store()
+    expected = old.visible()[0] if old.dirty else old.chunk_ids()
+    stored = store.all_ids(roots=old.roots) if old.roots else set()
+    if not expected or not expected <= stored or (not old.dirty and stored != expected):
+        log.warning(
+            "index %r: the manifest records its store at %s; the store at %s does not hold the chunks it lists",
+            old.index,
+            old.store_uri,
+            store.uri,
+        )
+        return True
+    log.info("index %r: its home moved: the store recorded at %s is at %s, whole", old.index, old.store_uri, store.uri)
+    old.store_uri = store.uri
+    if old.verified:
+        old.save(manifest_path)
+    return True
 
 
 def _store_beside(store: Store, manifest_path: Path) -> bool:

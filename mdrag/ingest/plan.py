@@ -161,7 +161,7 @@ def rebuild_reason(old: Manifest, store: Store, embedder: Embedder, chunking: di
     if old.model != embedder.identity:
         return f"embedding model changed from {old.model.get('model')} to {embedder.model_id}"
     if old.store_uri != store.uri:
-        return "the store URI changed"
+        return f"the index's store is not the one its manifest records ({old.store_uri}; now {store.uri})"
     if old.chunking.get("format") != chunking["format"]:
         return "this release of mdrag parses and chunks files differently"
     if old.chunking != chunking:

@@ -31,6 +31,7 @@ __all__ = [
     "StoreBackend",
     "check_backend",
     "is_server_uri",
+    "moved_uri",
     "make_store",
     "resolve_backend",
     "same_location",
@@ -115,7 +116,10 @@ def resolve_backend(config: Config, name: str | None = None) -> tuple[str, str]:
     for b in backends:
         if why := b.chosen(config):
             return b.name, f"store.backend auto: {why}"
-    recorded = _recorded_store_uri(config.manifest_path(name))
+    manifest = config.manifest_path(name)
+    recorded = _recorded_store_uri(manifest)
+    if recorded is not None:  # a home that was copied or moved: its store came along with its manifest
+        recorded = moved_uri(recorded, manifest) or recorded
     for b in backends:
         if why := b.owns(config, name, recorded):
             return b.name, f"store.backend auto: {why}"
@@ -159,6 +163,26 @@ def _recorded_store_uri(manifest: Path) -> str | None:
     except (OSError, ValueError, AttributeError):
         return None
     return value if isinstance(value, str) else None
+
+
+def moved_uri(recorded: str, manifest: Path) -> str | None:
+    """Where the store that a manifest recorded at ``recorded`` is now, when the home that holds both
+    was copied or moved: the file at the same place under the manifest's cache folder (its
+    ``manifests`` folder's parent) when it exists and ``recorded`` is not there already; else None.
+    Whether it holds the index is for the caller to check (its chunk ids)."""
+    if is_server_uri(recorded):
+        return None
+    cache = manifest.parent.parent
+    parts = Path(recorded).parts
+    if cache.name not in parts:
+        return None
+    below = parts[len(parts) - 1 - parts[::-1].index(cache.name) + 1 :]  # after the last folder named like it
+    if not below:
+        return None
+    here = cache.joinpath(*below)
+    if same_location(str(here), recorded) or not here.exists():
+        return None
+    return str(here)
 
 
 def same_location(a: str, b: str) -> bool:

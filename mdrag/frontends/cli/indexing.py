@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 import threading
@@ -101,9 +102,83 @@ def _make_bar() -> Any:
     )
 
 
+class _Steps:
+    """An `mdrag index` run committed as it goes, as the server's updates are (:mod:`mdrag.ingest.keeper`):
+    every ``STEP_S`` the run commits what it embedded and goes on, so that a run stopped (Ctrl+C, a crash)
+    keeps it. The first Ctrl+C ends the step that runs (it commits what was embedded) and stops there; a
+    second stops at once (what the last step committed is kept, the next run repairs the rest)."""
+
+    def __init__(self) -> None:
+        self.pause = threading.Event()  # the step that runs commits what it wrote and returns
+        self.cancel = threading.Event()  # the run stops before its next file, without committing
+        self.interrupted = False  # Ctrl+C was pressed: no step after the one that runs
+
+    def run(self, index: Any, args: argparse.Namespace, bar: _IndexBar) -> Any:
+        from mdrag.ingest.keeper import BATCH_CHUNKS, STEP_S, add_step
+
+        so_far, rebuild = None, args.rebuild
+        while True:
+            timer = threading.Timer(STEP_S, self.pause.set)
+            timer.daemon = True
+            timer.start()
+            try:
+                how = {"rebuild": rebuild, "progress": bar, "pause": self.pause, "cancel": self.cancel}
+                step = self._wait(
+                    functools.partial(index.update, args.folders or None, batch_chunks=BATCH_CHUNKS, **how)
+                )
+            finally:
+                timer.cancel()
+                self.pause.clear()
+            so_far, rebuild = add_step(so_far, step), False
+            if not step.remaining or self.interrupted:
+                return so_far
+
+    def _wait(self, update: Any) -> Any:
+        """Run ``update`` in a thread, the main thread taking Ctrl+C: the first pauses it, the second cancels it."""
+        out: list[Any] = []
+        ended = threading.Event()  # not Thread.is_alive: a join that Ctrl+C interrupted may make it False early
+
+        def target() -> None:
+            try:
+                out.append(update())
+            except BaseException as e:  # raised again in the main thread
+                out.append(e)
+            finally:
+                ended.set()
+
+        worker = threading.Thread(target=target, name="mdrag-index")
+        worker.start()
+        while not ended.is_set():
+            try:
+                ended.wait(0.2)
+            except KeyboardInterrupt:
+                if self.interrupted:
+                    self.cancel.set()
+                    print("mdrag: stopping now", file=sys.stderr)
+                    continue
+                self.interrupted = True
+                self.pause.set()
+                print(
+                    "mdrag: interrupted: saving what was embedded (Ctrl+C again to stop at once; "
+                    "the next `mdrag index` then repairs and goes on)",
+                    file=sys.stderr,
+                )
+        worker.join()
+        if isinstance(out[0], BaseException):
+            raise out[0]
+        return out[0]
+
+
 def _cmd_index(args: argparse.Namespace, index: Any) -> int:
+    steps = _Steps()
     with _IndexBar(shown=not args.quiet) as bar:
-        summary = index.update(args.folders or None, rebuild=args.rebuild, progress=bar)
+        summary = steps.run(index, args, bar)
+    if steps.interrupted and summary.remaining:
+        print(
+            f"mdrag: interrupted: kept {summary.chunks_total} chunks ({summary.remaining} of the files to index "
+            "left); the next `mdrag index` goes on from there",
+            file=sys.stderr,
+        )
     if args.json:
         print(json.dumps(summary.to_dict(), indent=2))
     else:
@@ -134,6 +209,8 @@ def _cmd_index(args: argparse.Namespace, index: Any) -> int:
             print(f"skipped {_name(path)}: {_safe(reason)}")
         print(f"folders: {', '.join(s.folders) or '-'}")
         print(f"done in {s.seconds:.2f} s")
+    if steps.interrupted and summary.remaining:
+        return 130
     return _missing_given(args.folders, summary.missing_folders)
 
 
