@@ -483,9 +483,9 @@ class Index:
             if mismatch is not None:  # described by its manifest; its store is neither counted nor checked
                 chunks, damage = (len(m.visible()[0]) if m else 0), []
             else:
-                missing = self._missing_rows(exists)
-                chunks = self.store.count() if exists else 0
                 try:
+                    missing = self._missing_rows(exists)
+                    chunks = self.store.count() if exists else 0
                     found = self.store.check(thorough=verify) if exists else []
                 except StoreDamagedError as e:
                     if verify:  # SQLite's own check found pages it cannot read: `mdrag index --rebuild` sets it aside

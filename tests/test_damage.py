@@ -543,6 +543,26 @@ def _middle(pattern: str) -> Callable[[Path], None]:
     return damage
 
 
+def _flip_index_page(name: str) -> Callable[[Path], None]:
+    """Flip the last 400 bytes (its cells: the keys) of the first page of the SQLite index ``name``."""
+
+    def damage(home: Path) -> None:
+        path = _faiss_file(home, "sqlite")
+        with sqlite3.connect(path) as db:
+            size = db.execute("PRAGMA page_size").fetchone()[0]
+            page = db.execute("SELECT max(pageno) FROM dbstat WHERE name = ?", (name,)).fetchone()[0]
+        st = path.stat()
+        with open(path, "r+b") as f:
+            f.seek(page * size - 400)
+            data = f.read(400)
+            f.seek(page * size - 400)
+            f.write(bytes(b ^ 0xFF for b in data))
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+    damage.__name__ = f"400 bytes flipped in the SQLite index {name}"
+    return damage
+
+
 def _milvus_delete_rows(home: Path) -> None:
     from pymilvus import MilvusClient
 
@@ -598,6 +618,7 @@ DAMAGE = [
     ("faiss", _garble_sqlite_header, "rebuild"),
     ("faiss", _cut("faiss/default.sqlite"), "rebuild"),
     ("faiss", _random_bytes("faiss/default.sqlite", 4096), "rebuild"),
+    ("faiss", _flip_index_page("chunks_root"), "rebuild"),  # read by `status`; a plain run read it too
     ("milvus", _random_bytes(_IDX + ".idx"), "open"),
     ("milvus", _milvus_delete_rows, "status"),
     ("milvus", _delete("milvus.db.mdrag"), "open"),
@@ -633,4 +654,20 @@ def test_damage_is_found_or_repaired_and_never_served(
     code, out, err = cli("status", "--verify")
     assert code == 0, out + err
     assert (_answers(cli), _answers(cli, "--tag", "paint")) == before
+    _assert_whole(cli, total)
+
+
+@pytest.mark.parametrize("backend", ["faiss"])
+def test_edited_chunk_texts_are_found_by_verify_and_read_again_by_index(cli, docs: Path, mdrag_home: Path) -> None:
+    """Issue 37 point 6: a text edited in the store no longer has its content hash."""
+    total = _build(cli, docs)
+    before = _answers(cli)
+    _sql("UPDATE chunks SET text = 'HACKED ' || text WHERE n % 2 = 0")(mdrag_home)
+    code, out, err = cli("status", "--verify")
+    assert code == 1 and "edited" in out and str(mdrag_home / "cache") in out, out + err
+    code, out, err = cli("index", "--json", "-q")
+    assert code == 0 and json.loads(out)["chunks_total"] == total, err
+    code, out, err = cli("status", "--verify")
+    assert code == 0, out + err
+    assert _answers(cli) == before and not any("HACKED" in t for _, t in before)
     _assert_whole(cli, total)

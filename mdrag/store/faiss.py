@@ -266,14 +266,15 @@ class FaissStore:
                 found = self._mismatches(db, sql.recorded(db), thorough)
                 suspect = sql.tag_differences(db) if "tagged" in found else set()
                 bad = sql.bad_vectors(db, self._dim) if "vectors" in found else set()
+                bad |= sql.edited_texts(db) if "texts" in found else set()
                 ids = {r[0] for n in batches(sorted(suspect | bad)) for r in sql.ids_of(db, n)}
             except sqlite3.DatabaseError as e:
                 raise damaged(self.path, e) from e
-            fixed = [found[k] for k in ("faiss", "tags", "rows", "tagged", "vectors") if k in found]
+            fixed = [found[k] for k in ("faiss", "tags", "rows", "tagged", "vectors", "texts") if k in found]
             if fixed:
                 with sql.writing(self.path):
                     self._begin()
-                    if bad:  # their files are indexed again; a damaged vector must not be reused by content hash
+                    if bad:  # their files are indexed again; a damaged row must not be reused by content hash
                         self._delete_rows(sorted(bad))
                     sql.create_tables(self.db)  # a table or index that was dropped
                     sql.rebuild_tags(self.db)
@@ -521,23 +522,32 @@ class FaissStore:
             raise self._mismatch(self._foreign)
         return self.db
 
-    def vectors_by_hash(self, hashes: Iterable[str]) -> dict[str, np.ndarray]:
+    @contextmanager
+    def _reads(self) -> Iterator[None]:
+        """Under the lock; a page SQLite cannot read is the store's damage, said as every read says it."""
         with self._lock:
+            try:
+                yield
+            except sqlite3.DatabaseError as e:
+                raise damaged(self.path, e) from e
+
+    def vectors_by_hash(self, hashes: Iterable[str]) -> dict[str, np.ndarray]:
+        with self._reads():
             return sql.vectors_by_hash(self._read(), hashes)
 
     def all_ids(self, roots: Sequence[str] | None = None) -> set[str]:
         return set(self.id_paths(roots))
 
     def id_paths(self, roots: Sequence[str] | None = None) -> dict[str, str]:
-        with self._lock:
+        with self._reads():
             return sql.id_paths(self._read(), roots)
 
     def count(self, roots: Sequence[str] | None = None) -> int:
-        with self._lock:
+        with self._reads():
             return sql.count(self._read(), roots)
 
     def roots(self) -> list[str]:
-        with self._lock:
+        with self._reads():
             return [r[0] for r in self._read().execute("SELECT DISTINCT root FROM chunks ORDER BY root")]
 
     def search_texts(self, share: int = 16) -> Iterator[str]:

@@ -270,7 +270,21 @@ def _thorough_mismatches(db: sqlite3.Connection, path: Path, dim: int, got: dict
         found["tagged"] = f"the tags table of {path} does not match the chunks' metadata"
     if bad_vectors(db, dim):
         found["vectors"] = f"some chunk vectors in {path} are damaged (not of unit length)"
+    if edited := edited_texts(db):
+        found["texts"] = f"the text of {len(edited)} chunk(s) in {path} is not the text its run stored (edited)"
     return found
+
+
+def edited_texts(db: sqlite3.Connection) -> set[int]:
+    """The row numbers whose text (with its context) no longer has the content hash its run recorded."""
+    bad: set[int] = set()
+    cur = db.execute("SELECT n, context, text, content_hash FROM chunks")
+    while part := cur.fetchmany(4096):
+        for n, ctx, text, digest in part:
+            embedded = f"{ctx}\n\n{text}" if ctx else text
+            if hashlib.sha256(embedded.encode("utf-8", "surrogatepass")).hexdigest() != digest:
+                bad.add(n)
+    return bad
 
 
 def bad_vectors(db: sqlite3.Connection, dim: int) -> set[int]:
@@ -515,7 +529,13 @@ def last_commit_was_run(db: sqlite3.Connection | None, path: Path, faiss_path: P
             return False
         if db.execute("SELECT 1 FROM meta WHERE key = 'identity'").fetchone() is None:
             return False  # the model identity was lost: opening the store (to write it again) is the repair
-        return not mismatches(db, path, faiss_path, dim, got)
+        # the rows by their folder, as `status` and searches count them (another index than count(*)'s)
+        by_root = sum(n for _, n in db.execute("SELECT root, count(*) FROM chunks GROUP BY root"))
+        return str(by_root) == got.get("rows") and not mismatches(db, path, faiss_path, dim, got)
+    except sqlite3.DatabaseError as e:
+        if type(e) is sqlite3.DatabaseError:  # pages SQLite cannot read: what `status` says, not a run of nothing
+            raise damaged(path, e) from e
+        return False
     except (sqlite3.Error, OSError):
         return False
 
