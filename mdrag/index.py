@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -474,6 +475,7 @@ class Index:
         described all the same, by its manifest (its chunks as the manifest lists them, nothing checked),
         with ``model_mismatch`` saying so and what to do."""
         mismatch: ModelMismatchError | None = None
+        started, checked = time.monotonic(), list[str]()  # what --verify read, said with how long it took
         with self._using():
             m = Manifest.load(self.manifest_path)
             try:
@@ -491,8 +493,11 @@ class Index:
                     if verify:  # SQLite's own check found pages it cannot read: `mdrag index --rebuild` sets it aside
                         self._verify.record([str(e)])
                     raise
+                if verify and exists:
+                    checked.append(f"every row of the index store {self.store.uri}")
                 if verify and exists and m is not None and m.roots and not m.dirty and m.verified and not missing:
                     found += self._unlike_manifest(m)
+                    checked.append("each file's chunk ids against the manifest")
                 damage = ([self._loss(missing, exists)] if missing else []) + found
                 if verify and found:
                     self._verify.record(found)
@@ -514,6 +519,8 @@ class Index:
             "damaged": "; ".join(damage) or None,
             "chunking": m.chunking if m else self.settings.as_dict(),
             "manifest": str(self.manifest_path),
+            "manifest_lost": not (m and m.roots) and chunks > 0,  # the store holds what no manifest lists
+            "verified": {"checked": checked, "seconds": round(time.monotonic() - started, 3)} if verify else None,
         }
 
     def _unlike_manifest(self, m: Manifest) -> list[str]:

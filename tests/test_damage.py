@@ -377,10 +377,13 @@ def test_a_lost_manifest_takes_the_folders_back_from_the_store(
 ) -> None:
     total = _build(cli, docs)
     MANIFEST_LOSSES[loss](_manifest(mdrag_home))
+    code, out, err = cli("status")
+    assert f"the manifest {_manifest(mdrag_home)} is missing or unreadable" in out and "run `mdrag index`" in out
     code, out, err = cli("index", "--json", "-q")  # no folder: the index's own
     assert code == 0, err
     s = json.loads(out)
     assert s["folders"] == [str(docs.resolve())] and s["chunks_total"] == total and s["chunks_embedded"] == 0, s
+    assert not json.loads(cli("status", "--json")[1])["manifest_lost"]
     assert any("was lost: took the folders back from the store: " + str(docs.resolve()) in w for w in s["warnings"])
     (docs / "later.md").write_text("# Later\n\nA page written after the manifest was lost.\n")
     code, out, err = cli("index", "--json", "-q")  # from then on, the folders are the index's again
@@ -671,3 +674,19 @@ def test_edited_chunk_texts_are_found_by_verify_and_read_again_by_index(cli, doc
     assert code == 0, out + err
     assert _answers(cli) == before and not any("HACKED" in t for _, t in before)
     _assert_whole(cli, total)
+
+
+@both_stores
+def test_status_verify_says_what_it_checked_and_how_long_it_took(cli, docs: Path) -> None:
+    """Issue 37 point 8: `status --verify` is not `status` printed again."""
+    _build(cli, docs)
+    code, plain, _ = cli("status")
+    assert code == 0 and "verified:" not in plain
+    code, out, err = cli("status", "--verify")
+    assert code == 0 and out != plain, err
+    assert "verified:     every row of the index store" in out and "against the manifest" in out and " s\n" in out
+    code, out, _ = cli("status", "--verify", "--json")
+    verified = json.loads(out)["verified"]
+    assert code == 0 and len(verified["checked"]) == 2 and verified["seconds"] >= 0
+    code, out, _ = cli("status", "--json")
+    assert json.loads(out)["verified"] is None
