@@ -690,3 +690,28 @@ def test_status_verify_says_what_it_checked_and_how_long_it_took(cli, docs: Path
     assert code == 0 and len(verified["checked"]) == 2 and verified["seconds"] >= 0
     code, out, _ = cli("status", "--json")
     assert json.loads(out)["verified"] is None
+
+
+@pytest.mark.parametrize("backend", ["faiss"])
+def test_damaged_vectors_are_never_ranked_when_the_vector_index_is_built_from_sqlite(
+    cli, docs: Path, mdrag_home: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 37 point 5: a vector index built again from SQLite leaves out the vectors that are not the
+    unit vectors a run wrote (zeroed, cut short), says so, and the next `mdrag index` embeds them again."""
+    total = _build(cli, docs)
+    _sql("UPDATE chunks SET vector = zeroblob(length(vector)) WHERE n % 2 = 0")(mdrag_home)
+    _sql("UPDATE chunks SET vector = substr(vector, 1, 8) WHERE n = 1")(mdrag_home)
+    _faiss_file(mdrag_home, "faiss").unlink()
+    with sqlite3.connect(_faiss_file(mdrag_home, "sqlite")) as db:
+        damaged = {r[0] for r in db.execute("SELECT id FROM chunks WHERE n % 2 = 0 OR n = 1")}
+    code, out, err = cli("search", *_QUERY)
+    assert code == 0, err
+    assert not damaged & {r["chunk_id"] for r in json.loads(out)}, "a damaged vector is never ranked"
+    assert f"chunk vector(s) in {_faiss_file(mdrag_home, 'sqlite')} are damaged" in caplog.text
+    code, out, err = cli("index", "--json", "-q")
+    s = json.loads(out)
+    assert code == 0 and s["chunks_total"] == total and s["chunks_embedded"] >= len(damaged), s
+    assert any("were damaged: embedded again" in w for w in s["warnings"]), s
+    code, out, err = cli("status", "--verify")
+    assert code == 0, out + err
+    _assert_whole(cli, total)

@@ -102,6 +102,7 @@ class FaissStore:
         self._version = -1  # PRAGMA data_version when memory last matched SQLite
         self._foreign: dict[str, Any] | None = None  # the identity of another model, found in SQLite by _sync
         self._mem = Memory(self._dim)  # the vectors, the BM25 index and caches over them
+        self._left_out: set[int] = set()  # rows whose stored vector is damaged: never searched, re-embedded
 
     @classmethod
     def from_config(
@@ -266,16 +267,18 @@ class FaissStore:
                 found = self._mismatches(db, sql.recorded(db), thorough)
                 suspect = sql.tag_differences(db) if "tagged" in found else set()
                 bad = sql.bad_vectors(db, self._dim) if "vectors" in found else set()
-                bad |= sql.edited_texts(db) if "texts" in found else set()
+                bad |= (sql.edited_texts(db) if "texts" in found else set()) | self._left_out
                 ids = {r[0] for n in batches(sorted(suspect | bad)) for r in sql.ids_of(db, n)}
             except sqlite3.DatabaseError as e:
                 raise damaged(self.path, e) from e
-            fixed = [found[k] for k in ("faiss", "tags", "rows", "tagged", "vectors", "texts") if k in found]
-            if fixed:
+            if self._left_out:
+                found["left"] = f"{len(self._left_out)} chunk vector(s) in {self.path} were damaged: embedded again"
+            if bad or any(k in found for k in ("faiss", "tags", "rows", "tagged")):
                 with sql.writing(self.path):
                     self._begin()
                     if bad:  # their files are indexed again; a damaged row must not be reused by content hash
                         self._delete_rows(sorted(bad))
+                        self._left_out.clear()
                     sql.create_tables(self.db)  # a table or index that was dropped
                     sql.rebuild_tags(self.db)
                     self._mem.rebuild(self._mem.index.hnsw or len(self._mem.rows) >= _HNSW_MIN)
@@ -286,7 +289,7 @@ class FaissStore:
                 for k in ("faiss", "tags", "tagged")
                 if k in found
             ]
-            return said, ids
+            return said + [v for k, v in found.items() if k == "left"], ids
 
     # -- writes -------------------------------------------------------------
     def _begin(self) -> None:
@@ -471,7 +474,7 @@ class FaissStore:
 
     def _load_rows(self, rows: list[int] | None) -> None:
         """Load these rows (all when None) from SQLite into memory."""
-        for part, vecs, texts in sql.vector_rows(self.db, rows, self._dim):
+        for part, vecs, texts in sql.vector_rows(self.db, rows, self._dim, self._left_out, self.path):
             self._add_memory(part, vecs, texts)
 
     def _data_version(self) -> int:
@@ -510,7 +513,7 @@ class FaissStore:
         """Make memory hold exactly the rows SQLite holds (row numbers are never reused: a set difference)."""
         rows = {r[0] for r in self.db.execute("SELECT n FROM chunks")}
         self._mem.remove(self._mem.rows - rows)
-        self._load_rows(sorted(rows - self._mem.rows))
+        self._load_rows(sorted(rows - self._mem.rows - self._left_out))
 
     # -- reads --------------------------------------------------------------
     def _read(self) -> sqlite3.Connection:

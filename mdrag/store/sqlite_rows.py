@@ -475,9 +475,12 @@ def delete_rows(db: sqlite3.Connection, rows: list[int]) -> None:
 
 # -- what memory is built from ------------------------------------------------------
 def vector_rows(
-    db: sqlite3.Connection, rows: list[int] | None, dim: int
+    db: sqlite3.Connection, rows: list[int] | None, dim: int, left_out: set[int], path: Path
 ) -> Iterator[tuple[list[int], np.ndarray, list[str]]]:
-    """These rows (all when None) in parts: (row numbers, their vectors, their BM25 texts)."""
+    """These rows (all when None) in parts: (row numbers, their vectors, their BM25 texts). A row whose
+    vector is not a unit vector of ``dim`` floats (every one a run writes is) is damaged: it is left out,
+    added to ``left_out`` and named in a warning, never ranked by its damaged bytes."""
+    before = len(left_out)
     if rows is None:
         cur = db.execute("SELECT n, vector, bm25_text FROM chunks")
         parts: Iterable[list[Any]] = iter(lambda: cur.fetchmany(4096), [])
@@ -487,9 +490,20 @@ def vector_rows(
             for p in batches(rows)
         )
     for part in parts:
-        if part:
-            vecs = np.frombuffer(b"".join(r[1] for r in part), dtype=np.float32).reshape(len(part), dim)
-            yield [r[0] for r in part], vecs, [r[2] for r in part]
+        sized = [r for r in part if len(r[1]) == 4 * dim]
+        vecs = np.frombuffer(b"".join(r[1] for r in sized), dtype=np.float32).reshape(len(sized), dim)
+        with np.errstate(all="ignore"):
+            ok = np.abs(np.linalg.norm(vecs, axis=1) - 1) < 1e-3
+        left_out.update({r[0] for r in part} - {r[0] for r, good in zip(sized, ok) if good})
+        if ok.any():
+            yield [r[0] for r, good in zip(sized, ok) if good], vecs[ok], [r[2] for r, good in zip(sized, ok) if good]
+    if len(left_out) > before:
+        log.warning(
+            "%d chunk vector(s) in %s are damaged: left out of searches; the next `mdrag index` embeds their "
+            "files again",
+            len(left_out) - before,
+            path,
+        )
 
 
 def bm25_index(db: sqlite3.Connection, rows: set[int]) -> Bm25:
