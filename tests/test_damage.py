@@ -715,3 +715,29 @@ def test_damaged_vectors_are_never_ranked_when_the_vector_index_is_built_from_sq
     code, out, err = cli("status", "--verify")
     assert code == 0, out + err
     _assert_whole(cli, total)
+
+
+def test_a_changed_milvus_data_file_is_found_by_verify_and_rebuild_builds_it_again(
+    cli, docs: Path, mdrag_home: Path
+) -> None:
+    """Issue 37 point 7: the run records the sha256 of the collection's data files; `status --verify`
+    compares them, and the rows of a changed one cannot be trusted: `mdrag index --rebuild`."""
+    total = _build(cli, docs)
+    files = sorted(_collection(mdrag_home).glob("partitions/*/data/data_*.parquet"))
+    assert files
+    st = files[0].stat()
+    with open(files[0], "r+b") as f:
+        f.seek(st.st_size // 2)
+        data = f.read(64)
+        f.seek(st.st_size // 2)
+        f.write(bytes(b ^ 0xFF for b in data))
+    os.utime(files[0], ns=(st.st_atime_ns, st.st_mtime_ns))
+    code, out, err = cli("status", "--verify")
+    assert code == 1 and str(files[0]) in err and "`mdrag index --rebuild`" in err, out + err
+    code, out, err = cli("index", "--json", "-q")
+    assert code == 1 and "`mdrag index --rebuild`" in err, out + err
+    code, out, err = cli("index", "--rebuild", "--json", "-q")
+    assert code == 0 and json.loads(out)["chunks_total"] == total, err
+    code, out, err = cli("status", "--verify")
+    assert code == 0, out + err
+    _assert_whole(cli, total)
