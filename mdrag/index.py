@@ -189,6 +189,12 @@ class Index:
     def _loss(self, missing: tuple[int, int], exists: bool) -> str:
         """What a store missing rows (see :meth:`_missing_rows`) lost, naming the store."""
         stored, expected = missing
+        held = getattr(self.store, "rows_without_records", lambda: 0)() if not exists else 0
+        if held:  # the FAISS store's meta table was lost: its rows are there, but not which model made them
+            return (
+                f"the index store {self.store.uri} lost the records that name the model that built it (its meta "
+                f"table), though it holds {held} chunk rows of the {expected} its manifest lists"
+            )
         if not exists:
             return (
                 f"the index store {self.store.uri} lost its data: it holds none of the {expected} chunks its "
@@ -424,6 +430,11 @@ class Index:
         self._view.follow_committed(manifest, self.store.transactional)
         with self._snapshot.reading() as visible:
             if visible.ids is not None and not visible.ids and visible.roots is None:
+                if exists and not building and self._view.progress is None and self.manifest_path.exists():
+                    raise MdragError(  # nothing is being built: the manifest that says what is committed is lost
+                        f"the manifest {self.manifest_path} cannot be read, and it says which of the chunks of "
+                        f"{self.store.uri} are whole: run `mdrag index` to write it again (from the store's folders)"
+                    )
                 raise self._view.building_error()
             results = search(self.store, self.embedder, query, options, filters, visible, vector)
         if not results and self._view.progress is None and building:

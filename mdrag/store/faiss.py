@@ -119,10 +119,8 @@ class FaissStore:
         return self._db
 
     def open(self, create: bool = True, replace_mismatch: bool = False) -> bool:
-        """Open the SQLite file, check the model identity, and load the vectors and BM25 index into memory.
-
-        Returns False when the index does not exist and ``create`` is False.
-        """
+        """Open the SQLite file, check the model identity, and load the vectors and BM25 index into memory;
+        False when the index does not exist and ``create`` is False."""
         with self._lock:
             self._opening = True
             try:
@@ -225,6 +223,10 @@ class FaissStore:
             self.bm25_path.unlink(missing_ok=True)  # built from the chunks' texts: nothing to keep
             return sql.set_aside(self.path, self.faiss_path, self.name)
 
+    def rows_without_records(self) -> int:
+        """The chunk rows of a store that lost the records naming its model (its meta table); 0 when none."""
+        return sql.rows_held(self.path) if self._db is None and self.path.exists() else 0
+
     def unchanged_since_last_run(self) -> bool:
         """Whether SQLite's last commit was an :meth:`end_run` and the ``.faiss`` file is the one it wrote.
 
@@ -284,12 +286,9 @@ class FaissStore:
                     self._mem.rebuild(self._mem.index.hnsw or len(self._mem.rows) >= _HNSW_MIN)
                     self._save_faiss()
                     self._commit(run=True)
-            said = [
-                f"{found[k]}: built again from the stored vectors and metadata"
-                for k in ("faiss", "tags", "tagged")
-                if k in found
-            ]
-            return said + [v for k, v in found.items() if k == "left"], ids
+            again = ": built again from the stored vectors and metadata"
+            said = [found[k] + again for k in ("faiss", "tags", "tagged") if k in found]
+            return said + ([found["left"]] if "left" in found else []), ids
 
     # -- writes -------------------------------------------------------------
     def _begin(self) -> None:

@@ -554,6 +554,15 @@ def last_commit_was_run(db: sqlite3.Connection | None, path: Path, faiss_path: P
         return False
 
 
+def rows_held(path: Path) -> int:
+    """The rows of the chunks table of the SQLite file ``path``, read-only; 0 when it cannot be read."""
+    try:
+        with closing(sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True, timeout=5)) as ro:
+            return int(ro.execute("SELECT count(*) FROM chunks").fetchone()[0])
+    except sqlite3.Error:
+        return 0
+
+
 def set_aside(path: Path, faiss_path: Path, name: str) -> Path | None:
     """Move the closed store's SQLite and FAISS files into ``<cache>/damaged/<index>-<time>/``; None when
     there are none."""
