@@ -505,7 +505,8 @@ class Index:
                         self._verify.record([str(e)])
                     raise
                 if verify and exists:
-                    checked.append(f"every row of the index store {self.store.uri}")
+                    read = "every row" if self.backend == "faiss" else "the row count, data files and sampled vectors"
+                    checked.append(f"{read} of the index store {self.store.uri}")
                 if verify and exists and m is not None and m.roots and not m.dirty and m.verified and not missing:
                     found += self._unlike_manifest(m)
                     checked.append("each file's chunk ids against the manifest")
