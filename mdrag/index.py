@@ -291,7 +291,8 @@ class Index:
             # What the last `status --verify` found: this run checks every row and repairs it.
             verified = self._verify.found()
 
-            if rebuild and verified is not None:  # what `status --verify` found damaged is not built upon
+            # what `status --verify` found damaged, or pages SQLite cannot read, are not built upon
+            if rebuild and (verified is not None or self._unreadable()):
                 with self._open_lock:
                     self.store.close()
                     self._opened = False
@@ -330,6 +331,17 @@ class Index:
                 return summary
             finally:
                 self._end_run()
+
+    def _unreadable(self) -> bool:
+        """Whether the store cannot be read whole (every row read: a --rebuild embeds every chunk anyway)."""
+        try:
+            if self._open(create=False):
+                self.store.check(thorough=True)
+        except StoreDamagedError:
+            return True
+        except MdragError:  # another model's store, one in use: the run says so
+            pass
+        return False
 
     def yield_to_searches(self) -> None:
         """From now on this index's updates give way to its searches: they embed with the embedder's

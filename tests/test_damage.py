@@ -748,3 +748,17 @@ def test_a_changed_milvus_data_file_is_found_by_verify_and_rebuild_builds_it_aga
     code, out, err = cli("status", "--verify")
     assert code == 0, out + err
     _assert_whole(cli, total)
+
+
+@pytest.mark.parametrize("backend", ["faiss"])
+def test_rebuild_sets_aside_a_store_with_pages_sqlite_cannot_read_unasked(cli, docs: Path, mdrag_home: Path) -> None:
+    """Issue 37 point 4: the `mdrag index --rebuild` a damaged store's message asks for works without a
+    `status --verify` before it (it reads every row, then sets the store aside rather than build upon it)."""
+    total = _build(cli, docs)
+    _flip_index_page("chunks_root")(mdrag_home)
+    code, out, err = cli("index", "--json", "-q")
+    assert code == 1 and "`mdrag index --rebuild`" in err, out + err
+    code, out, err = cli("index", "--rebuild", "--json", "-q")
+    assert code == 0 and json.loads(out)["chunks_total"] == total, err
+    assert list((mdrag_home / "cache" / "damaged").iterdir()), "set aside, not deleted"
+    _assert_whole(cli, total)
