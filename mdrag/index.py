@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -188,6 +189,12 @@ class Index:
     def _loss(self, missing: tuple[int, int], exists: bool) -> str:
         """What a store missing rows (see :meth:`_missing_rows`) lost, naming the store."""
         stored, expected = missing
+        held = getattr(self.store, "rows_without_records", lambda: 0)() if not exists else 0
+        if held:  # the FAISS store's meta table was lost: its rows are there, but not which model made them
+            return (
+                f"the index store {self.store.uri} lost the records that name the model that built it (its meta "
+                f"table), though it holds {held} chunk rows of the {expected} its manifest lists"
+            )
         if not exists:
             return (
                 f"the index store {self.store.uri} lost its data: it holds none of the {expected} chunks its "
@@ -284,7 +291,8 @@ class Index:
             # What the last `status --verify` found: this run checks every row and repairs it.
             verified = self._verify.found()
 
-            if rebuild and verified is not None:  # what `status --verify` found damaged is not built upon
+            # what `status --verify` found damaged, or pages SQLite cannot read, are not built upon
+            if rebuild and (verified is not None or self._unreadable()):
                 with self._open_lock:
                     self.store.close()
                     self._opened = False
@@ -323,6 +331,17 @@ class Index:
                 return summary
             finally:
                 self._end_run()
+
+    def _unreadable(self) -> bool:
+        """Whether the store cannot be read whole (every row read: a --rebuild embeds every chunk anyway)."""
+        try:
+            if self._open(create=False):
+                self.store.check(thorough=True)
+        except StoreDamagedError:
+            return True
+        except MdragError:  # another model's store, one in use: the run says so
+            pass
+        return False
 
     def yield_to_searches(self) -> None:
         """From now on this index's updates give way to its searches: they embed with the embedder's
@@ -423,6 +442,11 @@ class Index:
         self._view.follow_committed(manifest, self.store.transactional)
         with self._snapshot.reading() as visible:
             if visible.ids is not None and not visible.ids and visible.roots is None:
+                if exists and not building and self._view.progress is None and self.manifest_path.exists():
+                    raise MdragError(  # nothing is being built: the manifest that says what is committed is lost
+                        f"the manifest {self.manifest_path} cannot be read, and it says which of the chunks of "
+                        f"{self.store.uri} are whole: run `mdrag index` to write it again (from the store's folders)"
+                    )
                 raise self._view.building_error()
             results = search(self.store, self.embedder, query, options, filters, visible, vector)
         if not results and self._view.progress is None and building:
@@ -474,6 +498,7 @@ class Index:
         described all the same, by its manifest (its chunks as the manifest lists them, nothing checked),
         with ``model_mismatch`` saying so and what to do."""
         mismatch: ModelMismatchError | None = None
+        started, checked = time.monotonic(), list[str]()  # what --verify read, said with how long it took
         with self._using():
             m = Manifest.load(self.manifest_path)
             try:
@@ -483,16 +508,20 @@ class Index:
             if mismatch is not None:  # described by its manifest; its store is neither counted nor checked
                 chunks, damage = (len(m.visible()[0]) if m else 0), []
             else:
-                missing = self._missing_rows(exists)
-                chunks = self.store.count() if exists else 0
                 try:
+                    missing = self._missing_rows(exists)
+                    chunks = self.store.count() if exists else 0
                     found = self.store.check(thorough=verify) if exists else []
                 except StoreDamagedError as e:
                     if verify:  # SQLite's own check found pages it cannot read: `mdrag index --rebuild` sets it aside
                         self._verify.record([str(e)])
                     raise
+                if verify and exists:
+                    read = "every row" if self.backend == "faiss" else "the row count, data files and sampled vectors"
+                    checked.append(f"{read} of the index store {self.store.uri}")
                 if verify and exists and m is not None and m.roots and not m.dirty and m.verified and not missing:
                     found += self._unlike_manifest(m)
+                    checked.append("each file's chunk ids against the manifest")
                 damage = ([self._loss(missing, exists)] if missing else []) + found
                 if verify and found:
                     self._verify.record(found)
@@ -514,6 +543,8 @@ class Index:
             "damaged": "; ".join(damage) or None,
             "chunking": m.chunking if m else self.settings.as_dict(),
             "manifest": str(self.manifest_path),
+            "manifest_lost": not (m and m.roots) and chunks > 0,  # the store holds what no manifest lists
+            "verified": {"checked": checked, "seconds": round(time.monotonic() - started, 3)} if verify else None,
         }
 
     def _unlike_manifest(self, m: Manifest) -> list[str]:

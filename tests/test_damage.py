@@ -218,7 +218,7 @@ def _manifest(home: Path) -> Path:
 )
 @both_stores
 def test_an_unreadable_manifest_never_crashes_a_command(
-    cli, docs: Path, mdrag_home: Path, raw: bytes | None, backend: str
+    cli, docs: Path, mdrag_home: Path, raw: bytes | None, backend: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     total = _build(cli, docs)
     path = _manifest(mdrag_home)
@@ -228,8 +228,10 @@ def test_an_unreadable_manifest_never_crashes_a_command(
         raw = json.dumps(d).encode()
     path.write_bytes(raw)
     for argv in (("status",), ("search", "palette")):
-        code, _, err = cli(*argv)
+        code, out, err = cli(*argv)
         assert "Traceback" not in err and code in (0, 1), (argv, err)
+        said = out + err + caplog.text  # what is true (issue 37 point 8): nothing rebuilds, nothing is being built
+        assert "rebuilding" not in said and "is being built" not in said and "`mdrag index`" in said, (argv, said)
     code, out, err = cli("index", str(docs), "--json", "-q")
     assert code == 0, err
     s = json.loads(out)
@@ -335,12 +337,16 @@ def test_a_store_that_lost_everything_is_named_then_repaired_by_index(
     damage(mdrag_home)
     code, out, err = cli("status")
     assert code == 1, out + err
-    assert "damaged:" in out and f"none of the {total} chunks" in out and "mdrag index" in out, out
+    # what is true (issue 37 point 8): with the meta table deleted every row is there
+    meta = "DELETE FROM meta" in damage.__name__
+    held = f"though it holds {total} chunk rows of the {total}" if meta else f"none of the {total} chunks"
+    assert "damaged:" in out and held in out and "mdrag index" in out, out
     assert "(empty" not in out
     code, out, err = cli("status", "--json")
     assert code == 1 and json.loads(out)["damaged"], out
     code, out, err = cli("search", "vermilion palette")
-    assert code == 1 and "lost its data" in err and "run `mdrag index`" in err and "does not exist" not in err, err
+    lost = "lost the records that name the model" if meta else "lost its data"
+    assert code == 1 and lost in err and "run `mdrag index`" in err and "does not exist" not in err, err
     code, out, err = cli("index", "--json", "-q")  # the index's own folders: the manifest still lists them
     assert code == 0, err
     assert json.loads(out)["chunks_total"] == total
@@ -377,10 +383,13 @@ def test_a_lost_manifest_takes_the_folders_back_from_the_store(
 ) -> None:
     total = _build(cli, docs)
     MANIFEST_LOSSES[loss](_manifest(mdrag_home))
+    code, out, err = cli("status")
+    assert f"the manifest {_manifest(mdrag_home)} is missing or unreadable" in out and "run `mdrag index`" in out
     code, out, err = cli("index", "--json", "-q")  # no folder: the index's own
     assert code == 0, err
     s = json.loads(out)
     assert s["folders"] == [str(docs.resolve())] and s["chunks_total"] == total and s["chunks_embedded"] == 0, s
+    assert not json.loads(cli("status", "--json")[1])["manifest_lost"]
     assert any("was lost: took the folders back from the store: " + str(docs.resolve()) in w for w in s["warnings"])
     (docs / "later.md").write_text("# Later\n\nA page written after the manifest was lost.\n")
     code, out, err = cli("index", "--json", "-q")  # from then on, the folders are the index's again
@@ -543,6 +552,26 @@ def _middle(pattern: str) -> Callable[[Path], None]:
     return damage
 
 
+def _flip_index_page(name: str) -> Callable[[Path], None]:
+    """Flip the last 400 bytes (its cells: the keys) of the first page of the SQLite index ``name``."""
+
+    def damage(home: Path) -> None:
+        path = _faiss_file(home, "sqlite")
+        with sqlite3.connect(path) as db:
+            size = db.execute("PRAGMA page_size").fetchone()[0]
+            page = db.execute("SELECT max(pageno) FROM dbstat WHERE name = ?", (name,)).fetchone()[0]
+        st = path.stat()
+        with open(path, "r+b") as f:
+            f.seek(page * size - 400)
+            data = f.read(400)
+            f.seek(page * size - 400)
+            f.write(bytes(b ^ 0xFF for b in data))
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+    damage.__name__ = f"400 bytes flipped in the SQLite index {name}"
+    return damage
+
+
 def _milvus_delete_rows(home: Path) -> None:
     from pymilvus import MilvusClient
 
@@ -598,6 +627,7 @@ DAMAGE = [
     ("faiss", _garble_sqlite_header, "rebuild"),
     ("faiss", _cut("faiss/default.sqlite"), "rebuild"),
     ("faiss", _random_bytes("faiss/default.sqlite", 4096), "rebuild"),
+    ("faiss", _flip_index_page("chunks_root"), "rebuild"),  # read by `status`; a plain run read it too
     ("milvus", _random_bytes(_IDX + ".idx"), "open"),
     ("milvus", _milvus_delete_rows, "status"),
     ("milvus", _delete("milvus.db.mdrag"), "open"),
@@ -633,4 +663,102 @@ def test_damage_is_found_or_repaired_and_never_served(
     code, out, err = cli("status", "--verify")
     assert code == 0, out + err
     assert (_answers(cli), _answers(cli, "--tag", "paint")) == before
+    _assert_whole(cli, total)
+
+
+@pytest.mark.parametrize("backend", ["faiss"])
+def test_edited_chunk_texts_are_found_by_verify_and_read_again_by_index(cli, docs: Path, mdrag_home: Path) -> None:
+    """Issue 37 point 6: a text edited in the store no longer has its content hash."""
+    total = _build(cli, docs)
+    before = _answers(cli)
+    _sql("UPDATE chunks SET text = 'HACKED ' || text WHERE n % 2 = 0")(mdrag_home)
+    code, out, err = cli("status", "--verify")
+    assert code == 1 and "edited" in out and str(mdrag_home / "cache") in out, out + err
+    code, out, err = cli("index", "--json", "-q")
+    assert code == 0 and json.loads(out)["chunks_total"] == total, err
+    code, out, err = cli("status", "--verify")
+    assert code == 0, out + err
+    assert _answers(cli) == before and not any("HACKED" in t for _, t in before)
+    _assert_whole(cli, total)
+
+
+@both_stores
+def test_status_verify_says_what_it_checked_and_how_long_it_took(cli, docs: Path, backend: str) -> None:
+    """Issue 37 point 8: `status --verify` is not `status` printed again."""
+    _build(cli, docs)
+    code, plain, _ = cli("status")
+    assert code == 0 and "verified:" not in plain
+    code, out, err = cli("status", "--verify")
+    assert code == 0 and out != plain, err
+    read = "every row" if backend == "auto" else "the row count, data files and sampled vectors"  # auto: FAISS
+    assert f"verified:     {read} of the index store" in out and "against the manifest" in out and " s\n" in out
+    code, out, _ = cli("status", "--verify", "--json")
+    verified = json.loads(out)["verified"]
+    assert code == 0 and len(verified["checked"]) == 2 and verified["seconds"] >= 0
+    code, out, _ = cli("status", "--json")
+    assert json.loads(out)["verified"] is None
+
+
+@pytest.mark.parametrize("backend", ["faiss"])
+def test_damaged_vectors_are_never_ranked_when_the_vector_index_is_built_from_sqlite(
+    cli, docs: Path, mdrag_home: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 37 point 5: a vector index built again from SQLite leaves out the vectors that are not the
+    unit vectors a run wrote (zeroed, cut short), says so, and the next `mdrag index` embeds them again."""
+    total = _build(cli, docs)
+    _sql("UPDATE chunks SET vector = zeroblob(length(vector)) WHERE n % 2 = 0")(mdrag_home)
+    _sql("UPDATE chunks SET vector = substr(vector, 1, 8) WHERE n = 1")(mdrag_home)
+    _faiss_file(mdrag_home, "faiss").unlink()
+    with sqlite3.connect(_faiss_file(mdrag_home, "sqlite")) as db:
+        damaged = {r[0] for r in db.execute("SELECT id FROM chunks WHERE n % 2 = 0 OR n = 1")}
+    code, out, err = cli("search", *_QUERY)
+    assert code == 0, err
+    assert not damaged & {r["chunk_id"] for r in json.loads(out)}, "a damaged vector is never ranked"
+    assert f"chunk vector(s) in {_faiss_file(mdrag_home, 'sqlite')} are damaged" in caplog.text
+    code, out, err = cli("index", "--json", "-q")
+    s = json.loads(out)
+    assert code == 0 and s["chunks_total"] == total and s["chunks_embedded"] >= len(damaged), s
+    assert any("were damaged: embedded again" in w for w in s["warnings"]), s
+    code, out, err = cli("status", "--verify")
+    assert code == 0, out + err
+    _assert_whole(cli, total)
+
+
+def test_a_changed_milvus_data_file_is_found_by_verify_and_rebuild_builds_it_again(
+    cli, docs: Path, mdrag_home: Path
+) -> None:
+    """Issue 37 point 7: the run records the sha256 of the collection's data files; `status --verify`
+    compares them, and the rows of a changed one cannot be trusted: `mdrag index --rebuild`."""
+    total = _build(cli, docs)
+    files = sorted(_collection(mdrag_home).glob("partitions/*/data/data_*.parquet"))
+    assert files
+    st = files[0].stat()
+    with open(files[0], "r+b") as f:
+        f.seek(st.st_size // 2)
+        data = f.read(64)
+        f.seek(st.st_size // 2)
+        f.write(bytes(b ^ 0xFF for b in data))
+    os.utime(files[0], ns=(st.st_atime_ns, st.st_mtime_ns))
+    code, out, err = cli("status", "--verify")
+    assert code == 1 and str(files[0]) in err and "`mdrag index --rebuild`" in err, out + err
+    code, out, err = cli("index", "--json", "-q")
+    assert code == 1 and "`mdrag index --rebuild`" in err, out + err
+    code, out, err = cli("index", "--rebuild", "--json", "-q")
+    assert code == 0 and json.loads(out)["chunks_total"] == total, err
+    code, out, err = cli("status", "--verify")
+    assert code == 0, out + err
+    _assert_whole(cli, total)
+
+
+@pytest.mark.parametrize("backend", ["faiss"])
+def test_rebuild_sets_aside_a_store_with_pages_sqlite_cannot_read_unasked(cli, docs: Path, mdrag_home: Path) -> None:
+    """Issue 37 point 4: the `mdrag index --rebuild` a damaged store's message asks for works without a
+    `status --verify` before it (it reads every row, then sets the store aside rather than build upon it)."""
+    total = _build(cli, docs)
+    _flip_index_page("chunks_root")(mdrag_home)
+    code, out, err = cli("index", "--json", "-q")
+    assert code == 1 and "`mdrag index --rebuild`" in err, out + err
+    code, out, err = cli("index", "--rebuild", "--json", "-q")
+    assert code == 0 and json.loads(out)["chunks_total"] == total, err
+    assert list((mdrag_home / "cache" / "damaged").iterdir()), "set aside, not deleted"
     _assert_whole(cli, total)

@@ -232,13 +232,18 @@ class Manifest:
         except FileNotFoundError:
             return None
         except OSError as e:
-            log.warning("cannot read manifest %s (%s): rebuilding the index", path, e)
+            log.warning("cannot read manifest %s (%s): the next `mdrag index` writes it again", path, e)
             return None
         try:
             raw = data.decode("utf-8")
             m = cls.from_json(json.loads(raw))
         except (ValueError, KeyError, TypeError, AttributeError) as e:  # UnicodeDecodeError is a ValueError
-            log.warning("manifest %s is corrupt (%s): rebuilding the index", path, str(e)[:200])
+            log.warning(
+                "manifest %s is corrupt (%s): the next `mdrag index` writes it again (taking the folders back "
+                "from the store)",
+                path,
+                str(e)[:200],
+            )
             return None
         m.verified = _checksum_ok(raw)
         if not m.verified:

@@ -102,6 +102,7 @@ class FaissStore:
         self._version = -1  # PRAGMA data_version when memory last matched SQLite
         self._foreign: dict[str, Any] | None = None  # the identity of another model, found in SQLite by _sync
         self._mem = Memory(self._dim)  # the vectors, the BM25 index and caches over them
+        self._left_out: set[int] = set()  # rows whose stored vector is damaged: never searched, re-embedded
 
     @classmethod
     def from_config(
@@ -118,10 +119,8 @@ class FaissStore:
         return self._db
 
     def open(self, create: bool = True, replace_mismatch: bool = False) -> bool:
-        """Open the SQLite file, check the model identity, and load the vectors and BM25 index into memory.
-
-        Returns False when the index does not exist and ``create`` is False.
-        """
+        """Open the SQLite file, check the model identity, and load the vectors and BM25 index into memory;
+        False when the index does not exist and ``create`` is False."""
         with self._lock:
             self._opening = True
             try:
@@ -224,6 +223,10 @@ class FaissStore:
             self.bm25_path.unlink(missing_ok=True)  # built from the chunks' texts: nothing to keep
             return sql.set_aside(self.path, self.faiss_path, self.name)
 
+    def rows_without_records(self) -> int:
+        """The chunk rows of a store that lost the records naming its model (its meta table); 0 when none."""
+        return sql.rows_held(self.path) if self._db is None and self.path.exists() else 0
+
     def unchanged_since_last_run(self) -> bool:
         """Whether SQLite's last commit was an :meth:`end_run` and the ``.faiss`` file is the one it wrote.
 
@@ -266,26 +269,26 @@ class FaissStore:
                 found = self._mismatches(db, sql.recorded(db), thorough)
                 suspect = sql.tag_differences(db) if "tagged" in found else set()
                 bad = sql.bad_vectors(db, self._dim) if "vectors" in found else set()
+                bad |= (sql.edited_texts(db) if "texts" in found else set()) | self._left_out
                 ids = {r[0] for n in batches(sorted(suspect | bad)) for r in sql.ids_of(db, n)}
             except sqlite3.DatabaseError as e:
                 raise damaged(self.path, e) from e
-            fixed = [found[k] for k in ("faiss", "tags", "rows", "tagged", "vectors") if k in found]
-            if fixed:
+            if self._left_out:
+                found["left"] = f"{len(self._left_out)} chunk vector(s) in {self.path} were damaged: embedded again"
+            if bad or any(k in found for k in ("faiss", "tags", "rows", "tagged")):
                 with sql.writing(self.path):
                     self._begin()
-                    if bad:  # their files are indexed again; a damaged vector must not be reused by content hash
+                    if bad:  # their files are indexed again; a damaged row must not be reused by content hash
                         self._delete_rows(sorted(bad))
+                        self._left_out.clear()
                     sql.create_tables(self.db)  # a table or index that was dropped
                     sql.rebuild_tags(self.db)
                     self._mem.rebuild(self._mem.index.hnsw or len(self._mem.rows) >= _HNSW_MIN)
                     self._save_faiss()
                     self._commit(run=True)
-            said = [
-                f"{found[k]}: built again from the stored vectors and metadata"
-                for k in ("faiss", "tags", "tagged")
-                if k in found
-            ]
-            return said, ids
+            again = ": built again from the stored vectors and metadata"
+            said = [found[k] + again for k in ("faiss", "tags", "tagged") if k in found]
+            return said + ([found["left"]] if "left" in found else []), ids
 
     # -- writes -------------------------------------------------------------
     def _begin(self) -> None:
@@ -470,7 +473,7 @@ class FaissStore:
 
     def _load_rows(self, rows: list[int] | None) -> None:
         """Load these rows (all when None) from SQLite into memory."""
-        for part, vecs, texts in sql.vector_rows(self.db, rows, self._dim):
+        for part, vecs, texts in sql.vector_rows(self.db, rows, self._dim, self._left_out, self.path):
             self._add_memory(part, vecs, texts)
 
     def _data_version(self) -> int:
@@ -509,7 +512,7 @@ class FaissStore:
         """Make memory hold exactly the rows SQLite holds (row numbers are never reused: a set difference)."""
         rows = {r[0] for r in self.db.execute("SELECT n FROM chunks")}
         self._mem.remove(self._mem.rows - rows)
-        self._load_rows(sorted(rows - self._mem.rows))
+        self._load_rows(sorted(rows - self._mem.rows - self._left_out))
 
     # -- reads --------------------------------------------------------------
     def _read(self) -> sqlite3.Connection:
@@ -521,23 +524,32 @@ class FaissStore:
             raise self._mismatch(self._foreign)
         return self.db
 
-    def vectors_by_hash(self, hashes: Iterable[str]) -> dict[str, np.ndarray]:
+    @contextmanager
+    def _reads(self) -> Iterator[None]:
+        """Under the lock; a page SQLite cannot read is the store's damage, said as every read says it."""
         with self._lock:
+            try:
+                yield
+            except sqlite3.DatabaseError as e:
+                raise damaged(self.path, e) from e
+
+    def vectors_by_hash(self, hashes: Iterable[str]) -> dict[str, np.ndarray]:
+        with self._reads():
             return sql.vectors_by_hash(self._read(), hashes)
 
     def all_ids(self, roots: Sequence[str] | None = None) -> set[str]:
         return set(self.id_paths(roots))
 
     def id_paths(self, roots: Sequence[str] | None = None) -> dict[str, str]:
-        with self._lock:
+        with self._reads():
             return sql.id_paths(self._read(), roots)
 
     def count(self, roots: Sequence[str] | None = None) -> int:
-        with self._lock:
+        with self._reads():
             return sql.count(self._read(), roots)
 
     def roots(self) -> list[str]:
-        with self._lock:
+        with self._reads():
             return [r[0] for r in self._read().execute("SELECT DISTINCT root FROM chunks ORDER BY root")]
 
     def search_texts(self, share: int = 16) -> Iterator[str]:

@@ -233,6 +233,8 @@ class MilvusStore:
         ``thorough``, a vector index that does not find its own vectors (see :meth:`check`) is dropped and
         built again from the stored vectors (nothing is embedded again). What was repaired; no chunk is
         suspect (chunk rows that were lost are the indexer's to repair)."""
+        if thorough and self._files is not None and (data := self._files.changed_index_files(data=True)):
+            raise milvus_check.changed_data_error(data)  # the rows cannot be trusted: only --rebuild repairs
         lost = milvus_check.lost_vectors(self) if thorough else ""
         if not lost:
             return [], set()

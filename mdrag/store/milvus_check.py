@@ -81,6 +81,8 @@ def found_damage(store: Collection, files: LiteFiles | None, thorough: bool) -> 
     its own vectors (:func:`lost_vectors`)."""
     changed = files.changed_index_files() if files is not None else []
     found = [f"the vector index file {p} is not the one its run wrote" for p in changed]
+    if thorough and files is not None and (data := files.changed_index_files(data=True)):
+        raise changed_data_error(data)
     rows = files.recorded_sums().get("rows") if files is not None else None
     if thorough and isinstance(rows, int) and (held := store.count_where("")) != rows:
         found.append(f"the collection {store.collection} in {store.uri} holds {held} rows, its last run left {rows}")
@@ -134,6 +136,16 @@ def changed_files_error(changed: list[Path]) -> StoreDamagedError:
     return StoreDamagedError(
         f"The index store is damaged: {changed[0]} is not the vector index file its run wrote. Run "
         "`mdrag index` where the folder is writable to build it again from the stored vectors."
+    )
+
+
+def changed_data_error(changed: list[Path]) -> StoreDamagedError:
+    """The error of data files that differ from what their run wrote: the rows cannot be trusted."""
+    return StoreDamagedError(
+        f"The index store is damaged: {changed[0]} is not the data file its run wrote"
+        + (f" (nor are {len(changed) - 1} more)" if len(changed) > 1 else "")
+        + ". `mdrag index --rebuild` moves the collection aside (into the cache's damaged/ folder) and builds "
+        "the index again from its folders."
     )
 
 

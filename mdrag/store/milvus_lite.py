@@ -54,6 +54,7 @@ ROWS_KEY = "mdrag.rows_since_rewrite"  # collection property: chunks written by 
 _BM25_SEGMENT_ROWS = 512  # Milvus Lite: fewest chunks a run writes in one segment (see padding)
 _INDEX_FILES_WAIT_S = 30.0  # how long a run waits for Milvus Lite to write its segments' index files
 _INDEX_FILES_STILL_S = 0.3  # ... and for them to stay unchanged this long: written whole
+_DATA = "partitions/*/data/*"  # the data files of a collection: their sha256 is recorded too
 
 # Milvus Lite runs in process and holds a lock on its file until released: count
 # the open stores per file, and release the file when the last one closes, so
@@ -179,11 +180,12 @@ class LiteFiles:
             return {}
         return got if isinstance(got, dict) else {}
 
-    def index_digests(self) -> dict[str, str]:
-        """The sha256 of each of the collection's index files, by path within the collection."""
+    def index_digests(self, pattern: str = "partitions/*/indexes/*") -> dict[str, str]:
+        """The sha256 of each of the collection's index files (``pattern``: other files), by path within
+        the collection."""
         coll = self.folder
         out = {}
-        for path in sorted(coll.glob("partitions/*/indexes/*")):
+        for path in sorted(coll.glob(pattern)):
             out[str(path.relative_to(coll))] = file_sha256_cached(path)
         return out
 
@@ -192,7 +194,8 @@ class LiteFiles:
         ``rows``, the row count."""
         self.wait_for_index_files()
         try:
-            write_atomic(self.sums, json.dumps({"index_files": self.index_digests(), "rows": rows}))
+            sums = {"index_files": self.index_digests(), "data_files": self.index_digests(_DATA), "rows": rows}
+            write_atomic(self.sums, json.dumps(sums))
         except OSError as e:  # only a check is lost
             log.debug("cannot record the store's checksums in %s: %s", self.sums, e)
 
@@ -225,11 +228,12 @@ class LiteFiles:
                 return
             time.sleep(0.05)
 
-    def changed_index_files(self) -> list[Path]:
-        """The index files whose sha256 is not the one their run recorded (files it did not record pass)."""
-        recorded = self.recorded_sums().get("index_files") or {}
+    def changed_index_files(self, data: bool = False) -> list[Path]:
+        """The index files (``data``: the data files) whose sha256 is not the one their run recorded (files
+        it did not record pass)."""
+        recorded = self.recorded_sums().get("data_files" if data else "index_files") or {}
         try:
-            now = self.index_digests() if recorded else {}
+            now = (self.index_digests(_DATA) if data else self.index_digests()) if recorded else {}
         except OSError:
             return []
         return [self.folder / rel for rel, digest in now.items() if rel in recorded and recorded[rel] != digest]

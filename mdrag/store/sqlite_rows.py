@@ -270,7 +270,21 @@ def _thorough_mismatches(db: sqlite3.Connection, path: Path, dim: int, got: dict
         found["tagged"] = f"the tags table of {path} does not match the chunks' metadata"
     if bad_vectors(db, dim):
         found["vectors"] = f"some chunk vectors in {path} are damaged (not of unit length)"
+    if edited := edited_texts(db):
+        found["texts"] = f"the text of {len(edited)} chunk(s) in {path} is not the text its run stored (edited)"
     return found
+
+
+def edited_texts(db: sqlite3.Connection) -> set[int]:
+    """The row numbers whose text (with its context) no longer has the content hash its run recorded."""
+    bad: set[int] = set()
+    cur = db.execute("SELECT n, context, text, content_hash FROM chunks")
+    while part := cur.fetchmany(4096):
+        for n, ctx, text, digest in part:
+            embedded = f"{ctx}\n\n{text}" if ctx else text
+            if hashlib.sha256(embedded.encode("utf-8", "surrogatepass")).hexdigest() != digest:
+                bad.add(n)
+    return bad
 
 
 def bad_vectors(db: sqlite3.Connection, dim: int) -> set[int]:
@@ -461,9 +475,12 @@ def delete_rows(db: sqlite3.Connection, rows: list[int]) -> None:
 
 # -- what memory is built from ------------------------------------------------------
 def vector_rows(
-    db: sqlite3.Connection, rows: list[int] | None, dim: int
+    db: sqlite3.Connection, rows: list[int] | None, dim: int, left_out: set[int], path: Path
 ) -> Iterator[tuple[list[int], np.ndarray, list[str]]]:
-    """These rows (all when None) in parts: (row numbers, their vectors, their BM25 texts)."""
+    """These rows (all when None) in parts: (row numbers, their vectors, their BM25 texts). A row whose
+    vector is not a unit vector of ``dim`` floats (every one a run writes is) is damaged: it is left out,
+    added to ``left_out`` and named in a warning, never ranked by its damaged bytes."""
+    before = len(left_out)
     if rows is None:
         cur = db.execute("SELECT n, vector, bm25_text FROM chunks")
         parts: Iterable[list[Any]] = iter(lambda: cur.fetchmany(4096), [])
@@ -473,9 +490,20 @@ def vector_rows(
             for p in batches(rows)
         )
     for part in parts:
-        if part:
-            vecs = np.frombuffer(b"".join(r[1] for r in part), dtype=np.float32).reshape(len(part), dim)
-            yield [r[0] for r in part], vecs, [r[2] for r in part]
+        sized = [r for r in part if len(r[1]) == 4 * dim]
+        vecs = np.frombuffer(b"".join(r[1] for r in sized), dtype=np.float32).reshape(len(sized), dim)
+        with np.errstate(all="ignore"):
+            ok = np.abs(np.linalg.norm(vecs, axis=1) - 1) < 1e-3
+        left_out.update({r[0] for r in part} - {r[0] for r, good in zip(sized, ok) if good})
+        if ok.any():
+            yield [r[0] for r, good in zip(sized, ok) if good], vecs[ok], [r[2] for r, good in zip(sized, ok) if good]
+    if len(left_out) > before:
+        log.warning(
+            "%d chunk vector(s) in %s are damaged: left out of searches; the next `mdrag index` embeds their "
+            "files again",
+            len(left_out) - before,
+            path,
+        )
 
 
 def bm25_index(db: sqlite3.Connection, rows: set[int]) -> Bm25:
@@ -515,9 +543,24 @@ def last_commit_was_run(db: sqlite3.Connection | None, path: Path, faiss_path: P
             return False
         if db.execute("SELECT 1 FROM meta WHERE key = 'identity'").fetchone() is None:
             return False  # the model identity was lost: opening the store (to write it again) is the repair
-        return not mismatches(db, path, faiss_path, dim, got)
+        # the rows by their folder, as `status` and searches count them (another index than count(*)'s)
+        by_root = sum(n for _, n in db.execute("SELECT root, count(*) FROM chunks GROUP BY root"))
+        return str(by_root) == got.get("rows") and not mismatches(db, path, faiss_path, dim, got)
+    except sqlite3.DatabaseError as e:
+        if type(e) is sqlite3.DatabaseError:  # pages SQLite cannot read: what `status` says, not a run of nothing
+            raise damaged(path, e) from e
+        return False
     except (sqlite3.Error, OSError):
         return False
+
+
+def rows_held(path: Path) -> int:
+    """The rows of the chunks table of the SQLite file ``path``, read-only; 0 when it cannot be read."""
+    try:
+        with closing(sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True, timeout=5)) as ro:
+            return int(ro.execute("SELECT count(*) FROM chunks").fetchone()[0])
+    except sqlite3.Error:
+        return 0
 
 
 def set_aside(path: Path, faiss_path: Path, name: str) -> Path | None:

@@ -140,6 +140,14 @@ def _cmd_status(args: argparse.Namespace, config: Any, index: Any | None) -> int
     if st["model_mismatch"]:
         checked = "; --verify checked nothing: the store opens only with that embedder" if args.verify else ""
         print(f"note:         {st['model_mismatch']}{checked}")
+    if st["manifest_lost"]:
+        print(
+            f"note:         the manifest {st['manifest']} is missing or unreadable, though the store holds "
+            f"{st['chunks']} chunks: run `mdrag index` to take its folders back from the store"
+        )
+    if st["verified"] is not None:
+        what = "; ".join(st["verified"]["checked"]) or "nothing (no index store to read)"
+        print(f"verified:     {what}, in {st['verified']['seconds']:.2f} s")
     if st["damaged"]:
         print(f"damaged:      {st['damaged']}: run `mdrag index` to repair it")
         return 1
