@@ -53,7 +53,9 @@ class _Err:
 def test_ctrl_c_keeps_what_was_embedded_and_the_next_run_goes_on(
     tmp_path: Path, shared_data: Path, mdrag_home: Path
 ) -> None:
-    corpus = shared_data / "markdown_cncf_glossary"
+    # More chunks than one round of `mdrag index` (512: a pause is heeded between rounds), so that the
+    # interrupt, sent once chunks are being embedded, leaves work for the next run.
+    corpus = shared_data / "markdown_hugo_docs" / "content" / "en" / "functions"
     models = Path(load_config().cache_dir / "models")
     home = tmp_path / "home"
     (home / "cache").mkdir(parents=True)

@@ -102,9 +102,15 @@ def _make_bar() -> Any:
     )
 
 
+#: An `mdrag index` run commits at least this often. Longer than the server's steps (keeper.STEP_S, with rounds
+#: of keeper.BATCH_CHUNKS, so that its searches wait little): each step scans the folders again and starts a
+#: parse worker, and the pipeline's rounds of 512 chunks pad their texts less; no search waits on the CLI.
+_STEP_S = 30.0
+
+
 class _Steps:
     """An `mdrag index` run committed as it goes, as the server's updates are (:mod:`mdrag.ingest.keeper`):
-    every ``STEP_S`` the run commits what it embedded and goes on, so that a run stopped (Ctrl+C, a crash)
+    every ``_STEP_S`` the run commits what it embedded and goes on, so that a run stopped (Ctrl+C, a crash)
     keeps it. The first Ctrl+C ends the step that runs (it commits what was embedded) and stops there; a
     second stops at once (what the last step committed is kept, the next run repairs the rest)."""
 
@@ -114,18 +120,16 @@ class _Steps:
         self.interrupted = False  # Ctrl+C was pressed: no step after the one that runs
 
     def run(self, index: Any, args: argparse.Namespace, bar: _IndexBar) -> Any:
-        from mdrag.ingest.keeper import BATCH_CHUNKS, STEP_S, add_step
+        from mdrag.ingest.keeper import add_step
 
         so_far, rebuild = None, args.rebuild
         while True:
-            timer = threading.Timer(STEP_S, self.pause.set)
+            timer = threading.Timer(_STEP_S, self.pause.set)
             timer.daemon = True
             timer.start()
             try:
                 how = {"rebuild": rebuild, "progress": bar, "pause": self.pause, "cancel": self.cancel}
-                step = self._wait(
-                    functools.partial(index.update, args.folders or None, batch_chunks=BATCH_CHUNKS, **how)
-                )
+                step = self._wait(functools.partial(index.update, args.folders or None, **how))
             finally:
                 timer.cancel()
                 self.pause.clear()
