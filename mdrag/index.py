@@ -22,7 +22,6 @@ from mdrag.errors import (
     StoreDamagedError,
 )
 from mdrag.ingest.manifest import Manifest
-from mdrag.ingest.pipeline import Indexer, IndexOptions, RunEvents
 from mdrag.ingest.plan import mismatched
 from mdrag.ingest.progress import IndexProgress
 from mdrag.ingest.scan import ScanOptions
@@ -40,6 +39,7 @@ from mdrag.types import SearchResult
 if TYPE_CHECKING:
     from mdrag.answering.ask import Answer
     from mdrag.answering.followup import Turn
+    from mdrag.ingest.pipeline import Indexer
     from mdrag.store.base import Store
 
 __all__ = ["Index", "make_embedder", "open_index"]
@@ -246,6 +246,8 @@ class Index:
 
     def _indexer(self, embedder: Embedder, batch_chunks: int | None = None) -> Indexer:
         """The indexer of this index's store under its settings, embedding with ``embedder``."""
+        from mdrag.ingest.pipeline import Indexer, IndexOptions  # not imported by a search
+
         options = IndexOptions(
             self.settings,
             self._selection(),
@@ -314,6 +316,8 @@ class Index:
                 if opened:
                     open_store()
                 embedder = self.embedder.background() if self._yield and only is None else self.embedder
+                from mdrag.ingest.pipeline import RunEvents  # not imported by a search
+
                 events = RunEvents(
                     told,
                     on_upsert=self._snapshot.written,
@@ -362,6 +366,8 @@ class Index:
             self._view.begin_run()
             try:
                 self._open(create=True)
+                from mdrag.ingest.pipeline import RunEvents  # not imported by a search
+
                 events = RunEvents(on_commit=lambda ids: self._view.commit(ids, removed))
                 summary = self._indexer(self.embedder).remove(folders, events)
                 summary.waited_s = round(self._writers.waited, 3)
