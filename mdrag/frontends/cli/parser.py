@@ -7,7 +7,6 @@ type, choices, default and help are written there once.
 from __future__ import annotations
 
 import argparse
-import re
 from typing import Any
 
 from mdrag import __version__
@@ -67,14 +66,14 @@ _RERANK_FLAGS = ("rerank.url", "rerank.path", "rerank.model", "rerank.top_n")  #
 
 def _setting_flag(p: argparse.ArgumentParser, key: str) -> None:
     """Add the flag of setting ``key`` (:data:`_SETTING_FLAGS`), made from the setting's declaration."""
-    from mdrag.settings import FIELDS, choices, shown_default
+    from mdrag.settings import FIELDS, choices, doc_references, shown_default
 
     flag, metavar = _SETTING_FLAGS[key]
     field = FIELDS[key]
     values = choices(key)
     metavar = metavar or (None if values else flag.lstrip("-").upper())  # choices show themselves
     options: dict[str, Any] = {"dest": key, "metavar": metavar, "choices": values}
-    text = re.sub(r'see "([^"]+)"( below)?', lambda m: f'see the README\'s "{m[1]}"', field.description or "")
+    text = doc_references(field.description or "", markdown=False)
     if field.annotation is int:
         options["type"] = int
     elif field.annotation == int | float:

@@ -246,7 +246,7 @@ def _cmd_config(args: argparse.Namespace) -> int:
     from mdrag.knowledge.config import keys_table
     from mdrag.settings import settings_table
 
-    if args.markdown:  # README's two generated tables, each between the comments that mark it there
+    if args.markdown:  # the generated tables of docs/configuration.md and docs/mcp.md, between the comments there
         for what, source, table in (
             ("settings table", "mdrag/settings.py", settings_table()),
             (".knowledge/config.yaml keys", "mdrag/knowledge/config.py", keys_table()),
