@@ -182,10 +182,35 @@ def test_extractive_answer_without_llm(llm: LLM) -> None:
         assert "no llm" in pieces[0].lower()
         assert "llm.base_url" in pieces[0] and "MARKDOWN_QA_API_BASE_URL" in pieces[0]
         for n, (piece, r) in enumerate(zip(pieces[1:], many), start=1):
-            assert piece == f"\n\n[{n}] {r.rel_path}\n— Guide > Section {n}\n{r.text}"
+            assert piece == f"\n\n[{n}] {r.rel_path}\n\n— Guide > Section {n}\n\n{r.text}"
         assert "Section 6" not in "".join(pieces)
         assert collect(QUESTION, many, settings) == pieces  # deterministic
     assert llm.script.requests == []
+
+
+def test_an_extractive_answer_sets_headings_apart_and_shows_no_html_comment(llm: LLM) -> None:
+    """Each passage's heading is a paragraph of its own (rendered as Markdown, it no longer runs into the text),
+    and the documents' HTML comments are left out, except in code; the index's text is not changed."""
+    commented = (
+        "<!-- TODO: explain the overlap -->\nSet `chunk.size` <!-- inline --> in the config file.\n\n"
+        "<!--\na comment\nover lines\n-->\n\n```html\n<!-- code keeps it -->\n```\n\nSee `<!-- span -->` too."
+    )
+    results = [
+        result(1, commented),
+        result(2, "<!-- only a comment -->", path="/docs/guide/file1.md"),
+        result(3, "Cut inside <!-- a comment", path="/docs/guide/other.md"),
+    ]
+    before = [r.text for r in results]
+    _, first, second = collect(QUESTION, results, None)
+    assert first == (
+        "\n\n[1] guide/file1.md\n\n— Guide > Section 1\n\nSet `chunk.size`  in the config file.\n\n"
+        "```html\n<!-- code keeps it -->\n```\n\nSee `<!-- span -->` too.\n\n— Guide > Section 2"
+    )
+    assert second == "\n\n[2] guide/other.md\n\n— Guide > Section 3\n\nCut inside"
+    assert [r.text for r in results] == before
+    # the LLM is given the passages as they are
+    user = build_messages(QUESTION, numbered_sources(results, llm.settings()))[1]["content"]
+    assert "— Guide > Section 1\n<!-- TODO: explain the overlap -->" in user
 
 
 # -- answers from the LLM ----------------------------------------------------------------

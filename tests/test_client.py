@@ -167,7 +167,7 @@ def test_one_shot_prints_chunks_in_order_then_sources(start_server: Callable[...
     assert code == 0, err
     assert out == "Use `hugo new` to create a page.\n\nSources:\n  [1] /d/a.md\n  [2] /d/b.md\n"
     assert err == ""
-    assert srv.received == [{"type": "query", "question": "how do I add a page?"}]
+    assert srv.received == [{"type": "query", "question": "how do I add a page?", "id": 1}]
 
 
 def test_chunks_are_written_and_flushed_as_they_arrive(start_server: Callable[..., FakeServer]) -> None:
@@ -192,7 +192,7 @@ def test_no_sources_and_index_name(start_server: Callable[..., FakeServer]) -> N
     code, out, _ = ask(srv.url, "  unrelated?  ", index="notes")
     assert code == 0
     assert out == "No relevant information was found.\n\nSources: none\n"
-    assert srv.received == [{"type": "query", "question": "unrelated?", "index": "notes"}]
+    assert srv.received == [{"type": "query", "question": "unrelated?", "index": "notes", "id": 1}]
 
 
 def test_control_characters_from_the_server_are_stripped(start_server: Callable[..., FakeServer]) -> None:
@@ -510,6 +510,29 @@ def test_invalid_url() -> None:
 
 
 # -- Client API -----------------------------------------------------------------------------------
+
+
+def test_replies_are_matched_to_their_request_by_id(start_server: Callable[..., FakeServer]) -> None:
+    """Each request carries a new id; a reply that repeats another id (a late one, for an earlier request) is
+    not taken for this request's, and one with no id (a server that does not repeat ids) still is."""
+
+    def reply(msg: dict[str, Any], st: FakeServer) -> list[dict[str, Any]]:
+        stale = [protocol.reply(m, -1) for m in stream("stale ", sources=["/stale.md"])]
+        if msg["type"] == "search":
+            found = protocol.search_results(msg["query"], [])
+            return [protocol.reply(protocol.error("not yours"), -1), protocol.reply(found, msg["id"])]
+        if msg["question"] == "old server?":
+            return stream("in order", sources=["/old.md"])
+        return [*stale, *(protocol.reply(m, msg["id"]) for m in stream("fresh", sources=["/fresh.md"]))]
+
+    srv = start_server(scripted(reply))
+    chunks: list[str] = []
+    with Client(srv.url) as client:
+        assert client.ask("which?", chunks.append) == ["/fresh.md"]
+        assert client.request({"type": "search", "query": "a"})["results"] == []
+        assert client.ask("old server?", chunks.append) == ["/old.md"]
+    assert chunks == ["fresh", "in order"]
+    assert [m["id"] for m in srv.received] == [1, 2, 3]
 
 
 def test_client_connect_request_and_reuse(start_server: Callable[..., FakeServer]) -> None:

@@ -284,6 +284,15 @@ async def test_mcp_get_and_multi_get(tmp_path: Path, mdrag_home: Path, shared_da
             for ref in ("../../outside.md", str(tmp_path / "outside.md"), ".env", "missing.md")
         }
         bad = error(await s.call_tool("multi_get", {"docset": "react", "refs": []}))
+        # a reference that names nothing does not fail the call: the others come, it is listed with its reason
+        mixed = json.loads(
+            ok(
+                await s.call_tool(
+                    "multi_get", {"docset": "react", "refs": ["missing.md", "container.md:1-1", "../../outside.md"]}
+                )
+            )
+        )
+        nothing = error(await s.call_tool("multi_get", {"docset": "react", "refs": ["missing.md", "gone.md"]}))
 
     assert {"get", "multi_get"} <= set(tools) and "ref" in tools["search"].description
     assert tools["get"].input_schema["required"] == ["docset", "ref"]
@@ -300,6 +309,11 @@ async def test_mcp_get_and_multi_get(tmp_path: Path, mdrag_home: Path, shared_da
         assert "leaves the index's folders" in refused[ref], refused
     assert "is not a file of the index" in refused[".env"] and "is not a file of the index" in refused["missing.md"]
     assert "refs" in bad
+    assert [d["ref"] for d in mixed["documents"]] == ["container.md:1-1"]
+    assert [(o["ref"], o["rel_path"]) for o in mixed["omitted"]] == [("missing.md", None), ("../../outside.md", None)]
+    assert "is not a file of the index" in mixed["omitted"][0]["reason"]
+    assert "leaves the index's folders" in mixed["omitted"][1]["reason"]
+    assert nothing.startswith("none of the documents asked for can be returned: ") and "'gone.md'" in nothing
 
 
 # -- what reading a big document costs (issue 37 point 3) ------------------------------------------------

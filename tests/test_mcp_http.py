@@ -203,6 +203,11 @@ async def test_a_malformed_body_gets_a_json_rpc_error_and_the_server_goes_on(ser
     assert not_text.json()["error"]["code"] == types.PARSE_ERROR and "not UTF-8" in not_text.json()["error"]["message"]
     batch = post(b"[1, 2]")
     assert batch.json()["error"]["code"] == types.INVALID_REQUEST
+    for nothing in (b"", b" \r\n"):  # no message at all is as malformed as a broken one (it was 202)
+        empty = post(nothing)
+        assert empty.status_code == 400 and empty.headers["content-type"] == "application/json"
+        assert empty.json()["id"] is None and empty.json()["error"]["code"] == types.PARSE_ERROR
+        assert "no body" in empty.json()["error"]["message"]
     bad_params = post(
         b'{"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": {"name": "search", "arguments": [1]}}'
     )

@@ -7,7 +7,17 @@ import json
 import pytest
 
 from mdrag.errors import ProtocolError
-from mdrag.frontends.protocol import Filters, QueryRequest, SearchRequest, StatusRequest, parse
+from mdrag.frontends.protocol import (
+    Filters,
+    QueryRequest,
+    SearchRequest,
+    StatusRequest,
+    error,
+    parse,
+    reply,
+    request_id,
+    stream_chunk,
+)
 
 
 def test_valid_messages_become_requests() -> None:
@@ -34,6 +44,28 @@ def test_valid_messages_become_requests() -> None:
         query="x", threshold=1.0, filters=Filters()
     )
     assert parse('{"type": "search", "query": "x", "filters": {"tags": "one"}}').filters == Filters(tags="one")
+
+
+def test_a_request_id_is_taken_and_repeated_by_its_replies() -> None:
+    assert parse('{"type": "query", "question": "How?", "id": "q-1"}') == QueryRequest(question="How?", id="q-1")
+    assert parse('{"type": "search", "query": "x", "id": 7}').id == 7
+    assert parse('{"type": "status", "id": -9007199254740991}').id == -(2**53 - 1)
+    assert parse('{"type": "status", "id": null}').id is None
+    assert reply(stream_chunk("a"), "q-1") == {"type": "stream_chunk", "id": "q-1", "chunk": "a"}
+    assert reply(stream_chunk("a"), None) == {"type": "stream_chunk", "chunk": "a"}
+    # a request the server refuses still has its id told, when it is a valid one
+    assert request_id('{"type": "search", "id": "s2", "query": "x", "treshold": 0.5}') == "s2"
+    assert request_id(b'{"type": "bogus", "id": 3}') == 3
+    for frame in ('{"type": "status", "id": true}', "[1]", "{not json", '{"id": [1]}', b"\xff", '{"type": "status"}'):
+        assert request_id(frame) is None, frame
+    # an error that ends an answer carries the sources it was made from
+    assert error("cut short", ["/a.md"], [{"path": "/a.md"}]) == {
+        "type": "error",
+        "message": "cut short",
+        "sources": ["/a.md"],
+        "locations": [{"path": "/a.md"}],
+    }
+    assert error("refused") == {"type": "error", "message": "refused"}
 
 
 NESTED = [
@@ -75,7 +107,12 @@ BAD = [
         ['unknown field "tresholt" in a "search" message', "threshold"],
     ),
     ({"type": "query", "question": "x", "filters": {}}, ['unknown field "filters" in a "query" message']),
-    ({"type": "status", "verbose": True}, ['unknown field "verbose" in a "status" message']),
+    ({"type": "status", "verbose": True}, ['unknown field "verbose" in a "status" message: use id']),
+    ({"type": "status", "id": True}, ['"id" must be a string of at most 200 characters or an integer', "not true"]),
+    ({"type": "status", "id": 1.5}, ['"id" must be', "not 1.5"]),
+    ({"type": "status", "id": [1]}, ['"id" must be', "a list of 1 item"]),
+    ({"type": "status", "id": "x" * 201}, ['"id" must be', "a string of 201 characters"]),
+    ({"type": "status", "id": 2**53}, ['"id" must be', "an integer from -9007199254740991 to 9007199254740991"]),
     ({"type": "query", "question": ["x"]}, ['"question" must be a non-empty string', "a list of 1 item"]),
     ({"type": "query", "question": "   "}, ['"question" must be a non-empty string', "blank"]),
     ({"type": "query", "question": "x" * 5000}, ['"question" is too long (5000 characters, at most 4000)']),

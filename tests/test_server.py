@@ -510,6 +510,72 @@ def test_too_many_waiting_requests_are_refused(tmp_path: Path, llm: LLM) -> None
     asyncio.run(scenario())
 
 
+def test_every_reply_repeats_its_request_id_even_an_early_refusal(tmp_path: Path, llm: LLM) -> None:
+    """Requests with ids, more than may wait: the "too many requests waiting" errors come before the answers
+    to earlier requests, and each says which request it refuses; every message of a stream, a search's results,
+    a status and the error for a malformed request repeat their request's id. The status sent on connect,
+    and the error for a request whose id is not valid, have none."""
+    root = _docs(tmp_path, 2)
+    llm.script.tokens = ["slow ", "answer [1]"]
+    llm.script.delay = 0.3
+
+    async def scenario() -> None:
+        config = _config(**{"llm.base_url": llm.base_url, "search.threshold": 0, "server.max_pending": 2})
+        async with serving(config, [root]) as server:
+            ws = await connect(server.url)
+            assert "id" not in await recv(ws)  # the status on connect answers no request
+            for i in range(6):
+                await ws.send(json.dumps({"type": "query", "question": f"Topic {i}", "id": f"q{i}"}))
+            await ws.send(json.dumps({"type": "search", "query": "Topic 1", "id": 41}))
+            await ws.send(json.dumps({"type": "status", "id": 42}))
+            replies: list[dict[str, Any]] = []
+            while sum(m["type"] in ("stream_end", "error", "search_results", "status") for m in replies) < 8:
+                replies.append(await recv(ws))
+            ends = {m["id"]: m for m in replies if m["type"] in ("stream_end", "error", "search_results", "status")}
+            assert set(ends) == {"q0", "q1", "q2", "q3", "q4", "q5", 41, 42}
+            refused = [rid for rid, m in ends.items() if m["type"] == "error"]
+            assert refused and all("too many requests waiting" in ends[rid]["message"] for rid in refused)
+            answered = [rid for rid, m in ends.items() if m["type"] == "stream_end"]
+            assert "q0" in answered and "q0" not in refused
+            first_refusal = next(i for i, m in enumerate(replies) if m["type"] == "error")
+            assert first_refusal < replies.index(ends["q0"])  # a refusal comes before q0's answer ends
+            for rid in answered:  # every message of an answer repeats its id
+                stream = [m["type"] for m in replies if m.get("id") == rid]
+                assert stream[0] == "stream_start" and stream[-1] == "stream_end" and "stream_chunk" in stream
+            assert all("id" in m for m in replies)
+            # a malformed request's error repeats its id; an id that is not valid cannot be repeated
+            await ws.send(json.dumps({"type": "search", "query": "x", "treshold": 0.5, "id": "s9"}))
+            bad = await recv(ws)
+            assert bad["type"] == "error" and bad["id"] == "s9" and 'unknown field "treshold"' in bad["message"]
+            await ws.send(json.dumps({"type": "status", "id": [1]}))
+            bad = await recv(ws)
+            assert bad["type"] == "error" and "id" not in bad and '"id" must be' in bad["message"]
+            await ws.close()
+
+    asyncio.run(scenario())
+
+
+def test_an_answer_cut_short_by_the_llm_still_says_which_sources_it_was_made_from(tmp_path: Path, llm: LLM) -> None:
+    root = _docs(tmp_path, 2)
+
+    async def scenario() -> None:
+        config = _config(**{"llm.base_url": llm.base_url, "search.threshold": 0})
+        async with serving(config, [root]) as server:
+            ws = await opened(server)
+            llm.script.error_event = "the model crashed"
+            text, _, messages = await ask(ws, "Topic 1", id=5)
+            failed = messages[-1]
+            assert [m["type"] for m in messages] == ["stream_start", "stream_chunk", "error"] and text == "Hel"
+            assert "the model crashed" in failed["message"] and failed["id"] == 5
+            llm.script.error_event = None
+            _, sources, messages = await ask(ws, "Topic 1")
+            assert failed["sources"] == sources and failed["locations"] == messages[-1]["locations"]
+            assert sources and all(loc["path"] in sources for loc in failed["locations"])
+            await ws.close()
+
+    asyncio.run(scenario())
+
+
 def test_the_server_loads_its_search_structures_before_the_first_question(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

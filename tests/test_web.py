@@ -148,6 +148,12 @@ def ask(browser: WebDriver, text: str) -> WebElement:
     return turn  # type: ignore[no-any-return]
 
 
+def click(browser: WebDriver, element: WebElement) -> None:
+    """Click ``element`` once scrolled to the middle of the window (not under the input box at its bottom)."""
+    browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", element)
+    element.click()
+
+
 def finished(browser: WebDriver, turn: WebElement) -> None:
     wait_for(browser, lambda b: turn.get_attribute("data-done") is not None, "the end of the answer")
 
@@ -278,7 +284,8 @@ def test_an_answer_the_llm_did_not_finish_is_shown_as_an_error_in_its_turn(
     browser: WebDriver, served: str, script: Script
 ) -> None:
     """The LLM sends one piece and closes its stream with no finish_reason: the turn keeps the piece and
-    ends in an error that says the answer is cut short, with no sources, instead of a finished answer."""
+    ends in an error that says the answer is cut short, instead of a finished answer; the sources it was
+    being made from are listed as the passages found."""
     open_page(browser, served)
     script.unfinished = True
     turn = ask(browser, "How do I change the chunk size?")
@@ -286,7 +293,8 @@ def test_an_answer_the_llm_did_not_finish_is_shown_as_an_error_in_its_turn(
     assert turn.find_element(By.CSS_SELECTOR, ".body").text == "Hel"
     notes = turn.find_elements(By.CSS_SELECTOR, ".note.error")
     assert notes and notes[0].text.startswith("Error: the answer is cut short: "), turn.text
-    assert turn.find_elements(By.CSS_SELECTOR, ".sources") == []
+    assert turn.find_element(By.CSS_SELECTOR, ".found").text == "The passages found for this question:"
+    assert turn.find_elements(By.CSS_SELECTOR, ".sources > li")
 
 
 def test_search_only_lists_ranked_passages(browser: WebDriver, served: str, script: Script) -> None:
@@ -411,12 +419,13 @@ def test_a_reload_shows_the_conversation_again(browser: WebDriver, served: str, 
     coming = ask(browser, "What happens when indexing is interrupted?")
     wait_for(browser, lambda b: "word" in coming.text, "the first words")
     questions = [t.find_element(By.CSS_SELECTOR, ".question").text for t in turns(browser)]
-    shown = [t.get_attribute("outerHTML") for t in turns(browser)[:3]]
+    # as rendered, but for the Ask again button's state (disabled while an answer comes)
+    shown = [t.get_attribute("outerHTML").replace(' disabled=""', "") for t in turns(browser)[:3]]
     browser.refresh()
     wait_for(browser, lambda b: state(b).startswith("ready:"), "the ready state after the reload")
     again = turns(browser)
     assert [t.find_element(By.CSS_SELECTOR, ".question").text for t in again] == questions
-    assert [t.get_attribute("outerHTML") for t in again[:3]] == shown  # rendered as they were
+    assert [t.get_attribute("outerHTML").replace(' disabled=""', "") for t in again[:3]] == shown  # as they were
     # the answer that was still coming: its words so far, stopped, without sources
     assert script.disconnected.wait(30), "the reload did not close the LLM request"
     assert again[3].get_attribute("data-done") is not None and "streaming" not in again[3].get_attribute("class")
@@ -429,10 +438,10 @@ def test_a_reload_shows_the_conversation_again(browser: WebDriver, served: str, 
     script.tokens, script.delay = ["Done [1]."], 0.0
     finished(browser, last := ask(browser, "How do I change the chunk size?"))
     assert last.get_attribute("id") == "t5" and "Done" in last.text
-    # kept for the tab only, and nothing but the conversation
-    assert browser.execute_script("return [Object.keys(sessionStorage), localStorage.length]") == [
+    # the conversations in the browser, the tab's own named for the tab; nothing else kept
+    assert browser.execute_script("return [Object.keys(sessionStorage), Object.keys(localStorage)]") == [
         ["mdrag-conversation"],
-        0,
+        ["mdrag-conversations"],
     ]
     assert [e["message"] for e in browser.get_log("browser") if e["level"] == "SEVERE"] == []
 
@@ -474,7 +483,11 @@ def test_the_conversation_kept_for_a_reload_is_capped(browser: WebDriver, served
     ]
     kept[-1]["question"] = "<img src=x onerror=\"document.title='pwned'\">"  # shown as text, like any question
     browser.get(served + "favicon.svg")  # the same origin, without the page (which keeps its own turns)
-    browser.execute_script("sessionStorage.setItem('mdrag-conversation', JSON.stringify(arguments[0]))", kept)
+    browser.execute_script(
+        "localStorage.setItem('mdrag-conversations', JSON.stringify([{id: 'c-big', updated: 1, turns: arguments[0]}]));"
+        "sessionStorage.setItem('mdrag-conversation', 'c-big')",
+        kept,
+    )
     browser.get(served)
     wait_for(browser, lambda b: state(b).startswith("ready:"), "the ready state")
     assert len(turns(browser)) == 80 and browser.find_elements(By.CSS_SELECTOR, "#log img") == []
@@ -487,15 +500,18 @@ def test_the_conversation_kept_for_a_reload_is_capped(browser: WebDriver, served
     stored = wait_for(
         browser,
         lambda b: (
-            (s := b.execute_script("return sessionStorage.getItem('mdrag-conversation')")) and "chunk size" in s and s
+            (s := b.execute_script("return localStorage.getItem('mdrag-conversations')")) and "chunk size" in s and s
         ),
         "the new turn kept",
     )
-    now = json.loads(stored)
+    (conversation,) = json.loads(stored)
+    assert conversation["id"] == "c-big"
+    now = conversation["turns"]
     assert now[-1]["question"] == "chunk size setting" and now[-1]["results"]
     assert len(now) < len(kept) and len(stored) < len(json.dumps(kept))  # the oldest turns went
     assert now[-2]["question"] == kept[-1]["question"] and now[0]["question"] != "question 0"
     assert len(turns(browser)) == 81  # the page itself still shows them all
+    browser.execute_script("localStorage.clear()")
 
 
 class _PageHandler(SimpleHTTPRequestHandler):
@@ -675,3 +691,217 @@ def test_with_a_token_the_page_opens_a_source_with_it(browser: WebDriver, tmp_pa
         turn.find_element(By.CSS_SELECTOR, ".results button.open").click()
         wait_for(browser, lambda b: "valid token" in b.find_element(By.ID, "viewer-text").text, "the refusal")
         browser.execute_script("sessionStorage.clear()")
+
+
+# -- issue 38: errors the page recovers from, ids, answers without an LLM, kept conversations, copying --------
+def _dead_and_live_cites(turn: WebElement) -> tuple[list[str], list[str]]:
+    body = turn.find_element(By.CSS_SELECTOR, ".body")
+    return (
+        [a.text for a in body.find_elements(By.CSS_SELECTOR, "a.cite")],
+        [s.text for s in body.find_elements(By.CSS_SELECTOR, "span.cite.dead")],
+    )
+
+
+def test_after_an_llm_error_the_page_offers_to_ask_again_keeps_the_question_and_lists_the_passages(
+    browser: WebDriver, served: str, script: Script
+) -> None:
+    open_page(browser, served)
+    browser.get_log("browser")  # what earlier tests left there
+    box = browser.find_element(By.ID, "question")
+    # the LLM fails after a first piece that cites [1] and a [7] no source has
+    script.tokens, script.error_event = ["Set `chunk.size` [1], see also [7]. ", "never sent"], "the model crashed"
+    failed = ask(browser, "How do I change the chunk size?")
+    finished(browser, failed)
+    assert "the model crashed" in failed.find_element(By.CSS_SELECTOR, ".note.error").text
+    assert box.get_attribute("value") == "How do I change the chunk size?"  # kept, to send again or edit
+    # the passages the server found for it are listed, [1] opens the first; [7] is no link
+    assert failed.find_element(By.CSS_SELECTOR, ".found").text == "The passages found for this question:"
+    sources = failed.find_elements(By.CSS_SELECTOR, ".sources > li")
+    assert sources and sources[0].find_element(By.CSS_SELECTOR, ".num").text == "[1]"
+    assert _dead_and_live_cites(failed) == (["[1]"], ["[7]"])
+    failed.find_element(By.CSS_SELECTOR, "a.cite").click()
+    wait_for(browser, lambda b: sources[0].find_elements(By.CSS_SELECTOR, ".passage"), "the found passage")
+    # Ask again: the failed turn goes, the question is asked anew, the box is emptied
+    script.tokens, script.error_event = ["Done [1]."], None
+    click(browser, failed.find_element(By.CSS_SELECTOR, ".actions button.again"))
+    wait_for(browser, lambda b: len(turns(b)) == 1 and turns(b)[0].get_attribute("id") != "t1", "the new turn")
+    finished(browser, again := turns(browser)[0])
+    assert again.find_element(By.CSS_SELECTOR, ".body").text == "Done [1]." and not box.get_attribute("value")
+    assert again.find_elements(By.CSS_SELECTOR, ".sources > li") and not again.find_elements(By.CSS_SELECTOR, ".note")
+    # an answer stopped before its sources: its [1] is no link either, and it can be asked again
+    script.tokens, script.delay = ["See [1]. ", *["word "] * 400], 0.05
+    stopped = ask(browser, "How do I change the chunk size?")
+    wait_for(browser, lambda b: "word" in stopped.text, "the first words")
+    browser.find_element(By.ID, "stop").click()
+    wait_for(browser, lambda b: stopped.find_elements(By.CSS_SELECTOR, ".note.stopped"), "the stop")
+    assert _dead_and_live_cites(stopped) == ([], ["[1]"]) and not stopped.find_elements(By.CSS_SELECTOR, ".sources")
+    wait_for(browser, lambda b: state(b).startswith("ready:"), "the ready state after the stop")
+    assert stopped.find_element(By.CSS_SELECTOR, ".actions button.again").text == "Ask again"
+    script.delay = 0.0
+    assert [e["message"] for e in browser.get_log("browser") if e["level"] == "SEVERE"] == []
+
+
+def _docs_server(tmp_path: Path, files: dict[str, str], **settings: Any) -> QAServer:
+    """A QAServer over ``files`` with the hashing embedder (quick), answering from any match."""
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for name, text in files.items():
+        (docs / name).write_text(text)
+    config = load_config(
+        {
+            "index": "w" + os.urandom(4).hex(),
+            "server.port": 0,
+            "search.threshold": 0,  # the hashing embedder's scores are low: answer from any match
+            "answer.min_score": 0,
+            "answer.max_unknown": 1,
+            **settings,
+        }
+    )
+    return QAServer(config, [docs], overrides={"server.port": 0}, index=Index(config, embedder=HashEmbedder()))
+
+
+def test_an_early_refusal_lands_on_its_own_request_not_on_the_answer_streaming(
+    browser: WebDriver, tmp_path: Path, fake_llm: FakeServer, script: Script
+) -> None:
+    """With one request allowed to wait, opening two sources while an answer streams: the second search is
+    refused at once, before the answer ends. Matched by id, the refusal is said in that source's box, and the
+    answer streaming meanwhile ends whole (matched by order, it took the refusal for its own)."""
+    files = {f"install{i}.md": f"# Install {i}\n\nRun the installer {i}, then restart the service.\n" for i in range(3)}
+    llm_url = f"http://127.0.0.1:{fake_llm.server_address[1]}/v1"
+    server = _docs_server(tmp_path, files, **{"llm.base_url": llm_url, "server.max_pending": 1})
+    with in_thread(server):
+        browser.get(f"http://127.0.0.1:{server.port}/")
+        wait_for(browser, lambda b: state(b).startswith("ready:"), "the ready state")
+        script.tokens = ["Run the installer [1] [2]."]
+        finished(browser, first := ask(browser, "How do I run the installer?"))
+        sources = first.find_elements(By.CSS_SELECTOR, ".sources > li")
+        assert len(sources) >= 2
+        script.tokens, script.delay = [f"step {i} " for i in range(60)], 0.1
+        streaming = ask(browser, "And then?")
+        wait_for(browser, lambda b: "step" in streaming.text, "the answer streaming")
+        for item in sources[:2]:
+            browser.execute_script("arguments[0].click()", item.find_element(By.TAG_NAME, "summary"))
+        refused = wait_for(
+            browser, lambda b: sources[1].find_elements(By.CSS_SELECTOR, ".note.error"), "the refusal", 30
+        )[0]
+        assert "too many requests waiting" in refused.text
+        assert "streaming" in streaming.get_attribute("class")  # the refusal came while it streamed
+        finished(browser, streaming)
+        assert not streaming.find_elements(By.CSS_SELECTOR, ".note.error"), streaming.text
+        assert streaming.find_elements(By.CSS_SELECTOR, ".sources > li") and "step 59" in streaming.text
+        wait_for(
+            browser, lambda b: sources[0].find_elements(By.CSS_SELECTOR, ".passage"), "the waiting search's passages"
+        )
+    script.delay = 0.0
+    browser.execute_script("localStorage.clear()")
+
+
+# what the page copies, caught (a headless browser's clipboard cannot be read back)
+CATCH_COPIES = (
+    "window.copied = []; navigator.clipboard.writeText = t => { window.copied.push(t); return Promise.resolve(); }"
+)
+
+COMMENTED = (
+    "# Chunk size\n\n<!-- TODO: explain the overlap too -->\nThe chunk size is set with `chunk.size` in the config.\n"
+    "<!--\nmulti-line\ncomment -->\n\n```html\n<!-- kept in code -->\n<p>size</p>\n```\n"
+)
+
+
+def test_an_answer_without_an_llm_sets_headings_apart_and_shows_no_html_comment(
+    browser: WebDriver, tmp_path: Path, script: Script
+) -> None:
+    server = _docs_server(tmp_path, {"commented.md": COMMENTED})
+    with in_thread(server):
+        browser.get(f"http://127.0.0.1:{server.port}/")
+        wait_for(browser, lambda b: state(b).startswith("ready:"), "the ready state")
+        finished(browser, turn := ask(browser, "How is the chunk size set?"))
+        body = turn.find_element(By.CSS_SELECTOR, ".body")
+        paragraphs = [p.text for p in body.find_elements(By.CSS_SELECTOR, ":scope > p")]
+        assert paragraphs[1:] == [
+            "[1] commented.md",
+            "— Chunk size",
+            "The chunk size is set with chunk.size in the config.",
+        ], paragraphs
+        assert (
+            "TODO" not in body.text
+            and "multi-line" not in body.text
+            and "<!--" not in body.text.replace("<!-- kept in code -->", "")
+        )
+        assert body.find_element(By.CSS_SELECTOR, "pre code").text == "<!-- kept in code -->\n<p>size</p>"
+        # the code block's copy button copies the code
+        browser.execute_script(CATCH_COPIES)
+        click(browser, body.find_element(By.CSS_SELECTOR, ".code > button.copy"))
+        wait_for(browser, lambda b: b.execute_script("return window.copied.length"), "the copy")
+        assert browser.execute_script("return window.copied") == ["<!-- kept in code -->\n<p>size</p>"]
+        # a passage of Search only: shown without the comments either
+        browser.find_element(By.ID, "search-only").click()
+        found = ask(browser, "chunk size")
+        text = wait_for(browser, lambda b: found.find_elements(By.CSS_SELECTOR, ".results .passage .text"), "results")
+        assert "TODO" not in text[0].text and "The chunk size is set" in text[0].text
+    assert script.requests == []
+    browser.execute_script("localStorage.clear()")
+
+
+def _listed(browser: WebDriver) -> list[tuple[str, bool]]:
+    """The conversations the list shows: their titles, and whether each is the tab's (read at once: the list
+    is made again at each change)."""
+    return [
+        (title, current)
+        for title, current in browser.execute_script(
+            "return [...document.querySelectorAll('#conversations li')].map(li =>"
+            " [li.querySelector('.open-conversation').textContent, li.getAttribute('aria-current') === 'true'])"
+        )
+    ]
+
+
+def test_the_last_conversations_are_kept_listed_opened_and_forgotten(
+    browser: WebDriver, served: str, script: Script
+) -> None:
+    open_page(browser, served)
+    browser.get_log("browser")  # what earlier tests left there
+    browser.execute_script("localStorage.clear()")
+    browser.refresh()
+    wait_for(browser, lambda b: state(b).startswith("ready:"), "the ready state")
+    assert not browser.find_element(By.ID, "conversations").is_displayed()  # nothing kept yet
+    script.tokens = ["Set **chunk.size** [1]."]
+    finished(browser, first := ask(browser, "How do I change the chunk size?"))
+    # the answer's copy button: its Markdown, then its sources
+    browser.execute_script(CATCH_COPIES)
+    path = first.find_element(By.CSS_SELECTOR, ".sources summary").get_attribute("title")
+    click(browser, first.find_element(By.CSS_SELECTOR, ".actions button.copy"))
+    wait_for(browser, lambda b: b.execute_script("return window.copied.length"), "the copy")
+    assert browser.execute_script("return window.copied") == [f"Set **chunk.size** [1].\n\nSources:\n[1] {path}\n"]
+    browser.find_element(By.ID, "new-conversation").click()
+    finished(browser, ask(browser, "What happens when indexing is interrupted?"))
+    wait_for(browser, lambda b: len(_listed(b)) == 2, "both conversations listed")
+    assert _listed(browser) == [
+        ("What happens when indexing is interrupted?", True),
+        ("How do I change the chunk size?", False),
+    ]
+    # another tab: a new conversation of its own, the kept ones listed
+    open_page(browser, served)
+    assert turns(browser) == [] and [t for t, _ in _listed(browser)] == [
+        "What happens when indexing is interrupted?",
+        "How do I change the chunk size?",
+    ]
+    listing = browser.find_element(By.ID, "conversations")
+    listing.find_element(By.TAG_NAME, "summary").click()
+    listing.find_elements(By.CSS_SELECTOR, ".open-conversation")[1].click()
+    wait_for(browser, lambda b: len(turns(b)) == 1, "the conversation opened")
+    assert turns(browser)[0].find_element(By.CSS_SELECTOR, ".body").text == "Set chunk.size [1]."
+    assert _listed(browser)[1] == ("How do I change the chunk size?", True)
+    # it goes on: a follow-up is asked with its earlier turn
+    script.rewrite = "How do I set the chunk overlap?"
+    finished(browser, ask(browser, "and the overlap?"))
+    rewrites = [r["body"]["messages"][-1]["content"] for r in script.requests if is_rewrite(r["body"])]
+    assert rewrites and "Question: How do I change the chunk size?" in rewrites[-1]
+    wait_for(browser, lambda b: _listed(b)[0] == ("How do I change the chunk size?", True), "it listed first")
+    # forget one, then all (after a confirmation)
+    listing.find_element(By.TAG_NAME, "summary").click()
+    listing.find_elements(By.CSS_SELECTOR, "li button.forget")[1].click()
+    assert [t for t, _ in _listed(browser)] == ["How do I change the chunk size?"] and len(turns(browser)) == 2
+    browser.find_element(By.ID, "forget-all").click()
+    browser.switch_to.alert.accept()
+    wait_for(browser, lambda b: not b.find_element(By.ID, "conversations").is_displayed(), "the list gone")
+    assert turns(browser) == [] and browser.execute_script("return localStorage.length") == 0
+    assert [e["message"] for e in browser.get_log("browser") if e["level"] == "SEVERE"] == []

@@ -19,7 +19,17 @@ from mdrag.frontends.web import STATIC, load_static
 from mdrag.index import Index
 from tests.conftest import HashEmbedder
 
-PAGE_FILES = {"/", "/index.html", "/app.js", "/markdown.js", "/viewer.js", "/style.css", "/favicon.svg"}
+PAGE_FILES = {
+    "/",
+    "/index.html",
+    "/app.js",
+    "/copy.js",
+    "/markdown.js",
+    "/saved.js",
+    "/viewer.js",
+    "/style.css",
+    "/favicon.svg",
+}
 
 
 def http(port: int, request: bytes) -> tuple[int, dict[str, str], bytes]:

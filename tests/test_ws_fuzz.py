@@ -81,7 +81,7 @@ WRONG = {
     ],
     "type": [None, 5, "", "Query", "SEARCH", "dance", "answer", "stream_start", [], {}, True],
 }
-UNKNOWN_FIELDS = ["treshold", "id", "question ", "Query", "top_k", "filter", "stream", "__proto__", "ké", ""]
+UNKNOWN_FIELDS = ["treshold", "ids", "question ", "Query", "top_k", "filter", "stream", "__proto__", "ké", ""]
 RAW_BAD_FIELDS = [  # JSON text no encoder writes: lone surrogates, NaN, numbers no int can hold
     '"\\ud800"',
     '"a\\udc00b"',

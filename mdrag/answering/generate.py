@@ -51,6 +51,7 @@ import httpx2
 import openai
 from openai.types.chat import ChatCompletionChunk
 
+from mdrag.answering.quote import visible_text
 from mdrag.config import Config
 from mdrag.errors import LLMError
 from mdrag.httperrors import NO_KEY, auth_headers, one_line, server_message
@@ -220,12 +221,16 @@ def _title(result: SearchResult) -> str:
     return result.rel_path or result.path
 
 
+def _label(result: SearchResult) -> str:
+    """Where a passage is in its file: ``heading (page n)``, ``page n``, the heading, or ""."""
+    if result.page is None:
+        return result.heading
+    return f"{result.heading} (page {result.page})" if result.heading else f"page {result.page}"
+
+
 def _passage_text(result: SearchResult) -> str:
-    """One passage under its file's number: ``— heading (page n)`` on a line of its own, then the text."""
-    label = result.heading
-    if result.page is not None:
-        label = f"{label} (page {result.page})" if label else f"page {result.page}"
-    text = result.text.strip()
+    """One passage under its file's number, for the LLM: ``— heading (page n)`` on a line of its own, then the text."""
+    label, text = _label(result), result.text.strip()
     return f"— {label}\n{text}" if label else text
 
 
@@ -301,8 +306,18 @@ async def complete(messages: Sequence[dict[str, str]], llm: LLMSettings) -> str:
 
 
 def _extractive(sources: Sequence[Source]) -> list[str]:
-    """The pieces of an answer that quotes the passages, for when no LLM is set: one per source."""
-    return [NO_LLM_NOTE] + [f"\n\n{_source_text(s)}" for s in sources]
+    """The pieces of an answer that quotes the passages, for when no LLM is set: one per source, ``[n] rel_path``
+    then each passage, each a paragraph of its own: ``— heading``, then its text, shown without the document's
+    HTML comments (:func:`~mdrag.answering.quote.visible_text`)."""
+
+    def quoted(r: SearchResult) -> str:
+        label = _label(r)
+        return "\n\n".join(p for p in (f"— {label}" if label else "", visible_text(r.text)) if p)
+
+    return [NO_LLM_NOTE] + [
+        "".join(f"\n\n{p}" for p in (f"[{s.number}] {s.title}", *filter(None, map(quoted, s.passages))))
+        for s in sources
+    ]
 
 
 class _Call:

@@ -2,8 +2,9 @@
 
 Synchronous on purpose (``websockets.sync.client``): the CLI asks one question
 at a time and needs no event loop. :class:`Client` holds one connection for
-many questions; the `mdrag ask` command itself lives in mdrag.frontends.cli. Every text
-that came from the server goes through :func:`sanitize` before it is returned.
+many questions; the `mdrag ask` command itself lives in mdrag.frontends.cli. Each request carries
+an ``id`` and only the replies that repeat it are read as its answer. Every text that came from
+the server goes through :func:`sanitize` before it is returned.
 
 The messages are described in docs/protocol.md and built in mdrag.frontends.protocol.
 """
@@ -94,6 +95,7 @@ class Client:
         self.server_status: dict[str, Any] = {}  # the status the server sent on connect ({} if none came)
         self._loopback = is_loopback(uri.host)  # no HTTP(S)_PROXY for a server on this machine
         self._ws: ClientConnection | None = None  # the open connection, None before connect() and after close()
+        self._requests = 0  # requests sent: the next one's "id", which every reply to it repeats
 
     # -- connection ---------------------------------------------------------------------------------
 
@@ -216,10 +218,23 @@ class Client:
                 return message
             log.debug("skipped a frame that is not a JSON object: %.80r", frame)
 
-    def _reply(self) -> dict[str, Any]:
-        """The next message of a reply; a silent server is given up on and the connection closed."""
+    def _numbered(self, message: dict[str, Any]) -> dict[str, Any]:
+        """``message`` with a new request id (docs/protocol.md): replies to it repeat it."""
+        self._requests += 1
+        return {**message, "id": self._requests}
+
+    def _reply(self, request: dict[str, Any]) -> dict[str, Any]:
+        """The next message of the reply to ``request``; a silent server is given up on and the connection closed.
+
+        A message that carries another request's id (a late reply to an earlier one) is skipped; one with no
+        id is taken as this reply's (a server that does not repeat ids answers in order).
+        """
         try:
-            return self._receive(self.timeout)
+            while True:
+                message = self._receive(self.timeout)
+                if message.get("id") in (None, request["id"]):
+                    return message
+                log.debug("skipped a %r message for request %r", message.get("type"), message.get("id"))
         except ConnectionClosed as e:
             self._lost(e)
         except TimeoutError:
@@ -260,11 +275,12 @@ class Client:
         turns = bounded(history)
         if turns:
             message["history"] = [{"question": t.question, "answer": t.answer} for t in turns]
+        message = self._numbered(message)
         deadline = time.monotonic() + self.timeout
         self._send(message)
         started = False
         while True:
-            reply = self._reply()
+            reply = self._reply(message)
             kind = reply.get("type")
             if kind == "stream_start":
                 started = True
@@ -301,10 +317,11 @@ class Client:
         kind = message.get("type")
         if kind == "query":
             raise ValueError("use Client.ask() for questions: the answer comes in several messages")
+        message = self._numbered(message)
         deadline = time.monotonic() + self.timeout
         self._send(message)
         while True:
-            reply = self._reply()
+            reply = self._reply(message)
             if reply.get("type") == "error":
                 raise MdragError(_one_line(str(reply.get("message") or "the server reported an error")))
             if kind != "status" and reply.get("type") == "status" and reply.get("state") == "loading":

@@ -1,6 +1,7 @@
 """The WebSocket protocol of `mdrag serve`: messages in and out, no I/O.
 
-Client to server (one JSON object per text frame):
+Client to server (one JSON object per text frame; each may carry an ``"id"``, a string or an integer,
+that every reply to it repeats):
 
     {"type": "query", "question": "...", "index": "name"?,
      "history": [{"question": "...", "answer": "..."?}, ...]?}  -> stream_start, stream_chunk*, stream_end
@@ -17,7 +18,8 @@ Server to client:
     {"type": "stream_end", "sources": ["/abs/path.md", ...], "locations": [{path, ref, line_start, ...}, ...]}
                                                                  [n] in the answer is sources[n-1], at locations[n-1]
     {"type": "search_results", "query": "...", "results": [SearchResult.to_dict() + ref, ...]}
-    {"type": "error", "message": "..."}
+    {"type": "error", "message": "...", "sources": [...]?, "locations": [...]?}
+                                                                 after stream_start: the sources found
 
 docs/protocol.md describes every message; `parse` turns a frame into a
 request or raises ProtocolError with the message the client will see. Each
@@ -55,6 +57,8 @@ __all__ = [
     "has_visible",
     "is_loopback",
     "parse",
+    "reply",
+    "request_id",
     "search_results",
     "source_location",
     "status",
@@ -88,6 +92,10 @@ _Text = Annotated[
     AfterValidator(_visible),
 ]
 _Value = Annotated[str, StringConstraints(max_length=MAX_QUESTION_CHARS)]
+MAX_ID_CHARS = 200  # a request id that is a string
+MAX_ID_INT = 2**53 - 1  # one that is an integer: exact as a JavaScript number
+# The id a request may carry, repeated by every reply to it (a client matches replies with it).
+_Id = Annotated[str, StringConstraints(max_length=MAX_ID_CHARS)] | Annotated[int, Field(ge=-MAX_ID_INT, le=MAX_ID_INT)]
 
 
 class _Message(BaseModel):
@@ -112,6 +120,7 @@ class HistoryTurn(_Message):
 
 class QueryRequest(_Message):
     type: Literal["query"] = "query"
+    id: _Id | None = None
     question: _Text
     index: _Text | None = None
     history: Annotated[list[HistoryTurn], Field(max_length=MAX_HISTORY_TURNS)] | None = None  # oldest first
@@ -119,6 +128,7 @@ class QueryRequest(_Message):
 
 class SearchRequest(_Message):
     type: Literal["search"] = "search"
+    id: _Id | None = None
     query: _Text
     k: Annotated[int, Field(ge=1, le=100)] | None = None
     threshold: Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)] | None = None
@@ -130,15 +140,24 @@ class SearchRequest(_Message):
 
 class StatusRequest(_Message):
     type: Literal["status"] = "status"
+    id: _Id | None = None
+
+
+class _IdOnly(BaseModel):
+    """The ``id`` of a frame that is not a valid request, so that the error can repeat it."""
+
+    model_config = ConfigDict(extra="ignore", strict=True)
+    id: _Id | None = None
 
 
 Request = QueryRequest | SearchRequest | StatusRequest
 
 _REQUEST: TypeAdapter[Request] = TypeAdapter(Annotated[Request, Field(discriminator="type")])
+_ID_ONLY: TypeAdapter[_IdOnly] = TypeAdapter(_IdOnly)
 _TYPES = "query, search, status"
 _FILTERS = ", ".join(Filters.model_fields)
-_FIELDS = {
-    m.model_fields["type"].default: [f for f in m.model_fields if f != "type"]
+_FIELDS = {  # as error messages list them: the request's own fields, then "id"
+    m.model_fields["type"].default: [f for f in m.model_fields if f not in ("type", "id")] + ["id"]
     for m in (QueryRequest, SearchRequest, StatusRequest)
 }
 # What each field must be, for error messages: '"k" must be an integer from 1 to 100, not 0'.
@@ -155,6 +174,7 @@ _EXPECTED = {
     "tags": f"a tag or a list of at most {MAX_TAGS} tags (strings of at most {MAX_QUESTION_CHARS} characters)",
     "root": f"an indexed folder (a path of at most {MAX_QUESTION_CHARS} characters)",
     "history": f"a list of at most {MAX_HISTORY_TURNS} earlier turns, oldest first",
+    "id": f"a string of at most {MAX_ID_CHARS} characters or an integer from -{MAX_ID_INT} to {MAX_ID_INT}",
 }
 _TURN = '{"question": "...", "answer": "..."}'
 
@@ -185,6 +205,14 @@ def parse(frame: str | bytes) -> Request:
     return request
 
 
+def request_id(frame: str | bytes) -> str | int | None:
+    """The ``id`` of a frame that :func:`parse` refused, when it has a valid one (None: no id can be told)."""
+    try:
+        return _ID_ONLY.validate_json(frame).id
+    except ValidationError:
+        return None
+
+
 def _problem(err: ErrorDetails) -> str:
     """One pydantic error as a sentence that says what to change."""
     kind, loc, value = err["type"], err["loc"], err["input"]
@@ -205,13 +233,13 @@ def _problem(err: ErrorDetails) -> str:
     if kind == "extra_forbidden":
         if len(loc) > 2 and loc[1] == "filters":
             return f"unknown filter {describe(name)}: use {_FILTERS}"
-        allowed = ", ".join(_FIELDS[message]) or "no other field"
+        allowed = ", ".join(_FIELDS[message])
         return f'unknown field {describe(name)} in a "{message}" message: use {allowed}'
     field = next((p for p in reversed(loc) if isinstance(p, str) and p in _EXPECTED), str(name))
     expected = _EXPECTED.get(field, "valid")
     if kind == "missing":
         return f'a "{message}" message needs a "{field}" field: {expected}'
-    if kind == "string_too_long" and isinstance(value, str):
+    if kind == "string_too_long" and isinstance(value, str) and field != "id":
         return f'"{field}" is too long ({len(value)} characters, at most {MAX_QUESTION_CHARS})'
     if kind == _BLANK and field in ("question", "query"):
         return f'the search query is empty: "{field}" has no visible character; give some words to search for'
@@ -292,8 +320,23 @@ def search_results(query: str, results: list[dict[str, Any]]) -> dict[str, Any]:
     return {"type": "search_results", "query": query, "results": [{**r, "ref": r["rel_path"]} for r in results]}
 
 
-def error(message: str) -> dict[str, Any]:
-    return {"type": "error", "message": message}
+def error(
+    message: str, sources: list[str] | None = None, locations: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    """An error; one that ends an answer after ``stream_start`` also carries the ``sources`` (and their
+    ``locations``) the answer was being made from, as ``stream_end`` would have."""
+    msg: dict[str, Any] = {"type": "error", "message": message}
+    if sources is not None:
+        msg["sources"] = list(dict.fromkeys(sources))
+        msg["locations"] = locations if locations is not None else []
+    return msg
+
+
+def reply(msg: dict[str, Any], request: str | int | None) -> dict[str, Any]:
+    """``msg`` as a reply to the request whose ``id`` was ``request``: with that id, right after its type."""
+    if request is None:
+        return msg
+    return {"type": msg["type"], "id": request, **{k: v for k, v in msg.items() if k != "type"}}
 
 
 def is_loopback(host: str) -> bool:

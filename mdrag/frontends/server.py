@@ -13,8 +13,9 @@ next safe point and waits for it before the index is closed. A change to the con
 restart, and the server keeps the value it started with.
 
 Each connection's messages are answered one at a time, in order (answers
-stream over several frames and the protocol has no request ids); at most
-``server.max_pending`` wait. A client that disconnects cancels its work,
+stream over several frames); every reply repeats the ``id`` its request
+carried, so that a client can tell which request an early error ("too many
+requests waiting") refuses. At most ``server.max_pending`` wait. A client that disconnects cancels its work,
 including the LLM request. The server keeps no conversation: a follow-up query
 carries its earlier turns (``history``, see mdrag.answering.followup).
 """
@@ -452,23 +453,22 @@ class QAServer:
             async for frame in ws:
                 limit = self.config["server.max_message_bytes"]
                 size = len(frame.encode() if isinstance(frame, str) else frame)
+                rid: str | int | None = None  # the request's id, repeated by every reply to it
                 try:
-                    if size > limit:
+                    if size > limit:  # not read: no id either
                         raise ProtocolError(f"message too large ({size} bytes, at most {limit})")
                     item: Any = protocol.parse(frame)
+                    rid = item.id
                 except ProtocolError as e:
                     item = e
+                    rid = protocol.request_id(frame) if size <= limit else None
                 try:
-                    queue.put_nowait(item)
+                    queue.put_nowait((rid, item))
                 except asyncio.QueueFull:
-                    await ws.send(
-                        protocol.encode(
-                            protocol.error(
-                                f"too many requests waiting on this connection (at most {queue.maxsize}); "
-                                "wait for the answers"
-                            )
-                        )
+                    refused = protocol.error(
+                        f"too many requests waiting on this connection (at most {queue.maxsize}); wait for the answers"
                     )
+                    await ws.send(protocol.encode(protocol.reply(refused, rid)))
         except ConnectionClosed:
             pass
         finally:
@@ -478,11 +478,11 @@ class QAServer:
 
     async def _work(self, ws: Any, queue: asyncio.Queue[Any]) -> None:
         while True:
-            await self._respond(ws, await queue.get())
+            await self._respond(ws, *await queue.get())
 
-    async def _respond(self, ws: Any, item: Any) -> None:
+    async def _respond(self, ws: Any, rid: str | int | None, item: Any) -> None:
         async def send(msg: dict[str, Any]) -> None:
-            await ws.send(protocol.encode(msg))
+            await ws.send(protocol.encode(protocol.reply(msg, rid)))
 
         if isinstance(item, ProtocolError):
             await send(protocol.error(str(item)))
@@ -532,8 +532,17 @@ class QAServer:
         except ConfigError as e:  # what the search refuses of the request (an empty query), as for a search
             raise ProtocolError(str(e)) from None
         await send(protocol.stream_start())
-        async with contextlib.aclosing(plan.stream(self._http)) as stream:
-            async for piece in stream:
-                await send(protocol.stream_chunk(piece))
-        locations = [protocol.source_location(s) for s in plan.sources]
-        await send(protocol.stream_end([s.path for s in plan.sources], locations))  # the answer's [n] is sources[n-1]
+        try:
+            async with contextlib.aclosing(plan.stream(self._http)) as stream:
+                async for piece in stream:
+                    await send(protocol.stream_chunk(piece))
+        except LLMError as e:  # the answer is cut short: the client still learns the passages it was made from
+            await send(protocol.error(str(e), *self._sources(plan)))
+            return
+        await send(protocol.stream_end(*self._sources(plan)))  # the answer's [n] is sources[n-1]
+
+    @staticmethod
+    def _sources(plan: qa.AnswerPlan) -> tuple[list[str], list[dict[str, Any]]]:
+        """The paths of an answer's numbered sources (none once the LLM found no answer in them) and where to
+        open each."""
+        return [s.path for s in plan.sources], [protocol.source_location(s) for s in plan.sources]

@@ -27,7 +27,8 @@ start marked ``[page N]``: its line numbers count lines of that text (``source_l
 
 One call returns at most :data:`~mdrag.knobs.GET_MAX_CHARS` characters of :data:`~mdrag.knobs.GET_MAX_FILES`
 documents. One document over it is refused, the message saying how to ask for less (a line range, a
-section); of several, those that do not fit are listed in ``omitted`` with the same advice.
+section); of several, those that do not fit are listed in ``omitted`` with the same advice, and so are
+the references that name no document of the index (``rel_path`` None), while the others are returned.
 
 What one call costs is bounded, however big the files: a Markdown or text file is not parsed for its
 lines or the whole of it (its lines are the file's lines), only for a section; a document version
@@ -100,10 +101,11 @@ class Part:
 
 @dataclass
 class Fetched:
-    """What one ``get`` returns: the parts, and the documents left out (each ``{ref, rel_path, reason}``)."""
+    """What one ``get`` returns: the parts, and the documents left out (each ``{ref, rel_path, reason}``; ``rel_path``
+    None for a reference that names no document of the index)."""
 
     parts: list[Part]
-    omitted: list[dict[str, str]] = field(default_factory=list)
+    omitted: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {"documents": [p.to_dict() for p in self.parts], "omitted": self.omitted}
@@ -185,20 +187,35 @@ def fetch(
     refs = [refs] if isinstance(refs, str) else list(refs)
     if not refs:
         raise MdragError("no reference given: name a file of the index (as search results give it in `ref`)")
-    wanted = [(ask, path) for ask in map(held.parse, refs) for path in held.resolve(ask.target)]
-    if len(wanted) > max_files:
+    # Of several references, one that names no document of the index is left out with its reason: the
+    # others are still returned. One reference alone fails the call.
+    wanted: list[tuple[_Ask, str] | dict[str, Any]] = []
+    for ref in refs:
+        try:
+            ask = held.parse(ref)
+            wanted.extend((ask, path) for path in held.resolve(ask.target))
+        except MdragError as e:
+            if len(refs) == 1:
+                raise
+            wanted.append({"ref": ref, "rel_path": None, "reason": str(e)})
+    found = sum(isinstance(w, tuple) for w in wanted)
+    if found > max_files:
         raise MdragError(
-            f"{len(wanted)} documents asked for, more than the {max_files} one get returns: "
+            f"{found} documents asked for, more than the {max_files} one get returns: "
             "narrow the glob or name fewer files"
         )
     out = Fetched([])
     left = max_chars
     budget = _Budget(stop)
-    for ask, path in wanted:
+    for want in wanted:
+        if isinstance(want, dict):
+            out.omitted.append(want)
+            continue
+        ask, path = want
         fs = manifest.files[path]
         budget.check()
         try:
-            part = _part(ask, path, fs, left, max_chars, len(wanted) > 1, budget)
+            part = _part(ask, path, fs, left, max_chars, found > 1, budget)
         except _Stopped:
             raise
         except MdragError as e:
@@ -209,7 +226,8 @@ def fetch(
         left -= len(part.text)
         out.parts.append(part)
     if not out.parts:
-        raise MdragError("none of the documents asked for fits: " + "; ".join(o["reason"] for o in out.omitted))
+        what = "fits" if found == len(wanted) else "can be returned"
+        raise MdragError(f"none of the documents asked for {what}: " + "; ".join(o["reason"] for o in out.omitted))
     return out
 
 

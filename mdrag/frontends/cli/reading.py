@@ -111,7 +111,7 @@ def _cmd_get(args: argparse.Namespace, index: Any) -> int:
             print(f"==> {_name(part.rel_path)} ({where}) <==")
         print(_safe(part.text))
     for left_out in fetched.omitted:
-        log.warning("%s left out: %s", left_out["rel_path"], left_out["reason"])
+        log.warning("%s left out: %s", left_out["rel_path"] or left_out["ref"], left_out["reason"])
     return 0
 
 

@@ -8,7 +8,7 @@ that is not loopback nor in ``server.allowed_origins`` is refused (403: the MCP 
 asks for it, against DNS rebinding), a request without ``server.token`` when one is set is
 refused (401), and an address other than loopback needs a token. A POST's body is then checked
 as a stdio line is (:func:`~mdrag.frontends.mcp.wire.check_message`): one the SDK should not
-read gets its JSON-RPC error (400) and the server goes on.
+read, an empty one included, gets its JSON-RPC error (400) and the server goes on.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from mdrag.config import Config, load_config
 from mdrag.frontends.access import cannot_listen, check_bind, origin_allowed, token_matches
 from mdrag.frontends.mcp.tools import build_server
-from mdrag.frontends.mcp.wire import check_message, not_utf8_reply, oversized_reply
+from mdrag.frontends.mcp.wire import check_message, error_reply, not_utf8_reply, oversized_reply
 from mdrag.knobs import MCP_CHECK_INLINE_CHARS, MCP_HTTP_PATH, MCP_HTTP_STOP_S, MCP_MAX_MESSAGE_BYTES
 from mdrag.knowledge import KnowledgeBase
 
@@ -109,6 +109,9 @@ async def _refusal(body: bytes | None) -> Response | None:
         except UnicodeDecodeError as e:
             reply = not_utf8_reply(e)
         else:
+            if not text.strip():  # no message at all (a stdio transport skips a blank line; a POST must hold one)
+                empty = "Parse error: the request has no body: POST one JSON-RPC message"
+                return _malformed(error_reply(None, types.PARSE_ERROR, empty))
             if len(text) < MCP_CHECK_INLINE_CHARS:
                 forward, reply = check_message(text)
             else:  # a long one could hold up the other requests for a while
@@ -119,6 +122,11 @@ async def _refusal(body: bytes | None) -> Response | None:
                 return Response(status_code=202)
         status = 400
     assert reply is not None
+    return _malformed(reply, status)
+
+
+def _malformed(reply: types.JSONRPCError, status: int = 400) -> Response:
+    """The JSON-RPC error ``reply`` to a body the SDK does not read, as an HTTP answer (logged)."""
     log.warning("malformed message from a client: %s", reply.error.message)
     return Response(reply.model_dump_json(by_alias=True, exclude_unset=True), status, media_type="application/json")
 

@@ -169,7 +169,8 @@ TOOLS: tuple[types.Tool, ...] = (
         description=(
             f"Read up to {GET_MAX_FILES} documents of a docset at once: a list of references (each as get takes "
             "it: " + _REF + ") or a glob over the paths ('api/*.md'; * stays in a folder, ** crosses folders). "
-            "Returns them " + _GOT + " Documents that do not fit are listed in omitted, with the reason."
+            "Returns them " + _GOT + " A reference that names no document of the docset (rel_path null) and a "
+            "document that does not fit are listed in omitted, with the reason; the other documents are returned."
         ),
         input_schema={
             "type": "object",

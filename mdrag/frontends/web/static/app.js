@@ -1,7 +1,9 @@
 // mdrag's page: a client of the `mdrag serve` WebSocket protocol (docs/protocol.md), nothing more.
-// The server answers the requests of one connection one at a time, in order, so each request sent
-// queues a handler, and every message goes to the oldest handler still waiting.
+// Each request sent carries an id and a handler; every reply repeats its request's id and goes to that
+// handler (an early "too many requests waiting" included), until the handler says it is done.
+import { copyButton } from "./copy.js";
 import { renderMarkdown } from "./markdown.js";
+import * as saved from "./saved.js";
 import { openButton, whereText } from "./viewer.js";
 
 const $ = (id) => document.getElementById(id);
@@ -15,13 +17,10 @@ const log = $("log");
 const stateLine = $("state");
 const tokenForm = $("token-form");
 const tokenInput = $("token");
+const pastList = $("conversations");
 const TOKEN = "mdrag-token"; // kept in sessionStorage: gone when the tab closes
-// The conversation, kept in sessionStorage for the tab so that a reload shows it again: what the
-// turns showed (questions, answers, sources, results, errors) and nothing else, its newest turns
-// only (at most MAX_KEPT turns and MAX_KEPT_CHARS characters).
-const CONVERSATION = "mdrag-conversation";
-const MAX_KEPT = 50;
-const MAX_KEPT_CHARS = 500_000;
+// The conversations are kept in the browser (saved.js): this tab's, and the last others, listed.
+const MAX_KEPT = 50; // turns of a conversation kept in memory
 // A question is sent with the earlier turns of the conversation (docs/protocol.md, "history"), so that
 // a follow-up ("and how do I nest it?") is searched with them; the server keeps nothing. The bounds are
 // the server's (mdrag/knobs.py): the newest turns, the beginning of each answer, so much in all.
@@ -31,12 +30,16 @@ const MAX_HISTORY_ANSWER_CHARS = 1000;
 const MAX_HISTORY_CHARS = 8000;
 
 let ws = null; // the open connection, or null
-let pending = []; // handlers of the requests sent, oldest first
+let pending = new Map(); // request id -> handler of the requests sent and not yet answered, oldest first
+let requests = 0; // requests sent: the next one's id
 let answering = null; // the handler of the question being answered
 let state = ""; // the server's last state: loading | ready | empty
 let poll = 0;
 let turns = 0;
-let conversation = []; // the records of the turns, oldest first (what is kept for a reload)
+let conversationId = saved.tabConversation(); // this tab's conversation, kept under this id
+let conversation = []; // the records of its turns, oldest first (what is kept)
+let updated = 0; // when its turns last changed
+let restoring = false; // turns are being shown again from what was kept: nothing changes
 let saving = 0; // the timer of the next save, or 0
 let pageHeight = 0; // the page's height when keepInView last looked
 
@@ -73,7 +76,7 @@ function showStatus(msg) {
 
 function pollStatus() {
   if (ws?.readyState !== WebSocket.OPEN) return;
-  if (pending.length) poll = setTimeout(pollStatus, 1000);
+  if (pending.size) poll = setTimeout(pollStatus, 1000);
   else send({ type: "status" }, statusHandler());
 }
 
@@ -88,18 +91,27 @@ function statusHandler() {
 }
 
 function send(msg, handler) {
-  pending.push(handler);
-  ws.send(JSON.stringify(msg));
+  const id = ++requests;
+  pending.set(id, handler);
+  ws.send(JSON.stringify({ ...msg, id }));
 }
 
 function dispatch(msg) {
-  if (pending.length && pending[0].on(msg)) pending.shift();
+  let id = msg.id;
+  if (id === undefined) {
+    // the server's state on connect answers no request; an error without id is about a message the
+    // server could not read (none of this page's): the oldest request's
+    if (msg.type === "status") showStatus(msg);
+    id = msg.type === "error" ? pending.keys().next().value : undefined;
+  }
+  const handler = pending.get(id);
+  if (handler?.on(msg)) pending.delete(id);
   updateControls();
 }
 
 function dropPending(reason) {
-  const dropped = pending;
-  pending = [];
+  const dropped = [...pending.values()];
+  pending = new Map();
   for (const h of dropped) h.fail(reason);
 }
 
@@ -109,6 +121,8 @@ function updateControls() {
   newButton.disabled = answering !== null || !conversation.length;
   stopButton.hidden = answering === null;
   sendButton.textContent = searchOnly.checked ? "Search" : "Ask";
+  for (const b of log.querySelectorAll(".actions button.again")) b.disabled = !open || answering !== null;
+  for (const b of pastList.querySelectorAll("button")) b.disabled = answering !== null;
 }
 
 const tabToken = () => sessionStorage.getItem(TOKEN);
@@ -119,7 +133,7 @@ function connect() {
   const sock = new WebSocket(`${scheme}://${location.host}/${token ? `?token=${encodeURIComponent(token)}` : ""}`);
   let opened = false;
   ws = sock;
-  pending = [statusHandler()]; // the server says its state first
+  pending = new Map();
   setState("connecting", "connecting…");
   sock.onopen = () => {
     opened = true;
@@ -179,21 +193,75 @@ function end(turn) {
   turn.article.classList.remove("streaming");
   turn.article.dataset.done = ""; // the turn has its outcome: answer, error, or stop
   turn.record.done = true;
+  // a citation [n] of a source the turn does not list (cut short before its sources, or a number past them)
+  // links nowhere: plain text
+  for (const a of turn.body.querySelectorAll("a.cite")) {
+    if (!document.getElementById(a.hash.slice(1))) a.replaceWith(el("span", "cite dead", a.textContent));
+  }
+  actions(turn);
   changed();
   keepInView();
 }
 
+/** Below a turn that has its outcome: "Ask again" after an error or a stop, "Copy" for an answer's text. */
+function actions(turn) {
+  turn.article.querySelector(":scope > .actions")?.remove();
+  const row = el("div", "actions");
+  if (["error", "stopped"].includes(turn.record.note?.cls)) {
+    const again = el("button", "again", turn.record.kind === "search" ? "Search again" : "Ask again");
+    again.type = "button";
+    again.title = "Ask this question again, in place of this turn";
+    again.addEventListener("click", () => askAgain(turn));
+    row.append(again);
+  }
+  if (turn.record.kind === "answer" && turn.record.text) row.append(copyButton("Copy the answer", () => copied(turn.record)));
+  if (row.childElementCount) turn.article.append(row);
+  updateControls();
+}
+
+/** An answer as it is copied: its Markdown, then its numbered sources (what its [n] cite). */
+function copied(record) {
+  const sources = (record.sources ?? []).map((path, k) => `[${k + 1}] ${path}`);
+  return sources.length ? `${record.text.trim()}\n\nSources:\n${sources.join("\n")}\n` : `${record.text.trim()}\n`;
+}
+
+/** "Ask again": the turn goes (from the page and the kept conversation), and its question is asked anew. */
+function askAgain(turn) {
+  if (answering || ws?.readyState !== WebSocket.OPEN) return;
+  turn.article.remove();
+  conversation = conversation.filter((r) => r !== turn.record);
+  changed();
+  if (question.value.trim() === turn.question) question.value = "";
+  if (turn.record.kind === "search") search(turn.question);
+  else ask(turn.question);
+  updateControls();
+}
+
+/** After an error, the question is in the box again (unless something else was typed there meanwhile). */
+function keepQuestion(turn) {
+  if (!question.value.trim()) question.value = turn.question;
+}
+
 function note(turn, cls, text) {
   turn.article.querySelector(":scope > .note")?.remove();
-  turn.article.append(el("p", `note ${cls}`, text));
+  turn.body.after(el("p", `note ${cls}`, text));
   keepInView();
 }
 
-/** The answer ends without its sources: an error (cls "error") or a stop ("stopped"); its text so far stays. */
-function cutShort(turn, cls, text) {
+/**
+ * The answer ends before it is whole: an error (cls "error") or a stop ("stopped"); its text so far stays,
+ * and the sources the server found for it (an LLM error says them) are listed.
+ */
+function cutShort(turn, cls, text, sources = [], locations = []) {
   turn.record.note = { cls, text };
-  end(turn);
   note(turn, cls, text);
+  if (sources.length) {
+    turn.record.sources = sources;
+    turn.record.locations = locations;
+    turn.article.append(el("p", "found", "The passages found for this question:"));
+    listSources(turn, sources, locations);
+  }
+  end(turn);
 }
 
 function showAnswer(turn, text) {
@@ -220,52 +288,100 @@ new ResizeObserver(() => {
   document.documentElement.style.scrollPaddingBottom = `${form.offsetHeight}px`;
 }).observe(form);
 
-// -- keeping the conversation for the tab ----------------------------------------
+// -- keeping the conversations ----------------------------------------------------
 function changed() {
+  if (restoring) return;
+  updated = Date.now();
   if (!saving) saving = setTimeout(save, 500);
 }
 
 function save() {
   clearTimeout(saving);
   saving = 0;
-  const kept = conversation.map((r) => JSON.stringify(r));
-  let chars = kept.reduce((n, s) => n + s.length + 1, 2);
-  while (kept.length && chars > MAX_KEPT_CHARS) chars -= kept.shift().length + 1;
+  if (updated) saved.keep({ id: conversationId, updated, turns: conversation });
+  listConversations();
+}
+
+const strings = (v) => (Array.isArray(v) ? v.map(String) : []);
+
+/** Show kept turns again as they were; one that was still coming when its page went away is shown as stopped. */
+function show(records) {
+  restoring = true;
+  const reloaded = "Stopped: the page was reloaded before the answer was complete.";
   try {
-    sessionStorage.setItem(CONVERSATION, `[${kept.join(",")}]`);
-  } catch (e) {
-    sessionStorage.removeItem(CONVERSATION); // over the browser's quota: nothing kept rather than a stale copy
-    console.warn(`mdrag: the conversation is not kept for a reload: ${e}`);
+    for (const r of records) {
+      const turn = newTurn(r.question, r.kind);
+      const said = ["error", "stopped"].includes(r.note?.cls) ? r.note : null;
+      if (r.kind === "search") {
+        if (Array.isArray(r.results)) showResults(turn, r.results);
+        else if (said) showSearchNote(turn, said.cls, String(said.text));
+        else showSearchNote(turn, "stopped", "Stopped: the page was reloaded before the results came.");
+        continue;
+      }
+      const text = typeof r.text === "string" ? r.text : "";
+      const locations = Array.isArray(r.locations) ? r.locations : [];
+      if (text) showAnswer(turn, text);
+      if (said) cutShort(turn, said.cls, String(said.text), strings(r.sources), locations);
+      else if (r.done) finish(turn, text, strings(r.sources), locations);
+      else cutShort(turn, "stopped", reloaded);
+    }
+  } finally {
+    restoring = false;
   }
 }
 
-/** The turns kept by an earlier page of this tab, shown again as they were; one that was still
- * coming when the page went away is shown as stopped. */
-function restore() {
-  let records;
-  try {
-    records = JSON.parse(sessionStorage.getItem(CONVERSATION) ?? "[]");
-  } catch {
-    records = [];
-  }
-  if (!Array.isArray(records)) return;
-  const reloaded = "Stopped: the page was reloaded before the answer was complete.";
-  for (const r of records) {
-    if (typeof r?.question !== "string" || (r.kind !== "answer" && r.kind !== "search")) continue;
-    const turn = newTurn(r.question, r.kind);
-    const said = ["error", "stopped"].includes(r.note?.cls) ? r.note : null;
-    if (r.kind === "search") {
-      if (Array.isArray(r.results)) showResults(turn, r.results);
-      else if (said) showSearchNote(turn, said.cls, String(said.text));
-      else showSearchNote(turn, "stopped", "Stopped: the page was reloaded before the results came.");
-      continue;
-    }
-    const text = typeof r.text === "string" ? r.text : "";
-    if (text) showAnswer(turn, text);
-    if (said) cutShort(turn, said.cls, String(said.text));
-    else if (r.done) finish(turn, text, Array.isArray(r.sources) ? r.sources.map(String) : [], Array.isArray(r.locations) ? r.locations : []);
-    else cutShort(turn, "stopped", reloaded);
-  }
+/** Show the kept conversation `id` in place of this tab's (none kept under it: a new, empty one). */
+function openConversation(id) {
+  if (answering) return;
+  if (saving) save();
+  const found = saved.conversations().find((c) => c.id === id);
+  conversationId = saved.showing(id);
+  conversation = [];
+  updated = found?.updated ?? 0;
+  log.querySelectorAll(":scope > .turn").forEach((t) => t.remove());
+  if (found) show(found.turns);
+  listConversations();
+  updateControls();
+  keepInView(true);
+}
+
+/** The list of kept conversations, newest first, this tab's marked; each opens, or is forgotten. */
+function listConversations() {
+  const all = saved.conversations();
+  const list = pastList.querySelector("ol");
+  pastList.hidden = !all.length;
+  pastList.querySelector("summary").textContent = `Conversations (${all.length})`;
+  list.replaceChildren(
+    ...all.map((c) => {
+      const li = el("li");
+      const open = el("button", "open-conversation", saved.title(c));
+      open.type = "button";
+      open.title = `${c.turns.length} ${c.turns.length === 1 ? "question" : "questions"}, ${new Date(c.updated).toLocaleString()}`;
+      open.addEventListener("click", () => {
+        pastList.open = false;
+        openConversation(c.id);
+      });
+      if (c.id === conversationId) li.setAttribute("aria-current", "true");
+      const drop = el("button", "forget", "×");
+      drop.type = "button";
+      drop.title = "Forget this conversation";
+      drop.setAttribute("aria-label", `Forget the conversation "${saved.title(c)}"`);
+      drop.addEventListener("click", () => {
+        saved.forget(c.id);
+        if (c.id === conversationId) newConversation();
+        listConversations();
+      });
+      li.append(open, drop);
+      return li;
+    }),
+  );
+  updateControls();
+}
+
+/** Another tab changed the kept conversations: list them again; this tab's forgotten there, start anew. */
+function keptElsewhere() {
+  if (conversation.length && !answering && !saving && !saved.conversations().some((c) => c.id === conversationId)) newConversation();
+  listConversations();
 }
 
 // -- the history a question is sent with ------------------------------------------
@@ -287,14 +403,21 @@ function history() {
   return turns;
 }
 
-/** New conversation: the turns are cleared from the page and the tab, and the next question is asked alone. */
+/** New conversation: the page starts an empty one (the last stays in the list); the next question is asked alone. */
 function newConversation() {
   if (answering) return;
-  conversation = [];
-  log.querySelectorAll(":scope > .turn").forEach((t) => t.remove());
-  save();
-  updateControls();
+  if (saving) save();
+  openConversation(saved.newConversationId());
   question.focus();
+}
+
+/** Forget every kept conversation (after asking), this tab's too. */
+function forgetAll() {
+  if (answering || !window.confirm("Forget all the conversations kept in this browser?")) return;
+  clearTimeout(saving);
+  saving = 0;
+  saved.forgetAll();
+  newConversation();
 }
 
 function cite(turn) {
@@ -331,9 +454,10 @@ function ask(text) {
           answering = null;
           finish(turn, msg.type === "answer" ? msg.answer : this.text, msg.sources || [], msg.locations || []);
           return true;
-        case "error": // before stream_start, or after it: the answer is cut short
-          cutShort(turn, "error", `Error: ${msg.message}`);
+        case "error": // before stream_start, or after it: the answer is cut short (with the sources found)
           answering = null;
+          cutShort(turn, "error", `Error: ${msg.message}`, strings(msg.sources), Array.isArray(msg.locations) ? msg.locations : []);
+          keepQuestion(turn);
           return true;
         case "status": // not ready: the index is loading; ask again in a second
           showStatus(msg);
@@ -347,9 +471,12 @@ function ask(text) {
       }
     },
     fail(reason) {
-      if (reason === "stopped") cutShort(turn, "stopped", "Stopped.");
-      else cutShort(turn, "error", `Error: ${reason}`);
       if (answering === handler) answering = null;
+      if (reason === "stopped") cutShort(turn, "stopped", "Stopped.");
+      else {
+        cutShort(turn, "error", `Error: ${reason}`);
+        keepQuestion(turn);
+      }
     },
   };
   answering = handler;
@@ -368,6 +495,12 @@ function finish(turn, text, sources, locations) {
     end(turn);
     return;
   }
+  listSources(turn, sources, locations);
+  end(turn);
+}
+
+/** The numbered sources below a turn's answer, each opening to its passages; its [n] link to them. */
+function listSources(turn, sources, locations) {
   // [n] is sources[n-1]; a path listed twice is shown once, under its first number
   const list = el("ol", "sources");
   const prefix = commonDir(sources);
@@ -393,7 +526,6 @@ function finish(turn, text, sources, locations) {
     details.open = true;
     target.scrollIntoView({ block: "nearest" });
   });
-  end(turn);
 }
 
 function commonDir(paths) {
@@ -484,6 +616,7 @@ function showSearchNote(turn, cls, text) {
   turn.body.replaceChildren(el("p", `note ${cls}`, text));
   turn.record.note = { cls, text };
   end(turn);
+  if (cls === "error" && !restoring) keepQuestion(turn);
 }
 
 function search(text) {
@@ -501,7 +634,7 @@ function search(text) {
         } else return false;
         return true;
       },
-      fail: (reason) => showSearchNote(turn, "error", `Error: ${reason}`),
+      fail: (reason) => showSearchNote(turn, reason === "stopped" ? "stopped" : "error", reason === "stopped" ? "Stopped." : `Error: ${reason}`),
     },
   );
 }
@@ -539,6 +672,10 @@ stopButton.addEventListener("click", () => {
 
 searchOnly.addEventListener("change", updateControls);
 newButton.addEventListener("click", newConversation);
+$("forget-all").addEventListener("click", forgetAll);
+window.addEventListener("storage", (ev) => {
+  if (saved.changedElsewhere(ev)) keptElsewhere();
+});
 
 tokenForm.addEventListener("submit", (ev) => {
   ev.preventDefault();
@@ -547,10 +684,10 @@ tokenForm.addEventListener("submit", (ev) => {
   connect();
 });
 
-window.addEventListener("pagehide", save); // a reload or a closed tab: the latest turns, even one still coming
-window.history.scrollRestoration = "manual"; // a reload shows the end of the conversation, as restore() scrolls there
+window.addEventListener("pagehide", () => saving && save()); // a reload or a closed tab: the latest turns, even one still coming
+window.history.scrollRestoration = "manual"; // a reload shows the end of the conversation, as openConversation() scrolls there
 
-restore();
+openConversation(conversationId);
 connect();
 updateControls();
 question.focus();

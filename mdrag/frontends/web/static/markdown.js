@@ -1,7 +1,9 @@
 // A small Markdown renderer that builds DOM nodes and never parses HTML: text from documents and
 // from the LLM only ever becomes text nodes, so a "<script>" or "<img onerror>" in it shows as text.
-// It covers what answers use: headings, paragraphs, lists, block quotes, fenced code, rules, tables,
-// and inline code, bold, italics, http(s) links and citations [n].
+// It covers what answers use: headings, paragraphs, lists, block quotes, fenced code (with a copy button),
+// rules, tables, and inline code, bold, italics, http(s) links and citations [n]. HTML comments from the
+// documents (<!-- ... -->) are not shown, as a Markdown renderer would not; in code they are code.
+import { copyButton } from "./copy.js";
 
 const FENCE = /^\s{0,3}(`{3,}|~{3,})/;
 const HEADING = /^\s{0,3}(#{1,6})\s+(.*?)\s*#*\s*$/;
@@ -13,6 +15,34 @@ const TABLE_RULE = /^\s*\|?\s*:?-+:?\s*(\|\s*:?-+:?\s*)*\|?\s*$/;
 // | <autolink>
 const INLINE =
   /(`+)([^`]|[^`][\s\S]*?[^`])\1(?!`)|\[([^\]\n]+)\]\(\s*((?:[^\s()]|\([^\s()]*\))+)(?:\s+"[^"]*")?\s*\)|\*\*(\S[\s\S]*?)\*\*|__(\S[\s\S]*?)__|\*(\S[^*]*?)\*|(?<![\w])_(\S[^_]*?)_(?![\w])|\[(\d{1,3})\]|<(https?:\/\/[^>\s]+)>/g;
+
+// a code span (kept), or a comment: to its "-->", or to the end of a text cut inside it
+const CODE_OR_COMMENT = /(`+)(?:[^`]|[^`][\s\S]*?[^`])\1(?!`)|<!--[\s\S]*?(?:-->|$)/g;
+
+/** The lines without their HTML comments, outside fenced code and code spans. */
+function withoutComments(lines) {
+  if (!lines.some((l) => l.includes("<!--"))) return lines;
+  const out = [];
+  let prose = [];
+  let fence = "";
+  const flush = () => {
+    if (prose.length) out.push(...prose.join("\n").replace(CODE_OR_COMMENT, (m, ticks) => (ticks ? m : "")).split("\n"));
+    prose = [];
+  };
+  for (const line of lines) {
+    const m = fence ? null : FENCE.exec(line);
+    if (fence) {
+      out.push(line);
+      if (line.trim().startsWith(fence)) fence = "";
+    } else if (m) {
+      flush();
+      fence = m[1];
+      out.push(line);
+    } else prose.push(line);
+  }
+  flush();
+  return out;
+}
 
 function node(tag, text) {
   const e = document.createElement(tag);
@@ -77,9 +107,12 @@ function blocks(lines, parent, options) {
       const code = [];
       for (i++; i < lines.length && !lines[i].trim().startsWith(fence); i++) code.push(lines[i]);
       i++; // the closing fence (an answer still streaming may not have it yet)
-      const pre = node("pre");
+      const box = node("div");
+      box.className = "code";
+      const pre = box.appendChild(node("pre"));
       pre.append(node("code", code.join("\n")));
-      parent.append(pre);
+      box.append(copyButton("Copy the code", () => code.join("\n")));
+      parent.append(box);
     } else if ((m = HEADING.exec(line))) {
       flush();
       const h = node(`h${Math.min(6, m[1].length + 2)}`);
@@ -166,6 +199,6 @@ function list(lines, start, parent, options) {
  */
 export function renderMarkdown(text, options = {}) {
   const fragment = document.createDocumentFragment();
-  blocks(String(text).replace(/\r\n?/g, "\n").split("\n"), fragment, options);
+  blocks(withoutComments(String(text).replace(/\r\n?/g, "\n").split("\n")), fragment, options);
   return fragment;
 }
