@@ -5,9 +5,9 @@ The parse worker (:mod:`mdrag.parsers.worker`) caps a parse's memory at
 embedder's tokenizer), where nothing can be capped. Its peak memory is linear
 in the document (benchmarks/chunk_scale.py measures it with tracemalloc, its
 output chunks included): at most about 5 bytes per byte of text the document
-holds (3-4 with long lines, 4-7 with paragraphs), 150 more per line and 490
-more per section (a file of short lines or of tiny sections: 35 and 19 times
-its text). :func:`check_memory` estimates it a little above those figures and
+holds (3-4 with long lines, 4-7 with paragraphs), 170 more per line and 490
+more per section (a file of one-letter lines: 86 times its text; of tiny
+sections: 19). :func:`check_memory` estimates it above those figures and
 raises :class:`ChunkingMemoryError`, a ParseError, when the estimate passes
 the limit: the indexer skips the file with the reason, as a parse that ran out
 of memory, and goes on with the next.
