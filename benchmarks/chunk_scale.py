@@ -12,9 +12,14 @@ Figures:
   1 and 2 MB, parsed (docutils, read in parts);
 - ``mdrag index`` of a folder holding the issue's 20 MB ``.txt`` and 20 Hugo
   pages, with the default time limit and with a 5 s one: whether the big file
-  is indexed or skipped with its reason, and that the other files are indexed.
+  is indexed or skipped with its reason, and that the other files are indexed;
+- chunking's peak memory (tracemalloc, its chunks included) against the
+  document's text at 1, 2 and 4 MB, for the three shapes and two that peak
+  higher (short lines, tiny sections), with the estimate that
+  ``index.max_parse_mb`` is checked against before chunking starts
+  (:mod:`mdrag.chunking.memory`).
 
-    python benchmarks/chunk_scale.py [--sizes 1 2 4 8 16] [--json out.json]
+    python benchmarks/chunk_scale.py [--sizes 1 2 4 8 16] [--memory-sizes 1 2 4] [--json out.json]
 """
 
 from __future__ import annotations
@@ -43,6 +48,11 @@ SHAPES = {  # name -> (what repeats, file name)
     "one-paragraph .txt": (LINE + "\n", "big.txt"),
     "one-line .md": (LINE + " ", "big.md"),
     "blank-line paragraphs .txt": (LINE + "\n\n", "big.txt"),
+}
+#: Shapes whose chunking takes more memory for their size: each line is a unit, each section a heading path.
+HEAVY = {
+    "short lines .txt": ("a\n", "big.txt"),
+    "tiny sections .md": ("# a\n\nb\n\n", "big.md"),
 }
 TARGET = 2.2  # the most time may grow per doubling of the size
 log = logging.getLogger("chunk_scale")
@@ -81,6 +91,39 @@ def chunk_times(folder: Path, sizes_mb: list[float], repeat: int) -> dict[str, l
             rows.append({**row, "growth": growth})
             log.info("%s %g MB: parse %.2f s, chunk %.2f s, %d chunks, growth %s", shape, mb, parsed, took,
                      len(chunks), f"{growth:.2f}x" if growth else "-")  # fmt: skip
+            path.unlink()
+        out[shape] = rows
+    return out
+
+
+def chunk_memory(folder: Path, sizes_mb: list[float]) -> dict[str, list[dict[str, Any]]]:
+    """Per shape, per size: the text the document holds (MB of its strings), chunking's peak memory
+    (tracemalloc, its chunks included), their ratio, and the estimate checked against index.max_parse_mb."""
+    import tracemalloc
+
+    from mdrag.chunking import chunk_document
+    from mdrag.chunking.memory import chunking_mb
+    from mdrag.config import load_config
+    from mdrag.embedding import make_embedder
+    from mdrag.parsers import parse_file
+
+    embedder = make_embedder(load_config())
+    embedder.count_tokens(["warm up"])
+    out: dict[str, list[dict[str, Any]]] = {}
+    for shape, (unit, name) in {**SHAPES, **HEAVY}.items():
+        rows: list[dict[str, Any]] = []
+        for mb in sizes_mb:
+            path = _write(folder / f"mem-{shape.split()[0]}-{mb:g}" / name, unit, int(mb * 2**20))
+            doc = parse_file(path)
+            text = sum(sys.getsizeof(b.text) for s in doc.sections for b in s.blocks) / 2**20
+            tracemalloc.start()
+            chunk_document(doc, str(path.parent), name, None, embedder.count_tokens, embedder.max_tokens)
+            peak = tracemalloc.get_traced_memory()[1] / 2**20
+            tracemalloc.stop()
+            row = {"mb": mb, "text_mb": text, "peak_mb": peak, "factor": peak / text, "estimate_mb": chunking_mb(doc)}
+            rows.append(row)
+            log.info("memory %s %g MB: text %.1f MB, peak %.1f MB (x%.2f), estimate %.1f MB", shape, mb, text, peak,
+                     row["factor"], row["estimate_mb"])  # fmt: skip
             path.unlink()
         out[shape] = rows
     return out
@@ -141,6 +184,7 @@ def main() -> None:
     ap.add_argument("--sizes", type=float, nargs="+", default=[1, 2, 4, 8, 16], help="MB (default 1 2 4 8 16)")
     ap.add_argument("--rst-sizes", type=float, nargs="+", default=[0.5, 1, 2], help="MB (default 0.5 1 2)")
     ap.add_argument("--repeat", type=int, default=2, help="chunking runs per size; the best counts (default 2)")
+    ap.add_argument("--memory-sizes", type=float, nargs="+", default=[1, 2, 4], help="MB (default 1 2 4)")
     ap.add_argument("--json", type=Path, help="write the figures here")
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
@@ -151,6 +195,7 @@ def main() -> None:
         folder = Path(tmp)
         result: dict[str, Any] = {"chunking": chunk_times(folder, args.sizes, args.repeat)}
         result["rst"] = rst_times(folder, args.rst_sizes)
+        result["memory"] = chunk_memory(folder, args.memory_sizes)
         result["index"] = [index_big(folder, None), index_big(folder, 5.0)]
     result["cpus"] = os.cpu_count()
     summary(result)
@@ -166,6 +211,9 @@ def summary(result: dict[str, Any]) -> None:
         )
         print(f"{shape}: {figures}")
     print("rst: " + ", ".join(f"{r['mb']:g} MB {r['parse_s']:.2f} s" for r in result["rst"]))
+    for shape, rows in result.get("memory", {}).items():
+        figures = ", ".join(f"{r['mb']:g} MB x{r['factor']:.2f} ({r['peak_mb']:.1f} MB)" for r in rows)
+        print(f"memory, {shape}: {figures}")
     for r in result["index"]:
         print(f"index, limit {r['timeout_s']:g} s: {r['indexed']}/{r['files']} indexed, big file {r['big_file']}, "
               f"{r['seconds']:.1f} s")  # fmt: skip
@@ -235,7 +283,28 @@ def section_chunk_scale(data: Data) -> list[str]:
         for r in cs.get("index") or []
     ]
     lines += table(["index.parse_timeout", "files indexed", "the 20 MB .txt", "chunks", "whole run"], index_rows)
+    memory: dict[str, list[dict[str, Any]]] = cs.get("memory") or {}
+    if memory:
+        lines += [
+            "Chunking's peak memory (tracemalloc, its chunks included) over the text the parsed document holds, "
+            "and the estimate `index.max_parse_mb` is checked against before chunking starts (a file over it is "
+            "skipped with the reason):",
+            "",
+        ]
+        mem_sizes = [r["mb"] for r in next(iter(memory.values()), [])]
+        mem_rows = [
+            [
+                shape,
+                *[f"{fratio(r.get('factor'))} ({fmb(r.get('peak_mb'))}; est. {fmb(r.get('estimate_mb'))})" for r in rs],
+            ]
+            for shape, rs in memory.items()
+        ]
+        lines += table(["shape", *[f"{mb:g} MB: peak / text (peak; estimate)" for mb in mem_sizes]], mem_rows)
     return lines
+
+
+def fmb(value: float | None) -> str:
+    return NA if value is None else f"{value:.1f} MB"
 
 
 def t_chunk_scale(data: Data) -> list[Row]:
@@ -252,7 +321,7 @@ def t_chunk_scale(data: Data) -> list[Row]:
 
 
 BENCHMARK = Benchmark(
-    steps=(Step("chunk_scale", 240, (), ("chunking", "rst", "index")),),
+    steps=(Step("chunk_scale", 240, (), ("chunking", "rst", "index", "memory")),),
     sections=(Section(TITLE, 170, section_chunk_scale),),
     targets=(Target(140, t_chunk_scale),),
 )

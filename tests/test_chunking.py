@@ -508,3 +508,45 @@ def test_chunking_past_its_deadline_stops_with_the_reason(monkeypatch: pytest.Mo
     counter = lambda ts: [len(t.split()) for t in ts]  # noqa: E731
     with pytest.raises(ChunkingTimeoutError):  # the tokenizer's calls are checked too
         chunk_document(big, "/docs", "guide.md", count_tokens=counter, max_tokens=128, deadline=Deadline(20))
+
+
+#: Files whose chunking peaks high for their size: (what repeats, file name). Each line is a unit of
+#: chunking, each section a heading path: memory goes with lines and sections as much as with text.
+HEAVY = [
+    ("Lorem ipsum dolor sit amet, consectetur adipiscing elit, sed do eiusmod tempor incididunt.\n", "p.txt"),
+    ("Lorem ipsum dolor sit amet, consectetur adipiscing elit, sed do eiusmod tempor incididunt. ", "l.md"),
+    ("Lorem ipsum dolor sit amet, consectetur adipiscing elit, sed do eiusmod tempor incididunt.\n\n", "b.txt"),
+    ("a\n", "a.txt"),
+    ("ab\n\n", "ab.txt"),
+    ("# a\n\nb\n\n", "s.md"),
+    ("東京都の天気は晴れです。明日も良い天気でしょう。\n\n", "cjk.txt"),
+]
+
+
+@pytest.mark.parametrize(("unit", "name"), HEAVY, ids=[n for _, n in HEAVY])
+def test_the_memory_estimate_is_above_what_chunking_takes(tmp_path: Path, unit: str, name: str) -> None:
+    """The limit on chunking's memory (index.max_parse_mb) is checked on an estimate made before it starts:
+    the estimate must not fall below what chunking takes (its chunks included), for any shape of file."""
+    import tracemalloc
+
+    from mdrag.chunking import ChunkingMemoryError
+    from mdrag.chunking.memory import chunking_mb
+    from mdrag.parsers import parse_file
+    from tests.conftest import HashEmbedder
+
+    path = tmp_path / name
+    path.write_text(unit * (100_000 // len(unit)), encoding="utf-8")
+    doc = parse_file(path)
+    embedder = HashEmbedder(max_tokens=256)
+    tracemalloc.start()
+    chunks = chunk_document(doc, str(tmp_path), name, None, embedder.count_tokens, 256)
+    peak = tracemalloc.get_traced_memory()[1] / 2**20
+    tracemalloc.stop()
+    need = chunking_mb(doc)
+    assert chunks and peak <= need <= 5 * peak, (peak, need)
+    with pytest.raises(ChunkingMemoryError) as info:
+        chunk_document(doc, str(tmp_path), name, None, embedder.count_tokens, 256, max_mb=need / 2)
+    assert str(info.value).endswith(
+        f"more than the {need / 2:g} MB one file may use (setting index.max_parse_mb): skipped"
+    )
+    assert chunk_document(doc, str(tmp_path), name, None, embedder.count_tokens, 256, max_mb=need) == chunks

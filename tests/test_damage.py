@@ -594,6 +594,21 @@ def _both(*damages: Callable[[Path], None]) -> Callable[[Path], None]:
 
 
 _IDX = "milvus.db/collections/mdrag_default/partitions/*/indexes/*"
+
+_FIRST_CHUNKS = (
+    "FROM chunks WHERE n IN (SELECT min(n) FROM chunks WHERE rel_path IN ('sub/colours.md', 'shortcodes.md') "
+    "GROUP BY rel_path)"
+)
+
+
+def _swap_vectors(home: Path) -> None:
+    """The vectors of the first chunks of sub/colours.md and shortcodes.md swapped: two unit vectors."""
+    with sqlite3.connect(_faiss_file(home, "sqlite")) as db:
+        (a, va), (b, vb) = db.execute(f"SELECT n, vector {_FIRST_CHUNKS}").fetchall()
+        assert va != vb
+        db.executemany("UPDATE chunks SET vector = ? WHERE n = ?", [(vb, a), (va, b)])
+
+
 #: (store, damage, how it shows): "status" (`status` exits 1 naming it), "verify" (only `status --verify`
 #: finds it; searches are right meanwhile), "open" (repaired by any command: searches are right), "rebuild"
 #: (a file SQLite cannot read: every command says so and `mdrag index --rebuild` sets it aside). Each one
@@ -624,6 +639,7 @@ DAMAGE = [
         "verify",
     ),
     ("faiss", _sql("UPDATE chunks SET metadata = '{}' WHERE n IN (SELECT n FROM tags)"), "verify"),
+    ("faiss", _swap_vectors, "verify"),  # unit vectors both: only their digests tell
     ("faiss", _garble_sqlite_header, "rebuild"),
     ("faiss", _cut("faiss/default.sqlite"), "rebuild"),
     ("faiss", _random_bytes("faiss/default.sqlite", 4096), "rebuild"),
@@ -761,4 +777,70 @@ def test_rebuild_sets_aside_a_store_with_pages_sqlite_cannot_read_unasked(cli, d
     code, out, err = cli("index", "--rebuild", "--json", "-q")
     assert code == 0 and json.loads(out)["chunks_total"] == total, err
     assert list((mdrag_home / "cache" / "damaged").iterdir()), "set aside, not deleted"
+    _assert_whole(cli, total)
+
+
+@pytest.mark.parametrize("backend", ["faiss"])
+def test_swapped_vectors_are_never_ranked_when_the_vector_index_is_built_from_sqlite(
+    cli, docs: Path, mdrag_home: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 37 point 5: two rows' vectors swapped are unit vectors both; the digest each run records with
+    a vector (of its chunk's content hash and its bytes) finds them. A vector index built again from SQLite
+    leaves them out, the warning names how many and their files, and `mdrag index` embeds them again."""
+    total = _build(cli, docs)
+    before = _answers(cli)
+    store = _faiss_file(mdrag_home, "sqlite")
+    _swap_vectors(mdrag_home)
+    with sqlite3.connect(store) as db:
+        swapped = dict(db.execute(f"SELECT id, path {_FIRST_CHUNKS}").fetchall())
+    assert len(swapped) == 2
+    _faiss_file(mdrag_home, "faiss").unlink()
+    caplog.clear()
+    code, out, err = cli("search", *_QUERY)
+    assert code == 0, err
+    served = json.loads(out)
+    assert served and not swapped.keys() & {r["chunk_id"] for r in served}, "a swapped vector is never ranked"
+    files = ", ".join(sorted(swapped.values()))
+    assert f"2 chunk vector(s) in {store} are damaged (in 2 file(s): {files})" in caplog.text
+    code, out, err = cli("index", "--json", "-q")
+    s = json.loads(out)
+    assert code == 0 and s["chunks_total"] == total and s["chunks_embedded"] >= 2, s
+    assert any(w.startswith(f"2 chunk vector(s) in {store} were damaged: embedded again (in 2 file(s): {files})")
+               for w in s["warnings"]), s  # fmt: skip
+    code, out, err = cli("status", "--verify")
+    assert code == 0, out + err
+    assert _answers(cli) == before
+    _assert_whole(cli, total)
+
+
+@pytest.mark.parametrize("backend", ["faiss"])
+def test_a_store_written_before_vector_digests_is_checked_by_length_and_norm_then_gets_them(
+    cli, docs: Path, mdrag_home: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A store of an older release has no vector digests: it opens and searches as before, `status --verify`
+    checks its vectors by length and norm and says that is all it can, and the next `mdrag index` records
+    their digests (nothing embedded again); from then on a swap is found."""
+    total = _build(cli, docs)
+    before = _answers(cli)
+    store = _faiss_file(mdrag_home, "sqlite")
+    with sqlite3.connect(store) as db:
+        db.execute("ALTER TABLE chunks DROP COLUMN vector_digest")
+    caplog.clear()
+    code, out, err = cli("status", "--verify")
+    assert code == 0, out + err
+    assert f"the chunk vectors in {store} were stored before mdrag recorded their digests" in caplog.text
+    assert _answers(cli) == before
+    code, out, err = cli("index", "--json", "-q")
+    assert code == 0 and json.loads(out)["chunks_embedded"] == 0, out + err
+    with sqlite3.connect(store) as db:
+        assert db.execute("SELECT count(*) FROM chunks WHERE vector_digest IS NULL").fetchone()[0] == 0
+    caplog.clear()
+    code, out, err = cli("status", "--verify")
+    assert code == 0 and "were stored before" not in caplog.text, out + err
+    _swap_vectors(mdrag_home)
+    code, out, err = cli("status", "--verify")
+    assert code == 1 and f"2 chunk vector(s) in {store} are damaged" in out, out + err
+    code, out, err = cli("index", "--json", "-q")
+    assert code == 0 and json.loads(out)["chunks_total"] == total, out + err
+    assert _answers(cli) == before
     _assert_whole(cli, total)

@@ -449,3 +449,35 @@ def test_a_file_whose_chunking_passes_the_time_limit_is_skipped_and_the_others_i
             str(docs / "big.txt"): "chunking took longer than 100 s (setting index.parse_timeout): skipped"
         }
         assert idx.search("chunks in time")[0].rel_path == "fine.md"
+
+
+@linux_only
+def test_a_file_whose_chunking_would_pass_the_memory_limit_is_skipped_and_the_others_indexed(tmp_path: Path) -> None:
+    """Issue 37: chunking ran outside the parse's memory cap. 300,000 one-letter lines (0.6 MB) parse within
+    32 MB, but chunking them needs more (about 170 bytes a line): the file is skipped, with its path and the
+    setting, before it is chunked, and the run goes on."""
+    import tracemalloc
+
+    from mdrag.chunking import chunk_document
+    from tests.conftest import HashEmbedder
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    _write(docs, "lines.txt", "a\n" * 300_000)  # one paragraph
+    _write(docs, "fine.md", "# Fine\n\nThis file chunks within its memory.\n")
+    _write(docs, "notes.txt", "Notes\n\nA short text file.\n")
+    embedder = HashEmbedder(max_tokens=256)
+    tracemalloc.start()  # what chunking it would take: more than the limit, so the skip is no false alarm
+    chunk_document(parse_file(docs / "lines.txt"), str(docs), "lines.txt", None, embedder.count_tokens, 256)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak > 32 * 2**20
+    config = load_config({"index": "mem", "index.max_parse_mb": 32, "index.parse_timeout": LONG})
+    with Index(config, embedder=embedder) as idx:
+        summary = idx.update([docs])
+        assert summary.added == 2 and summary.skipped == 1, summary
+        ((path, reason),) = summary.skipped_files
+        assert path == str(docs / "lines.txt")
+        assert reason.startswith("chunking it would need about ") and "MB of memory, more than the 32 MB" in reason
+        assert reason.endswith("(setting index.max_parse_mb): skipped")
+        assert idx.search("chunks within its memory")[0].rel_path == "fine.md"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 import uuid
 from pathlib import Path
 
@@ -436,3 +437,22 @@ def test_a_writer_waiting_for_another_process_does_not_hold_up_searches() -> Non
     s.end_run(set(), set(), whole=False)
     assert s.count() == 43
     s.close()
+
+
+def test_a_damaged_stored_vector_is_never_reused_for_a_new_chunk_of_the_same_text(mdrag_home: Path) -> None:
+    """The indexer reuses stored vectors by content hash: a vector swapped with another row's (a unit vector,
+    so only its digest tells) must not be handed to a new chunk, which would record it as sound."""
+    s, vecs = _filled("reuse")
+    chunks = make_chunks(1, 40)
+    s.close()
+    with sqlite3.connect(mdrag_home / "cache" / "faiss" / "reuse.sqlite") as db:
+        (a, va), (b, vb) = db.execute("SELECT n, vector FROM chunks ORDER BY n LIMIT 2").fetchall()
+        db.executemany("UPDATE chunks SET vector = ? WHERE n = ?", [(vb, a), (va, b)])
+    s = _store("reuse")
+    assert s.open(create=False)
+    try:
+        found = s.vectors_by_hash([c.content_hash for c in chunks[:3]])
+        assert found.keys() == {chunks[2].content_hash}, "the swapped ones are embedded again"
+        assert np.allclose(found[chunks[2].content_hash], vecs[2])
+    finally:
+        s.close()

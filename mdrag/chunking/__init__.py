@@ -19,7 +19,8 @@ Both give :data:`~mdrag.chunking.build.Cut` pieces, which
 ``settings`` (:class:`ChunkSettings`), ``build`` (ids, headers, the chunks),
 ``split`` (cutting text under a size limit, token counts), ``units`` (a
 section's blocks as one text), ``window``, ``headings``, ``langchain``,
-``deadline`` (the time limit on one file's chunking).
+``deadline`` (the time limit on one file's chunking), ``memory`` (its memory
+limit, checked before it starts).
 
 Every step is linear in the size of the file: a 20 MB text file is chunked
 in seconds (benchmarks/chunk_scale.py measures it).
@@ -31,6 +32,7 @@ from mdrag.chunking.build import ChunkBuilder, chunk_id, content_hash
 from mdrag.chunking.deadline import ChunkingTimeoutError, Deadline
 from mdrag.chunking.headings import heading_cuts
 from mdrag.chunking.langchain import Truncated, langchain_chunks
+from mdrag.chunking.memory import ChunkingMemoryError, check_memory
 from mdrag.chunking.settings import ChunkSettings
 from mdrag.chunking.split import TokenCounter, split_text
 from mdrag.errors import ConfigError
@@ -38,6 +40,7 @@ from mdrag.types import Chunk, Document
 
 __all__ = [
     "ChunkSettings",
+    "ChunkingMemoryError",
     "ChunkingTimeoutError",
     "Deadline",
     "Truncated",
@@ -57,6 +60,7 @@ def chunk_document(
     max_tokens: int | None = None,
     truncated: Truncated | None = None,
     deadline: Deadline | None = None,
+    max_mb: float | None = None,
 ) -> list[Chunk]:
     """Cut a parsed document into chunks.
 
@@ -65,9 +69,13 @@ def chunk_document(
     langchain, ``truncated`` counts those that are), a block that fits the
     window is never cut, and ``settings.unit == "tokens"`` counts sizes in the
     model's tokens. With ``deadline``, a document whose chunking passes it
-    raises :class:`ChunkingTimeoutError` (a ParseError): the indexer skips the file.
+    raises :class:`ChunkingTimeoutError` (a ParseError): the indexer skips the file. With ``max_mb``, a
+    document whose chunking is expected to need more memory (MB) raises :class:`ChunkingMemoryError`
+    (a ParseError) before it starts.
     """
     settings = settings or ChunkSettings()
+    if max_mb is not None:
+        check_memory(doc, max_mb)
     if settings.unit == "tokens" and count_tokens is None:
         raise ConfigError("chunk.unit 'tokens' needs an embedder that can count tokens")
     if deadline is not None and count_tokens is not None:

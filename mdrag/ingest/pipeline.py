@@ -324,7 +324,7 @@ class Indexer:
 
         # With parse_limits, files are parsed in a child process that can be stopped.
         worker = ParseWorker(parse_limits[1]) if parse_limits and any(err is None for _, err in todo) else None
-        timeout = parse_limits[0] if parse_limits else 0.0
+        timeout, max_mb = parse_limits if parse_limits else (0.0, None)
         truncated = Truncated()  # chunks longer than the model reads (chunk.strategy langchain): one warning
 
         def parse(item: tuple[str, str | None]) -> Parsed:
@@ -332,7 +332,7 @@ class Indexer:
             if err:
                 return Parsed(None, [], err)
             root, rel, mtime_ns, size = found.files[path]
-            return read_file(path, root, rel, mtime_ns, size, embedder, settings, worker, timeout, truncated)
+            return read_file(path, root, rel, mtime_ns, size, embedder, settings, worker, timeout, truncated, max_mb)
 
         # The model loads while the first files are parsed (a parse worker takes a while to start, too).
         warming = WarmUp(embedder) if todo else None

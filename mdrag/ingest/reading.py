@@ -2,8 +2,10 @@
 
 With a time limit (``index.parse_timeout``), the parse worker stops a parse
 that passes it, and chunking, done here, stops at the same limit (counted
-afresh: the parse and the chunking may each take that long): either way the
-file is skipped with the reason and the run goes on.
+afresh: the parse and the chunking may each take that long); with a memory
+limit (``index.max_parse_mb``), the worker caps a parse's memory, and a document
+whose chunking is expected to need more is not chunked: either way the file is
+skipped with the reason and the run goes on.
 """
 
 from __future__ import annotations
@@ -13,7 +15,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NamedTuple
 
-from mdrag.chunking import ChunkingTimeoutError, ChunkSettings, Deadline, Truncated, chunk_document
+from mdrag.chunking import (
+    ChunkingMemoryError,
+    ChunkingTimeoutError,
+    ChunkSettings,
+    Deadline,
+    Truncated,
+    chunk_document,
+)
 from mdrag.embedding.base import Embedder
 from mdrag.errors import ParseError, ParserCrashError, UnsupportedFormatError
 from mdrag.ingest.manifest import FileState
@@ -59,10 +68,12 @@ def read_file(
     worker: ParseWorker | None = None,
     timeout: float = 0.0,
     truncated: Truncated | None = None,
+    max_mb: float | None = None,
 ) -> Parsed:
     """Parse and chunk the file at ``path`` (under ``root`` as ``rel``, with the scan's mtime and size):
     its state and chunks, or why it is skipped. With ``worker``, it is parsed there within ``timeout``;
-    with ``timeout``, chunking must also end within it."""
+    with ``timeout``, chunking must also end within it; with ``max_mb``, a document whose chunking is
+    expected to need more memory (MB) is skipped."""
     try:
         data = Path(path).read_bytes()
         doc = worker.parse(path, timeout) if worker is not None else parse_file(path, data)
@@ -73,9 +84,9 @@ def read_file(
     deadline = Deadline(timeout) if timeout > 0 else None
     try:
         chunks = chunk_document(
-            doc, root, rel, settings, embedder.count_tokens, embedder.max_tokens, truncated, deadline
+            doc, root, rel, settings, embedder.count_tokens, embedder.max_tokens, truncated, deadline, max_mb
         )
-    except ChunkingTimeoutError as e:
+    except (ChunkingTimeoutError, ChunkingMemoryError) as e:
         return Parsed(None, [], str(e), doc.encoding, warnings=doc.warnings)
     state = FileState(root=root, rel_path=rel, mtime_ns=mtime_ns, size=size, hash=file_hash(data))
     state.chunks = [c.id for c in chunks]

@@ -11,10 +11,10 @@ search of a process instead of every chunk's text (a missing, stale or damaged
 file, or one of an index written before it existed, is built from SQLite);
 ``<index>.lock``, the writers' lock (:mod:`filelock`). Nothing is pickled.
 
-A store proves it is whole: each run records in ``meta`` what it left. Opening
-checks the cheap records (:meth:`FaissStore.check`), ``mdrag status --verify``
-all of them, and :meth:`FaissStore.repair` builds the vector index and the tag
-rows again from the stored vectors and metadata.
+A store proves it is whole: each run records in ``meta`` what it left, and a digest
+with each vector (:mod:`mdrag.store.faiss_vectors`). Opening checks the cheap records
+(:meth:`FaissStore.check`), ``mdrag status --verify`` all of them, and
+:meth:`FaissStore.repair` builds the vector index and tag rows again from SQLite.
 
 Reads never touch disk for ranking (:mod:`mdrag.store.faiss_memory`): dense
 search is exact below ``_HNSW_MIN`` chunks and with a filter, an HNSW graph
@@ -49,6 +49,7 @@ import numpy as np
 
 from mdrag.errors import ModelMismatchError, StoreError, StoreInUseError, StoreUnavailableError
 from mdrag.store import StoreBackend, same_location
+from mdrag.store import faiss_vectors as fv
 from mdrag.store import sqlite_rows as sql
 from mdrag.store.base import Filter, Hit
 from mdrag.store.faiss_index import VectorIndex, faiss_digest, unit
@@ -258,24 +259,23 @@ class FaissStore:
                 raise damaged(self.path, e) from e
 
     def repair(self, thorough: bool = False) -> tuple[list[str], set[str]]:
-        """Build the vector index and the tag rows again from the stored vectors and metadata when they
-        differ from what the last run recorded (nothing is embedded again): what was repaired, and the
-        ids of the chunks whose rows are suspect (``thorough``: their tag rows and metadata disagree, and
-        either may be the damaged one), whose files the indexer indexes again. Missing chunk rows are not
-        this store's to repair: the indexer compares them with its manifest (their tag rows are dropped)."""
+        """Build the vector index and the tag rows again from the stored vectors and metadata when they differ
+        from what the last run recorded: what was repaired, and the ids of the chunks whose rows are suspect
+        (a damaged vector or text, deleted; ``thorough``: tag rows and metadata that disagree), whose files the
+        indexer indexes again. Missing rows are the indexer's to repair, by its manifest (their tag rows go)."""
         with self._lock:
             db = self._read()
             try:
                 found = self._mismatches(db, sql.recorded(db), thorough)
                 suspect = sql.tag_differences(db) if "tagged" in found else set()
-                bad = sql.bad_vectors(db, self._dim) if "vectors" in found else set()
-                bad |= (sql.edited_texts(db) if "texts" in found else set()) | self._left_out
+                left = (fv.bad_vectors(db, self._dim, self.path) if "vectors" in found else set()) | self._left_out
+                bad = left | (sql.edited_texts(db) if "texts" in found else set())
                 ids = {r[0] for n in batches(sorted(suspect | bad)) for r in sql.ids_of(db, n)}
+                if left:  # their files are named before their rows are deleted
+                    found["left"] = fv.said(db, left, self.path, "were damaged: embedded again")
             except sqlite3.DatabaseError as e:
                 raise damaged(self.path, e) from e
-            if self._left_out:
-                found["left"] = f"{len(self._left_out)} chunk vector(s) in {self.path} were damaged: embedded again"
-            if bad or any(k in found for k in ("faiss", "tags", "rows", "tagged")):
+            if bad or any(k in found for k in ("faiss", "tags", "rows", "tagged")) or not fv.has_digests(db):
                 with sql.writing(self.path):
                     self._begin()
                     if bad:  # their files are indexed again; a damaged row must not be reused by content hash
@@ -312,7 +312,7 @@ class FaissStore:
                 self._unlocked.wait(min(_LOCK_POLL_S, left))
         try:
             self._sync()  # what the previous writer committed
-            self.db.execute("BEGIN IMMEDIATE")
+            fv.begin_write(self.db, self._dim, self.path)  # a store of an older release gets its vector digests
         except BaseException:
             self._writer.release()
             raise
@@ -473,7 +473,7 @@ class FaissStore:
 
     def _load_rows(self, rows: list[int] | None) -> None:
         """Load these rows (all when None) from SQLite into memory."""
-        for part, vecs, texts in sql.vector_rows(self.db, rows, self._dim, self._left_out, self.path):
+        for part, vecs, texts in fv.vector_rows(self.db, rows, self._dim, self._left_out, self.path):
             self._add_memory(part, vecs, texts)
 
     def _data_version(self) -> int:
@@ -535,7 +535,7 @@ class FaissStore:
 
     def vectors_by_hash(self, hashes: Iterable[str]) -> dict[str, np.ndarray]:
         with self._reads():
-            return sql.vectors_by_hash(self._read(), hashes)
+            return fv.vectors_by_hash(self._read(), hashes, self._dim)
 
     def all_ids(self, roots: Sequence[str] | None = None) -> set[str]:
         return set(self.id_paths(roots))

@@ -2,7 +2,8 @@
 the ``meta`` records a run leaves and the checks against them, and the reads.
 
 One row per chunk in ``chunks``: its fields, ``headings`` and ``metadata`` as
-JSON, the text BM25 ranks, and its vector as a float32 blob; a ``tags`` table
+JSON, the text BM25 ranks, its vector as a float32 blob and that vector's digest
+(:mod:`mdrag.store.faiss_vectors`, which checks them); a ``tags`` table
 for tag filters, and a ``meta`` table holding the model identity, a commit
 counter and what the last run left (the ``.faiss`` file's sha256, the counts
 of chunk and tag rows, digests of the chunk ids and of the tag rows).
@@ -18,7 +19,7 @@ import os
 import sqlite3
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import closing, contextmanager
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from mdrag.errors import ConfigError, StoreDamagedError, StoreError, StoreInUseError, StoreUnavailableError
+from mdrag.store import faiss_vectors
 from mdrag.store.base import ROW_FIELDS, Filter, Hit
 from mdrag.store.bm25 import Bm25
 from mdrag.store.faiss_index import faiss_digest
@@ -44,7 +46,8 @@ CREATE TABLE IF NOT EXISTS chunks (
     text TEXT NOT NULL, context TEXT NOT NULL, path TEXT NOT NULL, rel_path TEXT NOT NULL,
     root TEXT NOT NULL, headings TEXT NOT NULL, level INTEGER NOT NULL, position INTEGER NOT NULL,
     page INTEGER NOT NULL, line_start INTEGER NOT NULL, line_end INTEGER NOT NULL,
-    content_hash TEXT NOT NULL, metadata TEXT NOT NULL, bm25_text TEXT NOT NULL, vector BLOB NOT NULL
+    content_hash TEXT NOT NULL, metadata TEXT NOT NULL, bm25_text TEXT NOT NULL, vector BLOB NOT NULL,
+    vector_digest BLOB  -- see mdrag.store.faiss_vectors (a store written before it gets it at its next write)
 );
 CREATE INDEX IF NOT EXISTS chunks_hash ON chunks (content_hash);
 CREATE INDEX IF NOT EXISTS chunks_root ON chunks (root);
@@ -268,8 +271,8 @@ def _thorough_mismatches(db: sqlite3.Connection, path: Path, dim: int, got: dict
         found["ids"] = f"the chunk ids in {path} are not the ones its last run left"
     if tag_differences(db):
         found["tagged"] = f"the tags table of {path} does not match the chunks' metadata"
-    if bad_vectors(db, dim):
-        found["vectors"] = f"some chunk vectors in {path} are damaged (not of unit length)"
+    if bad := faiss_vectors.bad_vectors(db, dim, path):
+        found["vectors"] = faiss_vectors.said(db, bad, path, "are damaged (not the vectors their run stored)")
     if edited := edited_texts(db):
         found["texts"] = f"the text of {len(edited)} chunk(s) in {path} is not the text its run stored (edited)"
     return found
@@ -284,23 +287,6 @@ def edited_texts(db: sqlite3.Connection) -> set[int]:
             embedded = f"{ctx}\n\n{text}" if ctx else text
             if hashlib.sha256(embedded.encode("utf-8", "surrogatepass")).hexdigest() != digest:
                 bad.add(n)
-    return bad
-
-
-def bad_vectors(db: sqlite3.Connection, dim: int) -> set[int]:
-    """The row numbers whose stored vector is not a unit vector of the model's dimension (every vector
-    a run writes is one): damaged bytes, which a vector index built from SQLite would rank by."""
-    bad: set[int] = set()
-    cur = db.execute("SELECT n, vector FROM chunks")
-    while part := cur.fetchmany(4096):
-        size = 4 * dim
-        bad.update(n for n, blob in part if len(blob) != size)
-        good = [(n, blob) for n, blob in part if len(blob) == size]
-        if good:
-            vecs = np.frombuffer(b"".join(b for _, b in good), dtype=np.float32).reshape(len(good), dim)
-            with np.errstate(all="ignore"):
-                norms = np.linalg.norm(vecs, axis=1)
-            bad.update(n for (n, _), ok in zip(good, np.abs(norms - 1) < 1e-3) if not ok)
     return bad
 
 
@@ -320,15 +306,6 @@ def rows_of(db: sqlite3.Connection, ids: Sequence[str]) -> list[int]:
     for part in batches(ids):
         out += [r[0] for r in db.execute(f"SELECT n FROM chunks WHERE id IN ({marks(len(part))})", part)]  # noqa: S608
     return out
-
-
-def vectors_by_hash(db: sqlite3.Connection, hashes: Iterable[str]) -> dict[str, np.ndarray]:
-    found: dict[str, np.ndarray] = {}
-    for part in batches(sorted(set(hashes))):
-        q = f"SELECT content_hash, vector FROM chunks WHERE content_hash IN ({marks(len(part))})"  # noqa: S608
-        for h, blob in db.execute(q, part):
-            found.setdefault(h, np.frombuffer(blob, dtype=np.float32).copy())
-    return found
 
 
 def _where_roots(roots: Sequence[str] | None) -> tuple[str, list[str]]:
@@ -452,13 +429,16 @@ def connect_read_only(path: Path) -> sqlite3.Connection:
 
 # -- writes -------------------------------------------------------------------------
 def insert(db: sqlite3.Connection, c: Chunk, v: np.ndarray, bm25: str) -> int:
-    """Insert chunk ``c`` with its vector, its BM25 text and its tag rows: its new row number."""
+    """Insert chunk ``c`` with its vector (and that vector's digest), its BM25 text and its tag rows: its new
+    row number."""
+    blob = v.tobytes()
     cur = db.execute(
-        f"INSERT INTO chunks (id, {FIELDS}, bm25_text, vector) VALUES ({marks(len(ROW_FIELDS) + 3)})",  # noqa: S608
+        f"INSERT INTO chunks (id, {FIELDS}, bm25_text, vector, {faiss_vectors.COLUMN}) "  # noqa: S608
+        f"VALUES ({marks(len(ROW_FIELDS) + 4)})",
         (
             c.id, c.text, c.context, c.path, c.rel_path, c.root, json.dumps(list(c.heading_path)),
             c.level, c.position, c.page or 0, c.line_start or 0, c.line_end or 0, c.content_hash,
-            json.dumps(c.metadata), bm25, v.tobytes(),
+            json.dumps(c.metadata), bm25, blob, faiss_vectors.digest(c.content_hash, blob),
         ),
     )  # fmt: skip
     row = int(cur.lastrowid or 0)
@@ -474,38 +454,6 @@ def delete_rows(db: sqlite3.Connection, rows: list[int]) -> None:
 
 
 # -- what memory is built from ------------------------------------------------------
-def vector_rows(
-    db: sqlite3.Connection, rows: list[int] | None, dim: int, left_out: set[int], path: Path
-) -> Iterator[tuple[list[int], np.ndarray, list[str]]]:
-    """These rows (all when None) in parts: (row numbers, their vectors, their BM25 texts). A row whose
-    vector is not a unit vector of ``dim`` floats (every one a run writes is) is damaged: it is left out,
-    added to ``left_out`` and named in a warning, never ranked by its damaged bytes."""
-    before = len(left_out)
-    if rows is None:
-        cur = db.execute("SELECT n, vector, bm25_text FROM chunks")
-        parts: Iterable[list[Any]] = iter(lambda: cur.fetchmany(4096), [])
-    else:
-        parts = (
-            db.execute(f"SELECT n, vector, bm25_text FROM chunks WHERE n IN ({marks(len(p))})", p).fetchall()  # noqa: S608
-            for p in batches(rows)
-        )
-    for part in parts:
-        sized = [r for r in part if len(r[1]) == 4 * dim]
-        vecs = np.frombuffer(b"".join(r[1] for r in sized), dtype=np.float32).reshape(len(sized), dim)
-        with np.errstate(all="ignore"):
-            ok = np.abs(np.linalg.norm(vecs, axis=1) - 1) < 1e-3
-        left_out.update({r[0] for r in part} - {r[0] for r, good in zip(sized, ok) if good})
-        if ok.any():
-            yield [r[0] for r, good in zip(sized, ok) if good], vecs[ok], [r[2] for r, good in zip(sized, ok) if good]
-    if len(left_out) > before:
-        log.warning(
-            "%d chunk vector(s) in %s are damaged: left out of searches; the next `mdrag index` embeds their "
-            "files again",
-            len(left_out) - before,
-            path,
-        )
-
-
 def bm25_index(db: sqlite3.Connection, rows: set[int]) -> Bm25:
     """The BM25 index of these rows' texts."""
     t = time.perf_counter()
@@ -543,6 +491,8 @@ def last_commit_was_run(db: sqlite3.Connection | None, path: Path, faiss_path: P
             return False
         if db.execute("SELECT 1 FROM meta WHERE key = 'identity'").fetchone() is None:
             return False  # the model identity was lost: opening the store (to write it again) is the repair
+        if not faiss_vectors.has_digests(db):
+            return False  # a store of an older release: the run's end records its vectors' digests
         # the rows by their folder, as `status` and searches count them (another index than count(*)'s)
         by_root = sum(n for _, n in db.execute("SELECT root, count(*) FROM chunks GROUP BY root"))
         return str(by_root) == got.get("rows") and not mismatches(db, path, faiss_path, dim, got)

@@ -29,15 +29,18 @@ def _search(home: Path) -> list[dict[str, str]]:
 
 
 @pytest.mark.slow
-def test_zeroed_vectors_and_edited_texts_are_never_served_unnoticed(indexed: Path) -> None:
+def test_zeroed_or_swapped_vectors_and_edited_texts_are_never_served_unnoticed(indexed: Path) -> None:
     store = indexed / "cache" / "faiss" / "default.sqlite"
     with sqlite3.connect(store) as db:
         zeroed = {r[0] for r in db.execute("SELECT id FROM chunks WHERE n % 5 = 0")}
         db.execute("UPDATE chunks SET vector = zeroblob(length(vector)) WHERE n % 5 = 0")
         db.execute("UPDATE chunks SET text = 'HACKED ' || text WHERE n % 9 = 0")
+        (a, va), (b, vb) = db.execute("SELECT n, vector FROM chunks WHERE n IN (1, 2)").fetchall()
+        db.executemany("UPDATE chunks SET vector = ? WHERE n = ?", [(vb, a), (va, b)])  # unit vectors both
+        zeroed |= {r[0] for r in db.execute("SELECT id FROM chunks WHERE n IN (1, 2)")}
     (indexed / "cache" / "faiss" / "default.faiss").unlink()
     served = _search(indexed)
-    assert served and not zeroed & {r["chunk_id"] for r in served}, "a zeroed vector is never ranked"
+    assert served and not zeroed & {r["chunk_id"] for r in served}, "a zeroed or swapped vector is never ranked"
     p = mdrag(indexed, "status", "--verify")
     assert p.returncode == 1 and "edited" in p.stdout and str(store) in p.stdout, p.stdout + p.stderr
     assert "verified:" in p.stdout
