@@ -156,7 +156,8 @@ class Settings(BaseModel):
     )
     index__max_parse_mb: Number = setting(
         2048,
-        "memory (MB) one file's parse may use in that process, then the file is skipped with the reason (`0`: no cap)",
+        "memory (MB) one file's parse may use in that process, and its chunking (estimated before it starts); then "
+        "the file is skipped with the reason (`0`: no cap)",
         ge=0,
     )
     milvus_uri: str | None = setting(
