@@ -22,6 +22,7 @@ import pytest
 from mdrag.config import load_config
 from mdrag.frontends.cli import main
 from mdrag.index import Index
+from mdrag.store.milvus import MilvusStore
 from tests.conftest import HashEmbedder, overwrite_middle
 
 DOCS = {
@@ -632,6 +633,8 @@ DAMAGE = [
     ("milvus", _milvus_delete_rows, "status"),
     ("milvus", _delete("milvus.db.mdrag"), "open"),
     ("milvus", _both(_delete("milvus.db.mdrag"), _random_bytes(_IDX + ".idx")), "open"),
+    ("milvus", _random_bytes("milvus.db/collections/mdrag_default/partitions/*/data/*.parquet", 64), "rebuild"),
+    ("milvus", _random_bytes("milvus.db/collections/mdrag_default/schema.json", 64), "rebuild"),
 ]
 
 
@@ -762,3 +765,76 @@ def test_rebuild_sets_aside_a_store_with_pages_sqlite_cannot_read_unasked(cli, d
     assert code == 0 and json.loads(out)["chunks_total"] == total, err
     assert list((mdrag_home / "cache" / "damaged").iterdir()), "set aside, not deleted"
     _assert_whole(cli, total)
+
+
+# -- issue 37 points 4, 6 and 8 on Milvus Lite (the FAISS side: the tests above) ----------------------------
+
+
+def flip(path: Path, size: int = 64) -> None:
+    """Flip ``size`` bytes in the middle of ``path``, keeping its size and times (as bit rot leaves it)."""
+    st = path.stat()
+    with open(path, "r+b") as f:
+        f.seek(max(0, st.st_size - size) // 2)
+        data = f.read(size)
+        f.seek(max(0, st.st_size - size) // 2)
+        f.write(bytes(b ^ 0xFF for b in data))
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+def _flip(pattern: str) -> Callable[[Path], None]:
+    def damage(home: Path) -> None:
+        files = sorted(_collection(home).glob(pattern))
+        assert files, pattern
+        flip(files[0])
+
+    damage.__name__ = f"64 bytes flipped in {pattern}, its time kept"
+    return damage
+
+
+#: (damage, what every command says): a collection Milvus Lite cannot open, and a data file that is not the
+#: one its run wrote (Milvus Lite reads it without an error: its rows cannot be trusted).
+UNREADABLE = [
+    (_flip("schema.json"), "Milvus Lite cannot open"),
+    (_flip("partitions/*/data/data_*.parquet"), "is not the data file its run wrote"),
+]
+
+
+@pytest.mark.parametrize(("damage", "said"), UNREADABLE, ids=[d.__name__ for d, _ in UNREADABLE])
+def test_a_plain_index_fails_on_a_store_it_cannot_read_as_status_and_search_do(
+    cli, docs: Path, mdrag_home: Path, damage: Callable[[Path], None], said: str
+) -> None:
+    """Issue 37 point 4 on Milvus Lite: the run with nothing to do said "done" (its shortcut looked at the
+    files' sizes and times), and a changed data file was served."""
+    total = _build(cli, docs)
+    damage(mdrag_home)
+    messages = set()
+    for argv in (("index",), ("status",), ("search", *_QUERY), ("index", "--json", "-q")):
+        code, out, err = cli(*argv)
+        assert code == 1 and out == "", (argv, out, err)
+        assert said in err and "`mdrag index --rebuild`" in err and "Traceback" not in err, (argv, err)
+        messages.add(err.strip().splitlines()[-1])
+    assert len(messages) == 1, f"one message from every command: {messages}"
+    code, out, err = cli("index", "--rebuild", "--json", "-q")
+    assert code == 0 and json.loads(out)["chunks_total"] == total, err
+    assert list((mdrag_home / "cache" / "damaged").iterdir()), "set aside, not deleted"
+    _assert_whole(cli, total)
+    code, out, err = cli("index", "--json", "-q")
+    assert code == 0 and json.loads(out)["chunks_embedded"] == 0, err
+
+
+def test_a_run_with_nothing_to_do_still_skips_the_store_when_it_is_whole(
+    cli, docs: Path, mdrag_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The checks above cost the run with nothing to do no opening of the store (their sha256 only)."""
+    _build(cli, docs)
+    opened: list[bool] = []
+    real = MilvusStore.open
+
+    def counting(self: MilvusStore, *args: Any, **kwargs: Any) -> bool:
+        opened.append(True)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(MilvusStore, "open", counting)
+    code, out, err = cli("index", "--json", "-q")
+    assert code == 0 and json.loads(out)["unchanged"] == len(list(docs.rglob("*.md"))), err
+    assert not opened

@@ -202,7 +202,10 @@ class MilvusStore:
     def _set_aside_changed_index_files(self) -> None:
         """Move the index files that differ from what their run wrote into the cache's damaged/ folder
         (Milvus Lite builds them again from the data when it loads the collection); StoreDamagedError
-        when they cannot be moved (a read-only folder)."""
+        when they cannot be moved (a read-only folder), or when a data file differs: its rows cannot be
+        trusted, and no command serves them (`mdrag index --rebuild` builds the index again)."""
+        if self._files is not None and (data := self._files.changed_index_files(data=True)):
+            raise milvus_check.changed_data_error(data)
         changed = self._files.changed_index_files() if self._files is not None else []
         if not changed:
             return
