@@ -8,6 +8,7 @@ manifest also on the default store (FAISS for a new index). The FAISS store's ow
 from __future__ import annotations
 
 import errno
+import hashlib
 import json
 import os
 import random
@@ -23,6 +24,7 @@ from mdrag.config import load_config
 from mdrag.frontends.cli import main
 from mdrag.index import Index
 from mdrag.store.milvus import MilvusStore
+from mdrag.types import Chunk
 from tests.conftest import HashEmbedder, overwrite_middle
 
 DOCS = {
@@ -669,22 +671,6 @@ def test_damage_is_found_or_repaired_and_never_served(
     _assert_whole(cli, total)
 
 
-@pytest.mark.parametrize("backend", ["faiss"])
-def test_edited_chunk_texts_are_found_by_verify_and_read_again_by_index(cli, docs: Path, mdrag_home: Path) -> None:
-    """Issue 37 point 6: a text edited in the store no longer has its content hash."""
-    total = _build(cli, docs)
-    before = _answers(cli)
-    _sql("UPDATE chunks SET text = 'HACKED ' || text WHERE n % 2 = 0")(mdrag_home)
-    code, out, err = cli("status", "--verify")
-    assert code == 1 and "edited" in out and str(mdrag_home / "cache") in out, out + err
-    code, out, err = cli("index", "--json", "-q")
-    assert code == 0 and json.loads(out)["chunks_total"] == total, err
-    code, out, err = cli("status", "--verify")
-    assert code == 0, out + err
-    assert _answers(cli) == before and not any("HACKED" in t for _, t in before)
-    _assert_whole(cli, total)
-
-
 @both_stores
 def test_status_verify_says_what_it_checked_and_how_long_it_took(cli, docs: Path, backend: str) -> None:
     """Issue 37 point 8: `status --verify` is not `status` printed again."""
@@ -838,3 +824,86 @@ def test_a_run_with_nothing_to_do_still_skips_the_store_when_it_is_whole(
     code, out, err = cli("index", "--json", "-q")
     assert code == 0 and json.loads(out)["unchanged"] == len(list(docs.rglob("*.md"))), err
     assert not opened
+
+
+def edit_texts(home: Path, every: int = 2) -> set[str]:
+    """Prefix the text of every ``every``-th chunk (by id) with HACKED, through pymilvus (an upsert of the
+    whole row: its content hash, vector and BM25 text kept); the ids of those chunks."""
+    from pymilvus import MilvusClient
+
+    from mdrag.store.milvus_rows import FIELDS
+
+    client = MilvusClient(str(home / "cache" / "milvus.db"))
+    try:
+        client.load_collection("mdrag_default")
+        fields = ["id", *FIELDS, "vector", "bm25_text"]
+        rows = client.query("mdrag_default", filter="", output_fields=fields, limit=16384)
+        rows = sorted(rows, key=lambda r: r["id"])[::every]
+        for r in rows:
+            r["text"] = "HACKED " + r["text"]
+        client.upsert("mdrag_default", rows)
+        client.flush("mdrag_default")
+    finally:
+        client.close()
+    return {r["id"] for r in rows}
+
+
+def _edit_faiss(home: Path) -> set[str]:
+    _sql("UPDATE chunks SET text = 'HACKED ' || text WHERE n % 2 = 0")(home)
+    with sqlite3.connect(home / "cache" / "faiss" / "default.sqlite") as db:
+        return {r[0] for r in db.execute("SELECT id FROM chunks WHERE text LIKE 'HACKED %'")}
+
+
+@pytest.mark.parametrize("backend", ["milvus", "faiss"])
+def test_edited_chunk_texts_are_found_by_verify_and_their_files_read_again(
+    cli, docs: Path, mdrag_home: Path, backend: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 37 point 6 on both stores: a text edited in the store no longer has its content hash: a search
+    leaves it out, saying so, `status --verify` names it, and the next `mdrag index` reads its file again."""
+    total = _build(cli, docs)
+    before = _rows(cli("search", *_QUERY)[1])
+    edited = edit_texts(mdrag_home) if backend == "milvus" else _edit_faiss(mdrag_home)
+    assert edited
+    code, out, err = cli("search", *_QUERY)  # never served: its text no longer has its content hash
+    assert code == 0 and not any("HACKED" in t for _, t in _rows(out)), out
+    assert "result(s) left out: their text in the index store" in caplog.text, caplog.text
+    assert "`mdrag status --verify` finds every such chunk" in caplog.text
+    code, out, err = cli("status", "--verify")
+    assert code == 1 and f"the text of {len(edited)} chunk(s) in {mdrag_home / 'cache'}" in out, out + err
+    assert "(edited)" in out and "run `mdrag index` to repair it" in out, out
+    code, out, err = cli("index", "--json", "-q")
+    s = json.loads(out)
+    assert code == 0 and s["chunks_total"] == total and s["chunks_embedded"] >= len(edited), (s, err)
+    code, out, err = cli("status", "--verify")
+    assert code == 0, out + err
+    after = _rows(cli("search", *_QUERY)[1])
+    assert after == before and not any("HACKED" in t for _, t in after)
+    _assert_whole(cli, total)
+
+
+def test_a_text_milvus_holds_cut_to_its_field_passes_verify(tmp_path: Path) -> None:
+    """A chunk text over the text field's 65,535 bytes is kept cut short: its content hash cannot be
+    checked, and the cut is not damage."""
+    text = "word " * 14000  # 70,000 bytes
+    embedded = f"Long\n\n{text}"
+    chunk = Chunk(
+        id="a" * 32,
+        text=text,
+        context="Long",
+        path=str(tmp_path / "long.md"),
+        rel_path="long.md",
+        root=str(tmp_path),
+        heading_path=["Long"],
+        level=1,
+        position=0,
+        content_hash=hashlib.sha256(embedded.encode()).hexdigest(),
+    )
+    embedder = HashEmbedder()
+    store = MilvusStore(str(tmp_path / "milvus.db"), "cut", embedder.identity)
+    try:
+        store.open()
+        store.upsert([chunk], embedder.embed([embedded]))
+        store.end_run({chunk.id}, {chunk.id}, whole=True)
+        assert store.check(thorough=True) == []
+    finally:
+        store.close()
