@@ -1,7 +1,10 @@
 """Damaged files under MDRAG_HOME: every case is noticed, said plainly, and repaired by
 `mdrag index` (a store missing rows, an edited manifest, a store damaged by a killed run), by
 any command (index files Milvus Lite cannot load: built again from the data) or `mdrag index
---rebuild` (any other store Milvus Lite cannot open, moved aside first).
+--rebuild` (any other store Milvus Lite cannot open, or whose data files are not the ones their run wrote,
+moved aside first; `status`, `search` and a plain `mdrag index` say so alike); chunk texts edited in the store
+(found by `status --verify`, their files read again by the next `mdrag index`); what status and search say of a
+lost manifest, and what `status --verify` read.
 Driven through the real CLI on a real Milvus Lite file (`store.backend: milvus`); the tests of a damaged
 manifest also on the default store (FAISS for a new index). The FAISS store's own damage: test_store_faiss.py."""
 
@@ -387,7 +390,9 @@ def test_a_lost_manifest_takes_the_folders_back_from_the_store(
     total = _build(cli, docs)
     MANIFEST_LOSSES[loss](_manifest(mdrag_home))
     code, out, err = cli("status")
-    assert f"the manifest {_manifest(mdrag_home)} is missing or unreadable" in out and "run `mdrag index`" in out
+    lost = "is missing" if loss == "deleted" else "is unreadable or lists no folder"
+    assert code == 1 and f"the manifest {_manifest(mdrag_home)} {lost}, though the store holds {total}" in out, out
+    assert "`mdrag index` takes the index's folders back from the store" in out, out
     code, out, err = cli("index", "--json", "-q")  # no folder: the index's own
     assert code == 0, err
     s = json.loads(out)
@@ -679,8 +684,9 @@ def test_status_verify_says_what_it_checked_and_how_long_it_took(cli, docs: Path
     assert code == 0 and "verified:" not in plain
     code, out, err = cli("status", "--verify")
     assert code == 0 and out != plain, err
-    read = "every row" if backend == "auto" else "the row count, data files and sampled vectors"  # auto: FAISS
-    assert f"verified:     {read} of the index store" in out and "against the manifest" in out and " s\n" in out
+    lite = "the row count, the data files' sha256, every row's text"
+    read = "every row" if backend == "auto" else lite  # auto: the FAISS store
+    assert f"verified:     {read}" in out and "against the manifest" in out and " s\n" in out
     code, out, _ = cli("status", "--verify", "--json")
     verified = json.loads(out)["verified"]
     assert code == 0 and len(verified["checked"]) == 2 and verified["seconds"] >= 0
@@ -907,3 +913,60 @@ def test_a_text_milvus_holds_cut_to_its_field_passes_verify(tmp_path: Path) -> N
         assert store.check(thorough=True) == []
     finally:
         store.close()
+
+
+# -- point 8: what status and search say is true --------------------------------
+
+
+@pytest.mark.parametrize("backend", ["milvus", "faiss"])
+def test_a_deleted_manifest_is_said_lost_with_what_the_next_index_does(
+    cli, docs: Path, mdrag_home: Path, backend: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    total = _build(cli, docs)
+    _manifest(mdrag_home).unlink()
+    code, out, err = cli("status")
+    assert code == 1, out + err
+    assert f"note:         the manifest {_manifest(mdrag_home)} is missing, though the store holds {total}" in out
+    assert "`mdrag index` takes the index's folders back from the store" in out, out
+    assert "files:        unknown" in out and "last indexed: unknown" in out and "never" not in out, out
+    code, out, err = cli("status", "--json")
+    assert code == 1 and json.loads(out)["manifest_lost"], out
+    code, out, err = cli("search", *_QUERY)
+    said = err + caplog.text
+    assert "is being built" not in said and "rebuilding" not in said, said
+    if backend == "milvus":  # its searches read the committed chunks from the manifest: none can be trusted
+        assert code == 1 and f"the manifest {_manifest(mdrag_home)} is missing" in err, err
+        assert "run `mdrag index` to write it again" in err, err
+    else:  # the FAISS store commits with SQLite: what it holds is what was committed
+        assert code == 0, err
+    code, out, err = cli("index", "--json", "-q")
+    s = json.loads(out)
+    assert code == 0 and s["chunks_total"] == total and s["chunks_embedded"] == 0, (s, err)  # as the note says
+    code, out, err = cli("status")
+    assert code == 0 and "note:" not in out, out
+    _assert_whole(cli, total)
+
+
+@pytest.mark.slow
+def test_verify_on_a_milvus_server_says_it_read_rows_not_files(
+    cli, docs: Path, mdrag_home: Path, milvus_server: str
+) -> None:
+    name = f"verify{os.getpid()}"
+    (mdrag_home / "config.yaml").write_text(f"store:\n  backend: milvus\nmilvus_uri: {milvus_server}\n")
+    code, out, err = cli("index", str(docs), "--index", name, "--json", "-q")
+    assert code == 0, err
+    code, out, err = cli("status", "--verify", "--index", name)
+    assert code == 0, out + err
+    assert f"of the Milvus server at {milvus_server}, not its files (they are not on this machine)" in out, out
+    assert "data files" not in out and "row count" not in out, out
+
+
+def test_verify_on_milvus_lite_says_it_read_its_files(cli, docs: Path, mdrag_home: Path) -> None:
+    _build(cli, docs)
+    code, out, err = cli("status", "--verify")
+    db = mdrag_home / "cache" / "milvus.db"
+    assert code == 0 and "the row count, the data files' sha256, every row's text against its content" in out, out
+    assert f"sampled vectors of the index store {db}" in out, out
+    (mdrag_home / "cache" / "milvus.db.mdrag" / "mdrag_default.sums.json").unlink()
+    code, out, err = cli("status", "--verify")
+    assert code == 0 and f"of the index store {db}, not its data files (no run recorded" in out, out

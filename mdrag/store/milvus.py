@@ -226,6 +226,11 @@ class MilvusStore:
             return
         self._files.record_sums(self.count_where(""))
 
+    @property
+    def verify_reads(self) -> str:
+        """What :meth:`check` with ``thorough`` reads, naming the store, as `status --verify` says it."""
+        return milvus_check.verify_reads(self._files, self.uri)
+
     def check(self, thorough: bool = False) -> list[str]:
         """What differs from what the last run recorded, each naming the file; [] when whole (opening sets
         aside the index files that differ): :func:`mdrag.store.milvus_check.found_damage`."""

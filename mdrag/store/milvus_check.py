@@ -1,5 +1,5 @@
 """Damage to a Milvus collection (see :mod:`mdrag.store.milvus`): what opening, `mdrag status` and
-`status --verify` find, what each error says, and the repairs: chunks whose text was
+`status --verify` find (and say they read), what each error says, and the repairs: chunks whose text was
 edited are deleted (their files are indexed again), a vector index that lost its vectors is built again."""
 
 from __future__ import annotations
@@ -85,7 +85,8 @@ def reason(e: Exception) -> str:
 def found_damage(store: Collection, files: LiteFiles | None, thorough: bool) -> list[str]:
     """What differs from what the last run recorded, each naming the file; [] when whole. Cheap: the
     index files' sha256; ``thorough`` also the data files', counts the rows, reads every row's text
-    (:func:`edited_texts`) and asks the vector index for a sample of its own vectors (:func:`lost_vectors`)."""
+    (:func:`edited_texts`) and asks the vector index for a sample of its own vectors (:func:`lost_vectors`):
+    :func:`verify_reads` says which of these it can do."""
     changed = files.changed_index_files() if files is not None else []
     found = [f"the vector index file {p} is not the one its run wrote" for p in changed]
     if thorough and files is not None and (data := files.changed_index_files(data=True)):
@@ -98,6 +99,17 @@ def found_damage(store: Collection, files: LiteFiles | None, thorough: bool) -> 
     if thorough and (lost := lost_vectors(store)):
         found.append(lost)
     return found
+
+
+def verify_reads(files: LiteFiles | None, uri: str) -> str:
+    """What the thorough check of :func:`found_damage` reads of the collection at ``uri`` with these files
+    (None: a Milvus server, whose files are not on this machine), as `status --verify` says it."""
+    rows = f"every row's text against its content hash and {_SELF_SAMPLE} sampled vectors"
+    if files is None:
+        return f"{rows} of the Milvus server at {uri}, not its files (they are not on this machine)"
+    if not files.recorded_sums():
+        return f"{rows} of the index store {uri}, not its data files (no run recorded their checksums)"
+    return f"the row count, the data files' sha256, {rows} of the index store {uri}"
 
 
 def _where(store: Collection) -> str:
