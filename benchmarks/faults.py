@@ -1,4 +1,5 @@
-"""The fault suite (tests/faults/) as a benchmark step: kill -9 at every phase, concurrency, a hostile machine.
+"""The fault suite (tests/faults/) as a benchmark step: kill -9 at every phase, concurrency, a hostile machine,
+damage to the stores (the count of its cases printed with the kill trials').
 
     python benchmarks/faults.py [--json benchmarks/out/faults.json]
 
@@ -75,7 +76,8 @@ def main() -> None:
         counts[t["outcome"]] = counts.get(t["outcome"], 0) + 1
     print(
         f"faults: {figures['passed']} of {figures['trials']} kill trials repaired to a fresh index's chunks; "
-        f"repair p50 {figures['repair_p50_s']} s, max {figures['repair_max_s']} s; tests: "
+        f"repair p50 {figures['repair_p50_s']} s, max {figures['repair_max_s']} s; "
+        f"{damage_counts(figures.get('damage') or [])}; tests: "
         + ", ".join(f"{n} {o}" for o, n in sorted(counts.items()))
         + f"; pytest exit {code}"
     )
@@ -83,6 +85,23 @@ def main() -> None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(WRITTEN, args.json)
     sys.exit(code)
+
+
+def damage_counts(cases: list[Json]) -> str:
+    """The damage cases (tests/faults/test_damage_served.py) passed, in all and by store and damage."""
+    if not cases:
+        return "damage: no case ran"
+    stores: dict[str, list[Json]] = {}
+    for d in cases:
+        stores.setdefault(str(d.get("store")), []).append(d)
+    by = "; ".join(
+        f"{store} {sum(bool(d.get('passed')) for d in ds)} of {len(ds)} ("
+        + ", ".join(f"{d.get('damage')} {'passed' if d.get('passed') else 'FAILED'}" for d in ds)
+        + ")"
+        for store, ds in sorted(stores.items())
+    )
+    passed = sum(bool(d.get("passed")) for d in cases)
+    return f"damage: {passed} of {len(cases)} cases said, never served and repaired: {by}"
 
 
 # -- in the report (benchmarks/report.py) --------------------------------------
@@ -134,6 +153,14 @@ FAULT_TESTS = {
     "test_crash::test_kill_9_at_many_points_then_repair": (
         "8 rounds of edits, each run killed at a random moment while it writes (a slowed embedder): the next "
         "run repairs the index to exactly the chunks of a clean index of the same files"
+    ),
+    "test_damage_served::test_damage_is_said_never_served_and_repaired": (
+        "the real CLI and model on 24 CNCF glossary pages, on FAISS and Milvus Lite: a store file that cannot be "
+        "read (SQLite pages; a Milvus Lite schema or data file, times kept) fails `mdrag index`, `status` and "
+        "`search` with one message naming `mdrag index --rebuild`; zeroed vectors (FAISS) and edited chunk texts "
+        "are never served and are found by `status --verify`, then read again by `mdrag index`; a deleted "
+        'manifest is said lost (status exits 1), never "being built"; after each repair `status --verify` '
+        "passes and the search answers as before"
     ),
     "test_crash::test_kill_9_of_the_real_cli_with_the_real_model": (
         "the real `python -m mdrag index` with the real model, killed while it embeds and writes: the next run "
@@ -229,6 +256,7 @@ def section_faults(data: Data) -> list[str]:
         "- Files per trial: "
         + ("; ".join(f"{fint(n)} indexed, {fint(s)} checked by a search" for n, s in files) or NA)
         + ".",
+        f"- Damage: {damage_counts(fa.get('damage') or [])}.",
         f"- Suite time: {fsec(fa.get('suite_s'))} (every test in tests/faults/, set-up included"
         + (f", {fa['cpus']} CPUs" if fa.get("cpus") else "")
         + ")"
@@ -304,7 +332,7 @@ BENCHMARK = Benchmark(
             "faults",
             150,
             (),
-            ("trials", "passed", "seed", "repair_p50_s", "repair_max_s", "suite_s", "runs"),
+            ("trials", "passed", "seed", "repair_p50_s", "repair_max_s", "suite_s", "runs", "damage"),
         ),
     ),
     sections=(Section("Crash and fault safety", 100, section_faults),),

@@ -448,10 +448,15 @@ class Index:
         self._view.follow_committed(manifest, self.store.transactional)
         with self._snapshot.reading() as visible:
             if visible.ids is not None and not visible.ids and visible.roots is None:
-                if exists and not building and self._view.progress is None and self.manifest_path.exists():
-                    raise MdragError(  # nothing is being built: the manifest that says what is committed is lost
-                        f"the manifest {self.manifest_path} cannot be read, and it says which of the chunks of "
-                        f"{self.store.uri} are whole: run `mdrag index` to write it again (from the store's folders)"
+                # nothing is being built (a build writes its manifest before its first chunk): it was lost
+                if (exists and not building and self._view.progress is None) and (
+                    self.manifest_path.exists() or self.store.count() > 0
+                ):
+                    lost = "cannot be read" if self.manifest_path.exists() else "is missing"
+                    raise MdragError(
+                        f"the manifest {self.manifest_path} {lost}, and it says which of the chunks of "
+                        f"{self.store.uri} are whole: run `mdrag index` to write it again from the store's "
+                        "folders (its stored vectors are reused)"
                     )
                 raise self._view.building_error()
             results = search(self.store, self.embedder, query, options, filters, visible, vector)
@@ -523,8 +528,8 @@ class Index:
                         self._verify.record([str(e)])
                     raise
                 if verify and exists:
-                    read = "every row" if self.backend == "faiss" else "the row count, data files and sampled vectors"
-                    checked.append(f"{read} of the index store {self.store.uri}")
+                    read = "every row" if self.backend == "faiss" else "what its thorough check reads"
+                    checked.append(getattr(self.store, "verify_reads", f"{read} of the index store {self.store.uri}"))
                 if verify and exists and m is not None and m.roots and not m.dirty and m.verified and not missing:
                     found += self._unlike_manifest(m)
                     checked.append("each file's chunk ids against the manifest")

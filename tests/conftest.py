@@ -226,7 +226,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     output["mdrag_figures"] = figures.handed_over(session.config)
     faults = sys.modules.get("tests.faults.harness")
     if faults is not None:
-        output["mdrag_faults"] = {"trials": faults.TRIALS, "spent": faults.SPENT}
+        output["mdrag_faults"] = {"trials": faults.TRIALS, "spent": faults.SPENT, "damage": faults.DAMAGE}
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -240,6 +240,7 @@ def pytest_testnodedown(node: Any, error: object) -> None:
 
         harness.TRIALS.extend(output["mdrag_faults"]["trials"])
         harness.SPENT.update(output["mdrag_faults"]["spent"])
+        harness.DAMAGE.extend(output["mdrag_faults"].get("damage", []))
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:

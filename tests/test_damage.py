@@ -1,13 +1,17 @@
 """Damaged files under MDRAG_HOME: every case is noticed, said plainly, and repaired by
 `mdrag index` (a store missing rows, an edited manifest, a store damaged by a killed run), by
 any command (index files Milvus Lite cannot load: built again from the data) or `mdrag index
---rebuild` (any other store Milvus Lite cannot open, moved aside first).
+--rebuild` (any other store Milvus Lite cannot open, or whose data files are not the ones their run wrote,
+moved aside first; `status`, `search` and a plain `mdrag index` say so alike); chunk texts edited in the store
+(found by `status --verify`, their files read again by the next `mdrag index`); what status and search say of a
+lost manifest, and what `status --verify` read.
 Driven through the real CLI on a real Milvus Lite file (`store.backend: milvus`); the tests of a damaged
 manifest also on the default store (FAISS for a new index). The FAISS store's own damage: test_store_faiss.py."""
 
 from __future__ import annotations
 
 import errno
+import hashlib
 import json
 import os
 import random
@@ -22,6 +26,8 @@ import pytest
 from mdrag.config import load_config
 from mdrag.frontends.cli import main
 from mdrag.index import Index
+from mdrag.store.milvus import MilvusStore
+from mdrag.types import Chunk
 from tests.conftest import HashEmbedder, overwrite_middle
 
 DOCS = {
@@ -384,7 +390,9 @@ def test_a_lost_manifest_takes_the_folders_back_from_the_store(
     total = _build(cli, docs)
     MANIFEST_LOSSES[loss](_manifest(mdrag_home))
     code, out, err = cli("status")
-    assert f"the manifest {_manifest(mdrag_home)} is missing or unreadable" in out and "run `mdrag index`" in out
+    lost = "is missing" if loss == "deleted" else "is unreadable or lists no folder"
+    assert code == 1 and f"the manifest {_manifest(mdrag_home)} {lost}, though the store holds {total}" in out, out
+    assert "`mdrag index` takes the index's folders back from the store" in out, out
     code, out, err = cli("index", "--json", "-q")  # no folder: the index's own
     assert code == 0, err
     s = json.loads(out)
@@ -648,6 +656,8 @@ DAMAGE = [
     ("milvus", _milvus_delete_rows, "status"),
     ("milvus", _delete("milvus.db.mdrag"), "open"),
     ("milvus", _both(_delete("milvus.db.mdrag"), _random_bytes(_IDX + ".idx")), "open"),
+    ("milvus", _random_bytes("milvus.db/collections/mdrag_default/partitions/*/data/*.parquet", 64), "rebuild"),
+    ("milvus", _random_bytes("milvus.db/collections/mdrag_default/schema.json", 64), "rebuild"),
 ]
 
 
@@ -682,22 +692,6 @@ def test_damage_is_found_or_repaired_and_never_served(
     _assert_whole(cli, total)
 
 
-@pytest.mark.parametrize("backend", ["faiss"])
-def test_edited_chunk_texts_are_found_by_verify_and_read_again_by_index(cli, docs: Path, mdrag_home: Path) -> None:
-    """Issue 37 point 6: a text edited in the store no longer has its content hash."""
-    total = _build(cli, docs)
-    before = _answers(cli)
-    _sql("UPDATE chunks SET text = 'HACKED ' || text WHERE n % 2 = 0")(mdrag_home)
-    code, out, err = cli("status", "--verify")
-    assert code == 1 and "edited" in out and str(mdrag_home / "cache") in out, out + err
-    code, out, err = cli("index", "--json", "-q")
-    assert code == 0 and json.loads(out)["chunks_total"] == total, err
-    code, out, err = cli("status", "--verify")
-    assert code == 0, out + err
-    assert _answers(cli) == before and not any("HACKED" in t for _, t in before)
-    _assert_whole(cli, total)
-
-
 @both_stores
 def test_status_verify_says_what_it_checked_and_how_long_it_took(cli, docs: Path, backend: str) -> None:
     """Issue 37 point 8: `status --verify` is not `status` printed again."""
@@ -706,8 +700,9 @@ def test_status_verify_says_what_it_checked_and_how_long_it_took(cli, docs: Path
     assert code == 0 and "verified:" not in plain
     code, out, err = cli("status", "--verify")
     assert code == 0 and out != plain, err
-    read = "every row" if backend == "auto" else "the row count, data files and sampled vectors"  # auto: FAISS
-    assert f"verified:     {read} of the index store" in out and "against the manifest" in out and " s\n" in out
+    lite = "the row count, the data files' sha256, every row's text"
+    read = "every row" if backend == "auto" else lite  # auto: the FAISS store
+    assert f"verified:     {read}" in out and "against the manifest" in out and " s\n" in out
     code, out, _ = cli("status", "--verify", "--json")
     verified = json.loads(out)["verified"]
     assert code == 0 and len(verified["checked"]) == 2 and verified["seconds"] >= 0
@@ -844,3 +839,216 @@ def test_a_store_written_before_vector_digests_is_checked_by_length_and_norm_the
     assert code == 0 and json.loads(out)["chunks_total"] == total, out + err
     assert _answers(cli) == before
     _assert_whole(cli, total)
+
+
+# -- issue 37 points 4, 6 and 8 on Milvus Lite (the FAISS side: the tests above) ----------------------------
+
+
+def flip(path: Path, size: int = 64) -> None:
+    """Flip ``size`` bytes in the middle of ``path``, keeping its size and times (as bit rot leaves it)."""
+    st = path.stat()
+    with open(path, "r+b") as f:
+        f.seek(max(0, st.st_size - size) // 2)
+        data = f.read(size)
+        f.seek(max(0, st.st_size - size) // 2)
+        f.write(bytes(b ^ 0xFF for b in data))
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+def _flip(pattern: str) -> Callable[[Path], None]:
+    def damage(home: Path) -> None:
+        files = sorted(_collection(home).glob(pattern))
+        assert files, pattern
+        flip(files[0])
+
+    damage.__name__ = f"64 bytes flipped in {pattern}, its time kept"
+    return damage
+
+
+#: (damage, what every command says): a collection Milvus Lite cannot open, and a data file that is not the
+#: one its run wrote (Milvus Lite reads it without an error: its rows cannot be trusted).
+UNREADABLE = [
+    (_flip("schema.json"), "Milvus Lite cannot open"),
+    (_flip("partitions/*/data/data_*.parquet"), "is not the data file its run wrote"),
+]
+
+
+@pytest.mark.parametrize(("damage", "said"), UNREADABLE, ids=[d.__name__ for d, _ in UNREADABLE])
+def test_a_plain_index_fails_on_a_store_it_cannot_read_as_status_and_search_do(
+    cli, docs: Path, mdrag_home: Path, damage: Callable[[Path], None], said: str
+) -> None:
+    """Issue 37 point 4 on Milvus Lite: the run with nothing to do said "done" (its shortcut looked at the
+    files' sizes and times), and a changed data file was served."""
+    total = _build(cli, docs)
+    damage(mdrag_home)
+    messages = set()
+    for argv in (("index",), ("status",), ("search", *_QUERY), ("index", "--json", "-q")):
+        code, out, err = cli(*argv)
+        assert code == 1 and out == "", (argv, out, err)
+        assert said in err and "`mdrag index --rebuild`" in err and "Traceback" not in err, (argv, err)
+        messages.add(err.strip().splitlines()[-1])
+    assert len(messages) == 1, f"one message from every command: {messages}"
+    code, out, err = cli("index", "--rebuild", "--json", "-q")
+    assert code == 0 and json.loads(out)["chunks_total"] == total, err
+    assert list((mdrag_home / "cache" / "damaged").iterdir()), "set aside, not deleted"
+    _assert_whole(cli, total)
+    code, out, err = cli("index", "--json", "-q")
+    assert code == 0 and json.loads(out)["chunks_embedded"] == 0, err
+
+
+def test_a_run_with_nothing_to_do_still_skips_the_store_when_it_is_whole(
+    cli, docs: Path, mdrag_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The checks above cost the run with nothing to do no opening of the store (their sha256 only)."""
+    _build(cli, docs)
+    opened: list[bool] = []
+    real = MilvusStore.open
+
+    def counting(self: MilvusStore, *args: Any, **kwargs: Any) -> bool:
+        opened.append(True)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(MilvusStore, "open", counting)
+    code, out, err = cli("index", "--json", "-q")
+    assert code == 0 and json.loads(out)["unchanged"] == len(list(docs.rglob("*.md"))), err
+    assert not opened
+
+
+def edit_texts(home: Path, every: int = 2) -> set[str]:
+    """Prefix the text of every ``every``-th chunk (by id) with HACKED, through pymilvus (an upsert of the
+    whole row: its content hash, vector and BM25 text kept); the ids of those chunks."""
+    from pymilvus import MilvusClient
+
+    from mdrag.store.milvus_rows import FIELDS
+
+    client = MilvusClient(str(home / "cache" / "milvus.db"))
+    try:
+        client.load_collection("mdrag_default")
+        fields = ["id", *FIELDS, "vector", "bm25_text"]
+        rows = client.query("mdrag_default", filter="", output_fields=fields, limit=16384)
+        rows = sorted(rows, key=lambda r: r["id"])[::every]
+        for r in rows:
+            r["text"] = "HACKED " + r["text"]
+        client.upsert("mdrag_default", rows)
+        client.flush("mdrag_default")
+    finally:
+        client.close()
+    return {r["id"] for r in rows}
+
+
+def _edit_faiss(home: Path) -> set[str]:
+    _sql("UPDATE chunks SET text = 'HACKED ' || text WHERE n % 2 = 0")(home)
+    with sqlite3.connect(home / "cache" / "faiss" / "default.sqlite") as db:
+        return {r[0] for r in db.execute("SELECT id FROM chunks WHERE text LIKE 'HACKED %'")}
+
+
+@pytest.mark.parametrize("backend", ["milvus", "faiss"])
+def test_edited_chunk_texts_are_found_by_verify_and_their_files_read_again(
+    cli, docs: Path, mdrag_home: Path, backend: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 37 point 6 on both stores: a text edited in the store no longer has its content hash: a search
+    leaves it out, saying so, `status --verify` names it, and the next `mdrag index` reads its file again."""
+    total = _build(cli, docs)
+    before = _rows(cli("search", *_QUERY)[1])
+    edited = edit_texts(mdrag_home) if backend == "milvus" else _edit_faiss(mdrag_home)
+    assert edited
+    code, out, err = cli("search", *_QUERY)  # never served: its text no longer has its content hash
+    assert code == 0 and not any("HACKED" in t for _, t in _rows(out)), out
+    assert "result(s) left out: their text in the index store" in caplog.text, caplog.text
+    assert "`mdrag status --verify` finds every such chunk" in caplog.text
+    code, out, err = cli("status", "--verify")
+    assert code == 1 and f"the text of {len(edited)} chunk(s) in {mdrag_home / 'cache'}" in out, out + err
+    assert "(edited)" in out and "run `mdrag index` to repair it" in out, out
+    code, out, err = cli("index", "--json", "-q")
+    s = json.loads(out)
+    assert code == 0 and s["chunks_total"] == total and s["chunks_embedded"] >= len(edited), (s, err)
+    code, out, err = cli("status", "--verify")
+    assert code == 0, out + err
+    after = _rows(cli("search", *_QUERY)[1])
+    assert after == before and not any("HACKED" in t for _, t in after)
+    _assert_whole(cli, total)
+
+
+def test_a_text_milvus_holds_cut_to_its_field_passes_verify(tmp_path: Path) -> None:
+    """A chunk text over the text field's 65,535 bytes is kept cut short: its content hash cannot be
+    checked, and the cut is not damage."""
+    text = "word " * 14000  # 70,000 bytes
+    embedded = f"Long\n\n{text}"
+    chunk = Chunk(
+        id="a" * 32,
+        text=text,
+        context="Long",
+        path=str(tmp_path / "long.md"),
+        rel_path="long.md",
+        root=str(tmp_path),
+        heading_path=["Long"],
+        level=1,
+        position=0,
+        content_hash=hashlib.sha256(embedded.encode()).hexdigest(),
+    )
+    embedder = HashEmbedder()
+    store = MilvusStore(str(tmp_path / "milvus.db"), "cut", embedder.identity)
+    try:
+        store.open()
+        store.upsert([chunk], embedder.embed([embedded]))
+        store.end_run({chunk.id}, {chunk.id}, whole=True)
+        assert store.check(thorough=True) == []
+    finally:
+        store.close()
+
+
+# -- point 8: what status and search say is true --------------------------------
+
+
+@pytest.mark.parametrize("backend", ["milvus", "faiss"])
+def test_a_deleted_manifest_is_said_lost_with_what_the_next_index_does(
+    cli, docs: Path, mdrag_home: Path, backend: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    total = _build(cli, docs)
+    _manifest(mdrag_home).unlink()
+    code, out, err = cli("status")
+    assert code == 1, out + err
+    assert f"note:         the manifest {_manifest(mdrag_home)} is missing, though the store holds {total}" in out
+    assert "`mdrag index` takes the index's folders back from the store" in out, out
+    assert "files:        unknown" in out and "last indexed: unknown" in out and "never" not in out, out
+    code, out, err = cli("status", "--json")
+    assert code == 1 and json.loads(out)["manifest_lost"], out
+    code, out, err = cli("search", *_QUERY)
+    said = err + caplog.text
+    assert "is being built" not in said and "rebuilding" not in said, said
+    if backend == "milvus":  # its searches read the committed chunks from the manifest: none can be trusted
+        assert code == 1 and f"the manifest {_manifest(mdrag_home)} is missing" in err, err
+        assert "run `mdrag index` to write it again" in err, err
+    else:  # the FAISS store commits with SQLite: what it holds is what was committed
+        assert code == 0, err
+    code, out, err = cli("index", "--json", "-q")
+    s = json.loads(out)
+    assert code == 0 and s["chunks_total"] == total and s["chunks_embedded"] == 0, (s, err)  # as the note says
+    code, out, err = cli("status")
+    assert code == 0 and "note:" not in out, out
+    _assert_whole(cli, total)
+
+
+@pytest.mark.slow
+def test_verify_on_a_milvus_server_says_it_read_rows_not_files(
+    cli, docs: Path, mdrag_home: Path, milvus_server: str
+) -> None:
+    name = f"verify{os.getpid()}"
+    (mdrag_home / "config.yaml").write_text(f"store:\n  backend: milvus\nmilvus_uri: {milvus_server}\n")
+    code, out, err = cli("index", str(docs), "--index", name, "--json", "-q")
+    assert code == 0, err
+    code, out, err = cli("status", "--verify", "--index", name)
+    assert code == 0, out + err
+    assert f"of the Milvus server at {milvus_server}, not its files (they are not on this machine)" in out, out
+    assert "data files" not in out and "row count" not in out, out
+
+
+def test_verify_on_milvus_lite_says_it_read_its_files(cli, docs: Path, mdrag_home: Path) -> None:
+    _build(cli, docs)
+    code, out, err = cli("status", "--verify")
+    db = mdrag_home / "cache" / "milvus.db"
+    assert code == 0 and "the row count, the data files' sha256, every row's text against its content" in out, out
+    assert f"sampled vectors of the index store {db}" in out, out
+    (mdrag_home / "cache" / "milvus.db.mdrag" / "mdrag_default.sums.json").unlink()
+    code, out, err = cli("status", "--verify")
+    assert code == 0 and f"of the index store {db}, not its data files (no run recorded" in out, out

@@ -313,7 +313,7 @@ def test_a_filtered_search_returns_the_exact_filtered_top_k_on_the_otel_docs(
         idx.update([docs])
     s = MilvusStore.from_config(load_config(), "otel", hash_embedder.identity)
     s.open(create=False)  # reopened: the HNSW index is built and loaded
-    rows = s._all_rows(["path", "rel_path", "root", "metadata", "vector", "bm25_text"], None)
+    rows = s.all_rows(["path", "rel_path", "root", "metadata", "vector", "bm25_text"], None)
     questions = [
         "exclude URLs from tracing",
         "log correlation environment variable",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import logging
 import re
 import unicodedata
 from collections.abc import Callable, Mapping
@@ -14,7 +16,7 @@ from mdrag.knobs import STORE_MAX_ROWS
 from mdrag.retrieval import rerank as reranking
 from mdrag.retrieval.fusion import fuse
 from mdrag.settings import DEFAULTS
-from mdrag.store.base import Filter, Hit, Store
+from mdrag.store.base import Filter, Hit, Store, cut_short
 from mdrag.types import SearchResult
 
 if TYPE_CHECKING:
@@ -23,6 +25,8 @@ if TYPE_CHECKING:
     from mdrag.config import Config
 
 __all__ = ["FILTER_KEYS", "SearchOptions", "Visible", "build_filter", "search"]
+
+log = logging.getLogger(__name__)
 
 _HYBRID_DEPTH = 30  # fewest candidates taken from each list in hybrid mode
 _BM25_DEPTH = 1024  # a BM25-mode search fetches past this many rows for no threshold or collapse
@@ -143,7 +147,9 @@ def search(
     :data:`FILTER_KEYS`. ``vector`` is the query's embedding when the caller has it already.
     With ``options.rerank``, its best ``top_n`` rows are reordered by the reranker first
     (:mod:`mdrag.retrieval.rerank`; their ``rerank_score`` says its score); the threshold still
-    reads the cosine, so reranking only changes the order.
+    reads the cosine, so reranking only changes the order. A chunk whose stored text is not the text
+    that was indexed (it no longer has its content hash: edited in the store) is never returned; a
+    warning says how many were left out, and what repairs them.
     """
     k, threshold, collapse = options.k, options.threshold, options.collapse
     if not any(not ch.isspace() and unicodedata.category(ch) != "Cf" for ch in query):
@@ -161,17 +167,26 @@ def search(
     asked = _words(query, store.prepare_text) if threshold is not None else set()  # _holds reads them
     bm25_listed = _mode(options.mode, store) != "dense"  # the rows carry their rank in a BM25 list
     scored: dict[str, float] | None = None  # the reranker's scores by chunk id: asked once per search
+    edited: set[str] = set()  # the ids of rows left out: their text is not the one indexed
     while True:
         rows, more = _ranked(store, vector, query, n, where, options, visible.hidden)
         if options.rerank is not None:
             if scored is None:
                 scored = options.rerank.score(query, [r for r in rows if _shown(r, visible)])
             rows = reranking.reorder(rows, scored)
-        rows = _kept(rows, k, visible, threshold, asked, collapse, store.prepare_text, bm25_listed)
+        rows = _kept(rows, k, visible, threshold, asked, collapse, store.prepare_text, bm25_listed, edited)
         # Fewer than k, and rows that would be kept may lie past those fetched: ask for more.
         if len(rows) >= k or not more or n >= STORE_MAX_ROWS:
             break
         n = min(max(2 * n, n + fetch), STORE_MAX_ROWS)
+    if edited:
+        log.warning(
+            "%d result(s) left out: their text in the index store %s is not the text that was indexed (edited "
+            "in the store?). `mdrag status --verify` finds every such chunk, and the `mdrag index` after it reads "
+            "their files again",
+            len(edited),
+            store.uri,
+        )
     results = []
     for r in rows:
         score = _score(r)
@@ -205,10 +220,12 @@ def _kept(
     collapse: str,
     prepare: Callable[[str], str] | None,
     bm25_listed: bool,
+    edited: set[str],
 ) -> list[Hit]:
     """The first ``k`` of ``rows`` that ``visible`` lets through, that pass ``threshold`` (or hold every
-    word ``asked``), and that collapse keeps: the threshold goes before the cut, so a search returns the
-    k best that pass whatever k is. ``bm25_listed``: the rows come from a BM25 list (bm25 or hybrid mode)."""
+    word ``asked``), whose text is the one indexed, and that collapse keeps: the threshold goes before the
+    cut, so a search returns the k best that pass whatever k is. ``bm25_listed``: the rows come from a BM25
+    list (bm25 or hybrid mode). The ids of rows whose text is not the one indexed are added to ``edited``."""
     seen: set[tuple[object, ...]] = set()
     kept = []
     for r in rows:
@@ -216,6 +233,9 @@ def _kept(
             continue
         if threshold is not None and _score(r) < threshold and not _holds(r, asked, prepare, bm25_listed):
             continue  # below the threshold, and not an exact match among BM25's first _EXACT_DEPTH
+        if not _intact(r):
+            edited.add(r.id)
+            continue
         if collapse != "none":
             key = (r.path,) if collapse == "file" else _section_key(r)
             if key in seen:
@@ -225,6 +245,14 @@ def _kept(
         if len(kept) == k:
             break
     return kept
+
+
+def _intact(row: Hit) -> bool:
+    """Whether a row's text (with its heading context) has its content hash: the sha256 of the text that was
+    embedded. A text a store may have cut to its field's size (:func:`~mdrag.store.base.cut_short`) passes."""
+    embedded = f"{row.context}\n\n{row.text}" if row.context else row.text
+    digest = hashlib.sha256(embedded.encode("utf-8", "surrogatepass")).hexdigest()
+    return digest == row.content_hash or cut_short(row.text, row.context)
 
 
 def _shown(row: Hit, visible: Visible) -> bool:

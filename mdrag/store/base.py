@@ -32,13 +32,27 @@ import numpy as np
 
 from mdrag.types import Chunk
 
-__all__ = ["ROW_FIELDS", "Filter", "Hit", "Store"]
+__all__ = ["CONTEXT_MAX_BYTES", "ROW_FIELDS", "TEXT_MAX_BYTES", "Filter", "Hit", "Store", "cut_short"]
 
 #: The stored fields of a chunk that a :class:`Hit` carries, besides ``id``, ``score`` and ``rank_score``.
 ROW_FIELDS = (
     "text", "context", "path", "rel_path", "root", "headings", "level",
     "position", "page", "line_start", "line_end", "content_hash", "metadata",
 )  # fmt: skip
+
+#: A store may keep a chunk's text and its heading context cut to these many bytes (Milvus's VARCHAR fields).
+TEXT_MAX_BYTES = 65535
+CONTEXT_MAX_BYTES = 1024
+
+
+def cut_short(text: str, context: str) -> bool:
+    """Whether a stored text or context may have been cut to its field's size (:data:`TEXT_MAX_BYTES`,
+    :data:`CONTEXT_MAX_BYTES`; cut at a character, so within 3 bytes of it): then it no longer has its
+    chunk's content hash, and is not taken for an edited one."""
+    return (
+        len(text.encode("utf-8", "surrogatepass")) > TEXT_MAX_BYTES - 4
+        or len(context.encode("utf-8", "surrogatepass")) > CONTEXT_MAX_BYTES - 4
+    )
 
 
 @dataclass(frozen=True)

@@ -202,7 +202,10 @@ class MilvusStore:
     def _set_aside_changed_index_files(self) -> None:
         """Move the index files that differ from what their run wrote into the cache's damaged/ folder
         (Milvus Lite builds them again from the data when it loads the collection); StoreDamagedError
-        when they cannot be moved (a read-only folder)."""
+        when they cannot be moved (a read-only folder), or when a data file differs: its rows cannot be
+        trusted, and no command serves them (`mdrag index --rebuild` builds the index again)."""
+        if self._files is not None and (data := self._files.changed_index_files(data=True)):
+            raise milvus_check.changed_data_error(data)
         changed = self._files.changed_index_files() if self._files is not None else []
         if not changed:
             return
@@ -223,6 +226,11 @@ class MilvusStore:
             return
         self._files.record_sums(self.count_where(""))
 
+    @property
+    def verify_reads(self) -> str:
+        """What :meth:`check` with ``thorough`` reads, naming the store, as `status --verify` says it."""
+        return milvus_check.verify_reads(self._files, self.uri)
+
     def check(self, thorough: bool = False) -> list[str]:
         """What differs from what the last run recorded, each naming the file; [] when whole (opening sets
         aside the index files that differ): :func:`mdrag.store.milvus_check.found_damage`."""
@@ -230,17 +238,13 @@ class MilvusStore:
 
     def repair(self, thorough: bool = False) -> tuple[list[str], set[str]]:
         """Opening already set aside the index files that differ (Milvus Lite builds them again); with
-        ``thorough``, a vector index that does not find its own vectors (see :meth:`check`) is dropped and
-        built again from the stored vectors (nothing is embedded again). What was repaired; no chunk is
-        suspect (chunk rows that were lost are the indexer's to repair)."""
-        if thorough and self._files is not None and (data := self._files.changed_index_files(data=True)):
-            raise milvus_check.changed_data_error(data)  # the rows cannot be trusted: only --rebuild repairs
-        lost = milvus_check.lost_vectors(self) if thorough else ""
-        if not lost:
-            return [], set()
-        milvus_check.rebuild_vector_index(self)
-        self._as_left = False
-        return [f"{lost}: built again from the stored vectors"], set()
+        ``thorough``, what :func:`mdrag.store.milvus_check.repair` repairs: chunks whose text was edited
+        are deleted (their ids returned: their files are indexed again), and a vector index that does not
+        find its own vectors is built again from the stored vectors. What was repaired, and those ids
+        (chunk rows that were lost are the indexer's to repair)."""
+        said, suspect = milvus_check.repair(self, self._files) if thorough else ([], set())
+        self._as_left = self._as_left and not said
+        return said, suspect
 
     def _open_error(self, e: Exception, create: bool) -> StoreError:
         """Why the store could not be opened: unreachable, in use by another process, or damaged."""
@@ -467,11 +471,11 @@ class MilvusStore:
 
     def all_ids(self, roots: Sequence[str] | None = None) -> set[str]:
         """Every chunk id in the collection, or under these indexed folders (used to repair after a crash)."""
-        return {r["id"] for r in self._all_rows(["id"], roots)}
+        return {r["id"] for r in self.all_rows(["id"], roots)}
 
     def id_paths(self, roots: Sequence[str] | None = None) -> dict[str, str]:
         """Chunk id -> file path, for the whole collection or these indexed folders."""
-        return {r["id"]: r["path"] for r in self._all_rows(["id", "path"], roots)}
+        return {r["id"]: r["path"] for r in self.all_rows(["id", "path"], roots)}
 
     def search_texts(self, share: int = 16) -> Iterator[str]:
         """The text BM25 ranks (the chunk's text where the collection has no BM25 field) of every chunk,
@@ -480,10 +484,10 @@ class MilvusStore:
         field = "bm25_text" if self.has_bm25 else "text"
         prefixes = [""] if share >= 16 else list("0123456789abcdef"[: max(share, 1)])
         for prefix in prefixes:
-            for row in self._all_rows([field], None, prefix):
+            for row in self.all_rows([field], None, prefix):
                 yield row[field]
 
-    def _all_rows(self, fields: list[str], roots: Sequence[str] | None, prefix: str = "") -> list[dict[str, Any]]:
+    def all_rows(self, fields: list[str], roots: Sequence[str] | None, prefix: str = "") -> list[dict[str, Any]]:
         """``fields`` of every row, or of the rows under these indexed folders.
 
         Ids are hex digests, so the collection is read in buckets by id prefix,
@@ -497,7 +501,7 @@ class MilvusStore:
         rows: list[dict[str, Any]] = self.call("query", self.collection, filter=expr, output_fields=fields, limit=limit)
         if len(rows) < limit:
             return rows
-        return [row for c in "0123456789abcdef" for row in self._all_rows(fields, roots, prefix + c)]
+        return [row for c in "0123456789abcdef" for row in self.all_rows(fields, roots, prefix + c)]
 
     def count(self, roots: Sequence[str] | None = None) -> int:
         """Chunks in the collection, or under these indexed folders."""

@@ -1,12 +1,14 @@
 """Damage to a Milvus collection (see :mod:`mdrag.store.milvus`): what opening, `mdrag status` and
-`status --verify` find, what each error says, and the repair of a vector index that lost its vectors."""
+`status --verify` find (and say they read), what each error says, and the repairs: chunks whose text was
+edited are deleted (their files are indexed again), a vector index that lost its vectors is built again."""
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import random
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -14,6 +16,7 @@ from mdrag.errors import StoreDamagedError, StoreError, StoreInUseError, StoreUn
 from mdrag.redact import redact_url
 from mdrag.store import filters
 from mdrag.store import is_server_uri as _is_remote
+from mdrag.store.base import cut_short
 from mdrag.store.milvus_lite import LiteFiles, lite_locked, lite_read_only
 
 log = logging.getLogger(__name__)
@@ -36,6 +39,10 @@ class Collection(Protocol):
     def count_where(self, expr: str) -> int: ...  # rows passing ``expr`` ("" for all)
 
     def all_ids(self, roots: Sequence[str] | None = None) -> set[str]: ...
+
+    def all_rows(self, fields: list[str], roots: Sequence[str] | None) -> list[dict[str, Any]]: ...
+
+    def delete_ids(self, ids: Iterable[str]) -> None: ...
 
 
 def server_too_old(reported: str, minimum: tuple[int, int]) -> bool:
@@ -77,8 +84,9 @@ def reason(e: Exception) -> str:
 
 def found_damage(store: Collection, files: LiteFiles | None, thorough: bool) -> list[str]:
     """What differs from what the last run recorded, each naming the file; [] when whole. Cheap: the
-    index files' sha256; ``thorough`` also counts the rows and asks the vector index for a sample of
-    its own vectors (:func:`lost_vectors`)."""
+    index files' sha256; ``thorough`` also the data files', counts the rows, reads every row's text
+    (:func:`edited_texts`) and asks the vector index for a sample of its own vectors (:func:`lost_vectors`):
+    :func:`verify_reads` says which of these it can do."""
     changed = files.changed_index_files() if files is not None else []
     found = [f"the vector index file {p} is not the one its run wrote" for p in changed]
     if thorough and files is not None and (data := files.changed_index_files(data=True)):
@@ -86,9 +94,45 @@ def found_damage(store: Collection, files: LiteFiles | None, thorough: bool) -> 
     rows = files.recorded_sums().get("rows") if files is not None else None
     if thorough and isinstance(rows, int) and (held := store.count_where("")) != rows:
         found.append(f"the collection {store.collection} in {store.uri} holds {held} rows, its last run left {rows}")
+    if thorough and (edited := edited_texts(store)):
+        found.append(edited_message(store, edited))
     if thorough and (lost := lost_vectors(store)):
         found.append(lost)
     return found
+
+
+def verify_reads(files: LiteFiles | None, uri: str) -> str:
+    """What the thorough check of :func:`found_damage` reads of the collection at ``uri`` with these files
+    (None: a Milvus server, whose files are not on this machine), as `status --verify` says it."""
+    rows = f"every row's text against its content hash and {_SELF_SAMPLE} sampled vectors"
+    if files is None:
+        return f"{rows} of the Milvus server at {uri}, not its files (they are not on this machine)"
+    if not files.recorded_sums():
+        return f"{rows} of the index store {uri}, not its data files (no run recorded their checksums)"
+    return f"the row count, the data files' sha256, {rows} of the index store {uri}"
+
+
+def _where(store: Collection) -> str:
+    """The collection as a message names it: its folder (Milvus Lite), or the server's URI."""
+    return store.uri if _is_remote(store.uri) else str(Path(store.uri).expanduser() / "collections" / store.collection)
+
+
+def edited_texts(store: Collection) -> set[str]:
+    """The ids of the chunks whose text (with its context) no longer has the content hash its run stored
+    (the sha256 of the text that was embedded: :attr:`mdrag.types.Chunk.embed_text`). Every row is read;
+    a text Milvus holds cut to its field's size cannot be checked, and passes."""
+    bad: set[str] = set()
+    for r in store.all_rows(["id", "text", "context", "content_hash"], None):
+        if cut_short(r["text"], r["context"]):
+            continue
+        embedded = f"{r['context']}\n\n{r['text']}" if r["context"] else r["text"]
+        if hashlib.sha256(embedded.encode("utf-8", "surrogatepass")).hexdigest() != r["content_hash"]:
+            bad.add(r["id"])
+    return bad
+
+
+def edited_message(store: Collection, edited: set[str]) -> str:
+    return f"the text of {len(edited)} chunk(s) in {_where(store)} is not the text its run stored (edited)"
 
 
 def lost_vectors(store: Collection) -> str:
@@ -114,11 +158,27 @@ def lost_vectors(store: Collection) -> str:
     missed = sum(1 for hits in res if not hits or float(hits[0]["distance"]) < 1 - 1e-3)
     if missed <= len(rows) // 16:  # HNSW is approximate: a few may be missed in a large index
         return ""
-    where = store.uri if _is_remote(store.uri) else Path(store.uri).expanduser() / "collections" / store.collection
     return (
-        f"the vector index of {where} does not find its own vectors ({missed} of {len(rows)} searched for "
+        f"the vector index of {_where(store)} does not find its own vectors ({missed} of {len(rows)} searched for "
         "were not found)"
     )
+
+
+def repair(store: Collection, files: LiteFiles | None) -> tuple[list[str], set[str]]:
+    """What the thorough check finds that the store can repair, from the data it holds: what was repaired
+    (each a message), and the ids of the chunks whose text was edited, deleted so that their files are
+    indexed again (a damaged row must not be reused by its content hash). A data file that differs from
+    what its run wrote raises: its rows cannot be trusted, only `mdrag index --rebuild` repairs it."""
+    if files is not None and (data := files.changed_index_files(data=True)):
+        raise changed_data_error(data)
+    said: list[str] = []
+    if edited := edited_texts(store):
+        said.append(f"{edited_message(store, edited)}: deleted, and their files indexed again")
+        store.delete_ids(edited)
+    if lost := lost_vectors(store):
+        rebuild_vector_index(store)
+        said.append(f"{lost}: built again from the stored vectors")
+    return said, edited
 
 
 def rebuild_vector_index(store: Collection) -> None:

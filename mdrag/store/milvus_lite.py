@@ -54,7 +54,8 @@ ROWS_KEY = "mdrag.rows_since_rewrite"  # collection property: chunks written by 
 _BM25_SEGMENT_ROWS = 512  # Milvus Lite: fewest chunks a run writes in one segment (see padding)
 _INDEX_FILES_WAIT_S = 30.0  # how long a run waits for Milvus Lite to write its segments' index files
 _INDEX_FILES_STILL_S = 0.3  # ... and for them to stay unchanged this long: written whole
-_DATA = "partitions/*/data/*"  # the data files of a collection: their sha256 is recorded too
+# The data files of a collection (its rows, and its deletes' delta files): their sha256 is recorded too.
+_DATA = ("partitions/*/data/*", "partitions/*/delta/*")
 
 # Milvus Lite runs in process and holds a lock on its file until released: count
 # the open stores per file, and release the file when the last one closes, so
@@ -127,13 +128,16 @@ class LiteFiles:
 
     # -- fingerprint ----------------------------------------------------------
     def unchanged(self) -> bool:
-        """Whether the collection's files are as they were when the fingerprint was last recorded."""
+        """Whether the collection's files are as they were when the fingerprint was last recorded, and its
+        data and index files have the sha256 their run recorded (a file damaged in place, its time kept)."""
         try:
             recorded = json.loads(self.state.read_text(encoding="utf-8")).get("fingerprint")
         except (OSError, ValueError, AttributeError):
             return False
         fingerprint = self.fingerprint()
-        return fingerprint is not None and fingerprint == recorded
+        if fingerprint is None or fingerprint != recorded:
+            return False
+        return not self.changed_index_files(data=True) and not self.changed_index_files()
 
     def record_fingerprint(self) -> None:
         fingerprint = self.fingerprint()
@@ -156,18 +160,22 @@ class LiteFiles:
         It changes whenever Milvus Lite commits anything to the collection (its
         manifest, its write-ahead log) and whenever one of its data or index
         files changes or goes missing, so an unchanged fingerprint means the
-        store holds what the last run left there.
+        store holds what the last run left there. The collection's own manifest
+        and schema count by their bytes (a few KB), so that either damaged in
+        place, its time kept, changes it too; the data and index files have
+        their sha256 checked against the run's (see :meth:`unchanged`).
         """
         coll = self.folder
         try:
             files = [coll / "manifest.json", coll / "schema.json"]
             folders = [coll / "wal"]
             for partition in sorted((coll / "partitions").iterdir()):
-                folders += [partition / "data", partition / "indexes"]
+                folders += [partition / "data", partition / "delta", partition / "indexes"]
             for folder in folders:
                 if folder.is_dir():
                     files += sorted(folder.iterdir())
             parts = [f"{p.relative_to(coll)}:{st.st_size}:{st.st_mtime_ns}" for p in files for st in [p.stat()]]
+            parts += [hashlib.sha256(p.read_bytes()).hexdigest() for p in files[:2]]  # small: read whole
         except OSError:
             return None
         return hashlib.sha256("\n".join(parts).encode()).hexdigest()
@@ -180,12 +188,12 @@ class LiteFiles:
             return {}
         return got if isinstance(got, dict) else {}
 
-    def index_digests(self, pattern: str = "partitions/*/indexes/*") -> dict[str, str]:
-        """The sha256 of each of the collection's index files (``pattern``: other files), by path within
+    def index_digests(self, patterns: tuple[str, ...] = ("partitions/*/indexes/*",)) -> dict[str, str]:
+        """The sha256 of each of the collection's index files (``patterns``: other files), by path within
         the collection."""
         coll = self.folder
         out = {}
-        for path in sorted(coll.glob(pattern)):
+        for path in sorted(p for pattern in patterns for p in coll.glob(pattern)):
             out[str(path.relative_to(coll))] = file_sha256_cached(path)
         return out
 

@@ -10,14 +10,16 @@ from typing import Any
 
 import numpy as np
 
+from mdrag.store.base import CONTEXT_MAX_BYTES, TEXT_MAX_BYTES
 from mdrag.types import Chunk
 
 log = logging.getLogger(__name__)
 
 IDENTITY_KEY = "mdrag.identity"  # collection property: the model identity, as JSON
 CONSISTENCY = "Strong"  # reads see every acknowledged write: see mdrag.store.milvus's docstring
-_TEXT_MAX = 65535  # VARCHAR limit in bytes
+_TEXT_MAX = TEXT_MAX_BYTES  # VARCHAR limit in bytes
 _PATH_MAX = 4096
+_CONTEXT_MAX = CONTEXT_MAX_BYTES
 # A gRPC server refuses a message over its limit (256 MiB by default in Milvus and
 # Milvus Lite), so writes go in requests of at most this many estimated bytes
 # (text, JSON and vector; one oversized row goes alone) and this many rows.
@@ -56,7 +58,7 @@ def create(client: Any, collection: str, identity: dict[str, Any], uri: str) -> 
     s.add_field("id", DataType.VARCHAR, is_primary=True, max_length=64)
     # enable_analyzer lets a BM25 function be added on `text` without a migration.
     s.add_field("text", DataType.VARCHAR, max_length=_TEXT_MAX, enable_analyzer=True)
-    s.add_field("context", DataType.VARCHAR, max_length=1024)
+    s.add_field("context", DataType.VARCHAR, max_length=_CONTEXT_MAX)
     s.add_field("path", DataType.VARCHAR, max_length=_PATH_MAX)
     s.add_field("rel_path", DataType.VARCHAR, max_length=_PATH_MAX)
     s.add_field("root", DataType.VARCHAR, max_length=_PATH_MAX)
@@ -98,7 +100,7 @@ def chunk_row(c: Chunk, v: np.ndarray, bm25: bool, prepare: Callable[[str], str]
     row = {
         "id": c.id,
         "text": _clip(c.text, _TEXT_MAX),
-        "context": _clip(c.context, 1024),
+        "context": _clip(c.context, _CONTEXT_MAX),
         "path": _clip(c.path, _PATH_MAX),
         "rel_path": _clip(c.rel_path, _PATH_MAX),
         "root": _clip(c.root, _PATH_MAX),

@@ -25,6 +25,8 @@ REPO = Path(__file__).resolve().parents[2]
 #: One record per fault trial, for the summary line and benchmarks/out/faults.json (see conftest.py).
 TRIALS: list[dict[str, Any]] = []
 SPENT: dict[str, float] = {}  # node id -> seconds from its setup to its teardown, tests in tests/faults/
+#: One record per damage case (tests/faults/test_damage_served.py): store, damage, passed, seconds.
+DAMAGE: list[dict[str, Any]] = []
 
 
 class MiniLMIdentity(HashEmbedder):
@@ -186,25 +188,31 @@ def verify(
 
 
 def summary(terminalreporter: Any) -> None:
-    """The fault suite's line at the end of the pytest output, and benchmarks/out/faults.json."""
-    if not TRIALS:
+    """The fault suite's lines at the end of the pytest output, and benchmarks/out/faults.json."""
+    if not TRIALS and not DAMAGE:
         return
     passed = sum(t["passed"] for t in TRIALS)
     repairs = sorted(t["repair_s"] for t in TRIALS if "repair_s" in t)
     figures: dict[str, Any] = {
         "trials": len(TRIALS),
         "passed": passed,
-        "seed": TRIALS[0]["seed"],
+        "seed": TRIALS[0]["seed"] if TRIALS else None,
         "repair_p50_s": round(statistics.median(repairs), 3) if repairs else None,
         "repair_max_s": max(repairs) if repairs else None,
         "suite_s": round(sum(SPENT.values()), 1),  # every test in tests/faults/, set-up included
         "runs": TRIALS,
+        "damage_cases": len(DAMAGE),
+        "damage_passed": sum(bool(d["passed"]) for d in DAMAGE),
+        "damage": DAMAGE,
     }
-    line = f"fault suite: {len(TRIALS)} trials, {passed} passed"
-    if repairs:
-        line += f", repair p50 {figures['repair_p50_s']:.2f} s, max {figures['repair_max_s']:.2f} s"
-    line += f" (seed {figures['seed']}; tests/faults/ ran {figures['suite_s']:.0f} s)"
-    terminalreporter.write_line(line)
+    if TRIALS:
+        line = f"fault suite: {len(TRIALS)} trials, {passed} passed"
+        if repairs:
+            line += f", repair p50 {figures['repair_p50_s']:.2f} s, max {figures['repair_max_s']:.2f} s"
+        line += f" (seed {figures['seed']}; tests/faults/ ran {figures['suite_s']:.0f} s)"
+        terminalreporter.write_line(line)
+    if DAMAGE:
+        terminalreporter.write_line(f"fault suite: {damage_line(DAMAGE)}")
     out = REPO / "benchmarks" / "out" / "faults.json"
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -213,3 +221,14 @@ def summary(terminalreporter: Any) -> None:
         terminalreporter.write_line(f"fault suite: cannot write {out}: {e}")
     else:
         terminalreporter.write_line(f"fault suite: figures in {Path(out).relative_to(REPO)}")
+
+
+def damage_line(cases: list[dict[str, Any]]) -> str:
+    """The damage cases' count, by store: "damage: 8 of 8 cases said, never served and repaired (faiss 4
+    of 4, milvus 4 of 4)"."""
+    stores: dict[str, list[bool]] = defaultdict(list)
+    for d in cases:
+        stores[str(d.get("store"))].append(bool(d.get("passed")))
+    by = ", ".join(f"{s} {sum(ok)} of {len(ok)}" for s, ok in sorted(stores.items()))
+    passed = sum(bool(d.get("passed")) for d in cases)
+    return f"damage: {passed} of {len(cases)} cases said, never served and repaired ({by})"

@@ -127,31 +127,36 @@ def _cmd_status(args: argparse.Namespace, config: Any, index: Any | None) -> int
         return _served_status(args, config, e)
     if args.json:
         print(json.dumps(st, indent=2))
-        return 1 if st["damaged"] else 0
+        return 1 if st["damaged"] or st["manifest_lost"] else 0
     last = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(st["last_indexed"])) if st["last_indexed"] else "never"
+    unknown = "unknown (the manifest is lost)" if st["manifest_lost"] else None
     print(f"index:        {st['index']}")
     empty = "" if st["exists"] or st["damaged"] else "  (empty: run `mdrag index DIR`)"
     print(f"store:        {st['backend']}, {st['store_uri']}{empty}")
     print(f"model:        {st['model'].get('model')} ({st['model'].get('dimension')}-d)")
-    print(f"folders:      {', '.join(st['folders']) or '-'}")
-    print(f"files:        {st['files']}")
+    print(f"folders:      {', '.join(st['folders']) or unknown or '-'}")
+    print(f"files:        {unknown or st['files']}")
     print(f"chunks:       {st['chunks']}" + ("  (as its manifest lists them)" if st["model_mismatch"] else ""))
-    print(f"last indexed: {last}" + ("  (interrupted: the next `mdrag index` repairs it)" if st["interrupted"] else ""))
+    print(
+        f"last indexed: {unknown or last}"
+        + ("  (interrupted: the next `mdrag index` repairs it)" if st["interrupted"] else "")
+    )
     if st["model_mismatch"]:
         checked = "; --verify checked nothing: the store opens only with that embedder" if args.verify else ""
         print(f"note:         {st['model_mismatch']}{checked}")
     if st["manifest_lost"]:
+        lost = "is unreadable or lists no folder" if Path(st["manifest"]).exists() else "is missing"
         print(
-            f"note:         the manifest {st['manifest']} is missing or unreadable, though the store holds "
-            f"{st['chunks']} chunks: run `mdrag index` to take its folders back from the store"
+            f"note:         the manifest {st['manifest']} {lost}, though the store holds {st['chunks']} "
+            "chunks: `mdrag index` takes the index's folders back from the store and writes the manifest "
+            "again (its stored vectors are reused)"
         )
     if st["verified"] is not None:
         what = "; ".join(st["verified"]["checked"]) or "nothing (no index store to read)"
         print(f"verified:     {what}, in {st['verified']['seconds']:.2f} s")
     if st["damaged"]:
         print(f"damaged:      {st['damaged']}: run `mdrag index` to repair it")
-        return 1
-    return 0
+    return 1 if st["damaged"] or st["manifest_lost"] else 0
 
 
 def _served_status(args: argparse.Namespace, config: Any, why: Exception | None) -> int:
