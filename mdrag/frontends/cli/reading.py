@@ -240,6 +240,7 @@ def _evaluate(args: argparse.Namespace, index: Any, questions: list[Any], modes:
             index.config = config
         result["rerank"] = {mode: reranked[mode] for mode in modes}
     result["search"] = {key: index.config[f"search.{key}"] for key in ("mode", "k", "threshold", "collapse")}
+    result["search"]["mode"] = ", ".join(modes)  # the modes measured, not the setting's (each row is one)
     result["search"]["rerank"] = reranker.shown if reranker is not None else "off"
     if reranker is not None:  # searches that kept the fused order: their figures are not the reranker's
         result["rerank_failed"] = reranker.failures
