@@ -133,3 +133,22 @@ def test_index_on_a_milvus_server_too_old_says_so_not_that_it_is_unreachable(
     code, _, err = _run(capsys, "index", str(docs), "--milvus-uri", milvus_server, "-q")
     assert code == 1 and f"mdrag: error: The Milvus server at {milvus_server} is version " in err, err
     assert "mdrag needs Milvus 99.0 or later" in err and "Cannot reach" not in err and "Start the" not in err
+
+
+def test_verbose_shows_mdrag_and_leaves_library_notes_to_debug(mdrag_home: Path) -> None:
+    """`-v` printed faiss's loader notes ("Loading faiss with AVX512 support", "Could not load library ...
+    ModuleNotFoundError") as mdrag's own INFO lines (issue 38): a library's notes are -vv's, named by logger."""
+    import subprocess
+    import sys
+
+    def status(*flags: str) -> str:
+        argv = [sys.executable, "-m", "mdrag", "status", "--store", "faiss", *flags]
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        return done.stderr
+
+    err = status("-v")
+    assert "index 'default': faiss store" in err  # mdrag's own account of what it does
+    assert "Loading faiss" not in err and "ModuleNotFoundError" not in err, err
+    err = status("-vv")
+    assert "mdrag: INFO: faiss.loader: Loading faiss" in err, err
