@@ -152,3 +152,23 @@ def test_verbose_shows_mdrag_and_leaves_library_notes_to_debug(mdrag_home: Path)
     assert "Loading faiss" not in err and "ModuleNotFoundError" not in err, err
     err = status("-vv")
     assert "mdrag: INFO: faiss.loader: Loading faiss" in err, err
+
+
+def test_a_mistyped_option_gets_the_commands_usage_and_the_option_meant(capsys: pytest.CaptureFixture[str]) -> None:
+    """`mdrag search x --treshold 0` got the top-level usage and "unrecognized arguments" (issue 38): the
+    command's usage, and the option meant, as a mistyped setting in the config file gets."""
+    for argv, usage, typo, meant in (
+        (["search", "x", "--treshold", "0"], "usage: mdrag search", "--treshold", "--threshold"),
+        (["index", "--rebuld"], "usage: mdrag index", "--rebuld", "--rebuild"),
+        (["knowledge", "status", "--jsno"], "usage: mdrag knowledge status", "--jsno", "--json"),
+        (["search", "x", "--treshold=0"], "usage: mdrag search", "--treshold", "--threshold"),
+    ):
+        with pytest.raises(SystemExit) as exit_:
+            main(argv)
+        err = capsys.readouterr().err
+        assert exit_.value.code == 2 and err.startswith(usage), err
+        assert f"error: unrecognized option {typo}: did you mean {meant}?" in err, err
+    with pytest.raises(SystemExit) as exit_:  # nothing close: the command's usage still, and what it was given
+        main(["search", "x", "--zzz"])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and err.startswith("usage: mdrag search") and "unrecognized arguments: --zzz" in err
