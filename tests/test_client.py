@@ -503,10 +503,20 @@ def test_not_a_websocket_server() -> None:
 
 def test_invalid_url() -> None:
     with pytest.raises(ValueError, match="ws://HOST:PORT"):
-        Client("http://localhost:8765")
+        Client("ftp://localhost:8765")
     code, _, err = ask("localhost:8765")
     assert code == 2 and err.startswith("mdrag: error: invalid server address")
     assert DEFAULT_SERVER == "ws://localhost:8765"
+
+
+def test_the_http_address_serve_prints_is_asked_over_ws(start_server: Callable[..., FakeServer]) -> None:
+    """`mdrag ask --server http://127.0.0.1:8765` (the address `mdrag serve` prints for a browser) was refused
+    with exit 2 (issue 38): it is the WebSocket's address too, asked over ws:// (https://: wss://)."""
+    srv = start_server(scripted(lambda msg, st: stream("an answer")))
+    http = srv.url.replace("ws://", "http://", 1)
+    code, out, err = ask(http + "/")
+    assert (code, err) == (0, "") and out.startswith("an answer"), err
+    assert Client(http).url == srv.url and Client("HTTPS://example.org/x").url == "wss://example.org/x"
 
 
 # -- Client API -----------------------------------------------------------------------------------

@@ -14,7 +14,8 @@ from typing import Any, NoReturn
 from mdrag import __version__
 
 _SERVER_HELP = (
-    "ask this `mdrag serve` (ws://HOST:PORT) instead of opening the local index; without it, the server on "
+    "ask this `mdrag serve` (ws://HOST:PORT, or the http:// address it prints) instead of opening the local "
+    "index; without it, the server on "
     "server.port is asked only while it owns the local index"
 )
 
@@ -209,7 +210,12 @@ def _parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("ask", help="ask the server a question", epilog=EXAMPLES["ask"])
     p.add_argument("question", nargs="?", help="the question; none: interactive prompt")
-    p.add_argument("--server", metavar="URL", help="server address (default ws://localhost:PORT from server.port)")
+    p.add_argument(
+        "--server",
+        metavar="URL",
+        help="server address: ws://HOST:PORT, or the http:// address `mdrag serve` prints (default "
+        "ws://localhost:PORT from server.port)",
+    )
     _setting_flag(p, "server.token")
     _common(p)
 
