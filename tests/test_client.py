@@ -466,8 +466,26 @@ def test_token_is_sent_as_bearer_header(start_server: Callable[..., FakeServer])
     assert ask(srv.url, token="t0ken")[0] == 0
     assert srv.authorization == ["Bearer t0ken"]
     code, _, err = ask(srv.url)
-    assert code == 1 and "HTTP 401" in err and "--token TOKEN, or the setting server.token" in err
+    assert code == 1 and "HTTP 401" in err and "--token TOKEN, the environment variable MDRAG_TOKEN" in err
     assert "Authorization" not in seen[1]
+    code, _, err = ask(srv.url, token="wr0ng")  # a wrong token is not told to give one (issue 38)
+    assert code == 1 and "HTTP 401" in err and "The token given (--token, MDRAG_TOKEN" in err, err
+    assert "is not the server's" in err and "Give the server's token" not in err and "wr0ng" not in err
+
+
+def test_ask_reads_the_token_from_mdrag_token(
+    start_server: Callable[..., FakeServer], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`mdrag ask --token` put the token on the command line, visible in `ps` (issue 38): MDRAG_TOKEN, the
+    variable of the setting server.token (that `mdrag serve` reads too), gives it."""
+    from mdrag.frontends.cli import main
+
+    srv = start_server(scripted(lambda msg, st: stream("ok")))
+    monkeypatch.setenv("MDRAG_TOKEN", "env-t0ken")
+    assert main(["ask", "what?", "--server", srv.url]) == 0, capsys.readouterr().err
+    assert srv.authorization == ["Bearer env-t0ken"] and "env-t0ken" not in capsys.readouterr().err
+    assert main(["ask", "what?", "--server", srv.url, "--token", "flag-t0ken"]) == 0  # the flag wins
+    assert srv.authorization[-1] == "Bearer flag-t0ken"
 
 
 def test_error_on_connect_is_a_refusal(start_server: Callable[..., FakeServer]) -> None:

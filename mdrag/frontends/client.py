@@ -192,10 +192,15 @@ class Client:
         if status < 400:
             return f"the server at {redact_url(self.url)} did not accept a WebSocket connection ({why}); {_NOT_MDRAG}"
         hint = ""
-        if status in (401, 403):
+        if status == 401 and self.token:
             hint = (
-                " Give the server's token: --token TOKEN, or the setting server.token in your config "
-                "(it is sent as `Authorization: Bearer TOKEN`)."
+                " The token given (--token, MDRAG_TOKEN or the setting server.token) is not the server's: "
+                "check it against the server's server.token."
+            )
+        elif status in (401, 403):
+            hint = (
+                " Give the server's token: --token TOKEN, the environment variable MDRAG_TOKEN, or the setting "
+                "server.token in your config (it is sent as `Authorization: Bearer TOKEN`)."
             )
         return f"the mdrag server at {redact_url(self.url)} refused the connection ({why}).{hint}"
 
