@@ -259,7 +259,7 @@ def _parser() -> argparse.ArgumentParser:
     for name, text in (
         ("init", "download a docset's web sources and build its index"),
         ("refresh", "update web sources and indexes (all docsets, or one)"),
-        ("status", "show when each web source was last updated"),
+        ("status", "show each docset: when each web source was last updated, or its folder filled by hand"),
     ):
         kp = ks.add_parser(name, help=text, epilog=EXAMPLES["knowledge"])
         if name == "init":
