@@ -172,3 +172,14 @@ def test_a_mistyped_option_gets_the_commands_usage_and_the_option_meant(capsys: 
         main(["search", "x", "--zzz"])
     err = capsys.readouterr().err
     assert exit_.value.code == 2 and err.startswith("usage: mdrag search") and "unrecognized arguments: --zzz" in err
+
+
+def test_a_search_that_can_find_nothing_says_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A search of an index that holds no files said "no results above the threshold (try --threshold 0...)"
+    (issue 38): it says the index holds no files and how to add some, exit 1."""
+    monkeypatch.chdir(tmp_path)  # no ./markdown: `mdrag index` makes an empty index
+    assert _run(capsys, "index", "-q")[0] == 0
+    code, out, err = _run(capsys, "search", "install", "--threshold", "0")
+    assert (code, out) == (1, "") and "index 'default' holds no files yet: run `mdrag index DIR`" in err, err

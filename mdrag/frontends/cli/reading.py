@@ -67,6 +67,8 @@ def _filters(args: argparse.Namespace) -> dict[str, Any]:
 def _cmd_search(args: argparse.Namespace, config: Any, index: Any | None) -> int:
     """`mdrag search`: from the local index, or through the server (``index`` None: --server was given)."""
     from mdrag.errors import StoreInUseError
+    from mdrag.ingest.manifest import Manifest
+    from mdrag.retrieval.shown import why_nothing
 
     if index is None:
         results = _through_server(config, _search_message(args), None, args.server)["results"]
@@ -76,6 +78,8 @@ def _cmd_search(args: argparse.Namespace, config: Any, index: Any | None) -> int
             results = [{**r.to_dict(), "ref": r.rel_path} for r in found]  # ref: what `mdrag get` takes
         except StoreInUseError as e:
             results = _through_server(config, _search_message(args), e, args.server)["results"]
+        if not results and (why := why_nothing(Manifest.load(index.manifest_path), index.name, _filters(args))):
+            raise MdragError(why)
     if args.json:
         print(json.dumps(results, indent=2, ensure_ascii=False))
         return 0
