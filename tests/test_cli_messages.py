@@ -177,9 +177,22 @@ def test_a_mistyped_option_gets_the_commands_usage_and_the_option_meant(capsys: 
 def test_a_search_that_can_find_nothing_says_why(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """A search of an index that holds no files said "no results above the threshold (try --threshold 0...)"
-    (issue 38): it says the index holds no files and how to add some, exit 1."""
+    """A search of an index that holds no files said "no results above the threshold (try --threshold 0...)",
+    and one filtered on a folder that is not indexed said nothing of it (issue 38): each says why, exit 1."""
     monkeypatch.chdir(tmp_path)  # no ./markdown: `mdrag index` makes an empty index
     assert _run(capsys, "index", "-q")[0] == 0
     code, out, err = _run(capsys, "search", "install", "--threshold", "0")
     assert (code, out) == (1, "") and "index 'default' holds no files yet: run `mdrag index DIR`" in err, err
+    docs = tmp_path / "docs"
+    (docs / "guide").mkdir(parents=True)
+    (docs / "guide" / "install.md").write_text("# Install\n\nRun the installer, then restart.\n")
+    assert _run(capsys, "index", str(docs), "-q")[0] == 0
+    for path in ("/nowhere/", "api/", str(tmp_path / "other") + "/"):
+        code, out, err = _run(capsys, "search", "install", "--path", path, "--json")
+        assert (code, out) == (1, ""), err
+        assert f"no indexed folder matches the path '{path}': it is under none of the index's folders ({docs})" in err
+    for path in ("guide/", "./guide/in", str(docs / "guide")):  # a folder that is indexed: its results
+        code, out, _ = _run(capsys, "search", "install", "--path", path, "--json")
+        assert code == 0 and [r["rel_path"] for r in json.loads(out)] == ["guide/install.md"], path
+    code, out, _ = _run(capsys, "search", "zebra crossing", "--path", "guide/", "--threshold", "0.99")
+    assert code == 0 and out.startswith("no results: no chunk of the files the filters let through")
