@@ -196,3 +196,42 @@ def test_a_search_that_can_find_nothing_says_why(
         assert code == 0 and [r["rel_path"] for r in json.loads(out)] == ["guide/install.md"], path
     code, out, _ = _run(capsys, "search", "zebra crossing", "--path", "guide/", "--threshold", "0.99")
     assert code == 0 and out.startswith("no results: no chunk of the files the filters let through")
+
+
+def test_files_of_one_name_in_two_folders_are_told_apart(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """With two folders that both hold x.md, a result read `x.md:3` without its folder, and its ref `x.md`,
+    which `mdrag get` refuses as ambiguous (issue 38): results show as much of the folder as tells them apart,
+    and the ref is the absolute path; rel_path stays as it is."""
+    for folder, text in (("a", "The frobnicator settings live here."), ("b", "The frobnicator knob lives there.")):
+        (tmp_path / folder / "docs").mkdir(parents=True)
+        (tmp_path / folder / "docs" / "x.md").write_text(f"# {folder.upper()}\n\n{text}\n")
+    (tmp_path / "a" / "docs" / "only.md").write_text("# Only\n\nThe frobnicator, said once.\n")
+    a, b = tmp_path / "a" / "docs", tmp_path / "b" / "docs"
+    assert _run(capsys, "index", str(a), str(b), "-q")[0] == 0
+    code, out, _ = _run(capsys, "search", "frobnicator", "--threshold", "0", "--json")
+    results = json.loads(out)
+    assert code == 0 and {(r["rel_path"], r["ref"]) for r in results} == {
+        ("x.md", str(a / "x.md")),
+        ("x.md", str(b / "x.md")),
+        ("only.md", "only.md"),
+    }
+    for r in results:
+        assert _run(capsys, "get", r["ref"])[0] == 0  # each ref names one file for `get`
+    code, out, _ = _run(capsys, "search", "frobnicator", "--threshold", "0")
+    shown = {line.split()[2].rsplit(":", 1)[0] for line in out.splitlines() if line[:3].strip().rstrip(".").isdigit()}
+    assert shown == {"a/docs/x.md", "b/docs/x.md", "only.md"}, out
+    # one of the two alone among the results still shows its folder: the index holds the other
+    code, out, _ = _run(capsys, "search", "knob", "--path", str(b) + "/")
+    assert code == 0 and " b/docs/x.md:3" in out and " x.md:3" not in out, out
+
+
+def test_distinct_names_take_as_little_of_the_folder_as_tells_it_apart() -> None:
+    from mdrag.retrieval.shown import distinct_names
+
+    roots = ["/h/a/docs", "/h/b/docs", "/h/notes"]
+    got = distinct_names(
+        [("/h/a/docs/x.md", "x.md"), ("/h/notes/y.md", "y.md"), ("/h/notes/x.md", "x.md")], roots, {"x.md"}
+    )
+    assert got == ["a/docs/x.md", "y.md", "notes/x.md"]
+    # a folder whose path ends with another's: whole paths; results alone (through a server) tell of the clash
+    assert distinct_names([("/x/docs/k.md", "k.md"), ("/y/x/docs/k.md", "k.md")]) == ["/x/docs/k.md", "/y/x/docs/k.md"]
