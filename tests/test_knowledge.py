@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -879,6 +880,29 @@ def test_status_lists_docsets_with_only_a_local_path(
     write_config(project, "docsets: []\n")
     assert main(["knowledge", "status"]) == 0
     assert capsys.readouterr().out == f"no docsets in {project / '.knowledge' / 'config.yaml'}\n"
+
+
+def test_init_shows_one_line_a_source_not_git_s_every_step(
+    tmp_path: Path, project: Path, monkeypatch: pytest.MonkeyPatch, capsys, caplog, hash_embedder
+) -> None:
+    """`mdrag knowledge init` printed each of git's progress steps as a line (35 `remote: Counting objects`
+    lines for an 11-object repository; issue 38): one line a source; git's steps are debug log lines."""
+    from mdrag.frontends.cli import main
+
+    monkeypatch.setattr("mdrag.index.make_embedder", lambda config: hash_embedder)
+    _, bare = make_repo(tmp_path, {**DOCS, **{f"docs/page{i}.md": f"# Page {i}\n" for i in range(8)}})
+    url = f"file://{bare}"  # git's transport, as for a remote: it reports its progress
+    web_config(project, url, "        branch: main\n")
+    monkeypatch.chdir(project)
+    caplog.set_level(logging.DEBUG, logger="mdrag.knowledge.git")
+    assert main(["knowledge", "init", "lib"]) == 0
+    err = capsys.readouterr().err
+    assert [line for line in err.splitlines() if "lib" in line] == [
+        f"mdrag: lib: source 1/1: cloning {url} (branch main)"
+    ], err
+    assert "objects" not in err and "remote:" not in err, err
+    assert f"git clone of {url}: remote: Counting objects" in caplog.text  # git's steps: debug log lines
+    assert all(r.levelname == "DEBUG" for r in caplog.records if "Counting objects" in r.getMessage())
 
 
 def test_agentic_knowledge_console_script(project: Path) -> None:

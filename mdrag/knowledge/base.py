@@ -238,11 +238,12 @@ def _load_docset(cfg: KnowledgeConfig, d: Docset, progress: Progress | None) -> 
     results = []
     for i, source in enumerate(d.web_sources, 1):
         shown = redact_url(source.url)
-        if progress is not None:
-            progress(f"{d.id}: source {i}/{len(d.web_sources)}: {shown}")
+        if progress is not None:  # one line a source (git's own progress goes to the log, at debug level)
+            branch = f" (branch {source.branch})" if source.branch else ""
+            progress(f"{d.id}: source {i}/{len(d.web_sources)}: cloning {shown}{branch}")
         # The result says what failed, or needs attention, to the front end, which shows it: the log has details.
         try:
-            result = loader.load(source, Path(d.local_path), cfg.allow_local_git, progress, base=cfg.root)
+            result = loader.load(source, Path(d.local_path), cfg.allow_local_git, base=cfg.root)
         except DocsetError as e:
             log.info("%s: source %s failed: %s", d.id, shown, e)
             result = SourceResult(url=shown, ok=False, error=str(e))
