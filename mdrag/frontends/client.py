@@ -186,7 +186,7 @@ class Client:
     def _refused(self, e: InvalidStatus) -> str:
         status = e.response.status_code
         why = f"HTTP {status} {_one_line(e.response.reason_phrase)}".rstrip()
-        body = _one_line(e.response.body.decode("utf-8", "replace"))[:200] if e.response.body else ""
+        body = _one_line(e.response.body.decode("utf-8", "replace"))[:200].rstrip(".") if e.response.body else ""
         if body:
             why += f": {body}"
         if status < 400:
