@@ -224,6 +224,12 @@ class Index:
         m = Manifest.load(self.manifest_path)
         return sorted(f.rel_path for f in m.files.values()) if m is not None else []
 
+    @property
+    def shared_names(self) -> tuple[list[str], frozenset[str]]:
+        """The index's folders, and the relative paths that files of several of them share (``x.md`` in two),
+        as of the manifest the last search read: such a result's ``rel_path`` alone does not name its file."""
+        return self._view.seen_roots, self._view.seen_shared
+
     def _folders_to_update(self, folders: Sequence[str | Path] | None) -> list[str | Path]:
         """``folders`` when given; else the index's folders, with the setting ``folders`` when it was set
         (its default, ./markdown, only for an index that has no folders yet)."""

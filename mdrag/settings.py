@@ -408,7 +408,9 @@ class Settings(BaseModel):
     )
     server__token: str | None = setting(
         None,
-        "a token clients must send (`Authorization: Bearer …` or `?token=`); never logged",
+        "a token clients must send (`Authorization: Bearer …` or `?token=`), and the one `mdrag ask` and "
+        "`--server` send; never logged; the variable keeps it off the command line (and out of `ps`)",
+        env="MDRAG_TOKEN",
         secret=True,
         shown="unset",
     )

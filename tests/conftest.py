@@ -38,12 +38,13 @@ def shared_data() -> Path:
 @pytest.fixture(autouse=True)
 def mdrag_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Every test gets its own mdrag home (config file and cache) and no MARKDOWN_QA_* variables, nor
-    MDRAG_STORE: the store is the default's (``auto``) unless a test sets one."""
+    MDRAG_STORE (the store is the default's, ``auto``, unless a test sets one) nor MDRAG_TOKEN (a server
+    needs no token unless a test sets one)."""
     home = tmp_path / "mdrag-home"
     home.mkdir()
     monkeypatch.setenv("MDRAG_HOME", str(home))
     for var in list(os.environ):
-        if var.startswith("MARKDOWN_QA_") or var == "MDRAG_STORE":
+        if var.startswith("MARKDOWN_QA_") or var in ("MDRAG_STORE", "MDRAG_TOKEN"):
             monkeypatch.delenv(var)
     return home
 

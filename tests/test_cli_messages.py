@@ -133,3 +133,105 @@ def test_index_on_a_milvus_server_too_old_says_so_not_that_it_is_unreachable(
     code, _, err = _run(capsys, "index", str(docs), "--milvus-uri", milvus_server, "-q")
     assert code == 1 and f"mdrag: error: The Milvus server at {milvus_server} is version " in err, err
     assert "mdrag needs Milvus 99.0 or later" in err and "Cannot reach" not in err and "Start the" not in err
+
+
+def test_verbose_shows_mdrag_and_leaves_library_notes_to_debug(mdrag_home: Path) -> None:
+    """`-v` printed faiss's loader notes ("Loading faiss with AVX512 support", "Could not load library ...
+    ModuleNotFoundError") as mdrag's own INFO lines (issue 38): a library's notes are -vv's, named by logger."""
+    import subprocess
+    import sys
+
+    def status(*flags: str) -> str:
+        argv = [sys.executable, "-m", "mdrag", "status", "--store", "faiss", *flags]
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        return done.stderr
+
+    err = status("-v")
+    assert "index 'default': faiss store" in err  # mdrag's own account of what it does
+    assert "Loading faiss" not in err and "ModuleNotFoundError" not in err, err
+    err = status("-vv")
+    assert "mdrag: INFO: faiss.loader: Loading faiss" in err, err
+
+
+def test_a_mistyped_option_gets_the_commands_usage_and_the_option_meant(capsys: pytest.CaptureFixture[str]) -> None:
+    """`mdrag search x --treshold 0` got the top-level usage and "unrecognized arguments" (issue 38): the
+    command's usage, and the option meant, as a mistyped setting in the config file gets."""
+    for argv, usage, typo, meant in (
+        (["search", "x", "--treshold", "0"], "usage: mdrag search", "--treshold", "--threshold"),
+        (["index", "--rebuld"], "usage: mdrag index", "--rebuld", "--rebuild"),
+        (["knowledge", "status", "--jsno"], "usage: mdrag knowledge status", "--jsno", "--json"),
+        (["search", "x", "--treshold=0"], "usage: mdrag search", "--treshold", "--threshold"),
+    ):
+        with pytest.raises(SystemExit) as exit_:
+            main(argv)
+        err = capsys.readouterr().err
+        assert exit_.value.code == 2 and err.startswith(usage), err
+        assert f"error: unrecognized option {typo}: did you mean {meant}?" in err, err
+    with pytest.raises(SystemExit) as exit_:  # nothing close: the command's usage still, and what it was given
+        main(["search", "x", "--zzz"])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and err.startswith("usage: mdrag search") and "unrecognized arguments: --zzz" in err
+
+
+def test_a_search_that_can_find_nothing_says_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A search of an index that holds no files said "no results above the threshold (try --threshold 0...)",
+    and one filtered on a folder that is not indexed said nothing of it (issue 38): each says why, exit 1."""
+    monkeypatch.chdir(tmp_path)  # no ./markdown: `mdrag index` makes an empty index
+    assert _run(capsys, "index", "-q")[0] == 0
+    code, out, err = _run(capsys, "search", "install", "--threshold", "0")
+    assert (code, out) == (1, "") and "index 'default' holds no files yet: run `mdrag index DIR`" in err, err
+    docs = tmp_path / "docs"
+    (docs / "guide").mkdir(parents=True)
+    (docs / "guide" / "install.md").write_text("# Install\n\nRun the installer, then restart.\n")
+    assert _run(capsys, "index", str(docs), "-q")[0] == 0
+    for path in ("/nowhere/", "api/", str(tmp_path / "other") + "/"):
+        code, out, err = _run(capsys, "search", "install", "--path", path, "--json")
+        assert (code, out) == (1, ""), err
+        assert f"no indexed folder matches the path '{path}': it is under none of the index's folders ({docs})" in err
+    for path in ("guide/", "./guide/in", str(docs / "guide")):  # a folder that is indexed: its results
+        code, out, _ = _run(capsys, "search", "install", "--path", path, "--json")
+        assert code == 0 and [r["rel_path"] for r in json.loads(out)] == ["guide/install.md"], path
+    code, out, _ = _run(capsys, "search", "zebra crossing", "--path", "guide/", "--threshold", "0.99")
+    assert code == 0 and out.startswith("no results: no chunk of the files the filters let through")
+
+
+def test_files_of_one_name_in_two_folders_are_told_apart(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """With two folders that both hold x.md, a result read `x.md:3` without its folder, and its ref `x.md`,
+    which `mdrag get` refuses as ambiguous (issue 38): results show as much of the folder as tells them apart,
+    and the ref is the absolute path; rel_path stays as it is."""
+    for folder, text in (("a", "The frobnicator settings live here."), ("b", "The frobnicator knob lives there.")):
+        (tmp_path / folder / "docs").mkdir(parents=True)
+        (tmp_path / folder / "docs" / "x.md").write_text(f"# {folder.upper()}\n\n{text}\n")
+    (tmp_path / "a" / "docs" / "only.md").write_text("# Only\n\nThe frobnicator, said once.\n")
+    a, b = tmp_path / "a" / "docs", tmp_path / "b" / "docs"
+    assert _run(capsys, "index", str(a), str(b), "-q")[0] == 0
+    code, out, _ = _run(capsys, "search", "frobnicator", "--threshold", "0", "--json")
+    results = json.loads(out)
+    assert code == 0 and {(r["rel_path"], r["ref"]) for r in results} == {
+        ("x.md", str(a / "x.md")),
+        ("x.md", str(b / "x.md")),
+        ("only.md", "only.md"),
+    }
+    for r in results:
+        assert _run(capsys, "get", r["ref"])[0] == 0  # each ref names one file for `get`
+    code, out, _ = _run(capsys, "search", "frobnicator", "--threshold", "0")
+    shown = {line.split()[2].rsplit(":", 1)[0] for line in out.splitlines() if line[:3].strip().rstrip(".").isdigit()}
+    assert shown == {"a/docs/x.md", "b/docs/x.md", "only.md"}, out
+    # one of the two alone among the results still shows its folder: the index holds the other
+    code, out, _ = _run(capsys, "search", "knob", "--path", str(b) + "/")
+    assert code == 0 and " b/docs/x.md:3" in out and " x.md:3" not in out, out
+
+
+def test_distinct_names_take_as_little_of_the_folder_as_tells_it_apart() -> None:
+    from mdrag.retrieval.shown import distinct_names
+
+    roots = ["/h/a/docs", "/h/b/docs", "/h/notes"]
+    got = distinct_names(
+        [("/h/a/docs/x.md", "x.md"), ("/h/notes/y.md", "y.md"), ("/h/notes/x.md", "x.md")], roots, {"x.md"}
+    )
+    assert got == ["a/docs/x.md", "y.md", "notes/x.md"]
+    # a folder whose path ends with another's: whole paths; results alone (through a server) tell of the clash
+    assert distinct_names([("/x/docs/k.md", "k.md"), ("/y/x/docs/k.md", "k.md")]) == ["/x/docs/k.md", "/y/x/docs/k.md"]

@@ -466,8 +466,26 @@ def test_token_is_sent_as_bearer_header(start_server: Callable[..., FakeServer])
     assert ask(srv.url, token="t0ken")[0] == 0
     assert srv.authorization == ["Bearer t0ken"]
     code, _, err = ask(srv.url)
-    assert code == 1 and "HTTP 401" in err and "--token TOKEN, or the setting server.token" in err
+    assert code == 1 and "HTTP 401" in err and "--token TOKEN, the environment variable MDRAG_TOKEN" in err
     assert "Authorization" not in seen[1]
+    code, _, err = ask(srv.url, token="wr0ng")  # a wrong token is not told to give one (issue 38)
+    assert code == 1 and "HTTP 401" in err and "The token given (--token, MDRAG_TOKEN" in err, err
+    assert "is not the server's" in err and "Give the server's token" not in err and "wr0ng" not in err
+
+
+def test_ask_reads_the_token_from_mdrag_token(
+    start_server: Callable[..., FakeServer], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`mdrag ask --token` put the token on the command line, visible in `ps` (issue 38): MDRAG_TOKEN, the
+    variable of the setting server.token (that `mdrag serve` reads too), gives it."""
+    from mdrag.frontends.cli import main
+
+    srv = start_server(scripted(lambda msg, st: stream("ok")))
+    monkeypatch.setenv("MDRAG_TOKEN", "env-t0ken")
+    assert main(["ask", "what?", "--server", srv.url]) == 0, capsys.readouterr().err
+    assert srv.authorization == ["Bearer env-t0ken"] and "env-t0ken" not in capsys.readouterr().err
+    assert main(["ask", "what?", "--server", srv.url, "--token", "flag-t0ken"]) == 0  # the flag wins
+    assert srv.authorization[-1] == "Bearer flag-t0ken"
 
 
 def test_error_on_connect_is_a_refusal(start_server: Callable[..., FakeServer]) -> None:
@@ -503,10 +521,20 @@ def test_not_a_websocket_server() -> None:
 
 def test_invalid_url() -> None:
     with pytest.raises(ValueError, match="ws://HOST:PORT"):
-        Client("http://localhost:8765")
+        Client("ftp://localhost:8765")
     code, _, err = ask("localhost:8765")
     assert code == 2 and err.startswith("mdrag: error: invalid server address")
     assert DEFAULT_SERVER == "ws://localhost:8765"
+
+
+def test_the_http_address_serve_prints_is_asked_over_ws(start_server: Callable[..., FakeServer]) -> None:
+    """`mdrag ask --server http://127.0.0.1:8765` (the address `mdrag serve` prints for a browser) was refused
+    with exit 2 (issue 38): it is the WebSocket's address too, asked over ws:// (https://: wss://)."""
+    srv = start_server(scripted(lambda msg, st: stream("an answer")))
+    http = srv.url.replace("ws://", "http://", 1)
+    code, out, err = ask(http + "/")
+    assert (code, err) == (0, "") and out.startswith("an answer"), err
+    assert Client(http).url == srv.url and Client("HTTPS://example.org/x").url == "wss://example.org/x"
 
 
 # -- Client API -----------------------------------------------------------------------------------

@@ -84,9 +84,12 @@ def test_the_command_on_the_sample_docs(tmp_path: Path, capsys: pytest.CaptureFi
     with qa.open("a") as f:
         f.write(json.dumps({"question": "how do I start", "gold": ["docs/getting-started.md", "gettin-started.md"]}))
     assert main(["eval", str(qa), "--json", "--mode", "bm25"]) == 0
-    assert json.loads(capsys.readouterr().out)["unknown_gold"] == ["gettin-started.md"]
+    result = json.loads(capsys.readouterr().out)
+    assert result["unknown_gold"] == ["gettin-started.md"]
+    assert result["search"]["mode"] == "bm25"  # the mode measured, not the setting's (hybrid)
     assert main(["eval", str(qa), "--mode", "dense"]) == 0
-    assert "nDCG@10" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "nDCG@10" in out and "mode dense," in out and "hybrid" not in out
     assert main(["eval"]) == 2
 
 

@@ -83,6 +83,11 @@ def test_get_a_document_its_lines_and_a_section(
 
     code, _, err = run(monkeypatch, capsys, corpus, "get", "content/en/container.md:50-60")
     assert code == 1 and f"has {len(wanted)} lines: ask for lines 1 to {len(wanted)}" in err
+    # a range written backwards is said to be so, with the range meant (issue 38: it said "has N lines")
+    code, _, err = run(monkeypatch, capsys, corpus, "get", "content/en/container.md:20-10")
+    assert code == 1 and "the line range is backwards: ask for content/en/container.md:10-20" in err, err
+    code, _, err = run(monkeypatch, capsys, corpus, "get", "content/en/container.md#page=3-2")
+    assert code == 1 and "the page range is backwards: ask for content/en/container.md#page=2-3" in err, err
     code, _, err = run(monkeypatch, capsys, corpus, "get", "content/en/container.md#Installation")
     assert code == 1 and "no section 'Installation'" in err and "Problem it addresses" in err
 

@@ -573,6 +573,8 @@ def test_progress_is_told_as_files_are_read_and_as_each_embedding_batch_returns(
     assert (first.stage, first.files_done, first.chunks_done) == ("reading", 0, 0)
     assert last.stage == "saving" and last.files_done == last.files_read == last.files_total == files
     assert last.chunks_done == last.chunks_known == s.chunks_total
+    assert first.chunks_expected == 0 and last.chunks_expected == s.chunks_total  # no estimate, then the count
+    assert all(e.chunks_expected >= e.chunks_known for e in events)
 
     (root / "install.md").write_text(DOC.replace("Download", "Fetch"))
     events.clear()
@@ -585,11 +587,12 @@ def test_progress_is_told_as_files_are_read_and_as_each_embedding_batch_returns(
     idx.close()
 
 
-def test_the_bar_estimates_the_chunks_to_write_from_the_files_read_until_all_are_read() -> None:
+def test_the_bar_shows_the_estimate_until_every_file_is_read() -> None:
     from mdrag.frontends.cli.indexing import _chunks_in_all
     from mdrag.ingest.progress import IndexProgress
 
-    assert _chunks_in_all(IndexProgress("reading", 0, 100, 0, 0, 0)) == (0, True)  # nothing to go by yet
-    assert _chunks_in_all(IndexProgress("embedding", 0, 100, 20, 30, 150)) == (750, True)  # 7.5 chunks a file
-    assert _chunks_in_all(IndexProgress("embedding", 90, 100, 100, 700, 731)) == (731, False)
-    assert _chunks_in_all(IndexProgress("saving", 40, 100, 40, 300, 300)) == (300, False)  # a paused run
+    assert _chunks_in_all(IndexProgress("reading", 0, 100, 0, 0, 0, 0)) == (0, True)  # nothing to go by yet
+    assert _chunks_in_all(IndexProgress("embedding", 0, 100, 20, 30, 150, 750)) == (750, True)  # the estimate
+    assert _chunks_in_all(IndexProgress("embedding", 90, 100, 100, 700, 731, 731)) == (731, False)
+    assert _chunks_in_all(IndexProgress("saving", 40, 100, 40, 300, 300, 750)) == (750, True)  # a step paused
+    assert _chunks_in_all(IndexProgress("saving", 100, 100, 100, 731, 731, 731)) == (731, False)

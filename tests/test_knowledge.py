@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -857,6 +858,53 @@ def test_cli_init_refresh_status(
     assert "failed" in capsys.readouterr().out
 
 
+def test_status_lists_docsets_with_only_a_local_path(
+    project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`mdrag knowledge status` left out docsets with no web sources (issue 38): each is listed with its folder
+    and the files there, or says that its folder does not exist."""
+    from mdrag.frontends.cli import main
+
+    write_files(project / "mine", {"a.md": "# A\n", "sub/b.txt": "b\n", "data.bin": "x", ".hidden.md": "# H\n"})
+    write_config(project, "docsets:\n  - id: mine\n    local_path: ../mine\n  - id: gone\n    local_path: ../gone\n")
+    mine, gone = status(KnowledgeBase(start=project))
+    assert (mine["id"], mine["url"], mine["local_path"]) == ("mine", None, (project / "mine").as_posix() + "/")
+    assert (mine["files"], mine["unsearchable"], mine["folder_exists"]) == (3, {".bin": 1}, True)
+    assert (gone["id"], gone["files"], gone["folder_exists"]) == ("gone", 0, False)
+    assert set(mine) == set(gone)
+    monkeypatch.chdir(project)
+    assert main(["knowledge", "status"]) == 0
+    out = capsys.readouterr().out
+    assert f"mine: local folder {mine['local_path']} (no web sources)\n    files: 3 (1 with no parser" in out, out
+    assert f"gone: local folder {gone['local_path']} (no web sources)\n    the folder does not exist" in out, out
+    write_config(project, "docsets: []\n")
+    assert main(["knowledge", "status"]) == 0
+    assert capsys.readouterr().out == f"no docsets in {project / '.knowledge' / 'config.yaml'}\n"
+
+
+def test_init_shows_one_line_a_source_not_git_s_every_step(
+    tmp_path: Path, project: Path, monkeypatch: pytest.MonkeyPatch, capsys, caplog, hash_embedder
+) -> None:
+    """`mdrag knowledge init` printed each of git's progress steps as a line (35 `remote: Counting objects`
+    lines for an 11-object repository; issue 38): one line a source; git's steps are debug log lines."""
+    from mdrag.frontends.cli import main
+
+    monkeypatch.setattr("mdrag.index.make_embedder", lambda config: hash_embedder)
+    _, bare = make_repo(tmp_path, {**DOCS, **{f"docs/page{i}.md": f"# Page {i}\n" for i in range(8)}})
+    url = f"file://{bare}"  # git's transport, as for a remote: it reports its progress
+    web_config(project, url, "        branch: main\n")
+    monkeypatch.chdir(project)
+    caplog.set_level(logging.DEBUG, logger="mdrag.knowledge.git")
+    assert main(["knowledge", "init", "lib"]) == 0
+    err = capsys.readouterr().err
+    assert [line for line in err.splitlines() if "lib" in line] == [
+        f"mdrag: lib: source 1/1: cloning {url} (branch main)"
+    ], err
+    assert "objects" not in err and "remote:" not in err, err
+    assert f"git clone of {url}: remote: Counting objects" in caplog.text  # git's steps: debug log lines
+    assert all(r.levelname == "DEBUG" for r in caplog.records if "Counting objects" in r.getMessage())
+
+
 def test_agentic_knowledge_console_script(project: Path) -> None:
     import shutil
     import sys
@@ -866,7 +914,7 @@ def test_agentic_knowledge_console_script(project: Path) -> None:
         pytest.skip("the package is not installed with its console scripts")
     write_config(project, "docsets:\n  - id: react\n    version: '18.2'\n")
     p = subprocess.run([exe, "status"], cwd=project, capture_output=True, text=True, timeout=60)
-    assert p.returncode == 0 and "no docset has web sources" in p.stdout
+    assert p.returncode == 0 and "react: local folder" in p.stdout and "the folder does not exist" in p.stdout
 
 
 def test_knowledge_commands_load_no_front_end(project: Path) -> None:

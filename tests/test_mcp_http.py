@@ -253,8 +253,10 @@ async def test_a_token_is_required_when_set_and_sigterm_stops_cleanly(tmp_path: 
     with serving(react_project(tmp_path), home, tmp_path / "server.log", "--token", TOKEN) as served:
         missing = httpx.post(served.url, json=INITIALIZE, headers=POST_HEADERS)
         assert missing.status_code == 401 and missing.headers["www-authenticate"] == "Bearer"
+        assert "none was sent" in missing.text  # a missing token and a wrong one told apart (issue 38)
         wrong = httpx.post(served.url, json=INITIALIZE, headers={**POST_HEADERS, "Authorization": "Bearer nope"})
-        assert wrong.status_code == 401
+        assert wrong.status_code == 401 and "The token sent is wrong" in wrong.text
+        assert wrong.headers["www-authenticate"] == 'Bearer error="invalid_token"'
         with anyio.fail_after(120):
             async with connect(served.url, token=TOKEN) as s:
                 listed = json.loads(ok(await s.call_tool("list_docsets", {})))

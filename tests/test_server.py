@@ -472,8 +472,13 @@ def test_origin_token_and_bind_checks(tmp_path: Path) -> None:
             with pytest.raises(InvalidStatus) as e:
                 await connect(server.url)
             assert e.value.response.status_code == 401
-            with pytest.raises(InvalidStatus):
+            assert b"none was sent" in e.value.response.body  # a missing token and a wrong one told apart
+            with pytest.raises(InvalidStatus) as e:
                 await connect(server.url, additional_headers={"Authorization": "Bearer wrong"})
+            assert e.value.response.status_code == 401 and b"The token sent is wrong" in e.value.response.body
+            with pytest.raises(InvalidStatus) as e:
+                await connect(server.url + "/?token=wrong")
+            assert b"The token sent is wrong" in e.value.response.body
             ws = await opened(server, additional_headers={"Authorization": "Bearer tok-123"})
             await ws.close()
             ws = await connect(server.url + "/?token=tok-123")

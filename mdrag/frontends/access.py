@@ -5,8 +5,9 @@ HTTP (`mdrag mcp --http`) share. No I/O.
 - :func:`origin_allowed`: a browser page may connect from a loopback origin or one listed in
   ``server.allowed_origins``; any other origin is refused (against DNS rebinding and cross-site pages), and
   so is a header that is not exactly one origin (``scheme://host[:port]``: two listed, a path, spaces).
-- :func:`token_matches`: the token comes as ``Authorization: Bearer …`` or ``?token=``, compared in
-  constant time.
+- :func:`token_problem`: the token comes as ``Authorization: Bearer …`` or ``?token=``, compared in
+  constant time; a request without one and a request with a wrong one are told apart
+  (:data:`TOKEN_REFUSALS`).
 - :func:`cannot_listen`: what a server that could not listen tells the user to change.
 """
 
@@ -16,12 +17,13 @@ import errno
 import hmac
 import re
 from collections.abc import Sequence
+from typing import Literal
 from urllib.parse import parse_qs, urlsplit
 
 from mdrag.errors import ConfigError, MdragError
 from mdrag.frontends.protocol import is_loopback
 
-__all__ = ["cannot_listen", "check_bind", "origin_allowed", "token_matches"]
+__all__ = ["TOKEN_REFUSALS", "cannot_listen", "check_bind", "origin_allowed", "token_problem"]
 
 # One serialized origin (RFC 6454): scheme "://" host [":" port], nothing else: no space (a list of
 # origins), no path, query, fragment or user name.
@@ -50,15 +52,25 @@ def origin_allowed(origin: str, allowed: Sequence[str]) -> bool:
     return parts.scheme in ("http", "https") and is_loopback(parts.hostname or "")
 
 
-def token_matches(authorization: str | None, target: str, token: str) -> bool:
-    """Whether a request carries ``token``: in its ``Authorization: Bearer`` header, or else in the
-    ``token`` query parameter of its ``target`` (the path and query it asked for)."""
+#: What a server says (HTTP 401) to a request without its token, and to one with a wrong token.
+TOKEN_REFUSALS = {
+    "missing": "This server needs a token, and none was sent: send it as Authorization: Bearer <token>.",
+    "wrong": "The token sent is wrong: send the valid token (the server's server.token).",
+}
+
+
+def token_problem(authorization: str | None, target: str, token: str) -> Literal["missing", "wrong"] | None:
+    """What is wrong with the token of a request (None: it carries ``token``): in its ``Authorization:
+    Bearer`` header, or else in the ``token`` query parameter of its ``target`` (the path and query it
+    asked for); "missing" when it sends none, "wrong" when it sends another."""
     auth = authorization or ""
     if auth.lower().startswith("bearer "):
         given = auth[7:].strip()
     else:
         given = parse_qs(urlsplit(target).query).get("token", [""])[0]
-    return hmac.compare_digest(given.encode(), token.encode())
+    if hmac.compare_digest(given.encode(), token.encode()):
+        return None
+    return "wrong" if given else "missing"
 
 
 def cannot_listen(e: OSError, host: str, port: int, command: str, port_setting: str) -> MdragError:

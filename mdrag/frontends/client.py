@@ -58,6 +58,14 @@ def _closed_reason(e: ConnectionClosed) -> str:
     return f"the server closed it with code {e.rcvd.code}{reason}"
 
 
+def _websocket_url(url: str) -> str:
+    """``url`` with http:// as ws:// and https:// as wss://: the address `mdrag serve` prints for a browser is
+    its WebSocket's too (the page and the WebSocket share one port)."""
+    scheme, sep, rest = url.partition("://")
+    websocket = {"http": "ws", "https": "wss"}.get(scheme.lower()) if sep else None
+    return f"{websocket}://{rest}" if websocket else url
+
+
 def _check_question(question: str) -> str:
     if not isinstance(question, str) or not question.strip():
         raise MdragError("the question is empty")
@@ -81,12 +89,13 @@ class Client:
     def __init__(
         self, url: str = DEFAULT_SERVER, token: str | None = None, timeout: float = 30.0, open_timeout: float = 5.0
     ) -> None:
+        url = _websocket_url(url)
         try:
             uri = parse_uri(url)
         except InvalidURI:
             raise ValueError(
-                f"invalid server address {redact_url(url)!r}: use ws://HOST:PORT or wss://HOST:PORT, "
-                f"e.g. {DEFAULT_SERVER}"
+                f"invalid server address {redact_url(url)!r}: use ws://HOST:PORT or wss://HOST:PORT (or the "
+                f"http:// address `mdrag serve` prints for a browser), e.g. {DEFAULT_SERVER}"
             ) from None
         self.url = url  # as given; messages show redact_url(url)
         self.token = token  # sent as "Authorization: Bearer <token>"
@@ -177,16 +186,21 @@ class Client:
     def _refused(self, e: InvalidStatus) -> str:
         status = e.response.status_code
         why = f"HTTP {status} {_one_line(e.response.reason_phrase)}".rstrip()
-        body = _one_line(e.response.body.decode("utf-8", "replace"))[:200] if e.response.body else ""
+        body = _one_line(e.response.body.decode("utf-8", "replace"))[:200].rstrip(".") if e.response.body else ""
         if body:
             why += f": {body}"
         if status < 400:
             return f"the server at {redact_url(self.url)} did not accept a WebSocket connection ({why}); {_NOT_MDRAG}"
         hint = ""
-        if status in (401, 403):
+        if status == 401 and self.token:
             hint = (
-                " Give the server's token: --token TOKEN, or the setting server.token in your config "
-                "(it is sent as `Authorization: Bearer TOKEN`)."
+                " The token given (--token, MDRAG_TOKEN or the setting server.token) is not the server's: "
+                "check it against the server's server.token."
+            )
+        elif status in (401, 403):
+            hint = (
+                " Give the server's token: --token TOKEN, the environment variable MDRAG_TOKEN, or the setting "
+                "server.token in your config (it is sent as `Authorization: Bearer TOKEN`)."
             )
         return f"the mdrag server at {redact_url(self.url)} refused the connection ({why}).{hint}"
 

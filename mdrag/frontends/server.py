@@ -38,7 +38,7 @@ from mdrag.answering.followup import Turn
 from mdrag.config import Config, load_config
 from mdrag.errors import ConfigError, LLMError, MdragError, ProtocolError
 from mdrag.frontends import protocol, web
-from mdrag.frontends.access import cannot_listen, check_bind, origin_allowed, token_matches
+from mdrag.frontends.access import TOKEN_REFUSALS, cannot_listen, check_bind, origin_allowed, token_problem
 from mdrag.frontends.protocol import is_loopback
 from mdrag.frontends.web import source
 from mdrag.index import Index
@@ -431,8 +431,9 @@ class QAServer:
             log.warning("refused a connection from origin %s", origin[:200])
             return connection.respond(HTTPStatus.FORBIDDEN, "Origin not allowed: mdrag serves local pages only.\n")
         token = self.config["server.token"]
-        if token and not token_matches(request.headers.get("Authorization"), request.path, token):
-            return connection.respond(HTTPStatus.UNAUTHORIZED, "A valid token is required.\n")
+        problem = token_problem(request.headers.get("Authorization"), request.path, token) if token else None
+        if problem is not None:
+            return connection.respond(HTTPStatus.UNAUTHORIZED, TOKEN_REFUSALS[problem] + "\n")
         return None
 
     def _status(self) -> dict[str, Any]:

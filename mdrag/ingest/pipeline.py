@@ -320,7 +320,8 @@ class Indexer:
         written: set[str] = set()  # ids of the chunks this run upserted
         retired: list[str] = []  # ids the new state no longer uses: deleted after the commit
         batch: list[tuple[str, FileState, list[Chunk]]] = []
-        bar = ProgressCounter(len(todo), events.progress)
+        sizes = [(path, found.files[path][3]) for path, _ in todo if path in found.files]  # not those skipped
+        bar = ProgressCounter(len(todo), events.progress, sizes)
 
         # With parse_limits, files are parsed in a child process that can be stopped.
         worker = ParseWorker(parse_limits[1]) if parse_limits and any(err is None for _, err in todo) else None
@@ -330,9 +331,14 @@ class Indexer:
         def parse(item: tuple[str, str | None]) -> Parsed:
             path, err = item
             if err:
-                return Parsed(None, [], err)
-            root, rel, mtime_ns, size = found.files[path]
-            return read_file(path, root, rel, mtime_ns, size, embedder, settings, worker, timeout, truncated, max_mb)
+                parsed = Parsed(None, [], err)
+            else:
+                root, rel, mtime_ns, size = found.files[path]
+                parsed = read_file(
+                    path, root, rel, mtime_ns, size, embedder, settings, worker, timeout, truncated, max_mb
+                )
+            bar.parsed(path, len(parsed.chunks))  # ahead of the embedder: the estimate of the chunks to write
+            return parsed
 
         # The model loads while the first files are parsed (a parse worker takes a while to start, too).
         warming = WarmUp(embedder) if todo else None

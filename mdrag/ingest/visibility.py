@@ -10,6 +10,7 @@ when its file changed.
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from pathlib import Path
 
 from mdrag.errors import IndexBuildingError
@@ -40,6 +41,7 @@ class Visibility:
         self.progress: tuple[int, int | None] | None = None  # (files done, to do) of this process's update
         self._seen_manifest: ManifestState | None = None  # see manifest_state
         self.seen_roots: list[str] = []  # the index's folders, as the manifest manifest_state last parsed lists them
+        self.seen_shared: frozenset[str] = frozenset()  # relative paths of files in several of them (x.md in two)
 
     def commit(self, ids: set[str], roots: frozenset[str]) -> None:
         """A run's new state becomes what searches see: ``ids`` are visible, chunks under ``roots`` filtered.
@@ -87,7 +89,7 @@ class Visibility:
         try:
             st = self.manifest_path.stat()
         except OSError:
-            self.seen_roots = []
+            self.seen_roots, self.seen_shared = [], frozenset()
             return None, False, (frozenset(), None)
         stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
         seen = self._seen_manifest
@@ -96,6 +98,8 @@ class Visibility:
             committed = m.visible() if m is not None else (frozenset(), None)
             seen = self._seen_manifest = (stamp, m is not None and m.building, committed)
             self.seen_roots = list(m.roots) if m is not None else []
+            names = Counter(f.rel_path for f in m.files.values()) if m is not None else Counter()
+            self.seen_shared = frozenset(name for name, n in names.items() if n > 1)
         return seen
 
     def building(self) -> IndexBuildingError | None:

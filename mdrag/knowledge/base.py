@@ -194,12 +194,15 @@ def refresh(
 def status(kb: KnowledgeBase) -> list[dict[str, Any]]:
     """One row per web source: id, url, branch, local_path, last_fetched, content_hash, files (a count), commit,
     unsearchable (of its files, those no parser reads: extension -> count), and ``last_error`` with ``failed_at``
-    when its last load failed (both None when it loaded last time, or was never tried)."""
+    when its last load failed (both None when it loaded last time, or was never tried); and one per docset
+    with no web sources (url None: its folder is filled by hand), whose ``folder_exists`` says whether its
+    folder is there."""
     cfg = kb.config()
     failures = read_failures(cfg.root)
     rows = []
     for d in cfg.docsets:
         if not d.web_sources:
+            rows.append(_local_row(d))
             continue
         meta = read_metadata(Path(d.local_path))
         for s in d.web_sources:
@@ -209,8 +212,23 @@ def status(kb: KnowledgeBase) -> list[dict[str, Any]]:
             row: dict[str, Any] = {"id": d.id, "url": redact_url(s.url), "branch": s.branch, "local_path": d.local_path}
             row.update(last_fetched=e.get("last_fetched"), content_hash=e.get("content_hash"))
             row.update(files=len(listed), commit=e.get("commit"), unsearchable=unsearchable(listed))
-            rows.append({**row, "last_error": failed.get("error"), "failed_at": failed.get("failed_at")})
+            row.update(last_error=failed.get("error"), failed_at=failed.get("failed_at"))
+            rows.append({**row, "folder_exists": Path(d.local_path).is_dir()})
     return rows
+
+
+def _local_row(d: Docset) -> dict[str, Any]:
+    """:func:`status`'s row for a docset with no web sources: its folder, filled by hand, and the files there
+    (those no parser reads among them, as for a web source); the web source's fields are None."""
+    from mdrag.ingest.scan import scan
+
+    folder = Path(d.local_path)
+    found = scan([folder]) if folder.is_dir() else None
+    kinds = dict(found.unsupported.most_common()) if found is not None else {}
+    row: dict[str, Any] = {"id": d.id, "url": None, "branch": None, "local_path": d.local_path}
+    row.update(last_fetched=None, content_hash=None, files=len(found.files) + sum(kinds.values()) if found else 0)
+    row.update(commit=None, unsearchable=kinds, last_error=None, failed_at=None, folder_exists=found is not None)
+    return row
 
 
 def _load_docset(cfg: KnowledgeConfig, d: Docset, progress: Progress | None) -> list[SourceResult]:
@@ -220,11 +238,12 @@ def _load_docset(cfg: KnowledgeConfig, d: Docset, progress: Progress | None) -> 
     results = []
     for i, source in enumerate(d.web_sources, 1):
         shown = redact_url(source.url)
-        if progress is not None:
-            progress(f"{d.id}: source {i}/{len(d.web_sources)}: {shown}")
+        if progress is not None:  # one line a source (git's own progress goes to the log, at debug level)
+            branch = f" (branch {source.branch})" if source.branch else ""
+            progress(f"{d.id}: source {i}/{len(d.web_sources)}: cloning {shown}{branch}")
         # The result says what failed, or needs attention, to the front end, which shows it: the log has details.
         try:
-            result = loader.load(source, Path(d.local_path), cfg.allow_local_git, progress, base=cfg.root)
+            result = loader.load(source, Path(d.local_path), cfg.allow_local_git, base=cfg.root)
         except DocsetError as e:
             log.info("%s: source %s failed: %s", d.id, shown, e)
             result = SourceResult(url=shown, ok=False, error=str(e))

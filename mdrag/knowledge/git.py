@@ -115,15 +115,7 @@ class GitRepoLoader:
         """The files of ``repo_dir`` that become part of a docset: :func:`~mdrag.knowledge.files.select_files`."""
         return select_files(repo_dir, paths)
 
-    def load(
-        self,
-        source: WebSource,
-        dest: Path,
-        allow_local: bool,
-        progress: Progress | None = None,
-        *,
-        base: Path | None = None,
-    ) -> SourceResult:
+    def load(self, source: WebSource, dest: Path, allow_local: bool, *, base: Path | None = None) -> SourceResult:
         """Clone ``source``, copy its selected files into ``dest`` and update the metadata there.
 
         Only new and changed files are written (unchanged ones keep their mtime),
@@ -137,24 +129,21 @@ class GitRepoLoader:
         with tempfile.TemporaryDirectory(prefix="mdrag-clone-", ignore_cleanup_errors=True) as tmp:
             _check_space(Path(tmp), url)
             repo = Path(tmp) / "repo"
-            self._clone(source, repo, allow_local, base, progress)
+            self._clone(source, repo, allow_local, base)
             selection = select_files(repo, source.paths)
             commit = _run(["git", "-C", str(repo), "rev-parse", "HEAD"], None, 30)
             head = commit.stdout.strip() if commit.returncode == 0 else None
             return sync(source, repo, selection, dest, head)
 
-    def _clone(
-        self, source: WebSource, repo: Path, allow_local: bool, base: Path | None, progress: Progress | None
-    ) -> None:
+    def _clone(self, source: WebSource, repo: Path, allow_local: bool, base: Path | None) -> None:
+        """Clone ``source`` into ``repo``; git's progress ("Receiving objects:  42% ...") goes to the log at
+        debug level (a front end shows one line per source, not git's every step)."""
         shown = redact_url(source.url)
         argv = ["git", *_git_options(allow_local), "clone", "--depth", "1", "--single-branch", "--no-tags"]
         if source.branch:
             argv.append(f"--branch={source.branch}")
-        if progress is not None:
-            argv.append("--progress")
-            progress(f"cloning {shown}" + (f" (branch {source.branch})" if source.branch else ""))
-        argv += ["--", source.url, str(repo)]
-        code, err = _run_streaming(argv, base, progress)
+        argv += ["--progress", "--", source.url, str(repo)]
+        code, err = _run_streaming(argv, base, lambda line: log.debug("git clone of %s: %s", shown, line))
         if code == 0:
             return
         log.warning("git clone of %s failed (exit %s):\n%s", shown, code, err)

@@ -271,13 +271,18 @@ class _Held:
                 raise MdragError(f"{ref!r}: name a section after '#', e.g. {ref[:i]}#Installation")
             pages = _PAGES.fullmatch(section)
             if pages:
-                first = int(pages[1])
-                return _Ask(ref, ref[:i], pages=(first, int(pages[2] or first)))
+                first, last = int(pages[1]), int(pages[2] or pages[1])
+                if last < first:
+                    raise MdragError(f"{ref!r}: the page range is backwards: ask for {ref[:i]}#page={last}-{first}")
+                return _Ask(ref, ref[:i], pages=(first, last))
             return _Ask(ref, ref[:i], section=section)
         target, _, suffix = ref.rpartition(":")
         lines = _LINES.fullmatch(suffix) if target else None
         if lines:
-            return _Ask(ref, target, lines=(int(lines[1]), int(lines[2]) if lines[2] else None))
+            start, end = int(lines[1]), int(lines[2]) if lines[2] else None
+            if end is not None and end < start:
+                raise MdragError(f"{ref!r}: the line range is backwards: ask for {target}:{end}-{start}")
+            return _Ask(ref, target, lines=(start, end))
         return _Ask(ref, ref)
 
     def resolve(self, target: str) -> list[str]:

@@ -5,9 +5,11 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import logging
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -18,26 +20,37 @@ if TYPE_CHECKING:
 
 
 class _IndexBar:
-    """The progress bar of an indexing run on stderr (tqdm), drawn from the run's
+    """The progress of an indexing run on stderr, drawn from the run's
     :class:`~mdrag.ingest.progress.IndexProgress`: chunks written out of the chunks the run
     will write, with the files read and the stage it is in.
 
-    The total is known once every file is read; until then it is estimated from the
-    files read so far (their chunks per file, times the files to read), shown with
-    a ``~``. It appears once a run has taken a second: quick runs print nothing. A
-    thread draws it again every second, so that its clock moves while the run waits
-    (for the model to load, for a slow file, for the store to save).
+    The total is known once every file is read; until then it is estimated (:func:`_chunks_in_all`),
+    shown with a ``~``. On a terminal it is a bar (tqdm) that appears once a run has taken a second
+    (quick runs print nothing), drawn again every second so that its clock moves while the run waits
+    (for the model to load, for a slow file, for the store to save); log lines and messages are printed
+    above it, never over it. When stderr is not a terminal (a log file, CI), it is a plain line every
+    ``_LINE_S`` instead of a bar's frames.
     """
 
     _TICK_S = 1.0
+    _LINE_S = 10.0  # seconds between two lines when stderr is not a terminal
 
-    def __init__(self, shown: bool = True) -> None:
+    def __init__(self, shown: bool = True, terminal: bool | None = None) -> None:
         self._shown = shown
+        self._terminal = sys.stderr.isatty() if terminal is None else terminal  # a bar, or plain lines
         self._bar: Any = None  # tqdm, made at the first event
         self._stop = threading.Event()
         self._ticker: threading.Thread | None = None
+        self._moved: list[tuple[logging.StreamHandler[Any], Any]] = []  # log handlers writing above the bar
+        self._before = (0, 0)  # chunks and files the run's earlier steps wrote (see next_step)
+        self._last: IndexProgress | None = None  # what the step that runs told last
 
     def __enter__(self) -> _IndexBar:
+        if self._shown and self._terminal:
+            above = _AboveBar(self)
+            for handler in logging.getLogger().handlers:
+                if isinstance(handler, logging.StreamHandler) and handler.stream is sys.stderr:
+                    self._moved.append((handler, handler.setStream(above)))
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -46,38 +59,90 @@ class _IndexBar:
             self._ticker.join()
         if self._bar is not None:
             self._bar.close()
+        for handler, stream in self._moved:
+            handler.setStream(stream)
 
     def __call__(self, p: IndexProgress) -> None:
         if not self._shown:
             return
         if self._bar is None:
-            self._bar = _make_bar()
+            self._bar = _make_bar(self._terminal)
             self._ticker = threading.Thread(target=self._tick, name="mdrag-progress", daemon=True)
             self._ticker.start()
+        self._last = p
+        chunks, files = self._before
         bar = self._bar
-        bar.total, bar.estimated = _chunks_in_all(p)
+        total, estimated = _chunks_in_all(p)
+        if total or not estimated or not bar.total:  # a step that has no estimate yet keeps the last one
+            bar.total, bar.estimated = chunks + total, estimated
         bar.set_description_str(p.stage, refresh=False)
-        bar.set_postfix_str(f"files {p.files_read}/{p.files_total} read", refresh=False)
-        bar.update(p.chunks_done - bar.n)  # draws, at most every 0.2 s
+        bar.set_postfix_str(f"files {files + p.files_read}/{files + p.files_total} read", refresh=False)
+        bar.update(chunks + p.chunks_done - bar.n)  # draws, at most every 0.2 s (on a terminal)
+
+    def next_step(self) -> None:
+        """The run goes on in another step (an `mdrag index` run commits as it goes: :class:`_Steps`): what
+        the steps so far wrote counts, so that the bar goes on from there, not from 0."""
+        if self._last is not None:
+            chunks, files = self._before
+            self._before = (chunks + self._last.chunks_done, files + self._last.files_done)
+            self._last = None
+
+    def say(self, line: str) -> None:
+        """Print ``line`` on stderr: above the bar, when one is drawn."""
+        if self._bar is not None and self._terminal:
+            self._bar.write(line, file=sys.stderr)
+        else:
+            sys.stderr.write(line + "\n")
+            sys.stderr.flush()
 
     def _tick(self) -> None:
-        while not self._stop.wait(self._TICK_S):
-            if time.time() - self._bar.start_t >= self._bar.delay:
+        every = self._TICK_S if self._terminal else self._LINE_S
+        while not self._stop.wait(every):
+            if time.time() - self._bar.start_t < self._bar.delay:
+                continue
+            if self._terminal:
                 self._bar.refresh()
+            else:
+                self.say(f"mdrag: {self._bar}")
+
+
+class _AboveBar:
+    """A log handler's stream while a bar is drawn: each whole line is printed above the bar."""
+
+    def __init__(self, bar: _IndexBar) -> None:
+        self._bar = bar  # whose say() prints a line above it
+        self._part = ""  # the text of a line not ended yet (a log record's text comes before its "\n")
+
+    def write(self, text: str) -> None:
+        *lines, self._part = (self._part + text).split("\n")
+        for line in lines:
+            self._bar.say(line)
+
+    def flush(self) -> None:
+        pass
 
 
 def _chunks_in_all(p: IndexProgress) -> tuple[int, bool]:
-    """The chunks the run will write, and whether that is an estimate: the files left to read are
-    taken to have as many chunks each as the files read so far."""
-    left = p.files_total - p.files_read
-    if left <= 0 or p.stage == "saving":
+    """The chunks the run will write, and whether that is an estimate (until every file is read: see
+    :class:`~mdrag.ingest.progress.ProgressCounter`; a step that pauses leaves files to the next)."""
+    if p.files_read >= p.files_total:
         return p.chunks_known, False
-    if not p.files_read:
-        return 0, True
-    return p.chunks_known + round(left * p.chunks_known / p.files_read), True
+    return p.chunks_expected, True
 
 
-def _make_bar() -> Any:
+class _Unseen:
+    """Where a bar that is not drawn writes its frames (stderr is not a terminal): nowhere."""
+
+    def write(self, text: str) -> None:
+        pass
+
+    def flush(self) -> None:
+        pass
+
+
+def _make_bar(terminal: bool) -> Any:
+    """The tqdm bar, drawn on stderr when it is a terminal; else drawn nowhere, its text (:class:`_IndexBar`
+    prints it as a line now and then) without the bar itself."""
     from tqdm import tqdm
 
     class Bar(tqdm):  # type: ignore[type-arg]
@@ -88,17 +153,17 @@ def _make_bar() -> Any:
             shown = str(self.total) if not self.estimated else f"~{self.total}" if self.total else "?"
             return {**super().format_dict, "shown_total": shown}
 
+    counts = "{n_fmt}/{shown_total} chunks [{elapsed}<{remaining}, {rate_fmt}{postfix}]"
     return Bar(
         total=0,
         unit="chunk",
-        bar_format="{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{shown_total} chunks "
-        "[{elapsed}<{remaining}, {rate_fmt}{postfix}]",
+        bar_format="{desc}: {percentage:3.0f}%|{bar}| " + counts if terminal else "{desc}: " + counts,
         leave=False,
         delay=1.0,
         mininterval=0.2,
         miniters=0,  # every event may draw (at most every mininterval), whatever its step
         smoothing=0.1,  # the rate over the last ~10 draws: each round of the embedder starts with its short texts
-        file=sys.stderr,
+        file=sys.stderr if terminal else _Unseen(),
     )
 
 
@@ -129,16 +194,18 @@ class _Steps:
             timer.start()
             try:
                 how = {"rebuild": rebuild, "progress": bar, "pause": self.pause, "cancel": self.cancel}
-                step = self._wait(functools.partial(index.update, args.folders or None, **how))
+                step = self._wait(functools.partial(index.update, args.folders or None, **how), bar.say)
             finally:
                 timer.cancel()
                 self.pause.clear()
             so_far, rebuild = add_step(so_far, step), False
+            bar.next_step()
             if not step.remaining or self.interrupted:
                 return so_far
 
-    def _wait(self, update: Any) -> Any:
-        """Run ``update`` in a thread, the main thread taking Ctrl+C: the first pauses it, the second cancels it."""
+    def _wait(self, update: Any, say: Callable[[str], None]) -> Any:
+        """Run ``update`` in a thread, the main thread taking Ctrl+C: the first pauses it, the second cancels it
+        (each says so with ``say``)."""
         out: list[Any] = []
         ended = threading.Event()  # not Thread.is_alive: a join that Ctrl+C interrupted may make it False early
 
@@ -158,14 +225,13 @@ class _Steps:
             except KeyboardInterrupt:
                 if self.interrupted:
                     self.cancel.set()
-                    print("mdrag: stopping now", file=sys.stderr)
+                    say("mdrag: stopping now")
                     continue
                 self.interrupted = True
                 self.pause.set()
-                print(
+                say(
                     "mdrag: interrupted: saving what was embedded (Ctrl+C again to stop at once; "
-                    "the next `mdrag index` then repairs and goes on)",
-                    file=sys.stderr,
+                    "the next `mdrag index` then repairs and goes on)"
                 )
         worker.join()
         if isinstance(out[0], BaseException):

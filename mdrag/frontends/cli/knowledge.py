@@ -59,7 +59,7 @@ def _cmd_knowledge(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps(rows, indent=2))
         elif not rows:
-            print("no docset has web sources")
+            print(f"no docsets in {kb.config().path}")
         for row in [] if args.json else rows:
             print(_status_lines(row))
         return 0
@@ -106,7 +106,8 @@ def _cmd_knowledge(args: argparse.Namespace) -> int:
 
 def _status_lines(row: dict[str, Any]) -> str:
     """What `mdrag knowledge status` says about one web source: when it loaded, its files (and those no
-    parser reads), and why its last load failed, if it did."""
+    parser reads), and why its last load failed, if it did; or about a docset with no web sources: its
+    folder and the files there."""
     docset = row.get("id")
     failed = row.get("last_error")
     last = row.get("last_fetched") or ("never" if failed else f"never (run `mdrag knowledge init {docset}`)")
@@ -115,6 +116,11 @@ def _status_lines(row: dict[str, Any]) -> str:
     if kinds:
         listed = ", ".join(f"{ext} {n}" for ext, n in kinds.items())
         files += f" ({sum(kinds.values())} with no parser, which the `search` tool cannot find: {listed})"
+    if row.get("url") is None:  # no web sources: the folder is filled by hand
+        text = f"{docset}: local folder {row.get('local_path')} (no web sources)\n    "
+        if not row.get("folder_exists"):
+            return _safe(text + "the folder does not exist: create it and put the documentation there")
+        return _safe(text + files)
     text = f"{docset}: {row.get('url')}\n    last updated: {last}; {files}"
     if failed:
         action = "refresh" if row.get("last_fetched") else "init"

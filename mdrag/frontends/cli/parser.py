@@ -7,12 +7,15 @@ type, choices, default and help are written there once.
 from __future__ import annotations
 
 import argparse
-from typing import Any
+import difflib
+from collections.abc import Sequence
+from typing import Any, NoReturn
 
 from mdrag import __version__
 
 _SERVER_HELP = (
-    "ask this `mdrag serve` (ws://HOST:PORT) instead of opening the local index; without it, the server on "
+    "ask this `mdrag serve` (ws://HOST:PORT, or the http:// address it prints) instead of opening the local "
+    "index; without it, the server on "
     "server.port is asked only while it owns the local index"
 )
 
@@ -93,8 +96,36 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("-q", "--quiet", action="store_true", help="only errors on stderr")
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, whose error for an option it does not know names the command's usage, and the
+    option meant when one is close (``--treshold``: did you mean ``--threshold``?)."""
+
+    def parse_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> argparse.Namespace:
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            self._unknown(parsed, extras)
+        return parsed
+
+    def _unknown(self, parsed: argparse.Namespace, extras: list[str]) -> NoReturn:
+        """Exit 2 with the usage of the (sub)command that was given ``extras``, and the option meant."""
+        command: argparse.ArgumentParser = self
+        for dest in ("command", "action"):  # `mdrag knowledge init`: the parser of `init`
+            subs = [a for a in command._actions if isinstance(a, argparse._SubParsersAction)]
+            if subs and getattr(parsed, dest, None) in subs[0].choices:
+                command = subs[0].choices[getattr(parsed, dest)]
+        known = [flag for action in command._actions for flag in action.option_strings if flag.startswith("--")]
+        for extra in extras:
+            given = extra.split("=", 1)[0]
+            close = difflib.get_close_matches(given, known, n=1, cutoff=0.6) if given.startswith("--") else []
+            if close:
+                command.error(f"unrecognized option {given}: did you mean {close[0]}?")
+        command.error(f"unrecognized arguments: {' '.join(extras)}")
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="mdrag",
         description="Local-first retrieval over Markdown, PDF, DOCX and HTML documentation.",
         epilog="Settings: $MDRAG_HOME/config.yaml (default ~/.md-qa), MARKDOWN_QA_* variables, flags.",
@@ -179,7 +210,12 @@ def _parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("ask", help="ask the server a question", epilog=EXAMPLES["ask"])
     p.add_argument("question", nargs="?", help="the question; none: interactive prompt")
-    p.add_argument("--server", metavar="URL", help="server address (default ws://localhost:PORT from server.port)")
+    p.add_argument(
+        "--server",
+        metavar="URL",
+        help="server address: ws://HOST:PORT, or the http:// address `mdrag serve` prints (default "
+        "ws://localhost:PORT from server.port)",
+    )
     _setting_flag(p, "server.token")
     _common(p)
 
@@ -223,7 +259,7 @@ def _parser() -> argparse.ArgumentParser:
     for name, text in (
         ("init", "download a docset's web sources and build its index"),
         ("refresh", "update web sources and indexes (all docsets, or one)"),
-        ("status", "show when each web source was last updated"),
+        ("status", "show each docset: when each web source was last updated, or its folder filled by hand"),
     ):
         kp = ks.add_parser(name, help=text, epilog=EXAMPLES["knowledge"])
         if name == "init":

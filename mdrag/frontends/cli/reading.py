@@ -67,18 +67,27 @@ def _filters(args: argparse.Namespace) -> dict[str, Any]:
 def _cmd_search(args: argparse.Namespace, config: Any, index: Any | None) -> int:
     """`mdrag search`: from the local index, or through the server (``index`` None: --server was given)."""
     from mdrag.errors import StoreInUseError
+    from mdrag.ingest.manifest import Manifest
+    from mdrag.retrieval.shown import distinct_names, why_nothing
 
+    roots: list[str] = []
+    shared: frozenset[str] = frozenset()
     if index is None:
         results = _through_server(config, _search_message(args), None, args.server)["results"]
     else:
         try:
             found = index.search(args.query, filters=_filters(args) or None)
-            results = [{**r.to_dict(), "ref": r.rel_path} for r in found]  # ref: what `mdrag get` takes
+            roots, shared = index.shared_names
+            # ref: what `mdrag get` takes; the absolute path for a relative one that files of two folders share
+            results = [{**r.to_dict(), "ref": r.path if r.rel_path in shared else r.rel_path} for r in found]
         except StoreInUseError as e:
             results = _through_server(config, _search_message(args), e, args.server)["results"]
+        if not results and (why := why_nothing(Manifest.load(index.manifest_path), index.name, _filters(args))):
+            raise MdragError(why)
     if args.json:
         print(json.dumps(results, indent=2, ensure_ascii=False))
         return 0
+    names = distinct_names([(r["path"], r["rel_path"]) for r in results], roots, shared)
     if not results:
         print(
             "no results: no chunk of the files the filters let through is above the threshold "
@@ -86,8 +95,8 @@ def _cmd_search(args: argparse.Namespace, config: Any, index: Any | None) -> int
             if _filters(args)
             else "no results above the threshold (try --threshold 0, or other words)"
         )
-    for i, r in enumerate(results, 1):
-        where = _name(r["rel_path"]) + (f" p.{r['page']}" if r["page"] else "")
+    for i, (r, name) in enumerate(zip(results, names, strict=True), 1):
+        where = _name(name) + (f" p.{r['page']}" if r["page"] else "")
         where += f":{r['line_start']}" if r["line_start"] else ""
         reranked = f" (rerank {r['rerank_score']:.3f})" if r.get("rerank_score") is not None else ""
         print(f"{i:2}. {r['score']:.3f}{reranked}  {where}" + (f"  [{_name(r['heading'])}]" if r["heading"] else ""))
@@ -240,6 +249,7 @@ def _evaluate(args: argparse.Namespace, index: Any, questions: list[Any], modes:
             index.config = config
         result["rerank"] = {mode: reranked[mode] for mode in modes}
     result["search"] = {key: index.config[f"search.{key}"] for key in ("mode", "k", "threshold", "collapse")}
+    result["search"]["mode"] = ", ".join(modes)  # the modes measured, not the setting's (each row is one)
     result["search"]["rerank"] = reranker.shown if reranker is not None else "off"
     if reranker is not None:  # searches that kept the fused order: their figures are not the reranker's
         result["rerank_failed"] = reranker.failures

@@ -33,7 +33,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from mdrag.config import Config, load_config
-from mdrag.frontends.access import cannot_listen, check_bind, origin_allowed, token_matches
+from mdrag.frontends.access import TOKEN_REFUSALS, cannot_listen, check_bind, origin_allowed, token_problem
 from mdrag.frontends.mcp.tools import build_server
 from mdrag.frontends.mcp.wire import check_message, error_reply, not_utf8_reply, oversized_reply
 from mdrag.knobs import MCP_CHECK_INLINE_CHARS, MCP_HTTP_PATH, MCP_HTTP_STOP_S, MCP_MAX_MESSAGE_BYTES
@@ -64,11 +64,11 @@ class _Guard:
             return
         token = self.config["server.token"]
         target = scope["path"] + ("?" + scope["query_string"].decode("latin-1") if scope["query_string"] else "")
-        if token and not token_matches(headers.get("authorization"), target, token):
+        problem = token_problem(headers.get("authorization"), target, token) if token else None
+        if problem is not None:
+            challenge = "Bearer" if problem == "missing" else 'Bearer error="invalid_token"'  # RFC 6750
             unauthorized = PlainTextResponse(
-                "A valid token is required: send it as Authorization: Bearer <token>.\n",
-                401,
-                headers={"WWW-Authenticate": "Bearer"},
+                TOKEN_REFUSALS[problem] + "\n", 401, headers={"WWW-Authenticate": challenge}
             )
             await unauthorized(scope, receive, send)
             return

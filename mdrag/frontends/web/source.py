@@ -32,7 +32,7 @@ from urllib.parse import parse_qs, urlsplit
 from websockets.http11 import Request, Response
 
 from mdrag.errors import MdragError
-from mdrag.frontends.access import origin_allowed, token_matches
+from mdrag.frontends.access import TOKEN_REFUSALS, origin_allowed, token_problem
 from mdrag.frontends.protocol import is_loopback
 from mdrag.frontends.web import base_headers
 from mdrag.index import Index
@@ -95,8 +95,9 @@ def check(request: Request, token: str | None, allowed: Sequence[str]) -> None:
         log.warning("refused to open a source for origin %s (%s)", (origin or "?")[:200], site)
         raise Refused(HTTPStatus.FORBIDDEN, "Origin not allowed: sources open from mdrag's own page only.")
     if token:
-        if not token_matches(headers.get("Authorization"), request.path, token):
-            raise Refused(HTTPStatus.UNAUTHORIZED, "A valid token is required (Authorization: Bearer <token>).")
+        problem = token_problem(headers.get("Authorization"), request.path, token)
+        if problem is not None:
+            raise Refused(HTTPStatus.UNAUTHORIZED, TOKEN_REFUSALS[problem])
         return
     try:
         host = urlsplit("//" + headers.get("Host", "")).hostname or ""
