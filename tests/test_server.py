@@ -1265,3 +1265,39 @@ def test_serve_says_how_far_the_first_build_is(
     finally:
         release.set()
     assert "mdrag: indexing: 0 of 7 files" in said, said
+
+
+def test_results_and_sources_of_files_that_two_folders_share_by_name_carry_refs_that_name_one_file(
+    tmp_path: Path, llm: LLM
+) -> None:
+    """Two indexed folders both hold x.md: a bare `x.md` names neither, so the server's search results and an
+    answer's locations give the absolute path as `ref`, which `get` (and the page's open button) takes; a name
+    only one folder holds keeps its relative ref."""
+    folders = []
+    for name in ("a", "b"):
+        root = tmp_path / name
+        root.mkdir()
+        (root / "x.md").write_text(f"# X\n\nThe zebra parade of folder {name} starts at noon.\n")
+        (root / f"only_{name}.md").write_text(f"# Only {name}\n\nThe zebra parade of {name} alone.\n")
+        folders.append(root)
+    llm.script.tokens = ["At noon [1]."]
+
+    async def scenario() -> None:
+        config = _config(**{"llm.base_url": llm.base_url, "llm.api_key": "sk-x"})
+        async with serving(config, folders) as server:
+            ws = await opened(server)
+            await ws.send(json.dumps({"type": "search", "query": "zebra parade", "k": 10, "threshold": 0}))
+            results = (await recv(ws))["results"]
+            assert {r["rel_path"] for r in results} >= {"x.md", "only_a.md", "only_b.md"}
+            for r in results:
+                assert r["ref"] == (r["path"] if r["rel_path"] == "x.md" else r["rel_path"]), r
+            assert len({r["ref"] for r in results if r["rel_path"] == "x.md"}) == 2
+            _, sources, messages = await ask(ws, "When does the zebra parade start?")
+            locations = messages[-1]["locations"]
+            assert locations and [loc["path"] for loc in locations] == sources
+            for loc in locations:
+                shared = Path(loc["path"]).name == "x.md"
+                assert loc["ref"] == (loc["path"] if shared else Path(loc["path"]).name), loc
+            await ws.close()
+
+    asyncio.run(scenario())

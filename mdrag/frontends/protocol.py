@@ -302,22 +302,29 @@ def stream_end(sources: list[str], locations: list[dict[str, Any]] | None = None
     return msg
 
 
-def source_location(source: Source) -> dict[str, Any]:
+def _ref(path: str, rel_path: str, shared: frozenset[str]) -> str:
+    """What `get` takes for a file: its relative path, or its absolute one where files of two indexed folders
+    share that relative path (``shared``: :attr:`mdrag.index.Index.shared_names`)."""
+    return path if rel_path in shared else rel_path
+
+
+def source_location(source: Source, shared: frozenset[str] = frozenset()) -> dict[str, Any]:
     """Where to open an answer's source: its path, the ``ref`` that `get` (CLI, MCP) takes, and the lines
     (or the page) of its best passage."""
     best = source.passages[0]
     return {
         "path": source.path,
-        "ref": best.rel_path,
+        "ref": _ref(source.path, best.rel_path, shared),
         "line_start": best.line_start,
         "line_end": best.line_end,
         "page": best.page,
     }
 
 
-def search_results(query: str, results: list[dict[str, Any]]) -> dict[str, Any]:
+def search_results(query: str, results: list[dict[str, Any]], shared: frozenset[str] = frozenset()) -> dict[str, Any]:
     """Ranked results (``SearchResult.to_dict()``), each with the ``ref`` that `get` takes for its document."""
-    return {"type": "search_results", "query": query, "results": [{**r, "ref": r["rel_path"]} for r in results]}
+    refs = [{**r, "ref": _ref(r["path"], r["rel_path"], shared)} for r in results]
+    return {"type": "search_results", "query": query, "results": refs}
 
 
 def error(

@@ -520,7 +520,8 @@ class QAServer:
             results = await self._searching(functools.partial(search, req.query, req.k, req.threshold, filters))
         except ConfigError as e:  # a filter the search refuses (a backslash in a path prefix, on Milvus)
             raise ProtocolError(str(e)) from None
-        await send(protocol.search_results(req.query, [r.to_dict() for r in results]))
+        shared = self.index.shared_names[1]  # relative paths that two folders share: refs by absolute path
+        await send(protocol.search_results(req.query, [r.to_dict() for r in results], shared))
 
     async def _query(self, req: protocol.QueryRequest, send: Callable[[dict[str, Any]], Awaitable[None]]) -> None:
         assert self.index is not None
@@ -542,8 +543,8 @@ class QAServer:
             return
         await send(protocol.stream_end(*self._sources(plan)))  # the answer's [n] is sources[n-1]
 
-    @staticmethod
-    def _sources(plan: qa.AnswerPlan) -> tuple[list[str], list[dict[str, Any]]]:
+    def _sources(self, plan: qa.AnswerPlan) -> tuple[list[str], list[dict[str, Any]]]:
         """The paths of an answer's numbered sources (none once the LLM found no answer in them) and where to
         open each."""
-        return [s.path for s in plan.sources], [protocol.source_location(s) for s in plan.sources]
+        shared = self.index.shared_names[1] if self.index is not None else frozenset()
+        return [s.path for s in plan.sources], [protocol.source_location(s, shared) for s in plan.sources]
