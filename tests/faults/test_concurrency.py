@@ -154,10 +154,12 @@ def test_index_while_serve_owns_the_index(docs: Path, home: Path, tmp_path: Path
     )
     try:
         assert serve.stderr is not None
+        said = []  # what the server wrote before it listened: the assertion's message if it stopped
         for line in serve.stderr:  # "mdrag: listening on ..." once the index is loaded
+            said.append(line)
             if "listening on" in line:
                 break
-        assert serve.poll() is None, serve.stderr.read()
+        assert serve.poll() is None, f"serve ended with {serve.returncode}: " + "".join(said) + serve.stderr.read()
         (docs / "added.md").write_text("# Zeppelins\n\nAirships and their hangars.\n")
         assert_clear_error(mdrag(home, "index", str(docs)), "in use by another process", "mdrag serve")
         # Reads go through the server that owns the index.
