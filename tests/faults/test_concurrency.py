@@ -143,14 +143,17 @@ def test_index_while_serve_owns_the_index(docs: Path, home: Path, tmp_path: Path
     assert mdrag(home, "index", str(docs), "-q").returncode == 0
     before = verify(home, docs, "default", embedder=MiniLMIdentity())
     port = free_port()
+    # Ctrl-C stops it, even when this test runs where SIGINT is ignored (a background job): the child takes
+    # Python's own SIGINT handler back before mdrag starts. Not a preexec_fn: Python code between fork and
+    # exec, in a worker whose Milvus tests left gRPC threads running, once ended the child with SIGABRT.
+    start = "import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+    start += "sys.argv[0] = 'mdrag'; runpy.run_module('mdrag', run_name='__main__', alter_sys=True)"
     serve = subprocess.Popen(
-        [sys.executable, "-m", "mdrag", "serve", "--port", str(port)],
+        [sys.executable, "-c", start, "serve", "--port", str(port)],
         env=env(home),
         cwd=REPO,
         stderr=subprocess.PIPE,
         text=True,
-        # Ctrl-C stops it, even when this test runs where SIGINT is ignored (a background job).
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         assert serve.stderr is not None
