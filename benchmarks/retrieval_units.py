@@ -566,7 +566,7 @@ def run(args: argparse.Namespace, home: Path) -> dict[str, Any]:
         "machine": machine(),
         "cpus": os.cpu_count(),
         "python": platform.python_version(),
-        "home": str(args.home) if args.home else "a temporary home",
+        "home": "the mdrag home given with `--home`" if args.home else "a temporary mdrag home",
         "candidates": [c.name for c in cands],
         "indexes": {},
         "sets": {},
@@ -776,7 +776,7 @@ def section_units(data: Data) -> list[str]:
         cmd=command(data, "retrieval_units"),
         machine=machine_,
         embedder=f"{r.get('embedder', NA)} ({r.get('model', NA)})" if r else "the default embedder",
-        home=f"`{r.get('home')}`" if r else "the home given",
+        home=str(r.get("home")) if r and not str(r.get("home", "")).startswith("/") else "the mdrag home given",
         seconds=fsec(r.get("seconds")) if r else NA,
     )
     if not r:
