@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import re
 import unicodedata
@@ -16,7 +15,7 @@ from mdrag.knobs import STORE_MAX_ROWS
 from mdrag.retrieval import rerank as reranking
 from mdrag.retrieval.fusion import fuse
 from mdrag.settings import DEFAULTS
-from mdrag.store.base import Filter, Hit, Store, cut_short
+from mdrag.store.base import Filter, Hit, Store, cut_short, holds_its_text
 from mdrag.types import SearchResult
 
 if TYPE_CHECKING:
@@ -250,9 +249,7 @@ def _kept(
 def _intact(row: Hit) -> bool:
     """Whether a row's text (with its heading context) has its content hash: the sha256 of the text that was
     embedded. A text a store may have cut to its field's size (:func:`~mdrag.store.base.cut_short`) passes."""
-    embedded = f"{row.context}\n\n{row.text}" if row.context else row.text
-    digest = hashlib.sha256(embedded.encode("utf-8", "surrogatepass")).hexdigest()
-    return digest == row.content_hash or cut_short(row.text, row.context)
+    return holds_its_text(row.text, row.context, row.content_hash) or cut_short(row.text, row.context)
 
 
 def _shown(row: Hit, visible: Visible) -> bool:

@@ -23,6 +23,7 @@ hold each of them on every backend):
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,7 +33,7 @@ import numpy as np
 
 from mdrag.types import Chunk
 
-__all__ = ["CONTEXT_MAX_BYTES", "ROW_FIELDS", "TEXT_MAX_BYTES", "Filter", "Hit", "Store", "cut_short"]
+__all__ = ["CONTEXT_MAX_BYTES", "ROW_FIELDS", "TEXT_MAX_BYTES", "Filter", "Hit", "Store", "cut_short", "holds_its_text"]
 
 #: The stored fields of a chunk that a :class:`Hit` carries, besides ``id``, ``score`` and ``rank_score``.
 ROW_FIELDS = (
@@ -53,6 +54,13 @@ def cut_short(text: str, context: str) -> bool:
         len(text.encode("utf-8", "surrogatepass")) > TEXT_MAX_BYTES - 4
         or len(context.encode("utf-8", "surrogatepass")) > CONTEXT_MAX_BYTES - 4
     )
+
+
+def holds_its_text(text: str, context: str, content_hash: str) -> bool:
+    """Whether a stored chunk's text, after its heading context, is the text that was embedded: the one whose
+    sha256 its run stored as ``content_hash`` (:attr:`mdrag.types.Chunk.embed_text`)."""
+    embedded = f"{context}\n\n{text}" if context else text
+    return hashlib.sha256(embedded.encode("utf-8", "surrogatepass")).hexdigest() == content_hash
 
 
 @dataclass(frozen=True)

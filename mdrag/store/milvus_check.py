@@ -4,7 +4,6 @@ edited are deleted (their files are indexed again), a vector index that lost its
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import random
 import re
@@ -16,7 +15,7 @@ from mdrag.errors import StoreDamagedError, StoreError, StoreInUseError, StoreUn
 from mdrag.redact import redact_url
 from mdrag.store import filters
 from mdrag.store import is_server_uri as _is_remote
-from mdrag.store.base import cut_short
+from mdrag.store.base import cut_short, holds_its_text
 from mdrag.store.milvus_lite import LiteFiles, lite_locked, lite_read_only
 
 log = logging.getLogger(__name__)
@@ -125,8 +124,7 @@ def edited_texts(store: Collection) -> set[str]:
     for r in store.all_rows(["id", "text", "context", "content_hash"], None):
         if cut_short(r["text"], r["context"]):
             continue
-        embedded = f"{r['context']}\n\n{r['text']}" if r["context"] else r["text"]
-        if hashlib.sha256(embedded.encode("utf-8", "surrogatepass")).hexdigest() != r["content_hash"]:
+        if not holds_its_text(r["text"], r["context"], r["content_hash"]):
             bad.add(r["id"])
     return bad
 

@@ -28,7 +28,7 @@ import numpy as np
 
 from mdrag.errors import ConfigError, StoreDamagedError, StoreError, StoreInUseError, StoreUnavailableError
 from mdrag.store import faiss_vectors
-from mdrag.store.base import ROW_FIELDS, Filter, Hit
+from mdrag.store.base import ROW_FIELDS, Filter, Hit, holds_its_text
 from mdrag.store.bm25 import Bm25
 from mdrag.store.faiss_index import faiss_digest
 from mdrag.types import Chunk
@@ -283,10 +283,7 @@ def edited_texts(db: sqlite3.Connection) -> set[int]:
     bad: set[int] = set()
     cur = db.execute("SELECT n, context, text, content_hash FROM chunks")
     while part := cur.fetchmany(4096):
-        for n, ctx, text, digest in part:
-            embedded = f"{ctx}\n\n{text}" if ctx else text
-            if hashlib.sha256(embedded.encode("utf-8", "surrogatepass")).hexdigest() != digest:
-                bad.add(n)
+        bad.update(n for n, ctx, text, digest in part if not holds_its_text(text, ctx, digest))
     return bad
 
 
