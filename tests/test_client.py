@@ -226,6 +226,18 @@ def test_error_after_some_chunks_ends_the_answer_line(start_server: Callable[...
     assert (code, out, err) == (1, "partial\n", "mdrag: error: LLM timed out\n")
 
 
+def test_an_answer_cut_short_still_lists_its_sources(start_server: Callable[..., FakeServer]) -> None:
+    """The server's error after stream_start carries the passages the answer was made from: both the one-shot
+    question and the prompt print them under the part of the answer that came, and say the error."""
+    cut = [protocol.stream_start(), protocol.stream_chunk("partial [1]"), protocol.error("LLM timed out", ["/d/a.md"])]
+    srv = start_server(scripted(lambda msg, st: cut))
+    code, out, err = ask(srv.url)
+    assert (code, out, err) == (1, "partial [1]\n\nSources:\n  [1] /d/a.md\n", "mdrag: error: LLM timed out\n")
+    code, out, err = ask(srv.url, None, input_fn=inputs("q", "exit"))
+    assert code == 0 and out == "partial [1]\n\nSources:\n  [1] /d/a.md\n"
+    assert err.splitlines()[1:] == ["error: LLM timed out"]
+
+
 def test_loading_then_ready_is_retried(
     start_server: Callable[..., FakeServer], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -46,6 +46,14 @@ class ServerUnavailableError(MdragError, ConnectionError):
     """The server cannot be reached, refused the connection, stopped answering or dropped it."""
 
 
+class AnswerCutShortError(MdragError):
+    """An answer that ended with an error after it began; ``sources``: the passages it was made from."""
+
+    def __init__(self, message: str, sources: list[str]) -> None:
+        super().__init__(message)
+        self.sources = sources
+
+
 def _one_line(text: str) -> str:
     """Sanitized, on one line: for error messages and paths."""
     return " ".join(sanitize(text).split())
@@ -279,7 +287,8 @@ class Client:
         (the answer's ``[n]`` is the n-th). ``history``: the earlier turns of the conversation, oldest
         first, for a follow-up question; its newest turns within the protocol's bounds are sent.
 
-        Text is sanitized. MdragError: the server answered with an error, or is
+        Text is sanitized. AnswerCutShortError: the answer began and then ended with an
+        error (the LLM failed mid-answer); it carries the sources. MdragError: the server answered with an error, or is
         still loading after ``timeout`` seconds. ServerUnavailableError: the
         connection is gone.
         """
@@ -311,7 +320,10 @@ class Client:
                     on_chunk(sanitize(answer))
                 return _sources(reply)
             elif kind == "error":
-                raise MdragError(_one_line(str(reply.get("message") or "the server reported an error")))
+                said = _one_line(str(reply.get("message") or "the server reported an error"))
+                if started and isinstance(reply.get("sources"), list):
+                    raise AnswerCutShortError(said, _sources(reply))
+                raise MdragError(said)
             elif kind == "status" and not started and reply.get("state") == "loading":
                 self._wait_while_loading(deadline)
                 self._send(message)

@@ -128,7 +128,7 @@ def run_ask(
     follow-up such as "and how do I nest it?" is searched with them), and
     ``/new`` starts a new one.
     """
-    from mdrag.frontends.client import Client, ServerUnavailableError
+    from mdrag.frontends.client import AnswerCutShortError, Client, ServerUnavailableError
 
     def fail(message: str, code: int = 1) -> int:
         err.write(f"mdrag: error: {message}\n")
@@ -151,6 +151,8 @@ def run_ask(
                     sources = client.ask(question, printer.chunk, index=index)
                 except MdragError as e:
                     printer.end_line()
+                    if isinstance(e, AnswerCutShortError):  # what the part of an answer was made from
+                        printer.sources(e.sources)
                     return fail(str(e))
                 printer.sources(sources)
                 return 0
@@ -177,6 +179,8 @@ def run_ask(
                     sources, text = _ask_again_if_lost(client, line, printer, index, turns)
                 except MdragError as e:  # the server gone too: the next question connects again
                     printer.end_line()
+                    if isinstance(e, AnswerCutShortError):
+                        printer.sources(e.sources)
                     err.write(f"error: {e}\n")
                     err.flush()
                     continue
