@@ -308,9 +308,10 @@ class Settings(BaseModel):
         True,
         "stem the BM25 text and queries (English Snowball, PyStemmer); a change re-indexes",
     )
-    search__collapse: Literal["none", "section", "file"] = setting(
-        "section",
-        "keep only the best chunk of each `section` or each `file`, or `none`",
+    search__collapse: Literal["none", "passage", "section", "file"] = setting(
+        "passage",
+        "leave out a chunk that overlaps or runs on from a better one of its section (`passage`: the "
+        "neighbours that share text), keep only the best chunk of each `section` or each `file`, or `none`",
     )
     rerank__url: str | None = setting(
         None,

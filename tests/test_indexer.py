@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import time
 from pathlib import Path
@@ -16,6 +17,7 @@ import pytest
 from mdrag.config import load_config
 from mdrag.index import Index
 from mdrag.ingest.manifest import Manifest
+from mdrag.types import SearchResult
 from tests.conftest import HashEmbedder
 
 DOC = """---
@@ -401,7 +403,39 @@ def test_collapse_keeps_the_best_chunk_per_section_or_file(tmp_path: Path) -> No
     assert len(keys) == len(set(keys)) == 3
     files = idx.search(q, k=10, threshold=0, collapse="file")
     assert sorted(r.rel_path for r in files) == ["big.md", "small.md"]
-    assert idx.config["search.collapse"] == "section"
+    # passage (the default): more than one passage of the long section, none sharing or touching another's lines
+    assert idx.config["search.collapse"] == "passage"
+    passages = idx.search(q, k=10, threshold=0)
+    widgets = sorted((r.line_start, r.line_end) for r in passages if r.heading_path == ["Big", "Widgets"])
+    assert len(widgets) > 1, "the other passages of a long section are kept"
+    assert all(b[0] > a[1] + 1 for a, b in zip(widgets, widgets[1:])), widgets
+    every = sorted((r.line_start, r.line_end) for r in plain if r.heading_path == ["Big", "Widgets"])
+    assert any(b[0] <= a[1] + 1 for a, b in zip(every, every[1:])), "neighbours that touch, left out by passage"
+
+
+def test_passage_collapse_of_a_format_without_line_numbers_goes_by_position(tmp_path: Path) -> None:
+    """HTML chunks carry no line numbers: collapse passage leaves out a kept chunk's neighbours in the file
+    (positions next to it) and keeps the rest of a long section."""
+    root = tmp_path / "site"
+    root.mkdir()
+    paras = "".join(
+        f"<p>Paragraph {i} about widgets and gadgets, part {i}. {'More words here. ' * 12}</p>" for i in range(14)
+    )
+    (root / "page.html").write_text(f"<html><body><main><h1>Page</h1><h2>Widgets</h2>{paras}</main></body></html>")
+    idx = _index(HashEmbedder())
+    idx.update([root])
+    q = "widgets and gadgets"
+    plain = idx.search(q, k=20, threshold=0, collapse="none")
+    passages = idx.search(q, k=20, threshold=0, collapse="passage")
+    assert all(r.line_start is None for r in plain) and len(plain) > 4
+    assert 1 < len(passages) < len(plain) < 20, "every chunk of the page is in plain"
+
+    def first(r: SearchResult) -> int:
+        return int(re.search(r"Paragraph (\d+)", r.text).group(1))  # type: ignore[union-attr]
+
+    position = {r.chunk_id: i for i, r in enumerate(sorted(plain, key=first))}  # the chunks in file order
+    kept = sorted(position[r.chunk_id] for r in passages)
+    assert all(b - a >= 2 for a, b in zip(kept, kept[1:])), kept
 
 
 def test_a_pdf_gives_a_result_per_outline_section_and_page(shared_data: Path, hash_embedder: HashEmbedder) -> None:
@@ -415,8 +449,7 @@ def test_a_pdf_gives_a_result_per_outline_section_and_page(shared_data: Path, ha
     root = shared_data / "pdf_py-pdf_sample-files/009-pdflatex-geotopo"
     idx = _index(hash_embedder)
     idx.update([root])
-    assert idx.config["search.collapse"] == "section"
-    hits = idx.search("Fundamentalgruppe", k=10, threshold=0)
+    hits = idx.search("Fundamentalgruppe", k=10, threshold=0, collapse="section")
     keys = [tuple(h.heading_path) or h.page for h in hits]
     assert len(hits) >= 4 and len(set(keys)) == len(hits), keys  # before: 1, the whole PDF was one section
     assert ("3 Fundamentalgruppe und Überlagerungen", "3.2 Fundamentalgruppe") in keys

@@ -226,6 +226,7 @@ def _kept(
     cut, so a search returns the k best that pass whatever k is. ``bm25_listed``: the rows come from a BM25
     list (bm25 or hybrid mode). The ids of rows whose text is not the one indexed are added to ``edited``."""
     seen: set[tuple[object, ...]] = set()
+    spans: dict[tuple[object, ...], list[tuple[int, int]]] = {}  # passage: each section's kept lines
     kept = []
     for r in rows:
         if not _shown(r, visible):
@@ -235,7 +236,13 @@ def _kept(
         if not _intact(r):
             edited.add(r.id)
             continue
-        if collapse != "none":
+        if collapse == "passage":  # leave out a chunk whose lines overlap or touch a kept one's of its section
+            unit, start, end = _span(r)
+            near = spans.setdefault((*_section_key(r), unit), [])
+            if any(start <= e + 1 and end >= s - 1 for s, e in near):
+                continue
+            near.append((start, end))
+        elif collapse != "none":
             key = (r.path,) if collapse == "file" else _section_key(r)
             if key in seen:
                 continue
@@ -244,6 +251,14 @@ def _kept(
         if len(kept) == k:
             break
     return kept
+
+
+def _span(row: Hit) -> tuple[str, int, int]:
+    """A chunk's first and last line, or where a format has no line numbers (HTML) its position in the file
+    twice: what ``collapse="passage"`` compares within a section."""
+    if row.line_start and row.line_end:
+        return "lines", row.line_start, row.line_end
+    return "positions", row.position, row.position
 
 
 def _intact(row: Hit) -> bool:
