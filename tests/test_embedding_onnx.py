@@ -29,7 +29,7 @@ from mdrag.embedding.onnx import (  # noqa: E402
 )
 from mdrag.embedding.priority import NICE, run_yielding  # noqa: E402
 from mdrag.errors import EmbeddingError  # noqa: E402
-from mdrag.ingest.manifest import file_sha256  # noqa: E402
+from mdrag.fileio import file_sha256  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
