@@ -354,7 +354,7 @@ def test_a_kept_index_embeds_in_the_yielding_thread_and_stores_the_vectors_mdrag
 ) -> None:
     from mdrag.config import load_config
     from mdrag.index import Index
-    from mdrag.ingest.keeper import IndexKeeper
+    from mdrag.index.keeper import IndexKeeper
 
     e = request.getfixturevalue(f"{runtime}_embedder")
     docs = tmp_path / "docs"

@@ -412,7 +412,7 @@ async def test_search_over_every_docset_checks_each_folder_again(
     tmp_path: Path, outside: Path, mdrag_home: Path, hash_embedder: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A docset folder that became a link out of the project after the config was loaded is skipped, not read."""
-    monkeypatch.setattr("mdrag.index.make_embedder", lambda config: hash_embedder)
+    monkeypatch.setattr("mdrag.index.index.make_embedder", lambda config: hash_embedder)
     (mdrag_home / "config.yaml").write_text("search:\n  threshold: 0.0\n")  # any passage counts
     (outside / "notes.md").write_text(f"# Notes\n\nThe password is {SECRET}.\n")
     project = tmp_path / "project"

@@ -21,15 +21,15 @@ from mdrag.errors import (
     ModelMismatchError,
     StoreDamagedError,
 )
+from mdrag.index.snapshot import Snapshot
+from mdrag.index.verify import VerifyRecord
+from mdrag.index.visibility import ManifestState, Visibility
+from mdrag.index.writers import Writers
 from mdrag.ingest.manifest import Manifest
 from mdrag.ingest.plan import mismatched
 from mdrag.ingest.progress import IndexProgress
 from mdrag.ingest.scan import ScanOptions
-from mdrag.ingest.snapshot import Snapshot
 from mdrag.ingest.summary import IndexSummary
-from mdrag.ingest.verify import VerifyRecord
-from mdrag.ingest.visibility import ManifestState, Visibility
-from mdrag.ingest.writers import Writers
 from mdrag.retrieval.documents import Fetched, fetch
 from mdrag.retrieval.relevance import TermStats
 from mdrag.retrieval.search import SearchOptions, search
@@ -60,12 +60,12 @@ class Index:
 
     One Index may be used from several threads: searches run side by side and
     with one update (updates and removals run one at a time, across processes
-    too: see :class:`mdrag.ingest.writers.Writers`); the store is
+    too: see :class:`mdrag.index.writers.Writers`); the store is
     opened once, by whichever call needs it first; ``close()`` waits for the
     calls in progress. A search reads the state committed when it began; the
     chunks a commit replaces are deleted once the searches still reading the
     state before it have finished, or, should one take longer than
-    ``mdrag.ingest.visibility._READERS_GRACE_S``, after that, with a warning (that search may then miss
+    ``mdrag.index.visibility._READERS_GRACE_S``, after that, with a warning (that search may then miss
     some results; nothing else is affected).
     """
 
@@ -285,7 +285,7 @@ class Index:
         work done, and its summary's ``waited_s`` says how long it waited.
         ``only``, ``pause`` and ``batch_chunks`` keep a run short (see
         :class:`mdrag.ingest.pipeline.RunEvents` and :class:`~mdrag.ingest.pipeline.IndexOptions`):
-        :class:`mdrag.ingest.keeper.IndexKeeper` commits a long update in steps with them.
+        :class:`mdrag.index.keeper.IndexKeeper` commits a long update in steps with them.
         """
         with self._using(), self._update_lock, self._writers.hold(cancel):
             # Read under the writers' lock: after a wait for another process's run, what that run left.
@@ -358,7 +358,7 @@ class Index:
         :meth:`~mdrag.embedding.base.Embedder.background` model (one thread at a lower OS priority, for
         the ONNX and OpenVINO backends), so that a long update beside them does not slow the searches
         down. A run given ``only`` (a few changed files, which a user waits for) does not give way. For a
-        server that keeps its index current (:class:`mdrag.ingest.keeper.IndexKeeper`); a plain `mdrag index`
+        server that keeps its index current (:class:`mdrag.index.keeper.IndexKeeper`); a plain `mdrag index`
         embeds on every core."""
         self._yield = True
 

@@ -1,7 +1,7 @@
 """What the searches of one index see: this process's commits, other processes' through the store or the
 manifest, and how far a first build is while nothing is committed.
 
-:class:`Visibility` ties a :class:`~mdrag.ingest.snapshot.Snapshot` to the index's
+:class:`Visibility` ties a :class:`~mdrag.index.snapshot.Snapshot` to the index's
 manifest: a run of this process begins and ends it and commits through it; a
 search follows the last commit of any process, read from the manifest only
 when its file changed.
@@ -14,8 +14,8 @@ from collections import Counter
 from pathlib import Path
 
 from mdrag.errors import IndexBuildingError
+from mdrag.index.snapshot import Snapshot, State
 from mdrag.ingest.manifest import Manifest
-from mdrag.ingest.snapshot import Snapshot, State
 
 __all__ = ["ManifestState", "Visibility"]
 
