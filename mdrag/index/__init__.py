@@ -5,6 +5,7 @@ pipeline (:mod:`mdrag.ingest`) and answers searches (:mod:`mdrag.retrieval`).
 Beside it, each module holds one part of the index's state:
 :mod:`~mdrag.index.snapshot` (the committed state this process's searches read),
 :mod:`~mdrag.index.visibility` (which committed state that is, across processes),
+:mod:`~mdrag.index.health` (whether a search may read it, or what the store lost),
 :mod:`~mdrag.index.writers` (one writer at a time, across processes),
 :mod:`~mdrag.index.verify` (what `status --verify` found damaged), and
 :mod:`~mdrag.index.keeper` (an open index kept current for a long-running front end).
