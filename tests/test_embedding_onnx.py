@@ -378,7 +378,7 @@ def test_a_kept_index_embeds_in_the_yielding_thread_and_stores_the_vectors_mdrag
         assert keeper.wait(keeper.start(), timeout=120)
         keeper.close()
         assert yielded
-        assert kept.status()["chunks"] == plain.status()["chunks"] > 0
+        assert kept.status().chunks == plain.status().chunks > 0
         for query in ("taxonomy", "front matter fields", "deploy with a workflow"):
             want = [(r.chunk_id, r.score) for r in plain.search(query, k=10, mode="dense")]
             got = [(r.chunk_id, r.score) for r in kept.search(query, k=10, mode="dense")]

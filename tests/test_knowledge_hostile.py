@@ -431,4 +431,4 @@ async def test_search_over_every_docset_checks_each_folder_again(
     assert SECRET not in json.dumps(found["results"]) and found["results"], found
     assert "outside the project folder" in found["skipped"]["b"] and "b" not in found["indexed"]
     with docset_index("b", project) as index:  # nor read into an index by the updates started with the server
-        assert index.folders == [] and index.status()["chunks"] == 0
+        assert index.folders == [] and index.status().chunks == 0

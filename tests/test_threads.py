@@ -119,7 +119,7 @@ def test_stop_during_a_reload_stops_the_indexer_before_closing_the_index(
     # The index is whole: it opens, searches, and the next run finishes the interrupted one.
     with Index(config, embedder=minilm) as again:
         st = again.status()
-        assert st["damaged"] is None and st["interrupted"]
+        assert st.damaged is None and st.interrupted
         assert again.search("Topic 2 feature2 options", threshold=0)[0].rel_path == "topic2.md"
         summary = again.update()
         assert summary.repaired and summary.added == 2

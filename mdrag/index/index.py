@@ -23,6 +23,7 @@ from mdrag.errors import (
 )
 from mdrag.index.health import Health
 from mdrag.index.snapshot import Snapshot
+from mdrag.index.status import IndexStatus
 from mdrag.index.verify import VerifyRecord
 from mdrag.index.visibility import Visibility
 from mdrag.index.writers import Writers
@@ -449,9 +450,9 @@ class Index:
                 self._stats = (generation, stats)
         return stats
 
-    def status(self, verify: bool = False) -> dict[str, Any]:
+    def status(self, verify: bool = False) -> IndexStatus:
         """Name, store backend (and why it was picked), store, model, files, chunks, last run, and what is
-        damaged (JSON-ready): rows missing by the manifest, and what the store finds unlike what its last
+        damaged (``to_dict()``: JSON-ready): rows missing by the manifest, and what the store finds unlike what its last
         run recorded (:meth:`Store.check`; ``verify``: every row read, not only what is cheap to check, and
         every file's chunk ids compared with the manifest; what it finds is recorded for the next
         :meth:`update`, which repairs it). An index built with another embedder than the configured one is
@@ -486,26 +487,26 @@ class Index:
                 if verify and found:
                     self._verify.record(found)
         recorded = mismatch.built if mismatch is not None and mismatch.built else self.embedder.identity
-        return {
-            "index": self.name,
-            "backend": self.backend,
-            "backend_reason": self.backend_reason,
-            "store_uri": self.store.uri,
-            "exists": exists,
-            "model": (m.model if m else recorded),
-            "model_mismatch": str(mismatch) if mismatch is not None else None,
-            "folders": m.roots if m else [],
-            "files": m.file_count if m else 0,  # committed: a run's progress is not counted
-            "chunks": chunks,
-            "last_indexed": m.last_indexed if m else None,
-            "interrupted": bool(m and (m.dirty or not m.verified)),
-            "building": bool(m and m.building) or (self._view.progress is not None and m is None),
-            "damaged": "; ".join(damage) or None,
-            "chunking": m.chunking if m else self.settings.as_dict(),
-            "manifest": str(self.manifest_path),
-            "manifest_lost": not (m and m.roots) and chunks > 0,  # the store holds what no manifest lists
-            "verified": {"checked": checked, "seconds": round(time.monotonic() - started, 3)} if verify else None,
-        }
+        return IndexStatus(
+            index=self.name,
+            backend=self.backend,
+            backend_reason=self.backend_reason,
+            store_uri=self.store.uri,
+            exists=exists,
+            model=(m.model if m else recorded),
+            model_mismatch=str(mismatch) if mismatch is not None else None,
+            folders=m.roots if m else [],
+            files=m.file_count if m else 0,  # committed: a run's progress is not counted
+            chunks=chunks,
+            last_indexed=m.last_indexed if m else None,
+            interrupted=bool(m and (m.dirty or not m.verified)),
+            building=bool(m and m.building) or (self._view.progress is not None and m is None),
+            damaged="; ".join(damage) or None,
+            chunking=m.chunking if m else self.settings.as_dict(),
+            manifest=str(self.manifest_path),
+            manifest_lost=not (m and m.roots) and chunks > 0,  # the store holds what no manifest lists
+            verified={"checked": checked, "seconds": round(time.monotonic() - started, 3)} if verify else None,
+        )
 
     def _unlike_manifest(self, m: Manifest) -> list[str]:
         """The files whose chunks in the store are not the ones the manifest lists (every id read), as one

@@ -382,9 +382,9 @@ class IndexKeeper:
         except MdragError as e:
             log.debug("index %r: no status yet: %s", self.index.name, e)
             return {}
-        if not st["exists"] or st["building"] or st["model_mismatch"]:
+        if not st.exists or st.building or st.model_mismatch:
             return {}  # nothing committed yet, or another embedder's (the update builds it again): still loading
-        return {"files": st["files"], "chunks": st["chunks"], "state": "ready" if st["chunks"] else "empty"}
+        return {"files": st.files, "chunks": st.chunks, "state": "ready" if st.chunks else "empty"}
 
     def _progress(self, reason: str, done: int, total: int) -> None:
         self._set(indexing=(done, total), reason=reason)
