@@ -135,11 +135,11 @@ def open_index(corpus: str, home: Path, reuse: dict[str, Path]) -> tuple[Any, st
 
     if corpus in reuse and reuse[corpus].is_dir():
         index = Index(load_config(home=reuse[corpus]))
-        if index.status()["chunks"]:
+        if index.status().chunks:
             return index, f"{reuse[corpus]} (default index, reused)"
         index.close()
     index = Index(load_config({"index": corpus}, home=home))
-    if not index.status()["chunks"]:
+    if not index.status().chunks:
         docs = DATA / CORPORA[corpus]
         t = time.perf_counter()
         done = index.update([docs])
@@ -177,7 +177,7 @@ def main() -> None:
         for corpus in corpora:
             index, where = open_index(corpus, args.home, reuse)
             mode = index.config["search.mode"]
-            indexes[corpus] = {"index": where, "chunks": index.status()["chunks"]}
+            indexes[corpus] = {"index": where, "chunks": index.status().chunks}
             index.search("warm up the model and the store", k=1)
 
             def files(query: str, index: Any = index) -> list[str]:

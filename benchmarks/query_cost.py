@@ -76,12 +76,12 @@ def main() -> None:
 
     questions = [json.loads(line)["question"] for line in QA.read_text().splitlines() if line.strip()]
     index = Index(load_config())
-    if index.status()["backend"] != "faiss" or not index.status()["chunks"]:
+    if index.status().backend != "faiss" or not index.status().chunks:
         raise SystemExit(f"{args.home} holds no FAISS index: run `mdrag index` there with store.backend faiss")
     index.search(questions[0])
     cache = load_config().cache_dir
 
-    out: dict[str, Any] = {"chunks": index.status()["chunks"], "questions": len(questions), "cpus": os.cpu_count()}
+    out: dict[str, Any] = {"chunks": index.status().chunks, "questions": len(questions), "cpus": os.cpu_count()}
 
     def hybrid(q: str) -> object:
         return index.search(q, k=K, mode="hybrid")

@@ -154,7 +154,7 @@ def main() -> None:
     llm = {"llm.base_url": args.llm, "llm.model": args.llm_model, "answer.judge": "llm"} if args.llm else {}
     config = load_config(llm)
     index = Index(config)
-    if not index.status()["chunks"]:
+    if not index.status().chunks:
         t = time.perf_counter()
         summary = index.update([docs])
         print(f"indexed {docs}: {summary.chunks_total} chunks in {time.perf_counter() - t:.0f} s")

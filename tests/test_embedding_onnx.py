@@ -29,7 +29,7 @@ from mdrag.embedding.onnx import (  # noqa: E402
 )
 from mdrag.embedding.priority import NICE, run_yielding  # noqa: E402
 from mdrag.errors import EmbeddingError  # noqa: E402
-from mdrag.ingest.manifest import file_sha256  # noqa: E402
+from mdrag.fileio import file_sha256  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -354,7 +354,7 @@ def test_a_kept_index_embeds_in_the_yielding_thread_and_stores_the_vectors_mdrag
 ) -> None:
     from mdrag.config import load_config
     from mdrag.index import Index
-    from mdrag.ingest.keeper import IndexKeeper
+    from mdrag.index.keeper import IndexKeeper
 
     e = request.getfixturevalue(f"{runtime}_embedder")
     docs = tmp_path / "docs"
@@ -378,7 +378,7 @@ def test_a_kept_index_embeds_in_the_yielding_thread_and_stores_the_vectors_mdrag
         assert keeper.wait(keeper.start(), timeout=120)
         keeper.close()
         assert yielded
-        assert kept.status()["chunks"] == plain.status()["chunks"] > 0
+        assert kept.status().chunks == plain.status().chunks > 0
         for query in ("taxonomy", "front matter fields", "deploy with a workflow"):
             want = [(r.chunk_id, r.score) for r in plain.search(query, k=10, mode="dense")]
             got = [(r.chunk_id, r.score) for r in kept.search(query, k=10, mode="dense")]

@@ -567,7 +567,7 @@ def test_an_index_built_through_the_api(server: FakeOpenAI, tmp_path, monkeypatc
     index = Index(load_config({"embedding.provider": "openai", "embedding.model": "test-embed"}))
     summary = index.update([docs])
     assert summary.chunks_embedded == 2
-    assert index.status()["model"] == {"model": "openai:test-embed", "dimension": 8}
+    assert index.status().model == {"model": "openai:test-embed", "dimension": 8}
     assert server.requests and all(r.headers.get("authorization") == "Bearer sk-index-test" for r in server.requests)
     assert index.search("Alpha rockets", k=1, threshold=0)[0].rel_path == "a.md"
     index.close()

@@ -320,7 +320,7 @@ def test_a_change_that_rechunks_everything_waits_for_a_missing_folder(tmp_path: 
         for rebuild in (False, True):
             with pytest.raises(MdragError, match=f"chunk settings changed|--rebuild.*{b}|{b}.*mdrag remove"):
                 idx.update(rebuild=rebuild)
-        assert idx.status()["chunks"] == total, "nothing was deleted"
+        assert idx.status().chunks == total, "nothing was deleted"
     shutil.move(tmp_path / "unmounted", b)
     with _index(**{"chunk.size": 500}) as idx:
         s = idx.update()

@@ -398,7 +398,7 @@ async def test_multi_get_of_50_refs_to_one_big_file_parses_it_at_most_once(
 
     from mdrag.frontends.mcp import KnowledgeTools
 
-    monkeypatch.setattr("mdrag.index.make_embedder", lambda config: hash_embedder)
+    monkeypatch.setattr("mdrag.index.index.make_embedder", lambda config: hash_embedder)
     kb, local = react_docs(tmp_path)
     (local / "biglines.md").write_text("# Big\n\n" + (BIG_LINE + "\n") * 20_000, encoding="utf-8")
     tools = KnowledgeTools(kb, refresh_interval=0, search_wait=60)

@@ -53,7 +53,7 @@ def test_a_copied_home_is_the_same_index_nothing_is_embedded_again(
     caplog.set_level(logging.WARNING)
     with _index(copy, embedder, backend) as index:
         assert index.backend == backend
-        st = index.status()
+        st = index.status().to_dict()
         assert (st["files"], st["chunks"], st["damage"] if "damage" in st else []) == (6, len(ids), [])
         summary = index.update()
         assert summary.rebuild is None
@@ -114,7 +114,7 @@ def test_a_full_re_index_asked_to_pause_keeps_the_committed_index_whole(tmp_path
         summary = index.update(pause=pause, batch_chunks=1)
         assert summary.rebuild == "chunk settings changed"
         assert summary.remaining == 0
-        st = index.status()
+        st = index.status().to_dict()
         assert (st["files"], st["interrupted"]) == (6, False)
         assert st["chunks"] == len(index.store.all_ids()) == len(ids)
 
@@ -132,7 +132,7 @@ def test_an_update_asked_to_pause_still_commits_in_steps(tmp_path: Path) -> None
         pause.set()
         summary = index.update(pause=pause, batch_chunks=1)
         assert summary.remaining > 0
-        assert index.status()["files"] == 6
+        assert index.status().files == 6
 
 
 def test_status_counts_the_committed_files_while_a_full_re_index_runs(tmp_path: Path) -> None:
@@ -144,10 +144,10 @@ def test_status_counts_the_committed_files_while_a_full_re_index_runs(tmp_path: 
 
     def progress(_: object) -> None:
         with _index(home) as reader:  # another reader of the index, as `mdrag status` would be
-            seen.append(reader.status()["files"])
+            seen.append(reader.status().files)
 
     config = load_config({"index": "moved", "store.backend": "faiss", "chunk.size": 900}, home=home)
     with Index(config, embedder=HashEmbedder()) as index:
         assert index.update(progress=progress).rebuild == "chunk settings changed"
-        assert index.status()["files"] == 6
+        assert index.status().files == 6
     assert seen and set(seen) == {6}, seen

@@ -92,7 +92,7 @@ def test_a_rebuild_shows_readers_the_last_commit_until_it_commits(
     _wait_held(held, t, failure)
     try:
         assert _paths(idx) == before, "a search during --rebuild saw a partial index"
-        assert idx.status()["chunks"] >= 7
+        assert idx.status().chunks >= 7
     finally:
         held.release.set()
         t.join(WAIT)

@@ -85,7 +85,7 @@ def test_ctrl_c_keeps_what_was_embedded_and_the_next_run_goes_on(
     with Index(load_config({}, home=home)) as index:
         index._open(create=False)
         resumed = index.store.all_ids()
-        assert index.status()["chunks"] == len(resumed)
+        assert index.status().chunks == len(resumed)
     with Index(load_config({}, home=mdrag_home)) as clean:
         clean.update([corpus])
         assert clean.store.all_ids() == resumed  # the same index as a clean build

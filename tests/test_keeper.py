@@ -1,4 +1,4 @@
-"""The index keeper (mdrag.ingest.keeper): one update at a time, a long one committed in steps, a watched change
+"""The index keeper (mdrag.index.keeper): one update at a time, a long one committed in steps, a watched change
 ahead of it, progress, and the last committed state served meanwhile. On both stores.
 
 A parser that waits on an event holds an update mid-run (test_threads.Held); no test depends on timing.
@@ -17,7 +17,7 @@ import pytest
 from mdrag.config import load_config
 from mdrag.errors import EmbeddingError, IndexBuildingError
 from mdrag.index import Index
-from mdrag.ingest.keeper import FEW_FILES, IndexKeeper
+from mdrag.index.keeper import FEW_FILES, IndexKeeper
 from mdrag.ingest.manifest import Manifest
 from tests.conftest import HashEmbedder, Held
 from tests.test_threads import WAIT

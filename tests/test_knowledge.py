@@ -831,7 +831,7 @@ def test_cli_init_refresh_status(
     """`mdrag knowledge` (also installed as `agentic-knowledge`) end to end on a local repository."""
     from mdrag.frontends.cli import main
 
-    monkeypatch.setattr("mdrag.index.make_embedder", lambda config: hash_embedder)  # the docset's index
+    monkeypatch.setattr("mdrag.index.index.make_embedder", lambda config: hash_embedder)  # the docset's index
 
     work, bare = make_repo(tmp_path, DOCS)
     web_config(project, bare)
@@ -889,7 +889,7 @@ def test_init_shows_one_line_a_source_not_git_s_every_step(
     lines for an 11-object repository; issue 38): one line a source; git's steps are debug log lines."""
     from mdrag.frontends.cli import main
 
-    monkeypatch.setattr("mdrag.index.make_embedder", lambda config: hash_embedder)
+    monkeypatch.setattr("mdrag.index.index.make_embedder", lambda config: hash_embedder)
     _, bare = make_repo(tmp_path, {**DOCS, **{f"docs/page{i}.md": f"# Page {i}\n" for i in range(8)}})
     url = f"file://{bare}"  # git's transport, as for a remote: it reports its progress
     web_config(project, url, "        branch: main\n")
@@ -943,7 +943,7 @@ def _cli(capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture, *
 def test_a_source_with_no_documentation_is_warned_about_once(
     tmp_path: Path, project: Path, monkeypatch: pytest.MonkeyPatch, capsys, caplog, hash_embedder
 ) -> None:
-    monkeypatch.setattr("mdrag.index.make_embedder", lambda config: hash_embedder)
+    monkeypatch.setattr("mdrag.index.index.make_embedder", lambda config: hash_embedder)
     _, bare = make_repo(tmp_path, {"main.py": "print()\n", "src/a.md": "# A\n"})
     web_config(project, bare)
     monkeypatch.chdir(project)
@@ -956,7 +956,7 @@ def test_a_failed_load_is_recorded_with_its_reason_and_the_next_step(
 ) -> None:
     """`init` that fails says to fix the source (not to run `init`, which just failed); `status` says why the
     last load failed until one succeeds."""
-    monkeypatch.setattr("mdrag.index.make_embedder", lambda config: hash_embedder)
+    monkeypatch.setattr("mdrag.index.index.make_embedder", lambda config: hash_embedder)
     _, bare = make_repo(tmp_path, DOCS)
     kb = web_config(project, bare, "        paths: [guide/]\n")
     monkeypatch.chdir(project)
@@ -985,7 +985,7 @@ def test_files_no_parser_reads_are_named_at_init_and_in_status(
 ) -> None:
     """Everything under docs/ is copied into a docset, but the docset's index (the MCP `search` tool) has no
     parser for AsciiDoc: `init` and `status` say how many of each kind; .rst and .txt files are read."""
-    monkeypatch.setattr("mdrag.index.make_embedder", lambda config: hash_embedder)
+    monkeypatch.setattr("mdrag.index.index.make_embedder", lambda config: hash_embedder)
     files = {
         "README.rst": "Lib\n===\n",
         "docs/a.md": "# A\n\nText.\n",

@@ -412,7 +412,7 @@ async def test_search_over_every_docset_checks_each_folder_again(
     tmp_path: Path, outside: Path, mdrag_home: Path, hash_embedder: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A docset folder that became a link out of the project after the config was loaded is skipped, not read."""
-    monkeypatch.setattr("mdrag.index.make_embedder", lambda config: hash_embedder)
+    monkeypatch.setattr("mdrag.index.index.make_embedder", lambda config: hash_embedder)
     (mdrag_home / "config.yaml").write_text("search:\n  threshold: 0.0\n")  # any passage counts
     (outside / "notes.md").write_text(f"# Notes\n\nThe password is {SECRET}.\n")
     project = tmp_path / "project"
@@ -431,4 +431,4 @@ async def test_search_over_every_docset_checks_each_folder_again(
     assert SECRET not in json.dumps(found["results"]) and found["results"], found
     assert "outside the project folder" in found["skipped"]["b"] and "b" not in found["indexed"]
     with docset_index("b", project) as index:  # nor read into an index by the updates started with the server
-        assert index.folders == [] and index.status()["chunks"] == 0
+        assert index.folders == [] and index.status().chunks == 0

@@ -1,4 +1,5 @@
-"""The layout holds: no import cycle, no module too long, and the core loads no front end.
+"""The layout holds: no import cycle, no import from a lower room into an upper one, no module too long,
+and the core loads no front end.
 
 docs/architecture.md describes the layout these tests guard. Imports are read
 from the source (every ``import`` in a file counts, including those inside a
@@ -16,6 +17,22 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "mdrag"
 MAX_LINES = 620  # "no module over ~600 lines" (issue 29)
 FRONT_ENDS = "mdrag.frontends"  # the CLI, the WebSocket server and client, the web page, the MCP server
+#: The rooms from the ground up (docs/architecture.md): a module imports from its own room and the rooms
+#: below it, never from one above. "ground" is every module at the top of mdrag (errors, types, settings,
+#: config, fileio ...); the others are mdrag's packages.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("ground",),
+    ("parsers", "chunking", "embedding", "store"),
+    ("ingest",),
+    ("retrieval",),
+    ("answering",),
+    ("index",),
+    ("knowledge",),
+    ("frontends",),
+)
+#: In the front ends' room: the public API (``import mdrag``, which a front end may use as any user
+#: does) and ``python -m mdrag``.
+WITH_FRONT_ENDS = ("mdrag", "mdrag.__main__")
 
 
 def _modules() -> dict[str, Path]:
@@ -104,6 +121,38 @@ def test_the_cycle_finder_sees_a_cycle_hidden_in_a_function(monkeypatch: pytest.
     b = min(GRAPH[a])
     monkeypatch.setitem(GRAPH, b, GRAPH[b] | {a})
     assert any({a, b} <= set(c) for c in _cycles())
+
+
+def _level(name: str) -> int:
+    """The layer of module ``name`` (its room's index in LAYERS)."""
+    if name in WITH_FRONT_ENDS:
+        return len(LAYERS) - 1
+    parts = name.split(".")
+    is_package = MODULES[name].name == "__init__.py" or len(parts) > 2
+    room = parts[1] if is_package else "ground"
+    return next(i for i, rooms in enumerate(LAYERS) if room in rooms)
+
+
+def _upward() -> list[str]:
+    """Each import from a lower room into an upper one, as ``importer -> imported``."""
+    return sorted(f"{a} -> {b}" for a, targets in GRAPH.items() for b in targets if _level(b) > _level(a))
+
+
+def test_every_room_has_its_place_in_the_layers() -> None:
+    rooms = {p.parent.name for p in PACKAGE.glob("*/__init__.py")}
+    assert rooms == {room for layer in LAYERS for room in layer} - {"ground"}
+
+
+def test_no_room_imports_one_above_it() -> None:
+    """Dependencies point inward: nothing in a lower room imports an upper one (counting imports inside
+    functions and under ``TYPE_CHECKING``)."""
+    assert _upward() == []
+
+
+def test_the_layer_check_sees_an_upward_import(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The check above can fail: a store importing the manifest (as two once did) goes up a room."""
+    monkeypatch.setitem(GRAPH, "mdrag.store.faiss_index", GRAPH["mdrag.store.faiss_index"] | {"mdrag.ingest.manifest"})
+    assert _upward() == ["mdrag.store.faiss_index -> mdrag.ingest.manifest"]
 
 
 def test_no_module_is_longer_than_the_house_allows() -> None:

@@ -415,7 +415,7 @@ async def test_refresh_embeds_only_changes(
     are embedded."""
     from mcp import Client
 
-    monkeypatch.setattr("mdrag.index.make_embedder", lambda config: hash_embedder)
+    monkeypatch.setattr("mdrag.index.index.make_embedder", lambda config: hash_embedder)
     (mdrag_home / "config.yaml").write_text("search:\n  threshold: 0.0\n")  # the user's settings apply
     kb, local = react_docs(tmp_path)
     question = {"query": "useEffect cleanup function", "docset": "react"}
@@ -449,7 +449,7 @@ async def test_search_answers_while_the_index_is_built(
     notifications gets them while `search` waits; once built, `search` gives results."""
     from mcp import Client
 
-    monkeypatch.setattr("mdrag.index.make_embedder", lambda config: hash_embedder)
+    monkeypatch.setattr("mdrag.index.index.make_embedder", lambda config: hash_embedder)
     embedding, go_on = threading.Event(), threading.Event()
     embed_batch = hash_embedder.embed_batch
 
@@ -496,7 +496,7 @@ def test_docsets_with_one_slug_have_their_own_index(
     from mdrag.index import Index
     from mdrag.knowledge.docsets import docset_index, update_docset_index
 
-    monkeypatch.setattr("mdrag.index.make_embedder", lambda config: hash_embedder)
+    monkeypatch.setattr("mdrag.index.index.make_embedder", lambda config: hash_embedder)
     (mdrag_home / "config.yaml").write_text("search:\n  threshold: 0.0\n")
     project = make_project(tmp_path, "docsets:\n  - id: react-dom\n  - id: react.dom\n")
     kb = KnowledgeBase(project)
@@ -536,7 +536,7 @@ async def test_knowledge_commands_build_the_index(
 
     from mdrag.frontends.cli import main
 
-    monkeypatch.setattr("mdrag.index.make_embedder", lambda config: hash_embedder)
+    monkeypatch.setattr("mdrag.index.index.make_embedder", lambda config: hash_embedder)
     (mdrag_home / "config.yaml").write_text("search:\n  threshold: 0.0\n")
     project = make_project(tmp_path)
     monkeypatch.chdir(project)
@@ -636,7 +636,7 @@ async def test_an_embedding_api_that_does_not_answer_does_not_hold_the_server(
             answered_api.set()
             return super().dimension
 
-    monkeypatch.setattr("mdrag.index.make_embedder", lambda config: Unanswered())
+    monkeypatch.setattr("mdrag.index.index.make_embedder", lambda config: Unanswered())
     kb, _ = react_docs(tmp_path)
     tools = KnowledgeTools(kb, search_wait=0)
     answered: dict[str, Any] = {}
@@ -663,7 +663,7 @@ async def test_search_results_from_a_pdf_name_their_page(
     """An assistant cites a PDF by its page, as `mdrag search` does; text files keep their lines."""
     from mcp import Client
 
-    monkeypatch.setattr("mdrag.index.make_embedder", lambda config: hash_embedder)
+    monkeypatch.setattr("mdrag.index.index.make_embedder", lambda config: hash_embedder)
     (mdrag_home / "config.yaml").write_text("search:\n  threshold: 0.0\n")
     kb, local = react_docs(tmp_path)
     pdf = shared_data / "pdf_pypdf_resources" / "resources" / "Seige_of_Vicksburg_Sample_OCR.pdf"
@@ -691,7 +691,7 @@ async def test_no_result_above_the_threshold_says_so(
     threshold and what to try; a search with results has no note."""
     from mcp import Client
 
-    monkeypatch.setattr("mdrag.index.make_embedder", lambda config: hash_embedder)
+    monkeypatch.setattr("mdrag.index.index.make_embedder", lambda config: hash_embedder)
     kb, _ = react_docs(tmp_path)
     tools = KnowledgeTools(kb, search_wait=60)
     with anyio.fail_after(120):
@@ -711,7 +711,7 @@ async def test_no_result_while_an_update_runs_says_indexing_not_nothing_found(
     an empty list is not final, so the answer says that indexing is in progress."""
     from mcp import Client
 
-    monkeypatch.setattr("mdrag.index.make_embedder", lambda config: hash_embedder)
+    monkeypatch.setattr("mdrag.index.index.make_embedder", lambda config: hash_embedder)
     kb, local = react_docs(tmp_path)
     tools = KnowledgeTools(kb, refresh_interval=0, search_wait=60)
     go_on = threading.Event()
@@ -752,7 +752,7 @@ async def test_search_of_a_docset_that_another_process_builds_says_how_far_that_
     from mdrag.index import Index
     from tests.conftest import HashEmbedder
 
-    monkeypatch.setattr("mdrag.index.make_embedder", lambda config: hash_embedder)
+    monkeypatch.setattr("mdrag.index.index.make_embedder", lambda config: hash_embedder)
     (mdrag_home / "config.yaml").write_text("search:\n  threshold: 0.0\n")
     kb, _ = react_docs(tmp_path)
     ds = kb.resolve("react")

@@ -239,7 +239,7 @@ def test_an_unchanged_model_is_not_hashed_again(tmp_path: Path, monkeypatch: pyt
         return real(path)
 
     monkeypatch.setattr(onnx_files, "file_sha256", counted)
-    monkeypatch.setattr("mdrag.ingest.manifest.file_sha256", counted)
+    monkeypatch.setattr("mdrag.fileio.file_sha256", counted)
     fresh = OnnxEmbedder(cache_dir=cache)
     assert onnx_files.checksum_ok(fresh.onnx_path)
     assert hashed == []

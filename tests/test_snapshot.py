@@ -1,10 +1,10 @@
-"""What searches see while an update runs (mdrag.ingest.snapshot.Snapshot), without a store."""
+"""What searches see while an update runs (mdrag.index.snapshot.Snapshot), without a store."""
 
 from __future__ import annotations
 
 import threading
 
-from mdrag.ingest.snapshot import Snapshot
+from mdrag.index.snapshot import Snapshot
 from mdrag.retrieval.search import Visible
 
 WAIT = 120  # seconds a test waits for an event that must come, before it fails instead of hanging

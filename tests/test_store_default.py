@@ -34,7 +34,7 @@ def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, Any]:
 @pytest.fixture
 def hashed(monkeypatch: pytest.MonkeyPatch, hash_embedder: HashEmbedder) -> HashEmbedder:
     """Every Index (the command line's too) embeds with one HashEmbedder, which counts what it embeds."""
-    monkeypatch.setattr("mdrag.index.make_embedder", lambda config: hash_embedder)
+    monkeypatch.setattr("mdrag.index.index.make_embedder", lambda config: hash_embedder)
     return hash_embedder
 
 

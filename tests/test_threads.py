@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-import mdrag.ingest.visibility
+import mdrag.index.visibility
 from mdrag.config import Config, load_config
 from mdrag.embedding.base import Embedder
 from mdrag.errors import IndexingCancelledError
@@ -119,7 +119,7 @@ def test_stop_during_a_reload_stops_the_indexer_before_closing_the_index(
     # The index is whole: it opens, searches, and the next run finishes the interrupted one.
     with Index(config, embedder=minilm) as again:
         st = again.status()
-        assert st["damaged"] is None and st["interrupted"]
+        assert st.damaged is None and st.interrupted
         assert again.search("Topic 2 feature2 options", threshold=0)[0].rel_path == "topic2.md"
         summary = again.update()
         assert summary.repaired and summary.added == 2
@@ -262,7 +262,7 @@ def test_close_waits_for_a_search_in_flight(tmp_path: Path) -> None:
 def test_a_search_that_outlasts_the_grace_time_is_reported_when_its_chunks_go(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    monkeypatch.setattr(mdrag.ingest.visibility, "_READERS_GRACE_S", 0.2)
+    monkeypatch.setattr(mdrag.index.visibility, "_READERS_GRACE_S", 0.2)
     config, root = _built(tmp_path)
     idx = Index(config, embedder=HashEmbedder())
     idx.status()
@@ -271,7 +271,7 @@ def test_a_search_that_outlasts_the_grace_time_is_reported_when_its_chunks_go(
     searcher.start()
     assert inside.wait(WAIT)
     (root / "topic1.md").write_text("# Topic 1\n\nRewritten: the old chunk of topic1.md is replaced.\n")
-    with caplog.at_level(logging.WARNING, logger="mdrag.ingest.visibility"):
+    with caplog.at_level(logging.WARNING, logger="mdrag.index.visibility"):
         idx.update([root])  # the search still reads the state before: the commit waits, then says so
     go.set()
     searcher.join(WAIT)

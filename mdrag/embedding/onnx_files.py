@@ -33,7 +33,7 @@ import numpy as np
 from mdrag.embedding.onnx_build import BUILDER_VERSION, OPSET, UnsupportedModelError, build_onnx
 from mdrag.errors import EmbeddingError
 from mdrag.extras import extra_installed, require_extra
-from mdrag.ingest.manifest import file_sha256
+from mdrag.fileio import file_sha256
 
 __all__ = ["INPUTS", "OUTPUT", "WEIGHTS", "checksum_ok", "export_onnx", "label", "onnx_model_path", "prepare_onnx"]
 

@@ -42,7 +42,7 @@ from mdrag.frontends.access import TOKEN_REFUSALS, cannot_listen, check_bind, or
 from mdrag.frontends.protocol import is_loopback
 from mdrag.frontends.web import source
 from mdrag.index import Index
-from mdrag.ingest.keeper import IndexKeeper, KeeperState
+from mdrag.index.keeper import IndexKeeper, KeeperState
 from mdrag.knobs import MESSAGE_CEILING_BYTES
 from mdrag.retrieval.search import build_filter
 from mdrag.settings import DEFAULTS

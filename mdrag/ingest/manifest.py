@@ -15,70 +15,21 @@ import errno
 import hashlib
 import json
 import logging
-import os
-import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 from mdrag.errors import ManifestError
+from mdrag.fileio import write_atomic
 
-__all__ = ["Diff", "FileState", "Manifest", "SkippedFile", "diff", "file_sha256", "write_atomic"]
+__all__ = ["Diff", "FileState", "Manifest", "SkippedFile", "diff"]
 
 log = logging.getLogger(__name__)
 
 VERSION = 1
 _CHECKSUM = ',"checksum":"'  # the last key of a saved manifest: sha256 of the text before it
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Replace ``path`` with ``text`` atomically: a temp file beside it, fsync, rename.
-
-    A crash leaves the old file or the new one, never half of one.
-    """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    try:  # make the rename itself durable
-        dfd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
-    except OSError:
-        pass
-
-
-def file_sha256(path: Path) -> str:
-    """The hex sha256 of the file at ``path``, read in 1 MiB pieces (OSError when it cannot be read)."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while piece := f.read(1 << 20):
-            digest.update(piece)
-    return digest.hexdigest()
-
-
-def file_sha256_cached(path: Path) -> str:
-    """:func:`file_sha256`, read again only when the file's inode, size, mtime or ctime changed since this
-    process last read it (a rewrite in place that sets the mtime back still changes the ctime)."""
-    st = path.stat()
-    return _sha256_of(str(path), st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-
-
-@lru_cache(maxsize=256)
-def _sha256_of(path: str, ino: int, size: int, mtime_ns: int, ctime_ns: int) -> str:
-    return file_sha256(Path(path))
 
 
 @dataclass
@@ -251,7 +202,7 @@ class Manifest:
         return m
 
     def save(self, path: Path) -> None:
-        """Write atomically (see :func:`write_atomic`), with a checksum as its last key.
+        """Write atomically (see :func:`mdrag.fileio.write_atomic`), with a checksum as its last key.
 
         Raises ManifestError saying what to do when the file cannot be written
         (a full disk, a read-only folder); the previous manifest stays as it was.

@@ -10,7 +10,6 @@ skipped with the reason and the run goes on.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
 from pathlib import Path
 from typing import NamedTuple
@@ -25,23 +24,19 @@ from mdrag.chunking import (
 )
 from mdrag.embedding.base import Embedder
 from mdrag.errors import ParseError, ParserCrashError, UnsupportedFormatError
+from mdrag.fileio import bytes_sha256, file_sha256
 from mdrag.ingest.manifest import FileState
 from mdrag.parsers import parse_file
 from mdrag.parsers.worker import ParseWorker
 from mdrag.types import Chunk
 
-__all__ = ["Parsed", "file_hash", "read_file", "read_hash"]
-
-
-def file_hash(data: bytes) -> str:
-    """The sha256 of a file's bytes, as the manifest records it."""
-    return hashlib.sha256(data).hexdigest()
+__all__ = ["Parsed", "read_file", "read_hash"]
 
 
 def read_hash(path: str) -> str | OSError:
     """The sha256 of the file's bytes, or why it cannot be read."""
     try:
-        return file_hash(Path(path).read_bytes())
+        return file_sha256(Path(path))
     except OSError as e:
         return e
 
@@ -88,6 +83,6 @@ def read_file(
         )
     except (ChunkingTimeoutError, ChunkingMemoryError) as e:
         return Parsed(None, [], str(e), doc.encoding, warnings=doc.warnings)
-    state = FileState(root=root, rel_path=rel, mtime_ns=mtime_ns, size=size, hash=file_hash(data))
+    state = FileState(root=root, rel_path=rel, mtime_ns=mtime_ns, size=size, hash=bytes_sha256(data))
     state.chunks = [c.id for c in chunks]
     return Parsed(state, chunks, None, doc.encoding, warnings=doc.warnings)

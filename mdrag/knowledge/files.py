@@ -20,7 +20,7 @@ from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath
 
 from mdrag.errors import DocsetError
-from mdrag.ingest.manifest import file_sha256
+from mdrag.fileio import file_sha256
 from mdrag.knowledge.metadata import METADATA_FILE, read_metadata, write_metadata
 from mdrag.knowledge.model import DRIVE, Selection, SourceResult, WebSource
 from mdrag.parsers import supported_extensions

@@ -13,7 +13,7 @@ from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from mdrag.ingest.manifest import write_atomic
+from mdrag.fileio import write_atomic
 from mdrag.knowledge.model import DRIVE
 
 __all__ = [

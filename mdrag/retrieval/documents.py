@@ -42,7 +42,6 @@ next document.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import posixpath
 import re
@@ -54,6 +53,7 @@ from pathlib import Path
 from typing import Any
 
 from mdrag.errors import MdragError, ParseError, UnsupportedFormatError
+from mdrag.fileio import bytes_sha256
 from mdrag.ingest.manifest import FileState, Manifest
 from mdrag.knobs import GET_MAX_CHARS, GET_MAX_FILES
 from mdrag.parsers import _Lazy, get_parser, parse_file
@@ -394,7 +394,7 @@ def _read(path: str, fs: FileState) -> tuple[bytes, str]:
         raise MdragError(f"{fs.rel_path} is no longer in {fs.root}: run `mdrag index` to update the index") from None
     except OSError as e:
         raise MdragError(f"cannot read {path}: {e.strerror or e}") from e
-    return data, hashlib.sha256(data).hexdigest()
+    return data, bytes_sha256(data)
 
 
 def _document(path: str, name: str, data: bytes, digest: str, lines_only: bool, budget: _Budget) -> _Text:

@@ -19,7 +19,7 @@ from typing import Any
 import faiss
 import numpy as np
 
-from mdrag.ingest.manifest import file_sha256_cached
+from mdrag.fileio import file_sha256_cached
 
 log = logging.getLogger(__name__)
 

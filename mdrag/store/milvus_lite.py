@@ -32,7 +32,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Protocol
 
-from mdrag.ingest.manifest import file_sha256_cached, write_atomic
+from mdrag.fileio import file_sha256_cached, write_atomic
 
 __all__ = [
     "BM25_REWRITE_SHARE",

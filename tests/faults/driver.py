@@ -80,7 +80,7 @@ def _args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = _args(argv)
-    import mdrag.index
+    import mdrag.index.index
     import mdrag.ingest.manifest
     import mdrag.ingest.pipeline
     from mdrag.config import load_config
@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
             return super().embed_batch(texts)
 
     Embedder.embed_batch = faulty("embed", Embedder.embed_batch)  # type: ignore[method-assign]
-    mdrag.index.make_embedder = lambda config: Embedder()
+    mdrag.index.index.make_embedder = lambda config: Embedder()
     mdrag.ingest.pipeline.scan = faulty("scan", mdrag.ingest.pipeline.scan)
     from mdrag.parsers.worker import ParseWorker
 

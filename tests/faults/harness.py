@@ -118,7 +118,7 @@ def distinctive_words(home: Path, index: str, store: str = "milvus") -> dict[str
     stem = stemmer()
     idx = Index(load_config({"index": index, "store.backend": store}, home=home), embedder=HashEmbedder())
     try:
-        n = idx.status()["chunks"]  # opens the store
+        n = idx.status().chunks  # opens the store
         # Every row, through the store interface: a filtered search is exact, and every path starts with "/".
         rows = idx.store.search(HashEmbedder().embed_query("any"), n, where=Filter(path_prefix="/"))
         assert len(rows) == n, f"a filtered search for all {n} rows returned {len(rows)}"
@@ -168,7 +168,7 @@ def verify(
         assert m is not None and not m.dirty, "the manifest is clean"
         st = idx.status()
         ids = idx.store.all_ids()
-        assert st["chunks"] == idx.store.count() == len(ids), f"no duplicate: {st['chunks']} rows, {len(ids)} ids"
+        assert st.chunks == idx.store.count() == len(ids), f"no duplicate: {st.chunks} rows, {len(ids)} ids"
         assert ids == m.chunk_ids(), (
             f"no orphan and nothing missing: {len(ids - m.chunk_ids())} in the store only, "
             f"{len(m.chunk_ids() - ids)} in the manifest only"

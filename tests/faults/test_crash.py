@@ -73,6 +73,6 @@ def test_kill_9_of_the_real_cli_with_the_real_model(tmp_path: Path, shared_data:
 
     idx = Index(load_config({"index": "crash"}), embedder=LocalEmbedder())
     m = Manifest.load(idx.manifest_path)
-    assert m is not None and idx.status()["chunks"] == m.chunk_count > 0
+    assert m is not None and idx.status().chunks == m.chunk_count > 0
     assert idx.store.all_ids() == m.chunk_ids()
     idx.close()

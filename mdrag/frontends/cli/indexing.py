@@ -185,7 +185,7 @@ class _Steps:
         self.interrupted = False  # Ctrl+C was pressed: no step after the one that runs
 
     def run(self, index: Any, args: argparse.Namespace, bar: _IndexBar) -> Any:
-        from mdrag.ingest.keeper import add_step
+        from mdrag.index.keeper import add_step
 
         so_far, rebuild = None, args.rebuild
         while True:

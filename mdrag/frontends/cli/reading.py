@@ -131,7 +131,7 @@ def _cmd_status(args: argparse.Namespace, config: Any, index: Any | None) -> int
     if index is None:
         return _served_status(args, config, None)
     try:
-        st = index.status(verify=args.verify)
+        st = index.status(verify=args.verify).to_dict()
     except StoreInUseError as e:
         return _served_status(args, config, e)
     if args.json:

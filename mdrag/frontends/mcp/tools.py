@@ -76,7 +76,7 @@ from mdrag.knowledge.docsets import docset_folder, docset_index, index_name, upd
 if TYPE_CHECKING:
     from mdrag.config import Config
     from mdrag.index import Index
-    from mdrag.ingest.keeper import IndexKeeper
+    from mdrag.index.keeper import IndexKeeper
     from mdrag.ingest.summary import IndexSummary
     from mdrag.knowledge import Docset
     from mdrag.types import SearchResult
@@ -338,7 +338,7 @@ class KnowledgeTools:
         if entry is None:
             if not self._serving:
                 raise MdragError("the MCP server is stopping: start it again")
-            from mdrag.ingest.keeper import IndexKeeper
+            from mdrag.index.keeper import IndexKeeper
 
             index = docset_index(ds.id, project, self.config)
 

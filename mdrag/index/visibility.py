@@ -1,10 +1,10 @@
-"""What the searches of one index see: this process's commits, other processes' through the store or the
-manifest, and how far a first build is while nothing is committed.
+"""Which committed state the searches of one index see: this process's runs, other processes' commits
+through the store or the manifest, and how far a first build is while nothing is committed.
 
-:class:`Visibility` ties a :class:`~mdrag.ingest.snapshot.Snapshot` to the index's
-manifest: a run of this process begins and ends it and commits through it; a
-search follows the last commit of any process, read from the manifest only
-when its file changed.
+:class:`Visibility` drives a :class:`~mdrag.index.snapshot.Snapshot` (the state
+searches read, held in memory) from the index's manifest: a run of this process
+begins and ends it and commits through it; a search follows the last commit of
+any process, read from the manifest only when its file changed.
 """
 
 from __future__ import annotations
@@ -12,10 +12,11 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from pathlib import Path
+from typing import NamedTuple
 
 from mdrag.errors import IndexBuildingError
+from mdrag.index.snapshot import Snapshot, State
 from mdrag.ingest.manifest import Manifest
-from mdrag.ingest.snapshot import Snapshot, State
 
 __all__ = ["ManifestState", "Visibility"]
 
@@ -25,9 +26,13 @@ log = logging.getLogger(__name__)
 # before it deletes the replaced chunks anyway (and says so in the log).
 _READERS_GRACE_S = 60.0
 
-#: The manifest as searches read it (see Visibility.manifest_state): its file's stamp, whether a first build
-#: has committed nothing yet, and the committed state.
-ManifestState = tuple[tuple[int, int, int] | None, bool, State]
+
+class ManifestState(NamedTuple):
+    """The manifest as searches read it (see :meth:`Visibility.manifest_state`)."""
+
+    stamp: tuple[int, int, int] | None  # its file's (inode, mtime, size); None: there is none
+    building: bool  # it records a first build that has committed nothing yet
+    committed: State  # the committed state it records
 
 
 class Visibility:
@@ -80,8 +85,7 @@ class Visibility:
         if transactional:
             self.snapshot.follow("store", lambda: None)
             return
-        stamp, _, committed = manifest
-        self.snapshot.follow(("manifest", stamp), lambda: committed)
+        self.snapshot.follow(("manifest", manifest.stamp), lambda: manifest.committed)
 
     def manifest_state(self) -> ManifestState:
         """The manifest file's (inode, mtime, size) (None: there is none), whether it records a first build
@@ -90,13 +94,13 @@ class Visibility:
             st = self.manifest_path.stat()
         except OSError:
             self.seen_roots, self.seen_shared = [], frozenset()
-            return None, False, (frozenset(), None)
+            return ManifestState(None, False, (frozenset(), None))
         stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
         seen = self._seen_manifest
-        if seen is None or seen[0] != stamp:
+        if seen is None or seen.stamp != stamp:
             m = Manifest.load(self.manifest_path)
             committed = m.visible() if m is not None else (frozenset(), None)
-            seen = self._seen_manifest = (stamp, m is not None and m.building, committed)
+            seen = self._seen_manifest = ManifestState(stamp, m is not None and m.building, committed)
             self.seen_roots = list(m.roots) if m is not None else []
             names = Counter(f.rel_path for f in m.files.values()) if m is not None else Counter()
             self.seen_shared = frozenset(name for name, n in names.items() if n > 1)
@@ -105,8 +109,9 @@ class Visibility:
     def building(self) -> IndexBuildingError | None:
         """How far the index's first build is (this process's or another's), as the error a search of it
         gets; None once the index holds a committed state (or no build has started). Reads the manifest only."""
-        stamp, building, _ = self.manifest_state()
-        return self.building_error() if building or (stamp is None and self.progress is not None) else None
+        manifest = self.manifest_state()
+        first = manifest.building or (manifest.stamp is None and self.progress is not None)
+        return self.building_error() if first else None
 
     def building_error(self) -> IndexBuildingError:
         """The error a search of an index with nothing committed yet gets: how far its first build is."""

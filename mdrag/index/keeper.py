@@ -6,7 +6,7 @@ docset, asks it for an update when it starts and when a ``search`` finds the
 index older than its refresh interval, and waits for it. Both report its
 :class:`KeeperState`; it knows nothing of asyncio, anyio, WebSockets or MCP. One
 worker thread runs the updates, one at a time, while searches go on in other
-threads and read the last committed state (:mod:`mdrag.ingest.snapshot`).
+threads and read the last committed state (:mod:`mdrag.index.snapshot`).
 
 - **Bounded steps.** A long update commits what it has every ``step_s``
   seconds and goes on in a new step, so that readers see it grow rather than
@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from mdrag.errors import IndexingCancelledError, MdragError
-from mdrag.index import Index
+from mdrag.index.index import Index
 from mdrag.ingest.progress import IndexProgress
 from mdrag.ingest.summary import IndexSummary
 
@@ -382,9 +382,9 @@ class IndexKeeper:
         except MdragError as e:
             log.debug("index %r: no status yet: %s", self.index.name, e)
             return {}
-        if not st["exists"] or st["building"] or st["model_mismatch"]:
+        if not st.exists or st.building or st.model_mismatch:
             return {}  # nothing committed yet, or another embedder's (the update builds it again): still loading
-        return {"files": st["files"], "chunks": st["chunks"], "state": "ready" if st["chunks"] else "empty"}
+        return {"files": st.files, "chunks": st.chunks, "state": "ready" if st.chunks else "empty"}
 
     def _progress(self, reason: str, done: int, total: int) -> None:
         self._set(indexing=(done, total), reason=reason)

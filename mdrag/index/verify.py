@@ -7,7 +7,7 @@ import logging
 import time
 from pathlib import Path
 
-from mdrag.ingest.manifest import write_atomic
+from mdrag.fileio import write_atomic
 
 __all__ = ["VerifyRecord"]
 

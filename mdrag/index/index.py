@@ -21,15 +21,17 @@ from mdrag.errors import (
     ModelMismatchError,
     StoreDamagedError,
 )
+from mdrag.index.health import Health
+from mdrag.index.snapshot import Snapshot
+from mdrag.index.status import IndexStatus
+from mdrag.index.verify import VerifyRecord
+from mdrag.index.visibility import Visibility
+from mdrag.index.writers import Writers
 from mdrag.ingest.manifest import Manifest
 from mdrag.ingest.plan import mismatched
 from mdrag.ingest.progress import IndexProgress
 from mdrag.ingest.scan import ScanOptions
-from mdrag.ingest.snapshot import Snapshot
 from mdrag.ingest.summary import IndexSummary
-from mdrag.ingest.verify import VerifyRecord
-from mdrag.ingest.visibility import ManifestState, Visibility
-from mdrag.ingest.writers import Writers
 from mdrag.retrieval.documents import Fetched, fetch
 from mdrag.retrieval.relevance import TermStats
 from mdrag.retrieval.search import SearchOptions, search
@@ -37,6 +39,8 @@ from mdrag.store import check_backend, make_store, resolve_backend
 from mdrag.types import SearchResult
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from mdrag.answering.ask import Answer
     from mdrag.answering.followup import Turn
     from mdrag.ingest.pipeline import Indexer
@@ -60,12 +64,12 @@ class Index:
 
     One Index may be used from several threads: searches run side by side and
     with one update (updates and removals run one at a time, across processes
-    too: see :class:`mdrag.ingest.writers.Writers`); the store is
+    too: see :class:`mdrag.index.writers.Writers`); the store is
     opened once, by whichever call needs it first; ``close()`` waits for the
     calls in progress. A search reads the state committed when it began; the
     chunks a commit replaces are deleted once the searches still reading the
     state before it have finished, or, should one take longer than
-    ``mdrag.ingest.visibility._READERS_GRACE_S``, after that, with a warning (that search may then miss
+    ``mdrag.index.visibility._READERS_GRACE_S``, after that, with a warning (that search may then miss
     some results; nothing else is affected).
     """
 
@@ -94,11 +98,10 @@ class Index:
         check_backend(self.config, self.name, self.backend)  # an extra it needs and lacks: said now, not later
         self._store: Store | None = None  # made on first use (see store)
         self._store_lock = threading.Lock()
-        # The store's connection; these four are guarded by _open_lock.
+        # The store's connection; these two (and the rows _health counted) are guarded by _open_lock.
         self._open_lock = threading.Lock()  # one thread opens (or closes) the store, the others wait
         self._opened = False  # the store is connected and its collection loaded
         self._exists = False  # the collection exists
-        self._missing: tuple[int, int] | tuple[()] | None = None  # see _missing_rows; None: not checked yet
         self._update_lock = threading.Lock()  # one update() or remove() at a time
         self._writers = Writers(self.manifest_path, self.name)  # the same, across processes
         self._cond = threading.Condition()  # guards the two fields below
@@ -107,6 +110,7 @@ class Index:
         # What searches see: a running update is invisible until it commits, then visible all at once.
         self._snapshot = Snapshot()
         self._view = Visibility(self.manifest_path, self.name, self._snapshot)  # that snapshot, with the manifest
+        self._health = Health(self.name, self.manifest_path, self._view, self._open_lock)  # what a search checks first
         self._verify = VerifyRecord(self.manifest_path)  # what the last `status --verify` found damaged
         self._search_options: tuple[Config, SearchOptions] | None = None  # see search_options
         self._yield = False  # updates give way to searches (see yield_to_searches)
@@ -159,58 +163,15 @@ class Index:
                         raise
                     self._exists = self.store.open(create=create, replace_mismatch=create)
                 self._opened = True
-                self._missing = None
+                self._health.forget()
             return self._exists
-
-    def _missing_rows(self, exists: bool, manifest: ManifestState | None = None) -> tuple[int, int] | None:
-        """(stored, expected) chunks when the store holds fewer than the manifest lists, else None.
-
-        ``exists``: the store holds the index (False: it holds nothing). Checked once per
-        opening: the store's files may have been deleted or damaged behind mdrag's back
-        (the next `mdrag index` repairs that). ``manifest``: the manifest as a search just
-        read it (:meth:`Visibility.manifest_state`), so that it is not parsed again; None: read now.
-        """
-        with self._open_lock:
-            if self._missing is None:
-                if manifest is not None:
-                    committed = manifest[2]
-                    expected, roots = (len(committed[0]) if committed else 0), self._view.seen_roots
-                else:
-                    m = Manifest.load(self.manifest_path)
-                    expected = len(m.visible()[0]) if m is not None else 0  # committed: a run's own may not be
-                    roots = m.roots if m is not None else []
-                if not exists:
-                    stored = 0
-                else:
-                    stored = self.store.count(roots) if roots else expected
-                self._missing = (stored, expected) if stored < expected else ()
-            return self._missing or None
-
-    def _loss(self, missing: tuple[int, int], exists: bool) -> str:
-        """What a store missing rows (see :meth:`_missing_rows`) lost, naming the store."""
-        stored, expected = missing
-        held = getattr(self.store, "rows_without_records", lambda: 0)() if not exists else 0
-        if held:  # the FAISS store's meta table was lost: its rows are there, but not which model made them
-            return (
-                f"the index store {self.store.uri} lost the records that name the model that built it (its meta "
-                f"table), though it holds {held} chunk rows of the {expected} its manifest lists"
-            )
-        if not exists:
-            return (
-                f"the index store {self.store.uri} lost its data: it holds none of the {expected} chunks its "
-                "manifest lists (its files were deleted, emptied or damaged)"
-            )
-        return (
-            f"the index store holds {stored} of the {expected} chunks its manifest lists (its files were "
-            "deleted or damaged)"
-        )
 
     def _end_run(self) -> None:
         """What a failed run wrote stays invisible (the next run deletes it); searches follow the store again.
         A run may have repaired (or found) missing rows: they are checked again at the next search."""
         self._view.end_run()
         with self._open_lock:
-            self._missing = None
+            self._health.forget()
 
     @property
     def folders(self) -> list[str]:
@@ -285,7 +246,7 @@ class Index:
         work done, and its summary's ``waited_s`` says how long it waited.
         ``only``, ``pause`` and ``batch_chunks`` keep a run short (see
         :class:`mdrag.ingest.pipeline.RunEvents` and :class:`~mdrag.ingest.pipeline.IndexOptions`):
-        :class:`mdrag.ingest.keeper.IndexKeeper` commits a long update in steps with them.
+        :class:`mdrag.index.keeper.IndexKeeper` commits a long update in steps with them.
         """
         with self._using(), self._update_lock, self._writers.hold(cancel):
             # Read under the writers' lock: after a wait for another process's run, what that run left.
@@ -358,7 +319,7 @@ class Index:
         :meth:`~mdrag.embedding.base.Embedder.background` model (one thread at a lower OS priority, for
         the ONNX and OpenVINO backends), so that a long update beside them does not slow the searches
         down. A run given ``only`` (a few changed files, which a user waits for) does not give way. For a
-        server that keeps its index current (:class:`mdrag.ingest.keeper.IndexKeeper`); a plain `mdrag index`
+        server that keeps its index current (:class:`mdrag.index.keeper.IndexKeeper`); a plain `mdrag index`
         embeds on every core."""
         self._yield = True
 
@@ -428,7 +389,21 @@ class Index:
             mode=mode or o.mode,
             collapse=o.collapse if collapse is None else collapse,
         )
-        vector = None
+        exists, vector = self._open_to_search(query)
+        manifest = self._view.manifest_state()
+        self._health.check_search(self.store, exists, manifest)
+        self._view.follow_committed(manifest, self.store.transactional)
+        with self._snapshot.reading() as visible:
+            if visible.ids is not None and not visible.ids and visible.roots is None:
+                raise self._health.nothing_committed(self.store, exists, manifest)
+            results = search(self.store, self.embedder, query, options, filters, visible, vector)
+        if not results and self._view.progress is None and manifest.building:
+            raise self._view.building_error()  # a transactional store being built by another process shows nothing yet
+        return results
+
+    def _open_to_search(self, query: str) -> tuple[bool, np.ndarray | None]:
+        """Open the store for a search (whether the index exists in it); the first search also embeds
+        ``query`` meanwhile (its vector, else None)."""
         # Unlocked read of _opened: at worst the query is embedded alone. Without a manifest the index most
         # likely does not exist: the store says so first, and the model is neither prepared nor loaded for it.
         if not self._opened and query.strip() and self.manifest_path.exists():
@@ -436,39 +411,8 @@ class Index:
             with ThreadPoolExecutor(1, thread_name_prefix="mdrag-embed") as pool:
                 pending_vector = pool.submit(self.embedder.embed_query, query)
                 exists = self._open(create=False)
-                vector = pending_vector.result()
-        else:
-            exists = self._open(create=False)
-        manifest = self._view.manifest_state()
-        building = manifest[1]
-        if building or (not exists and self._view.progress is not None):
-            raise self._view.building_error()  # nothing committed yet: not "does not exist", nor "lost its data"
-        missing = self._missing_rows(exists, manifest)
-        if missing is None and not exists:
-            raise MdragError(f"index {self.name!r} does not exist in {self.store.uri}: run `mdrag index DIR` first")
-        if missing is not None:
-            msg = f"{self._loss(missing, exists)}: run `mdrag index` to repair it"
-            if not missing[0]:
-                raise StoreDamagedError(msg[0].upper() + msg[1:] + ".")
-            log.warning("%s; until then results are incomplete", msg)
-        self._view.follow_committed(manifest, self.store.transactional)
-        with self._snapshot.reading() as visible:
-            if visible.ids is not None and not visible.ids and visible.roots is None:
-                # nothing is being built (a build writes its manifest before its first chunk): it was lost
-                if (exists and not building and self._view.progress is None) and (
-                    self.manifest_path.exists() or self.store.count() > 0
-                ):
-                    lost = "cannot be read" if self.manifest_path.exists() else "is missing"
-                    raise MdragError(
-                        f"the manifest {self.manifest_path} {lost}, and it says which of the chunks of "
-                        f"{self.store.uri} are whole: run `mdrag index` to write it again from the store's "
-                        "folders (its stored vectors are reused)"
-                    )
-                raise self._view.building_error()
-            results = search(self.store, self.embedder, query, options, filters, visible, vector)
-        if not results and self._view.progress is None and building:
-            raise self._view.building_error()  # a transactional store being built by another process shows nothing yet
-        return results
+                return exists, pending_vector.result()
+        return self._open(create=False), None
 
     def get(self, refs: str | Sequence[str], stop: threading.Event | None = None) -> Fetched:
         """Documents of the index, or parts of them, read from disk now: ``refs`` are paths relative to its
@@ -506,9 +450,9 @@ class Index:
                 self._stats = (generation, stats)
         return stats
 
-    def status(self, verify: bool = False) -> dict[str, Any]:
+    def status(self, verify: bool = False) -> IndexStatus:
         """Name, store backend (and why it was picked), store, model, files, chunks, last run, and what is
-        damaged (JSON-ready): rows missing by the manifest, and what the store finds unlike what its last
+        damaged (``to_dict()``: JSON-ready): rows missing by the manifest, and what the store finds unlike what its last
         run recorded (:meth:`Store.check`; ``verify``: every row read, not only what is cheap to check, and
         every file's chunk ids compared with the manifest; what it finds is recorded for the next
         :meth:`update`, which repairs it). An index built with another embedder than the configured one is
@@ -526,7 +470,7 @@ class Index:
                 chunks, damage = (len(m.visible()[0]) if m else 0), []
             else:
                 try:
-                    missing = self._missing_rows(exists)
+                    missing = self._health.missing_rows(self.store, exists)
                     chunks = self.store.count() if exists else 0
                     found = self.store.check(thorough=verify) if exists else []
                 except StoreDamagedError as e:
@@ -539,30 +483,30 @@ class Index:
                 if verify and exists and m is not None and m.roots and not m.dirty and m.verified and not missing:
                     found += self._unlike_manifest(m)
                     checked.append("each file's chunk ids against the manifest")
-                damage = ([self._loss(missing, exists)] if missing else []) + found
+                damage = ([self._health.loss(self.store, missing, exists)] if missing else []) + found
                 if verify and found:
                     self._verify.record(found)
         recorded = mismatch.built if mismatch is not None and mismatch.built else self.embedder.identity
-        return {
-            "index": self.name,
-            "backend": self.backend,
-            "backend_reason": self.backend_reason,
-            "store_uri": self.store.uri,
-            "exists": exists,
-            "model": (m.model if m else recorded),
-            "model_mismatch": str(mismatch) if mismatch is not None else None,
-            "folders": m.roots if m else [],
-            "files": m.file_count if m else 0,  # committed: a run's progress is not counted
-            "chunks": chunks,
-            "last_indexed": m.last_indexed if m else None,
-            "interrupted": bool(m and (m.dirty or not m.verified)),
-            "building": bool(m and m.building) or (self._view.progress is not None and m is None),
-            "damaged": "; ".join(damage) or None,
-            "chunking": m.chunking if m else self.settings.as_dict(),
-            "manifest": str(self.manifest_path),
-            "manifest_lost": not (m and m.roots) and chunks > 0,  # the store holds what no manifest lists
-            "verified": {"checked": checked, "seconds": round(time.monotonic() - started, 3)} if verify else None,
-        }
+        return IndexStatus(
+            index=self.name,
+            backend=self.backend,
+            backend_reason=self.backend_reason,
+            store_uri=self.store.uri,
+            exists=exists,
+            model=(m.model if m else recorded),
+            model_mismatch=str(mismatch) if mismatch is not None else None,
+            folders=m.roots if m else [],
+            files=m.file_count if m else 0,  # committed: a run's progress is not counted
+            chunks=chunks,
+            last_indexed=m.last_indexed if m else None,
+            interrupted=bool(m and (m.dirty or not m.verified)),
+            building=bool(m and m.building) or (self._view.progress is not None and m is None),
+            damaged="; ".join(damage) or None,
+            chunking=m.chunking if m else self.settings.as_dict(),
+            manifest=str(self.manifest_path),
+            manifest_lost=not (m and m.roots) and chunks > 0,  # the store holds what no manifest lists
+            verified={"checked": checked, "seconds": round(time.monotonic() - started, 3)} if verify else None,
+        )
 
     def _unlike_manifest(self, m: Manifest) -> list[str]:
         """The files whose chunks in the store are not the ones the manifest lists (every id read), as one

@@ -1,15 +1,15 @@
-"""What the searches of one index see while an update runs beside them: the committed chunk ids.
+"""The committed state the searches of this process read, shared by its threads: chunk ids, in memory.
 
 A running update writes chunks that stay invisible until it commits; then the
 new state is visible all at once. A commit waits for the searches still reading
 the state before it, so the chunks it replaces are not deleted under them; a run
 waits, before it writes, for the searches that read with no filter.
 
-Outside this process's own runs, searches follow the committed state that the
-store or the manifest shows (:meth:`Snapshot.follow`): a transactional store
-needs no filter, since other processes' runs reach it whole at their commit;
-a store without transactions is read through the ids the manifest records as
-committed.
+It holds no file and knows no manifest: which state it holds, outside this
+process's runs, is :class:`~mdrag.index.visibility.Visibility`'s to say
+(:meth:`Snapshot.follow`): a transactional store needs no filter, since other
+processes' runs reach it whole at their commit; a store without transactions is
+read through the ids the manifest records as committed.
 """
 
 from __future__ import annotations

@@ -1,0 +1,39 @@
+"""What `Index.status()` says of one index: a frozen value, read by the CLI, the keeper and the front ends."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any
+
+__all__ = ["IndexStatus"]
+
+
+@dataclass(frozen=True)
+class IndexStatus:
+    """One index described: its store, model, files, chunks, last run, and what is damaged.
+
+    ``to_dict()`` is the JSON `mdrag status --json` prints, its keys in this order.
+    """
+
+    index: str  # the index's name
+    backend: str  # its store backend (faiss, milvus)
+    backend_reason: str  # why that backend: the setting, or what `auto` found
+    store_uri: str  # where the store is
+    exists: bool  # the store holds the index
+    model: dict[str, Any]  # the embedder that built it ({"model": ..., "dimension": ...})
+    model_mismatch: str | None  # built with another embedder than the configured one: what to do; else None
+    folders: list[str]  # the index's folders, as its manifest lists them
+    files: int  # files committed (a run's progress is not counted)
+    chunks: int  # chunks in the store (or, for another embedder's index, in its manifest)
+    last_indexed: float | None  # unix time of the last finished run; None: never
+    interrupted: bool  # the last run did not finish, or the manifest was changed outside mdrag
+    building: bool  # a first build runs and has committed nothing yet
+    damaged: str | None  # what the store lost or holds unlike its last run ("; " between); None: nothing
+    chunking: dict[str, Any]  # how the files were cut (the manifest's, else the settings')
+    manifest: str  # the manifest's path
+    manifest_lost: bool  # the store holds chunks that no manifest lists
+    verified: dict[str, Any] | None  # with --verify: what was read ("checked") and in how many "seconds"
+
+    def to_dict(self) -> dict[str, Any]:
+        """The status as JSON-ready values, keyed by field name in field order."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
