@@ -68,6 +68,7 @@ from mdrag.knowledge.indexes import (
     DocsetIndex,
     DocsetIndexes,
     DocsetIndexesClosedError,
+    DocsetIndexState,
     UpdateProgress,
     files_progress,
 )
@@ -229,12 +230,12 @@ class KnowledgeTools:
         await self._wait([e for _, e, _ in targets], deadline, report)
 
         hits: list[tuple[Docset, SearchResult]] = []
-        indexed: dict[str, Any] = {}
+        indexed: dict[str, DocsetIndexState] = {}
         indexing: dict[str, UpdateProgress] = {}
         for ds, entry, updates in targets:
             found = await anyio.to_thread.run_sync(entry.search, query, k)
             if found.results is not None:
-                indexed[ds.id] = entry.state(refreshed=entry.updates > updates).to_dict()
+                indexed[ds.id] = entry.state(refreshed=entry.updates > updates)
                 hits.extend((ds, r) for r in found.results)
                 if not found.results and found.progress is not None:  # what the update writes may hold the answer
                     indexing[ds.id] = found.progress
@@ -263,7 +264,7 @@ class KnowledgeTools:
                 f"no section scored above the relevance threshold (search.threshold {threshold:g}): the docs may "
                 "not cover this. Try other words, or search_docs to search the files yourself."
             )
-        out["indexed"] = indexed
+        out["indexed"] = {docset: state.to_dict() for docset, state in indexed.items()}
         if skipped:
             out["skipped"] = skipped
         return out
