@@ -243,17 +243,19 @@ class DocsetIndexes:
         self, kb: KnowledgeBase, config: Config | None = None, refresh_interval: float = MCP_REFRESH_INTERVAL_S
     ) -> None:
         self.kb = kb  # the docsets, their folders as configured now
-        self.config = config
-        self.refresh_interval = refresh_interval
+        self.config = config  # the settings each index starts from
+        self.refresh_interval = refresh_interval  # seconds before a search asks for an update again
         self._open: dict[str, DocsetIndex] = {}  # by index name
         self._serving = False  # between start() and close(): indexes may open
+        self._lock = threading.Lock()  # guards the two above: a front end may open indexes from several threads
         self._gate = threading.Lock()  # one docset's update at a time: they would share the CPU
-        self._cache = _SearchCache()
+        self._cache = _SearchCache()  # the searches of cached_search
 
     def start(self) -> None:
         """Let indexes open, and start an update of every docset's index (those with a folder), one after
         the other; a config that cannot be read is logged, and the indexes open as they are used."""
-        self._serving = True
+        with self._lock:
+            self._serving = True
         try:
             docsets = self.kb.config().docsets
         except MdragError as e:
@@ -268,27 +270,22 @@ class DocsetIndexes:
 
     def opened(self) -> list[DocsetIndex]:
         """The indexes open now."""
-        return list(self._open.values())
+        with self._lock:
+            return list(self._open.values())
 
     def open(self, ds: Docset) -> DocsetIndex:
         """The docset's index and keeper, made (and its first update started) on first use;
         :class:`DocsetIndexesClosedError` outside :meth:`start` and :meth:`close`."""
         name = self._name(ds)
-        entry = self._open.get(name)
-        if entry is None:
-            if not self._serving:
-                raise DocsetIndexesClosedError("the docset indexes are closed: no index opens")
-            from mdrag.ingest.keeper import IndexKeeper
-
-            index = docset_index(ds.id, self.kb.config().root.parent, self.config)
-
-            def update(folders: object, **how: Any) -> IndexSummary:
-                return update_docset_index(index, self.kb.resolve(ds.id), **how)  # its folder as configured now
-
-            entry = DocsetIndex(index, IndexKeeper(index, update=update, gate=self._gate), bool(index.folders))
-            self._open[name] = entry
-            entry.keeper.start()
-        return entry
+        with self._lock:
+            entry = self._open.get(name)
+            if entry is None:
+                if not self._serving:
+                    raise DocsetIndexesClosedError("the docset indexes are closed: start them again to open one")
+                entry = self._make(ds)
+                self._open[name] = entry
+                entry.keeper.start()
+            return entry
 
     def ensure_current(self, ds: Docset) -> DocsetIndex:
         """The docset's index (see :meth:`open`), with an update asked for when it is due (see
@@ -302,7 +299,9 @@ class DocsetIndexes:
     def cached_search(self, ds: Docset, query: str) -> CachedSearch | None:
         """The docset's ranked sections for quick answers, kept by index, update and query: None unless its
         index is open and ready (see :meth:`DocsetIndex.ready`)."""
-        entry = self._open.get(self._name(ds))
+        name = self._name(ds)
+        with self._lock:
+            entry = self._open.get(name)
         if entry is None or not entry.ready(ds.local_path):
             return None
         return self._cache.lookup(entry.index, (entry.index.name, entry.updates, query))
@@ -310,8 +309,9 @@ class DocsetIndexes:
     def close(self) -> None:
         """Stop the updates (at their next file: the next start finishes them) and close the indexes (and so
         the Milvus Lite file). Blocks until the keepers' workers end."""
-        self._serving = False
-        entries, self._open = list(self._open.values()), {}
+        with self._lock:
+            self._serving = False
+            entries, self._open = list(self._open.values()), {}
         for entry in entries:
             try:
                 entry.keeper.close()
@@ -321,6 +321,17 @@ class DocsetIndexes:
 
     def _name(self, ds: Docset) -> str:
         return index_name(ds.id, self.kb.config().root.parent)
+
+    def _make(self, ds: Docset) -> DocsetIndex:
+        """The docset's index (not opened yet: its first use opens it) and its keeper (not started)."""
+        from mdrag.ingest.keeper import IndexKeeper
+
+        index = docset_index(ds.id, self.kb.config().root.parent, self.config)
+
+        def update(folders: object, **how: Any) -> IndexSummary:
+            return update_docset_index(index, self.kb.resolve(ds.id), **how)  # its folder as configured now
+
+        return DocsetIndex(index, IndexKeeper(index, update=update, gate=self._gate), bool(index.folders))
 
 
 class _SearchCache:
