@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 from mdrag.knowledge import KnowledgeBase
@@ -20,6 +21,7 @@ from mdrag.knowledge.indexes import (
     UpdateProgress,
 )
 from tests.test_knowledge import write_config, write_files
+from tests.test_mcp import error, ok
 
 WAIT = 60.0
 
@@ -133,3 +135,33 @@ def test_state_and_progress_give_the_keys_the_mcp_search_tool_sends() -> None:
     full = DocsetIndexState(index="docset_x", refreshed=True, updating=UpdateProgress("queued", 0, None), error="")
     assert full.to_dict()["updating"] == {"state": "queued", "files_done": 0, "files_total": None}
     assert full.to_dict()["error"] == ""  # an error is sent when set, even empty
+
+
+@pytest.mark.anyio
+async def test_a_first_build_waiting_its_turn_is_reported_by_the_core_and_by_get(project: Path) -> None:
+    """While another docset's update holds the CPU (the shared gate), a docset's first build waits: its index
+    holds no files, the core says how far it is, and the MCP ``get`` tool says so rather than "not found"."""
+    from mdrag.frontends.mcp import KnowledgeTools
+
+    tools = KnowledgeTools(KnowledgeBase(start=project), search_wait=0)
+    gate = tools.indexes._gate  # held here, as another docset's update would
+    gate.acquire()
+    try:
+        async with tools.running():
+            (entry,) = tools.indexes.opened()
+            with anyio.fail_after(WAIT):
+                while not entry.keeper.state.queued:  # its update reaches the gate
+                    await anyio.sleep(0.01)
+            assert entry.first_build() == UpdateProgress("queued", 0, None)
+            refused = error(await tools.call("get", {"docset": "guide", "ref": "intro.md"}))
+            assert refused.startswith(
+                "docset 'guide' is being indexed (waiting for another docset's indexing): get reads the files its "
+                "index holds, so call it again shortly"
+            )
+            gate.release()
+            assert await anyio.to_thread.run_sync(entry.wait, WAIT)
+            assert entry.first_build() is None  # built: get reads its files
+            assert "How to install the tool." in ok(await tools.call("get", {"docset": "guide", "ref": "intro.md"}))
+    finally:
+        if gate.locked():  # the test failed before it let the update go (the keepers have ended)
+            gate.release()

@@ -171,6 +171,11 @@ class DocsetIndex:
             return UpdateProgress("queued" if st.queued else "scanning", 0, None)
         return None
 
+    def first_build(self) -> UpdateProgress | None:
+        """How far the index's first build is when it holds no files yet and an update runs; None when it
+        holds files or none runs. Blocks: it reads the index's manifest."""
+        return None if self.index.files else self.progress()
+
     def state(self, refreshed: bool) -> DocsetIndexState:
         """The index's size and what its last update did; ``refreshed``: that update finished while the
         caller waited."""

@@ -275,13 +275,12 @@ class KnowledgeTools:
         ds = self.kb.resolve(string_arg(args, "docset"))
         refs = refs_arg(args) if several else string_arg(args, "ref")
         entry = self._open(ds)  # checks its folder again
-        if not await anyio.to_thread.run_sync(lambda: entry.index.files):
-            progress = entry.progress()
-            if progress is not None:
-                raise DocsetError(
-                    f"docset {ds.id!r} is being indexed ({_progress_text(progress)}): get reads the files its "
-                    f"index holds, so call it again shortly, or read the file under {ds.local_path} yourself"
-                )
+        progress = await anyio.to_thread.run_sync(entry.first_build)
+        if progress is not None:
+            raise DocsetError(
+                f"docset {ds.id!r} is being indexed ({_progress_text(progress)}): get reads the files its "
+                f"index holds, so call it again shortly, or read the file under {ds.local_path} yourself"
+            )
         stop = threading.Event()  # set when the call is cancelled (its client has gone): the get reads no more
         try:
             fetched = await anyio.to_thread.run_sync(entry.index.get, refs, stop, abandon_on_cancel=True)
