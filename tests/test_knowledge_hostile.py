@@ -426,8 +426,8 @@ async def test_search_over_every_docset_checks_each_folder_again(
     with anyio.fail_after(120):
         async with tools.running():
             found = await tools.search({"query": f"password {SECRET}"})
-            for entry in tools._indexes.values():  # the background updates started with the server
-                assert await anyio.to_thread.run_sync(entry.keeper.wait, None, 60)
+            for entry in tools.indexes.opened():  # the background updates started with the server
+                assert await anyio.to_thread.run_sync(entry.wait, 60)
     assert SECRET not in json.dumps(found["results"]) and found["results"], found
     assert "outside the project folder" in found["skipped"]["b"] and "b" not in found["indexed"]
     with docset_index("b", project) as index:  # nor read into an index by the updates started with the server

@@ -3,7 +3,7 @@
 The server owns its index for the whole run: it loads it (or builds it) in
 the background while already accepting connections, answers queries from
 the open index, and keeps it current with a file watcher and a periodic
-rescan, both asking its :class:`~mdrag.ingest.keeper.IndexKeeper` for an update
+rescan, both asking its :class:`~mdrag.index.keeper.IndexKeeper` for an update
 (the keeper runs them in its worker thread, commits a long one in steps, and
 lets a watched change go ahead). Searches read only committed chunks, so an
 update switches atomically; an index that holds a committed state is served

@@ -11,6 +11,9 @@ A docset is a named folder of documentation. The package, one module per concern
   and ``status``.
 - ``docsets``: each docset's own mdrag index (its name, and bringing it in line with the docset's folder), for
   ``mdrag knowledge init/refresh`` and ``mdrag mcp``; imported by its users, not here, as it opens indexes.
+- ``indexes``: ``DocsetIndexes``, the docsets' indexes kept current for a long-running front end (``mdrag mcp``):
+  opened on first use, refreshed when due, searched while they update, their state and progress as values;
+  imported by its users, not here.
 
 Nothing here prints or parses a command line: progress goes to a callback, details to ``logging``, and every
 failure is a :class:`~mdrag.errors.DocsetError` whose text says what to do next.

@@ -101,7 +101,7 @@ def update_docset_index(
     out; the docset's index from before the hashed names (:func:`index_name`)
     loses the docset's folder, and is deleted when nothing else is left in it.
     ``progress``, ``cancel`` and ``how`` (``pause``, ``batch_chunks``: an
-    :class:`~mdrag.ingest.keeper.IndexKeeper`'s steps) as for :meth:`mdrag.index.Index.update`.
+    :class:`~mdrag.index.keeper.IndexKeeper`'s steps) as for :meth:`mdrag.index.Index.update`.
     """
     folder = docset_folder(ds)
     summary = index.update([folder], progress=progress, cancel=cancel, **how)

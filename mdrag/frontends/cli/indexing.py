@@ -174,7 +174,7 @@ _STEP_S = 30.0
 
 
 class _Steps:
-    """An `mdrag index` run committed as it goes, as the server's updates are (:mod:`mdrag.ingest.keeper`):
+    """An `mdrag index` run committed as it goes, as the server's updates are (:mod:`mdrag.index.keeper`):
     every ``_STEP_S`` the run commits what it embedded and goes on, so that a run stopped (Ctrl+C, a crash)
     keeps it. The first Ctrl+C ends the step that runs (it commits what was embedded) and stops there; a
     second stops at once (what the last step committed is kept, the next run repairs the rest)."""

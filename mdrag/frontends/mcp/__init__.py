@@ -19,7 +19,8 @@ Layered as websockets is, a core without I/O under thin I/O layers:
 - ``wire``: which JSON-RPC lines the SDK may read, and the error that answers the others (REQ-7, REQ-8);
   no I/O.
 - ``tools``: :class:`KnowledgeTools`, the tools over the core (:mod:`mdrag.knowledge`, its docsets'
-  indexes in :mod:`mdrag.knowledge.docsets`), with their indexes kept current in the background.
+  indexes kept current in the background by :mod:`mdrag.knowledge.indexes`): arguments checked, results
+  formatted.
 - ``stdio``: :func:`run_stdio`, the SDK's stdio transport with each line checked by ``wire`` first.
 - ``http``: :class:`~mdrag.frontends.mcp.http.MCPHTTPServer` (`mdrag mcp --http`), the SDK's streamable HTTP
   transport, one set of tools for every session, behind the WebSocket server's Origin and token checks.
