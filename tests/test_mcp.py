@@ -671,7 +671,7 @@ async def test_search_results_from_a_pdf_name_their_page(
     tools = KnowledgeTools(kb, search_wait=60)
     with anyio.fail_after(120):
         async with Client(tools.server()) as client:
-            found = json.loads(ok(await client.call_tool("search", {"query": "Vicksburg", "docset": "react", "k": 10})))
+            found = json.loads(ok(await client.call_tool("search", {"query": "Vicksburg", "docset": "react", "k": 40})))
     pages = [r for r in found["results"] if r["rel_path"] == pdf.name]
     texts = [r for r in found["results"] if r["rel_path"].endswith(".md")]
     assert pages and all(isinstance(r["page"], int) and r["page"] >= 1 for r in pages)

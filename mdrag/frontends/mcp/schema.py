@@ -134,7 +134,7 @@ TOOLS: tuple[types.Tool, ...] = (
                     "minimum": 1,
                     "maximum": MCP_MAX_K,
                     "default": MCP_DEFAULT_K,
-                    "description": f"How many sections to return (1-{MCP_MAX_K}).",
+                    "description": f"How many passages to return (1-{MCP_MAX_K}).",
                 },
             },
             "required": ["query"],
