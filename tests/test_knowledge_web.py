@@ -2,15 +2,24 @@
 
 from __future__ import annotations
 
+import hashlib
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from mdrag import knowledge
+from mdrag.errors import KnowledgeConfigError
+from mdrag.knowledge import KnowledgeBase
+from mdrag.knowledge.docsets import docset_index, update_docset_index
 from mdrag.knowledge.web import WebsiteCrawler, url_to_path
 from mdrag.knowledge.web_fetch import FetchError, check_address
+from mdrag.knowledge.web_source import page_urls
+from tests.test_knowledge import write_config
 
 PAGES = {
     "/docs/": b'<html><body><h1>Home</h1><p>Welcome.</p><a href="guide.html">g</a><a href="/other/x.html">o</a>'
@@ -21,6 +30,9 @@ PAGES = {
     "/docs/only-in-sitemap.md": b"# Sitemap page\n\nFound through the sitemap.\n",
     "/other/x.html": b"<html><body>outside</body></html>",
 }
+
+
+SERVERS: dict[str, ThreadingHTTPServer] = {}
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -45,10 +57,26 @@ class Handler(BaseHTTPRequestHandler):
             return self._send(200, b'<html><body><a href="cal?d=%d">next</a></body></html>' % (n + 1), "text/html")
         if path == "/docs/data.json":
             return self._send(200, b"{}", "application/json")
-        if path in PAGES:
+        if path == "/docs/slow.html":
+            time.sleep(2)
+            return self._send(200, b"<html><body>late</body></html>", "text/html")
+        if path == "/docs/huge.html":
+            return self._send(200, b"<html><body>" + b"x" * 300_000 + b"</body></html>", "text/html")
+        if path == "/docs/private.html":
+            return self._redirect("http://10.1.2.3/docs/x.html")
+        pages: dict[str, bytes] = self.server.pages  # type: ignore[attr-defined]
+        self.server.hits.append(path)  # type: ignore[attr-defined]
+        if path in pages:
+            body = pages[path]
+            etag = '"' + hashlib.sha256(body).hexdigest()[:16] + '"'
+            if self.headers.get("If-None-Match") == etag:
+                self.send_response(304)
+                self.send_header("ETag", etag)
+                self.end_headers()
+                return
             ctype = "text/markdown" if path.endswith(".md") else "text/html; charset=utf-8"
-            return self._send(200, PAGES[path], ctype)
-        self._send(404, b"not found", "text/plain")
+            return self._send(200, body, ctype, etag)
+        self._send(410 if path in self.server.gone else 404, b"not found", "text/plain")  # type: ignore[attr-defined]
 
     def _redirect(self, to: str) -> None:
         self.send_response(302)
@@ -56,9 +84,11 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", "0")
         self.end_headers()
 
-    def _send(self, status: int, body: bytes, ctype: str) -> None:
+    def _send(self, status: int, body: bytes, ctype: str, etag: str | None = None) -> None:
         self.send_response(status)
         self.send_header("Content-Type", ctype)
+        if etag:
+            self.send_header("ETag", etag)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
@@ -67,6 +97,10 @@ class Handler(BaseHTTPRequestHandler):
 @pytest.fixture
 def site() -> Iterator[str]:
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.pages = dict(PAGES)  # type: ignore[attr-defined]
+    server.hits = []  # type: ignore[attr-defined]
+    server.gone = set()  # type: ignore[attr-defined]
+    SERVERS[f"http://127.0.0.1:{server.server_address[1]}/docs/"] = server
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     yield f"http://127.0.0.1:{server.server_address[1]}/docs/"
@@ -87,6 +121,27 @@ def test_crawl_keeps_pages_in_scope_and_logs_the_rest(site: str, tmp_path: Path)
     assert not any("other" in p for p in paths)
 
 
+def test_slow_huge_and_private_pages_end_with_a_reason(site: str, tmp_path: Path) -> None:
+    SERVERS[site].pages["/docs/"] += b'<a href="slow.html">s</a><a href="huge.html">h</a><a href="private.html">p</a>'
+    result = WebsiteCrawler(site, allow_local=True, delay=0, timeout=0.5, max_bytes=200_000).crawl(tmp_path)
+    assert "no answer within" in result.skipped[site + "slow.html"]
+    assert "page limit" in result.skipped[site + "huge.html"]
+    assert "outside" in result.skipped[site + "private.html"]
+    assert "guide.html" in {p.path for p in result.pages.values()}  # the crawl went on
+
+
+def test_max_pages_stops_the_crawl(site: str, tmp_path: Path) -> None:
+    result = WebsiteCrawler(site, allow_local=True, delay=0, max_pages=2).crawl(tmp_path)
+    assert len(result.pages) == 2
+
+
+def test_start_page_on_loopback_refused_without_allow_local(site: str, tmp_path: Path) -> None:
+    result = WebsiteCrawler(site, delay=0).crawl(tmp_path)
+    assert result.pages == {}
+    assert "allow_local_web" in result.skipped[site]
+    assert SERVERS[site].hits == []
+
+
 def test_private_address_refused_without_allow_local() -> None:
     with pytest.raises(FetchError, match="allow_local_web"):
         check_address("127.0.0.1", 80, False)
@@ -104,3 +159,75 @@ def test_private_address_refused_without_allow_local() -> None:
 )
 def test_url_to_path_stays_inside(url: str, expected: str) -> None:
     assert url_to_path(url, "/docs/", ".html") == expected
+
+
+def _website_kb(project: Path, site: str, allow: bool = True) -> KnowledgeBase:
+    write_config(
+        project,
+        f"allow_local_web: {'true' if allow else 'false'}\ndocsets:\n  - id: site\n    web_sources:\n"
+        f"      - type: website\n        url: {site}\n",
+    )
+    return KnowledgeBase(start=project)
+
+
+@pytest.fixture
+def fast_loader(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("mdrag.knowledge.web_source.WebsiteLoader.__init__.__defaults__", (0.0, 5.0))
+
+
+def test_init_indexes_pages_with_their_urls_and_refresh_fetches_only_changes(
+    site: str, tmp_path: Path, mdrag_home: Path, hash_embedder: Any, monkeypatch: pytest.MonkeyPatch, fast_loader: None
+) -> None:
+    monkeypatch.setattr("mdrag.index.make_embedder", lambda config: hash_embedder)
+    (mdrag_home / "config.yaml").write_text("search:\n  threshold: 0.0\n")
+    project = tmp_path / "project"
+    kb = _website_kb(project, site)
+    (result,) = knowledge.init_docset(kb, "site")
+    assert result.ok, result.error
+    assert {"index.html", "guide.html", "only-in-sitemap.md"} <= set(result.added)
+    folder = Path(kb.resolve("site").local_path)
+    assert page_urls(folder)["guide.html"] == site + "guide.html"
+    with docset_index("site", project) as index:
+        summary = update_docset_index(index, kb.resolve("site"))
+        assert summary.added >= 3
+        hits = index.search("Install the widget", k=3)
+        assert any(h.rel_path.endswith("guide.html") for h in hits)
+
+    server = SERVERS[site]
+    server.pages["/docs/guide.html"] = b"<html><body><h1>Guide</h1><p>Install the gadget now.</p></body></html>"
+    del server.pages["/docs/only-in-sitemap.md"]
+    server.gone.add("/docs/only-in-sitemap.md")
+    server.hits.clear()
+    mtime = (folder / "index.html").stat().st_mtime_ns
+    (again,) = knowledge.refresh(kb, "site")["site"]
+    assert again.ok, again.error
+    assert again.changed == ["guide.html"]
+    assert again.removed == ["only-in-sitemap.md"]
+    assert again.added == []
+    assert not (folder / "only-in-sitemap.md").exists()
+    assert (folder / "index.html").stat().st_mtime_ns == mtime  # answered 304: not rewritten
+    with docset_index("site", project) as index:
+        summary = update_docset_index(index, kb.resolve("site"))
+        assert (summary.added, summary.modified, summary.deleted) == (0, 1, 1)
+    rows = knowledge.status(kb)
+    assert rows[0]["files"] == len(again.files)
+
+
+def test_a_failing_website_is_recorded_and_loopback_needs_allow_local_web(
+    site: str, tmp_path: Path, fast_loader: None
+) -> None:
+    kb = _website_kb(tmp_path / "project", site, allow=False)
+    (result,) = knowledge.init_docset(kb, "site")
+    assert not result.ok
+    assert "allow_local_web" in (result.error or "")
+    assert "allow_local_web" in (knowledge.status(kb)[0]["last_error"] or "")
+
+
+@pytest.mark.parametrize(
+    ("source", "message"),
+    [("url: ftp://h/docs/", "http:// or https://"), ("url: https://h/\n        max_pages: 0", "max_pages")],
+)
+def test_bad_website_sources_are_refused(tmp_path: Path, source: str, message: str) -> None:
+    write_config(tmp_path, f"docsets:\n  - id: s\n    web_sources:\n      - type: website\n        {source}\n")
+    with pytest.raises(KnowledgeConfigError, match=message):
+        KnowledgeBase(start=tmp_path).config()
