@@ -14,11 +14,12 @@ import pytest
 
 from mdrag import knowledge
 from mdrag.errors import KnowledgeConfigError
+from mdrag.frontends import protocol
 from mdrag.knowledge import KnowledgeBase
 from mdrag.knowledge.docsets import docset_index, update_docset_index
 from mdrag.knowledge.web import WebsiteCrawler, url_to_path
 from mdrag.knowledge.web_fetch import FetchError, check_address
-from mdrag.knowledge.web_source import page_urls
+from mdrag.knowledge.web_source import page_url, page_urls
 from tests.test_knowledge import write_config
 
 PAGES = {
@@ -191,7 +192,10 @@ def test_init_indexes_pages_with_their_urls_and_refresh_fetches_only_changes(
         summary = update_docset_index(index, kb.resolve("site"))
         assert summary.added >= 3
         hits = index.search("Install the widget", k=3)
-        assert any(h.rel_path.endswith("guide.html") for h in hits)
+        hit = next(h for h in hits if h.rel_path.endswith("guide.html"))
+    sent = protocol.search_results("Install the widget", [hit.to_dict()])["results"][0]
+    assert sent["url"] == site + "guide.html"  # what the web page's "page" link opens
+    assert page_url(folder / ".agentic-metadata.json") is None  # not a page
 
     server = SERVERS[site]
     server.pages["/docs/guide.html"] = b"<html><body><h1>Guide</h1><p>Install the gadget now.</p></body></html>"
