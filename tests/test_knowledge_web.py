@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler, SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -235,3 +236,55 @@ def test_bad_website_sources_are_refused(tmp_path: Path, source: str, message: s
     write_config(tmp_path, f"docsets:\n  - id: s\n    web_sources:\n      - type: website\n        {source}\n")
     with pytest.raises(KnowledgeConfigError, match=message):
         KnowledgeBase(start=tmp_path).config()
+
+
+PAGES_DIR = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "html_readability_pages"
+
+
+class _Quiet(SimpleHTTPRequestHandler):
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def saved_site() -> Iterator[str]:
+    """The saved pages of ../shared/data/html_readability_pages served as they are, with http.server's folder
+    listings linking them (each folder's source.html and expected.html; expected-metadata.json is not a page)."""
+    if not PAGES_DIR.is_dir():
+        pytest.skip(f"{PAGES_DIR} is absent: the shared corpora are not checked out here")
+    server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Quiet, directory=str(PAGES_DIR.parent)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/{PAGES_DIR.name}/"
+    server.shutdown()
+    server.server_close()
+
+
+def test_saved_pages_are_crawled_indexed_and_cited(
+    saved_site: str,
+    tmp_path: Path,
+    mdrag_home: Path,
+    hash_embedder: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    fast_loader: None,
+) -> None:
+    monkeypatch.setattr("mdrag.index.make_embedder", lambda config: hash_embedder)
+    (mdrag_home / "config.yaml").write_text("search:\n  threshold: 0.0\n")
+    project = tmp_path / "project"
+    write_config(
+        project,
+        "allow_local_web: true\ndocsets:\n  - id: pages\n    web_sources:\n"
+        f"      - type: website\n        url: {saved_site}\n        max_pages: 150\n",
+    )
+    kb = KnowledgeBase(start=project)
+    (result,) = knowledge.init_docset(kb, "pages")
+    assert result.ok, result.error
+    assert len(result.files) == 150  # max_pages: the folder listings first, then the pages they link
+    assert "001/source.html" in result.files
+    folder = Path(kb.resolve("pages").local_path)
+    assert (folder / "001" / "source.html").read_bytes() == (PAGES_DIR / "001" / "source.html").read_bytes()
+    assert not any(f.startswith("..") or f.endswith(".json") for f in result.files)  # metadata JSON: not a page
+    with docset_index("pages", project) as index:
+        update_docset_index(index, kb.resolve("pages"))
+        hits = index.search("Get your Frontend JavaScript Code Covered", k=5)
+    urls = {h.rel_path: page_url(h.path) for h in hits}
+    assert urls.get("001/source.html") == saved_site + "001/source.html"
