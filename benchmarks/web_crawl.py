@@ -59,7 +59,7 @@ def main() -> None:
             again = crawler.crawl(Path(tmp) / "crawl", result.pages)
             seconds = time.perf_counter() - t
             print(
-                f"refresh (nothing changed): {again.fetched} conditional GETs, {len(again.changed)} pages "
+                f"refresh (nothing changed): {again.fetched} requests (conditional for kept pages), {len(again.changed)} pages "
                 f"rewritten in {seconds:.2f} s"
             )
 
