@@ -59,8 +59,8 @@ def main() -> None:
             again = crawler.crawl(Path(tmp) / "crawl", result.pages)
             seconds = time.perf_counter() - t
             print(
-                f"refresh (nothing changed): {again.fetched} requests (conditional for kept pages), {len(again.changed)} pages "
-                f"rewritten in {seconds:.2f} s"
+                f"refresh (nothing changed): {again.fetched} requests (conditional for kept pages), "
+                f"{len(again.changed)} pages rewritten in {seconds:.2f} s"
             )
 
             home, project = Path(tmp) / "home", Path(tmp) / "project"
