@@ -174,6 +174,9 @@ class WebsiteCrawler:
     def _seeds(self) -> list[str]:
         robots = self._aux(self.origin + "/robots.txt")
         self.robots.parse(robots.splitlines())
+        asked = self.robots.crawl_delay(USER_AGENT)
+        if asked is not None and float(asked) > self.delay:  # the site's Crawl-delay, up to a minute
+            self.delay = min(float(asked), 60.0)
         seeds = [self.start]
         maps = list(self.robots.site_maps() or []) + [self.origin + self.prefix + "sitemap.xml"]
         if self.prefix != "/":
