@@ -312,18 +312,29 @@ def source_location(source: Source, shared: frozenset[str] = frozenset()) -> dic
     """Where to open an answer's source: its path, the ``ref`` that `get` (CLI, MCP) takes, and the lines
     (or the page) of its best passage."""
     best = source.passages[0]
-    return {
-        "path": source.path,
-        "ref": _ref(source.path, best.rel_path, shared),
-        "line_start": best.line_start,
-        "line_end": best.line_end,
-        "page": best.page,
-    }
+    return _with_url(
+        {
+            "path": source.path,
+            "ref": _ref(source.path, best.rel_path, shared),
+            "line_start": best.line_start,
+            "line_end": best.line_end,
+            "page": best.page,
+        }
+    )
+
+
+def _with_url(d: dict[str, Any]) -> dict[str, Any]:
+    """``d`` with ``url``, the page's address, where its ``path`` is a page crawled from a website source."""
+    from mdrag.knowledge.web_source import page_url  # only when results are sent: the package is slow to import
+
+    if url := page_url(d["path"]):
+        d["url"] = url
+    return d
 
 
 def search_results(query: str, results: list[dict[str, Any]], shared: frozenset[str] = frozenset()) -> dict[str, Any]:
     """Ranked results (``SearchResult.to_dict()``), each with the ``ref`` that `get` takes for its document."""
-    refs = [{**r, "ref": _ref(r["path"], r["rel_path"], shared)} for r in results]
+    refs = [_with_url({**r, "ref": _ref(r["path"], r["rel_path"], shared)}) for r in results]
     return {"type": "search_results", "query": query, "results": refs}
 
 

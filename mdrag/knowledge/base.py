@@ -20,6 +20,7 @@ from mdrag.knowledge.files import unsearchable
 from mdrag.knowledge.git import GitRepoLoader
 from mdrag.knowledge.metadata import ensure_gitignore, read_failures, read_metadata, record_failure
 from mdrag.knowledge.model import CONTROL, DOCSET_NAME, Docset, KnowledgeConfig, Progress, SourceResult
+from mdrag.knowledge.web_source import WebsiteLoader
 from mdrag.redact import redact_url
 
 __all__ = ["DEFAULT_TEMPLATE", "MAX_KEYWORDS", "KnowledgeBase", "init_docset", "refresh", "status"]
@@ -240,10 +241,14 @@ def _load_docset(cfg: KnowledgeConfig, d: Docset, progress: Progress | None) -> 
         shown = redact_url(source.url)
         if progress is not None:  # one line a source (git's own progress goes to the log, at debug level)
             branch = f" (branch {source.branch})" if source.branch else ""
-            progress(f"{d.id}: source {i}/{len(d.web_sources)}: cloning {shown}{branch}")
+            verb = "crawling" if source.type == "website" else "cloning"
+            progress(f"{d.id}: source {i}/{len(d.web_sources)}: {verb} {shown}{branch}")
         # The result says what failed, or needs attention, to the front end, which shows it: the log has details.
         try:
-            result = loader.load(source, Path(d.local_path), cfg.allow_local_git, base=cfg.root)
+            if source.type == "website":
+                result = WebsiteLoader().load(source, Path(d.local_path), cfg.allow_local_web)
+            else:
+                result = loader.load(source, Path(d.local_path), cfg.allow_local_git, base=cfg.root)
         except DocsetError as e:
             log.info("%s: source %s failed: %s", d.id, shown, e)
             result = SourceResult(url=shown, ok=False, error=str(e))

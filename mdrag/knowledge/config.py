@@ -15,6 +15,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 import yaml
 from pydantic import BaseModel, Field
@@ -23,7 +24,7 @@ from mdrag.config import home_dir
 from mdrag.errors import DocsetError, KnowledgeConfigError
 from mdrag.knowledge.files import DOC_DIRS, DOC_EXTENSIONS, EXCLUDED_DIRS, EXCLUDED_PREFIXES, MAX_FILE_BYTES
 from mdrag.knowledge.git import validate_git_url
-from mdrag.knowledge.model import DOCSET_NAME, Docset, KnowledgeConfig, WebSource
+from mdrag.knowledge.model import CONTROL, DOCSET_NAME, Docset, KnowledgeConfig, WebSource
 
 __all__ = ["KnowledgeFile", "allowed_folders", "confine", "find_config", "keys_table", "load_knowledge_config"]
 
@@ -52,8 +53,12 @@ _SMART = (
 class SourceSpec(BaseModel):
     """One ``web_sources`` entry of a docset."""
 
-    type: Literal["git_repo"] = Field(description="the kind of source; `git_repo` is the only one")
-    url: str = Field(description="the repository (https, ssh or `git@host:path`; local ones need `allow_local_git`)")
+    type: Literal["git_repo", "website"] = Field(description="the kind of source: `git_repo` or `website`")
+    url: str = Field(
+        description="the repository (https, ssh or `git@host:path`; local ones need `allow_local_git`), or for "
+        "`website` the start page (http/https; pages under its folder are crawled)"
+    )
+    max_pages: int | None = Field(None, description="`website`: the most pages kept (default 2000)")
     branch: str | None = Field(None, description="the branch to copy (default: the remote's default branch)")
     paths: list[str] = Field([], description="files or folders of the repository to copy (default: " + _SMART + ")")
     options: SourceOptions | None = Field(None, description="`branch` and `paths` may be given here instead")
@@ -88,6 +93,7 @@ class KnowledgeFile(BaseModel):
         "(default: its `docs` folder)",
     )
     allow_local_git: bool = Field(False, description="allow local paths and `file://` URLs as git sources")
+    allow_local_web: bool = Field(False, description="allow website sources on loopback or private addresses")
     template: str | None = Field(
         None,
         description="instructions template of `search_docs` (`{keywords}`, `{generalized_keywords}`, "
@@ -160,6 +166,7 @@ def load_knowledge_config(path: Path, allowed_outside: Iterable[str | Path] = ()
         )
     root = path.parent
     allow_local = _opt_bool(data, "allow_local_git", str(path), KnowledgeFile.model_fields["allow_local_git"].default)
+    allow_web = _opt_bool(data, "allow_local_web", str(path), KnowledgeFile.model_fields["allow_local_web"].default)
     template = _opt_str(data, "template", str(path))
     docs_root = _docs_root(root, _opt_str(data, "docs_root", str(path)))
 
@@ -203,7 +210,7 @@ def load_knowledge_config(path: Path, allowed_outside: Iterable[str | Path] = ()
                 )
             owner[key] = d.id
         docsets.append(d)
-    return KnowledgeConfig(path, root, docs_root, tuple(docsets), allow_local, template, allowed)
+    return KnowledgeConfig(path, root, docs_root, tuple(docsets), allow_local, allow_web, template, allowed)
 
 
 def allowed_folders(folders: Iterable[str | Path]) -> tuple[Path, ...]:
@@ -307,8 +314,10 @@ def _parse_source(raw: Any, where: str, allow_local: bool) -> WebSource:
         raise KnowledgeConfigError(f"{where}: a web source must be a mapping such as {{type: git_repo, url: ...}}")
     _warn_unknown(raw, SourceSpec, where)
     kind = raw.get("type")
+    if kind == "website":
+        return _parse_website(raw, where)
     if kind != "git_repo":
-        raise KnowledgeConfigError(f"{where}: unsupported web source type {kind!r}; supported types: git_repo")
+        raise KnowledgeConfigError(f"{where}: unsupported web source type {kind!r}; supported types: git_repo, website")
     url = raw.get("url")
     if not isinstance(url, str) or not url:
         raise KnowledgeConfigError(f"{where}: `url` is required, e.g. https://github.com/owner/repo.git")
@@ -329,6 +338,19 @@ def _parse_source(raw: Any, where: str, allow_local: bool) -> WebSource:
     except DocsetError as e:
         raise KnowledgeConfigError(f"{where}: {e}") from None
     return WebSource("git_repo", url, branch, tuple(paths))
+
+
+def _parse_website(raw: Mapping[Any, Any], where: str) -> WebSource:
+    url = raw.get("url")
+    parts = urlsplit(url) if isinstance(url, str) else None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname or CONTROL.search(str(url)):
+        raise KnowledgeConfigError(
+            f"{where}: a website `url` must be an http:// or https:// page, e.g. https://docs.example.com/guide/"
+        )
+    max_pages = raw.get("max_pages")
+    if max_pages is not None and (isinstance(max_pages, bool) or not isinstance(max_pages, int) or max_pages < 1):
+        raise KnowledgeConfigError(f"{where}: max_pages must be a positive whole number, e.g. 500")
+    return WebSource("website", str(url), max_pages=max_pages)
 
 
 def _warn_unknown(spec: Mapping[Any, Any], schema: type[BaseModel], where: object) -> None:

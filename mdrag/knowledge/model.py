@@ -34,10 +34,11 @@ DRIVE = re.compile(r"^[A-Za-z]:[\\/]")  # a Windows drive: an absolute path, whe
 class WebSource:
     """One ``web_sources`` entry of a docset."""
 
-    type: str  # only "git_repo" so far
+    type: str  # "git_repo" or "website"
     url: str  # as written in the config; also the key in the metadata file
     branch: str | None = None  # None: the remote's default branch
     paths: tuple[str, ...] = ()  # explicit files/folders; empty: the smart filter
+    max_pages: int | None = None  # website: pages kept at most (None: the crawler's default)
 
 
 @dataclass(frozen=True)
@@ -76,6 +77,7 @@ class KnowledgeConfig:
     docs_root: Path
     docsets: tuple[Docset, ...]
     allow_local_git: bool = False  # local paths and file:// URLs as git sources (tests, mirrors)
+    allow_local_web: bool = False  # website sources on loopback or private addresses (tests, intranets)
     template: str | None = None  # default template for docsets without their own
     allowed_outside: tuple[Path, ...] = ()  # resolved folders outside the project that docsets may read (user's)
 

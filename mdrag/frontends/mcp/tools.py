@@ -72,6 +72,7 @@ from mdrag.knowledge.indexes import (
     UpdateProgress,
     files_progress,
 )
+from mdrag.knowledge.web_source import page_url
 
 if TYPE_CHECKING:
     from mdrag.config import Config
@@ -286,7 +287,11 @@ class KnowledgeTools:
             fetched = await anyio.to_thread.run_sync(entry.index.get, refs, stop, abandon_on_cancel=True)
         finally:
             stop.set()
-        return {"docset": ds.id, **fetched.to_dict()}
+        out = fetched.to_dict()
+        for doc in out["documents"]:  # a page of a website source: where it was fetched from, to cite
+            if url := page_url(doc["path"]):
+                doc["url"] = url
+        return {"docset": ds.id, **out}
 
     # -- the docsets' indexes ------------------------------------------------
 
@@ -375,6 +380,8 @@ def _result_dict(ds: Docset, r: SearchResult) -> dict[str, Any]:
         d["line_start"], d["line_end"] = r.line_start, r.line_end
     if r.page is not None:  # PDFs: the page the text is on
         d["page"] = r.page
+    if url := page_url(r.path):  # a page of a website source: where it was fetched from, to cite
+        d["url"] = url
     return d
 
 

@@ -4,7 +4,7 @@
 import { copyButton } from "./copy.js";
 import { renderMarkdown } from "./markdown.js";
 import * as saved from "./saved.js";
-import { openButton, whereText } from "./viewer.js";
+import { openButton, pageLink, whereText } from "./viewer.js";
 
 const $ = (id) => document.getElementById(id);
 const form = $("ask");
@@ -548,6 +548,8 @@ function sourceItem(turn, n, path, label, at) {
   const details = el("details");
   const summary = el("summary");
   summary.append(el("span", "num", `[${n}]`), " ", el("span", "path", label), openButton(openAt(path, at), tabToken));
+  const link = pageLink(at?.url);
+  if (link) summary.append(" ", link);
   summary.title = path;
   const box = el("div", "passages");
   details.append(summary, box);
@@ -593,6 +595,8 @@ function passage(r) {
   if (where) head.append(" · ", el("span", "lines", where));
   if (typeof r.score === "number") head.append(" · ", el("span", "score", `score ${r.score.toFixed(2)}`));
   if (r.path || r.ref) head.append(openButton(openAt(r.path, r), tabToken));
+  const link = pageLink(r.url);
+  if (link) head.append(" ", link);
   const text = el("div", "text");
   text.append(renderMarkdown(r.text));
   div.append(head, text);
@@ -601,7 +605,7 @@ function passage(r) {
 
 function showResults(turn, results) {
   // kept for a reload: what passage() shows
-  const shown = ["path", "ref", "rel_path", "heading", "page", "line_start", "line_end", "score", "text"];
+  const shown = ["path", "ref", "rel_path", "heading", "page", "line_start", "line_end", "score", "text", "url"];
   turn.record.results = results.map((r) => Object.fromEntries(shown.map((k) => [k, r?.[k]])));
   if (!results.length) turn.body.replaceChildren(el("p", "label", "No relevant information: no passage matches."));
   else {

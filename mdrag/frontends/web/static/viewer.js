@@ -38,6 +38,18 @@ export function openButton(loc, token) {
   return b;
 }
 
+/** A link to the web page a crawled document came from, for `url` (http/https only); null for anything else. */
+export function pageLink(url) {
+  if (typeof url !== "string" || !/^https?:\/\//i.test(url)) return null;
+  const a = el("a", "open page", "page");
+  a.href = url;
+  a.target = "_blank";
+  a.rel = "noopener noreferrer";
+  a.title = `Open ${url}`;
+  a.addEventListener("click", (ev) => ev.stopPropagation()); // inside a <summary>: do not fold the passages
+  return a;
+}
+
 async function openSource(loc, token) {
   const params = new URLSearchParams({ ref: loc.ref });
   if (loc.page) params.set("page", String(loc.page));

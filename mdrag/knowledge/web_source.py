@@ -1,0 +1,127 @@
+"""Website sources as docset loaders: :class:`WebsiteLoader` crawls a site and records its pages in the metadata.
+
+The metadata entry of a website source lists its files and their hashes as a git source's does, plus each
+page's URL, ETag and Last-Modified (``pages``: URL -> {path, etag, last_modified, sha256}), so a refresh
+asks only for what changed and results can cite the page's URL.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from mdrag.errors import DocsetError
+from mdrag.knowledge.metadata import METADATA_FILE, read_metadata, write_metadata
+from mdrag.knowledge.model import SourceResult, WebSource
+from mdrag.knowledge.web import MAX_PAGES, CrawlResult, Page, WebsiteCrawler
+
+__all__ = ["WebsiteLoader", "page_url", "page_urls"]
+
+_MAX_UP = 12  # folders above a file searched for the metadata of the docset that holds it
+_URLS: dict[Path, tuple[int, dict[str, str]]] = {}  # metadata file -> (its mtime, page_urls of its folder)
+
+
+def page_urls(folder: Path) -> dict[str, str]:
+    """Docset-relative path -> page URL for every website page recorded in ``folder``'s metadata."""
+    urls: dict[str, str] = {}
+    for entry in read_metadata(Path(folder)).values():
+        pages = entry.get("pages")
+        if isinstance(pages, dict):
+            for url, page in pages.items():
+                if isinstance(page, dict) and isinstance(page.get("path"), str):
+                    urls[page["path"]] = url
+    return urls
+
+
+def page_url(path: str | Path) -> str | None:
+    """The URL a crawled page was fetched from, for a file of a website docset; None for any other file.
+
+    The nearest folder above ``path`` with a metadata file says; its URLs are read again only when it changes.
+    """
+    p = Path(path)
+    for folder in list(p.parents)[:_MAX_UP]:
+        meta = folder / METADATA_FILE
+        try:
+            mtime = meta.stat().st_mtime_ns
+        except OSError:
+            continue
+        cached = _URLS.get(meta)
+        if cached is None or cached[0] != mtime:
+            cached = _URLS[meta] = (mtime, page_urls(folder))
+        return cached[1].get(p.relative_to(folder).as_posix())
+    return None
+
+
+class WebsiteLoader:
+    """Crawls ``website`` sources into a docset folder (see :mod:`mdrag.knowledge.web`)."""
+
+    def __init__(self, delay: float = 0.5, timeout: float = 20.0) -> None:
+        self.delay = delay
+        self.timeout = timeout
+
+    def load(self, source: WebSource, dest: Path, allow_local: bool) -> SourceResult:
+        """Crawl ``source`` into ``dest``: new and changed pages written, pages gone (404/410) removed.
+
+        Raises DocsetError when not one page could be kept (the start page failed or is refused).
+        """
+        dest = Path(dest)
+        meta = read_metadata(dest)
+        prev = meta.get(source.url, {})
+        previous = {
+            url: Page(url, p["path"], p.get("etag"), p.get("last_modified"), p.get("sha256", ""))
+            for url, p in (prev.get("pages") or {}).items()
+            if isinstance(p, dict) and isinstance(p.get("path"), str)
+        }
+        try:
+            crawler = WebsiteCrawler(
+                source.url,
+                allow_local=allow_local,
+                max_pages=source.max_pages or MAX_PAGES,
+                delay=self.delay,
+                timeout=self.timeout,
+            )
+        except ValueError as e:
+            raise DocsetError(str(e)) from None
+        result = crawler.crawl(dest, previous)
+        if not result.pages:
+            why = result.skipped.get(crawler.start, "no page under it could be fetched")
+            raise DocsetError(f"website {source.url} not loaded: {why}; check the url and that the site is up")
+        return self._record(source, dest, meta, result, previous)
+
+    @staticmethod
+    def _record(
+        source: WebSource, dest: Path, meta: dict[str, dict[str, Any]], crawl: CrawlResult, previous: dict[str, Page]
+    ) -> SourceResult:
+        files = sorted(p.path for p in crawl.pages.values())
+        hashes = {p.path: p.sha256 for p in crawl.pages.values()}
+        digest = hashlib.sha256()
+        for rel in files:
+            digest.update(f"{rel}\0{hashes[rel]}\n".encode())
+        meta[source.url] = {
+            "type": "website",
+            "last_fetched": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "content_hash": digest.hexdigest(),
+            "files": files,
+            "hashes": hashes,
+            "commit": None,
+            "pages": {
+                u: {"path": p.path, "etag": p.etag, "last_modified": p.last_modified, "sha256": p.sha256}
+                for u, p in sorted(crawl.pages.items())
+            },
+        }
+        write_metadata(dest, meta)
+        path_of = {u: p.path for u, p in crawl.pages.items()}
+        skipped = len(crawl.skipped)
+        warning = f"{skipped} pages not kept (see the log for each reason)" if skipped else None
+        return SourceResult(
+            url=source.url,
+            ok=True,
+            files=files,
+            added=sorted(path_of[u] for u in crawl.added),
+            changed=sorted(path_of[u] for u in crawl.changed),
+            removed=sorted(previous[u].path for u in crawl.removed),
+            content_hash=digest.hexdigest(),
+            warning=warning,
+        )

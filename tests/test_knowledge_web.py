@@ -1,0 +1,290 @@
+"""The website crawler (mdrag/knowledge/web.py) against a real http.server on 127.0.0.1."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mdrag import knowledge
+from mdrag.errors import KnowledgeConfigError
+from mdrag.frontends import protocol
+from mdrag.knowledge import KnowledgeBase
+from mdrag.knowledge.docsets import docset_index, update_docset_index
+from mdrag.knowledge.web import WebsiteCrawler, url_to_path
+from mdrag.knowledge.web_fetch import FetchError, check_address
+from mdrag.knowledge.web_source import page_url, page_urls
+from tests.test_knowledge import write_config
+
+PAGES = {
+    "/docs/": b'<html><body><h1>Home</h1><p>Welcome.</p><a href="guide.html">g</a><a href="/other/x.html">o</a>'
+    b'<a href="loop">l</a><a href="out">r</a><a href="cal?d=1">c</a><a href="data.json">j</a>'
+    b'<a href="secret/a.html">s</a></body></html>',
+    "/docs/guide.html": b"<html><body><h1>Guide</h1><p>Install the widget.</p></body></html>",
+    "/docs/secret/a.html": b"<html><body><p>secret</p></body></html>",
+    "/docs/only-in-sitemap.md": b"# Sitemap page\n\nFound through the sitemap.\n",
+    "/other/x.html": b"<html><body>outside</body></html>",
+}
+
+
+SERVERS: dict[str, ThreadingHTTPServer] = {}
+
+
+class Handler(BaseHTTPRequestHandler):
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def do_GET(self) -> None:  # noqa: N802
+        path, _, query = self.path.partition("?")
+        if path == "/robots.txt":
+            return self._send(200, b"User-agent: *\nDisallow: /docs/secret/\n", "text/plain")
+        if path == "/docs/sitemap.xml":
+            loc = b"http://127.0.0.1:%d/docs/only-in-sitemap.md" % self.server.server_address[1]
+            return self._send(200, b"<urlset><url><loc>" + loc + b"</loc></url></urlset>", "application/xml")
+        if path == "/docs/loop":
+            return self._redirect("/docs/loop2")
+        if path == "/docs/loop2":
+            return self._redirect("/docs/loop")
+        if path == "/docs/out":
+            return self._redirect("/other/x.html")
+        if path == "/docs/cal":
+            n = int(query.split("=")[1])
+            return self._send(200, b'<html><body><a href="cal?d=%d">next</a></body></html>' % (n + 1), "text/html")
+        if path == "/docs/data.json":
+            return self._send(200, b"{}", "application/json")
+        if path == "/docs/slow.html":
+            time.sleep(2)
+            return self._send(200, b"<html><body>late</body></html>", "text/html")
+        if path == "/docs/huge.html":
+            return self._send(200, b"<html><body>" + b"x" * 300_000 + b"</body></html>", "text/html")
+        if path == "/docs/private.html":
+            return self._redirect("http://10.1.2.3/docs/x.html")
+        pages: dict[str, bytes] = self.server.pages  # type: ignore[attr-defined]
+        self.server.hits.append(path)  # type: ignore[attr-defined]
+        if path in pages:
+            body = pages[path]
+            etag = '"' + hashlib.sha256(body).hexdigest()[:16] + '"'
+            if self.headers.get("If-None-Match") == etag:
+                self.send_response(304)
+                self.send_header("ETag", etag)
+                self.end_headers()
+                return
+            ctype = "text/markdown" if path.endswith(".md") else "text/html; charset=utf-8"
+            return self._send(200, body, ctype, etag)
+        self._send(410 if path in self.server.gone else 404, b"not found", "text/plain")  # type: ignore[attr-defined]
+
+    def _redirect(self, to: str) -> None:
+        self.send_response(302)
+        self.send_header("Location", to)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def _send(self, status: int, body: bytes, ctype: str, etag: str | None = None) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
+        if etag:
+            self.send_header("ETag", etag)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+@pytest.fixture
+def site() -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.pages = dict(PAGES)  # type: ignore[attr-defined]
+    server.hits = []  # type: ignore[attr-defined]
+    server.gone = set()  # type: ignore[attr-defined]
+    SERVERS[f"http://127.0.0.1:{server.server_address[1]}/docs/"] = server
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/docs/"
+    server.shutdown()
+    server.server_close()
+
+
+def test_crawl_keeps_pages_in_scope_and_logs_the_rest(site: str, tmp_path: Path) -> None:
+    result = WebsiteCrawler(site, allow_local=True, delay=0).crawl(tmp_path)
+    paths = {p.path for p in result.pages.values()}
+    assert {"index.html", "guide.html", "only-in-sitemap.md"} <= paths
+    assert (tmp_path / "guide.html").read_bytes() == PAGES["/docs/guide.html"]
+    assert result.skipped[site + "secret/a.html"] == "disallowed by robots.txt"
+    assert "outside" in result.skipped[site + "out"]
+    assert "redirect loop" in result.skipped[site + "loop"]
+    assert "neither HTML nor Markdown" in result.skipped[site + "data.json"]
+    assert sum(1 for p in paths if p.startswith("cal__q")) == 5
+    assert not any("other" in p for p in paths)
+
+
+def test_slow_huge_and_private_pages_end_with_a_reason(site: str, tmp_path: Path) -> None:
+    SERVERS[site].pages["/docs/"] += b'<a href="slow.html">s</a><a href="huge.html">h</a><a href="private.html">p</a>'
+    result = WebsiteCrawler(site, allow_local=True, delay=0, timeout=0.5, max_bytes=200_000).crawl(tmp_path)
+    assert "no answer within" in result.skipped[site + "slow.html"]
+    assert "page limit" in result.skipped[site + "huge.html"]
+    assert "outside" in result.skipped[site + "private.html"]
+    assert "guide.html" in {p.path for p in result.pages.values()}  # the crawl went on
+
+
+def test_max_pages_stops_the_crawl(site: str, tmp_path: Path) -> None:
+    result = WebsiteCrawler(site, allow_local=True, delay=0, max_pages=2).crawl(tmp_path)
+    assert len(result.pages) == 2
+
+
+def test_start_page_on_loopback_refused_without_allow_local(site: str, tmp_path: Path) -> None:
+    result = WebsiteCrawler(site, delay=0).crawl(tmp_path)
+    assert result.pages == {}
+    assert "allow_local_web" in result.skipped[site]
+    assert SERVERS[site].hits == []
+
+
+def test_private_address_refused_without_allow_local() -> None:
+    with pytest.raises(FetchError, match="allow_local_web"):
+        check_address("127.0.0.1", 80, False)
+    check_address("127.0.0.1", 80, True)
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("http://h/docs/", "index.html"),
+        ("http://h/docs/a/b", "a/b.html"),
+        ("http://h/docs/../../etc/passwd", "etc/passwd.html"),
+        ("http://h/docs/%2e%2e/x.md", "x.html"),
+    ],
+)
+def test_url_to_path_stays_inside(url: str, expected: str) -> None:
+    assert url_to_path(url, "/docs/", ".html") == expected
+
+
+def _website_kb(project: Path, site: str, allow: bool = True) -> KnowledgeBase:
+    write_config(
+        project,
+        f"allow_local_web: {'true' if allow else 'false'}\ndocsets:\n  - id: site\n    web_sources:\n"
+        f"      - type: website\n        url: {site}\n",
+    )
+    return KnowledgeBase(start=project)
+
+
+@pytest.fixture
+def fast_loader(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("mdrag.knowledge.web_source.WebsiteLoader.__init__.__defaults__", (0.0, 5.0))
+
+
+def test_init_indexes_pages_with_their_urls_and_refresh_fetches_only_changes(
+    site: str, tmp_path: Path, mdrag_home: Path, hash_embedder: Any, monkeypatch: pytest.MonkeyPatch, fast_loader: None
+) -> None:
+    monkeypatch.setattr("mdrag.index.make_embedder", lambda config: hash_embedder)
+    (mdrag_home / "config.yaml").write_text("search:\n  threshold: 0.0\n")
+    project = tmp_path / "project"
+    kb = _website_kb(project, site)
+    (result,) = knowledge.init_docset(kb, "site")
+    assert result.ok, result.error
+    assert {"index.html", "guide.html", "only-in-sitemap.md"} <= set(result.added)
+    folder = Path(kb.resolve("site").local_path)
+    assert page_urls(folder)["guide.html"] == site + "guide.html"
+    with docset_index("site", project) as index:
+        summary = update_docset_index(index, kb.resolve("site"))
+        assert summary.added >= 3
+        hits = index.search("Install the widget", k=3)
+        hit = next(h for h in hits if h.rel_path.endswith("guide.html"))
+    sent = protocol.search_results("Install the widget", [hit.to_dict()])["results"][0]
+    assert sent["url"] == site + "guide.html"  # what the web page's "page" link opens
+    assert page_url(folder / ".agentic-metadata.json") is None  # not a page
+
+    server = SERVERS[site]
+    server.pages["/docs/guide.html"] = b"<html><body><h1>Guide</h1><p>Install the gadget now.</p></body></html>"
+    del server.pages["/docs/only-in-sitemap.md"]
+    server.gone.add("/docs/only-in-sitemap.md")
+    server.hits.clear()
+    mtime = (folder / "index.html").stat().st_mtime_ns
+    (again,) = knowledge.refresh(kb, "site")["site"]
+    assert again.ok, again.error
+    assert again.changed == ["guide.html"]
+    assert again.removed == ["only-in-sitemap.md"]
+    assert again.added == []
+    assert not (folder / "only-in-sitemap.md").exists()
+    assert (folder / "index.html").stat().st_mtime_ns == mtime  # answered 304: not rewritten
+    with docset_index("site", project) as index:
+        summary = update_docset_index(index, kb.resolve("site"))
+        assert (summary.added, summary.modified, summary.deleted) == (0, 1, 1)
+    rows = knowledge.status(kb)
+    assert rows[0]["files"] == len(again.files)
+
+
+def test_a_failing_website_is_recorded_and_loopback_needs_allow_local_web(
+    site: str, tmp_path: Path, fast_loader: None
+) -> None:
+    kb = _website_kb(tmp_path / "project", site, allow=False)
+    (result,) = knowledge.init_docset(kb, "site")
+    assert not result.ok
+    assert "allow_local_web" in (result.error or "")
+    assert "allow_local_web" in (knowledge.status(kb)[0]["last_error"] or "")
+
+
+@pytest.mark.parametrize(
+    ("source", "message"),
+    [("url: ftp://h/docs/", "http:// or https://"), ("url: https://h/\n        max_pages: 0", "max_pages")],
+)
+def test_bad_website_sources_are_refused(tmp_path: Path, source: str, message: str) -> None:
+    write_config(tmp_path, f"docsets:\n  - id: s\n    web_sources:\n      - type: website\n        {source}\n")
+    with pytest.raises(KnowledgeConfigError, match=message):
+        KnowledgeBase(start=tmp_path).config()
+
+
+PAGES_DIR = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "html_readability_pages"
+
+
+class _Quiet(SimpleHTTPRequestHandler):
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def saved_site() -> Iterator[str]:
+    """The saved pages of ../shared/data/html_readability_pages served as they are, with http.server's folder
+    listings linking them (each folder's source.html and expected.html; expected-metadata.json is not a page)."""
+    if not PAGES_DIR.is_dir():
+        pytest.skip(f"{PAGES_DIR} is absent: the shared corpora are not checked out here")
+    server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Quiet, directory=str(PAGES_DIR.parent)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/{PAGES_DIR.name}/"
+    server.shutdown()
+    server.server_close()
+
+
+def test_saved_pages_are_crawled_indexed_and_cited(
+    saved_site: str,
+    tmp_path: Path,
+    mdrag_home: Path,
+    hash_embedder: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    fast_loader: None,
+) -> None:
+    monkeypatch.setattr("mdrag.index.make_embedder", lambda config: hash_embedder)
+    (mdrag_home / "config.yaml").write_text("search:\n  threshold: 0.0\n")
+    project = tmp_path / "project"
+    write_config(
+        project,
+        "allow_local_web: true\ndocsets:\n  - id: pages\n    web_sources:\n"
+        f"      - type: website\n        url: {saved_site}\n        max_pages: 150\n",
+    )
+    kb = KnowledgeBase(start=project)
+    (result,) = knowledge.init_docset(kb, "pages")
+    assert result.ok, result.error
+    assert len(result.files) == 150  # max_pages: the folder listings first, then the pages they link
+    assert "001/source.html" in result.files
+    folder = Path(kb.resolve("pages").local_path)
+    assert (folder / "001" / "source.html").read_bytes() == (PAGES_DIR / "001" / "source.html").read_bytes()
+    assert not any(f.startswith("..") or f.endswith(".json") for f in result.files)  # metadata JSON: not a page
+    with docset_index("pages", project) as index:
+        update_docset_index(index, kb.resolve("pages"))
+        hits = index.search("Get your Frontend JavaScript Code Covered", k=5)
+    urls = {h.rel_path: page_url(h.path) for h in hits}
+    assert urls.get("001/source.html") == saved_site + "001/source.html"
