@@ -83,8 +83,7 @@ def measure(name: str, folder: Path, pattern: str) -> dict:
 
     config = load_config()
     embedder = make_embedder(config)
-    c = config
-    settings = ChunkSettings(c["chunk.size"], c["chunk.overlap"], c["chunk.unit"], c["chunk.context"])
+    settings = ChunkSettings.from_config(config)
     window = embedder.max_tokens
     files = sorted(folder.rglob(pattern))
     sizes: list[int] = []
