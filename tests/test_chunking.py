@@ -408,7 +408,8 @@ _LOREM = "Lorem ipsum dolor sit amet, consectetur adipiscing elit, sed do eiusmo
 
 
 def _big_file(folder: Path, shape: str, size: int) -> Path:
-    """The shapes of issue 37: one paragraph of lines (.txt), one line (.md), paragraphs of one line (.txt)."""
+    """The shapes of big file that once chunked slowly: one paragraph of lines (.txt), one line (.md),
+    paragraphs of one line (.txt)."""
     line, name = {
         "one-paragraph": (_LOREM + "\n", "big.txt"),
         "one-line": (_LOREM + " ", "big.md"),
@@ -474,7 +475,7 @@ def _chunking_work(monkeypatch: pytest.MonkeyPatch, path: Path, window: bool) ->
 def test_chunking_work_grows_linearly_with_the_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, shape: str, window: bool
 ) -> None:
-    """Issue 37: each chunk's line was counted from the start of its unit (and the units' starts listed
+    """Each chunk's line was counted from the start of its unit (and the units' starts listed
     afresh), so chunking a 20 MB text file ran for hours. Twice the file: about twice the work, not four times."""
     small = _chunking_work(monkeypatch, _big_file(tmp_path, shape, 256 * 1024), window)
     large = _chunking_work(monkeypatch, _big_file(tmp_path, shape, 512 * 1024), window)

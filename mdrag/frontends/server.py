@@ -98,8 +98,8 @@ class QAServer:
         self._rewatch = asyncio.Event()  # set when the folders change: the file watcher starts again on them
         self._http: Any = None  # httpx2.AsyncClient shared by LLM requests (keep-alive connections)
         self._page = web.load_static()  # the browser page, answered to plain HTTP requests on the same port
-        # The model's first inference runs alone: a second one beside it can hang both for good (OpenVINO,
-        # issue 37). Held by the warm-up, and by each search until one has gone through the model.
+        # The model's first inference runs alone: a second one beside it can hang both for good (OpenVINO's
+        # do). Held by the warm-up, and by each search until one has gone through the model.
         self._first = asyncio.Lock()
         self._warm = False  # a warm-up or a search has gone through the model: searches no longer queue
         self.ready = asyncio.Event()  # set once the index is loaded (or known to be empty), or loading failed
