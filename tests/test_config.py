@@ -139,6 +139,18 @@ def test_docs_settings_table_is_the_generated_one() -> None:
     )
 
 
+def test_the_help_of_a_backend_setting_names_the_backends_registered(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A store registered by a plugin is listed in store.backend's help as mdrag's own are (by name: it has no
+    line of help here), in `mdrag config --markdown` and `--help` alike."""
+    from mdrag import plugins
+
+    names = plugins.names
+    monkeypatch.setattr(plugins, "names", lambda group: names(group) + ["lance"] * (group == plugins.STORES))
+    row = next(line for line in settings_table().splitlines() if line.startswith("| `store.backend` |"))
+    assert "kept: `faiss` (an in-memory FAISS index and SQLite under the cache folder), `milvus` (" in row
+    assert "`milvus_uri`), `lance`, or `auto`: " in row
+
+
 def test_every_setting_has_help_and_its_environment_variable_is_documented() -> None:
     assert all(f.description for f in Settings.model_fields.values())
     table = settings_table()
