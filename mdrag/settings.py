@@ -4,9 +4,10 @@
 made from it: the defaults (:data:`DEFAULTS`), the md-qa environment variables
 (:data:`ENV_VARS`), the settings table of docs/configuration.md (:func:`settings_table`,
 printed by ``mdrag config --markdown``; its ``see "..."`` link to :data:`DOC_SECTIONS`),
-the command line's flags (:mod:`mdrag.frontends.cli`), and the checks and error messages
-of :mod:`mdrag.config`, which resolves the values in effect. A setting that picks a backend
-takes the names registered by entry point (:mod:`mdrag.plugins`).
+the command line's flags (:mod:`mdrag.frontends.cli`), the checks and error messages of
+:mod:`mdrag.config`, which resolves the values in effect, and the settings a running server applies
+at once (:data:`LIVE`). A setting that picks a backend takes the names registered by entry point
+(:mod:`mdrag.plugins`), in its checks and its help.
 """
 
 from __future__ import annotations
@@ -25,10 +26,10 @@ from pydantic_core import PydanticCustomError
 from mdrag import plugins
 
 __all__ = [
+    "BACKEND_HELP",
     "DEFAULTS",
     "DEFAULT_EMBEDDING_MODELS",
     "DOC_SECTIONS",
-    "BACKEND_HELP",
     "ENV_VARS",
     "FIELDS",
     "INHERITS",
