@@ -1,4 +1,4 @@
-"""Chunking time against file size (issue 37): linear, and a file too big for the time limit skipped alone.
+"""Chunking time against file size: linear, and a file too big for the time limit skipped alone.
 
 Figures:
 
@@ -10,7 +10,7 @@ Figures:
   (target: at most 2.2x per doubling; 4x is quadratic);
 - a reStructuredText file of ``Same\\n----\\n\\ntext\\n\\n`` sections at 0.5,
   1 and 2 MB, parsed (docutils, read in parts);
-- ``mdrag index`` of a folder holding the issue's 20 MB ``.txt`` and 20 Hugo
+- ``mdrag index`` of a folder holding a 20 MB ``.txt`` and 20 Hugo
   pages, with the default time limit and with a 5 s one: whether the big file
   is indexed or skipped with its reason, and that the other files are indexed;
 - chunking's peak memory (tracemalloc, its chunks included) against the
@@ -130,7 +130,7 @@ def chunk_memory(folder: Path, sizes_mb: list[float]) -> dict[str, list[dict[str
 
 
 def rst_times(folder: Path, sizes_mb: list[float]) -> list[dict[str, Any]]:
-    """Parse seconds of the issue's reStructuredText file of equal sections at each size."""
+    """Parse seconds of a reStructuredText file of equal sections at each size."""
     from mdrag.parsers import parse_file
 
     rows: list[dict[str, Any]] = []

@@ -14,7 +14,7 @@ the default settings and the default embedder's tokenizer and window (as
   on ``line_start`` / ``line_end`` (text formats only; PDF pages have none).
 
 Baseline, measured in the same run: the same script on the chunker of
-``--baseline-ref`` (default: the commit before issue 14), extracted with
+``--baseline-ref`` (default: the last commit whose chunker cut small fences and left fragments), extracted with
 ``git archive`` into a temporary folder and run in a child process.
 
     python benchmarks/chunks.py [--json out.json] [--baseline-ref REF | --no-baseline]
@@ -45,7 +45,7 @@ CORPORA = {
     "pdf": (DATA / "pdf_py-pdf_sample-files", "*.pdf"),
 }
 SHORT = 30  # characters: a chunk shorter than this is a fragment unless its section is that short
-BASELINE_REF = "514c09a"  # main before issue 14: the chunker that cut small fences and left fragments
+BASELINE_REF = "514c09a"  # the last main whose chunker cut small fences and left fragments
 
 
 def _norm(s: str) -> str:
@@ -83,8 +83,7 @@ def measure(name: str, folder: Path, pattern: str) -> dict:
 
     config = load_config()
     embedder = make_embedder(config)
-    c = config
-    settings = ChunkSettings(c["chunk.size"], c["chunk.overlap"], c["chunk.unit"], c["chunk.context"])
+    settings = ChunkSettings.from_config(config)
     window = embedder.max_tokens
     files = sorted(folder.rglob(pattern))
     sizes: list[int] = []

@@ -7,7 +7,7 @@ benchmarks/data/otel_citation_questions.txt: the extractive answer (no LLM
 configured), and the prompt an LLM is given (a stand-in OpenAI-compatible
 server on loopback records it). Each `[n] path` block must name
 `sources[n-1]`, numbered 1, 2, ... with every source present once. The
-baseline is the numbering before issue 14, rebuilt from the same search
+baseline is the numbering of earlier releases, rebuilt from the same search
 results: quotes numbered by chunk, sources the files of all results. Writes
 benchmarks/out/citations.json.
 """
@@ -38,7 +38,7 @@ from benchmarks.common import ROOT, seed_model_cache  # noqa: E402 - after the p
 OUT = ROOT / "benchmarks" / "out"
 OTEL = ROOT.parent / "shared" / "data" / "markdown_otel_docs"
 QUESTIONS = ROOT / "benchmarks" / "data" / "otel_citation_questions.txt"
-MAX_EXTRACTIVE = 5  # passages the extractive answer quoted before issue 14 (mdrag.knobs.MAX_EXTRACTIVE)
+MAX_EXTRACTIVE = 5  # passages the extractive answer quoted in that numbering (mdrag.knobs.MAX_EXTRACTIVE)
 
 # A numbered source as the answer and the prompt show it: "[n] path relative to the indexed folder".
 _CITED = re.compile(r"^\[(\d+)\] (.+)$", re.MULTILINE)
@@ -241,7 +241,7 @@ def t_citations(data: Data) -> list[Row]:
             name,
             f"{fint(ext)} extractive and {fint(llm)} LLM answers mismatched, of {fint(asked)} questions "
             f"({fint(answered)} answered)",
-            f"numbered by chunk (before issue 14): {fint(base)} of {fint(answered)} mismatched",
+            f"numbered by chunk (earlier releases): {fint(base)} of {fint(answered)} mismatched",
             NA,
             verdict(ok),
         )

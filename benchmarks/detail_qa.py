@@ -1,4 +1,4 @@
-"""The detail question sets (issue 42): which pages they may come from, and a mechanical check of every question.
+"""The detail question sets: which pages they may come from, and a mechanical check of every question.
 
 `benchmarks/data/otel_detail_qa.jsonl` and `hugo_detail_qa.jsonl` hold short queries (3 to 7 words) that name one
 detail (a default, an option's name, an attribute, a version, a rule, a limit) sitting in one sentence, list item

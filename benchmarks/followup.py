@@ -1,4 +1,4 @@
-"""Follow-up questions (issue 30 point 1): retrieval of a conversation's second turn, alone, joined, rewritten.
+"""Follow-up questions: retrieval of a conversation's second turn, alone, joined, rewritten.
 
 Each pair of benchmarks/data/followup_qa.jsonl is two turns over one corpus (the Hugo docs, the
 OpenTelemetry docs, the CNCF glossary): a first question, then a follow-up that means nothing alone

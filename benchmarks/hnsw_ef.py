@@ -1,4 +1,4 @@
-"""The FAISS store's HNSW graph by size: recall@10 and search time for each efSearch (issue 15).
+"""The FAISS store's HNSW graph by size: recall@10 and search time for each efSearch.
 
 The graph is built as mdrag.store.faiss builds it (IndexHNSWFlat, M 16,
 efConstruction 100, inner product) over store_scale.py's clustered 384-d

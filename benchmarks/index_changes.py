@@ -1,4 +1,4 @@
-"""`mdrag serve` while its index changes (issue 26 points 2 and 3): search latency quiet and while the
+"""`mdrag serve` while its index changes: search latency quiet and while the
 server indexes a large folder dropped into the one it serves, and how long an edit takes to become
 searchable meanwhile.
 
@@ -248,7 +248,7 @@ def main() -> None:
 
 def section_index_changes(data: Data) -> list[str]:
     r = data.get("index_changes")
-    lines = ["## The Q&A server while its index changes (issue 26)", ""]
+    lines = ["## The Q&A server while its index changes", ""]
     lines += prose("index_changes", cmd_index_changes=command(data, "index_changes"))
     if not r:
         return lines + [not_measured("index_changes", data), ""]
@@ -305,9 +305,9 @@ def runs_table(runs: list[Json]) -> list[str]:
 
 
 BENCHMARK = Benchmark(
-    # mdrag serve while it indexes 300 otel docs dropped into the served Hugo docs (issue 26)
+    # mdrag serve while it indexes 300 otel docs dropped into the served Hugo docs
     steps=(Step("index_changes", 90, ("--otel-files", "300"), ("quiet", "during_indexing", "edit_to_searchable_s")),),
-    sections=(Section("The Q&A server while its index changes (issue 26)", 60, section_index_changes),),
+    sections=(Section("The Q&A server while its index changes", 60, section_index_changes),),
 )
 
 

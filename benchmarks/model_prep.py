@@ -1,4 +1,4 @@
-"""The model in a new home (issue 43): written from the weights without torch, against torch's export.
+"""The model in a new home: written from the weights without torch, against torch's export.
 
 Each figure is a fresh process, timed from before it starts until the model is ready to embed (wall, and
 the CPU time of the process: user + system), in a new cache folder each time; the rounds interleave the
@@ -6,7 +6,7 @@ ways, so load on the machine falls on all of them alike:
 
 - ``build``: mdrag's way, `OnnxEmbedder(...).warm_up()` in a new cache: the ONNX file written from the
   weights by mdrag/embedding/onnx_build.py, then opened by onnxruntime;
-- ``torch_export`` (the baseline, the way before issue 43): torch's ONNX export of the same weights
+- ``torch_export`` (the baseline, the way of earlier releases): torch's ONNX export of the same weights
   (`export_onnx`, which also checks the file against torch), then opened by onnxruntime; needs the torch
   extra;
 - ``warm``: a second process in a home whose model is written: what every later command pays;
@@ -152,7 +152,7 @@ def main() -> None:
 
 def section_model_prep(data: Data) -> list[str]:
     mp = data.get("model_prep")
-    lines = ["## The model in a new home (issue 43)", ""]
+    lines = ["## The model in a new home", ""]
     lines += prose("model_prep", cmd_model_prep="`python benchmarks/model_prep.py`")
     if not mp:
         return lines + [not_measured("model_prep", data), ""]
@@ -189,7 +189,7 @@ def section_model_prep(data: Data) -> list[str]:
 
 BENCHMARK = Benchmark(
     steps=(Step("model_prep", 5, (), ("build", "warm", "first_index")),),
-    sections=(Section("The model in a new home (issue 43)", 15, section_model_prep),),
+    sections=(Section("The model in a new home", 15, section_model_prep),),
 )
 
 

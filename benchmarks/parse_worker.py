@@ -11,7 +11,7 @@ Figures:
   by the files;
 - the child's address space idle and at its peak over all those files
   (VmSize, VmPeak, VmHWM from /proc): how much a memory cap must allow;
-- a 5,000-deep nested ``<div>`` HTML file (the issue's 55 KB file) parsed
+- a 5,000-deep nested ``<div>`` HTML file (a 55 KB file that once hung the parser) parsed
   with a 5 s limit: when it is skipped, and that the next file still parses.
 
     python benchmarks/parse_worker.py [--md-files 200] [--repeat 5] [--json out.json]

@@ -1,4 +1,4 @@
-"""Where a warm hybrid search's time goes on this machine (issue 15's "Hugo hybrid p50 <= 5 ms").
+"""Where a warm hybrid search's time goes on this machine (the target "Hugo hybrid p50 <= 5 ms").
 
 On a FAISS index of the Hugo docs (``--home``: an MDRAG_HOME whose config.yaml
 says ``store: {backend: faiss}``, such as ``benchmarks/stores.py hugo --keep

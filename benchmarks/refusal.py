@@ -5,7 +5,7 @@ empty gold list marks a question the documents do not answer) the search runs
 as the Q&A server's `query` runs it (default k, threshold, mode and collapse),
 then three rules decide whether to answer:
 
-- old: refuse when the best score is below 0.45 (a cosine; the rule before issue 14);
+- old: refuse when the best score is below 0.45 (a cosine; the rule of earlier releases);
 - words: refuse when the best score is below `answer.min_score` or when more
   than `answer.max_unknown` of the question's idf weight is on words that no
   chunk of the index holds;
@@ -45,7 +45,7 @@ per index). The index is built on first use under --home and reused after.
     python benchmarks/refusal.py --corpus hugo --home /tmp/refusal/hugo --qa benchmarks/data/hugo_keyword_qa.jsonl
 
 The keyword sets (otel, hugo, html: `--qa benchmarks/data/<corpus>_keyword_qa.jsonl`) are held out for
-every rule; the "coverage" rule (COVER_*) was tried on them for issue 27 and not adopted.
+every rule; the "coverage" rule (COVER_*) was tried on them and not adopted.
 
 The CommonMark spec is a .txt file, which mdrag does not read: it is copied
 as commonmark-spec.md into <home>/docs and indexed from there.
@@ -74,14 +74,14 @@ CORPORA = {  # name -> (documents under ../shared/data, question set)
     "commonmark": ("commonmark/spec-0.31.2.txt", HERE / "data" / "commonmark_qa.jsonl"),
     "html": ("html_readability_pages", HERE / "data" / "html_qa.jsonl"),
 }
-# Two rules tried for issue 14 point 8 that adapt to the index, tuned on otel + Hugo only, measured here, not
+# Two rules tried that adapt to the index, tuned on otel + Hugo only, measured here, not
 # adopted (they lose on the held-out sets; RESULTS.md "Refusal across corpora"):
 # - agree: floor AGREE_FLOOR instead of min_score, and refuse when the best score is below AGREE_BELOW and no
 #   chunk of the first 10 (search.threshold 0) is among the first AGREE_RANK of both the dense and BM25 lists;
 # - calibrated: floor = the mean best score of PROBES (questions about nothing any corpus here covers) + PROBE_DELTA.
 # Both keep the word and name checks.
 AGREE_FLOOR, AGREE_BELOW, AGREE_RANK = 0.35, 0.55, 8
-# A third, tried for issue 27 point 4 on the keyword sets (*_keyword_qa.jsonl), not adopted: coverage: as the
+# A third, tried on the keyword sets (*_keyword_qa.jsonl), not adopted: coverage: as the
 # server's rule, and refuse a short question (at most COVER_WORDS words) when none of the first 3 results holds
 # COVER_SHARE of its idf weight while the best score is below COVER_BELOW.
 COVER_WORDS, COVER_SHARE, COVER_BELOW = 5, 0.8, 0.65
@@ -110,7 +110,7 @@ PROBES = (
 )
 SWEEP_UNKNOWN = (0.1, 0.15, 0.2, 0.25, 0.3, 1.0)  # 1.0: the words never refuse (the old rule)
 SWEEP_SCORE = (0.35, 0.4, 0.44, 0.45, 0.5)
-OLD_MIN_SCORE = 0.45  # answer.min_score before issue 14
+OLD_MIN_SCORE = 0.45  # answer.min_score of earlier releases (the old rule)
 
 
 def _shares(refused: list[bool], answerable: list[bool]) -> dict[str, float]:

@@ -1,4 +1,4 @@
-"""Retrieval candidates of issue 42 against the baseline, on every question set, in one run.
+"""Retrieval candidates for one detail on a long page against the baseline, on every question set, in one run.
 
 Each index (otel, hugo, scifact: the FAISS store `mdrag index --store faiss` writes) is read from its
 SQLite file (chunk text, heading trail, stored vector, BM25 text) into an in-memory store that the
@@ -19,7 +19,7 @@ with no candidate it ranks as `mdrag eval` on the FAISS store does. Candidates (
 Every question set of benchmarks/data/ over these corpora (otel_*.jsonl, hugo_*.jsonl) and SciFact
 (BEIR test, documents by file stem), every mode: Hit@5, MRR@5, nDCG@10 and each candidate's change
 against the baseline of this run, in questions (Hit@5 won and lost) and in figures. A candidate
-keeps the issue's rule when no set falls by more than one question (Hit@5) in any mode and SciFact's
+keeps the rule when no set falls by more than one question (Hit@5) in any mode and SciFact's
 nDCG@10 falls in no mode. Costs: extra vectors and BM25 rows, the time to embed the details (a
 sample timed beside as many chunks, then scaled to all), and the warm hybrid search p50 of the
 in-memory store over the Hugo questions with and without them (not the FAISS store: a ratio only).
@@ -493,7 +493,7 @@ def compare(base: dict[str, Any], cand: dict[str, Any], ids: list[str]) -> dict[
 
 
 def rule(results: dict[str, dict[str, Any]], cand: str) -> dict[str, Any]:
-    """The issue's rule: no set loses more than one question at Hit@5 in any mode, SciFact's nDCG@10 in none."""
+    """The rule: no set loses more than one question at Hit@5 in any mode, SciFact's nDCG@10 in none."""
     why = []
     for name, by_cand in results.items():
         for mode, r in by_cand[cand].items():
@@ -682,8 +682,8 @@ def main() -> None:
 
 # -- in the report (benchmarks/report.py) --------------------------------------
 
-TITLE = "Retrieval candidates for one detail on a long page (issue 42)"
-RISE = 0.10  # the issue's aim: hybrid Hit@5 on the detail sets rises by this much
+TITLE = "Retrieval candidates for one detail on a long page"
+RISE = 0.10  # the aim: hybrid Hit@5 on the detail sets rises by this much
 SLOWER = 1.5  # the most warm hybrid search p50 on the Hugo index may grow
 
 
@@ -791,7 +791,7 @@ def section_units(data: Data) -> list[str]:
     lines += table(
         [
             "candidate",
-            "issue's rule",
+            "within the rule",
             "what breaks it",
             "hybrid Hit@5, questions won / lost over all sets (SciFact too)",
             *[f"{n}: hybrid Hit@5" for n in detail],
@@ -838,8 +838,8 @@ def dig_timed(r: dict[str, Any]) -> Any:
 def t_units(data: Data) -> list[Row]:
     """The best candidate within the rule, by its smallest rise on a detail set; and its Hugo p50."""
     r = data.get("retrieval_units")
-    name = f"issue 42: a candidate within the rule raises each detail set's hybrid Hit@5 by >= {RISE:g}"
-    slow = f"issue 42: that candidate's warm hybrid p50 on Hugo (in-memory store) <= {SLOWER:g}x the baseline's"
+    name = f"detail questions: a candidate within the rule raises each detail set's hybrid Hit@5 by >= {RISE:g}"
+    slow = f"detail questions: that candidate's warm hybrid p50 on Hugo (in-memory store) <= {SLOWER:g}x the baseline's"
     if not r:
         return [Row(name, not_measured("retrieval_units", data)), Row(slow, not_measured("retrieval_units", data))]
     detail = _detail_sets(r)

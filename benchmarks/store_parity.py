@@ -1,4 +1,4 @@
-"""The FAISS store and Milvus Lite on the same index content, question by question (issue 27, point 3).
+"""The FAISS store and Milvus Lite on the same index content, question by question.
 
 Each corpus (the Hugo docs, the OpenTelemetry docs) is indexed twice by
 `mdrag index DIR --store faiss` and `--store milvus`, each in its own
@@ -9,7 +9,7 @@ too: their lists are compared) is searched in each store in each mode as
 0.35), with one query vector for both stores. Figures per set and mode:
 questions whose top-5 (top-10) file lists differ between the stores, Hit@5 and
 MRR per store (over the questions with gold files). Milvus Lite is searched
-twice: with its own HNSW walk (ef 64, mdrag before issue 27: the baseline) and
+twice: with its own HNSW walk (ef 64, what mdrag once left it: the baseline) and
 with the walk mdrag asks for now (mdrag.store.milvus_search._EF_PER_RESULT x k).
 
 Each question whose file lists differ gets the causes found in the store-level
@@ -88,7 +88,7 @@ MODES = ("dense", "bm25", "hybrid")
 TIE = 1e-6  # cosines this close are a tie (float32 rounding of the same product is ~1e-7)
 BM25_REL = 1e-4
 # Milvus Lite's HNSW walk, as mdrag.store.milvus_search._EF_PER_RESULT sets it: "lite_default" is Milvus Lite's
-# own walk of 64 (mdrag before issue 27), "shipped" the walk mdrag asks for now.
+# own walk of 64 (what mdrag once left it), "shipped" the walk mdrag asks for now.
 WALKS = {"lite_default": 0, "shipped": milvus_search._EF_PER_RESULT}
 SWEEP = (0, 4, 8, 16, 32)  # --sweep: Milvus Lite's walk, times k
 

@@ -1,4 +1,4 @@
-"""Milvus Lite and the FAISS store side by side (issue 15): the same data, the same machine, the same run.
+"""Milvus Lite and the FAISS store side by side: the same data, the same machine, the same run.
 
 Two parts:
 

@@ -18,13 +18,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, get_origin
 
-import annotated_types
 from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
 from mdrag.errors import ConfigError
 from mdrag.redact import redact_url
-from mdrag.settings import DEFAULT_EMBEDDING_MODELS, DEFAULTS, ENV_VARS, FIELDS, INHERITS, SECRETS, Settings, choices
+from mdrag.settings import (
+    DEFAULT_EMBEDDING_MODELS,
+    DEFAULTS,
+    ENV_VARS,
+    FIELDS,
+    INHERITS,
+    SECRETS,
+    Settings,
+    bounds,
+    choices,
+)
 
 __all__ = ["Config", "config_file", "home_dir", "load_config"]
 
@@ -197,10 +206,8 @@ def _kind(key: str) -> str:
 
 
 def _bounds(key: str) -> str:
-    meta = FIELDS[key].metadata
-    ge = next((m.ge for m in meta if isinstance(m, annotated_types.Ge)), None)
-    gt = next((m.gt for m in meta if isinstance(m, annotated_types.Gt)), None)
-    le = next((m.le for m in meta if isinstance(m, annotated_types.Le)), None)
+    b = bounds(key)
+    ge, gt, le = b.get("ge"), b.get("gt"), b.get("le")
     if le is not None:
         return f"between {ge} and {le}"
     if gt is not None:

@@ -67,7 +67,7 @@ STORE_MAX_ROWS = 16384
 # (300 s), but that is only a backstop behind its file watcher, which reacts within seconds.
 MCP_REFRESH_INTERVAL_S = 30.0
 MCP_SEARCH_WAIT_S = 3.0  # an assistant's tool call answers in seconds: then `search` answers with what is ready
-MCP_HINT_BUDGET_S = 0.006  # search_docs must answer in 10 ms (REQ-9): the ranked sections get what is left
+MCP_HINT_BUDGET_S = 0.006  # search_docs answers within 10 ms of its call: the ranked sections get what is left
 MCP_HINT_SECTIONS = 3  # starting points appended to search_docs: its answer is the instructions, not these
 MCP_DEFAULT_K = 5  # passages `search` returns when the call does not say (the tool's schema advertises it)
 MCP_MAX_K = 50  # the most passages `search` returns: more would fill the assistant's context, not inform it

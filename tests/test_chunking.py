@@ -95,7 +95,7 @@ def test_ids_are_stable_and_distinct() -> None:
 
 def test_size_limit_and_overlap_between_chunks_of_a_long_section() -> None:
     paras = [Block(_para(40, f"p{i}w")) for i in range(20)]
-    chunks = chunk_document(_doc(Section(["Long"], 1, paras)), "/r", "l.md", ChunkSettings(1000, 200))
+    chunks = chunk_document(_doc(Section(["Long"], 1, paras)), "/r", "l.md", ChunkSettings(size=1000, overlap=200))
     assert len(chunks) > 4
     assert all(len(c.text) <= 1000 for c in chunks)
     for a, b in zip(chunks, chunks[1:]):
@@ -166,7 +166,7 @@ def test_token_counts_go_to_the_tokenizer_in_bounded_batches() -> None:
         return [len(t.split()) + 2 for t in texts]
 
     doc = _doc(*(Section([f"H{i}"], 1, [Block(_para(30, f"s{i}w"))]) for i in range(1000)))
-    settings = ChunkSettings(100, 20, "tokens")
+    settings = ChunkSettings(size=100, overlap=20, unit="tokens")
     chunks = chunk_document(doc, "/r", "many.md", settings, count_tokens=count, max_tokens=256)
     assert len(chunks) >= 1000
     assert sum(calls) >= len(chunks) and max(calls) <= 256
@@ -177,18 +177,18 @@ def test_token_unit_counts_sizes_in_tokens() -> None:
         return [len(t.split()) + 2 for t in texts]
 
     doc = _doc(Section(["H"], 1, [Block(_para(20, f"b{i}w")) for i in range(10)]))
-    chunks = chunk_document(doc, "/r", "t.md", ChunkSettings(60, 10, "tokens"), count_tokens=count)
+    chunks = chunk_document(doc, "/r", "t.md", ChunkSettings(size=60, overlap=10, unit="tokens"), count_tokens=count)
     assert len(chunks) >= 4
     assert all(count([c.text])[0] <= 60 for c in chunks)
 
 
 def test_invalid_settings_are_reported_with_their_key() -> None:
     with pytest.raises(ConfigError, match="chunk.overlap"):
-        ChunkSettings(1000, 900)
+        ChunkSettings(size=1000, overlap=900)
     with pytest.raises(ConfigError, match="chunk.size"):
-        ChunkSettings(10, 0)
+        ChunkSettings(size=10, overlap=0)
     with pytest.raises(ConfigError, match="chunk.unit"):
-        ChunkSettings(1000, 200, "lines")  # type: ignore[arg-type]
+        ChunkSettings(size=1000, overlap=200, unit="lines")  # type: ignore[arg-type]
 
 
 def test_real_docs_never_exceed_the_minilm_window(shared_data) -> None:
@@ -408,7 +408,8 @@ _LOREM = "Lorem ipsum dolor sit amet, consectetur adipiscing elit, sed do eiusmo
 
 
 def _big_file(folder: Path, shape: str, size: int) -> Path:
-    """The shapes of issue 37: one paragraph of lines (.txt), one line (.md), paragraphs of one line (.txt)."""
+    """The shapes of big file that once chunked slowly: one paragraph of lines (.txt), one line (.md),
+    paragraphs of one line (.txt)."""
     line, name = {
         "one-paragraph": (_LOREM + "\n", "big.txt"),
         "one-line": (_LOREM + " ", "big.md"),
@@ -474,7 +475,7 @@ def _chunking_work(monkeypatch: pytest.MonkeyPatch, path: Path, window: bool) ->
 def test_chunking_work_grows_linearly_with_the_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, shape: str, window: bool
 ) -> None:
-    """Issue 37: each chunk's line was counted from the start of its unit (and the units' starts listed
+    """Each chunk's line was counted from the start of its unit (and the units' starts listed
     afresh), so chunking a 20 MB text file ran for hours. Twice the file: about twice the work, not four times."""
     small = _chunking_work(monkeypatch, _big_file(tmp_path, shape, 256 * 1024), window)
     large = _chunking_work(monkeypatch, _big_file(tmp_path, shape, 512 * 1024), window)

@@ -64,7 +64,7 @@ def test_extractive_and_llm_answers_cite_n_as_sources_n_minus_1(
     assert len(answered) >= 10, "most questions are about these pages: the check must see answers"
     for q, text, sources in answered:
         assert citation_problems(text, sources, root) == [], q
-    # The example: five quotes from one file, under one number, and that file alone as the source.
+    # The example reported: five quotes from one file, under one number, and that file alone as the source.
     q, text, sources = extractive[0]
     assert q == "How do I configure the OTLP exporter endpoint?"
     assert sources == [str(root / "languages/sdk-configuration/otlp-exporter.md")] and text.count("\n[1] ") == 1

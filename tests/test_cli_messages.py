@@ -1,5 +1,5 @@
 """What `mdrag config`, `index` and `status` say when a value is inherited, a file is given for a folder,
-or the index was built with another embedder (issue 28)."""
+or the index was built with another embedder."""
 
 from __future__ import annotations
 
@@ -137,7 +137,7 @@ def test_index_on_a_milvus_server_too_old_says_so_not_that_it_is_unreachable(
 
 def test_verbose_shows_mdrag_and_leaves_library_notes_to_debug(mdrag_home: Path) -> None:
     """`-v` printed faiss's loader notes ("Loading faiss with AVX512 support", "Could not load library ...
-    ModuleNotFoundError") as mdrag's own INFO lines (issue 38): a library's notes are -vv's, named by logger."""
+    ModuleNotFoundError") as mdrag's own INFO lines: a library's notes are -vv's, named by logger."""
     import subprocess
     import sys
 
@@ -155,7 +155,7 @@ def test_verbose_shows_mdrag_and_leaves_library_notes_to_debug(mdrag_home: Path)
 
 
 def test_a_mistyped_option_gets_the_commands_usage_and_the_option_meant(capsys: pytest.CaptureFixture[str]) -> None:
-    """`mdrag search x --treshold 0` got the top-level usage and "unrecognized arguments" (issue 38): the
+    """`mdrag search x --treshold 0` got the top-level usage and "unrecognized arguments": the
     command's usage, and the option meant, as a mistyped setting in the config file gets."""
     for argv, usage, typo, meant in (
         (["search", "x", "--treshold", "0"], "usage: mdrag search", "--treshold", "--threshold"),
@@ -178,7 +178,7 @@ def test_a_search_that_can_find_nothing_says_why(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A search of an index that holds no files said "no results above the threshold (try --threshold 0...)",
-    and one filtered on a folder that is not indexed said nothing of it (issue 38): each says why, exit 1."""
+    and one filtered on a folder that is not indexed said nothing of it: each says why, exit 1."""
     monkeypatch.chdir(tmp_path)  # no ./markdown: `mdrag index` makes an empty index
     assert _run(capsys, "index", "-q")[0] == 0
     code, out, err = _run(capsys, "search", "install", "--threshold", "0")
@@ -200,7 +200,7 @@ def test_a_search_that_can_find_nothing_says_why(
 
 def test_files_of_one_name_in_two_folders_are_told_apart(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """With two folders that both hold x.md, a result read `x.md:3` without its folder, and its ref `x.md`,
-    which `mdrag get` refuses as ambiguous (issue 38): results show as much of the folder as tells them apart,
+    which `mdrag get` refuses as ambiguous: results show as much of the folder as tells them apart,
     and the ref is the absolute path; rel_path stays as it is."""
     for folder, text in (("a", "The frobnicator settings live here."), ("b", "The frobnicator knob lives there.")):
         (tmp_path / folder / "docs").mkdir(parents=True)

@@ -480,7 +480,7 @@ def test_token_is_sent_as_bearer_header(start_server: Callable[..., FakeServer])
     code, _, err = ask(srv.url)
     assert code == 1 and "HTTP 401" in err and "--token TOKEN, the environment variable MDRAG_TOKEN" in err
     assert "Authorization" not in seen[1]
-    code, _, err = ask(srv.url, token="wr0ng")  # a wrong token is not told to give one (issue 38)
+    code, _, err = ask(srv.url, token="wr0ng")  # a wrong token is not told to give one
     assert code == 1 and "HTTP 401" in err and "The token given (--token, MDRAG_TOKEN" in err, err
     assert "is not the server's" in err and "Give the server's token" not in err and "wr0ng" not in err
 
@@ -488,7 +488,7 @@ def test_token_is_sent_as_bearer_header(start_server: Callable[..., FakeServer])
 def test_ask_reads_the_token_from_mdrag_token(
     start_server: Callable[..., FakeServer], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """`mdrag ask --token` put the token on the command line, visible in `ps` (issue 38): MDRAG_TOKEN, the
+    """`mdrag ask --token` put the token on the command line, visible in `ps`: MDRAG_TOKEN, the
     variable of the setting server.token (that `mdrag serve` reads too), gives it."""
     from mdrag.frontends.cli import main
 
@@ -541,7 +541,7 @@ def test_invalid_url() -> None:
 
 def test_the_http_address_serve_prints_is_asked_over_ws(start_server: Callable[..., FakeServer]) -> None:
     """`mdrag ask --server http://127.0.0.1:8765` (the address `mdrag serve` prints for a browser) was refused
-    with exit 2 (issue 38): it is the WebSocket's address too, asked over ws:// (https://: wss://)."""
+    with exit 2: it is the WebSocket's address too, asked over ws:// (https://: wss://)."""
     srv = start_server(scripted(lambda msg, st: stream("an answer")))
     http = srv.url.replace("ws://", "http://", 1)
     code, out, err = ask(http + "/")

@@ -63,6 +63,22 @@ def test_invalid_values_name_their_key(mdrag_home: Path, text: str, key: str) ->
         load_config()
 
 
+def test_chunk_bounds_are_the_settings_and_checked_when_the_config_is_read(mdrag_home: Path) -> None:
+    from mdrag.chunking import ChunkSettings
+
+    (mdrag_home / "config.yaml").write_text("chunk:\n  size: 40\n")
+    with pytest.raises(ConfigError, match=r"chunk\.size must be at least 50, got 40 \(from the config file"):
+        load_config()  # not first when an index is opened
+    with pytest.raises(ConfigError, match=r"chunk\.size must be at least 50, got 40$"):
+        ChunkSettings(size=40)  # the same bound, from the same declaration
+    (mdrag_home / "config.yaml").unlink()
+    config = load_config({"chunk.size": 500, "chunk.unit": "tokens", "chunk.context": "headings"})
+    assert ChunkSettings.from_config(config) == ChunkSettings(size=500, unit="tokens", context="headings")
+    assert {f"chunk.{k}": v for k, v in vars(ChunkSettings()).items()} == {
+        k: v for k, v in load_config().values.items() if k.startswith("chunk.")
+    }
+
+
 def test_invalid_yaml_names_the_file_and_line(mdrag_home: Path) -> None:
     (mdrag_home / "config.yaml").write_text("chunk:\n  size: [1,\n")
     with pytest.raises(ConfigError, match=r"(?s)config.yaml.*line 3"):
@@ -121,6 +137,18 @@ def test_docs_settings_table_is_the_generated_one() -> None:
     assert block == settings_table(), (
         "docs/configuration.md's settings table is stale: paste `mdrag config --markdown` over it"
     )
+
+
+def test_the_help_of_a_backend_setting_names_the_backends_registered(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A store registered by a plugin is listed in store.backend's help as mdrag's own are (by name: it has no
+    line of help here), in `mdrag config --markdown` and `--help` alike."""
+    from mdrag import plugins
+
+    names = plugins.names
+    monkeypatch.setattr(plugins, "names", lambda group: names(group) + ["lance"] * (group == plugins.STORES))
+    row = next(line for line in settings_table().splitlines() if line.startswith("| `store.backend` |"))
+    assert "kept: `faiss` (an in-memory FAISS index and SQLite under the cache folder), `milvus` (" in row
+    assert "`milvus_uri`), `lance`, or `auto`: " in row
 
 
 def test_every_setting_has_help_and_its_environment_variable_is_documented() -> None:

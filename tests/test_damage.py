@@ -236,7 +236,7 @@ def test_an_unreadable_manifest_never_crashes_a_command(
     for argv in (("status",), ("search", "palette")):
         code, out, err = cli(*argv)
         assert "Traceback" not in err and code in (0, 1), (argv, err)
-        said = out + err + caplog.text  # what is true (issue 37 point 8): nothing rebuilds, nothing is being built
+        said = out + err + caplog.text  # what is true: nothing rebuilds, nothing is being built
         assert "rebuilding" not in said and "is being built" not in said and "`mdrag index`" in said, (argv, said)
     code, out, err = cli("index", str(docs), "--json", "-q")
     assert code == 0, err
@@ -289,7 +289,7 @@ def test_a_full_disk_at_manifest_save_is_one_clear_message(
     _assert_whole(cli, json.loads(out)["chunks_total"])
 
 
-# -- a store that lost everything (issue 26, point 6) ------------------------
+# -- a store that lost everything -------------------------------------------
 
 
 def _faiss_file(home: Path, ext: str) -> Path:
@@ -343,7 +343,7 @@ def test_a_store_that_lost_everything_is_named_then_repaired_by_index(
     damage(mdrag_home)
     code, out, err = cli("status")
     assert code == 1, out + err
-    # what is true (issue 37 point 8): with the meta table deleted every row is there
+    # what is true: with the meta table deleted every row is there
     meta = "DELETE FROM meta" in damage.__name__
     held = f"though it holds {total} chunk rows of the {total}" if meta else f"none of the {total} chunks"
     assert "damaged:" in out and held in out and "mdrag index" in out, out
@@ -359,7 +359,7 @@ def test_a_store_that_lost_everything_is_named_then_repaired_by_index(
     _assert_whole(cli, total)
 
 
-# -- a lost manifest (issue 26, point 7) ----------------------------------------
+# -- a lost manifest ----------------------------------------------------------
 
 
 def _no_roots(path: Path) -> None:
@@ -407,7 +407,7 @@ def test_a_lost_manifest_takes_the_folders_back_from_the_store(
     _assert_whole(cli, s["chunks_total"])
 
 
-# -- damage inside a file (issue 26, point 8) ------------------------------------
+# -- damage inside a file ------------------------------------------------------
 
 
 def _top(cli: Callable[..., tuple[int, str, str]], *extra: str) -> list[str]:
@@ -508,7 +508,7 @@ def test_a_run_records_the_checksums_of_index_files_that_milvus_lite_writes_afte
         idx.close()
 
 
-# -- every kind of damage tried (issue 26, point 8): found, or repaired, never served -----------------
+# -- every kind of damage tried: found, or repaired, never served -----------------
 
 
 _QUERY = ("vermilion palette apt install", "--json", "--threshold", "0", "--mode", "dense")
@@ -694,7 +694,7 @@ def test_damage_is_found_or_repaired_and_never_served(
 
 @both_stores
 def test_status_verify_says_what_it_checked_and_how_long_it_took(cli, docs: Path, backend: str) -> None:
-    """Issue 37 point 8: `status --verify` is not `status` printed again."""
+    """`status --verify` is not `status` printed again."""
     _build(cli, docs)
     code, plain, _ = cli("status")
     assert code == 0 and "verified:" not in plain
@@ -714,7 +714,7 @@ def test_status_verify_says_what_it_checked_and_how_long_it_took(cli, docs: Path
 def test_damaged_vectors_are_never_ranked_when_the_vector_index_is_built_from_sqlite(
     cli, docs: Path, mdrag_home: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """Issue 37 point 5: a vector index built again from SQLite leaves out the vectors that are not the
+    """A vector index built again from SQLite leaves out the vectors that are not the
     unit vectors a run wrote (zeroed, cut short), says so, and the next `mdrag index` embeds them again."""
     total = _build(cli, docs)
     _sql("UPDATE chunks SET vector = zeroblob(length(vector)) WHERE n % 2 = 0")(mdrag_home)
@@ -738,7 +738,7 @@ def test_damaged_vectors_are_never_ranked_when_the_vector_index_is_built_from_sq
 def test_a_changed_milvus_data_file_is_found_by_verify_and_rebuild_builds_it_again(
     cli, docs: Path, mdrag_home: Path
 ) -> None:
-    """Issue 37 point 7: the run records the sha256 of the collection's data files; `status --verify`
+    """The run records the sha256 of the collection's data files; `status --verify`
     compares them, and the rows of a changed one cannot be trusted: `mdrag index --rebuild`."""
     total = _build(cli, docs)
     files = sorted(_collection(mdrag_home).glob("partitions/*/data/data_*.parquet"))
@@ -763,7 +763,7 @@ def test_a_changed_milvus_data_file_is_found_by_verify_and_rebuild_builds_it_aga
 
 @pytest.mark.parametrize("backend", ["faiss"])
 def test_rebuild_sets_aside_a_store_with_pages_sqlite_cannot_read_unasked(cli, docs: Path, mdrag_home: Path) -> None:
-    """Issue 37 point 4: the `mdrag index --rebuild` a damaged store's message asks for works without a
+    """The `mdrag index --rebuild` a damaged store's message asks for works without a
     `status --verify` before it (it reads every row, then sets the store aside rather than build upon it)."""
     total = _build(cli, docs)
     _flip_index_page("chunks_root")(mdrag_home)
@@ -779,7 +779,7 @@ def test_rebuild_sets_aside_a_store_with_pages_sqlite_cannot_read_unasked(cli, d
 def test_swapped_vectors_are_never_ranked_when_the_vector_index_is_built_from_sqlite(
     cli, docs: Path, mdrag_home: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """Issue 37 point 5: two rows' vectors swapped are unit vectors both; the digest each run records with
+    """Two rows' vectors swapped are unit vectors both; the digest each run records with
     a vector (of its chunk's content hash and its bytes) finds them. A vector index built again from SQLite
     leaves them out, the warning names how many and their files, and `mdrag index` embeds them again."""
     total = _build(cli, docs)
@@ -841,7 +841,7 @@ def test_a_store_written_before_vector_digests_is_checked_by_length_and_norm_the
     _assert_whole(cli, total)
 
 
-# -- issue 37 points 4, 6 and 8 on Milvus Lite (the FAISS side: the tests above) ----------------------------
+# -- a damaged store found and repaired, on Milvus Lite (the FAISS side: the tests above) --------------------
 
 
 def flip(path: Path, size: int = 64) -> None:
@@ -877,7 +877,7 @@ UNREADABLE = [
 def test_a_plain_index_fails_on_a_store_it_cannot_read_as_status_and_search_do(
     cli, docs: Path, mdrag_home: Path, damage: Callable[[Path], None], said: str
 ) -> None:
-    """Issue 37 point 4 on Milvus Lite: the run with nothing to do said "done" (its shortcut looked at the
+    """On Milvus Lite, the run with nothing to do said "done" (its shortcut looked at the
     files' sizes and times), and a changed data file was served."""
     total = _build(cli, docs)
     damage(mdrag_home)
@@ -946,7 +946,7 @@ def _edit_faiss(home: Path) -> set[str]:
 def test_edited_chunk_texts_are_found_by_verify_and_their_files_read_again(
     cli, docs: Path, mdrag_home: Path, backend: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """Issue 37 point 6 on both stores: a text edited in the store no longer has its content hash: a search
+    """On both stores, a text edited in the store no longer has its content hash: a search
     leaves it out, saying so, `status --verify` names it, and the next `mdrag index` reads its file again."""
     total = _build(cli, docs)
     before = _rows(cli("search", *_QUERY)[1])

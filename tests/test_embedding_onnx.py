@@ -390,7 +390,7 @@ def test_a_kept_index_embeds_in_the_yielding_thread_and_stores_the_vectors_mdrag
 
 
 def test_a_models_first_inference_runs_alone(onnx_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Two first inferences at once have hung OpenVINO for good (issue 37 point 9): a model's first runs alone
+    """Two first inferences at once have hung OpenVINO for good: a model's first runs alone
     in the process, the others side by side. Each inference waits (at most a second) for another to join it."""
     monkeypatch.setattr(onnx, "_inferred", set())
     monkeypatch.setattr(onnx, "yielding_busy", lambda: False)  # a query runs on this embedder, not its twin

@@ -1,4 +1,4 @@
-"""Follow-up questions (issue 30 point 1): what a follow-up searches for (mdrag.answering.followup), with the
+"""Follow-up questions: what a follow-up searches for (mdrag.answering.followup), with the
 loopback stand-in LLM for the rewrite; then through `Index.ask`, the WebSocket server on real Hugo docs,
 and `mdrag ask` at its prompt."""
 

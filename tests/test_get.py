@@ -1,4 +1,4 @@
-"""Whole documents for agents (issue 30 point 2): `mdrag get`, ``Index.get`` and the MCP ``get`` and
+"""Whole documents for agents: `mdrag get`, ``Index.get`` and the MCP ``get`` and
 ``multi_get`` tools, on real documents (the CNCF glossary, OpenTelemetry's Java SDK page, a pdflatex PDF)
 with the real MiniLM model."""
 
@@ -83,7 +83,7 @@ def test_get_a_document_its_lines_and_a_section(
 
     code, _, err = run(monkeypatch, capsys, corpus, "get", "content/en/container.md:50-60")
     assert code == 1 and f"has {len(wanted)} lines: ask for lines 1 to {len(wanted)}" in err
-    # a range written backwards is said to be so, with the range meant (issue 38: it said "has N lines")
+    # a range written backwards is said to be so, with the range meant (not "has N lines")
     code, _, err = run(monkeypatch, capsys, corpus, "get", "content/en/container.md:20-10")
     assert code == 1 and "the line range is backwards: ask for content/en/container.md:10-20" in err, err
     code, _, err = run(monkeypatch, capsys, corpus, "get", "content/en/container.md#page=3-2")
@@ -98,7 +98,7 @@ def test_get_the_document_of_a_search_result_by_its_chunk_id(
     code, out, _ = run(monkeypatch, capsys, corpus, "search", "canary deployment traffic", "--json", "-k", "3")
     assert code == 0
     hit = json.loads(out)[0]
-    assert hit["ref"] == hit["rel_path"] and Path(hit["path"]).is_absolute()  # what opens it (issue 30 point 6)
+    assert hit["ref"] == hit["rel_path"] and Path(hit["path"]).is_absolute()  # what opens it
     code, out, _ = run(monkeypatch, capsys, corpus, "get", hit["chunk_id"], "--json")
     assert code == 0
     (whole,) = json.loads(out)["documents"]
@@ -321,7 +321,7 @@ async def test_mcp_get_and_multi_get(tmp_path: Path, mdrag_home: Path, shared_da
     assert nothing.startswith("none of the documents asked for can be returned: ") and "'gone.md'" in nothing
 
 
-# -- what reading a big document costs (issue 37 point 3) ------------------------------------------------
+# -- what reading a big document costs --------------------------------------------------------------------
 BIG_LINE = "The same line about the installer, again and again."
 
 

@@ -1,5 +1,5 @@
-"""A home (``MDRAG_HOME``) that was copied or moved is the same index where its files are intact (issue 37,
-point 10): nothing is embedded again; what does start a full re-index says why, at WARNING."""
+"""A home (``MDRAG_HOME``) that was copied or moved is the same index where its files are intact:
+nothing is embedded again; what does start a full re-index says why, at WARNING."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Ctrl+C of `mdrag index` keeps what it embedded (issue 37, point 11): the CLI commits as it goes, as the
+"""Ctrl+C of `mdrag index` keeps what it embedded: the CLI commits as it goes, as the
 server does, and the first Ctrl+C commits what the run embedded before it stops."""
 
 from __future__ import annotations

@@ -439,7 +439,7 @@ def test_passage_collapse_of_a_format_without_line_numbers_goes_by_position(tmp_
 
 
 def test_a_pdf_gives_a_result_per_outline_section_and_page(shared_data: Path, hash_embedder: HashEmbedder) -> None:
-    """Issue 14 point 2: PDF pages had no headings, so the default collapse kept one result per PDF.
+    """PDF pages had no headings, so the default collapse kept one result per PDF.
 
     Now outline entries are sections and a page outside them is one; the page
     of every hit is the page its text is on.

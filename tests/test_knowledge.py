@@ -861,7 +861,7 @@ def test_cli_init_refresh_status(
 def test_status_lists_docsets_with_only_a_local_path(
     project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """`mdrag knowledge status` left out docsets with no web sources (issue 38): each is listed with its folder
+    """`mdrag knowledge status` left out docsets with no web sources: each is listed with its folder
     and the files there, or says that its folder does not exist."""
     from mdrag.frontends.cli import main
 
@@ -886,7 +886,7 @@ def test_init_shows_one_line_a_source_not_git_s_every_step(
     tmp_path: Path, project: Path, monkeypatch: pytest.MonkeyPatch, capsys, caplog, hash_embedder
 ) -> None:
     """`mdrag knowledge init` printed each of git's progress steps as a line (35 `remote: Counting objects`
-    lines for an 11-object repository; issue 38): one line a source; git's steps are debug log lines."""
+    lines for an 11-object repository): one line a source; git's steps are debug log lines."""
     from mdrag.frontends.cli import main
 
     monkeypatch.setattr("mdrag.index.index.make_embedder", lambda config: hash_embedder)

@@ -1,4 +1,4 @@
-"""Hostile docsets (issue 13): nothing outside the clone is copied, nothing outside the project is read or written.
+"""Hostile docsets: nothing outside the clone is copied, nothing outside the project is read or written.
 
 A git repository committed with symbolic links to /etc, to a folder outside it and into its own .git, and a
 config asking for absolute and ``..`` paths, is served from a local bare repository (a file:// URL, and git://

@@ -9,13 +9,14 @@ function or under ``TYPE_CHECKING``), so a cycle cannot hide from them.
 from __future__ import annotations
 
 import ast
+import re
 import sys
 from pathlib import Path
 
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "mdrag"
-MAX_LINES = 620  # "no module over ~600 lines" (issue 29)
+MAX_LINES = 620  # no module over ~600 lines: a module is one job
 FRONT_ENDS = "mdrag.frontends"  # the CLI, the WebSocket server and client, the web page, the MCP server
 #: The rooms from the ground up (docs/architecture.md): a module imports from its own room and the rooms
 #: below it, never from one above. "ground" is every module at the top of mdrag (errors, types, settings,
@@ -176,3 +177,33 @@ def test_the_core_imports_no_front_end() -> None:
     assert {n: sorted(f for f in reaches(n) if f.startswith(FRONT_ENDS)) for n in core if n != "mdrag.__main__"} == {
         n: [] for n in core if n != "mdrag.__main__"
     }
+
+
+#: Where a reference a newcomer cannot follow is refused: the code, the tests, the benchmarks and their
+#: report's templates. A tracker's issue number or a spec's requirement number ("REQ-" and a number) is
+#: not in the repository to read: the code states the rule itself, and issue numbers go in commit messages
+#: and CHANGELOG.md.
+UNREADABLE_REFERENCE = re.compile(r"\bREQ-\d|\b[Ii]ssues? #?\d")
+REFERENCE_FREE = ("mdrag/**/*.py", "tests/**/*.py", "benchmarks/*.py", "benchmarks/templates/*.md")  # no out/
+
+
+def _unreadable_references() -> list[str]:
+    root = PACKAGE.parent
+    found = []
+    for pattern in REFERENCE_FREE:
+        for path in sorted(root.glob(pattern)):
+            for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+                if UNREADABLE_REFERENCE.search(line):
+                    found.append(f"{path.relative_to(root).as_posix()}:{number}: {line.strip()}")
+    return found
+
+
+def test_no_issue_or_requirement_numbers_in_code_tests_or_benchmarks() -> None:
+    """Say what the rule is where it applies, not which issue or requirement asked for it."""
+    assert _unreadable_references() == []
+
+
+def test_the_reference_check_sees_one() -> None:
+    for line in ("# the 10 ms budget (REQ-" + "9)", '"""Issue ' + '37 point 8: ..."""', "see issues " + "26 and 37"):
+        assert UNREADABLE_REFERENCE.search(line), line
+    assert not UNREADABLE_REFERENCE.search("an issue of the tracker; a REQUEST; tissue 3")

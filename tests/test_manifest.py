@@ -109,7 +109,7 @@ def test_a_manifest_changed_outside_mdrag_loads_unverified(tmp_path: Path, caplo
 
 
 def test_a_manifest_that_held_store_state_still_loads_verified(tmp_path: Path) -> None:
-    """Manifests before issue 15 held the Milvus Lite store's state (rows_since_rewrite, store_fingerprint);
+    """Manifests of older releases held the Milvus Lite store's state (rows_since_rewrite, store_fingerprint);
     the store keeps it now: such a manifest loads, checksum intact, and its next save drops those keys."""
     import hashlib
 

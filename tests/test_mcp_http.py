@@ -180,7 +180,7 @@ def test_a_page_of_another_origin_is_refused(server: Served) -> None:
     assert evil.status_code == 403
     assert "Origin not allowed" in evil.text
     assert "refused a request from origin http://evil.example" in server.text()
-    # exactly one origin: a list that starts with a loopback one is refused too (issue 37)
+    # exactly one origin: a list that starts with a loopback one is refused too
     for listed in ("http://127.0.0.1:1 https://evil.example", "http://localhost:5173, https://evil.example"):
         two = httpx.post(server.url, json=INITIALIZE, headers={**POST_HEADERS, "Origin": listed})
         assert two.status_code == 403 and "Origin not allowed" in two.text, listed
@@ -253,7 +253,7 @@ async def test_a_token_is_required_when_set_and_sigterm_stops_cleanly(tmp_path: 
     with serving(react_project(tmp_path), home, tmp_path / "server.log", "--token", TOKEN) as served:
         missing = httpx.post(served.url, json=INITIALIZE, headers=POST_HEADERS)
         assert missing.status_code == 401 and missing.headers["www-authenticate"] == "Bearer"
-        assert "none was sent" in missing.text  # a missing token and a wrong one told apart (issue 38)
+        assert "none was sent" in missing.text  # a missing token and a wrong one told apart
         wrong = httpx.post(served.url, json=INITIALIZE, headers={**POST_HEADERS, "Authorization": "Bearer nope"})
         assert wrong.status_code == 401 and "The token sent is wrong" in wrong.text
         assert wrong.headers["www-authenticate"] == 'Bearer error="invalid_token"'

@@ -393,7 +393,7 @@ def test_the_index_summary_counts_parser_bugs_apart_from_bad_files(tmp_path: Pat
 
 def test_a_child_whose_parent_has_gone_ends_quietly() -> None:
     """`mdrag mcp` closed a second after it started: its parse worker's child found the socket closed
-    and printed `BrokenPipeError` with a traceback (issue 28 point 16). It ends quietly, exit 0."""
+    and printed `BrokenPipeError` with a traceback. It ends quietly, exit 0."""
     import json
     import socket
 
@@ -422,7 +422,7 @@ def test_a_child_whose_parent_has_gone_ends_quietly() -> None:
 def test_a_file_whose_chunking_passes_the_time_limit_is_skipped_and_the_others_indexed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Issue 37: chunking ran outside the parse limits, so one big file held up the whole run. Chunking
+    """Chunking ran outside the parse limits, so one big file held up the whole run. Chunking
     has the same limit; here its clock is the tokenizer's work: each text counted moves it a second on."""
     from mdrag.chunking import deadline
     from tests.conftest import HashEmbedder
@@ -453,7 +453,7 @@ def test_a_file_whose_chunking_passes_the_time_limit_is_skipped_and_the_others_i
 
 @linux_only
 def test_a_file_whose_chunking_would_pass_the_memory_limit_is_skipped_and_the_others_indexed(tmp_path: Path) -> None:
-    """Issue 37: chunking ran outside the parse's memory cap. 300,000 one-letter lines (0.6 MB) parse within
+    """Chunking ran outside the parse's memory cap. 300,000 one-letter lines (0.6 MB) parse within
     32 MB, but chunking them needs more (about 170 bytes a line): the file is skipped, with its path and the
     setting, before it is chunked, and the run goes on."""
     import tracemalloc

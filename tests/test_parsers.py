@@ -444,7 +444,7 @@ def test_multipage_pdf_has_one_section_per_page(shared_data: Path) -> None:
 
 
 def test_pdf_outline_entries_are_sections_with_heading_paths(shared_data: Path) -> None:
-    """Issue 14 point 2: nested outline entries give heading paths; pages keep their numbers."""
+    """Nested outline entries give heading paths; pages keep their numbers."""
     path = shared_data / "pdf_py-pdf_sample-files/009-pdflatex-geotopo/GeoTopo-komprimiert.pdf"
     doc = parse_file(path)
     by_page: dict[int, list[Section]] = {}
@@ -610,7 +610,7 @@ def _docx_sections(path: Path) -> list[tuple[list[str], list[str]]]:
 
 
 def test_docx_text_boxes_notes_comments_headers_and_footers(shared_data: Path) -> None:
-    """Issue 14 point 6: what python-docx's paragraphs leave out is read, each in a stated place."""
+    """What python-docx's paragraphs leave out is read, each in a stated place."""
     mammoth = shared_data / "docx_mammoth/tests/test-data"
     steps = shared_data / "docx_python-docx/features/steps/test_files"
     # The text box once (Word writes a VML copy of it for older readers).

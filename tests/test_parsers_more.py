@@ -1,4 +1,4 @@
-"""reStructuredText, plain text and MDX (issue 30 point 4): every file a docset copies is searchable.
+"""reStructuredText, plain text and MDX: every file a docset copies is searchable.
 
 The files are real: Sphinx's reStructuredText primer and MDX's "What is MDX?"
 page (tests/data, with their licenses), the MIT license text beside the latter
@@ -340,7 +340,7 @@ def _shifted(doc: Document, lines: int) -> list:
 def test_a_big_rst_file_is_read_in_parts_with_the_whole_file_s_sections_and_lines(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Issue 37 point 2: docutils' time and memory grew faster than the file (a 5 MB manual was skipped
+    """Docutils' time and memory grew faster than the file (a 5 MB manual was skipped
     after 120 s, and needed 2 GB). A big file is read in parts cut at section titles; its sections and
     line numbers are the whole file's."""
     from docutils.parsers.rst import Parser

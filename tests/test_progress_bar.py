@@ -1,6 +1,6 @@
-"""`mdrag index`'s progress bar as drawn on stderr (issue 28 point 13): it moves while the run is quiet,
+"""`mdrag index`'s progress bar as drawn on stderr: it moves while the run is quiet,
 shows an estimated total until every file is read, and an honest remaining time once chunks are written;
-log lines go above it, and when stderr is not a terminal it prints plain lines (issue 38 point 2)."""
+log lines go above it, and when stderr is not a terminal it prints plain lines."""
 
 from __future__ import annotations
 
@@ -72,7 +72,7 @@ def test_a_quiet_bar_draws_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_the_total_is_estimated_from_the_bytes_parsed_of_each_kind_of_file() -> None:
     """The CommonMark spec (205 kB of text, 1,178 chunks) read first, then HTML pages (28 MB, 5 chunks each) made
-    the estimate ~139,390 chunks: its chunks times the files left, for a run of 3,687 (issue 38). The bytes
+    the estimate ~139,390 chunks: its chunks times the files left, for a run of 3,687. The bytes
     left of each kind of file hold as many chunks a byte as those of that kind parsed; the files of a kind none
     of which is parsed yet, as many chunks each as the files parsed."""
     pages = [(f"/d/p{i}/page.html", 100_000 + i) for i in range(261)]
@@ -96,7 +96,7 @@ def test_the_total_is_estimated_from_the_bytes_parsed_of_each_kind_of_file() -> 
 
 def test_the_estimate_counts_the_files_parsed_ahead_of_the_embedder() -> None:
     """The first file's chunks were being embedded for a minute, and no other file counted meanwhile, though
-    the parse runs ahead (issue 38): the files parsed count in the estimate at the next report."""
+    the parse runs ahead: the files parsed count in the estimate at the next report."""
     told: list[IndexProgress] = []
     counter = ProgressCounter(3, told.append, [("/d/big.md", 10_000), ("/d/a.md", 1_000), ("/d/b.md", 1_000)])
     counter.parsed("/d/big.md", 100)
@@ -109,7 +109,7 @@ def test_the_estimate_counts_the_files_parsed_ahead_of_the_embedder() -> None:
 
 def test_log_lines_are_printed_above_the_bar_not_over_it(monkeypatch: pytest.MonkeyPatch) -> None:
     """A warning logged while the bar was drawn was written after its frame, on its line
-    (``...files 37/994 read]mdrag: WARNING: ...``; issue 38): it goes on a line of its own, the bar below."""
+    (``...files 37/994 read]mdrag: WARNING: ...``): it goes on a line of its own, the bar below."""
     out = io.StringIO()
     monkeypatch.setattr(sys, "stderr", out)
     handler = logging.StreamHandler(sys.stderr)  # as the command line's: on stderr
@@ -135,7 +135,7 @@ def test_log_lines_are_printed_above_the_bar_not_over_it(monkeypatch: pytest.Mon
 
 def test_without_a_terminal_the_progress_is_plain_lines(monkeypatch: pytest.MonkeyPatch) -> None:
     """When stderr is not a terminal (a log file, CI), the bar wrote its frames there all the same (12.5 KB for a
-    321-chunk run; issue 38): it writes a plain line now and then instead, and no frame."""
+    321-chunk run): it writes a plain line now and then instead, and no frame."""
     out = io.StringIO()
     monkeypatch.setattr(sys, "stderr", out)
     monkeypatch.setattr(_IndexBar, "_LINE_S", 0.2)
@@ -155,7 +155,7 @@ def test_without_a_terminal_the_progress_is_plain_lines(monkeypatch: pytest.Monk
 
 def test_the_bar_goes_on_across_the_steps_of_a_run(monkeypatch: pytest.MonkeyPatch) -> None:
     """An `mdrag index` run commits every 30 s and goes on in a new step: the bar went back from 448 chunks to
-    64 (and to files 1/262) at each step (issue 38); it goes on from what the earlier steps wrote."""
+    64 (and to files 1/262) at each step; it goes on from what the earlier steps wrote."""
     out = io.StringIO()
     monkeypatch.setattr(sys, "stderr", out)
     monkeypatch.setattr(_IndexBar, "_LINE_S", 0.2)

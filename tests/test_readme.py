@@ -58,7 +58,7 @@ def links(page: Path) -> Iterator[str]:
 
 
 def test_the_readme_is_a_front_door() -> None:
-    """README.md says what mdrag is, how to start and where to read on (issue 38): the reference is in docs/."""
+    """README.md says what mdrag is, how to start and where to read on: the reference is in docs/."""
     lines = README.read_text(encoding="utf-8").splitlines()
     assert len(lines) <= 260, f"README.md has {len(lines)} lines: move reference text to docs/ (at most 260)"
     text = "\n".join(lines)
@@ -133,7 +133,7 @@ def test_every_figure_of_three_decimals_in_the_docs_is_in_results() -> None:
 
 
 def test_the_hugo_figures_by_mode_are_the_latest_measured() -> None:
-    # The README once said "BM25 91%, dense 87%" where RESULTS.md held 0.929 and 0.886 (issue 28 point 17):
+    # The README once said "BM25 91%, dense 87%" where RESULTS.md held 0.929 and 0.886:
     # its Hit@5 by mode on the Hugo questions (now in docs/retrieval.md) is the latest table of every question
     # set, rounded.
     page = (ROOT / "docs" / "retrieval.md").read_text(encoding="utf-8")

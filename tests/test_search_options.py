@@ -63,7 +63,7 @@ def test_a_result_that_holds_every_word_asked_is_kept_below_the_threshold(
     tmp_path: Path, mode: str, stemming: bool
 ) -> None:
     """A setting's name in one row of a long table scores a low cosine (the model embeds the whole chunk):
-    the threshold dropped it, though it holds every word of a keyword query (issue 27)."""
+    the threshold dropped it, though it holds every word of a keyword query."""
     root = tmp_path / "docs"
     root.mkdir()
     filler = " ".join(f"w{i}" for i in range(300))  # a long chunk: its cosine to a short query is low
@@ -80,7 +80,7 @@ def test_a_result_that_holds_every_word_asked_is_kept_below_the_threshold(
 
 
 def test_the_module_function_ranks_as_the_index_does_by_default(tmp_path: Path) -> None:
-    """`mdrag.retrieval.search.search` with no options is `mdrag search`: the settings' defaults (issue 28 point 2),
+    """`mdrag.retrieval.search.search` with no options is `mdrag search`: the settings' defaults,
     where it ranked dense, without threshold or collapse, and fused by RRF."""
     from mdrag.retrieval.search import search
 
@@ -98,7 +98,7 @@ def test_the_module_function_ranks_as_the_index_does_by_default(tmp_path: Path) 
 
 
 def test_collapse_still_returns_k_results_when_one_file_fills_the_first_places(tmp_path: Path) -> None:
-    """Results must not depend on k (issue 28 point 1): one long file's chunks took every row fetched
+    """Results must not depend on k: one long file's chunks took every row fetched
     (4k), collapse kept one of them, and the next file, found with a larger k, was not returned."""
     root = tmp_path / "docs"
     root.mkdir()
@@ -115,7 +115,7 @@ def test_collapse_still_returns_k_results_when_one_file_fills_the_first_places(t
 
 @pytest.mark.slow
 def test_the_first_results_do_not_depend_on_k_on_the_cncf_glossary(shared_data: Path, minilm: object) -> None:
-    """The issue's case: `search "how does a service mesh handle traffic" --tag security -k 4` gave
+    """The case reported: `search "how does a service mesh handle traffic" --tag security -k 4` gave
     nothing, and -k 20 mutual-transport-layer-security.md at 0.35 (the threshold ran after the cut)."""
     config = load_config({"index": "t" + os.urandom(4).hex(), "search.threshold": 0.3})  # 0.35: at the edge
     with Index(config, embedder=minilm) as idx:  # type: ignore[arg-type]

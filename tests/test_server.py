@@ -433,7 +433,7 @@ def test_a_client_that_disconnects_mid_answer_cancels_the_llm_request(tmp_path: 
 
 
 def test_a_question_of_invisible_characters_only_is_an_empty_query(tmp_path: Path) -> None:
-    """U+202E, U+00AD, U+200B alone: "the search query is empty", in a query as in a search (issue 37)."""
+    """U+202E, U+00AD, U+200B alone: "the search query is empty", in a query as in a search."""
     root = _docs(tmp_path, 1)
 
     async def scenario() -> None:
@@ -611,7 +611,7 @@ def test_the_server_loads_its_search_structures_before_the_first_question(
 
 
 class ColdModel(HashEmbedder):
-    """A model whose first inference must run alone, as OpenVINO's (issue 37 point 9): a second inference
+    """A model whose first inference must run alone, as OpenVINO's: a second inference
     begun before the first has ended fails, where the real one hung for good. The first waits until the
     test has sent its question, then a second for another inference to begin beside it."""
 

@@ -1,4 +1,4 @@
-"""Issue 26's fault test: `mdrag serve` answers a steady stream of searches while its index changes.
+"""The fault test of serving: `mdrag serve` answers a steady stream of searches while its index changes.
 
 The server runs as its own process (`mdrag serve DIR`, the real MiniLM model, the FAISS store, a private
 home) over 40 CNCF glossary pages. One connection sends one search after another for the whole test, each

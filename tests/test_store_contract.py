@@ -207,7 +207,7 @@ def test_dense_search_is_exact_and_scores_are_cosines(store: Any) -> None:
 
 
 def test_dense_search_after_a_run_is_exact_at_the_depths_search_asks_for(engine: tuple[str, str | None]) -> None:
-    """Issue 27: on the same chunks, Milvus Lite and FAISS gave different dense lists (and so different
+    """On the same chunks, Milvus Lite and FAISS gave different dense lists (and so different
     hybrid ones): FAISS ranks exactly below 20,000 chunks, and Milvus Lite's HNSW walk of 64 missed
     chunks of the exact top 40 (the rows a search of k 10 asks for) and top 120 (a hybrid search's
     dense list). A run's chunks are searched once sealed, as a reopened index is (Milvus Lite: the

@@ -693,7 +693,7 @@ def test_with_a_token_the_page_opens_a_source_with_it(browser: WebDriver, tmp_pa
         browser.execute_script("sessionStorage.clear()")
 
 
-# -- issue 38: errors the page recovers from, ids, answers without an LLM, kept conversations, copying --------
+# -- errors the page recovers from, ids, answers without an LLM, kept conversations, copying --------
 def _dead_and_live_cites(turn: WebElement) -> tuple[list[str], list[str]]:
     body = turn.find_element(By.CSS_SELECTOR, ".body")
     return (

@@ -226,7 +226,7 @@ def test_a_source_outside_the_index_or_for_another_site_is_refused(tmp_path: Pat
             ("Sec-Fetch-Site: cross-site",),
             ("Sec-Fetch-Site: same-site", "Origin: http://localhost:1234"),
             (f"Host: evil.example:{port}",),
-            # one origin only: a list that starts with a loopback one is no page of this machine (issue 37)
+            # one origin only: a list that starts with a loopback one is no page of this machine
             ("Origin: http://127.0.0.1:1 https://evil.example",),
             ("Origin: http://127.0.0.1:1,https://evil.example",),
             ("Origin: http://127.0.0.1:1/x",),
@@ -279,7 +279,7 @@ def test_a_source_too_large_to_show_whole_opens_around_its_lines(tmp_path: Path)
 def test_a_big_source_opens_at_its_lines_and_the_200_around_them_without_a_parse(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A 1 MB Markdown file (issue 37): its lines are the file's lines, read without parsing it, in time for
+    """A 1 MB Markdown file: its lines are the file's lines, read without parsing it, in time for
     the handshake's deadline whatever its size."""
     import mdrag.parsers.markdown as markdown
 

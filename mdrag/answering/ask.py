@@ -55,24 +55,9 @@ from mdrag.types import SearchResult
 if TYPE_CHECKING:
     import httpx2
 
-__all__ = ["SETTINGS", "Answer", "AnswerPlan", "Retriever", "Turn", "answer", "ask", "llm_settings", "plan"]
+__all__ = ["Answer", "AnswerPlan", "Retriever", "Turn", "answer", "ask", "llm_settings", "plan"]
 
 logger = logging.getLogger(__name__)
-
-#: The settings read at each question (a running server applies a change to them at once).
-SETTINGS = frozenset(
-    {
-        "answer.judge",
-        "answer.min_score",
-        "answer.max_unknown",
-        "llm.base_url",
-        "llm.api_key",
-        "llm.model",
-        "llm.timeout",
-        "api.base_url",
-        "api.api_key",
-    }
-)
 
 
 class Retriever(Protocol):

@@ -3,45 +3,73 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from mdrag.chunking.langchain import splitter_class
 from mdrag.errors import ConfigError
+from mdrag.settings import DEFAULTS, ChunkContext, ChunkStrategy, ChunkUnit, bounds, choices
+
+if TYPE_CHECKING:
+    from mdrag.config import Config
 
 __all__ = ["ChunkSettings"]
 
 
-@dataclass(frozen=True)
-class ChunkSettings:
-    """How documents are cut. Stored in the manifest: a change means a re-chunk."""
+def _setting(name: str) -> Any:
+    """The default of setting ``chunk.<name>``: settings built without a config cut as `mdrag index` does."""
+    return DEFAULTS["chunk." + name][1]
 
-    size: int = 1000
-    overlap: int = 200
-    unit: Literal["chars", "tokens"] = "chars"
+
+def _one_of(values: list[str]) -> str:
+    """``'a', 'b' or 'c'``."""
+    quoted = [repr(v) for v in values]
+    return f"{', '.join(quoted[:-1])} or {quoted[-1]}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ChunkSettings:
+    """How documents are cut. Stored in the manifest: a change means a re-chunk. Each field is the setting
+    ``chunk.<field>``, with its default, values and bounds (mdrag.settings)."""
+
+    size: int = _setting("size")
+    overlap: int = _setting("overlap")  # and at most half of size
+    unit: ChunkUnit = _setting("unit")
     # What is embedded (and BM25-indexed) before each chunk's text: nothing, the
     # "title > heading path" trail, or the trail plus, on a file's first chunk,
     # its frontmatter topics (description, tags, keywords...).
-    context: Literal["none", "headings", "frontmatter"] = "frontmatter"
+    context: ChunkContext = _setting("context")
     # The file's folder and file names, as words, lead that header (not with "none").
     # Off by default: it lowers hybrid nDCG@10 on the Hugo questions (benchmarks/RESULTS.md).
-    path_words: bool = False
+    path_words: bool = _setting("path_words")
     # Who cuts: this module (by headings, fitted to the model's window) or LangChain's
     # MarkdownTextSplitter, as md-qa does (mdrag/chunking/langchain.py).
-    strategy: Literal["headings", "langchain"] = "headings"
+    strategy: ChunkStrategy = _setting("strategy")
+
+    @classmethod
+    def from_config(cls, config: Config) -> ChunkSettings:
+        """The settings ``chunk.size``, ``chunk.overlap``, ... ask for."""
+        return cls(
+            size=config["chunk.size"],
+            overlap=config["chunk.overlap"],
+            unit=config["chunk.unit"],
+            context=config["chunk.context"],
+            path_words=config["chunk.path_words"],
+            strategy=config["chunk.strategy"],
+        )
 
     def __post_init__(self) -> None:
-        if self.size < 50:
-            raise ConfigError(f"chunk.size must be at least 50, got {self.size}")
-        if not 0 <= self.overlap < self.size // 2 + 1:
+        least = bounds("chunk.size")["ge"]
+        if self.size < least:
+            raise ConfigError(f"chunk.size must be at least {least}, got {self.size}")
+        least = bounds("chunk.overlap")["ge"]
+        if not least <= self.overlap < self.size // 2 + 1:
             raise ConfigError(
-                f"chunk.overlap must be between 0 and half of chunk.size ({self.size}), got {self.overlap}"
+                f"chunk.overlap must be between {least} and half of chunk.size ({self.size}), got {self.overlap}"
             )
-        if self.unit not in ("chars", "tokens"):
-            raise ConfigError(f"chunk.unit must be 'chars' or 'tokens', got {self.unit!r}")
-        if self.context not in ("none", "headings", "frontmatter"):
-            raise ConfigError(f"chunk.context must be 'none', 'headings' or 'frontmatter', got {self.context!r}")
-        if self.strategy not in ("headings", "langchain"):
-            raise ConfigError(f"chunk.strategy must be 'headings' or 'langchain', got {self.strategy!r}")
+        for name in ("unit", "context", "strategy"):
+            values = choices("chunk." + name) or []
+            if getattr(self, name) not in values:
+                raise ConfigError(f"chunk.{name} must be {_one_of(values)}, got {getattr(self, name)!r}")
         if self.strategy == "langchain":
             splitter_class()  # installed, or a ConfigError before any file is read
 

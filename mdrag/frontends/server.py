@@ -45,7 +45,7 @@ from mdrag.index import Index
 from mdrag.index.keeper import IndexKeeper, KeeperState
 from mdrag.knobs import MESSAGE_CEILING_BYTES
 from mdrag.retrieval.search import build_filter
-from mdrag.settings import DEFAULTS
+from mdrag.settings import DEFAULTS, LIVE
 from mdrag.types import SearchResult
 
 __all__ = ["LIVE_SETTINGS", "QAServer", "live_settings"]
@@ -54,34 +54,10 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-#: Settings a running server applies as soon as the config file changes. Any
-#: other setting of mdrag.settings.DEFAULTS needs a restart: the server reports
-#: the change and keeps the value it started with.
-LIVE_SETTINGS = frozenset(
-    {
-        # what the next rescan indexes (a change starts one)
-        "index.include",
-        "index.exclude",
-        "index.gitignore",
-        "index.max_file_mb",
-        "index.parse_timeout",
-        "index.max_parse_mb",
-        # read by each search
-        "search.k",
-        "search.threshold",
-        "search.mode",
-        "search.fusion",
-        "search.dense_weight",
-        "search.collapse",
-        # read by each new connection or message, or before the next rescan
-        "server.token",
-        "server.allowed_origins",
-        "server.max_message_bytes",
-        "server.max_pending",
-        "server.reload_interval",
-    }
-    | qa.SETTINGS  # read by each answer
-)
+#: Settings a running server applies as soon as the config file changes: those declared ``live`` in
+#: mdrag.settings. Any other setting needs a restart: the server reports the change and keeps the value it
+#: started with.
+LIVE_SETTINGS = LIVE
 
 
 def live_settings(config: Config) -> frozenset[str]:
@@ -122,8 +98,8 @@ class QAServer:
         self._rewatch = asyncio.Event()  # set when the folders change: the file watcher starts again on them
         self._http: Any = None  # httpx2.AsyncClient shared by LLM requests (keep-alive connections)
         self._page = web.load_static()  # the browser page, answered to plain HTTP requests on the same port
-        # The model's first inference runs alone: a second one beside it can hang both for good (OpenVINO,
-        # issue 37). Held by the warm-up, and by each search until one has gone through the model.
+        # The model's first inference runs alone: a second one beside it can hang both for good (OpenVINO's
+        # do). Held by the warm-up, and by each search until one has gone through the model.
         self._first = asyncio.Lock()
         self._warm = False  # a warm-up or a search has gone through the model: searches no longer queue
         self.ready = asyncio.Event()  # set once the index is loaded (or known to be empty), or loading failed

@@ -77,16 +77,7 @@ class Index:
         self.config = config or load_config()  # resolved settings
         self.name: str = self.config["index"]  # index (collection) name
         self.embedder = embedder or make_embedder(self.config)  # loads its model lazily
-        c = self.config
-        # How files are cut; a change re-chunks everything.
-        self.settings = ChunkSettings(
-            c["chunk.size"],
-            c["chunk.overlap"],
-            c["chunk.unit"],
-            c["chunk.context"],
-            c["chunk.path_words"],
-            c["chunk.strategy"],
-        )
+        self.settings = ChunkSettings.from_config(self.config)  # how files are cut; a change re-chunks everything
         self._stem = None  # applied to BM25 texts and queries
         if self.config["search.stemming"]:
             from mdrag.stemming import stemmer

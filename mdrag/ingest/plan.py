@@ -138,8 +138,8 @@ def mismatched(files: Mapping[str, FileState], stored: Mapping[str, str]) -> lis
     return [p for p, s in files.items() if set(s.chunks) != by_path.get(p, set())]
 
 
-#: What parsing and chunking give for a file: raised when a release changes it (2: issue 14's chunk
-#: boundaries and line spans, PDF outline sections, DOCX notes and text boxes, HTML main content;
+#: What parsing and chunking give for a file: raised when a release changes it (2: chunks keep a code fence
+#: whole and leave no fragments, line spans, PDF outline sections, DOCX notes and text boxes, HTML main content;
 #: 3: an HTML aside with no text does not split the section it interrupts; PDF running headers and footers left out;
 #: 4: text before the first heading is under the title, neighbours share at most a third of either, langchain line
 #: spans hold heading lines), so an index built by an older release is chunked again rather than mixing both.

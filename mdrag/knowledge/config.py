@@ -232,10 +232,10 @@ def _how_to_allow(real: Path) -> str:
 
 
 def _docs_root(root: Path, value: str | None) -> Path:
-    # REQ-5 gives the default docs_root as ".knowledge/docs", written from the project folder (the one that
-    # holds .knowledge/), and says a relative docs_root is resolved relative to the .knowledge folder. We read
-    # the default as "the docs folder inside the .knowledge folder" ({.knowledge}/docs). A relative value that
-    # starts with ".knowledge/" (the default written out) is read from the project folder, so writing the
+    # The .knowledge config format gives the default docs_root as ".knowledge/docs", written from the project folder
+    # (the one that holds .knowledge/), and says a relative docs_root is resolved relative to the .knowledge folder.
+    # We read the default as "the docs folder inside the .knowledge folder" ({.knowledge}/docs). A relative value
+    # that starts with ".knowledge/" (the default written out) is read from the project folder, so writing the
     # documented default explicitly gives the same folder instead of .knowledge/.knowledge/docs.
     if value is None:
         return root / "docs"
@@ -280,9 +280,9 @@ def _parse_docset(ident: Any, spec: Any, where: str, root: Path, docs_root: Path
     if local:
         folder = Path(os.path.normpath(root / Path(local).expanduser()))
     elif sources:
-        folder = root / "docsets" / ident  # REQ-11
+        folder = root / "docsets" / ident  # web sources and no local_path: .knowledge/docsets/<id>/
     else:
-        folder = docs_root / (f"{ident}-{version}" if version else ident)  # REQ-2, REQ-5
+        folder = docs_root / (f"{ident}-{version}" if version else ident)  # <docs_root>/<id>-<version>/
     template, description = _opt_str(spec, "template", where), _opt_str(spec, "description", where)
     return Docset(ident, name, version, tuple(aliases), _posix_dir(folder), template, sources, description)
 

@@ -1,9 +1,10 @@
 """Which files of a clone become part of a docset, and copying them into the docset folder.
 
-:func:`select_files` is the one place that decides the selection: the ``paths`` a source lists, or the smart
-filter of REQ-18. :func:`sync` copies the selection into the docset folder, writing only new and changed files
-and removing those the source no longer provides. Neither follows a symbolic link out of the clone or out of the
-docset folder.
+:func:`select_files` is the one place that decides the selection: the ``paths`` a source lists, or the smart filter
+(documentation files by extension, name and folder; no project metadata, build output or source folders, nothing
+over 1 MB). :func:`sync` copies the selection into the docset folder, writing only new and changed files and
+removing those the source no longer provides. Neither follows a symbolic link out of the clone or out of the docset
+folder.
 """
 
 from __future__ import annotations
@@ -39,9 +40,10 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-MAX_FILE_BYTES = 1024 * 1024  # the smart filter skips larger files (REQ-18)
+MAX_FILE_BYTES = 1024 * 1024  # the smart filter skips larger files
 
-# Smart content filter (REQ-18): names are compared case-insensitively.
+# The smart filter, for a source that lists no paths: documentation files (these extensions, README files,
+# files in these folders), without project metadata or the folders below; names compared case-insensitively.
 DOC_EXTENSIONS = frozenset({".md", ".mdx", ".rst", ".txt"})
 DOC_DIRS = frozenset({"docs", "documentation", "guides", "examples", "tutorials"})
 EXCLUDED_DIRS = frozenset({"node_modules", "vendor", ".git", "build", "dist", "target", ".cache", "src", "lib"})
@@ -229,7 +231,7 @@ def sync(
 
 
 def _is_doc_file(p: Path, rel: str) -> bool:
-    """The smart filter of REQ-18 for one file (its folders were filtered by the walk)."""
+    """The smart filter for one file (its folders were filtered by the walk)."""
     name = p.name
     upper = name.upper()
     if upper.startswith(EXCLUDED_PREFIXES):

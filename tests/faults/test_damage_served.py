@@ -1,4 +1,4 @@
-"""Damage that passes as health (issue 37, points 4 to 8), through the real `python -m mdrag` with the real
+"""Damage that passes as health, through the real `python -m mdrag` with the real
 model, on both stores: each damage is said by the commands that meet it, with the exit code and message the
 README gives, no damaged result is ever served, and the repair the message names gives back the index's first
 answers. Each case is one trial of the suite's damage count (harness.DAMAGE, printed at the end and by

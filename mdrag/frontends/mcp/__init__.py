@@ -3,10 +3,10 @@
 The tools::
 
     search_docs(docset, keywords, generalized_keywords)
-        navigation instructions from the docset's template (REQ-1, REQ-6),
+        navigation instructions: the docset's template (or the default one) with the keywords filled in,
         plus up to 3 ranked sections when mdrag's index of the docset is ready
     list_docsets()
-        {"docsets": [{"id", "name", "version", "aliases", "local_path", ...}]} (REQ-2)
+        {"docsets": [{"id", "name", "version", "aliases", "local_path", ...}]}, [] when none is configured
     search(query, docset=None, k=5)
         {"results": [{"docset", "text", "path", "rel_path", "heading_path", "score", ...}],
          "indexed": {docset id: the index's state},
@@ -16,8 +16,8 @@ Layered as websockets is, a core without I/O under thin I/O layers:
 
 - ``schema``: the tools as a client sees them (names, descriptions, input schemas) and the checks of a
   call's arguments; no I/O.
-- ``wire``: which JSON-RPC lines the SDK may read, and the error that answers the others (REQ-7, REQ-8);
-  no I/O.
+- ``wire``: which JSON-RPC lines the SDK may read, and the error that answers the others (per JSON-RPC
+  2.0); no I/O.
 - ``tools``: :class:`KnowledgeTools`, the tools over the core (:mod:`mdrag.knowledge`, its docsets'
   indexes kept current in the background by :mod:`mdrag.knowledge.indexes`): arguments checked, results
   formatted.

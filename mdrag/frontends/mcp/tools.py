@@ -17,7 +17,7 @@ notifications when the client asked for them), then answers with what is
 ready: an index being refreshed is searched as it was; a docset whose first
 index is still being built is reported with its progress (files done / total).
 
-``search_docs`` must answer within 10 ms (REQ-9) and never indexes: the ranked
+``search_docs`` must answer within 10 ms of its call and never indexes: the ranked
 sections are added only when the docset's index is already open in this
 process and the lookup finishes within :data:`~mdrag.knobs.MCP_HINT_BUDGET_S`
 of the call's start. A lookup embeds the keywords and searches the index
@@ -188,11 +188,13 @@ class KnowledgeTools:
     # -- the tools ---------------------------------------------------------
 
     def list_docsets(self) -> str:
-        """``{"docsets": [...]}`` as JSON text (REQ-2)."""
+        """``{"docsets": [...]}`` as JSON text: each configured docset's id, name, version, aliases and
+        local_path."""
         return json.dumps({"docsets": self.kb.list_docsets()}, ensure_ascii=False)
 
     async def search_docs(self, args: Mapping[str, Any], start: float | None = None) -> str:
-        """The docset's navigation instructions (REQ-1), and ranked sections when they come in time."""
+        """The docset's navigation instructions (where to search, with the user's text search tools, for the
+        keywords, then the generalized ones), and ranked sections when they come in time."""
         start = time.perf_counter() if start is None else start
         docset = string_arg(args, "docset")
         keywords = terms_arg(args, "keywords")
