@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from mdrag.frontends.cli.parser import _SETTING_FLAGS, _parser
+from mdrag.frontends.cli import build_parser
+from mdrag.frontends.cli.parser import SETTING_FLAGS
 from mdrag.settings import DOC_SECTIONS, FIELDS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -88,7 +89,7 @@ def test_every_section_a_setting_names_is_a_heading_of_the_docs() -> None:
     for where in DOC_SECTIONS.values():
         page, _, anchor = where.partition("#")
         assert anchor in anchors(ROOT / "docs" / page), where
-    search = next(a for a in _parser()._actions if isinstance(a, argparse._SubParsersAction)).choices["search"]
+    search = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices["search"]
     helped = " ".join(search.format_help().split())
     assert 'see docs/retrieval.md, "Relevance threshold"' in helped and "README" not in helped
 
@@ -107,14 +108,14 @@ def test_every_command_and_flag_is_in_the_cli_page() -> None:
     """docs/cli.md lists every command and every flag the parser has, and which setting each setting flag sets."""
     page = (ROOT / "docs" / "cli.md").read_text(encoding="utf-8")
     missing = []
-    for command, options in _commands(_parser()):
+    for command, options in _commands(build_parser()):
         words = command.split()
         if len(words) > 1 and f"mdrag {words[1]}" not in page:
             missing.append(command)
         missing += [f"{command} {o}" for o in options if not re.search(rf"{re.escape(o)}(?![\w-])", page)]
     assert missing == [], "commands or flags missing from docs/cli.md"
     rows = [line for line in page.splitlines() if line.startswith("| `")]
-    for key, (flag, _) in _SETTING_FLAGS.items():
+    for key, (flag, _) in SETTING_FLAGS.items():
         assert any(f"`{flag} " in r or f"`{flag}`" in r for r in rows if f"| `{key}` |" in r), (flag, key)
 
 

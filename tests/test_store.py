@@ -355,7 +355,8 @@ def test_the_backend_comes_from_the_setting_the_environment_or_the_flag(
     from mdrag import plugins, store
     from mdrag.config import load_config
     from mdrag.errors import ConfigError
-    from mdrag.frontends.cli.parser import _overrides, _parser
+    from mdrag.frontends.cli import build_parser
+    from mdrag.frontends.cli.parser import overrides
     from mdrag.store.faiss import FaissStore
 
     s = store.make_store(
@@ -365,8 +366,8 @@ def test_the_backend_comes_from_the_setting_the_environment_or_the_flag(
     assert isinstance(store.make_store(load_config(), "reg", IDENTITY), FaissStore), "auto: FAISS for a new index"
     monkeypatch.setenv("MDRAG_STORE", "faiss")
     assert load_config()["store.backend"] == "faiss"
-    args = _parser().parse_args(["search", "x", "--store", "milvus"])
-    assert load_config(_overrides(args))["store.backend"] == "milvus", "the flag wins over the environment"
+    args = build_parser().parse_args(["search", "x", "--store", "milvus"])
+    assert load_config(overrides(args))["store.backend"] == "milvus", "the flag wins over the environment"
     with pytest.raises(ConfigError, match="store.backend must be one of auto, faiss, milvus"):
         load_config({"store.backend": "sqlite"})
     # A backend whose module is missing is named, with the setting that chose it.

@@ -7,25 +7,22 @@ Progress and logs go to stderr, data to stdout.
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import os
 import sys
-import threading
-from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
 
+from mdrag import __version__
 from mdrag.errors import ConfigError, MdragError
+from mdrag.frontends.cli import configuring, evaluating, indexing, knowledge, reading, serving
 from mdrag.frontends.cli.output import _safe, _setup_logging
-from mdrag.frontends.cli.parser import _overrides, _parser
+from mdrag.frontends.cli.parser import Parser
 
-if TYPE_CHECKING:
-    from mdrag.index import Index
+# Each command is declared in its module, beside the function that runs it (`set_defaults(run=...)`). What a
+# command needs beyond that (asyncio, the WebSocket client, the parsers, the index) its function imports:
+# `mdrag search` loads nothing `ask`, `serve`, `mcp` or `index` needs.
 
-# Each command's module is imported by the command alone: `mdrag search` loads nothing `ask`, `serve`, `mcp`
-# or `index` needs (asyncio, the WebSocket client, the parsers).
-
-__all__ = ["agentic_knowledge_main", "agentic_knowledge_mcp_main", "main"]
+__all__ = ["agentic_knowledge_main", "agentic_knowledge_mcp_main", "build_parser", "main"]
 
 _EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: what a shell reports for a Unix tool whose reader went away
 
@@ -62,42 +59,28 @@ def main(argv: Sequence[str] | None = None) -> int:
             gc.freeze()
 
 
+def build_parser() -> Parser:
+    """The `mdrag` command's parser: each command module declares its own commands (its ``register``), in
+    the order `mdrag --help` lists them."""
+    parser = Parser(
+        prog="mdrag",
+        description="Local-first retrieval over Markdown, PDF, DOCX and HTML documentation.",
+        epilog="Settings: $MDRAG_HOME/config.yaml (default ~/.md-qa), MARKDOWN_QA_* variables, flags.",
+    )
+    parser.add_argument("--version", action="version", version=f"mdrag {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    commands.required = True
+    for module in (indexing, reading, serving, evaluating, configuring, knowledge):
+        module.register(commands)
+    return parser
+
+
 def _main(argv: Sequence[str] | None) -> int:
-    args = _parser().parse_args(argv)
+    args = build_parser().parse_args(argv)
     _setup_logging(args)
-    from mdrag.config import load_config
-
     try:
-        if args.command in ("mcp", "knowledge"):
-            from mdrag.frontends.cli.knowledge import _cmd_knowledge, _cmd_mcp
-
-            return _cmd_mcp(args) if args.command == "mcp" else _cmd_knowledge(args)
-        from mdrag.frontends.cli.reading import _cmd_config, _cmd_eval, _cmd_get, _cmd_search, _cmd_status
-
-        if args.command == "config":
-            return _cmd_config(args)
-        config = load_config(_overrides(args))
-        if args.command in ("serve", "ask"):
-            from mdrag.frontends.cli.serving import _cmd_ask, _cmd_serve
-
-            return _cmd_serve(args, config) if args.command == "serve" else _cmd_ask(args, config)
-        reads = {"search": _cmd_search, "status": _cmd_status}
-        if args.command in reads and args.server:  # that server, never the local index
-            return reads[args.command](args, config, None)
-        from mdrag.index import Index
-
-        index = Index(config)
-        loading = _model_loading(index, args.query) if args.command == "search" else None
-        # `index` and `remove` hold the index's writers' lock until its store is closed: a run waiting for
-        # this one in another process then finds the store free (Milvus Lite lets one process open its file).
-        writing = index.writing() if args.command in ("index", "remove") else contextlib.nullcontext()
-        with writing, index, _joined(loading):
-            if args.command in reads:
-                return reads[args.command](args, config, index)
-            from mdrag.frontends.cli.indexing import _cmd_index, _cmd_remove
-
-            commands = {"index": _cmd_index, "remove": _cmd_remove, "eval": _cmd_eval, "get": _cmd_get}
-            return commands[args.command](args, index)
+        code: int = args.run(args)
+        return code
     except ConfigError as e:
         print(_safe(f"mdrag: configuration error: {e}"), file=sys.stderr)
         return 2
@@ -107,37 +90,3 @@ def _main(argv: Sequence[str] | None) -> int:
     except KeyboardInterrupt:
         print("mdrag: interrupted (the next `mdrag index` repairs the index)", file=sys.stderr)
         return 130
-
-
-@contextlib.contextmanager
-def _joined(thread: threading.Thread | None) -> Iterator[None]:
-    """Wait for ``thread`` at the end of the block: a model runtime still at work in a thread when the
-    interpreter exits may abort the process (OpenVINO's does: "terminate called without an active exception")."""
-    try:
-        yield
-    finally:
-        if thread is not None:
-            thread.join()
-
-
-def _model_loading(index: Index, query: str) -> threading.Thread | None:
-    """For a one-shot `mdrag search`: the thread that loads the index's model from now on, while the rest of
-    the search is imported and its store opened (the model's load is most of a search's time); None when the
-    index has no manifest (most likely it does not exist: the model is not prepared for an error).
-
-    The thread embeds the query itself, so that it loads just what a query runs (OpenVINO embeds queries
-    with a model of its own); the search embeds it again, in a few milliseconds, with the model loaded.
-    """
-    if not query.strip() or not index.manifest_path.exists():
-        return None
-    embedder = index.embedder
-
-    def load() -> None:
-        try:
-            embedder.embed_query(query)
-        except Exception:  # noqa: BLE001  # the search's own embedding raises it again, and reports it
-            pass
-
-    thread = threading.Thread(target=load, name="mdrag-model", daemon=True)
-    thread.start()
-    return thread

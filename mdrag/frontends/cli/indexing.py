@@ -13,10 +13,64 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from mdrag.frontends.cli.opening import local_index
 from mdrag.frontends.cli.output import _name, _safe
+from mdrag.frontends.cli.parser import common_flags, overrides, setting_flag
 
 if TYPE_CHECKING:
+    from mdrag.frontends.cli.parser import Commands
+    from mdrag.index import Index
     from mdrag.ingest.progress import IndexProgress
+    from mdrag.ingest.summary import IndexSummary
+
+
+def register(commands: Commands) -> None:
+    """Declare `mdrag index` and `mdrag remove`."""
+    p = commands.add_parser(
+        "index",
+        help="add or update folders in the index (incrementally)",
+        epilog="example: mdrag index ./docs ./notes   (later, plain `mdrag index` updates both; only changes are "
+        "re-embedded)",
+    )
+    p.add_argument(
+        "folders",
+        nargs="*",
+        metavar="DIR",
+        help="folders to add or update; the index's other folders are kept (default: all of the index's "
+        "folders; for a new index, setting folders, ./markdown)",
+    )
+    p.add_argument("--rebuild", action="store_true", help="drop the index and build it again")
+    setting_flag(p, "chunk.size")
+    setting_flag(p, "chunk.overlap")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    common_flags(p)
+    p.set_defaults(run=_index)
+
+    p = commands.add_parser(
+        "remove",
+        help="take folders out of the index",
+        epilog="example: mdrag remove ./notes   (its chunks leave the index; the files stay on disk)",
+    )
+    p.add_argument("folders", nargs="+", metavar="DIR", help="folders of the index to remove (they need not exist)")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    common_flags(p)
+    p.set_defaults(run=_remove)
+
+
+def _index(args: argparse.Namespace) -> int:
+    """`mdrag index`, under the index's writers' lock."""
+    from mdrag.config import load_config
+
+    with local_index(load_config(overrides(args)), writing=True) as index:
+        return _index_into(args, index)
+
+
+def _remove(args: argparse.Namespace) -> int:
+    """`mdrag remove`, under the index's writers' lock."""
+    from mdrag.config import load_config
+
+    with local_index(load_config(overrides(args)), writing=True) as index:
+        return _remove_from(args, index)
 
 
 class _IndexBar:
@@ -184,7 +238,7 @@ class _Steps:
         self.cancel = threading.Event()  # the run stops before its next file, without committing
         self.interrupted = False  # Ctrl+C was pressed: no step after the one that runs
 
-    def run(self, index: Any, args: argparse.Namespace, bar: _IndexBar) -> Any:
+    def run(self, index: Index, args: argparse.Namespace, bar: _IndexBar) -> IndexSummary:
         from mdrag.index.keeper import add_step
 
         so_far, rebuild = None, args.rebuild
@@ -203,10 +257,10 @@ class _Steps:
             if not step.remaining or self.interrupted:
                 return so_far
 
-    def _wait(self, update: Any, say: Callable[[str], None]) -> Any:
+    def _wait(self, update: Callable[[], IndexSummary], say: Callable[[str], None]) -> IndexSummary:
         """Run ``update`` in a thread, the main thread taking Ctrl+C: the first pauses it, the second cancels it
         (each says so with ``say``)."""
-        out: list[Any] = []
+        out: list[IndexSummary | BaseException] = []
         ended = threading.Event()  # not Thread.is_alive: a join that Ctrl+C interrupted may make it False early
 
         def target() -> None:
@@ -239,7 +293,7 @@ class _Steps:
         return out[0]
 
 
-def _cmd_index(args: argparse.Namespace, index: Any) -> int:
+def _index_into(args: argparse.Namespace, index: Index) -> int:
     steps = _Steps()
     with _IndexBar(shown=not args.quiet) as bar:
         summary = steps.run(index, args, bar)
@@ -307,14 +361,14 @@ def _missing_given(given: list[str] | None, missing: list[str]) -> int:
     return 1
 
 
-def _print_chunks(s: Any) -> None:
+def _print_chunks(s: IndexSummary) -> None:
     print(
         f"chunks: {s.chunks_embedded} embedded, {s.chunks_reused} already embedded, "
         f"{s.chunks_deleted} deleted, {s.chunks_total} in the index"
     )
 
 
-def _cmd_remove(args: argparse.Namespace, index: Any) -> int:
+def _remove_from(args: argparse.Namespace, index: Index) -> int:
     summary = index.remove(args.folders)
     if args.json:
         print(json.dumps(summary.to_dict(), indent=2))

@@ -11,19 +11,65 @@ from typing import TYPE_CHECKING, Any
 from mdrag.errors import ConfigError, MdragError
 from mdrag.frontends.cli.indexing import _IndexBar
 from mdrag.frontends.cli.output import _safe
-from mdrag.frontends.cli.parser import _overrides
+from mdrag.frontends.cli.parser import overrides, setting_flag
 
 if TYPE_CHECKING:
     from mdrag.config import Config
+    from mdrag.frontends.cli.parser import Commands
+    from mdrag.knowledge.model import Docset
+
+_EXAMPLE = "example: mdrag knowledge init react   |   mdrag knowledge refresh   |   mdrag knowledge status"
+
+
+def register(commands: Commands) -> None:
+    """Declare `mdrag mcp` and `mdrag knowledge` (with its actions: init, refresh, status)."""
+    p = commands.add_parser(
+        "mcp",
+        help="run the MCP server for AI assistants (stdio, or HTTP)",
+        epilog="example: register `mdrag mcp` (or `agentic-knowledge-mcp`) as a stdio server in your MCP client; "
+        "over HTTP: mdrag mcp --http   (then point the client at http://127.0.0.1:8766/mcp)",
+    )
+    setting_flag(p, "store.backend")
+    p.add_argument(
+        "--http",
+        action="store_true",
+        help="serve the tools over MCP's streamable HTTP transport (at /mcp) instead of stdin/stdout; several "
+        "clients may connect at once",
+    )
+    for key in ("server.host", "mcp.port", "server.token", "server.allowed_origins"):
+        setting_flag(p, key)
+    p.add_argument("-v", "--verbose", action="count", default=0, help="more log output on stderr")
+    p.add_argument("-q", "--quiet", action="store_true", help="only errors on stderr")
+    p.set_defaults(run=_mcp)
+
+    p = commands.add_parser("knowledge", help="manage docsets (.knowledge/config.yaml)", epilog=_EXAMPLE)
+    actions = p.add_subparsers(dest="action", metavar="ACTION")
+    actions.required = True
+    for name, text in (
+        ("init", "download a docset's web sources and build its index"),
+        ("refresh", "update web sources and indexes (all docsets, or one)"),
+        ("status", "show each docset: when each web source was last updated, or its folder filled by hand"),
+    ):
+        kp = actions.add_parser(name, help=text, epilog=_EXAMPLE)
+        if name == "init":
+            kp.add_argument("docset", help="the docset id from .knowledge/config.yaml")
+        elif name == "refresh":
+            kp.add_argument("docset", nargs="?", help="only this docset")
+        kp.add_argument("--json", action="store_true", help="print the result as JSON")
+        kp.add_argument("-v", "--verbose", action="count", default=0, help="more log output")
+        kp.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
+        setting_flag(kp, "store.backend")
+    p.set_defaults(run=_knowledge)
 
 
 _HTTP_ONLY = {"server.host": "--host", "mcp.port": "--port", "server.token": "--token"}  # flags of --http
 
 
-def _cmd_mcp(args: argparse.Namespace) -> int:
+def _mcp(args: argparse.Namespace) -> int:
+    """`mdrag mcp`: the MCP server, over stdin/stdout or (--http) HTTP."""
     from mdrag.config import load_config
 
-    config = load_config(_overrides(args))
+    config = load_config(overrides(args))
     if not args.http:
         given = [flag for key, flag in _HTTP_ONLY.items() if getattr(args, key) is not None]
         given += ["--allow-origin"] if getattr(args, "server.allowed_origins") else []
@@ -43,11 +89,12 @@ def _cmd_mcp(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_knowledge(args: argparse.Namespace) -> int:
+def _knowledge(args: argparse.Namespace) -> int:
+    """`mdrag knowledge init | refresh | status`."""
     from mdrag import knowledge as k
     from mdrag.config import load_config
 
-    config = load_config(_overrides(args))
+    config = load_config(overrides(args))
     kb = k.KnowledgeBase(allowed_outside=config["knowledge.allowed_paths"])
 
     def progress(message: str) -> None:
@@ -131,7 +178,7 @@ def _status_lines(row: dict[str, Any]) -> str:
     return _safe(text)
 
 
-def _index_docset(d: Any, project: Path, config: Config, progress: bool, named: bool) -> dict[str, Any]:
+def _index_docset(d: Docset, project: Path, config: Config, progress: bool, named: bool) -> dict[str, Any]:
     """Build or update the project's docset's index, the one `mdrag mcp` searches.
 
     Returns {"index": its summary}, {"error": why not} (a failure), or {"note": why

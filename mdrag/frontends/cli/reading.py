@@ -1,6 +1,5 @@
-"""The commands that read: `mdrag search`, `get`, `status` (from the local index or through a server), `eval` and
-`config`.
-"""
+"""The commands that read the index: `mdrag search`, `get` and `status` (from the local index, or through a
+server)."""
 
 from __future__ import annotations
 
@@ -11,27 +10,119 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mdrag.errors import ConfigError, MdragError
+from mdrag.errors import MdragError
+from mdrag.frontends.cli.opening import local_index
 from mdrag.frontends.cli.output import _name, _safe
-from mdrag.frontends.cli.parser import _overrides
+from mdrag.frontends.cli.parser import RERANK_FLAGS, SERVER_HELP, common_flags, overrides, setting_flag
 
 if TYPE_CHECKING:
     from mdrag.config import Config
+    from mdrag.frontends.cli.parser import Commands
+    from mdrag.index import Index
 
 log = logging.getLogger("mdrag")
 
 
-def _server_url(config: Any) -> str:
+def register(commands: Commands) -> None:
+    """Declare `mdrag search`, `get` and `status`."""
+    p = commands.add_parser(
+        "search",
+        help="search the index",
+        epilog='example: mdrag search "how do I define a custom output format" -k 5 --json',
+    )
+    p.add_argument("query", help="what to look for, in plain words")
+    setting_flag(p, "search.k")
+    setting_flag(p, "search.threshold")
+    p.add_argument(
+        "--path",
+        metavar="PREFIX",
+        help="only files whose path starts with PREFIX: relative to the indexed folder (as results show "
+        "it) or absolute; end it with / for a folder (docs/api also matches docs/api-old)",
+    )
+    p.add_argument("--tag", action="append", metavar="TAG", help="only files with this frontmatter tag (repeatable)")
+    setting_flag(p, "search.mode")
+    setting_flag(p, "search.collapse")
+    p.add_argument("--json", action="store_true", help="print results as JSON")
+    p.add_argument("--server", metavar="URL", help=SERVER_HELP)
+    setting_flag(p, "server.token")
+    for key in RERANK_FLAGS:
+        setting_flag(p, key)
+    common_flags(p)
+    p.set_defaults(run=_search)
+
+    p = commands.add_parser(
+        "get",
+        help="print documents of the index, or parts of them",
+        epilog="example: mdrag get docs/config.md:10-40   |   mdrag get 'docs/config.md#Menus'   |   "
+        "mdrag get 'docs/api/*.md' --json",
+    )
+    p.add_argument(
+        "refs",
+        nargs="+",
+        metavar="REF",
+        help="a file of the index: its path relative to an indexed folder (as search shows it), its absolute "
+        "path, a chunk id from `search --json`, or a glob (docs/api/*.md); PATH:10-40 for lines, PATH#HEADING "
+        "for a section, PATH#page=3 for a PDF's page",
+    )
+    p.add_argument("--json", action="store_true", help="print the documents as JSON")
+    common_flags(p)
+    p.set_defaults(run=_get)
+
+    p = commands.add_parser("status", help="show what the index holds", epilog="example: mdrag status --json")
+    p.add_argument("--json", action="store_true", help="print as JSON")
+    p.add_argument(
+        "--verify",
+        action="store_true",
+        help="check every row of the store against what its last run recorded, not only what is cheap to check",
+    )
+    p.add_argument("--server", metavar="URL", help=SERVER_HELP)
+    setting_flag(p, "server.token")
+    common_flags(p)
+    p.set_defaults(run=_status)
+
+
+def _search(args: argparse.Namespace) -> int:
+    """`mdrag search`: from the local index (its model loading while the rest opens), or through --server."""
+    from mdrag.config import load_config
+
+    config = load_config(overrides(args))
+    if args.server:  # that server, never the local index
+        return _search_in(args, config, None)
+    with local_index(config, query=args.query) as index:
+        return _search_in(args, config, index)
+
+
+def _get(args: argparse.Namespace) -> int:
+    """`mdrag get`: from the local index."""
+    from mdrag.config import load_config
+
+    with local_index(load_config(overrides(args))) as index:
+        return _get_from(args, index)
+
+
+def _status(args: argparse.Namespace) -> int:
+    """`mdrag status`: of the local index, or through --server."""
+    from mdrag.config import load_config
+
+    config = load_config(overrides(args))
+    if args.server:  # that server, never the local index
+        return _status_of(args, config, None)
+    with local_index(config) as index:
+        return _status_of(args, config, index)
+
+
+def server_url(config: Config) -> str:
+    """The address of the `mdrag serve` that ``config`` sets (server.host, server.port), for a client."""
     host = config["server.host"]
     host = "localhost" if host in ("127.0.0.1", "0.0.0.0", "::", "") else host
     return f"ws://{host}:{config['server.port']}"
 
 
-def _through_server(config: Any, message: dict[str, Any], why: Exception | None, url: str | None) -> dict[str, Any]:
+def _through_server(config: Config, message: dict[str, Any], why: Exception | None, url: str | None) -> dict[str, Any]:
     """Ask `mdrag serve`: the one at ``url``, or, while it owns the local index (``why``), the configured one."""
     from mdrag.frontends.client import Client, ServerUnavailableError
 
-    url = url or _server_url(config)
+    url = url or server_url(config)
     try:
         with Client(url, token=config["server.token"]) as client:
             return client.request(message)
@@ -64,7 +155,7 @@ def _filters(args: argparse.Namespace) -> dict[str, Any]:
     return filters
 
 
-def _cmd_search(args: argparse.Namespace, config: Any, index: Any | None) -> int:
+def _search_in(args: argparse.Namespace, config: Config, index: Index | None) -> int:
     """`mdrag search`: from the local index, or through the server (``index`` None: --server was given)."""
     from mdrag.errors import StoreInUseError
     from mdrag.ingest.manifest import Manifest
@@ -105,7 +196,7 @@ def _cmd_search(args: argparse.Namespace, config: Any, index: Any | None) -> int
     return 0
 
 
-def _cmd_get(args: argparse.Namespace, index: Any) -> int:
+def _get_from(args: argparse.Namespace, index: Index) -> int:
     """`mdrag get`: documents of the local index (or parts), read from disk; several under a header each."""
     fetched = index.get(args.refs)
     if args.json:
@@ -124,7 +215,7 @@ def _cmd_get(args: argparse.Namespace, index: Any) -> int:
     return 0
 
 
-def _cmd_status(args: argparse.Namespace, config: Any, index: Any | None) -> int:
+def _status_of(args: argparse.Namespace, config: Config, index: Index | None) -> int:
     """`mdrag status`: of the local index, or of the server's (``index`` None: --server was given)."""
     from mdrag.errors import StoreInUseError
 
@@ -168,9 +259,9 @@ def _cmd_status(args: argparse.Namespace, config: Any, index: Any | None) -> int
     return 1 if st["damaged"] or st["manifest_lost"] else 0
 
 
-def _served_status(args: argparse.Namespace, config: Any, why: Exception | None) -> int:
+def _served_status(args: argparse.Namespace, config: Config, why: Exception | None) -> int:
     reply = _through_server(config, {"type": "status"}, why, args.server)
-    st = {"served_by": args.server or _server_url(config), **reply}
+    st = {"served_by": args.server or server_url(config), **reply}
     if args.json:
         print(json.dumps(st, indent=2))
     else:
@@ -179,115 +270,3 @@ def _served_status(args: argparse.Namespace, config: Any, why: Exception | None)
             f"{st['files']} files, {st['chunks']} chunks"
         )
     return 0
-
-
-def _cmd_eval(args: argparse.Namespace, index: Any) -> int:
-
-    from mdrag.retrieval import evaluate as ev
-
-    if args.qrels or args.queries:
-        if not (args.qrels and args.queries):
-            raise ConfigError("BEIR evaluation needs both --queries and --qrels")
-        questions = ev.load_beir(Path(args.queries), Path(args.qrels))
-    elif args.questions:
-        questions = ev.load_questions(Path(args.questions))
-    else:
-        raise ConfigError("give a questions file, or --queries and --qrels")
-    modes: tuple[str, ...] = ev.MODES if args.mode == "all" else (args.mode,)
-    result = _evaluate(args, index, questions, modes)
-    result["unknown_gold"] = ev.unknown_gold(questions, index.files, doc_key=args.doc_id)
-    if result["unknown_gold"]:
-        unknown = result["unknown_gold"]
-        log.warning(
-            "%d gold document%s name%s no indexed file, so every question citing %s counts as a miss "
-            "(a typo, or a file outside the index?): %s",
-            len(unknown),
-            "" if len(unknown) == 1 else "s",
-            "s" if len(unknown) == 1 else "",
-            "it" if len(unknown) == 1 else "them",
-            ", ".join(unknown[:10]) + (", ..." if len(unknown) > 10 else ""),
-        )
-    if args.json:
-        print(json.dumps(result, indent=2))
-        return 0
-    print(f"{result['questions']} questions ({result['without_gold']} without gold left out)")
-    print("each one search as `mdrag search` runs it: " + ", ".join(f"{k} {v}" for k, v in result["search"].items()))
-    rows = [(mode, result[mode]) for mode in modes]
-    if "rerank" in result:
-        rows = [row for mode in modes for row in ((mode, result[mode]), (f"{mode}+rerank", result["rerank"][mode]))]
-    if result.get("rerank_failed"):
-        failed = result["rerank_failed"]
-        print(f"the reranker failed on {failed} searches, which kept the fused order (see the warnings)")
-    width = max(len(name) for name, _ in rows) + 2
-    print(f"{'mode':<{width}}{'nDCG@10':>9}{'R@10':>8}{'MRR':>8}{'Hit@5':>8}")
-    for name, m in rows:
-        print(f"{name:<{width}}{m['ndcg@10']:>9.4f}{m['recall@10']:>8.4f}{m['mrr']:>8.4f}{m['hit@5']:>8.4f}")
-    return 0
-
-
-def _evaluate(args: argparse.Namespace, index: Any, questions: list[Any], modes: tuple[str, ...]) -> dict[str, Any]:
-    """`mdrag eval`'s figures: each mode as `mdrag search` ranks (with the reranker, when one is set); with
-    ``--rerank``, each mode without the reranker, and with it under ``"rerank"``."""
-    from mdrag.retrieval import evaluate as ev
-    from mdrag.retrieval import rerank
-
-    reranker = index.search_options.rerank
-    if not args.rerank:
-        result = ev.evaluate(index.search, questions, modes, doc_key=args.doc_id)
-    elif reranker is None:
-        raise ConfigError(
-            "--rerank compares the figures with and without a reranker, and none is set: give --rerank-url URL "
-            "(a /rerank endpoint) or --rerank-path DIR (a CrossEncoder folder), or set rerank.url or rerank.path"
-        )
-    else:
-        reranked = ev.evaluate(index.search, questions, modes, doc_key=args.doc_id)
-        config = index.config
-        index.config = config.with_overrides(rerank.OFF)  # the same index, searched without the reranker
-        try:
-            result = ev.evaluate(index.search, questions, modes, doc_key=args.doc_id)
-        finally:
-            index.config = config
-        result["rerank"] = {mode: reranked[mode] for mode in modes}
-    result["search"] = {key: index.config[f"search.{key}"] for key in ("mode", "k", "threshold", "collapse")}
-    result["search"]["mode"] = ", ".join(modes)  # the modes measured, not the setting's (each row is one)
-    result["search"]["rerank"] = reranker.shown if reranker is not None else "off"
-    if reranker is not None:  # searches that kept the fused order: their figures are not the reranker's
-        result["rerank_failed"] = reranker.failures
-    return result
-
-
-def _cmd_config(args: argparse.Namespace) -> int:
-    from mdrag.config import load_config
-    from mdrag.knowledge.config import keys_table
-    from mdrag.settings import settings_table
-
-    if args.markdown:  # the generated tables of docs/configuration.md and docs/mcp.md, between the comments there
-        for what, source, table in (
-            ("settings table", "mdrag/settings.py", settings_table()),
-            (".knowledge/config.yaml keys", "mdrag/knowledge/config.py", keys_table()),
-        ):
-            print(f"<!-- {what}: made by `mdrag config --markdown` from {source}; edit it there -->")
-            print(f"{table}<!-- end of {what} -->\n")
-        return 0
-    config = load_config(_overrides(args))
-    rows = config.explain()
-    if args.json:
-        print(
-            json.dumps({"home": str(config.home), "file": config.file and str(config.file), "settings": rows}, indent=2)
-        )
-        return 0
-    print(f"# config file: {config.file or f'none ({config.home}/config.yaml or config.toml)'}")
-    width = max(map(len, rows))
-    for key, row in rows.items():
-        print(f"{key:<{width}}  {json.dumps(row['value'])}  # {_origin(row, rows, config)}")
-    return 0
-
-
-def _origin(row: dict[str, Any], rows: dict[str, dict[str, Any]], config: Config) -> str:
-    """Where a setting's value in effect came from, as `mdrag config` prints it after its value."""
-    if row["source"] == "inherited":
-        parent = rows[row["from"]]
-        return f"from {row['from']}" + ("" if parent["source"] == "default" else f" ({_origin(parent, rows, config)})")
-    if "depends_on" in row:
-        return f"default for {row['depends_on']} {config[row['depends_on']]}"
-    return str(row.get("variable") or row["source"])

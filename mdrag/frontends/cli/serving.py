@@ -7,16 +7,19 @@ import contextlib
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-from mdrag.answering.followup import Turn
 from mdrag.errors import MdragError
-from mdrag.frontends.cli.parser import _overrides
-from mdrag.frontends.cli.reading import _server_url
-from mdrag.knobs import MAX_HISTORY_TURNS
-from mdrag.redact import redact_url
+from mdrag.frontends.cli.parser import common_flags, overrides, setting_flag
+from mdrag.frontends.cli.reading import server_url
 
-__all__ = ["run_ask"]
+if TYPE_CHECKING:
+    from mdrag.answering.followup import Turn
+    from mdrag.frontends.cli.parser import Commands
+    from mdrag.frontends.client import Client
+    from mdrag.frontends.server import QAServer
+
+__all__ = ["register", "run_ask"]
 
 
 # Shown to a person at the prompt (stderr is a terminal); also in `mdrag ask --help`.
@@ -25,7 +28,44 @@ _SLOW_S = 1.0  # `serve` says it is loading when loading takes longer than this
 _PROGRESS_S = 5.0  # then how often it says how far the build is
 
 
-async def _report_loading(server: Any) -> None:
+def register(commands: Commands) -> None:
+    """Declare `mdrag serve` and `mdrag ask`."""
+    p = commands.add_parser(
+        "serve",
+        help="run the WebSocket Q&A server",
+        epilog='example: mdrag serve ./docs --port 8765   (then, elsewhere: mdrag ask "how do I ...?")',
+    )
+    p.add_argument(
+        "folders",
+        nargs="*",
+        metavar="DIR",
+        help="folders to add to the index; all of the index's folders are indexed and watched (default: "
+        "the index's folders; for a new index, setting folders)",
+    )
+    for key in ("server.host", "server.port", "server.reload_interval", "server.token", "server.allowed_origins"):
+        setting_flag(p, key)
+    common_flags(p)
+    p.set_defaults(run=_serve)
+
+    p = commands.add_parser(
+        "ask",
+        help="ask the server a question",
+        epilog='example: mdrag ask "How do I create a custom shortcode?"   (no question: an interactive prompt, one '
+        "conversation: follow-up questions are asked with the earlier ones; /new starts a new conversation)",
+    )
+    p.add_argument("question", nargs="?", help="the question; none: interactive prompt")
+    p.add_argument(
+        "--server",
+        metavar="URL",
+        help="server address: ws://HOST:PORT, or the http:// address `mdrag serve` prints (default "
+        "ws://localhost:PORT from server.port)",
+    )
+    setting_flag(p, "server.token")
+    common_flags(p)
+    p.set_defaults(run=_ask)
+
+
+async def _report_loading(server: QAServer) -> None:
     """Until ``server`` is ready, say every ``_PROGRESS_S`` how far the index's build is, when it changed."""
     import asyncio
 
@@ -39,7 +79,10 @@ async def _report_loading(server: Any) -> None:
             said = doing
 
 
-def _cmd_serve(args: argparse.Namespace, config: Any) -> int:
+def _serve(args: argparse.Namespace) -> int:
+    from mdrag.config import load_config
+
+    config = load_config(overrides(args))
     import asyncio
 
     from mdrag.frontends.server import QAServer
@@ -53,7 +96,7 @@ def _cmd_serve(args: argparse.Namespace, config: Any) -> int:
         raise MdragError(f"{'; '.join(wrong)}. Nothing was started.")
 
     async def run() -> None:
-        server = QAServer(config, args.folders, overrides=_overrides(args))
+        server = QAServer(config, args.folders, overrides=overrides(args))
         await server.start()
         try:
             try:  # say that it is loading only when loading is slow
@@ -81,13 +124,16 @@ def _cmd_serve(args: argparse.Namespace, config: Any) -> int:
     return 0
 
 
-def _cmd_ask(args: argparse.Namespace, config: Any) -> int:
-    url = args.server or _server_url(config)
+def _ask(args: argparse.Namespace) -> int:
+    from mdrag.config import load_config
+
+    config = load_config(overrides(args))
+    url = args.server or server_url(config)
     return run_ask(args.question, url, sys.stdout, sys.stderr, token=config["server.token"], index=args.index)
 
 
 def _ask_again_if_lost(
-    client: Any, question: str, printer: _Printer, index: str | None, history: Sequence[Turn] = ()
+    client: Client, question: str, printer: _Printer, index: str | None, history: Sequence[Turn] = ()
 ) -> tuple[list[str], str]:
     """``client.ask``, asked once more on a new connection when the last one was lost before any answer
     came (a server restarted between two questions at the prompt); returns the sources and the answer."""
@@ -128,7 +174,9 @@ def run_ask(
     follow-up such as "and how do I nest it?" is searched with them), and
     ``/new`` starts a new one.
     """
+    from mdrag.answering.followup import Turn
     from mdrag.frontends.client import AnswerCutShortError, Client, ServerUnavailableError
+    from mdrag.knobs import MAX_HISTORY_TURNS
 
     def fail(message: str, code: int = 1) -> int:
         err.write(f"mdrag: error: {message}\n")
@@ -206,6 +254,8 @@ def run_ask(
 
 def _describe(url: str, status: dict[str, Any]) -> str:
     """The one line `mdrag ask` shows when it is connected."""
+    from mdrag.redact import redact_url
+
     shown = redact_url(url)
     state = status.get("state")
     files, chunks = status.get("files"), status.get("chunks")
