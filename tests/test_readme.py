@@ -154,3 +154,20 @@ def test_the_hugo_figures_by_mode_are_the_latest_measured() -> None:
             hugo[mode] = float(hit5)
     assert set(hugo) == {"hybrid", "bm25", "dense"}, table[:300]
     assert [int(x) for x in said.groups()] == [round(100 * hugo[m]) for m in ("hybrid", "bm25", "dense")]
+
+
+def test_the_settings_a_server_applies_live_are_the_ones_docs_server_lists() -> None:
+    """docs/server.md "Reloading the config file" names the live settings: each by name, its group ("the search
+    settings", "the answer and LLM settings", `api.*`), and names no setting that needs a restart."""
+    from mdrag.settings import LIVE
+
+    text = (ROOT / "docs" / "server.md").read_text(encoding="utf-8")
+    section = text.split("### Reloading the config file", 1)[1].split("Any other setting needs a restart", 1)[0]
+    named = set(re.findall(r"`([a-z_]+\.[a-z_*]+)`", section))
+    groups = {"search": "the search settings", "answer": "the answer and LLM settings", "llm": "LLM settings"}
+    for key in LIVE:
+        group = key.split(".")[0]
+        said = key in named or f"{group}.*" in named or groups.get(group, "\0") in section
+        assert said, f"{key} applies live but docs/server.md does not say so"
+    for key in named - {"api.*"}:
+        assert key in LIVE or f"but `{key}`" in section, f"docs/server.md says {key} applies live; it does not"
