@@ -30,8 +30,8 @@ log = logging.getLogger(__name__)
 _HYBRID_DEPTH = 30  # fewest candidates taken from each list in hybrid mode
 _BM25_DEPTH = 1024  # a BM25-mode search fetches past this many rows for no threshold or collapse
 # Rows below the threshold are read for every word of the query (_holds) only among BM25's first this many:
-# a chunk that holds every word ranks there, and reading a row's words costs about 60 us (stemmed), which
-# on the ~200 candidates of a question the documents do not answer was 15 ms per search.
+# a chunk that holds every word ranks there, and reading every candidate's words costs too much per search
+# (RESULTS.md, "Figures that were in code comments").
 _EXACT_DEPTH = 30
 _WORD = re.compile(r"\w+", re.UNICODE)
 

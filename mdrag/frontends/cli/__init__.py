@@ -55,7 +55,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         if argv is None:
             # Everything was closed explicitly: spare the exit its full garbage collection
-            # over every module loaded (pymilvus, pandas, pyarrow), ~0.2 s of each command.
+            # over every module loaded (pymilvus, pandas, pyarrow; RESULTS.md, "Figures that were in code comments").
             gc.freeze()
 
 

@@ -20,8 +20,8 @@ index is still being built is reported with its progress (files done / total).
 ``search_docs`` must answer within 10 ms of its call and never indexes: the ranked
 sections are added only when the docset's index is already open in this
 process and the lookup finishes within :data:`~mdrag.knobs.MCP_HINT_BUDGET_S`
-of the call's start. A lookup embeds the keywords and searches the index
-(~15 ms on two CPU cores, measured), so it often misses the budget: it then
+of the call's start. A lookup embeds the keywords and searches the index (its
+time: RESULTS.md, "Figures that were in code comments"), so it often misses the budget: it then
 finishes in the background (one at a time) and is kept, and a later call with
 the same keywords includes it at once
 (:meth:`~mdrag.knowledge.indexes.DocsetIndexes.cached_search`).
