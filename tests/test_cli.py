@@ -222,3 +222,15 @@ def test_search_and_log_lines_cannot_drive_the_terminal(
         "mdrag.ingest.scan", logging.WARNING, __file__, 1, "folder %s: skipped", ("a\x1b]0;X\x07b",), None
     )
     assert _TerminalSafe("%(message)s").format(record) == "folder ab: skipped", "log lines are cleaned too"
+
+
+def test_a_snippet_leaves_out_html_comments(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`<!-- prettier-ignore -->` and the like are not what a result's snippet shows; --json keeps the text."""
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.md").write_text("# Logo\n\n<!-- prettier-ignore -->\nThe zebracorn logo sits on the front page.\n")
+    assert _run(capsys, "index", str(docs), "-q")[0] == 0
+    code, out, _ = _run(capsys, "search", "zebracorn logo", "--threshold", "0")
+    assert code == 0 and "The zebracorn logo sits on the front page." in out and "prettier" not in out
+    code, out, _ = _run(capsys, "search", "zebracorn logo", "--threshold", "0", "--json")
+    assert "<!-- prettier-ignore -->" in json.loads(out)[0]["text"]

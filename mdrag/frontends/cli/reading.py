@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import re
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
     from mdrag.index import Index
 
 log = logging.getLogger("mdrag")
+_HTML_COMMENT = re.compile(r"<!--.*?(-->|$)", re.S)  # not shown in a snippet (`<!-- prettier-ignore -->`)
 
 
 def register(commands: Commands) -> None:
@@ -191,7 +193,7 @@ def _search_in(args: argparse.Namespace, config: Config, index: Index | None) ->
         where += f":{r['line_start']}" if r["line_start"] else ""
         reranked = f" (rerank {r['rerank_score']:.3f})" if r.get("rerank_score") is not None else ""
         print(f"{i:2}. {r['score']:.3f}{reranked}  {where}" + (f"  [{_name(r['heading'])}]" if r["heading"] else ""))
-        snippet = " ".join(_safe(r["text"]).split())
+        snippet = " ".join(_safe(_HTML_COMMENT.sub(" ", r["text"])).split())
         print(f"    {snippet[:200]}{'…' if len(snippet) > 200 else ''}")
     return 0
 
