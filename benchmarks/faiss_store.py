@@ -1,4 +1,4 @@
-"""The FAISS store (mdrag/store/faiss.py) at the Hugo index's size and at 100k chunks.
+"""The FAISS store (mdrag/store/faiss/store.py) at the Hugo index's size and at 100k chunks.
 
 Chunks are passages of the Hugo docs with clustered 384-d unit vectors, as in
 benchmarks/store_scale.py (same generators); BM25 texts are stemmed as

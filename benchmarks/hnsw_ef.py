@@ -4,7 +4,7 @@ The graph is built as mdrag.store.faiss builds it (IndexHNSWFlat, M 16,
 efConstruction 100, inner product) over store_scale.py's clustered 384-d
 vectors; each efSearch answers the same 200 queries on one thread (as the
 store searches). Baseline in the same run: exact top-10 by numpy, which
-defines recall. mdrag.store.faiss_index.ef_search's rule was chosen from these
+defines recall. mdrag.store.faiss.index.ef_search's rule was chosen from these
 figures (benchmarks/RESULTS.md).
 
     python benchmarks/hnsw_ef.py [--sizes 100000,1000000] [--ef 64,96,128,192,256,384,512]

@@ -4,7 +4,7 @@ Indexes a copy of the Hugo docs, asks the Hugo questions (every mode), then
 moves the gold files of N questions one at a time, with one `mdrag index` run
 per file, each run a small update of its own segment, and asks again. The
 baseline in the same run is the fresh index. Without mdrag's padding of small
-updates (see mdrag/store/milvus.py, `_pad_segment`), the moved files' BM25 scores
+updates (see mdrag/store/milvus/store.py, `_pad_segment`), the moved files' BM25 scores
 collapse and hybrid falls below dense on their questions.
 
     python benchmarks/incremental.py [--files 15] [--json out.json]

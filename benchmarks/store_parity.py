@@ -10,7 +10,7 @@ too: their lists are compared) is searched in each store in each mode as
 questions whose top-5 (top-10) file lists differ between the stores, Hit@5 and
 MRR per store (over the questions with gold files). Milvus Lite is searched
 twice: with its own HNSW walk (ef 64, what mdrag once left it: the baseline) and
-with the walk mdrag asks for now (mdrag.store.milvus_search._EF_PER_RESULT x k).
+with the walk mdrag asks for now (mdrag.store.milvus.search._EF_PER_RESULT x k).
 
 Each question whose file lists differ gets the causes found in the store-level
 lists that mdrag.retrieval.search ranks from (dense and BM25 lists, 40 rows deep for
@@ -72,8 +72,8 @@ from mdrag.index import Index  # noqa: E402
 from mdrag.knobs import STORE_MAX_ROWS  # noqa: E402
 from mdrag.retrieval.evaluate import Question, _match, load_questions, score_ranking  # noqa: E402
 from mdrag.retrieval.search import _HYBRID_DEPTH, search  # noqa: E402
-from mdrag.store import milvus_search  # noqa: E402
 from mdrag.store.base import Hit  # noqa: E402
+from mdrag.store.milvus import search as milvus_search  # noqa: E402
 
 CORPORA = {
     "hugo": (SHARED / "markdown_hugo_docs", ["hugo_qa.jsonl", "hugo_keyword_qa.jsonl"]),
@@ -87,7 +87,7 @@ STORES = ("faiss", "milvus")
 MODES = ("dense", "bm25", "hybrid")
 TIE = 1e-6  # cosines this close are a tie (float32 rounding of the same product is ~1e-7)
 BM25_REL = 1e-4
-# Milvus Lite's HNSW walk, as mdrag.store.milvus_search._EF_PER_RESULT sets it: "lite_default" is Milvus Lite's
+# Milvus Lite's HNSW walk, as mdrag.store.milvus.search._EF_PER_RESULT sets it: "lite_default" is Milvus Lite's
 # own walk of 64 (what mdrag once left it), "shipped" the walk mdrag asks for now.
 WALKS = {"lite_default": 0, "shipped": milvus_search._EF_PER_RESULT}
 SWEEP = (0, 4, 8, 16, 32)  # --sweep: Milvus Lite's walk, times k

@@ -290,7 +290,7 @@ def search_params(ef: int | None) -> dict[str, Any]:
 
 def milvus_search(store: Any, q: np.ndarray, sp: dict[str, Any]) -> list[int]:
     """The dense query of MilvusStore.search (same output fields), ids as row numbers."""
-    from mdrag.store.milvus import _OUTPUT
+    from mdrag.store.milvus.store import _OUTPUT
 
     res = store.client.search(
         store.collection, data=[q.tolist()], limit=K, filter="", output_fields=_OUTPUT, search_params=sp
@@ -314,7 +314,7 @@ def warm_search(store: Any, queries: np.ndarray, sp: dict[str, Any]) -> tuple[li
 
 
 def cold_start(db: Path, collection: str, q: np.ndarray, sp: dict[str, Any]) -> dict[str, float]:
-    from mdrag.store.milvus import _OUTPUT
+    from mdrag.store.milvus.store import _OUTPUT
 
     args = {"uri": str(db), "collection": collection, "vector": q.tolist(), "k": K, "output": _OUTPUT}
     args["search_params"] = sp

@@ -124,7 +124,7 @@ def test_index_on_a_milvus_server_too_old_says_so_not_that_it_is_unreachable(
 ) -> None:
     """`mdrag index --milvus-uri` on a Milvus 2.3 server said "Cannot reach the Milvus store ... Start the Milvus
     server": the server was running. A minimum above the real server's version stands in for an old server."""
-    from mdrag.store import milvus_check
+    from mdrag.store.milvus import check as milvus_check
 
     monkeypatch.setattr(milvus_check, "MIN_SERVER_VERSION", (99, 0))
     docs = tmp_path / "docs"

@@ -919,7 +919,7 @@ def edit_texts(home: Path, every: int = 2) -> set[str]:
     whole row: its content hash, vector and BM25 text kept); the ids of those chunks."""
     from pymilvus import MilvusClient
 
-    from mdrag.store.milvus_rows import FIELDS
+    from mdrag.store.milvus.rows import FIELDS
 
     client = MilvusClient(str(home / "cache" / "milvus.db"))
     try:

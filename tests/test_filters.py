@@ -10,7 +10,7 @@ import pytest
 
 from mdrag.errors import ConfigError
 from mdrag.retrieval.search import build_filter
-from mdrag.store import filters as f
+from mdrag.store.milvus import filters as f
 
 
 def expr(filters: dict[str, Any]) -> str:

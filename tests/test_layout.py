@@ -152,8 +152,8 @@ def test_no_room_imports_one_above_it() -> None:
 
 def test_the_layer_check_sees_an_upward_import(monkeypatch: pytest.MonkeyPatch) -> None:
     """The check above can fail: a store importing the manifest (as two once did) goes up a room."""
-    monkeypatch.setitem(GRAPH, "mdrag.store.faiss_index", GRAPH["mdrag.store.faiss_index"] | {"mdrag.ingest.manifest"})
-    assert _upward() == ["mdrag.store.faiss_index -> mdrag.ingest.manifest"]
+    monkeypatch.setitem(GRAPH, "mdrag.store.faiss.index", GRAPH["mdrag.store.faiss.index"] | {"mdrag.ingest.manifest"})
+    assert _upward() == ["mdrag.store.faiss.index -> mdrag.ingest.manifest"]
 
 
 def test_no_module_is_longer_than_the_house_allows() -> None:

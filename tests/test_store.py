@@ -13,9 +13,12 @@ import numpy as np
 import pytest
 
 from mdrag.errors import ModelMismatchError, StoreError, StoreInUseError, StoreUnavailableError
-from mdrag.store import milvus, milvus_check, milvus_rows, milvus_search
 from mdrag.store.base import Filter
 from mdrag.store.milvus import MilvusStore, collection_name
+from mdrag.store.milvus import check as milvus_check
+from mdrag.store.milvus import rows as milvus_rows
+from mdrag.store.milvus import search as milvus_search
+from mdrag.store.milvus import store as milvus
 from mdrag.types import Chunk
 from tests.conftest import HashEmbedder
 

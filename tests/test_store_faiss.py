@@ -11,9 +11,9 @@ import pytest
 
 from mdrag.config import load_config
 from mdrag.errors import StoreDamagedError, StoreError, StoreUnavailableError
-from mdrag.store import sqlite_rows
 from mdrag.store.faiss import FaissStore
-from mdrag.store.faiss_index import ef_search
+from mdrag.store.faiss import rows as sqlite_rows
+from mdrag.store.faiss.index import ef_search
 from mdrag.types import Chunk
 from tests.conftest import overwrite_middle
 from tests.test_store_contract import IDENTITY, bm25_ranking, make_chunks, vectors
@@ -194,8 +194,8 @@ def test_a_garbled_schema_is_named_by_path_and_kind_never_by_its_bytes(mdrag_hom
 def test_hnsw_from_its_threshold_skips_deleted_chunks_and_filters_stay_exact(
     mdrag_home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from mdrag.store import faiss as faiss_store
     from mdrag.store.base import Filter
+    from mdrag.store.faiss import store as faiss_store
 
     monkeypatch.setattr(faiss_store, "_HNSW_MIN", 100)  # the graph from 100 chunks, so the test stays small
     s = _store("big")

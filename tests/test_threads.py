@@ -26,7 +26,7 @@ from mdrag.frontends.server import QAServer
 from mdrag.index import Index
 from mdrag.ingest.manifest import Manifest
 from mdrag.store.milvus import MilvusStore
-from mdrag.store.milvus_lite import lite_locked
+from mdrag.store.milvus.lite import lite_locked
 from mdrag.types import Chunk
 from tests.conftest import HashEmbedder, Held
 

@@ -1,7 +1,8 @@
 """Stores: where an index's chunks and vectors live (the interface: :mod:`mdrag.store.base`).
 
-A backend is one module with a class that implements :class:`~mdrag.store.base.Store`,
-ending with its :class:`StoreBackend` declaration, plus one line in the
+A backend is one module (or a package, as ``faiss`` and ``milvus`` are) with a class
+that implements :class:`~mdrag.store.base.Store`, ending with its
+:class:`StoreBackend` declaration, plus one line in the
 ``mdrag.stores`` entry-point group (:mod:`mdrag.plugins`): mdrag's own FAISS and
 Milvus backends are registered there as a third party's would be. The setting
 ``store.backend`` (env ``MDRAG_STORE``, flag ``--store``) picks one, or with

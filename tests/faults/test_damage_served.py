@@ -143,7 +143,7 @@ def milvus_data_file(home: Path) -> set[str]:
 _EDIT = """
 import sys
 from pymilvus import MilvusClient
-from mdrag.store.milvus_rows import FIELDS
+from mdrag.store.milvus.rows import FIELDS
 c = MilvusClient(sys.argv[1])
 c.load_collection("mdrag_default")
 rows = c.query("mdrag_default", filter="", output_fields=["id", *FIELDS, "vector", "bm25_text"], limit=16384)

@@ -17,7 +17,7 @@ created before (Bounded) behave the same. Milvus Lite reads its own writes at
 any level.
 
 Milvus Lite's own upkeep (BM25 padding of small updates, the fingerprint and
-checksums of its files, read-only folders) lives in :mod:`mdrag.store.milvus_lite`;
+checksums of its files, read-only folders) lives in :mod:`mdrag.store.milvus.lite`;
 the store calls it at :meth:`MilvusStore.end_run`, and when it opens and closes.
 """
 
@@ -37,11 +37,15 @@ from mdrag.errors import ModelMismatchError, StoreDamagedError, StoreError
 from mdrag.extras import require_extra
 from mdrag.knobs import STORE_MAX_ROWS
 from mdrag.redact import redact_url
-from mdrag.store import StoreBackend, filters, milvus_check, milvus_rows, milvus_search, same_location
+from mdrag.store import StoreBackend, same_location
 from mdrag.store import is_server_uri as _is_remote
 from mdrag.store.base import Filter, Hit
-from mdrag.store.milvus_check import reason
-from mdrag.store.milvus_lite import (
+from mdrag.store.milvus import check as milvus_check
+from mdrag.store.milvus import filters
+from mdrag.store.milvus import rows as milvus_rows
+from mdrag.store.milvus import search as milvus_search
+from mdrag.store.milvus.check import reason
+from mdrag.store.milvus.lite import (
     ROWS_KEY,
     LiteFiles,
     lite_read_only,
@@ -51,7 +55,7 @@ from mdrag.store.milvus_lite import (
     padding,
     refresh_bm25,
 )
-from mdrag.store.milvus_rows import CONSISTENCY, FIELDS, IDENTITY_KEY
+from mdrag.store.milvus.rows import CONSISTENCY, FIELDS, IDENTITY_KEY
 from mdrag.types import Chunk
 
 if TYPE_CHECKING:
@@ -233,12 +237,12 @@ class MilvusStore:
 
     def check(self, thorough: bool = False) -> list[str]:
         """What differs from what the last run recorded, each naming the file; [] when whole (opening sets
-        aside the index files that differ): :func:`mdrag.store.milvus_check.found_damage`."""
+        aside the index files that differ): :func:`mdrag.store.milvus.check.found_damage`."""
         return milvus_check.found_damage(self, self._files, thorough)
 
     def repair(self, thorough: bool = False) -> tuple[list[str], set[str]]:
         """Opening already set aside the index files that differ (Milvus Lite builds them again); with
-        ``thorough``, what :func:`mdrag.store.milvus_check.repair` repairs: chunks whose text was edited
+        ``thorough``, what :func:`mdrag.store.milvus.check.repair` repairs: chunks whose text was edited
         are deleted (their ids returned: their files are indexed again), and a vector index that does not
         find its own vectors is built again from the stored vectors. What was repaired, and those ids
         (chunk rows that were lost are the indexer's to repair)."""
@@ -289,7 +293,7 @@ class MilvusStore:
             self._check_server()
 
     def _check_server(self) -> None:
-        """Refuse a Milvus server too old for BM25 full-text search (:func:`mdrag.store.milvus_check.too_old`).
+        """Refuse a Milvus server too old for BM25 full-text search (:func:`mdrag.store.milvus.check.too_old`).
         Asked once, as the server is connected."""
         try:
             version = str(self.client.get_server_version())
@@ -532,7 +536,7 @@ class MilvusStore:
         ranking fuses the two lists: mdrag.retrieval.fusion). Every row's ``score`` is its
         cosine similarity to ``vector``, whatever ranked it, so one threshold
         means the same in every mode; ``rank_score`` is the ranking mode's own score.
-        How a filter and Milvus Lite's HNSW walk keep recall: :func:`mdrag.store.milvus_search.search`.
+        How a filter and Milvus Lite's HNSW walk keep recall: :func:`mdrag.store.milvus.search.search`.
         """
         return milvus_search.search(self, vector, k, where, mode, text)
 

@@ -13,10 +13,10 @@ from typing import Any, Protocol
 
 from mdrag.errors import StoreDamagedError, StoreError, StoreInUseError, StoreUnavailableError
 from mdrag.redact import redact_url
-from mdrag.store import filters
 from mdrag.store import is_server_uri as _is_remote
 from mdrag.store.base import cut_short, holds_its_text
-from mdrag.store.milvus_lite import LiteFiles, lite_locked, lite_read_only
+from mdrag.store.milvus import filters
+from mdrag.store.milvus.lite import LiteFiles, lite_locked, lite_read_only
 
 log = logging.getLogger(__name__)
 

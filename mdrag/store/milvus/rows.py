@@ -16,7 +16,7 @@ from mdrag.types import Chunk
 log = logging.getLogger(__name__)
 
 IDENTITY_KEY = "mdrag.identity"  # collection property: the model identity, as JSON
-CONSISTENCY = "Strong"  # reads see every acknowledged write: see mdrag.store.milvus's docstring
+CONSISTENCY = "Strong"  # reads see every acknowledged write: see mdrag.store.milvus.store's docstring
 _TEXT_MAX = TEXT_MAX_BYTES  # VARCHAR limit in bytes
 _PATH_MAX = 4096
 _CONTEXT_MAX = CONTEXT_MAX_BYTES

@@ -1,6 +1,6 @@
 """What a FAISS store holds in memory, and its searches (see :mod:`mdrag.store.faiss`).
 
-The vector index (:class:`mdrag.store.faiss_index.VectorIndex`), the BM25
+The vector index (:class:`mdrag.store.faiss.index.VectorIndex`), the BM25
 index (made by the first BM25 search, or the first change once a saved one is
 known: read from the file the last run saved when it holds exactly the rows in
 memory, else built from SQLite), the row
@@ -20,10 +20,10 @@ from pathlib import Path
 
 import numpy as np
 
-from mdrag.store import sqlite_rows as sql
 from mdrag.store.base import Filter, Hit
 from mdrag.store.bm25 import Bm25
-from mdrag.store.faiss_index import VectorIndex, unit
+from mdrag.store.faiss import rows as sql
+from mdrag.store.faiss.index import VectorIndex, unit
 
 log = logging.getLogger(__name__)
 

@@ -9,9 +9,9 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from mdrag.store import filters
 from mdrag.store.base import Filter, Hit
-from mdrag.store.milvus_rows import FIELDS
+from mdrag.store.milvus import filters
+from mdrag.store.milvus.rows import FIELDS
 
 # A filtered dense search ranks the matching chunks exactly when there are at most this many
 # (Milvus Lite's HNSW index, searched with a filter, misses some of the best matches). The

@@ -3,7 +3,7 @@ the ``meta`` records a run leaves and the checks against them, and the reads.
 
 One row per chunk in ``chunks``: its fields, ``headings`` and ``metadata`` as
 JSON, the text BM25 ranks, its vector as a float32 blob and that vector's digest
-(:mod:`mdrag.store.faiss_vectors`, which checks them); a ``tags`` table
+(:mod:`mdrag.store.faiss.vectors`, which checks them); a ``tags`` table
 for tag filters, and a ``meta`` table holding the model identity, a commit
 counter and what the last run left (the ``.faiss`` file's sha256, the counts
 of chunk and tag rows, digests of the chunk ids and of the tag rows).
@@ -27,10 +27,10 @@ from typing import Any
 import numpy as np
 
 from mdrag.errors import ConfigError, StoreDamagedError, StoreError, StoreInUseError, StoreUnavailableError
-from mdrag.store import faiss_vectors
 from mdrag.store.base import ROW_FIELDS, Filter, Hit, holds_its_text
 from mdrag.store.bm25 import Bm25
-from mdrag.store.faiss_index import faiss_digest
+from mdrag.store.faiss import vectors as faiss_vectors
+from mdrag.store.faiss.index import faiss_digest
 from mdrag.types import Chunk
 
 log = logging.getLogger(__name__)
@@ -47,7 +47,7 @@ CREATE TABLE IF NOT EXISTS chunks (
     root TEXT NOT NULL, headings TEXT NOT NULL, level INTEGER NOT NULL, position INTEGER NOT NULL,
     page INTEGER NOT NULL, line_start INTEGER NOT NULL, line_end INTEGER NOT NULL,
     content_hash TEXT NOT NULL, metadata TEXT NOT NULL, bm25_text TEXT NOT NULL, vector BLOB NOT NULL,
-    vector_digest BLOB  -- see mdrag.store.faiss_vectors (a store written before it gets it at its next write)
+    vector_digest BLOB  -- see mdrag.store.faiss.vectors (a store written before it gets it at its next write)
 );
 CREATE INDEX IF NOT EXISTS chunks_hash ON chunks (content_hash);
 CREATE INDEX IF NOT EXISTS chunks_root ON chunks (root);

@@ -1,8 +1,8 @@
 """Chunks in SQLite, vectors in a FAISS index held in memory: the ``faiss`` store backend.
 
 Files, under ``<cache>/faiss/``: ``<index>.sqlite``, the source of truth
-(SQLite in WAL mode, :mod:`mdrag.store.sqlite_rows`); ``<index>.faiss``, the
-vector index (:mod:`mdrag.store.faiss_index`), written at the end of each run
+(SQLite in WAL mode, :mod:`mdrag.store.faiss.rows`); ``<index>.faiss``, the
+vector index (:mod:`mdrag.store.faiss.index`), written at the end of each run
 with an atomic rename and named in SQLite by its sha256 in the same commit (only
 a faster start: a missing, stale or damaged file is built again from SQLite);
 ``<index>.bm25``, the BM25 index (:meth:`mdrag.store.bm25.Bm25.to_bytes`),
@@ -12,11 +12,11 @@ file, or one of an index written before it existed, is built from SQLite);
 ``<index>.lock``, the writers' lock (:mod:`filelock`). Nothing is pickled.
 
 A store proves it is whole: each run records in ``meta`` what it left, and a digest
-with each vector (:mod:`mdrag.store.faiss_vectors`). Opening checks the cheap records
+with each vector (:mod:`mdrag.store.faiss.vectors`). Opening checks the cheap records
 (:meth:`FaissStore.check`), ``mdrag status --verify`` all of them, and
 :meth:`FaissStore.repair` builds the vector index and tag rows again from SQLite.
 
-Reads never touch disk for ranking (:mod:`mdrag.store.faiss_memory`): dense
+Reads never touch disk for ranking (:mod:`mdrag.store.faiss.memory`): dense
 search is exact below ``_HNSW_MIN`` chunks and with a filter, an HNSW graph
 from there; BM25 is an in-memory inverted index (:class:`mdrag.store.bm25.Bm25`):
 SQLite's FTS5 ``bm25()`` was measured at 131 ms per Hugo question on 100k
@@ -49,12 +49,12 @@ import numpy as np
 
 from mdrag.errors import ModelMismatchError, StoreError, StoreInUseError, StoreUnavailableError
 from mdrag.store import StoreBackend, same_location
-from mdrag.store import faiss_vectors as fv
-from mdrag.store import sqlite_rows as sql
 from mdrag.store.base import Filter, Hit
-from mdrag.store.faiss_index import VectorIndex, faiss_digest, unit
-from mdrag.store.faiss_memory import Memory, save_bm25, saved_bm25
-from mdrag.store.sqlite_rows import batches, damaged, get_meta, set_meta
+from mdrag.store.faiss import rows as sql
+from mdrag.store.faiss import vectors as fv
+from mdrag.store.faiss.index import VectorIndex, faiss_digest, unit
+from mdrag.store.faiss.memory import Memory, save_bm25, saved_bm25
+from mdrag.store.faiss.rows import batches, damaged, get_meta, set_meta
 from mdrag.types import Chunk
 
 if TYPE_CHECKING:
@@ -66,7 +66,7 @@ log = logging.getLogger(__name__)
 
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")
 # From this many chunks, dense search without a filter walks an HNSW graph (approximate, as Milvus's
-# AUTOINDEX); below it, and with a filter, it is exact (see mdrag.store.faiss_index for its parameters).
+# AUTOINDEX); below it, and with a filter, it is exact (see mdrag.store.faiss.index for its parameters).
 _HNSW_MIN = 20_000
 _LOCK_POLL_S = 0.05  # how often a writer waiting for another process's run tries its lock again
 
@@ -244,7 +244,7 @@ class FaissStore:
     def _mismatches(
         self, db: sqlite3.Connection, got: dict[str, str], thorough: bool = False, faiss_file: bool = True
     ) -> dict[str, str]:
-        """What differs from what the last run recorded (see :func:`mdrag.store.sqlite_rows.mismatches`)."""
+        """What differs from what the last run recorded (see :func:`mdrag.store.faiss.rows.mismatches`)."""
         return sql.mismatches(db, self.path, self.faiss_path if faiss_file else None, self._dim, got, thorough)
 
     def check(self, thorough: bool = False) -> list[str]:
@@ -569,7 +569,7 @@ class FaissStore:
         return self._tags_checked[1]
 
     def _candidates(self, where: Filter) -> np.ndarray:
-        """The row numbers of the chunks that pass ``where`` (see :func:`mdrag.store.sqlite_rows.candidates`)."""
+        """The row numbers of the chunks that pass ``where`` (see :func:`mdrag.store.faiss.rows.candidates`)."""
         return sql.candidates(self.db, where, lambda: None if self._in_run else self._tags_lost())
 
     def search(
