@@ -24,14 +24,12 @@ from mdrag.fileio import file_sha256_cached
 log = logging.getLogger(__name__)
 
 _GATHER = 3  # a filter passing at most 1/_GATHER of the chunks: a product over their vectors only
-# Measured at 100k chunks (benchmarks/faiss_store.py vectors, 2 cores): efConstruction 40 / 100 / 200 build in
-# 12 / 49 / 95 s, recall@10 at ef 64 0.958 / 0.9985 / 0.9995 (Milvus Lite's AUTOINDEX, efConstruction 200:
-# 0.999), search 0.3 ms.
+# efConstruction 100: near 200's recall at half its build time, at 100k chunks (RESULTS.md, "Figures that
+# were in code comments").
 _HNSW_M, _HNSW_EF_BUILD, _HNSW_EF = 16, 100, 64
-# A bigger graph needs a wider walk for the same recall (benchmarks/hnsw_ef.py: store_scale.py's vectors,
-# 200 queries, one thread): at 100,000 ef 64 gives recall@10 0.99; at 1,000,000 ef 64 / 128 / 256 / 512
-# give 0.851 / 0.950 / 0.989 / 0.994 in 0.38 / 0.55 / 0.80 / 1.80 ms. So ef is 64 up to _HNSW_EF_ROWS
-# chunks and grows as (rows / _HNSW_EF_ROWS) ** 0.6 from there: 255 at a million.
+# A bigger graph needs a wider walk for the same recall (benchmarks/hnsw_ef.py; RESULTS.md, "Figures that
+# were in code comments"): ef is 64 up to _HNSW_EF_ROWS chunks and grows as (rows / _HNSW_EF_ROWS) ** 0.6
+# from there: 255 at a million.
 _HNSW_EF_ROWS = 100_000
 
 

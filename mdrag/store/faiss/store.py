@@ -19,8 +19,8 @@ with each vector (:mod:`mdrag.store.faiss.vectors`). Opening checks the cheap re
 Reads never touch disk for ranking (:mod:`mdrag.store.faiss.memory`): dense
 search is exact below ``_HNSW_MIN`` chunks and with a filter, an HNSW graph
 from there; BM25 is an in-memory inverted index (:class:`mdrag.store.bm25.Bm25`):
-SQLite's FTS5 ``bm25()`` was measured at 131 ms per Hugo question on 100k
-chunks (it scores every match), too slow for a search path.
+SQLite's FTS5 ``bm25()`` scores every match, too slow for a search path at
+100k chunks (RESULTS.md, "Figures that were in code comments").
 
 A run's writes are one SQLite transaction, held under the writers' lock from
 the first write to :meth:`FaissStore.end_run`, which commits; a process killed

@@ -19,15 +19,10 @@ from mdrag.store.milvus.rows import FIELDS
 _EXACT_ROWS = 512
 _HNSW_EF = 64  # Milvus Lite's default HNSW search breadth
 # Milvus Lite's HNSW walk for k results is this many times k wide (at least _HNSW_EF), where the FAISS
-# store ranks exactly (below 20,000 chunks). Milvus Lite's own walk of 64 misses chunks of the exact
-# top k, the more the deeper the list: on the graphs it built of the Hugo and otel docs (3,516 and
-# 10,654 chunks; their 291 questions) it missed some of the top 40 (what a search of k 10 asks for)
-# for 144 questions, and of the top 120 (a hybrid search's dense list) for all 291, whose hybrid lists
-# then differed from FAISS's (another lowest dense score to normalise by). A walk of 16 x k missed
-# none of the top 120, one chunk of the top 40 for 2 questions (with no answer in the docs), of the
-# top 10 for 6 (asked for with collapse none only: k 10 asks for 40 rows otherwise); through
-# mdrag.retrieval.search the stores' file lists then differed only where chunks have equal cosines. It costs
-# at most 8% of a Milvus Lite dense or hybrid search (p50; benchmarks/store_parity.py, RESULTS.md).
+# store ranks exactly (below 20,000 chunks): Milvus Lite's own walk of 64 misses chunks of the exact top
+# k, the more the deeper the list, and the stores' hybrid lists then differ; a walk of 16 x k makes them
+# differ only where chunks have equal cosines, for a few percent of a search (RESULTS.md, "Figures that
+# were in code comments"; benchmarks/store_parity.py).
 _EF_PER_RESULT = 16
 
 
