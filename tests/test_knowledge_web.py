@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import json
+import os
 import threading
 import time
 from collections.abc import Iterator
@@ -20,7 +22,7 @@ from mdrag.knowledge import KnowledgeBase
 from mdrag.knowledge.docsets import docset_index, update_docset_index
 from mdrag.knowledge.web import WebsiteCrawler, url_to_path
 from mdrag.knowledge.web_fetch import FetchError, check_address
-from mdrag.knowledge.web_source import page_url, page_urls
+from mdrag.pageurls import METADATA_FILE, page_url, page_urls
 from tests.test_knowledge import write_config
 
 PAGES = {
@@ -288,3 +290,63 @@ def test_saved_pages_are_crawled_indexed_and_cited(
         hits = index.search("Get your Frontend JavaScript Code Covered", k=5)
     urls = {h.rel_path: page_url(h.path) for h in hits}
     assert urls.get("001/source.html") == saved_site + "001/source.html"
+
+
+def test_cli_search_and_get_show_a_pages_url_beside_its_path(
+    site: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], fast_loader: None
+) -> None:
+    """`mdrag search` (text and --json) and `mdrag get` of an index holding a crawled docset folder name each
+    page's URL; a file of another indexed folder has none."""
+    from mdrag.frontends.cli import main
+    from tests.conftest import HashEmbedder
+
+    monkeypatch.setattr("mdrag.index.Index.__init__.__defaults__", (None, HashEmbedder()))
+    kb = _website_kb(tmp_path / "project", site)
+    (result,) = knowledge.init_docset(kb, "site")
+    assert result.ok, result.error
+    folder = kb.resolve("site").local_path
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "widget.md").write_text("# Widget notes\n\nInstall the widget from the shop.\n")
+    assert main(["index", folder, str(notes), "-q"]) == 0
+    capsys.readouterr()
+
+    assert main(["search", "Install the widget", "--threshold", "0", "--json"]) == 0
+    results = {r["rel_path"]: r for r in json.loads(capsys.readouterr().out)}
+    assert results["guide.html"]["url"] == site + "guide.html"
+    assert "url" not in results["widget.md"]
+    assert main(["search", "Install the widget", "--threshold", "0"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert any(f"guide.html <{site}guide.html>" in line for line in lines), lines
+    assert not any("widget.md <" in line for line in lines), lines
+
+    assert main(["get", "guide.html", "--json"]) == 0
+    (doc,) = json.loads(capsys.readouterr().out)["documents"]
+    assert doc["url"] == site + "guide.html"
+    assert main(["get", "guide.html"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"==> guide.html <{site}guide.html> (lines ") and "Install the widget" in out
+    assert main(["get", "widget.md"]) == 0
+    assert capsys.readouterr().out.startswith("# Widget notes")  # one file, no URL: only its text, as before
+
+
+def test_page_url_reads_http_urls_only_and_no_folder_above_the_indexed_one(tmp_path: Path) -> None:
+    docset = tmp_path / "docset"
+    (docset / "a").mkdir(parents=True)
+    for rel in ("a/p.html", "x.html", "a/p.txt"):
+        (docset / rel).write_text("<p>page</p>")
+    pages = {"https://h.org/a/p.html": {"path": "a/p.html"}, "javascript:alert(1)": {"path": "x.html"}}
+    meta = docset / METADATA_FILE
+    meta.write_text(json.dumps({"version": 1, "sources": {"https://h.org/": {"pages": pages}}}))
+    assert page_url(docset / "a" / "p.html") == "https://h.org/a/p.html"
+    assert page_url(docset / "a" / "p.html", "a/p.html") == "https://h.org/a/p.html"
+    assert page_url(docset / "a" / "p.html", "p.html") is None  # indexed folder a/: the docset's metadata is above it
+    assert page_url(docset / "x.html") is None  # not an http(s) URL: never shown nor offered as a link
+    assert page_url(docset / "a" / "p.txt") is None  # not what a page is stored as
+    pages["https://h.org/a/moved.html"] = pages.pop("https://h.org/a/p.html")
+    meta.write_text(json.dumps({"version": 1, "sources": {"https://h.org/": {"pages": pages}}}))
+    os.utime(meta, ns=(meta.stat().st_atime_ns, meta.stat().st_mtime_ns + 10**9))
+    assert page_url(docset / "a" / "p.html") == "https://h.org/a/moved.html"  # read again once it changed
+    meta.write_text("{not json")
+    os.utime(meta, ns=(meta.stat().st_atime_ns, meta.stat().st_mtime_ns + 2 * 10**9))
+    assert page_url(docset / "a" / "p.html") is None
