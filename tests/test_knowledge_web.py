@@ -6,12 +6,17 @@ import functools
 import hashlib
 import json
 import os
+import shutil
+import socket
+import ssl
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -21,7 +26,7 @@ from mdrag.frontends import protocol
 from mdrag.knowledge import KnowledgeBase
 from mdrag.knowledge.docsets import docset_index, update_docset_index
 from mdrag.knowledge.web import WebsiteCrawler, url_to_path
-from mdrag.knowledge.web_fetch import FetchError, check_address
+from mdrag.knowledge.web_fetch import FetchError, check_address, fetch
 from mdrag.pageurls import METADATA_FILE, page_url, page_urls
 from tests.test_knowledge import write_config
 
@@ -68,6 +73,7 @@ class Handler(BaseHTTPRequestHandler):
             return self._send(200, b"<html><body>" + b"x" * 300_000 + b"</body></html>", "text/html")
         if path == "/docs/private.html":
             return self._redirect("http://10.1.2.3/docs/x.html")
+        self.server.hosts.append(self.headers.get("Host"))  # type: ignore[attr-defined]
         pages: dict[str, bytes] = self.server.pages  # type: ignore[attr-defined]
         self.server.hits.append(path)  # type: ignore[attr-defined]
         if path in pages:
@@ -104,6 +110,7 @@ def site() -> Iterator[str]:
     server.pages = dict(PAGES)  # type: ignore[attr-defined]
     server.hits = []  # type: ignore[attr-defined]
     server.gone = set()  # type: ignore[attr-defined]
+    server.hosts = []  # type: ignore[attr-defined]
     SERVERS[f"http://127.0.0.1:{server.server_address[1]}/docs/"] = server
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -150,6 +157,80 @@ def test_private_address_refused_without_allow_local() -> None:
     with pytest.raises(FetchError, match="allow_local_web"):
         check_address("127.0.0.1", 80, False)
     check_address("127.0.0.1", 80, True)
+
+
+@pytest.mark.parametrize(
+    "address",
+    ["10.1.2.3", "169.254.169.254", "0.0.0.0", "::1", "::ffff:127.0.0.1", "2002:7f00:1::1", "64:ff9b::a01:203"],
+)
+def test_non_public_addresses_refused_even_inside_an_ipv6_one(address: str) -> None:
+    """Loopback, private, cloud metadata, and IPv6 addresses that carry one (mapped, 6to4, NAT64)."""
+    with pytest.raises(FetchError, match="allow_local_web"):
+        check_address(address, 80, False)
+    assert check_address("8.8.8.8", 80, False) == ["8.8.8.8"]  # a public address passes, as given
+    assert check_address("::ffff:8.8.8.8", 80, False) == ["::ffff:8.8.8.8"]
+
+
+def _rebinding(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make docs.rebind.test resolve to 127.0.0.1 once (the check's lookup), then to 127.0.0.2, a loopback
+    address where nothing listens (a second lookup, as DNS rebinding would answer it)."""
+    real = socket.getaddrinfo
+    answers = iter(["127.0.0.1"])
+
+    def rebinding(host: Any, *args: Any, **kwargs: Any) -> Any:
+        return real(next(answers, "127.0.0.2") if host == "docs.rebind.test" else host, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", rebinding)
+
+
+def test_the_connection_goes_to_the_address_checked_not_to_a_second_lookup(
+    site: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """DNS rebinding: a host that resolves to an allowed address when checked, and to another one when
+    connected to, is connected to at the address checked, with its own name in the Host header."""
+    port = urlsplit(site).port
+    _rebinding(monkeypatch)
+    got = fetch(f"http://docs.rebind.test:{port}/docs/guide.html", allow_local=True, timeout=5, max_bytes=10**6)
+    assert (got.status, got.body) == (200, PAGES["/docs/guide.html"])
+    assert SERVERS[site].hosts == [f"docs.rebind.test:{port}"]
+    with pytest.raises(FetchError):  # the next fetch checks again, and is given the other address
+        fetch(f"http://docs.rebind.test:{port}/docs/guide.html", allow_local=True, timeout=5, max_bytes=10**6)
+
+
+def test_https_is_pinned_too_and_its_certificate_checked_against_the_host_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Over TLS the pinned connection still sends the host name (SNI, Host) and checks the certificate
+    against it: a certificate for another name is refused."""
+    if shutil.which("openssl") is None:
+        pytest.skip("the openssl command is needed to make the test's self-signed certificate")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-keyout", str(key)]
+        + ["-out", str(cert), "-subj", "/CN=docs.rebind.test", "-addext", "subjectAltName=DNS:docs.rebind.test"],
+        check=True,
+        capture_output=True,
+    )
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.pages, server.hits, server.gone, server.hosts = dict(PAGES), [], set(), []  # type: ignore[attr-defined]
+    names: list[str | None] = []
+    tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    tls.load_cert_chain(cert, key)
+    tls.sni_callback = lambda sock, name, ctx: names.append(name)  # type: ignore[assignment,misc]
+    server.socket = tls.wrap_socket(server.socket, server_side=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        port = server.server_address[1]
+        monkeypatch.setenv("SSL_CERT_FILE", str(cert))  # the client trusts the test's certificate, and only it
+        _rebinding(monkeypatch)
+        got = fetch(f"https://docs.rebind.test:{port}/docs/guide.html", allow_local=True, timeout=5, max_bytes=10**6)
+        assert (got.status, got.body) == (200, PAGES["/docs/guide.html"])
+        assert names == ["docs.rebind.test"] and server.hosts == [f"docs.rebind.test:{port}"]  # type: ignore[attr-defined]
+        with pytest.raises(FetchError, match="CERTIFICATE_VERIFY_FAILED|certificate"):
+            fetch(f"https://localhost:{port}/docs/guide.html", allow_local=True, timeout=5, max_bytes=10**6)
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 @pytest.mark.parametrize(
