@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import email.utils
 import functools
 import hashlib
 import json
@@ -25,7 +26,7 @@ from mdrag.errors import KnowledgeConfigError
 from mdrag.frontends import protocol
 from mdrag.knowledge import KnowledgeBase
 from mdrag.knowledge.docsets import docset_index, update_docset_index
-from mdrag.knowledge.web import WebsiteCrawler, url_to_path
+from mdrag.knowledge.web import MAX_SITEMAPS, WebsiteCrawler, url_to_path
 from mdrag.knowledge.web_fetch import FetchError, check_address, fetch
 from mdrag.pageurls import METADATA_FILE, page_url, page_urls
 from tests.test_knowledge import write_config
@@ -50,6 +51,16 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:  # noqa: N802
         path, _, query = self.path.partition("?")
+        self.server.asked.append((path, time.monotonic()))  # type: ignore[attr-defined]
+        answers = self.server.answers.get(path)  # type: ignore[attr-defined]
+        if answers:  # a test's answers for this path, in turn; the last one repeats
+            status, headers, body = answers.pop(0) if len(answers) > 1 else answers[0]
+            self.send_response(status)
+            for name, value in {**headers, "Content-Length": str(len(body))}.items():
+                self.send_header(name, value)
+            self.end_headers()
+            self.wfile.write(body)
+            return
         if path == "/robots.txt":
             return self._send(200, b"User-agent: *\nDisallow: /docs/secret/\n", "text/plain")
         if path == "/docs/sitemap.xml":
@@ -111,6 +122,8 @@ def site() -> Iterator[str]:
     server.hits = []  # type: ignore[attr-defined]
     server.gone = set()  # type: ignore[attr-defined]
     server.hosts = []  # type: ignore[attr-defined]
+    server.asked = []  # type: ignore[attr-defined]
+    server.answers = {}  # type: ignore[attr-defined]
     SERVERS[f"http://127.0.0.1:{server.server_address[1]}/docs/"] = server
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -139,6 +152,71 @@ def test_slow_huge_and_private_pages_end_with_a_reason(site: str, tmp_path: Path
     assert "page limit" in result.skipped[site + "huge.html"]
     assert "outside" in result.skipped[site + "private.html"]
     assert "guide.html" in {p.path for p in result.pages.values()}  # the crawl went on
+
+
+HTML = {"Content-Type": "text/html"}
+XML = {"Content-Type": "application/xml"}
+
+
+def test_retry_after_is_waited_for_once_and_a_long_one_ends_the_page(site: str, tmp_path: Path) -> None:
+    """A 429 or 503 with a Retry-After (seconds or a date) is asked again after that wait; one over a minute
+    is not waited for: the page ends with its status and the crawl goes on."""
+    server = SERVERS[site]
+    server.pages["/docs/"] += b'<a href="busy.html">b</a><a href="down.html">d</a><a href="away.html">a</a>'
+    page = b"<html><body><p>Busy page.</p></body></html>"
+    server.answers["/docs/busy.html"] = [(429, {"Retry-After": "1"}, b""), (200, HTML, page)]
+    soon = email.utils.formatdate(time.time() + 1, usegmt=True)
+    server.answers["/docs/down.html"] = [(503, {"Retry-After": soon}, b""), (200, HTML, page)]
+    server.answers["/docs/away.html"] = [(429, {"Retry-After": "3600"}, b""), (200, HTML, page)]
+    result = WebsiteCrawler(site, allow_local=True, delay=0).crawl(tmp_path)
+    assert (tmp_path / "busy.html").read_bytes() == page and (tmp_path / "down.html").read_bytes() == page
+    asked = {p: [t for q, t in server.asked if q == p] for p in ("/docs/busy.html", "/docs/away.html")}
+    assert len(asked["/docs/busy.html"]) == 2
+    assert asked["/docs/busy.html"][1] - asked["/docs/busy.html"][0] >= 1.0  # it waited as asked
+    assert len(asked["/docs/away.html"]) == 1 and result.skipped[site + "away.html"] == "HTTP 429"
+    assert "guide.html" in {p.path for p in result.pages.values()}
+
+
+def test_llms_txt_links_under_the_start_url_are_crawled(site: str, tmp_path: Path) -> None:
+    """The llms.txt of the start URL's folder and of the host: their Markdown links in scope are crawled."""
+    server = SERVERS[site]
+    server.pages["/docs/only-in-llms.md"] = b"# Listed\n\nOnly llms.txt lists this page.\n"
+    server.pages["/docs/api/from-root-llms.md"] = b"# Root\n\nThe host's llms.txt lists it.\n"
+    server.pages["/other/llms-out.md"] = b"# Out\n"
+    text = b"# Docs\n\n> The docs.\n\n- [Listed](only-in-llms.md): a page\n- [Out](/other/llms-out.md)\n"
+    server.answers["/docs/llms.txt"] = [(200, {"Content-Type": "text/plain"}, text)]
+    server.answers["/llms.txt"] = [(200, {"Content-Type": "text/plain"}, b"- [Root](/docs/api/from-root-llms.md)\n")]
+    result = WebsiteCrawler(site, allow_local=True, delay=0).crawl(tmp_path)
+    assert (tmp_path / "only-in-llms.md").read_bytes() == server.pages["/docs/only-in-llms.md"]
+    assert result.pages[site + "api/from-root-llms.md"].path == "api/from-root-llms.md"
+    assert "/other/llms-out.md" not in {p for p, _ in server.asked}
+
+
+def test_a_sitemap_index_is_followed_on_the_same_host_up_to_a_cap(site: str, tmp_path: Path) -> None:
+    """The host's sitemap.xml is an index: its sitemaps on the host are read (at most MAX_SITEMAPS in all,
+    those of other hosts never) and their pages under the start URL crawled."""
+    server = SERVERS[site]
+    port = urlsplit(site).port
+    base = f"http://127.0.0.1:{port}"
+
+    def xml(tag: str, item: str, *locs: str) -> bytes:
+        entries = "".join(f"<{item}><loc>{loc}</loc></{item}>" for loc in locs)
+        return f'<?xml version="1.0"?><{tag} xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">{entries}</{tag}>'.encode()
+
+    nested = [f"{base}/sitemap-docs.xml", f"http://localhost:{port}/sitemap-elsewhere.xml"]
+    nested += [f"{base}/sitemap-{i}.xml" for i in range(20)]
+    server.answers["/sitemap.xml"] = [(200, XML, xml("sitemapindex", "sitemap", *nested))]
+    pages = xml("urlset", "url", f"{base}/docs/from-index.md", f"{base}/other/x.html")
+    server.answers["/sitemap-docs.xml"] = [(200, XML, pages)]
+    for i in range(20):
+        server.answers[f"/sitemap-{i}.xml"] = [(200, XML, xml("urlset", "url"))]
+    server.pages["/docs/from-index.md"] = b"# From the index\n\nA nested sitemap lists it.\n"
+    result = WebsiteCrawler(site, allow_local=True, delay=0).crawl(tmp_path)
+    assert result.pages[site + "from-index.md"].path == "from-index.md"
+    asked = [p for p, _ in server.asked]
+    assert "/other/x.html" not in asked and "/sitemap-elsewhere.xml" not in asked  # another host name
+    assert sum(p.endswith(".xml") for p in asked) == MAX_SITEMAPS
+    assert "/sitemap-19.xml" not in asked
 
 
 def test_max_pages_stops_the_crawl(site: str, tmp_path: Path) -> None:
@@ -213,6 +291,7 @@ def test_https_is_pinned_too_and_its_certificate_checked_against_the_host_name(
     )
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     server.pages, server.hits, server.gone, server.hosts = dict(PAGES), [], set(), []  # type: ignore[attr-defined]
+    server.asked, server.answers = [], {}  # type: ignore[attr-defined]
     names: list[str | None] = []
     tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     tls.load_cert_chain(cert, key)

@@ -1,7 +1,8 @@
 """Website sources: :class:`WebsiteCrawler` crawls a documentation site into a docset folder, page by page.
 
 Scope is the start URL's scheme, host and path prefix: links, sitemap entries, llms.txt links and
-redirects outside it are not followed. robots.txt is obeyed, requests go one at a time with a delay,
+redirects outside it are not followed (a sitemap index's sitemaps are read on the same host, up to
+``MAX_SITEMAPS``). robots.txt is obeyed, requests go one at a time with a delay,
 and every page that cannot be kept (timeout, size, type, redirect loop, crawl trap) is logged with its
 reason while the crawl goes on. HTML pages are stored as served (the HTML parser keeps their main
 content at index time), Markdown as served; each file's path mirrors its URL inside the folder.
@@ -31,10 +32,12 @@ MAX_BYTES = 5 * 1024 * 1024
 MAX_DEPTH = 20  # links followed from the start page
 MAX_QUERY_VARIANTS = 5  # distinct query strings kept per path (calendars, endless filters)
 MAX_REDIRECTS = 5
+MAX_SITEMAPS = 10  # sitemaps read per crawl, those a sitemap index lists included
 _TYPES = {"text/html": ".html", "application/xhtml+xml": ".html", "text/markdown": ".md", "text/x-markdown": ".md"}
 _SAFE = re.compile(r"[^A-Za-z0-9._-]")
 _MD_LINK = re.compile(r"\]\(([^)\s]+)")
 _LOC = re.compile(r"<loc>\s*([^<\s]+)\s*</loc>")
+_SITEMAP_INDEX = re.compile(r"<(?:\w+:)?sitemapindex[\s>]")  # its <loc>s are sitemaps, not pages
 
 
 @dataclass
@@ -133,13 +136,17 @@ class WebsiteCrawler:
             unquote(self.prefix)
         )
 
+    def _pause(self) -> None:
+        """Wait until ``delay`` seconds have passed since the last request ended."""
+        wait = self._last + self.delay - time.monotonic()
+        if wait > 0:
+            time.sleep(wait)
+
     def _get(self, url: str, headers: dict[str, str] | None = None) -> tuple[str, int, dict[str, str], bytes]:
         """GET with the politeness delay, following redirects that stay in scope (or reach robots/sitemap)."""
         seen = {url}
         for _ in range(MAX_REDIRECTS + 1):
-            wait = self._last + self.delay - time.monotonic()
-            if wait > 0:
-                time.sleep(wait)
+            self._pause()
             try:
                 resp = fetch(
                     url, allow_local=self.allow_local, timeout=self.timeout, max_bytes=self.max_bytes, headers=headers
@@ -167,8 +174,11 @@ class WebsiteCrawler:
         return body.decode("utf-8", "replace") if status == 200 else ""
 
     def _get_aux(self, url: str) -> tuple[str, int, dict[str, str], bytes]:
-        resp = fetch(url, allow_local=self.allow_local, timeout=self.timeout, max_bytes=self.max_bytes)
-        self._last = time.monotonic()
+        self._pause()
+        try:
+            resp = fetch(url, allow_local=self.allow_local, timeout=self.timeout, max_bytes=self.max_bytes)
+        finally:
+            self._last = time.monotonic()
         return url, resp.status, resp.headers, resp.body
 
     def _seeds(self) -> list[str]:
@@ -181,13 +191,33 @@ class WebsiteCrawler:
         maps = list(self.robots.site_maps() or []) + [self.origin + self.prefix + "sitemap.xml"]
         if self.prefix != "/":
             maps.append(self.origin + "/sitemap.xml")
-        for sm in dict.fromkeys(maps):
-            if urlsplit(sm).netloc == urlsplit(self.origin).netloc:
-                seeds += [unquote_amp(u) for u in _LOC.findall(self._aux(sm))]
+        seeds += self._sitemap_pages(maps)
         for llms in dict.fromkeys([self.origin + self.prefix + "llms.txt", self.origin + "/llms.txt"]):
             text = self._aux(llms)
             seeds += [urljoin(llms, u) for u in _MD_LINK.findall(text)]
         return seeds
+
+    def _sitemap_pages(self, maps: list[str]) -> list[str]:
+        """The page URLs the sitemaps list; a sitemap index's sitemaps are read too, on the start URL's host
+        only and at most MAX_SITEMAPS sitemaps in all (pages out of scope are dropped later, as any link)."""
+        host = urlsplit(self.origin).netloc
+        todo = deque(dict.fromkeys(maps))
+        done: set[str] = set()
+        pages: list[str] = []
+        while todo and len(done) < MAX_SITEMAPS:
+            sm = todo.popleft()
+            if sm in done or urlsplit(sm).netloc != host:
+                continue
+            done.add(sm)
+            text = self._aux(sm)
+            locs = [unquote_amp(u) for u in _LOC.findall(text)]
+            if _SITEMAP_INDEX.search(text):
+                todo.extend(locs)
+            else:
+                pages += locs
+        if todo:
+            log.info("%s: more than %d sitemaps; %d not read", self.start, MAX_SITEMAPS, len(todo))
+        return pages
 
     def crawl(self, dest: Path, previous: dict[str, Page] | None = None) -> CrawlResult:
         """Crawl into ``dest``; ``previous`` (the last crawl's pages) enables conditional GETs and removals.
