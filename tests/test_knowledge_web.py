@@ -22,12 +22,14 @@ from urllib.parse import urlsplit
 import pytest
 
 from mdrag import knowledge
-from mdrag.errors import KnowledgeConfigError
+from mdrag.errors import DocsetError, KnowledgeConfigError
 from mdrag.frontends import protocol
 from mdrag.knowledge import KnowledgeBase
 from mdrag.knowledge.docsets import docset_index, update_docset_index
+from mdrag.knowledge.model import WebSource
 from mdrag.knowledge.web import MAX_SITEMAPS, WebsiteCrawler, url_to_path
 from mdrag.knowledge.web_fetch import FetchError, check_address, fetch
+from mdrag.knowledge.web_source import WebsiteLoader
 from mdrag.pageurls import METADATA_FILE, page_url, page_urls
 from tests.test_knowledge import write_config
 
@@ -510,3 +512,49 @@ def test_page_url_reads_http_urls_only_and_no_folder_above_the_indexed_one(tmp_p
     meta.write_text("{not json")
     os.utime(meta, ns=(meta.stat().st_atime_ns, meta.stat().st_mtime_ns + 2 * 10**9))
     assert page_url(docset / "a" / "p.html") is None
+
+
+def test_a_start_page_that_fails_fails_its_source_and_removes_nothing(site: str, tmp_path: Path) -> None:
+    """A site that moved (its start page gone) or is down (an HTTP error) does not take its pages with it:
+    the refresh fails with the reason and every file and the metadata stay as they were."""
+    loader, source = WebsiteLoader(delay=0.0, timeout=5.0), WebSource("website", site)
+    dest = tmp_path / "docset"
+    first = loader.load(source, dest, allow_local=True)
+    assert {"index.html", "guide.html", "only-in-sitemap.md"} <= set(first.files)
+    meta = (dest / METADATA_FILE).read_bytes()
+    server = SERVERS[site]
+    del server.pages["/docs/"], server.pages["/docs/guide.html"]  # the site moved: these answer 404 now
+    with pytest.raises(DocsetError, match=r"start page failed \(HTTP 404\), so no page was removed"):
+        loader.load(source, dest, allow_local=True)
+    server.answers["/docs/"] = [(500, HTML, b"down for maintenance")]
+    with pytest.raises(DocsetError, match=r"start page failed \(HTTP 500\)"):
+        loader.load(source, dest, allow_local=True)
+    assert all((dest / f).is_file() for f in first.files)
+    assert (dest / METADATA_FILE).read_bytes() == meta
+    server.answers.clear()
+    server.pages["/docs/"] = PAGES["/docs/"]  # back, but guide.html is gone for good
+    again = loader.load(source, dest, allow_local=True)
+    assert again.removed == ["guide.html"] and not (dest / "guide.html").exists()
+
+
+def test_no_page_is_written_or_removed_through_a_link_leading_out_of_the_folder(site: str, tmp_path: Path) -> None:
+    """A folder of the docset that is a symbolic link to elsewhere: a page under it is neither written there
+    nor, once gone, removed there."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "old.html").write_text("not the crawler's")
+    dest = tmp_path / "docset"
+    dest.mkdir()
+    (dest / "api").symlink_to(outside, target_is_directory=True)
+    server = SERVERS[site]
+    server.pages["/docs/"] += b'<a href="api/new.html">n</a>'
+    server.pages["/docs/api/new.html"] = b"<html><body>new</body></html>"
+    server.gone.add("/docs/api/old.html")
+    old = site + "api/old.html"
+    (dest / METADATA_FILE).write_text(
+        json.dumps({"version": 1, "sources": {site: {"files": [], "pages": {old: {"path": "api/old.html"}}}}})
+    )
+    result = WebsiteLoader(delay=0.0, timeout=5.0).load(WebSource("website", site), dest, allow_local=True)
+    assert result.ok and "guide.html" in result.files
+    assert sorted(p.name for p in outside.iterdir()) == ["old.html"]  # new.html not written there
+    assert (outside / "old.html").read_text() == "not the crawler's"  # answered 410, and still there

@@ -23,7 +23,7 @@ from urllib.parse import unquote, urldefrag, urljoin, urlsplit
 
 from mdrag.knowledge.web_fetch import USER_AGENT, FetchError, fetch
 
-__all__ = ["CrawlResult", "Page", "WebsiteCrawler", "url_to_path"]
+__all__ = ["CrawlResult", "Page", "WebsiteCrawler", "inside", "remove_pages", "url_to_path"]
 
 log = logging.getLogger(__name__)
 
@@ -223,8 +223,9 @@ class WebsiteCrawler:
         """Crawl into ``dest``; ``previous`` (the last crawl's pages) enables conditional GETs and removals.
 
         A page answered 304 is kept untouched; a changed one is rewritten; a previous page that now
-        answers 404 or 410 is removed with its file. A previous page the crawl did not reach (or that
-        failed for another reason) is kept as it was.
+        answers 404 or 410 is listed in ``removed`` (its file is left for :func:`remove_pages`, once the
+        crawl is accepted). A previous page the crawl did not reach (or that failed for another reason) is
+        kept as it was.
         """
         previous = dict(previous or {})
         result = CrawlResult()
@@ -257,8 +258,9 @@ class WebsiteCrawler:
                 result.skipped[url] = "disallowed by robots.txt"
                 continue
             old = previous.get(url)
+            stored = inside(dest, old.path) if old else None
             headers: dict[str, str] = {}
-            if old and (dest / old.path).is_file():
+            if old and stored and stored.is_file():
                 if old.etag:
                     headers["If-None-Match"] = old.etag
                 if old.last_modified:
@@ -275,14 +277,13 @@ class WebsiteCrawler:
             if status == 304 and old:
                 result.pages[url] = old
                 result.unchanged.append(url)
-                if old.path.endswith(".html") and depth < MAX_DEPTH:
-                    for link in self._links(final, (dest / old.path).read_bytes()):
+                if stored and old.path.endswith(".html") and depth < MAX_DEPTH:
+                    for link in self._links(final, stored.read_bytes()):
                         push(link, depth + 1)
                 continue
             if status in (404, 410):
                 result.skipped[url] = f"HTTP {status}"
                 if old:
-                    (dest / old.path).unlink(missing_ok=True)
                     result.removed.append(url)
                 continue
             if status != 200:
@@ -300,10 +301,11 @@ class WebsiteCrawler:
                 log.info("page skipped: %s has content type %s", url, ctype or "unknown")
                 continue
             rel = old.path if old else url_to_path(url, unquote(self.prefix), ext)
-            rel = self._unique(rel, url, result)
-            target = (dest / rel).resolve()
-            if not target.is_relative_to(dest.resolve()):  # url_to_path never does this; a last guard
-                result.skipped[url] = "unsafe file path"
+            rel = self._unique(rel, url, result, previous)
+            target = inside(dest, rel)
+            if target is None:  # url_to_path never leaves the folder: a symbolic link in it leads out
+                result.skipped[url] = f"{rel} would be written through a symbolic link leading out of {dest}"
+                log.warning("page skipped: %s", result.skipped[url])
                 continue
             digest = hashlib.sha256(body).hexdigest()
             page = Page(url, rel, got.get("etag"), got.get("last-modified"), digest)
@@ -325,8 +327,9 @@ class WebsiteCrawler:
         return result
 
     @staticmethod
-    def _unique(rel: str, url: str, result: CrawlResult) -> str:
-        taken = {p.path for u, p in result.pages.items() if u != url}
+    def _unique(rel: str, url: str, result: CrawlResult, previous: dict[str, Page]) -> str:
+        """``rel``, or a name made from it and ``url`` where another page (of this crawl or the last) has it."""
+        taken = {p.path for pages in (result.pages, previous) for u, p in pages.items() if u != url}
         if rel not in taken:
             return rel
         stem, dot, ext = rel.rpartition(".")
@@ -341,6 +344,25 @@ class WebsiteCrawler:
             log.info("%s: links not all read (%s)", base, exc)
         root = urljoin(base, parser.base) if parser.base else base
         return [urljoin(root, link) for link in parser.links]
+
+
+def inside(dest: Path, rel: str) -> Path | None:
+    """``dest/rel``; None where it, or a folder on the way, is a symbolic link that leads out of ``dest``."""
+    path = dest / rel
+    try:
+        return path if path.resolve().is_relative_to(dest.resolve()) else None
+    except (OSError, RuntimeError):  # a link loop
+        return None
+
+
+def remove_pages(dest: Path, rels: list[str]) -> None:
+    """Remove the files of pages gone; one reached through a symbolic link leading out of ``dest`` is left."""
+    for rel in rels:
+        path = inside(dest, rel)
+        if path is None:
+            log.warning("%s not removed: a symbolic link in %s leads it out of the folder", rel, dest)
+        else:
+            path.unlink(missing_ok=True)
 
 
 def unquote_amp(url: str) -> str:

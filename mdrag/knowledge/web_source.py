@@ -15,7 +15,7 @@ from typing import Any
 from mdrag.errors import DocsetError
 from mdrag.knowledge.metadata import read_metadata, write_metadata
 from mdrag.knowledge.model import SourceResult, WebSource
-from mdrag.knowledge.web import MAX_PAGES, CrawlResult, Page, WebsiteCrawler
+from mdrag.knowledge.web import MAX_PAGES, CrawlResult, Page, WebsiteCrawler, remove_pages
 
 __all__ = ["WebsiteLoader"]
 
@@ -30,7 +30,8 @@ class WebsiteLoader:
     def load(self, source: WebSource, dest: Path, allow_local: bool) -> SourceResult:
         """Crawl ``source`` into ``dest``: new and changed pages written, pages gone (404/410) removed.
 
-        Raises DocsetError when not one page could be kept (the start page failed or is refused).
+        Raises DocsetError, removing nothing, when the start page failed (refused, unreachable, an HTTP error,
+        gone): a site that moved or is down does not take its pages with it.
         """
         dest = Path(dest)
         meta = read_metadata(dest)
@@ -51,9 +52,15 @@ class WebsiteLoader:
         except ValueError as e:
             raise DocsetError(str(e)) from None
         result = crawler.crawl(dest, previous)
-        if not result.pages:
-            why = result.skipped.get(crawler.start, "no page under it could be fetched")
-            raise DocsetError(f"website {source.url} not loaded: {why}; check the url and that the site is up")
+        if crawler.start in result.skipped or crawler.start not in result.pages:  # a site moved or down
+            why = result.skipped.get(crawler.start, "it could not be fetched")
+            raise DocsetError(
+                f"website {source.url} not loaded: its start page failed ({why}), so no page was removed; "
+                "check the url and that the site is up, then refresh again"
+            )
+        kept = {p.path for p in result.pages.values()}
+        result.removed = [u for u in result.removed if previous[u].path not in kept]  # its file is another page's
+        remove_pages(dest, [previous[u].path for u in result.removed])
         return self._record(source, dest, meta, result, previous)
 
     @staticmethod
