@@ -558,3 +558,17 @@ def test_no_page_is_written_or_removed_through_a_link_leading_out_of_the_folder(
     assert result.ok and "guide.html" in result.files
     assert sorted(p.name for p in outside.iterdir()) == ["old.html"]  # new.html not written there
     assert (outside / "old.html").read_text() == "not the crawler's"  # answered 410, and still there
+
+
+def test_a_page_gone_does_not_take_the_file_of_a_page_with_the_same_name(site: str, tmp_path: Path) -> None:
+    """/docs/guide (crawled before, gone now) and /docs/guide.html (linked now) both make guide.html: the
+    new page gets a name of its own and removing the old one leaves it."""
+    dest = tmp_path / "docset"
+    dest.mkdir()
+    (dest / "guide.html").write_text("<p>the old guide</p>")
+    pages = {site + "guide": {"path": "guide.html"}}
+    (dest / METADATA_FILE).write_text(json.dumps({"version": 1, "sources": {site: {"files": [], "pages": pages}}}))
+    result = WebsiteLoader(delay=0.0, timeout=5.0).load(WebSource("website", site), dest, allow_local=True)
+    assert result.removed == ["guide.html"] and not (dest / "guide.html").exists()
+    (new,) = [f for f in result.added if f.startswith("guide")]
+    assert (dest / new).read_bytes() == PAGES["/docs/guide.html"]
