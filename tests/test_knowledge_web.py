@@ -24,6 +24,7 @@ import pytest
 from mdrag import knowledge
 from mdrag.errors import DocsetError, KnowledgeConfigError
 from mdrag.frontends import protocol
+from mdrag.frontends.mcp.tools import _result_dict
 from mdrag.knowledge import KnowledgeBase
 from mdrag.knowledge.docsets import docset_index, update_docset_index
 from mdrag.knowledge.model import WebSource
@@ -360,6 +361,7 @@ def test_init_indexes_pages_with_their_urls_and_refresh_fetches_only_changes(
         hit = next(h for h in hits if h.rel_path.endswith("guide.html"))
     sent = protocol.search_results("Install the widget", [hit.to_dict()])["results"][0]
     assert sent["url"] == site + "guide.html"  # what the web page's "page" link opens
+    assert _result_dict(kb.resolve("site"), hit)["url"] == site + "guide.html"  # the MCP search tool's result
     assert page_url(folder / ".agentic-metadata.json") is None  # not a page
 
     server = SERVERS[site]
