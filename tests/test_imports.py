@@ -103,6 +103,8 @@ def test_one_shot_commands_import_only_what_they_use(indexed: Path, argv: tuple[
     assert code == 0, err
     assert out.strip()
     assert _roots(modules, UNUSED) == [], f"`mdrag {' '.join(argv)}` imported them"
+    if argv[0] in ("search", "get"):  # a website page's URL is read without the docsets' package (slow to import)
+        assert not {m for m in modules if m.split(".")[:2] == ["mdrag", "knowledge"]}
     if argv[0] == "search":
         assert "onnxruntime" in modules  # the query is embedded by the backend the settings name
     else:  # no model needed: none prepared, loaded, or even imported

@@ -2,25 +2,36 @@
 
 from __future__ import annotations
 
+import email.utils
 import functools
 import hashlib
+import json
+import os
+import shutil
+import socket
+import ssl
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 
 from mdrag import knowledge
-from mdrag.errors import KnowledgeConfigError
+from mdrag.errors import DocsetError, KnowledgeConfigError
 from mdrag.frontends import protocol
+from mdrag.frontends.mcp.tools import _result_dict
 from mdrag.knowledge import KnowledgeBase
 from mdrag.knowledge.docsets import docset_index, update_docset_index
-from mdrag.knowledge.web import WebsiteCrawler, url_to_path
-from mdrag.knowledge.web_fetch import FetchError, check_address
-from mdrag.knowledge.web_source import page_url, page_urls
+from mdrag.knowledge.model import WebSource
+from mdrag.knowledge.web import MAX_SITEMAPS, WebsiteCrawler, url_to_path
+from mdrag.knowledge.web_fetch import FetchError, check_address, fetch
+from mdrag.knowledge.web_source import WebsiteLoader
+from mdrag.pageurls import METADATA_FILE, page_url, page_urls
 from tests.test_knowledge import write_config
 
 PAGES = {
@@ -43,6 +54,16 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:  # noqa: N802
         path, _, query = self.path.partition("?")
+        self.server.asked.append((path, time.monotonic()))  # type: ignore[attr-defined]
+        answers = self.server.answers.get(path)  # type: ignore[attr-defined]
+        if answers:  # a test's answers for this path, in turn; the last one repeats
+            status, headers, body = answers.pop(0) if len(answers) > 1 else answers[0]
+            self.send_response(status)
+            for name, value in {**headers, "Content-Length": str(len(body))}.items():
+                self.send_header(name, value)
+            self.end_headers()
+            self.wfile.write(body)
+            return
         if path == "/robots.txt":
             return self._send(200, b"User-agent: *\nDisallow: /docs/secret/\n", "text/plain")
         if path == "/docs/sitemap.xml":
@@ -66,6 +87,7 @@ class Handler(BaseHTTPRequestHandler):
             return self._send(200, b"<html><body>" + b"x" * 300_000 + b"</body></html>", "text/html")
         if path == "/docs/private.html":
             return self._redirect("http://10.1.2.3/docs/x.html")
+        self.server.hosts.append(self.headers.get("Host"))  # type: ignore[attr-defined]
         pages: dict[str, bytes] = self.server.pages  # type: ignore[attr-defined]
         self.server.hits.append(path)  # type: ignore[attr-defined]
         if path in pages:
@@ -102,6 +124,9 @@ def site() -> Iterator[str]:
     server.pages = dict(PAGES)  # type: ignore[attr-defined]
     server.hits = []  # type: ignore[attr-defined]
     server.gone = set()  # type: ignore[attr-defined]
+    server.hosts = []  # type: ignore[attr-defined]
+    server.asked = []  # type: ignore[attr-defined]
+    server.answers = {}  # type: ignore[attr-defined]
     SERVERS[f"http://127.0.0.1:{server.server_address[1]}/docs/"] = server
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -132,6 +157,71 @@ def test_slow_huge_and_private_pages_end_with_a_reason(site: str, tmp_path: Path
     assert "guide.html" in {p.path for p in result.pages.values()}  # the crawl went on
 
 
+HTML = {"Content-Type": "text/html"}
+XML = {"Content-Type": "application/xml"}
+
+
+def test_retry_after_is_waited_for_once_and_a_long_one_ends_the_page(site: str, tmp_path: Path) -> None:
+    """A 429 or 503 with a Retry-After (seconds or a date) is asked again after that wait; one over a minute
+    is not waited for: the page ends with its status and the crawl goes on."""
+    server = SERVERS[site]
+    server.pages["/docs/"] += b'<a href="busy.html">b</a><a href="down.html">d</a><a href="away.html">a</a>'
+    page = b"<html><body><p>Busy page.</p></body></html>"
+    server.answers["/docs/busy.html"] = [(429, {"Retry-After": "1"}, b""), (200, HTML, page)]
+    soon = email.utils.formatdate(time.time() + 1, usegmt=True)
+    server.answers["/docs/down.html"] = [(503, {"Retry-After": soon}, b""), (200, HTML, page)]
+    server.answers["/docs/away.html"] = [(429, {"Retry-After": "3600"}, b""), (200, HTML, page)]
+    result = WebsiteCrawler(site, allow_local=True, delay=0).crawl(tmp_path)
+    assert (tmp_path / "busy.html").read_bytes() == page and (tmp_path / "down.html").read_bytes() == page
+    asked = {p: [t for q, t in server.asked if q == p] for p in ("/docs/busy.html", "/docs/away.html")}
+    assert len(asked["/docs/busy.html"]) == 2
+    assert asked["/docs/busy.html"][1] - asked["/docs/busy.html"][0] >= 1.0  # it waited as asked
+    assert len(asked["/docs/away.html"]) == 1 and result.skipped[site + "away.html"] == "HTTP 429"
+    assert "guide.html" in {p.path for p in result.pages.values()}
+
+
+def test_llms_txt_links_under_the_start_url_are_crawled(site: str, tmp_path: Path) -> None:
+    """The llms.txt of the start URL's folder and of the host: their Markdown links in scope are crawled."""
+    server = SERVERS[site]
+    server.pages["/docs/only-in-llms.md"] = b"# Listed\n\nOnly llms.txt lists this page.\n"
+    server.pages["/docs/api/from-root-llms.md"] = b"# Root\n\nThe host's llms.txt lists it.\n"
+    server.pages["/other/llms-out.md"] = b"# Out\n"
+    text = b"# Docs\n\n> The docs.\n\n- [Listed](only-in-llms.md): a page\n- [Out](/other/llms-out.md)\n"
+    server.answers["/docs/llms.txt"] = [(200, {"Content-Type": "text/plain"}, text)]
+    server.answers["/llms.txt"] = [(200, {"Content-Type": "text/plain"}, b"- [Root](/docs/api/from-root-llms.md)\n")]
+    result = WebsiteCrawler(site, allow_local=True, delay=0).crawl(tmp_path)
+    assert (tmp_path / "only-in-llms.md").read_bytes() == server.pages["/docs/only-in-llms.md"]
+    assert result.pages[site + "api/from-root-llms.md"].path == "api/from-root-llms.md"
+    assert "/other/llms-out.md" not in {p for p, _ in server.asked}
+
+
+def test_a_sitemap_index_is_followed_on_the_same_host_up_to_a_cap(site: str, tmp_path: Path) -> None:
+    """The host's sitemap.xml is an index: its sitemaps on the host are read (at most MAX_SITEMAPS in all,
+    those of other hosts never) and their pages under the start URL crawled."""
+    server = SERVERS[site]
+    port = urlsplit(site).port
+    base = f"http://127.0.0.1:{port}"
+
+    def xml(tag: str, item: str, *locs: str) -> bytes:
+        entries = "".join(f"<{item}><loc>{loc}</loc></{item}>" for loc in locs)
+        return f'<?xml version="1.0"?><{tag} xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">{entries}</{tag}>'.encode()
+
+    nested = [f"{base}/sitemap-docs.xml", f"http://localhost:{port}/sitemap-elsewhere.xml"]
+    nested += [f"{base}/sitemap-{i}.xml" for i in range(20)]
+    server.answers["/sitemap.xml"] = [(200, XML, xml("sitemapindex", "sitemap", *nested))]
+    pages = xml("urlset", "url", f"{base}/docs/from-index.md", f"{base}/other/x.html")
+    server.answers["/sitemap-docs.xml"] = [(200, XML, pages)]
+    for i in range(20):
+        server.answers[f"/sitemap-{i}.xml"] = [(200, XML, xml("urlset", "url"))]
+    server.pages["/docs/from-index.md"] = b"# From the index\n\nA nested sitemap lists it.\n"
+    result = WebsiteCrawler(site, allow_local=True, delay=0).crawl(tmp_path)
+    assert result.pages[site + "from-index.md"].path == "from-index.md"
+    asked = [p for p, _ in server.asked]
+    assert "/other/x.html" not in asked and "/sitemap-elsewhere.xml" not in asked  # another host name
+    assert sum(p.endswith(".xml") for p in asked) == MAX_SITEMAPS
+    assert "/sitemap-19.xml" not in asked
+
+
 def test_max_pages_stops_the_crawl(site: str, tmp_path: Path) -> None:
     result = WebsiteCrawler(site, allow_local=True, delay=0, max_pages=2).crawl(tmp_path)
     assert len(result.pages) == 2
@@ -148,6 +238,81 @@ def test_private_address_refused_without_allow_local() -> None:
     with pytest.raises(FetchError, match="allow_local_web"):
         check_address("127.0.0.1", 80, False)
     check_address("127.0.0.1", 80, True)
+
+
+@pytest.mark.parametrize(
+    "address",
+    ["10.1.2.3", "169.254.169.254", "0.0.0.0", "::1", "::ffff:127.0.0.1", "2002:7f00:1::1", "64:ff9b::a01:203"],
+)
+def test_non_public_addresses_refused_even_inside_an_ipv6_one(address: str) -> None:
+    """Loopback, private, cloud metadata, and IPv6 addresses that carry one (mapped, 6to4, NAT64)."""
+    with pytest.raises(FetchError, match="allow_local_web"):
+        check_address(address, 80, False)
+    assert check_address("8.8.8.8", 80, False) == ["8.8.8.8"]  # a public address passes, as given
+    assert check_address("::ffff:8.8.8.8", 80, False) == ["::ffff:8.8.8.8"]
+
+
+def _rebinding(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make docs.rebind.test resolve to 127.0.0.1 once (the check's lookup), then to 127.0.0.2, a loopback
+    address where nothing listens (a second lookup, as DNS rebinding would answer it)."""
+    real = socket.getaddrinfo
+    answers = iter(["127.0.0.1"])
+
+    def rebinding(host: Any, *args: Any, **kwargs: Any) -> Any:
+        return real(next(answers, "127.0.0.2") if host == "docs.rebind.test" else host, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", rebinding)
+
+
+def test_the_connection_goes_to_the_address_checked_not_to_a_second_lookup(
+    site: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """DNS rebinding: a host that resolves to an allowed address when checked, and to another one when
+    connected to, is connected to at the address checked, with its own name in the Host header."""
+    port = urlsplit(site).port
+    _rebinding(monkeypatch)
+    got = fetch(f"http://docs.rebind.test:{port}/docs/guide.html", allow_local=True, timeout=5, max_bytes=10**6)
+    assert (got.status, got.body) == (200, PAGES["/docs/guide.html"])
+    assert SERVERS[site].hosts == [f"docs.rebind.test:{port}"]
+    with pytest.raises(FetchError):  # the next fetch checks again, and is given the other address
+        fetch(f"http://docs.rebind.test:{port}/docs/guide.html", allow_local=True, timeout=5, max_bytes=10**6)
+
+
+def test_https_is_pinned_too_and_its_certificate_checked_against_the_host_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Over TLS the pinned connection still sends the host name (SNI, Host) and checks the certificate
+    against it: a certificate for another name is refused."""
+    if shutil.which("openssl") is None:
+        pytest.skip("the openssl command is needed to make the test's self-signed certificate")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-keyout", str(key)]
+        + ["-out", str(cert), "-subj", "/CN=docs.rebind.test", "-addext", "subjectAltName=DNS:docs.rebind.test"],
+        check=True,
+        capture_output=True,
+    )
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.pages, server.hits, server.gone, server.hosts = dict(PAGES), [], set(), []  # type: ignore[attr-defined]
+    server.asked, server.answers = [], {}  # type: ignore[attr-defined]
+    names: list[str | None] = []
+    tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    tls.load_cert_chain(cert, key)
+    tls.sni_callback = lambda sock, name, ctx: names.append(name)  # type: ignore[assignment,misc]
+    server.socket = tls.wrap_socket(server.socket, server_side=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        port = server.server_address[1]
+        monkeypatch.setenv("SSL_CERT_FILE", str(cert))  # the client trusts the test's certificate, and only it
+        _rebinding(monkeypatch)
+        got = fetch(f"https://docs.rebind.test:{port}/docs/guide.html", allow_local=True, timeout=5, max_bytes=10**6)
+        assert (got.status, got.body) == (200, PAGES["/docs/guide.html"])
+        assert names == ["docs.rebind.test"] and server.hosts == [f"docs.rebind.test:{port}"]  # type: ignore[attr-defined]
+        with pytest.raises(FetchError, match="CERTIFICATE_VERIFY_FAILED|certificate"):
+            fetch(f"https://localhost:{port}/docs/guide.html", allow_local=True, timeout=5, max_bytes=10**6)
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 @pytest.mark.parametrize(
@@ -196,6 +361,7 @@ def test_init_indexes_pages_with_their_urls_and_refresh_fetches_only_changes(
         hit = next(h for h in hits if h.rel_path.endswith("guide.html"))
     sent = protocol.search_results("Install the widget", [hit.to_dict()])["results"][0]
     assert sent["url"] == site + "guide.html"  # what the web page's "page" link opens
+    assert _result_dict(kb.resolve("site"), hit)["url"] == site + "guide.html"  # the MCP search tool's result
     assert page_url(folder / ".agentic-metadata.json") is None  # not a page
 
     server = SERVERS[site]
@@ -288,3 +454,123 @@ def test_saved_pages_are_crawled_indexed_and_cited(
         hits = index.search("Get your Frontend JavaScript Code Covered", k=5)
     urls = {h.rel_path: page_url(h.path) for h in hits}
     assert urls.get("001/source.html") == saved_site + "001/source.html"
+
+
+def test_cli_search_and_get_show_a_pages_url_beside_its_path(
+    site: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], fast_loader: None
+) -> None:
+    """`mdrag search` (text and --json) and `mdrag get` of an index holding a crawled docset folder name each
+    page's URL; a file of another indexed folder has none."""
+    from mdrag.frontends.cli import main
+    from tests.conftest import HashEmbedder
+
+    monkeypatch.setattr("mdrag.index.Index.__init__.__defaults__", (None, HashEmbedder()))
+    kb = _website_kb(tmp_path / "project", site)
+    (result,) = knowledge.init_docset(kb, "site")
+    assert result.ok, result.error
+    folder = kb.resolve("site").local_path
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "widget.md").write_text("# Widget notes\n\nInstall the widget from the shop.\n")
+    assert main(["index", folder, str(notes), "-q"]) == 0
+    capsys.readouterr()
+
+    assert main(["search", "Install the widget", "--threshold", "0", "--json"]) == 0
+    results = {r["rel_path"]: r for r in json.loads(capsys.readouterr().out)}
+    assert results["guide.html"]["url"] == site + "guide.html"
+    assert "url" not in results["widget.md"]
+    assert main(["search", "Install the widget", "--threshold", "0"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert any(f"guide.html <{site}guide.html>" in line for line in lines), lines
+    assert not any("widget.md <" in line for line in lines), lines
+
+    assert main(["get", "guide.html", "--json"]) == 0
+    (doc,) = json.loads(capsys.readouterr().out)["documents"]
+    assert doc["url"] == site + "guide.html"
+    assert main(["get", "guide.html"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"==> guide.html <{site}guide.html> (lines ") and "Install the widget" in out
+    assert main(["get", "widget.md"]) == 0
+    assert capsys.readouterr().out.startswith("# Widget notes")  # one file, no URL: only its text, as before
+
+
+def test_page_url_reads_http_urls_only_and_no_folder_above_the_indexed_one(tmp_path: Path) -> None:
+    docset = tmp_path / "docset"
+    (docset / "a").mkdir(parents=True)
+    for rel in ("a/p.html", "x.html", "a/p.txt"):
+        (docset / rel).write_text("<p>page</p>")
+    pages = {"https://h.org/a/p.html": {"path": "a/p.html"}, "javascript:alert(1)": {"path": "x.html"}}
+    meta = docset / METADATA_FILE
+    meta.write_text(json.dumps({"version": 1, "sources": {"https://h.org/": {"pages": pages}}}))
+    assert page_url(docset / "a" / "p.html") == "https://h.org/a/p.html"
+    assert page_url(docset / "a" / "p.html", "a/p.html") == "https://h.org/a/p.html"
+    assert page_url(docset / "a" / "p.html", "p.html") is None  # indexed folder a/: the docset's metadata is above it
+    assert page_url(docset / "x.html") is None  # not an http(s) URL: never shown nor offered as a link
+    assert page_url(docset / "a" / "p.txt") is None  # not what a page is stored as
+    pages["https://h.org/a/moved.html"] = pages.pop("https://h.org/a/p.html")
+    meta.write_text(json.dumps({"version": 1, "sources": {"https://h.org/": {"pages": pages}}}))
+    os.utime(meta, ns=(meta.stat().st_atime_ns, meta.stat().st_mtime_ns + 10**9))
+    assert page_url(docset / "a" / "p.html") == "https://h.org/a/moved.html"  # read again once it changed
+    meta.write_text("{not json")
+    os.utime(meta, ns=(meta.stat().st_atime_ns, meta.stat().st_mtime_ns + 2 * 10**9))
+    assert page_url(docset / "a" / "p.html") is None
+
+
+def test_a_start_page_that_fails_fails_its_source_and_removes_nothing(site: str, tmp_path: Path) -> None:
+    """A site that moved (its start page gone) or is down (an HTTP error) does not take its pages with it:
+    the refresh fails with the reason and every file and the metadata stay as they were."""
+    loader, source = WebsiteLoader(delay=0.0, timeout=5.0), WebSource("website", site)
+    dest = tmp_path / "docset"
+    first = loader.load(source, dest, allow_local=True)
+    assert {"index.html", "guide.html", "only-in-sitemap.md"} <= set(first.files)
+    meta = (dest / METADATA_FILE).read_bytes()
+    server = SERVERS[site]
+    del server.pages["/docs/"], server.pages["/docs/guide.html"]  # the site moved: these answer 404 now
+    with pytest.raises(DocsetError, match=r"start page failed \(HTTP 404\), so no page was removed"):
+        loader.load(source, dest, allow_local=True)
+    server.answers["/docs/"] = [(500, HTML, b"down for maintenance")]
+    with pytest.raises(DocsetError, match=r"start page failed \(HTTP 500\)"):
+        loader.load(source, dest, allow_local=True)
+    assert all((dest / f).is_file() for f in first.files)
+    assert (dest / METADATA_FILE).read_bytes() == meta
+    server.answers.clear()
+    server.pages["/docs/"] = PAGES["/docs/"]  # back, but guide.html is gone for good
+    again = loader.load(source, dest, allow_local=True)
+    assert again.removed == ["guide.html"] and not (dest / "guide.html").exists()
+
+
+def test_no_page_is_written_or_removed_through_a_link_leading_out_of_the_folder(site: str, tmp_path: Path) -> None:
+    """A folder of the docset that is a symbolic link to elsewhere: a page under it is neither written there
+    nor, once gone, removed there."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "old.html").write_text("not the crawler's")
+    dest = tmp_path / "docset"
+    dest.mkdir()
+    (dest / "api").symlink_to(outside, target_is_directory=True)
+    server = SERVERS[site]
+    server.pages["/docs/"] += b'<a href="api/new.html">n</a>'
+    server.pages["/docs/api/new.html"] = b"<html><body>new</body></html>"
+    server.gone.add("/docs/api/old.html")
+    old = site + "api/old.html"
+    (dest / METADATA_FILE).write_text(
+        json.dumps({"version": 1, "sources": {site: {"files": [], "pages": {old: {"path": "api/old.html"}}}}})
+    )
+    result = WebsiteLoader(delay=0.0, timeout=5.0).load(WebSource("website", site), dest, allow_local=True)
+    assert result.ok and "guide.html" in result.files
+    assert sorted(p.name for p in outside.iterdir()) == ["old.html"]  # new.html not written there
+    assert (outside / "old.html").read_text() == "not the crawler's"  # answered 410, and still there
+
+
+def test_a_page_gone_does_not_take_the_file_of_a_page_with_the_same_name(site: str, tmp_path: Path) -> None:
+    """/docs/guide (crawled before, gone now) and /docs/guide.html (linked now) both make guide.html: the
+    new page gets a name of its own and removing the old one leaves it."""
+    dest = tmp_path / "docset"
+    dest.mkdir()
+    (dest / "guide.html").write_text("<p>the old guide</p>")
+    pages = {site + "guide": {"path": "guide.html"}}
+    (dest / METADATA_FILE).write_text(json.dumps({"version": 1, "sources": {site: {"files": [], "pages": pages}}}))
+    result = WebsiteLoader(delay=0.0, timeout=5.0).load(WebSource("website", site), dest, allow_local=True)
+    assert result.removed == ["guide.html"] and not (dest / "guide.html").exists()
+    (new,) = [f for f in result.added if f.startswith("guide")]
+    assert (dest / new).read_bytes() == PAGES["/docs/guide.html"]

@@ -39,6 +39,7 @@ from pydantic_core import ErrorDetails, PydanticCustomError
 from mdrag.errors import ProtocolError
 from mdrag.frontends.received import describe
 from mdrag.knobs import MAX_HISTORY_ANSWER_CHARS, MAX_HISTORY_CHARS, MAX_HISTORY_TURNS, MAX_QUESTION_CHARS
+from mdrag.pageurls import page_url
 
 if TYPE_CHECKING:
     from mdrag.answering.generate import Source
@@ -319,22 +320,22 @@ def source_location(source: Source, shared: frozenset[str] = frozenset()) -> dic
             "line_start": best.line_start,
             "line_end": best.line_end,
             "page": best.page,
-        }
+        },
+        best.rel_path,
     )
 
 
-def _with_url(d: dict[str, Any]) -> dict[str, Any]:
-    """``d`` with ``url``, the page's address, where its ``path`` is a page crawled from a website source."""
-    from mdrag.knowledge.web_source import page_url  # only when results are sent: the package is slow to import
-
-    if url := page_url(d["path"]):
+def _with_url(d: dict[str, Any], rel_path: str) -> dict[str, Any]:
+    """``d`` with ``url``, the page's address, where its ``path`` (``rel_path`` in its indexed folder) is a page
+    crawled from a website source."""
+    if url := page_url(d["path"], rel_path):
         d["url"] = url
     return d
 
 
 def search_results(query: str, results: list[dict[str, Any]], shared: frozenset[str] = frozenset()) -> dict[str, Any]:
     """Ranked results (``SearchResult.to_dict()``), each with the ``ref`` that `get` takes for its document."""
-    refs = [_with_url({**r, "ref": _ref(r["path"], r["rel_path"], shared)}) for r in results]
+    refs = [_with_url({**r, "ref": _ref(r["path"], r["rel_path"], shared)}, r["rel_path"]) for r in results]
     return {"type": "search_results", "query": query, "results": refs}
 
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from mdrag.fileio import write_atomic
 from mdrag.knowledge.model import DRIVE
+from mdrag.pageurls import METADATA_FILE  # defined where the page URLs are read back, which is light
 
 __all__ = [
     "FAILURES_FILE",
@@ -28,7 +29,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-METADATA_FILE = ".agentic-metadata.json"
 #: In ``.knowledge/docsets/`` (ignored by git, as ``ensure_gitignore`` writes): a source that never loaded has
 #: no docset folder to record its failure in.
 FAILURES_FILE = ".agentic-failures.json"

@@ -1,7 +1,8 @@
 """Website sources: :class:`WebsiteCrawler` crawls a documentation site into a docset folder, page by page.
 
 Scope is the start URL's scheme, host and path prefix: links, sitemap entries, llms.txt links and
-redirects outside it are not followed. robots.txt is obeyed, requests go one at a time with a delay,
+redirects outside it are not followed (a sitemap index's sitemaps are read on the same host, up to
+``MAX_SITEMAPS``). robots.txt is obeyed, requests go one at a time with a delay,
 and every page that cannot be kept (timeout, size, type, redirect loop, crawl trap) is logged with its
 reason while the crawl goes on. HTML pages are stored as served (the HTML parser keeps their main
 content at index time), Markdown as served; each file's path mirrors its URL inside the folder.
@@ -22,7 +23,7 @@ from urllib.parse import unquote, urldefrag, urljoin, urlsplit
 
 from mdrag.knowledge.web_fetch import USER_AGENT, FetchError, fetch
 
-__all__ = ["CrawlResult", "Page", "WebsiteCrawler", "url_to_path"]
+__all__ = ["CrawlResult", "Page", "WebsiteCrawler", "inside", "remove_pages", "url_to_path"]
 
 log = logging.getLogger(__name__)
 
@@ -31,10 +32,12 @@ MAX_BYTES = 5 * 1024 * 1024
 MAX_DEPTH = 20  # links followed from the start page
 MAX_QUERY_VARIANTS = 5  # distinct query strings kept per path (calendars, endless filters)
 MAX_REDIRECTS = 5
+MAX_SITEMAPS = 10  # sitemaps read per crawl, those a sitemap index lists included
 _TYPES = {"text/html": ".html", "application/xhtml+xml": ".html", "text/markdown": ".md", "text/x-markdown": ".md"}
 _SAFE = re.compile(r"[^A-Za-z0-9._-]")
 _MD_LINK = re.compile(r"\]\(([^)\s]+)")
 _LOC = re.compile(r"<loc>\s*([^<\s]+)\s*</loc>")
+_SITEMAP_INDEX = re.compile(r"<(?:\w+:)?sitemapindex[\s>]")  # its <loc>s are sitemaps, not pages
 
 
 @dataclass
@@ -133,13 +136,17 @@ class WebsiteCrawler:
             unquote(self.prefix)
         )
 
+    def _pause(self) -> None:
+        """Wait until ``delay`` seconds have passed since the last request ended."""
+        wait = self._last + self.delay - time.monotonic()
+        if wait > 0:
+            time.sleep(wait)
+
     def _get(self, url: str, headers: dict[str, str] | None = None) -> tuple[str, int, dict[str, str], bytes]:
         """GET with the politeness delay, following redirects that stay in scope (or reach robots/sitemap)."""
         seen = {url}
         for _ in range(MAX_REDIRECTS + 1):
-            wait = self._last + self.delay - time.monotonic()
-            if wait > 0:
-                time.sleep(wait)
+            self._pause()
             try:
                 resp = fetch(
                     url, allow_local=self.allow_local, timeout=self.timeout, max_bytes=self.max_bytes, headers=headers
@@ -167,8 +174,11 @@ class WebsiteCrawler:
         return body.decode("utf-8", "replace") if status == 200 else ""
 
     def _get_aux(self, url: str) -> tuple[str, int, dict[str, str], bytes]:
-        resp = fetch(url, allow_local=self.allow_local, timeout=self.timeout, max_bytes=self.max_bytes)
-        self._last = time.monotonic()
+        self._pause()
+        try:
+            resp = fetch(url, allow_local=self.allow_local, timeout=self.timeout, max_bytes=self.max_bytes)
+        finally:
+            self._last = time.monotonic()
         return url, resp.status, resp.headers, resp.body
 
     def _seeds(self) -> list[str]:
@@ -181,20 +191,41 @@ class WebsiteCrawler:
         maps = list(self.robots.site_maps() or []) + [self.origin + self.prefix + "sitemap.xml"]
         if self.prefix != "/":
             maps.append(self.origin + "/sitemap.xml")
-        for sm in dict.fromkeys(maps):
-            if urlsplit(sm).netloc == urlsplit(self.origin).netloc:
-                seeds += [unquote_amp(u) for u in _LOC.findall(self._aux(sm))]
+        seeds += self._sitemap_pages(maps)
         for llms in dict.fromkeys([self.origin + self.prefix + "llms.txt", self.origin + "/llms.txt"]):
             text = self._aux(llms)
             seeds += [urljoin(llms, u) for u in _MD_LINK.findall(text)]
         return seeds
 
+    def _sitemap_pages(self, maps: list[str]) -> list[str]:
+        """The page URLs the sitemaps list; a sitemap index's sitemaps are read too, on the start URL's host
+        only and at most MAX_SITEMAPS sitemaps in all (pages out of scope are dropped later, as any link)."""
+        host = urlsplit(self.origin).netloc
+        todo = deque(dict.fromkeys(maps))
+        done: set[str] = set()
+        pages: list[str] = []
+        while todo and len(done) < MAX_SITEMAPS:
+            sm = todo.popleft()
+            if sm in done or urlsplit(sm).netloc != host:
+                continue
+            done.add(sm)
+            text = self._aux(sm)
+            locs = [unquote_amp(u) for u in _LOC.findall(text)]
+            if _SITEMAP_INDEX.search(text):
+                todo.extend(locs)
+            else:
+                pages += locs
+        if todo:
+            log.info("%s: more than %d sitemaps; %d not read", self.start, MAX_SITEMAPS, len(todo))
+        return pages
+
     def crawl(self, dest: Path, previous: dict[str, Page] | None = None) -> CrawlResult:
         """Crawl into ``dest``; ``previous`` (the last crawl's pages) enables conditional GETs and removals.
 
         A page answered 304 is kept untouched; a changed one is rewritten; a previous page that now
-        answers 404 or 410 is removed with its file. A previous page the crawl did not reach (or that
-        failed for another reason) is kept as it was.
+        answers 404 or 410 is listed in ``removed`` (its file is left for :func:`remove_pages`, once the
+        crawl is accepted). A previous page the crawl did not reach (or that failed for another reason) is
+        kept as it was.
         """
         previous = dict(previous or {})
         result = CrawlResult()
@@ -227,8 +258,9 @@ class WebsiteCrawler:
                 result.skipped[url] = "disallowed by robots.txt"
                 continue
             old = previous.get(url)
+            stored = inside(dest, old.path) if old else None
             headers: dict[str, str] = {}
-            if old and (dest / old.path).is_file():
+            if old and stored and stored.is_file():
                 if old.etag:
                     headers["If-None-Match"] = old.etag
                 if old.last_modified:
@@ -245,14 +277,13 @@ class WebsiteCrawler:
             if status == 304 and old:
                 result.pages[url] = old
                 result.unchanged.append(url)
-                if old.path.endswith(".html") and depth < MAX_DEPTH:
-                    for link in self._links(final, (dest / old.path).read_bytes()):
+                if stored and old.path.endswith(".html") and depth < MAX_DEPTH:
+                    for link in self._links(final, stored.read_bytes()):
                         push(link, depth + 1)
                 continue
             if status in (404, 410):
                 result.skipped[url] = f"HTTP {status}"
                 if old:
-                    (dest / old.path).unlink(missing_ok=True)
                     result.removed.append(url)
                 continue
             if status != 200:
@@ -270,10 +301,11 @@ class WebsiteCrawler:
                 log.info("page skipped: %s has content type %s", url, ctype or "unknown")
                 continue
             rel = old.path if old else url_to_path(url, unquote(self.prefix), ext)
-            rel = self._unique(rel, url, result)
-            target = (dest / rel).resolve()
-            if not target.is_relative_to(dest.resolve()):  # url_to_path never does this; a last guard
-                result.skipped[url] = "unsafe file path"
+            rel = self._unique(rel, url, result, previous)
+            target = inside(dest, rel)
+            if target is None:  # url_to_path never leaves the folder: a symbolic link in it leads out
+                result.skipped[url] = f"{rel} would be written through a symbolic link leading out of {dest}"
+                log.warning("page skipped: %s", result.skipped[url])
                 continue
             digest = hashlib.sha256(body).hexdigest()
             page = Page(url, rel, got.get("etag"), got.get("last-modified"), digest)
@@ -295,8 +327,9 @@ class WebsiteCrawler:
         return result
 
     @staticmethod
-    def _unique(rel: str, url: str, result: CrawlResult) -> str:
-        taken = {p.path for u, p in result.pages.items() if u != url}
+    def _unique(rel: str, url: str, result: CrawlResult, previous: dict[str, Page]) -> str:
+        """``rel``, or a name made from it and ``url`` where another page (of this crawl or the last) has it."""
+        taken = {p.path for pages in (result.pages, previous) for u, p in pages.items() if u != url}
         if rel not in taken:
             return rel
         stem, dot, ext = rel.rpartition(".")
@@ -311,6 +344,25 @@ class WebsiteCrawler:
             log.info("%s: links not all read (%s)", base, exc)
         root = urljoin(base, parser.base) if parser.base else base
         return [urljoin(root, link) for link in parser.links]
+
+
+def inside(dest: Path, rel: str) -> Path | None:
+    """``dest/rel``; None where it, or a folder on the way, is a symbolic link that leads out of ``dest``."""
+    path = dest / rel
+    try:
+        return path if path.resolve().is_relative_to(dest.resolve()) else None
+    except (OSError, RuntimeError):  # a link loop
+        return None
+
+
+def remove_pages(dest: Path, rels: list[str]) -> None:
+    """Remove the files of pages gone; one reached through a symbolic link leading out of ``dest`` is left."""
+    for rel in rels:
+        path = inside(dest, rel)
+        if path is None:
+            log.warning("%s not removed: a symbolic link in %s leads it out of the folder", rel, dest)
+        else:
+            path.unlink(missing_ok=True)
 
 
 def unquote_amp(url: str) -> str:

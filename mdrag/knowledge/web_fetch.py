@@ -2,7 +2,8 @@
 
 A config file may come from a project a user has just cloned, so a host that resolves to a loopback,
 private, link-local or otherwise non-public address is refused unless the config sets
-``allow_local_web: true``. Redirects are not followed here: the crawler checks each target's scope.
+``allow_local_web: true``; the connection goes to the address checked, not to what a second lookup of the
+host answers (DNS rebinding). Redirects are not followed here: the crawler checks each target's scope.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import http.client
 import ipaddress
 import logging
 import socket
+import ssl
 import time
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
@@ -23,6 +25,8 @@ log = logging.getLogger(__name__)
 
 USER_AGENT = f"mdrag/{__version__} (docset crawler; +https://github.com/mdrag/mdrag)"
 MAX_RETRY_AFTER = 60.0  # seconds: a longer Retry-After ends the page instead of stalling the crawl
+#: IPv6 ranges whose last 32 bits are an IPv4 address a gateway may reach (NAT64, IPv4-compatible)
+_CARRY_IPV4 = (ipaddress.ip_network("64:ff9b::/96"), ipaddress.ip_network("::/96"))
 
 
 class FetchError(Exception):
@@ -39,21 +43,74 @@ class Response:
     body: bytes = b""
 
 
-def check_address(host: str, port: int, allow_local: bool) -> None:
-    """Raise FetchError when ``host`` resolves to a non-public address and ``allow_local`` is off."""
+def check_address(host: str, port: int, allow_local: bool) -> list[str]:
+    """The addresses ``host`` resolves to, which the connection is then made to (never resolved again).
+
+    Raises FetchError when it resolves to none, or to a non-public address and ``allow_local`` is off; an
+    IPv6 address that carries an IPv4 one (mapped, 6to4, NAT64, compatible) is judged by that one too.
+    """
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    except OSError as exc:
+    except (OSError, UnicodeError) as exc:
         raise FetchError(f"cannot resolve {host}: {exc}; check the url and your connection") from exc
-    if allow_local:
-        return
-    for info in infos:
-        ip = ipaddress.ip_address(str(info[4][0]).split("%", 1)[0])
-        if not ip.is_global or ip.is_multicast:
+    addresses = list(dict.fromkeys(str(info[4][0]) for info in infos))
+    if not addresses:
+        raise FetchError(f"cannot resolve {host}: no address; check the url and your connection")
+    for address in addresses if not allow_local else ():
+        ip = ipaddress.ip_address(address.split("%", 1)[0])
+        if not _public(ip):
             raise FetchError(
                 f"{host} resolves to {ip}, a loopback, private or reserved address, which is refused unless "
                 "the config sets `allow_local_web: true`"
             )
+    return addresses
+
+
+def _public(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+    if not ip.is_global or ip.is_multicast:
+        return False
+    if isinstance(ip, ipaddress.IPv6Address):
+        embedded = ip.ipv4_mapped or ip.sixtofour
+        if embedded is None and any(ip in net for net in _CARRY_IPV4):
+            embedded = ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
+        if embedded is not None:
+            return _public(embedded)
+    return True
+
+
+class _Pinned(http.client.HTTPConnection):
+    """An HTTP connection to the checked ``addresses`` (tried in turn), never to what the host resolves to later."""
+
+    def __init__(self, host: str, port: int, addresses: list[str], timeout: float) -> None:
+        super().__init__(host, port, timeout=timeout)
+        self.addresses = addresses  # what check_address let through: a second lookup could answer otherwise
+
+    def connect(self) -> None:
+        self.sock = _connect(self.addresses, self.port, self.timeout)
+
+
+class _PinnedTLS(http.client.HTTPSConnection):
+    """An HTTPS connection to the checked ``addresses``; the certificate and SNI are still the host name's."""
+
+    def __init__(self, host: str, port: int, addresses: list[str], timeout: float) -> None:
+        self.tls = ssl.create_default_context()  # verifies the certificate against the host name
+        self.tls.set_alpn_protocols(["http/1.1"])
+        super().__init__(host, port, timeout=timeout, context=self.tls)
+        self.addresses = addresses  # what check_address let through: a second lookup could answer otherwise
+
+    def connect(self) -> None:
+        self.sock = self.tls.wrap_socket(_connect(self.addresses, self.port, self.timeout), server_hostname=self.host)
+
+
+def _connect(addresses: list[str], port: int, timeout: float | None) -> socket.socket:
+    """A TCP connection to the first of ``addresses`` that answers (as socket.create_connection tries them)."""
+    error: OSError = OSError("no address to connect to")
+    for address in addresses:
+        try:
+            return socket.create_connection((address, port), timeout)
+        except OSError as exc:
+            error = exc
+    raise error
 
 
 def fetch(
@@ -73,15 +130,11 @@ def fetch(
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise FetchError(f"{url}: only http and https URLs are crawled")
     port = parts.port or (443 if parts.scheme == "https" else 80)
-    check_address(parts.hostname, port, allow_local)
+    addresses = check_address(parts.hostname, port, allow_local)
     target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     sent = {"User-Agent": USER_AGENT, "Accept": "text/html, text/markdown;q=0.9, text/plain;q=0.5", **(headers or {})}
     for attempt in (0, 1):
-        conn: http.client.HTTPConnection
-        if parts.scheme == "https":
-            conn = http.client.HTTPSConnection(parts.hostname, port, timeout=timeout)
-        else:
-            conn = http.client.HTTPConnection(parts.hostname, port, timeout=timeout)
+        conn = (_PinnedTLS if parts.scheme == "https" else _Pinned)(parts.hostname, port, addresses, timeout)
         try:
             conn.request("GET", target, headers=sent)
             resp = conn.getresponse()

@@ -2,7 +2,7 @@
 
 The metadata entry of a website source lists its files and their hashes as a git source's does, plus each
 page's URL, ETag and Last-Modified (``pages``: URL -> {path, etag, last_modified, sha256}), so a refresh
-asks only for what changed and results can cite the page's URL.
+asks only for what changed and results can cite the page's URL (:mod:`mdrag.pageurls` reads it back).
 """
 
 from __future__ import annotations
@@ -13,45 +13,11 @@ from pathlib import Path
 from typing import Any
 
 from mdrag.errors import DocsetError
-from mdrag.knowledge.metadata import METADATA_FILE, read_metadata, write_metadata
+from mdrag.knowledge.metadata import read_metadata, write_metadata
 from mdrag.knowledge.model import SourceResult, WebSource
-from mdrag.knowledge.web import MAX_PAGES, CrawlResult, Page, WebsiteCrawler
+from mdrag.knowledge.web import MAX_PAGES, CrawlResult, Page, WebsiteCrawler, remove_pages
 
-__all__ = ["WebsiteLoader", "page_url", "page_urls"]
-
-_MAX_UP = 12  # folders above a file searched for the metadata of the docset that holds it
-_URLS: dict[Path, tuple[int, dict[str, str]]] = {}  # metadata file -> (its mtime, page_urls of its folder)
-
-
-def page_urls(folder: Path) -> dict[str, str]:
-    """Docset-relative path -> page URL for every website page recorded in ``folder``'s metadata."""
-    urls: dict[str, str] = {}
-    for entry in read_metadata(Path(folder)).values():
-        pages = entry.get("pages")
-        if isinstance(pages, dict):
-            for url, page in pages.items():
-                if isinstance(page, dict) and isinstance(page.get("path"), str):
-                    urls[page["path"]] = url
-    return urls
-
-
-def page_url(path: str | Path) -> str | None:
-    """The URL a crawled page was fetched from, for a file of a website docset; None for any other file.
-
-    The nearest folder above ``path`` with a metadata file says; its URLs are read again only when it changes.
-    """
-    p = Path(path)
-    for folder in list(p.parents)[:_MAX_UP]:
-        meta = folder / METADATA_FILE
-        try:
-            mtime = meta.stat().st_mtime_ns
-        except OSError:
-            continue
-        cached = _URLS.get(meta)
-        if cached is None or cached[0] != mtime:
-            cached = _URLS[meta] = (mtime, page_urls(folder))
-        return cached[1].get(p.relative_to(folder).as_posix())
-    return None
+__all__ = ["WebsiteLoader"]
 
 
 class WebsiteLoader:
@@ -64,7 +30,8 @@ class WebsiteLoader:
     def load(self, source: WebSource, dest: Path, allow_local: bool) -> SourceResult:
         """Crawl ``source`` into ``dest``: new and changed pages written, pages gone (404/410) removed.
 
-        Raises DocsetError when not one page could be kept (the start page failed or is refused).
+        Raises DocsetError, removing nothing, when the start page failed (refused, unreachable, an HTTP error,
+        gone): a site that moved or is down does not take its pages with it.
         """
         dest = Path(dest)
         meta = read_metadata(dest)
@@ -85,9 +52,15 @@ class WebsiteLoader:
         except ValueError as e:
             raise DocsetError(str(e)) from None
         result = crawler.crawl(dest, previous)
-        if not result.pages:
-            why = result.skipped.get(crawler.start, "no page under it could be fetched")
-            raise DocsetError(f"website {source.url} not loaded: {why}; check the url and that the site is up")
+        if crawler.start in result.skipped or crawler.start not in result.pages:  # a site moved or down
+            why = result.skipped.get(crawler.start, "it could not be fetched")
+            raise DocsetError(
+                f"website {source.url} not loaded: its start page failed ({why}), so no page was removed; "
+                "check the url and that the site is up, then refresh again"
+            )
+        kept = {p.path for p in result.pages.values()}
+        result.removed = [u for u in result.removed if previous[u].path not in kept]  # its file is another page's
+        remove_pages(dest, [previous[u].path for u in result.removed])
         return self._record(source, dest, meta, result, previous)
 
     @staticmethod

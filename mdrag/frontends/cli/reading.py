@@ -15,6 +15,7 @@ from mdrag.errors import MdragError
 from mdrag.frontends.cli.opening import local_index
 from mdrag.frontends.cli.output import _name, _safe
 from mdrag.frontends.cli.parser import RERANK_FLAGS, SERVER_HELP, common_flags, overrides, setting_flag
+from mdrag.pageurls import page_url
 
 if TYPE_CHECKING:
     from mdrag.config import Config
@@ -173,6 +174,9 @@ def _search_in(args: argparse.Namespace, config: Config, index: Index | None) ->
             roots, shared = index.shared_names
             # ref: what `mdrag get` takes; the absolute path for a relative one that files of two folders share
             results = [{**r.to_dict(), "ref": r.path if r.rel_path in shared else r.rel_path} for r in found]
+            for r in results:  # a page of a website docset: the URL it was crawled from, to cite
+                if url := page_url(r["path"], r["rel_path"]):
+                    r["url"] = url
         except StoreInUseError as e:
             results = _through_server(config, _search_message(args), e, args.server)["results"]
         if not results and (why := why_nothing(Manifest.load(index.manifest_path), index.name, _filters(args))):
@@ -191,6 +195,7 @@ def _search_in(args: argparse.Namespace, config: Config, index: Index | None) ->
     for i, (r, name) in enumerate(zip(results, names, strict=True), 1):
         where = _name(name) + (f" p.{r['page']}" if r["page"] else "")
         where += f":{r['line_start']}" if r["line_start"] else ""
+        where += f" <{_name(r['url'])}>" if r.get("url") else ""
         reranked = f" (rerank {r['rerank_score']:.3f})" if r.get("rerank_score") is not None else ""
         print(f"{i:2}. {r['score']:.3f}{reranked}  {where}" + (f"  [{_name(r['heading'])}]" if r["heading"] else ""))
         snippet = " ".join(_safe(_HTML_COMMENT.sub(" ", r["text"])).split())
@@ -201,16 +206,21 @@ def _search_in(args: argparse.Namespace, config: Config, index: Index | None) ->
 def _get_from(args: argparse.Namespace, index: Index) -> int:
     """`mdrag get`: documents of the local index (or parts), read from disk; several under a header each."""
     fetched = index.get(args.refs)
+    urls = [page_url(part.path, part.rel_path) for part in fetched.parts]  # website pages: where they came from
     if args.json:
-        print(json.dumps(fetched.to_dict(), indent=2, ensure_ascii=False))
+        out = fetched.to_dict()
+        for doc, url in zip(out["documents"], urls, strict=True):
+            if url:
+                doc["url"] = url
+        print(json.dumps(out, indent=2, ensure_ascii=False))
         return 0
     headers = len(fetched.parts) > 1 or len(args.refs) > 1
-    for part in fetched.parts:
+    for part, url in zip(fetched.parts, urls, strict=True):
         if part.changed:
             log.warning("%s changed since it was indexed: run `mdrag index` to update the index", part.rel_path)
-        if headers:
+        if headers or url:  # a crawled page's URL is shown even for one part: it is what to cite
             where = f"lines {part.line_start}-{part.line_end} of {part.lines}"
-            print(f"==> {_name(part.rel_path)} ({where}) <==")
+            print(f"==> {_name(part.rel_path)}{f' <{_name(url)}>' if url else ''} ({where}) <==")
         print(_safe(part.text))
     for left_out in fetched.omitted:
         log.warning("%s left out: %s", left_out["rel_path"] or left_out["ref"], left_out["reason"])

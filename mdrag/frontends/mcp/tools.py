@@ -72,7 +72,7 @@ from mdrag.knowledge.indexes import (
     UpdateProgress,
     files_progress,
 )
-from mdrag.knowledge.web_source import page_url
+from mdrag.pageurls import page_url
 
 if TYPE_CHECKING:
     from mdrag.config import Config
@@ -291,7 +291,7 @@ class KnowledgeTools:
             stop.set()
         out = fetched.to_dict()
         for doc in out["documents"]:  # a page of a website source: where it was fetched from, to cite
-            if url := page_url(doc["path"]):
+            if url := page_url(doc["path"], doc["rel_path"]):
                 doc["url"] = url
         return {"docset": ds.id, **out}
 
@@ -382,7 +382,7 @@ def _result_dict(ds: Docset, r: SearchResult) -> dict[str, Any]:
         d["line_start"], d["line_end"] = r.line_start, r.line_end
     if r.page is not None:  # PDFs: the page the text is on
         d["page"] = r.page
-    if url := page_url(r.path):  # a page of a website source: where it was fetched from, to cite
+    if url := page_url(r.path, r.rel_path):  # a page of a website source: where it was fetched from, to cite
         d["url"] = url
     return d
 
