@@ -13,6 +13,7 @@ import pytest
 
 from mdrag.chunking import chunk_document
 from mdrag.config import load_config
+from mdrag.errors import MdragError
 from mdrag.index import Index
 from mdrag.parsers import parse_file, vault
 from mdrag.types import Document
@@ -194,5 +195,30 @@ def test_the_setting_turns_vault_reading_off(tmp_path: Path, monkeypatch: pytest
         assert any("[[Layout]]" in h.text for h in hits)
         assert all("links" not in h.metadata and "aliases" not in h.metadata for h in hits)
         assert not _files(idx, tags=["css"])
+    finally:
+        idx.close()
+
+
+def test_get_opens_a_note_by_its_name_or_alias(indexed: Index, tmp_path: Path) -> None:
+    assert [p.rel_path for p in indexed.get("Filters").parts] == ["Queries/Filters.md"]
+    assert [p.rel_path for p in indexed.get("backlink").parts] == ["Queries/Backlinks.md"]  # an alias, any case
+    [part] = indexed.get("Backlinks#Hiding backlinks").parts
+    assert part.section == ["Backlinks", "Hiding backlinks"]
+    with pytest.raises(MdragError, match="is not a file of the index"):
+        indexed.get("No Such Note")
+
+
+def test_get_lists_the_notes_a_name_shared_by_several_names(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    if not VAULT.is_dir():
+        pytest.skip(f"the shared vault is absent: {VAULT}")
+    monkeypatch.setenv("MDRAG_HOME", str(tmp_path))
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "Filters.md").write_text("# Filters\n\nAnother folder's note of the same name.\n")
+    idx = _index(**{"index.include": ["Queries/Filters.md", "Filters.md"]})
+    try:
+        idx.update([VAULT, other])
+        with pytest.raises(MdragError, match=r"'filters' names 2 notes: Filters.md, Queries/Filters.md; give the path"):
+            idx.get("filters")
     finally:
         idx.close()
