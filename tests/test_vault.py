@@ -4,6 +4,7 @@ notes opened by name, links and backlinks kept as data; a plain Markdown corpus 
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from collections.abc import Iterator
@@ -14,6 +15,7 @@ import pytest
 from mdrag.chunking import chunk_document
 from mdrag.config import load_config
 from mdrag.errors import MdragError
+from mdrag.frontends.cli import main
 from mdrag.index import Index
 from mdrag.parsers import parse_file, vault
 from mdrag.types import Document
@@ -220,5 +222,49 @@ def test_get_lists_the_notes_a_name_shared_by_several_names(tmp_path: Path, monk
         idx.update([VAULT, other])
         with pytest.raises(MdragError, match=r"'filters' names 2 notes: Filters.md, Queries/Filters.md; give the path"):
             idx.get("filters")
+    finally:
+        idx.close()
+
+
+def test_links_and_backlinks_are_data(indexed: Index) -> None:
+    [part] = indexed.get("Backlinks", links=True).parts
+    assert {"note": "Layout", "rel_path": "Queries/Layout.md"} in (part.links or [])
+    assert "How To/How to style backlinks.md" in (part.backlinks or [])
+    assert part.to_dict()["backlinks"] == part.backlinks
+    assert "links" not in indexed.get("Queries/Filters.md").parts[0].to_dict()  # only when asked for
+    hits = indexed.search("hide nested backlink show tree", k=5, threshold=0.0, mode="bm25")
+    hit = next(h for h in hits if h.rel_path == "Queries/Backlinks.md" and "Queries/Layout.md" in h.metadata["links"])
+    assert "How To/How to style backlinks.md" in hit.to_dict()["metadata"]["backlinks"]  # search --json, protocol, MCP
+
+
+def test_get_links_on_the_command_line(
+    indexed: Index, vault_home: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MDRAG_HOME", str(vault_home))
+    assert main(["get", "Backlinks", "--links", "--json", "--index", indexed.name]) == 0
+    [doc] = json.loads(capsys.readouterr().out)["documents"]
+    assert doc["rel_path"] == "Queries/Backlinks.md" and "How To/How to style backlinks.md" in doc["backlinks"]
+    assert main(["get", "Backlinks", "--links", "--index", indexed.name]) == 0
+    out = capsys.readouterr().out
+    assert "links to    Queries/Layout.md" in out and "linked from How To/How to style backlinks.md" in out
+
+
+def test_milvus_lite_carries_tags_aliases_and_links(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    if not VAULT.is_dir():
+        pytest.skip(f"the shared vault is absent: {VAULT}")
+    monkeypatch.setenv("MDRAG_HOME", str(tmp_path))
+    notes = ["Queries/Backlinks.md", "Queries/Layout.md", "How To/How to style backlinks.md", "Advanced/Styling.md"]
+    idx = _index(**{"index.include": notes, "store.backend": "milvus", "milvus_uri": str(tmp_path / "m.db")})
+    try:
+        idx.update([VAULT])
+        assert _files(idx, tags=["css"]) == {"How To/How to style backlinks.md", "Advanced/Styling.md"}
+        hits = idx.search("hide nested backlink show tree", k=10, threshold=0.0, mode="bm25")
+        hit = next(h for h in hits if h.rel_path == "Queries/Backlinks.md" and h.metadata["links"])
+        assert "Queries/Layout.md" in hit.metadata["links"] and hit.metadata["aliases"][0] == "Backlink"
+        assert hit.metadata["backlinks"] == [
+            "Advanced/Styling.md",
+            "How To/How to style backlinks.md",
+            "Queries/Layout.md",
+        ]
     finally:
         idx.close()

@@ -67,6 +67,7 @@ def register(commands: Commands) -> None:
         "for a section, PATH#page=3 for a PDF's page",
     )
     p.add_argument("--json", action="store_true", help="print the documents as JSON")
+    p.add_argument("--links", action="store_true", help="list each note's links and backlinks (notes vaults)")
     common_flags(p)
     p.set_defaults(run=_get)
 
@@ -200,7 +201,7 @@ def _search_in(args: argparse.Namespace, config: Config, index: Index | None) ->
 
 def _get_from(args: argparse.Namespace, index: Index) -> int:
     """`mdrag get`: documents of the local index (or parts), read from disk; several under a header each."""
-    fetched = index.get(args.refs)
+    fetched = index.get(args.refs, links=args.links)
     if args.json:
         print(json.dumps(fetched.to_dict(), indent=2, ensure_ascii=False))
         return 0
@@ -208,9 +209,15 @@ def _get_from(args: argparse.Namespace, index: Index) -> int:
     for part in fetched.parts:
         if part.changed:
             log.warning("%s changed since it was indexed: run `mdrag index` to update the index", part.rel_path)
-        if headers:
+        if headers or args.links:
             where = f"lines {part.line_start}-{part.line_end} of {part.lines}"
             print(f"==> {_name(part.rel_path)} ({where}) <==")
+        if args.links:
+            for link in part.links or []:
+                print(f"links to    {_safe(link['rel_path'] or str(link['note']) + ' (no such note)')}")
+            for source in part.backlinks or []:
+                print(f"linked from {_safe(source)}")
+            continue
         print(_safe(part.text))
     for left_out in fetched.omitted:
         log.warning("%s left out: %s", left_out["rel_path"] or left_out["ref"], left_out["reason"])
