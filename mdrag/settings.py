@@ -320,6 +320,12 @@ class Settings(BaseModel):
         "(md-qa's MarkdownTextSplitter, `chunk.size`/`chunk.overlap` in `chunk.unit`s, 1000/200 characters by "
         "default; needs `pip install 'mdrag[langchain]'`); a change re-indexes",
     )
+    chunk__vault: bool = setting(
+        True,
+        "read notes vaults as their app shows them: a folder holding `.obsidian/`, or Markdown with `[[wikilinks]]`, "
+        "gets links read as their text, inline `#tags` as tags, frontmatter `aliases` searched, embeds, callouts and "
+        "`%%comments%%` handled, links kept; `false` reads them as plain Markdown; a change re-indexes",
+    )
     search__k: Int = setting(
         10,
         "results per query",

@@ -53,6 +53,10 @@ class Document:
     title: str | None = None
     warnings: list[str] = field(default_factory=list)  # non-fatal problems, logged by the indexer
     encoding: str | None = None  # what a text format was decoded with: "utf-8", "cp1252"...; None for PDF, DOCX
+    # A notes vault's note only (mdrag.parsers.vault): its frontmatter aliases, and the (file line, note
+    # as written) of each [[link]] and ![[embed]] in it; ``links`` None: not read as a vault note.
+    aliases: list[str] = field(default_factory=list)
+    links: list[tuple[int, str]] | None = None
 
 
 @dataclass

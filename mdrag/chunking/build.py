@@ -22,7 +22,7 @@ Cut = tuple[str, int, int | None, int | None]  # a chunk's text, its section's i
 
 _MAX_CONTEXT_CHARS = 200  # a heading trail longer than this is shortened
 _MAX_TOPICS_CHARS = 400  # so is the frontmatter line
-_TOPIC_FIELDS = ("description", "summary", "tags", "topics", "keywords", "llm_hints")
+_TOPIC_FIELDS = ("description", "summary", "aliases", "tags", "topics", "keywords", "llm_hints")
 
 # Path parts that name no topic: site roots, the language folder, index files.
 _PATH_NOISE = frozenset({"content", "contents", "docs", "doc", "documentation", "src", "en", "index", "readme"})
@@ -126,6 +126,8 @@ class ChunkBuilder:
         self.rel_path = rel_path  # the file's path under root, part of each chunk's id
         self.mode = context  # chunk.context: what the header holds
         self.meta = _frontmatter_fields(doc.metadata, doc.title)  # every chunk's metadata
+        if doc.aliases:  # a vault note's: searchable, and shown with its topics
+            self.meta["aliases"] = list(doc.aliases)
         self.topics = _topics(self.meta)  # the frontmatter line of the file's first chunk
         self.where = _path_words(rel_path) if path_words else ""  # the file's path words (chunk.path_words), or ""
 
@@ -159,7 +161,17 @@ class ChunkBuilder:
                     page=section.page,
                     line_start=line_start,
                     line_end=line_end,
-                    metadata=dict(self.meta),
+                    metadata=self._metadata(si, line_start, line_end),
                 )
             )
         return chunks
+
+    def _metadata(self, si: int, line_start: int | None, line_end: int | None) -> dict[str, Any]:
+        """A chunk's metadata: the file's, and for a vault note the notes its lines (or its heading) link to."""
+        meta = dict(self.meta)
+        if self.doc.links is not None:
+            heading = self.doc.sections[si].heading_line
+            first, last = (line_start, line_end) if line_start is not None and line_end is not None else (0, -1)
+            held = (note for line, note in self.doc.links if line == heading or first <= line <= last)
+            meta["links"] = list(dict.fromkeys(held))
+        return meta

@@ -44,6 +44,9 @@ class ChunkSettings:
     # Who cuts: this module (by headings, fitted to the model's window) or LangChain's
     # MarkdownTextSplitter, as md-qa does (mdrag/chunking/langchain.py).
     strategy: ChunkStrategy = _setting("strategy")
+    # Notes vaults (a folder holding .obsidian/, or Markdown with [[wikilinks]]) read as their app shows
+    # them (mdrag.parsers.vault); False: as plain Markdown.
+    vault: bool = _setting("vault")
 
     @classmethod
     def from_config(cls, config: Config) -> ChunkSettings:
@@ -55,6 +58,7 @@ class ChunkSettings:
             context=config["chunk.context"],
             path_words=config["chunk.path_words"],
             strategy=config["chunk.strategy"],
+            vault=config["chunk.vault"],
         )
 
     def __post_init__(self) -> None:
@@ -74,9 +78,11 @@ class ChunkSettings:
             splitter_class()  # installed, or a ConfigError before any file is read
 
     def as_dict(self) -> dict[str, Any]:
-        """The settings as the manifest records them; ``strategy`` only when not the default,
-        so that indexes built before it existed are not chunked again."""
+        """The settings as the manifest records them; ``strategy`` and ``vault`` only when not the default,
+        so that indexes built before they existed are not chunked again."""
         d = asdict(self)
         if self.strategy == "headings":
             del d["strategy"]
+        if self.vault:
+            del d["vault"]
         return d

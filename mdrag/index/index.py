@@ -33,6 +33,7 @@ from mdrag.ingest.progress import IndexProgress
 from mdrag.ingest.scan import ScanOptions
 from mdrag.ingest.summary import IndexSummary
 from mdrag.retrieval.documents import Fetched, fetch
+from mdrag.retrieval.links import notes_at, notes_of, with_links
 from mdrag.retrieval.relevance import TermStats
 from mdrag.retrieval.search import SearchOptions, search
 from mdrag.store import check_backend, make_store, resolve_backend
@@ -390,7 +391,7 @@ class Index:
             results = search(self.store, self.embedder, query, options, filters, visible, vector)
         if not results and self._view.progress is None and manifest.building:
             raise self._view.building_error()  # a transactional store being built by another process shows nothing yet
-        return results
+        return with_links(results, lambda: notes_at(self.manifest_path, manifest.stamp))  # a vault note's links
 
     def _open_to_search(self, query: str) -> tuple[bool, np.ndarray | None]:
         """Open the store for a search (whether the index exists in it); the first search also embeds
@@ -405,12 +406,19 @@ class Index:
                 return exists, pending_vector.result()
         return self._open(create=False), None
 
-    def get(self, refs: str | Sequence[str], stop: threading.Event | None = None) -> Fetched:
+    def get(self, refs: str | Sequence[str], stop: threading.Event | None = None, links: bool = False) -> Fetched:
         """Documents of the index, or parts of them, read from disk now: ``refs`` are paths relative to its
-        folders (``docs/config.md``, ``docs/config.md:10-40``, ``docs/config.md#Menus``), chunk ids or globs;
-        see :mod:`mdrag.retrieval.documents`. Reads the manifest only: the store is not opened. ``stop``:
-        set when the caller's client has gone; the get stops before its next document."""
-        return fetch(Manifest.load(self.manifest_path), self.name, refs, stop=stop)
+        folders (``docs/config.md``, ``docs/config.md:10-40``, ``docs/config.md#Menus``), a note's name or
+        alias, chunk ids or globs; see :mod:`mdrag.retrieval.documents`. Reads the manifest only: the store
+        is not opened. ``stop``: set when the caller's client has gone; the get stops before its next
+        document. ``links``: each part also lists its note's links and backlinks (notes vaults)."""
+        manifest = Manifest.load(self.manifest_path)
+        fetched = fetch(manifest, self.name, refs, stop=stop)
+        if links and manifest is not None:
+            notes = notes_of(manifest)
+            for part in fetched.parts:
+                part.links, part.backlinks = notes.links(part.path), notes.backlinks(part.path)
+        return fetched
 
     def warm_up(self) -> None:
         """Load now what the first question would wait for: the embedder's model, the store's in-memory

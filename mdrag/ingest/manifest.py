@@ -42,6 +42,15 @@ class FileState:
     size: int
     hash: str  # sha256 of the file's bytes: decides whether it changed
     chunks: list[str] = field(default_factory=list)  # ids of its chunks in the store
+    # A notes vault's note (mdrag.parsers.vault): {"aliases": [...], "links": [notes as its links name them]};
+    # None otherwise (and then not saved).
+    note: dict[str, list[str]] | None = None
+
+
+def _state(s: FileState) -> dict[str, Any]:
+    """A file state for JSON: ``note`` only where there is one."""
+    d = vars(s)
+    return d if s.note is not None else {k: v for k, v in d.items() if k != "note"}
 
 
 @dataclass
@@ -128,7 +137,7 @@ class Manifest:
     def to_json(self) -> dict[str, Any]:
         """A view for ``json.dumps``: it shares this manifest's lists and dicts (no deep copy)."""
         d = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "verified"}
-        d["files"] = {p: vars(s) for p, s in sorted(self.files.items())}
+        d["files"] = {p: _state(s) for p, s in sorted(self.files.items())}
         d["skipped"] = {p: vars(s) for p, s in sorted(self.skipped.items())}
         return d
 

@@ -26,7 +26,7 @@ from mdrag.embedding.base import Embedder
 from mdrag.errors import ParseError, ParserCrashError, UnsupportedFormatError
 from mdrag.fileio import bytes_sha256, file_sha256
 from mdrag.ingest.manifest import FileState
-from mdrag.parsers import parse_file
+from mdrag.parsers import parse_file, vault
 from mdrag.parsers.worker import ParseWorker
 from mdrag.types import Chunk
 
@@ -76,6 +76,8 @@ def read_file(
         return Parsed(None, [], str(e).removeprefix(f"{path}: "), crashed=isinstance(e, ParserCrashError))
     except OSError as e:
         return Parsed(None, [], f"cannot read: {e}")
+    if settings.vault and doc.path.lower().endswith((".md", ".markdown")) and vault.applies(doc):
+        doc = vault.read_note(doc)
     deadline = Deadline(timeout) if timeout > 0 else None
     try:
         chunks = chunk_document(
@@ -85,4 +87,6 @@ def read_file(
         return Parsed(None, [], str(e), doc.encoding, warnings=doc.warnings)
     state = FileState(root=root, rel_path=rel, mtime_ns=mtime_ns, size=size, hash=bytes_sha256(data))
     state.chunks = [c.id for c in chunks]
+    if doc.links is not None:
+        state.note = {"aliases": doc.aliases, "links": sorted({n for _, n in doc.links})}
     return Parsed(state, chunks, None, doc.encoding, warnings=doc.warnings)

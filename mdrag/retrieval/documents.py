@@ -58,6 +58,7 @@ from mdrag.ingest.manifest import FileState, Manifest
 from mdrag.knobs import GET_MAX_CHARS, GET_MAX_FILES
 from mdrag.parsers import _Lazy, get_parser, parse_file
 from mdrag.parsers.text import decode_text
+from mdrag.retrieval.links import notes_of
 from mdrag.retrieval.lru import LRUCache
 from mdrag.types import Document
 
@@ -94,9 +95,11 @@ class Part:
     section: list[str] | None = None  # heading path of the section asked for
     pages: list[int] | None = None  # first and last page of the text returned (PDF)
     changed: bool = False  # the file differs from what was indexed: search results may point at old lines
+    links: list[dict[str, str | None]] | None = None  # asked for: the notes it links to (mdrag.retrieval.links)
+    backlinks: list[str] | None = None  # asked for: the notes that link to it
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {k: v for k, v in asdict(self).items() if v is not None or k not in ("links", "backlinks")}
 
 
 @dataclass
@@ -319,6 +322,10 @@ class _Held:
             paths = self.by_rel.get(norm, [])
         if len(paths) > 1:
             raise MdragError(f"{target!r} is in several of the index's folders: give its absolute path, one of {paths}")
+        if not paths and not absolute:  # a note's name or alias (notes vaults): "Filters", "Backlink"
+            paths = notes_of(self.manifest).named(target)
+            if len(paths) > 1:
+                raise notes_of(self.manifest).ambiguous(target, paths)
         if not paths:
             raise MdragError(self._not_held(target, norm, absolute))
         return paths

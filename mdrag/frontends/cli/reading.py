@@ -68,6 +68,7 @@ def register(commands: Commands) -> None:
         "for a section, PATH#page=3 for a PDF's page",
     )
     p.add_argument("--json", action="store_true", help="print the documents as JSON")
+    p.add_argument("--links", action="store_true", help="list each note's links and backlinks (notes vaults)")
     common_flags(p)
     p.set_defaults(run=_get)
 
@@ -205,7 +206,7 @@ def _search_in(args: argparse.Namespace, config: Config, index: Index | None) ->
 
 def _get_from(args: argparse.Namespace, index: Index) -> int:
     """`mdrag get`: documents of the local index (or parts), read from disk; several under a header each."""
-    fetched = index.get(args.refs)
+    fetched = index.get(args.refs, links=args.links)
     urls = [page_url(part.path, part.rel_path) for part in fetched.parts]  # website pages: where they came from
     if args.json:
         out = fetched.to_dict()
@@ -218,9 +219,15 @@ def _get_from(args: argparse.Namespace, index: Index) -> int:
     for part, url in zip(fetched.parts, urls, strict=True):
         if part.changed:
             log.warning("%s changed since it was indexed: run `mdrag index` to update the index", part.rel_path)
-        if headers or url:  # a crawled page's URL is shown even for one part: it is what to cite
+        if headers or url or args.links:  # a crawled page's URL is shown even for one part: it is what to cite
             where = f"lines {part.line_start}-{part.line_end} of {part.lines}"
             print(f"==> {_name(part.rel_path)}{f' <{_name(url)}>' if url else ''} ({where}) <==")
+        if args.links:
+            for link in part.links or []:
+                print(f"links to    {_safe(link['rel_path'] or str(link['note']) + ' (no such note)')}")
+            for source in part.backlinks or []:
+                print(f"linked from {_safe(source)}")
+            continue
         print(_safe(part.text))
     for left_out in fetched.omitted:
         log.warning("%s left out: %s", left_out["rel_path"] or left_out["ref"], left_out["reason"])

@@ -44,17 +44,25 @@ SERVER_INSTRUCTIONS = (
 _TERMS_SCHEMA = {"type": "array", "items": {"type": "string", "minLength": 1}, "minItems": 1, "maxItems": MAX_KEYWORDS}
 _DOCSET = {"type": "string", "description": "Docset id or alias, as listed by list_docsets (e.g. 'react')."}
 _REF = (
-    "a file's path relative to the docset's folder (a search result's ref), or a chunk_id from search; "
-    "add :10-40 for those lines, #Heading (or #Parent > Heading) for that section, #page=3 for a PDF's page"
+    "a file's path relative to the docset's folder (a search result's ref), a chunk_id from search, or in a "
+    "notes vault a note's name or alias; add :10-40 for those lines, #Heading (or #Parent > Heading) for that "
+    "section, #page=3 for a PDF's page"
 )
 _GOT = (
     'as JSON {"docset", "documents": [{ref, path, rel_path, text, line_start, line_end, lines, section, pages, '
-    'changed}], "omitted": [{ref, rel_path, reason}]}. The text is the file as it is on disk now (Markdown: its own '
-    "lines, as search counts them; PDF, DOCX, HTML: the text mdrag reads from it, a PDF's pages marked [page N]); "
+    'changed, links?, backlinks?}], "omitted": [{ref, rel_path, reason}]}. The text is the file as it is on disk '
+    "now (Markdown: its own lines, as search counts them; PDF, DOCX, HTML: the text mdrag reads from it, a "
+    "PDF's pages marked [page N]); "
     "changed: true when the file changed since it was indexed. Only the files the docset's index holds can be "
     f"read. At most {GET_MAX_CHARS:,} characters in all: past that, the answer says how to ask for less "
     "(lines, a section)."
 )
+_LINKS = {
+    "type": "boolean",
+    "default": False,
+    "description": "Notes vaults: list each document's links (the notes it links to) and backlinks (the notes "
+    "that link to it), beside its text.",
+}
 _READ_ONLY = types.ToolAnnotations(read_only_hint=True, destructive_hint=False, open_world_hint=False)
 
 TOOLS: tuple[types.Tool, ...] = (
@@ -108,7 +116,9 @@ TOOLS: tuple[types.Tool, ...] = (
         description=(
             "Semantic search over the docsets' content with mdrag's local embedding index: returns the most "
             'relevant sections as JSON {"results": [{docset, text, path, rel_path, ref, heading_path, score}]}, '
-            "best first, score 0-1, with line_start and line_end for text files and page for PDFs; pass a "
+            "best first, score 0-1, with line_start and line_end for text files, page for PDFs, url for pages "
+            "of a website, and in a notes vault links and backlinks (the notes a passage links to, and those "
+            "that link to its note); pass a "
             "result's ref to get (with the docset) to read its whole document. Use it for "
             "questions in natural language, or when you do not know the "
             "words the docs use; use search_docs instead to grep the files yourself. Searches one docset, or "
@@ -158,6 +168,7 @@ TOOLS: tuple[types.Tool, ...] = (
                     "description": "The document, e.g. 'guides/config.md', 'guides/config.md:10-40' or "
                     "'guides/config.md#Menus'.",
                 },
+                "links": _LINKS,
             },
             "required": ["docset", "ref"],
         },
@@ -183,6 +194,7 @@ TOOLS: tuple[types.Tool, ...] = (
                     ],
                     "description": "References, e.g. ['intro.md', 'config.md#Menus'], or a glob such as 'api/*.md'.",
                 },
+                "links": _LINKS,
             },
             "required": ["docset", "refs"],
         },
@@ -251,6 +263,16 @@ def refs_arg(args: Mapping[str, Any]) -> list[str] | str:
         raise ProtocolError(f"argument 'refs' must be a non-empty array of strings or a glob, got {describe(value)}")
     for i, v in enumerate(value):
         _check_text(f"refs[{i}]", v)
+    return value
+
+
+def links_arg(args: Mapping[str, Any]) -> bool:
+    """get's and multi_get's ``links``: false when not given."""
+    value = args.get("links", False)
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise ProtocolError(f"argument 'links' must be true or false, got {describe(value)}")
     return value
 
 

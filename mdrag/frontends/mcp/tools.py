@@ -51,6 +51,7 @@ from mdrag.frontends.mcp.schema import (
     TOOL_NAMES,
     TOOLS,
     k_arg,
+    links_arg,
     query_arg,
     refs_arg,
     string_arg,
@@ -277,6 +278,7 @@ class KnowledgeTools:
         only the files its index holds (:mod:`mdrag.retrieval.documents`)."""
         ds = self.kb.resolve(string_arg(args, "docset"))
         refs = refs_arg(args) if several else string_arg(args, "ref")
+        links = links_arg(args)
         entry = self._open(ds)  # checks its folder again
         progress = await anyio.to_thread.run_sync(entry.first_build)
         if progress is not None:
@@ -286,7 +288,7 @@ class KnowledgeTools:
             )
         stop = threading.Event()  # set when the call is cancelled (its client has gone): the get reads no more
         try:
-            fetched = await anyio.to_thread.run_sync(entry.index.get, refs, stop, abandon_on_cancel=True)
+            fetched = await anyio.to_thread.run_sync(entry.index.get, refs, stop, links, abandon_on_cancel=True)
         finally:
             stop.set()
         out = fetched.to_dict()
@@ -384,6 +386,9 @@ def _result_dict(ds: Docset, r: SearchResult) -> dict[str, Any]:
         d["page"] = r.page
     if url := page_url(r.path, r.rel_path):  # a page of a website source: where it was fetched from, to cite
         d["url"] = url
+    for key in ("links", "backlinks"):  # a note of a vault: the notes it links to, and those that link to it
+        if key in r.metadata:
+            d[key] = r.metadata[key]
     return d
 
 
