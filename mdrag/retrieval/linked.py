@@ -51,7 +51,7 @@ def lift(
     lent: dict[str, float] = {}  # linked note (absolute path) -> the share of the range it is lent
     for r in sources:
         share = weight * (float(r.rank_score) - low) / span
-        for written in r.metadata.get("links") or []:
+        for written in (r.metadata or {}).get("links") or []:
             note = resolve(r.path, str(written))
             if note is not None and note != r.path and share > lent.get(note, 0.0):
                 lent[note] = share
