@@ -32,6 +32,11 @@ MIN_CHUNKS = 200
 # (benchmarks/refusal.py says what was tuned where).
 NAMED_TOP = 3
 NAMED_SURE = 0.65
+# Notes vaults (mdrag.retrieval.linked): the best candidates of a search whose links lift the notes they link to.
+# On the vault question set, 1 source lowered the link questions' BM25 MRR@5 (0.705 to 0.621 at weight 0.2) where 3
+# raised it (0.758), and 5 ranked as 3 did (RESULTS.md, "Notes vault questions"): past the first few hits, a hit's
+# links are its own subject's, not the question's.
+LINK_SOURCES = 3
 MAX_SOURCE_CHARS = 12_000  # characters of passages put in an answer's prompt, which must fit the chat model's context
 MAX_EXTRACTIVE = 5  # passages quoted by an extractive answer (no LLM)
 MAX_ERROR_BODY = 64 * 1024  # bytes of an LLM or embedding API's error response quoted from: its message, not a page

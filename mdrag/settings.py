@@ -326,19 +326,8 @@ class Settings(BaseModel):
         "gets links read as their text, inline `#tags` as tags, frontmatter `aliases` searched, embeds, callouts and "
         "`%%comments%%` handled, links kept; `false` reads them as plain Markdown; a change re-indexes",
     )
-    search__k: Int = setting(
-        10,
-        "results per query",
-        ge=1,
-        live=True,
-    )
-    search__threshold: Number = setting(
-        0.35,
-        'minimum score; see "Relevance threshold" below',
-        ge=0,
-        le=1,
-        live=True,
-    )
+    search__k: Int = setting(10, "results per query", ge=1, live=True)
+    search__threshold: Number = setting(0.35, 'minimum score; see "Relevance threshold" below', ge=0, le=1, live=True)
     search__mode: Literal["dense", "bm25", "hybrid"] = setting(
         "hybrid",
         '`hybrid` (dense and BM25, fused), `dense` (MiniLM cosine) or `bm25` (full-text BM25); see "Search modes"',
@@ -351,9 +340,12 @@ class Settings(BaseModel):
         "(reciprocal rank, k=60)",
         live=True,
     )
-    search__dense_weight: Number = setting(
-        0.5,
-        "with `weighted` fusion: the dense side's share",
+    search__dense_weight: Number = setting(0.5, "with `weighted` fusion: the dense side's share", ge=0, le=1, live=True)
+    search__link_boost: Number = setting(
+        0.2,
+        "notes vaults only: the notes that the best 3 candidates link to move up by this share of the scores' range, "
+        "times the linking candidate's own place in it; `0`: links do not rank; other corpora never change; "
+        'see "Links in ranking"',
         ge=0,
         le=1,
         live=True,
@@ -574,6 +566,7 @@ DOC_SECTIONS = {
     "Reranking": "retrieval.md#reranking",
     "Relevance threshold": "retrieval.md#relevance-threshold",
     "Security": "security.md#what-is-confined",
+    "Links in ranking": "vaults.md#links-in-ranking",
 }
 
 _SEE = re.compile(r'\b([Ss]ee) "([^"]+)"(?: below)?')

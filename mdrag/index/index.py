@@ -33,6 +33,7 @@ from mdrag.ingest.progress import IndexProgress
 from mdrag.ingest.scan import ScanOptions
 from mdrag.ingest.summary import IndexSummary
 from mdrag.retrieval.documents import Fetched, fetch
+from mdrag.retrieval.linked import Resolver
 from mdrag.retrieval.links import notes_at, notes_of, with_links
 from mdrag.retrieval.relevance import TermStats
 from mdrag.retrieval.search import SearchOptions, search
@@ -385,10 +386,15 @@ class Index:
         manifest = self._view.manifest_state()
         self._health.check_search(self.store, exists, manifest)
         self._view.follow_committed(manifest, self.store.transactional)
+
+        def links() -> Resolver | None:  # a vault's links, read when a search's best candidates have some
+            notes = notes_at(self.manifest_path, manifest.stamp)
+            return notes.resolve if notes is not None else None
+
         with self._snapshot.reading() as visible:
             if visible.ids is not None and not visible.ids and visible.roots is None:
                 raise self._health.nothing_committed(self.store, exists, manifest)
-            results = search(self.store, self.embedder, query, options, filters, visible, vector)
+            results = search(self.store, self.embedder, query, options, filters, visible, vector, links)
         if not results and self._view.progress is None and manifest.building:
             raise self._view.building_error()  # a transactional store being built by another process shows nothing yet
         return with_links(results, lambda: notes_at(self.manifest_path, manifest.stamp))  # a vault note's links

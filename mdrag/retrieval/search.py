@@ -14,6 +14,7 @@ from mdrag.errors import ConfigError
 from mdrag.knobs import STORE_MAX_ROWS
 from mdrag.retrieval import rerank as reranking
 from mdrag.retrieval.fusion import fuse
+from mdrag.retrieval.linked import Resolver, lift
 from mdrag.settings import DEFAULTS
 from mdrag.store.base import Filter, Hit, Store, cut_short, holds_its_text
 from mdrag.types import SearchResult
@@ -63,6 +64,8 @@ class SearchOptions:
     collapse: str = _setting("search.collapse")
     # Reorders the best fused rows before the threshold and the cut (rerank.*; mdrag.retrieval.rerank); None: off.
     rerank: reranking.Reranker | None = None
+    # Notes vaults: the notes the best candidates link to move up by this share (mdrag.retrieval.linked); 0: off.
+    link_boost: float = _setting("search.link_boost")
 
     @classmethod
     def from_config(cls, config: Config) -> SearchOptions:
@@ -75,6 +78,7 @@ class SearchOptions:
             dense_weight=config["search.dense_weight"],
             collapse=config["search.collapse"],
             rerank=reranking.from_config(config),
+            link_boost=config["search.link_boost"],
         )
 
 
@@ -134,6 +138,7 @@ def search(
     filters: Mapping[str, Any] | None = None,
     visible: Visible = Visible(),
     vector: np.ndarray | None = None,
+    links: Callable[[], Resolver | None] = lambda: None,
 ) -> list[SearchResult]:
     """The ``options.k`` chunks most similar to ``query`` whose score is at least ``options.threshold``,
     or that hold every word of the query.
@@ -144,6 +149,9 @@ def search(
     table row poorly, and a short keyword query that names one finds it with a low cosine.
     Only the chunks ``visible`` lets through are returned; ``filters`` are
     :data:`FILTER_KEYS`. ``vector`` is the query's embedding when the caller has it already.
+    ``links`` gives the index's link resolver: a notes vault's candidates lift the notes the best of them
+    link to by ``options.link_boost`` (:mod:`mdrag.retrieval.linked`) before the reranker and the cut;
+    it is asked for only when one of them has links.
     With ``options.rerank``, its best ``top_n`` rows are reordered by the reranker first
     (:mod:`mdrag.retrieval.rerank`; their ``rerank_score`` says its score); the threshold still
     reads the cosine, so reranking only changes the order. A chunk whose stored text is not the text
@@ -169,6 +177,7 @@ def search(
     edited: set[str] = set()  # the ids of rows left out: their text is not the one indexed
     while True:
         rows, more = _ranked(store, vector, query, n, where, options, visible.hidden)
+        rows = lift(rows, options.link_boost, links, lambda r: _shown(r, visible))
         if options.rerank is not None:
             if scored is None:
                 scored = options.rerank.score(query, [r for r in rows if _shown(r, visible)])
