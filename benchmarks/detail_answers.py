@@ -88,7 +88,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--home", type=Path, required=True, help="the mdrag home holding (or to hold) the indexes")
     ap.add_argument("--store", choices=("faiss", "milvus"), default="faiss", help="store of indexes built here")
-    ap.add_argument("--collapse", choices=("none", "passage", "section", "file"), help="override search.collapse")
+    ap.add_argument(
+        "--collapse", choices=("auto", "none", "passage", "section", "file"), help="override search.collapse"
+    )
     ap.add_argument("--corpus", choices=sorted(CORPORA), help="only this corpus (default: both)")
     ap.add_argument("--index", help="the index that holds --corpus (default: the corpus's name)")
     ap.add_argument("--json", type=Path, help="also write the figures here")

@@ -354,10 +354,11 @@ class Settings(BaseModel):
         True,
         "stem the BM25 text and queries (English Snowball, PyStemmer); a change re-indexes",
     )
-    search__collapse: Literal["none", "passage", "section", "file"] = setting(
-        "passage",
+    search__collapse: Literal["auto", "none", "passage", "section", "file"] = setting(
+        "auto",
         "leave out a chunk that overlaps or runs on from a better one of its section (`passage`: the "
-        "neighbours that share text), keep only the best chunk of each `section` or each `file`, or `none`",
+        "neighbours that share text), keep only the best chunk of each `section` or each `file`, or `none`; "
+        "`auto`: `passage` for a query of up to 7 words (one detail), `section` for a longer one",
         live=True,
     )
     rerank__url: str | None = setting(

@@ -403,14 +403,20 @@ def test_collapse_keeps_the_best_chunk_per_section_or_file(tmp_path: Path) -> No
     assert len(keys) == len(set(keys)) == 3
     files = idx.search(q, k=10, threshold=0, collapse="file")
     assert sorted(r.rel_path for r in files) == ["big.md", "small.md"]
-    # passage (the default): more than one passage of the long section, none sharing or touching another's lines
-    assert idx.config["search.collapse"] == "passage"
-    passages = idx.search(q, k=10, threshold=0)
+    # passage: more than one passage of the long section, none sharing or touching another's lines
+    passages = idx.search(q, k=10, threshold=0, collapse="passage")
     widgets = sorted((r.line_start, r.line_end) for r in passages if r.heading_path == ["Big", "Widgets"])
     assert len(widgets) > 1, "the other passages of a long section are kept"
     assert all(b[0] > a[1] + 1 for a, b in zip(widgets, widgets[1:])), widgets
     every = sorted((r.line_start, r.line_end) for r in plain if r.heading_path == ["Big", "Widgets"])
     assert any(b[0] <= a[1] + 1 for a, b in zip(every, every[1:])), "neighbours that touch, left out by passage"
+    # auto (the default): passages for a query of a few words, one result per section for a longer question
+    assert idx.config["search.collapse"] == "auto"
+    assert [r.chunk_id for r in idx.search(q, k=10, threshold=0)] == [r.chunk_id for r in passages]
+    question = "which widgets and gadgets does the big page describe in its long section"
+    by_section = idx.search(question, k=10, threshold=0, collapse="section")
+    assert [r.chunk_id for r in idx.search(question, k=10, threshold=0)] == [r.chunk_id for r in by_section]
+    assert len(by_section) < len(idx.search(question, k=10, threshold=0, collapse="passage"))
 
 
 def test_passage_collapse_of_a_format_without_line_numbers_goes_by_position(tmp_path: Path) -> None:

@@ -6,7 +6,8 @@ that every reply to it repeats):
     {"type": "query", "question": "...", "index": "name"?,
      "history": [{"question": "...", "answer": "..."?}, ...]?}  -> stream_start, stream_chunk*, stream_end
     {"type": "search", "query": "...", "k": 10?, "threshold": 0.4?, "filters": {...}?,
-     "mode": "dense" | "bm25" | "hybrid"?, "collapse": "none" | "passage" | "section" | "file"?, "index": "name"?}
+     "mode": "dense" | "bm25" | "hybrid"?, "collapse": "auto" | "none" | "passage" | "section" | "file"?,
+     "index": "name"?}
                                                                  -> search_results
     {"type": "status"}                                           -> status
 
@@ -135,7 +136,7 @@ class SearchRequest(_Message):
     threshold: Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)] | None = None
     filters: Filters | None = None
     mode: Literal["dense", "bm25", "hybrid"] | None = None  # the ranking; None: setting search.mode
-    collapse: Literal["none", "passage", "section", "file"] | None = None  # None: setting search.collapse
+    collapse: Literal["auto", "none", "passage", "section", "file"] | None = None  # None: setting search.collapse
     index: _Text | None = None
 
 
@@ -170,7 +171,7 @@ _EXPECTED = {
     "threshold": "a number from 0 to 1",
     "filters": f"an object with any of {_FILTERS}",
     "mode": 'one of "dense", "bm25", "hybrid"',
-    "collapse": 'one of "none", "passage", "section", "file"',
+    "collapse": 'one of "auto", "none", "passage", "section", "file"',
     "path_prefix": f"a path (absolute, or relative to the indexed folder) of at most {MAX_QUESTION_CHARS} characters",
     "tags": f"a tag or a list of at most {MAX_TAGS} tags (strings of at most {MAX_QUESTION_CHARS} characters)",
     "root": f"an indexed folder (a path of at most {MAX_QUESTION_CHARS} characters)",

@@ -35,6 +35,9 @@ _BM25_DEPTH = 1024  # a BM25-mode search fetches past this many rows for no thre
 # (RESULTS.md, "Figures that were in code comments").
 _EXACT_DEPTH = 30
 _WORD = re.compile(r"\w+", re.UNICODE)
+# collapse="auto": a query of at most this many words names one detail, and gets passages; a longer one asks
+# about a section's subject, and gets one result per section (RESULTS.md, "Collapse by the query's length").
+_DETAIL_WORDS = 7
 
 #: Filters that `search` understands, and what they match.
 FILTER_KEYS = {
@@ -159,6 +162,8 @@ def search(
     warning says how many were left out, and what repairs them.
     """
     k, threshold, collapse = options.k, options.threshold, options.collapse
+    if collapse == "auto":
+        collapse = "passage" if len(query.split()) <= _DETAIL_WORDS else "section"
     if not any(not ch.isspace() and unicodedata.category(ch) != "Cf" for ch in query):
         # blank: whitespace and invisible format characters (a zero-width space, a BOM) only
         raise ConfigError("the search query is empty: give some words to search for")
