@@ -494,6 +494,46 @@ def test_cli_search_and_get_show_a_pages_url_beside_its_path(
     assert capsys.readouterr().out.startswith("# Widget notes")  # one file, no URL: only its text, as before
 
 
+def test_cli_search_get_and_status_of_a_docset_by_its_id(
+    site: str,
+    tmp_path: Path,
+    mdrag_home: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    fast_loader: None,
+) -> None:
+    """`--docset ID` reads the index `mdrag knowledge init` built for that docset of the project (by id or
+    alias), from the project's folder; a docset not built yet, an unknown one and --index beside it are errors."""
+    from mdrag.frontends.cli import main
+    from tests.conftest import HashEmbedder
+
+    monkeypatch.setattr("mdrag.index.make_embedder", lambda config: HashEmbedder())
+    project = tmp_path / "project"
+    write_config(
+        project,
+        "allow_local_web: true\ndocsets:\n  - id: site\n    aliases: [handbook]\n    web_sources:\n"
+        f"      - type: website\n        url: {site}\n  - id: later\n    local_path: ./later\n",
+    )
+    monkeypatch.chdir(project)
+    assert main(["knowledge", "init", "site", "-q"]) == 0
+    capsys.readouterr()
+    assert main(["search", "Install the widget", "--docset", "handbook", "--threshold", "0", "--json"]) == 0
+    results = {r["rel_path"]: r for r in json.loads(capsys.readouterr().out)}
+    assert results["guide.html"]["url"] == site + "guide.html"
+    assert main(["get", "guide.html", "--docset", "site"]) == 0
+    assert capsys.readouterr().out.startswith(f"==> guide.html <{site}guide.html>")
+    assert main(["status", "--docset", "site", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["index"].startswith("docset_site_")
+    assert main(["search", "widget"]) != 0  # the default index holds nothing: the docset's is its own
+    capsys.readouterr()
+    assert main(["search", "widget", "--docset", "later"]) == 2
+    assert "docset 'later' has no index yet: run `mdrag knowledge init later`" in capsys.readouterr().err
+    assert main(["search", "widget", "--docset", "nope"]) != 0
+    assert "unknown docset 'nope'" in capsys.readouterr().err
+    assert main(["search", "widget", "--docset", "site", "--index", "other"]) == 2
+    assert "give --docset or --index, not both" in capsys.readouterr().err
+
+
 def test_page_url_reads_http_urls_only_and_no_folder_above_the_indexed_one(tmp_path: Path) -> None:
     docset = tmp_path / "docset"
     (docset / "a").mkdir(parents=True)

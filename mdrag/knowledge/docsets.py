@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from mdrag.ingest.progress import IndexProgress
     from mdrag.ingest.summary import IndexSummary
 
-__all__ = ["docset_folder", "docset_index", "index_name", "update_docset_index"]
+__all__ = ["docset_config", "docset_folder", "docset_index", "index_name", "update_docset_index"]
 
 log = logging.getLogger(__name__)
 
@@ -65,13 +65,20 @@ def _docsets_config(name: str, base: Config | None = None) -> Config:
     return base.with_overrides({"index": name, "milvus_uri": base["milvus_uri"] or str(base.cache_dir / "docsets.db")})
 
 
+def docset_config(docset_id: str, project: Path, config: Config | None = None) -> Config:
+    """The settings of the index of the project's docset ``docset_id``: its name, in the docsets store.
+
+    ``config``: the settings to start from (flags applied), default the user's."""
+    return _docsets_config(index_name(docset_id, project), config)
+
+
 def docset_index(docset_id: str, project: Path, config: Config | None = None) -> Index:
     """The index of the project's docset ``docset_id`` in the docsets store (opened by its first use).
 
     ``config``: the settings to start from (flags applied), default the user's."""
     from mdrag.index import Index
 
-    return Index(_docsets_config(index_name(docset_id, project), config))
+    return Index(docset_config(docset_id, project, config))
 
 
 def docset_folder(ds: Docset) -> str:

@@ -62,6 +62,20 @@ def register(commands: Commands) -> None:
     p.set_defaults(run=_knowledge)
 
 
+def docset_settings(docset: str, config: Config) -> Config:
+    """The settings of the index of ``docset`` (an id or alias of ./.knowledge/config.yaml): `--docset` of
+    `mdrag search`, `get` and `status`. ConfigError when that index has not been built yet."""
+    from mdrag import knowledge as k
+    from mdrag.knowledge.docsets import docset_config
+
+    kb = k.KnowledgeBase(allowed_outside=config["knowledge.allowed_paths"])
+    ds = kb.resolve(docset)
+    settings = docset_config(ds.id, kb.config().root.parent, config)
+    if not settings.manifest_path().exists():
+        raise ConfigError(f"docset {ds.id!r} has no index yet: run `mdrag knowledge init {ds.id}` to build it")
+    return settings
+
+
 _HTTP_ONLY = {"server.host": "--host", "mcp.port": "--port", "server.token": "--token"}  # flags of --http
 
 

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mdrag.errors import MdragError
+from mdrag.errors import ConfigError, MdragError
 from mdrag.frontends.cli.opening import local_index
 from mdrag.frontends.cli.output import _name, _safe
 from mdrag.frontends.cli.parser import RERANK_FLAGS, SERVER_HELP, common_flags, overrides, setting_flag
@@ -46,6 +46,7 @@ def register(commands: Commands) -> None:
     setting_flag(p, "search.mode")
     setting_flag(p, "search.collapse")
     p.add_argument("--json", action="store_true", help="print results as JSON")
+    _docset_flag(p)
     p.add_argument("--server", metavar="URL", help=SERVER_HELP)
     setting_flag(p, "server.token")
     for key in RERANK_FLAGS:
@@ -69,6 +70,7 @@ def register(commands: Commands) -> None:
     )
     p.add_argument("--json", action="store_true", help="print the documents as JSON")
     p.add_argument("--links", action="store_true", help="list each note's links and backlinks (notes vaults)")
+    _docset_flag(p)
     common_flags(p)
     p.set_defaults(run=_get)
 
@@ -79,17 +81,42 @@ def register(commands: Commands) -> None:
         action="store_true",
         help="check every row of the store against what its last run recorded, not only what is cheap to check",
     )
+    _docset_flag(p)
     p.add_argument("--server", metavar="URL", help=SERVER_HELP)
     setting_flag(p, "server.token")
     common_flags(p)
     p.set_defaults(run=_status)
 
 
-def _search(args: argparse.Namespace) -> int:
-    """`mdrag search`: from the local index (its model loading while the rest opens), or through --server."""
+def _docset_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--docset",
+        metavar="ID",
+        help="the index of this docset of the project's .knowledge/config.yaml (its id or an alias; `mdrag "
+        "knowledge init ID` builds it) instead of --index",
+    )
+
+
+def _settings(args: argparse.Namespace) -> Config:
+    """The settings the flags give; with --docset, those of that docset's index (mdrag.knowledge read only then)."""
     from mdrag.config import load_config
 
-    config = load_config(overrides(args))
+    given = overrides(args)
+    config = load_config(given)
+    if getattr(args, "docset", None) is None:
+        return config
+    if "index" in given:
+        raise ConfigError("give --docset or --index, not both: a docset has an index of its own")
+    if getattr(args, "server", None):
+        raise ConfigError("--docset reads the docset's local index: leave out --server")
+    from mdrag.frontends.cli.knowledge import docset_settings
+
+    return docset_settings(args.docset, config)
+
+
+def _search(args: argparse.Namespace) -> int:
+    """`mdrag search`: from the local index (its model loading while the rest opens), or through --server."""
+    config = _settings(args)
     if args.server:  # that server, never the local index
         return _search_in(args, config, None)
     with local_index(config, query=args.query) as index:
@@ -98,17 +125,13 @@ def _search(args: argparse.Namespace) -> int:
 
 def _get(args: argparse.Namespace) -> int:
     """`mdrag get`: from the local index."""
-    from mdrag.config import load_config
-
-    with local_index(load_config(overrides(args))) as index:
+    with local_index(_settings(args)) as index:
         return _get_from(args, index)
 
 
 def _status(args: argparse.Namespace) -> int:
     """`mdrag status`: of the local index, or through --server."""
-    from mdrag.config import load_config
-
-    config = load_config(overrides(args))
+    config = _settings(args)
     if args.server:  # that server, never the local index
         return _status_of(args, config, None)
     with local_index(config) as index:
