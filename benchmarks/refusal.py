@@ -42,6 +42,7 @@ per index). The index is built on first use under --home and reused after.
     python benchmarks/refusal.py --corpus cncf --home /tmp/refusal/cncf  # cncf_qa.jsonl (the CNCF glossary)
     python benchmarks/refusal.py --corpus commonmark --home /tmp/refusal/cm  # commonmark_qa.jsonl (held out)
     python benchmarks/refusal.py --corpus html --home /tmp/refusal/html  # html_qa.jsonl (held out)
+    python benchmarks/refusal.py --corpus vault --home /tmp/refusal/vault  # vault_qa.jsonl (held out)
     python benchmarks/refusal.py --corpus hugo --home /tmp/refusal/hugo --qa benchmarks/data/hugo_keyword_qa.jsonl
 
 The keyword sets (otel, hugo, html: `--qa benchmarks/data/<corpus>_keyword_qa.jsonl`) are held out for
@@ -73,6 +74,7 @@ CORPORA = {  # name -> (documents under ../shared/data, question set)
     "cncf": ("markdown_cncf_glossary", HERE / "data" / "cncf_qa.jsonl"),
     "commonmark": ("commonmark/spec-0.31.2.txt", HERE / "data" / "commonmark_qa.jsonl"),
     "html": ("html_readability_pages", HERE / "data" / "html_qa.jsonl"),
+    "vault": ("notes_vault_obsidian-tasks", HERE / "data" / "vault_qa.jsonl"),
 }
 # Two rules tried that adapt to the index, tuned on otel + Hugo only, measured here, not
 # adopted (they lose on the held-out sets; RESULTS.md "Refusal across corpora"):
