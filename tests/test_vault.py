@@ -206,7 +206,7 @@ def test_get_opens_a_note_by_its_name_or_alias(indexed: Index, tmp_path: Path) -
     assert [p.rel_path for p in indexed.get("backlink").parts] == ["Queries/Backlinks.md"]  # an alias, any case
     [part] = indexed.get("Backlinks#Hiding backlinks").parts
     assert part.section == ["Backlinks", "Hiding backlinks"]
-    with pytest.raises(MdragError, match="is not a file of the index"):
+    with pytest.raises(MdragError, match="is not a file of the index, nor the name or an alias of one of its notes"):
         indexed.get("No Such Note")
 
 

@@ -334,10 +334,11 @@ class _Held:
         for path, skipped in self.manifest.skipped.items():
             if path == norm or (not absolute and path == os.path.join(skipped.root, norm)):
                 return f"{target!r} is not in the index: it was left out when indexed ({skipped.reason})"
+        named = "" if absolute else ", nor the name or an alias of one of its notes"
         return (
-            f"{target!r} is not a file of the index: `get` reads only the files the index holds (hidden, excluded "
-            f"and unsupported files are never indexed; a new file is once `mdrag index` runs). Its paths look "
-            f"like {self._some()}"
+            f"{target!r} is not a file of the index{named}: `get` reads only the files the index holds (hidden, "
+            f"excluded and unsupported files are never indexed; a new file is once `mdrag index` runs). Its paths "
+            f"look like {self._some()}"
         )
 
     def _some(self) -> str:
