@@ -257,7 +257,8 @@ class ConfigWatcher:
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
+        late = not self.home.is_dir()  # a first start: the home comes later, maybe with a config file
+        self._thread = threading.Thread(target=self._run, args=(late,), name=self._name, daemon=True)
         self._thread.start()
 
     def close(self) -> None:
@@ -276,10 +277,9 @@ class ConfigWatcher:
         except Exception:  # a later change may apply
             log.exception("could not apply a change to the config file")
 
-    def _run(self) -> None:
+    def _run(self, late: bool) -> None:
         import watchfiles
 
-        late = not self.home.is_dir()  # a first start: the home comes later, maybe with a config file
         while not self.home.is_dir():
             if self._stop.wait(_HOME_POLL_S):
                 return
