@@ -17,8 +17,7 @@ from pathlib import Path
 import pytest
 
 from mdrag.config import load_config
-from mdrag.index import Index
-from mdrag.index.keeper import IndexKeeper
+from mdrag.index import Index, IndexKeeper
 from mdrag.index.watching import ConfigWatcher
 
 BOUND = 60  # seconds a change may take to be seen on a loaded machine: only stops a hang
@@ -61,9 +60,8 @@ def test_a_watching_keeper_indexes_edited_new_and_deleted_files(tmp_path: Path, 
     root = tmp_path / "docs"
     edited = _page(root, "edited.md", "apple")
     gone = _page(root, "gone.md", "banana")
-    keeper = IndexKeeper(index, [root], watch=True)
-    try:
-        keeper.wait(keeper.start(), BOUND)
+    with IndexKeeper(index, [root], watch=True) as keeper:  # as docs/python.md shows it
+        keeper.wait(timeout=BOUND)
         assert _found(index, "banana") == {"gone.md"}
         assert keeper.wait_watching([root], BOUND), "the watch is in place"
         assert keeper.watching == (str(root.resolve()),)
@@ -75,8 +73,7 @@ def test_a_watching_keeper_indexes_edited_new_and_deleted_files(tmp_path: Path, 
         gone.unlink()
         _until(lambda: _found(index, "banana") == set(), "a deleted file leaves the index")
         assert keeper.state.state == "ready" and keeper.state.files == 2
-    finally:
-        keeper.close()
+    assert _threads(index) == [], "leaving the block closes the keeper"
 
 
 def test_a_folder_another_process_adds_is_watched(tmp_path: Path, index: Index) -> None:

@@ -742,6 +742,25 @@ def test_periodic_rescan_and_config_file_changes(tmp_path: Path, mdrag_home: Pat
     asyncio.run(scenario())
 
 
+def test_a_new_reload_interval_in_the_config_file_applies_at_once(tmp_path: Path, mdrag_home: Path) -> None:
+    """The server started with rescans an hour apart; the config file asks for one every second: the next
+    rescan comes within seconds, not after the hour."""
+    root = _docs(tmp_path, 1)
+
+    async def scenario() -> None:
+        async with serving(_config(**{"server.reload_interval": 3600}), [root]) as server:
+            assert server.keeper is not None and server.keeper.rescan_interval == 3600
+            before = server.reloads
+            (mdrag_home / "config.yaml").write_text("server:\n  reload_interval: 1\n")
+            deadline = time.monotonic() + 60  # only stops a hang
+            while server.reloads < before + 2 and time.monotonic() < deadline:
+                await asyncio.sleep(0.2)
+            assert server.config["server.reload_interval"] == 1 and server.keeper.rescan_interval == 1
+            assert server.reloads >= before + 2, "the periodic rescans run at the new interval"
+
+    asyncio.run(scenario())
+
+
 def _nested(values: dict[str, Any]) -> dict[str, Any]:
     """Dotted settings as the nested sections of a config file (the index name as ``index: {name: ...}``)."""
     out: dict[str, Any] = {}

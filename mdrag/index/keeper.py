@@ -151,6 +151,14 @@ class IndexKeeper:
 
     # -- the front end's side ---------------------------------------------------
 
+    def __enter__(self) -> IndexKeeper:
+        """``with IndexKeeper(index, watch=True) as keeper:`` starts it, and closes it at the end."""
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     @property
     def state(self) -> KeeperState:
         with self._cond:
