@@ -13,8 +13,8 @@ from typing import Any
 import anyio
 import pytest
 
-from mdrag.knowledge import KnowledgeBase
 from mdrag.index.served import ServedIndexState, UpdateProgress
+from mdrag.knowledge import KnowledgeBase
 from mdrag.knowledge.indexes import DocsetIndexes, DocsetIndexesClosedError
 from tests.test_knowledge import write_config, write_files
 from tests.test_mcp import error, ok
