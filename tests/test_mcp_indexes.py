@@ -308,8 +308,7 @@ async def test_each_snippet_starts_a_server_that_answers(tmp_path: Path, mdrag_h
     project = tmp_path / "project"
     (project / ".knowledge" / "docs").mkdir(parents=True)
     (project / ".knowledge" / "config.yaml").write_text("docsets:\n  - id: guide\n    local_path: ./docs\n")
-    (project / "docs").mkdir()
-    (project / "docs" / "install.md").write_text("# Install\n\nInstall the widget with `widget setup --fast`.\n")
+    (project / ".knowledge" / "docs" / "install.md").write_text("# Install\n\nInstall the widget with `widget setup --fast`.\n")
     mdrag_command = str(Path(sys.executable).parent / "mdrag")
     answered = []
     for client, entry in snippets():
