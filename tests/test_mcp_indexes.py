@@ -308,7 +308,9 @@ async def test_each_snippet_starts_a_server_that_answers(tmp_path: Path, mdrag_h
     project = tmp_path / "project"
     (project / ".knowledge" / "docs").mkdir(parents=True)
     (project / ".knowledge" / "config.yaml").write_text("docsets:\n  - id: guide\n    local_path: ./docs\n")
-    (project / ".knowledge" / "docs" / "install.md").write_text("# Install\n\nInstall the widget with `widget setup --fast`.\n")
+    (project / ".knowledge" / "docs" / "install.md").write_text(
+        "# Install\n\nInstall the widget with `widget setup --fast`.\n"
+    )
     mdrag_command = str(Path(sys.executable).parent / "mdrag")
     answered = []
     for client, entry in snippets():
@@ -321,3 +323,29 @@ async def test_each_snippet_starts_a_server_that_answers(tmp_path: Path, mdrag_h
         assert found["results"], (client, entry, found)
         answered.append((client, found["results"][0]["rel_path"]))
     assert ("VS Code", "install.md") in answered and ("Claude Desktop", "guides/backup.md") in answered
+
+
+@pytest.mark.slow
+@pytest.mark.anyio
+async def test_a_project_named_by_the_environment_is_served_from_root(tmp_path: Path, mdrag_home: Path) -> None:
+    """MDRAG_PROJECT names the project when the assistant starts the server elsewhere; search's filters and
+    status apply to docsets as to indexes."""
+    project = tmp_path / "project"
+    docs = project / ".knowledge" / "docs"
+    (docs / "setup").mkdir(parents=True)
+    (docs / "ops").mkdir()
+    (project / ".knowledge" / "config.yaml").write_text("docsets:\n  - id: guide\n    local_path: ./docs\n")
+    (docs / "setup" / "install.md").write_text("---\ntags: [start]\n---\n# Install\n\nRun `widget setup` first.\n")
+    (docs / "ops" / "upgrade.md").write_text("# Upgrade\n\nRun `widget setup --upgrade` to move to a new version.\n")
+    with anyio.fail_after(WAIT):
+        async with serving(["mcp"], mdrag_home, tmp_path / "err.log", extra_env={"MDRAG_PROJECT": str(project)}) as s:
+            listed = json.loads(ok(await s.call_tool("list_docsets", {})))["docsets"]
+            everything = await searched_when_ready(s, query="widget setup", k=5)
+            under_ops = await search(s, query="widget setup", docset="guide", path="ops/", k=5)
+            tagged = await search(s, query="widget setup", tags="start", k=5)
+            status = json.loads(ok(await s.call_tool("status", {"docset": "guide"})))["indexes"]
+    assert [d["id"] for d in listed] == ["guide"]
+    assert {r["rel_path"] for r in everything["results"]} == {"setup/install.md", "ops/upgrade.md"}
+    assert [r["rel_path"] for r in under_ops["results"]] == ["ops/upgrade.md"]
+    assert [r["rel_path"] for r in tagged["results"]] == ["setup/install.md"]
+    assert status[0]["docset"] == "guide" and status[0]["files"] == 2 and status[0]["state"] == "ready"
