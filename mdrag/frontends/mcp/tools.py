@@ -39,7 +39,6 @@ import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -52,6 +51,7 @@ from mcp.shared.exceptions import MCPError
 
 from mdrag import __version__
 from mdrag.errors import DocsetError, MdragError, NoProjectError, ProtocolError
+from mdrag.frontends.mcp.resources import Resources, Target
 from mdrag.frontends.mcp.schema import (
     SERVER_NAME,
     filters_arg,
@@ -111,16 +111,6 @@ def no_project_hint(e: NoProjectError) -> str:
 Report = Callable[[float, float | None, str | None], Awaitable[None]]  # progress, total, message
 
 
-@dataclass(frozen=True)
-class Target:
-    """One index a call runs on: a docset's (``kind`` "docset", ``id`` its id) or a named index's (``kind``
-    "index", ``id`` its name)."""
-
-    kind: str
-    id: str
-    entry: ServedIndex
-
-
 class KnowledgeTools:
     """The tools over a project's docsets (``kb``), the user's own ``indexes``, or both;
     :meth:`server` wraps them in MCP.
@@ -148,12 +138,20 @@ class KnowledgeTools:
         self.indexes = DocsetIndexes(kb, config, refresh_interval) if kb is not None else None
         self.tools = tools(kb is not None, indexes.names if indexes is not None else ())
 
+    @property
+    def index_names(self) -> list[str]:
+        """The names of the indexes served ([] when none)."""
+        return self.served.names if self.served is not None else []
+
+    @property
+    def has_docsets(self) -> bool:
+        """A project's docsets are served."""
+        return self.kb is not None
+
     # -- MCP ---------------------------------------------------------------
 
     def server(self) -> Server[Any]:
         """An MCP server (the SDK's low-level ``Server``) serving these tools and the documents as resources."""
-        from mdrag.frontends.mcp.resources import Resources
-
         resources = Resources(self)
 
         async def list_tools(
@@ -179,9 +177,9 @@ class KnowledgeTools:
             lifespan=lifespan,
             on_list_tools=list_tools,
             on_call_tool=call_tool,
-            on_list_resources=resources.list,
-            on_list_resource_templates=resources.templates,
-            on_read_resource=resources.read,
+            on_list_resources=resources.list_resources,
+            on_list_resource_templates=resources.list_templates,
+            on_read_resource=resources.read_resource,
         )
 
     @asynccontextmanager
