@@ -358,8 +358,20 @@ class Client:
 
 
 def _sources(reply: dict[str, Any]) -> list[str]:
-    """The sources of an answer, sanitized, each once, in order."""
+    """The sources of an answer, sanitized, each once, in order; a page crawled from a website with its URL
+    (``path <url>``, from the reply's ``locations``)."""
     sources = reply.get("sources")
     if not isinstance(sources, list):
         return []
-    return list(dict.fromkeys(sanitize(s) for s in sources if isinstance(s, str) and s))
+    locations = reply.get("locations")
+    urls = (
+        [loc.get("url") if isinstance(loc, dict) else None for loc in locations or []]
+        if isinstance(locations, list)
+        else []
+    )
+    shown = []
+    for i, s in enumerate(sources):
+        if isinstance(s, str) and s:
+            url = urls[i] if i < len(urls) and isinstance(urls[i], str) else None
+            shown.append(sanitize(s) + (f" <{sanitize(url)}>" if url else ""))
+    return list(dict.fromkeys(shown))

@@ -227,6 +227,8 @@ def _status_lines(row: dict[str, Any]) -> str:
             return _safe(text + "the folder does not exist: create it and put the documentation there")
         return _safe(text + files)
     text = f"{docset}: {row.get('url')}\n    last updated: {last}; {files}"
+    if row.get("skipped"):
+        text += f"\n    {len(row['skipped'])} pages not kept by the last crawl (each with its reason: --json)"
     if failed:
         action = "refresh" if row.get("last_fetched") else "init"
         text += (
