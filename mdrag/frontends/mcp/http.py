@@ -5,7 +5,8 @@ The tools are the stdio server's (:func:`~mdrag.frontends.mcp.tools.build_server
 every client session shares them, and so one index keeper per docset. The requests pass the
 WebSocket server's checks first (:mod:`mdrag.frontends.access`): a browser page from an origin
 that is not loopback nor in ``server.allowed_origins`` is refused (403: the MCP specification
-asks for it, against DNS rebinding), a request without ``server.token`` when one is set is
+asks for it, against DNS rebinding), so is one that sends its Origin (or Host, or token) twice, a
+request without ``server.token`` when one is set is
 refused (401), and an address other than loopback needs a token. A POST's body is then checked
 as a stdio line is (:func:`~mdrag.frontends.mcp.wire.check_message`): one the SDK should not
 read, an empty one included, gets its JSON-RPC error (400) and the server goes on.
@@ -33,7 +34,15 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from mdrag.config import Config, load_config
-from mdrag.frontends.access import TOKEN_REFUSALS, cannot_listen, check_bind, origin_allowed, token_problem
+from mdrag.frontends.access import (
+    TOKEN_REFUSALS,
+    cannot_listen,
+    check_bind,
+    origin_allowed,
+    repeated_header,
+    repeated_refusal,
+    token_problem,
+)
 from mdrag.frontends.mcp.tools import build_server
 from mdrag.frontends.mcp.wire import check_message, error_reply, not_utf8_reply, oversized_reply
 from mdrag.knobs import MCP_CHECK_INLINE_CHARS, MCP_HTTP_PATH, MCP_HTTP_STOP_S, MCP_MAX_MESSAGE_BYTES
@@ -54,6 +63,12 @@ class _Guard:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":  # the lifespan
             await self.app(scope, receive, send)
+            return
+        repeated = repeated_header(name.decode("latin-1") for name, _ in scope["headers"])
+        if repeated is not None:
+            status, message = repeated_refusal(repeated)
+            log.warning("refused a request with several %s headers", repeated)
+            await PlainTextResponse(message + "\n", status)(scope, receive, send)
             return
         headers = Headers(scope=scope)
         origin = headers.get("origin")
