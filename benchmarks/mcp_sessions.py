@@ -1,13 +1,16 @@
-"""Many MCP sessions at once over HTTP: {sessions} clients each open a session of `mdrag mcp --http`
-(initialize, then one `search`) at the same moment, each on its own connections.
+"""Many MCP sessions at once over HTTP: N clients each open a session of `mdrag mcp --http` (initialize,
+then one `search`) at the same moment, each on its own connection.
 
 The server is its own process (`python -m mdrag mcp --http --port 0`) in a project whose docset holds
 mdrag's examples/docs, indexed before the clients start. Every session ends one of three ways: answered
 (the search's result), refused with a reason (an HTTP error status or a JSON-RPC error, with its message:
 a server that is full says "busy, try again" with 503 and Retry-After), or dropped: the connection closed,
 reset or timed out with no answer at all. Dropped must be none; the server's log says why it refused.
+With `--pause LOW HIGH` each session waits between its initialize and its search, spread from LOW to
+HIGH seconds: around 5 s (httpx's keep-alive expiry) a server that closes idle connections at the same
+moment loses requests sent meanwhile.
 
-    python benchmarks/mcp_sessions.py [--sessions 200] [--json out.json]
+    python benchmarks/mcp_sessions.py [--sessions 200] [--pause 4.8 5.2] [--json out.json]
 """
 
 from __future__ import annotations
@@ -251,23 +254,21 @@ def measure(
 
 def section_mcp_sessions(data: Data) -> list[str]:
     got = data.get("mcp_sessions")
-    lines = [
-        "## Many MCP sessions at once",
-        "",
-        *prose("mcp_sessions", __doc__, cmd=command(data, "mcp_sessions"), sessions="N"),
-    ]
+    about = __doc__.split("\n\n    python")[0]
+    lines = ["## Many MCP sessions at once", "", *prose("mcp_sessions", about), command(data, "mcp_sessions"), ""]
     if not got:
         return [*lines, not_measured("mcp_sessions", data), ""]
+    times = got.get("answered_s") or {}
     lines += table(
-        ("sessions", "answered", "refused", "dropped", "answered p50 (s)", "answered max (s)", "load before / after"),
+        ("sessions", "pause (s)", "answered", "refused", "dropped", "answered p50 / max (s)", "load before / after"),
         [
             (
                 fint(got["sessions"]),
+                "–".join(f"{p:g}" for p in got.get("pauses_s", [0, 0])),
                 fint(got["answered"]),
                 fint(got["refused"]),
                 fint(got["dropped"]),
-                (got.get("answered_s") or {}).get("p50"),
-                (got.get("answered_s") or {}).get("max"),
+                f"{times.get('p50', 0):.1f} / {times.get('max', 0):.1f}",
                 f"{got['load_before'][0]:.1f} / {got['load_after'][0]:.1f}",
             )
         ],
