@@ -38,7 +38,15 @@ from mdrag.answering.followup import Turn
 from mdrag.config import Config, load_config
 from mdrag.errors import ConfigError, LLMError, MdragError, ProtocolError
 from mdrag.frontends import protocol, web
-from mdrag.frontends.access import TOKEN_REFUSALS, cannot_listen, check_bind, origin_allowed, token_problem
+from mdrag.frontends.access import (
+    TOKEN_REFUSALS,
+    cannot_listen,
+    check_bind,
+    origin_allowed,
+    repeated_header,
+    repeated_refusal,
+    token_problem,
+)
 from mdrag.frontends.protocol import is_loopback
 from mdrag.frontends.web import source
 from mdrag.index import Index
@@ -338,7 +346,13 @@ class QAServer:
     # -- connections --------------------------------------------------------
     async def _check_request(self, connection: Any, request: Any) -> Any:
         """Answer plain HTTP requests with the page, or a source it opens (mdrag.frontends.web.source);
-        refuse WebSocket handshakes from browser pages of other origins, and from clients without the token."""
+        refuse WebSocket handshakes from browser pages of other origins, and from clients without the token;
+        refuse any request that sends its Origin, Host or token twice."""
+        repeated = repeated_header(name for name, _ in request.headers.raw_items())
+        if repeated is not None:
+            status, message = repeated_refusal(repeated)
+            log.warning("refused a request with several %s headers", repeated)
+            return connection.respond(status, message + "\n")
         if not web.is_handshake(request):
             if source.asks_for(request):  # a document of the index: checks origin and token itself
                 return await source.respond(
