@@ -12,11 +12,13 @@ import os
 import sys
 from collections.abc import Sequence
 
+import mdrag
 from mdrag import __version__
 from mdrag.errors import ConfigError, MdragError
 from mdrag.frontends.cli import configuring, evaluating, indexing, knowledge, reading, serving
 from mdrag.frontends.cli.output import _safe, _setup_logging
 from mdrag.frontends.cli.parser import Parser
+from mdrag.version import DISTRIBUTION
 
 # Each command is declared in its module, beside the function that runs it (`set_defaults(run=...)`). What a
 # command needs beyond that (asyncio, the WebSocket client, the parsers, the index) its function imports:
@@ -67,7 +69,10 @@ def build_parser() -> Parser:
         description="Local-first retrieval over Markdown, PDF, DOCX and HTML documentation.",
         epilog="Settings: $MDRAG_HOME/config.yaml (default ~/.md-qa), MARKDOWN_QA_* variables, flags.",
     )
-    parser.add_argument("--version", action="version", version=f"mdrag {__version__}")
+    # The distribution as well as the package it runs: the index's other `mdrag` ships a package of that name too
+    where = os.path.dirname(mdrag.__file__)
+    version = f"{DISTRIBUTION} {__version__} (import name mdrag, {where})"
+    parser.add_argument("--version", action="version", version=version)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     commands.required = True
     for module in (indexing, reading, serving, evaluating, configuring, knowledge):
