@@ -81,7 +81,7 @@ def main() -> int:
             raise SystemExit("python -m build warned (above)")
         wheel = dist / f"{stem}-{version}-py3-none-any.whl"
         sdist = dist / f"{stem}-{version}.tar.gz"
-        assert sorted(dist.iterdir()) == [sdist, wheel], f"{dist} holds {sorted(p.name for p in dist.iterdir())}"
+        assert set(dist.iterdir()) == {sdist, wheel}, f"{dist} holds {sorted(p.name for p in dist.iterdir())}"
         assert any(n.endswith("licenses/LICENSE") for n in zipfile.ZipFile(wheel).namelist()), "no LICENSE in wheel"
         with tarfile.open(sdist) as t:
             assert any(n.endswith("/LICENSE") for n in t.getnames()), "no LICENSE in the sdist"

@@ -110,7 +110,7 @@ def test_install_target_quotes_an_extra() -> None:
 
 
 def test_version_names_the_distribution_and_the_package_it_runs() -> None:
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "40"}  # one line, however narrow the terminal
     done = subprocess.run(
         [sys.executable, "-m", "mdrag", "--version"], capture_output=True, text=True, env=env, timeout=120
     )
