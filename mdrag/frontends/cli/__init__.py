@@ -67,13 +67,13 @@ class _Version(argparse.Action):
     """``--version``: the distribution, its version and the package it runs (the index's other ``mdrag`` ships a
     package of that name too), on one line as written: argparse's own action wraps it to the terminal."""
 
-    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS, **kw: Any) -> None:
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS) -> None:
         super().__init__(
             option_strings,
             dest,
             nargs=0,
             default=argparse.SUPPRESS,
-            help=kw.get("help") or "show the distribution (mdrag-docs), its version and where the package is, and exit",
+            help=f"show the distribution ({DISTRIBUTION}), its version and where the package is, and exit",
         )
 
     def __call__(self, parser: argparse.ArgumentParser, *args: Any) -> None:
