@@ -30,9 +30,9 @@ _OTHER_PROJECT = re.compile(
     r"""|(?<![\w./-])mdrag\[""",
     re.M,
 )
-# The text that names install commands: the README, the docs, the package's messages, the benchmarks, the
-# sample docs (which are about mdrag).
-_SCANNED = ("README.md", "docs", "mdrag", "benchmarks", "examples")
+# The text that names install commands: the README, the changelog, the docs, the package's messages, the
+# benchmarks, the sample docs (which are about mdrag).
+_SCANNED = ("README.md", "CHANGELOG.md", "docs", "mdrag", "benchmarks", "examples")
 
 
 def other_project_installs(text: str) -> list[str]:
@@ -82,7 +82,7 @@ def test_the_scan_passes_the_new_name_the_import_and_the_command(line: str) -> N
 
 
 def test_no_install_command_names_the_other_project() -> None:
-    """README.md, docs/, the package's messages, benchmarks/ and examples/ install `mdrag-docs`."""
+    """README.md, CHANGELOG.md, docs/, the package's messages, benchmarks/ and examples/ install `mdrag-docs`."""
     found = []
     for top in _SCANNED:
         root = REPO / top
@@ -117,3 +117,12 @@ def test_version_names_the_distribution_and_the_package_it_runs() -> None:
     assert done.returncode == 0, done.stderr
     package = Path(mdrag.__file__).parent
     assert done.stdout.strip() == f"mdrag-docs {__version__} (import name mdrag, {package})"
+
+
+def test_the_changelog_opens_with_unreleased_then_this_version() -> None:
+    """Releases are sections of CHANGELOG.md, newest first, under an `Unreleased` one (docs/development.md)."""
+    heads = re.findall(r"^## (.+)$", (REPO / "CHANGELOG.md").read_text(), re.M)
+    assert heads[0] == "[Unreleased]", heads[:2]
+    assert re.fullmatch(rf"\[{re.escape(__version__)}\] - \d{{4}}-\d{{2}}-\d{{2}}", heads[1]), heads[1]
+    versions = [tuple(int(n) for n in re.match(r"\[(\d+)\.(\d+)\.(\d+)\]", h).groups()) for h in heads[1:]]
+    assert versions == sorted(versions, reverse=True), heads
