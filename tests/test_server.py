@@ -12,7 +12,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -1045,6 +1045,9 @@ def test_the_server_follows_folders_that_another_process_adds_or_removes(tmp_pat
                 other.close()
             (a / "saved.md").write_text("# Saved\n\nThe xylophonic page.\n")
             assert await eventually(server, "xylophonic", "saved.md"), "a save below a hidden folder is seen"
+            deadline = time.monotonic() + 60  # the keeper tells the server of its update just after the commit
+            while server.folders != [str(a), str(c)] and time.monotonic() < deadline:
+                await asyncio.sleep(0.1)
             assert server.folders == [str(a), str(c)]
             assert await found(server, "bravo") == set(), "the removed folder stays out"
             (c / "charlie.md").write_text("# Charlie\n\nThe quintessential page.\n")
@@ -1061,14 +1064,13 @@ def test_a_file_saved_in_an_added_folder_before_its_watcher_starts_is_indexed(
     until the periodic rescan, minutes later. The watcher reads the added folders once it watches."""
     import watchfiles
 
-    real = watchfiles.awatch
+    real = watchfiles.watch
 
-    async def slow_awatch(*args: Any, **kwargs: Any) -> AsyncIterator[Any]:
-        await asyncio.sleep(1.5)  # the watcher comes up late
-        async for changes in real(*args, **kwargs):
-            yield changes
+    def slow_watch(*args: Any, **kwargs: Any) -> Iterator[Any]:
+        time.sleep(1.5)  # the watcher comes up late (in the keeper's watch thread)
+        yield from real(*args, **kwargs)
 
-    monkeypatch.setattr(watchfiles, "awatch", slow_awatch)
+    monkeypatch.setattr(watchfiles, "watch", slow_watch)
     a, c = tmp_path / "a", tmp_path / "c"
     for folder, word in ((a, "alpha"), (c, "charlie")):
         folder.mkdir()
@@ -1088,7 +1090,8 @@ def test_a_file_saved_in_an_added_folder_before_its_watcher_starts_is_indexed(
     async def scenario() -> None:
         config = _config(**{"search.threshold": 0})  # the periodic rescan is minutes away
         async with serving(config, [a]) as server:
-            await asyncio.sleep(2)  # the first watcher is up
+            assert server.keeper is not None
+            assert await asyncio.to_thread(server.keeper.wait_watching, [a], 120), "the first watcher is up"
             other = Index(config, embedder=HashEmbedder())  # as `mdrag index C` from another shell
             try:
                 await asyncio.to_thread(other.update, [c])

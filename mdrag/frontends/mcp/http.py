@@ -18,7 +18,7 @@ import logging
 import signal
 import socket
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
 import anyio.to_thread
@@ -34,10 +34,9 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from mdrag.config import Config, load_config
 from mdrag.frontends.access import TOKEN_REFUSALS, cannot_listen, check_bind, origin_allowed, token_problem
-from mdrag.frontends.mcp.tools import build_server
+from mdrag.frontends.mcp.tools import serving
 from mdrag.frontends.mcp.wire import check_message, error_reply, not_utf8_reply, oversized_reply
 from mdrag.knobs import MCP_CHECK_INLINE_CHARS, MCP_HTTP_PATH, MCP_HTTP_STOP_S, MCP_MAX_MESSAGE_BYTES
-from mdrag.knowledge import KnowledgeBase
 
 __all__ = ["MCPHTTPServer"]
 
@@ -166,17 +165,23 @@ class MCPHTTPServer:
     """The MCP tools over HTTP: listening once made (``url`` known, port 0 resolved), served by :meth:`run`
     until Ctrl+C or SIGTERM, which close the docsets' indexes.
 
-    ``start``: where to look for ``.knowledge/config.yaml`` (as for :func:`~.stdio.run_stdio`);
+    ``start``, ``indexes``, ``project``: what to serve (as for :func:`~.stdio.run_stdio`);
     ``config``: the settings (``server.host``, ``mcp.port``, ``server.token``,
     ``server.allowed_origins``, and those the docsets' indexes start from; default: the user's).
     """
 
-    def __init__(self, start: Path | None = None, config: Config | None = None) -> None:
+    def __init__(
+        self,
+        start: Path | None = None,
+        config: Config | None = None,
+        indexes: Sequence[str] = (),
+        project: Path | None = None,
+    ) -> None:
         config = config or load_config()
         host = config["server.host"]
         check_bind(host, config["server.token"])
         self.config = config  # the settings the server started with
-        server = build_server(KnowledgeBase(start, allowed_outside=config["knowledge.allowed_paths"]), config=config)
+        server = serving(config, indexes, project, start)
         self._sessions = StreamableHTTPSessionManager(  # every session shares `server`, and so its tools
             server,
             security_settings=TransportSecuritySettings(enable_dns_rebinding_protection=False),  # _Guard checks
