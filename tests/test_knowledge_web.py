@@ -23,7 +23,6 @@ import pytest
 
 from mdrag import knowledge
 from mdrag.errors import DocsetError, KnowledgeConfigError
-from mdrag.frontends import protocol
 from mdrag.frontends.mcp.tools import _result_dict
 from mdrag.knowledge import KnowledgeBase
 from mdrag.knowledge.docsets import docset_index, update_docset_index
@@ -32,6 +31,7 @@ from mdrag.knowledge.web import MAX_SITEMAPS, WebsiteCrawler, url_to_path
 from mdrag.knowledge.web_fetch import FetchError, check_address, fetch
 from mdrag.knowledge.web_source import WebsiteLoader
 from mdrag.pageurls import METADATA_FILE, page_url, page_urls
+from mdrag.retrieval.shown import result_fields
 from tests.test_knowledge import write_config
 
 PAGES = {
@@ -359,8 +359,7 @@ def test_init_indexes_pages_with_their_urls_and_refresh_fetches_only_changes(
         assert summary.added >= 3
         hits = index.search("Install the widget", k=3)
         hit = next(h for h in hits if h.rel_path.endswith("guide.html"))
-    sent = protocol.search_results("Install the widget", [hit.to_dict()])["results"][0]
-    assert sent["url"] == site + "guide.html"  # what the web page's "page" link opens
+    assert result_fields(hit)["url"] == site + "guide.html"  # `search --json`, and the web page's "page" link
     assert _result_dict(kb.resolve("site"), hit)["url"] == site + "guide.html"  # the MCP search tool's result
     assert page_url(folder / ".agentic-metadata.json") is None  # not a page
 

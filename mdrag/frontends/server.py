@@ -46,6 +46,7 @@ from mdrag.index.keeper import IndexKeeper, KeeperState
 from mdrag.index.watching import ConfigWatcher
 from mdrag.knobs import MESSAGE_CEILING_BYTES
 from mdrag.retrieval.search import build_filter
+from mdrag.retrieval.shown import no_results, result_fields
 from mdrag.settings import DEFAULTS, LIVE
 from mdrag.types import SearchResult
 
@@ -439,7 +440,9 @@ class QAServer:
         except ConfigError as e:  # a filter the search refuses (a backslash in a path prefix, on Milvus)
             raise ProtocolError(str(e)) from None
         shared = self.index.shared_names[1]  # relative paths that two folders share: refs by absolute path
-        await send(protocol.search_results(req.query, [r.to_dict() for r in results], shared))
+        threshold = self.index.config["search.threshold"] if req.threshold is None else req.threshold
+        shown = [result_fields(r, shared) for r in results]
+        await send(protocol.search_results(req.query, shown, no_results(threshold, bool(filters))))
 
     async def _query(self, req: protocol.QueryRequest, send: Callable[[dict[str, Any]], Awaitable[None]]) -> None:
         assert self.index is not None

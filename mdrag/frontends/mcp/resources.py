@@ -9,7 +9,9 @@ document: the file as it is on disk now, for the files the index holds.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
 from urllib.parse import quote, unquote
 
 import anyio.to_thread
@@ -18,16 +20,40 @@ from mcp.server import ServerRequestContext
 from mcp.shared.exceptions import MCPError
 
 from mdrag.errors import MdragError
+from mdrag.index.served import ServedIndex
 from mdrag.ingest.manifest import Manifest
 
-if TYPE_CHECKING:
-    from mdrag.frontends.mcp.tools import KnowledgeTools, Target
-
-__all__ = ["PAGE_SIZE", "Resources", "document_uri"]
+__all__ = ["PAGE_SIZE", "Resources", "Target", "Tools", "document_uri"]
 
 PAGE_SIZE = 200  # resources per resources/list page: a client pages on with nextCursor
 _SCHEME = "mdrag://"
 RESOURCE_NOT_FOUND = -32002  # the MCP specification's code for a resource that does not exist
+
+
+@dataclass(frozen=True)
+class Target:
+    """One index a call runs on: a docset's (``kind`` "docset", ``id`` its id) or a named index's (``kind``
+    "index", ``id`` its name)."""
+
+    kind: str
+    id: str
+    entry: ServedIndex
+
+
+class Tools(Protocol):
+    """What the resources need of the tools (:class:`~mdrag.frontends.mcp.tools.KnowledgeTools`)."""
+
+    @property
+    def index_names(self) -> Sequence[str]: ...  # the served indexes' names ([]: none)
+
+    @property
+    def has_docsets(self) -> bool: ...  # a project's docsets are served
+
+    def targets(self) -> list[Target]: ...
+
+    def target(self, kind: str, name: str, current: bool = False) -> Target: ...
+
+    async def read(self, t: Target, refs: str | list[str], links: bool = False) -> dict[str, Any]: ...
 
 
 def document_uri(kind: str, name: str, ref: str) -> str:
@@ -48,24 +74,24 @@ def _refs(t: Target) -> list[str]:
 class Resources:
     """The resources handlers of the MCP server over ``tools``' indexes and docsets."""
 
-    def __init__(self, tools: KnowledgeTools) -> None:
+    def __init__(self, tools: Tools) -> None:
         self.tools = tools
 
-    async def templates(
+    async def list_templates(
         self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
     ) -> types.ListResourceTemplatesResult:
         listed = []
-        if self.tools.served is not None:
+        if self.tools.index_names:
             listed.append(
                 types.ResourceTemplate(
                     name="document of an index",
                     uri_template=_SCHEME + "index/{index}/{+path}",
                     description="A document of an index served here ("
-                    + ", ".join(self.tools.served.names)
+                    + ", ".join(self.tools.index_names)
                     + "), by its path relative to its folder, as get takes it.",
                 )
             )
-        if self.tools.kb is not None:
+        if self.tools.has_docsets:
             listed.append(
                 types.ResourceTemplate(
                     name="document of a docset",
@@ -76,7 +102,7 @@ class Resources:
             )
         return types.ListResourceTemplatesResult(resource_templates=listed)
 
-    async def list(
+    async def list_resources(
         self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
     ) -> types.ListResourcesResult:
         cursor = params.cursor if params is not None else None
@@ -109,7 +135,7 @@ class Resources:
             targets = []
         return [(t, ref) for t in targets for ref in _refs(t)]
 
-    async def read(
+    async def read_resource(
         self, ctx: ServerRequestContext[Any], params: types.ReadResourceRequestParams
     ) -> types.ReadResourceResult:
         uri = str(params.uri)

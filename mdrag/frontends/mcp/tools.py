@@ -39,7 +39,6 @@ import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -52,6 +51,7 @@ from mcp.shared.exceptions import MCPError
 
 from mdrag import __version__
 from mdrag.errors import DocsetError, MdragError, NoProjectError, ProtocolError
+from mdrag.frontends.mcp.resources import Resources, Target
 from mdrag.frontends.mcp.schema import (
     SERVER_NAME,
     filters_arg,
@@ -83,6 +83,7 @@ from mdrag.knowledge import KnowledgeBase
 from mdrag.knowledge.docsets import docset_folder
 from mdrag.knowledge.indexes import DocsetIndexes, DocsetIndexesClosedError
 from mdrag.pageurls import page_url
+from mdrag.retrieval.shown import no_results, result_fields
 
 if TYPE_CHECKING:
     from mdrag.config import Config
@@ -109,16 +110,6 @@ def no_project_hint(e: NoProjectError) -> str:
 # -- the tools ---------------------------------------------------------------
 
 Report = Callable[[float, float | None, str | None], Awaitable[None]]  # progress, total, message
-
-
-@dataclass(frozen=True)
-class Target:
-    """One index a call runs on: a docset's (``kind`` "docset", ``id`` its id) or a named index's (``kind``
-    "index", ``id`` its name)."""
-
-    kind: str
-    id: str
-    entry: ServedIndex
 
 
 class KnowledgeTools:
@@ -148,12 +139,20 @@ class KnowledgeTools:
         self.indexes = DocsetIndexes(kb, config, refresh_interval) if kb is not None else None
         self.tools = tools(kb is not None, indexes.names if indexes is not None else ())
 
+    @property
+    def index_names(self) -> list[str]:
+        """The names of the indexes served ([] when none)."""
+        return self.served.names if self.served is not None else []
+
+    @property
+    def has_docsets(self) -> bool:
+        """A project's docsets are served."""
+        return self.kb is not None
+
     # -- MCP ---------------------------------------------------------------
 
     def server(self) -> Server[Any]:
         """An MCP server (the SDK's low-level ``Server``) serving these tools and the documents as resources."""
-        from mdrag.frontends.mcp.resources import Resources
-
         resources = Resources(self)
 
         async def list_tools(
@@ -179,9 +178,9 @@ class KnowledgeTools:
             lifespan=lifespan,
             on_list_tools=list_tools,
             on_call_tool=call_tool,
-            on_list_resources=resources.list,
-            on_list_resource_templates=resources.templates,
-            on_read_resource=resources.read,
+            on_list_resources=resources.list_resources,
+            on_list_resource_templates=resources.list_templates,
+            on_read_resource=resources.read_resource,
         )
 
     @asynccontextmanager
@@ -290,7 +289,7 @@ class KnowledgeTools:
                 skipped[t.id] = t.entry.error or "no index yet: call search again"
         if skipped and not indexed and not indexing:
             raise DocsetError("no docset can be searched yet:\n" + "\n".join(skipped.values()))
-        hits.sort(key=lambda h: -h[1].score)
+        hits.sort(key=lambda h: -h[1].order_score)  # the docsets' merged by what ordered each
         out: dict[str, Any] = {"query": query}
         if indexing:
             out["note"] = _indexing_note(indexing)
@@ -303,11 +302,8 @@ class KnowledgeTools:
             )
         if not hits and not indexing and targets:
             threshold = targets[0].entry.index.config["search.threshold"]
-            out["note"] = (
-                f"no section scored above the relevance threshold (search.threshold {threshold:g})"
-                + (" among the files the path and tags filters let through" if filters else "")
-                + ": the docs may not cover this. Try other words"
-                + (", or search_docs to search the files yourself." if self.kb is not None else ".")
+            out["note"] = no_results(threshold, bool(filters)) + (
+                ", or search_docs to search the files yourself" if self.kb is not None else ""
             )
         out["indexed"] = {name: state.to_dict() for name, state in indexed.items()}
         if skipped:
@@ -465,7 +461,7 @@ class KnowledgeTools:
         except Exception:  # the sections are extra: never fail the instructions for them
             log.warning("ranked sections for search_docs failed", exc_info=True)
             return ""
-        return "\n".join(f"- {_where(r)} (score {r.score:.2f})" for r in hits or [])
+        return "\n".join(f"- {_where(r)} (score {r.order_score:.2f})" for r in hits or [])
 
     async def aclose(self) -> None:
         """Stop the updates (at their next file: the next run finishes them) and close the indexes (and so
@@ -524,26 +520,16 @@ def _where(r: SearchResult) -> str:
 
 
 def _result_dict(t: Target, r: SearchResult, shared: frozenset[str]) -> dict[str, Any]:
-    d: dict[str, Any] = {
-        t.kind: t.id,
-        "text": r.text,
-        "path": r.path,
-        "rel_path": r.rel_path,
-        # what `get` takes: the path relative to its folder; the absolute path where files of two folders share it
-        "ref": r.path if r.rel_path in shared else r.rel_path,
-        "heading_path": r.heading_path,
-        "score": round(r.score, 4),
-    }
-    if r.line_start is not None:
-        d["line_start"], d["line_end"] = r.line_start, r.line_end
-    if r.page is not None:  # PDFs: the page the text is on
-        d["page"] = r.page
-    if url := page_url(r.path, r.rel_path):  # a page of a website source: where it was fetched from, to cite
-        d["url"] = url
-    for key in ("links", "backlinks"):  # a note of a vault: the notes it links to, and those that link to it
-        if key in r.metadata:
-            d[key] = r.metadata[key]
-    return d
+    """A result as every front end shows it (:func:`~mdrag.retrieval.shown.result_fields`), its docset or index
+    first, without the fields an assistant has no use for or that do not apply."""
+    shown = result_fields(r, shared)
+    return {t.kind: t.id, **{key: shown[key] for key in _FIELDS if shown[key] is not None}}
+
+
+_FIELDS = (  # of result_fields: the ranks and the metadata (links and backlinks besides) are left out
+    "text", "path", "rel_path", "ref", "url", "heading", "heading_path", "page", "line_start", "line_end",
+    "score", "cosine", "rerank_score", "chunk_id", "links", "backlinks",
+)  # fmt: skip
 
 
 def build_server(

@@ -313,7 +313,7 @@ function show(records) {
       const turn = newTurn(r.question, r.kind);
       const said = ["error", "stopped"].includes(r.note?.cls) ? r.note : null;
       if (r.kind === "search") {
-        if (Array.isArray(r.results)) showResults(turn, r.results);
+        if (Array.isArray(r.results)) showResults(turn, r.results, r.none);
         else if (said) showSearchNote(turn, said.cls, String(said.text));
         else showSearchNote(turn, "stopped", "Stopped: the page was reloaded before the results came.");
         continue;
@@ -603,11 +603,12 @@ function passage(r) {
   return div;
 }
 
-function showResults(turn, results) {
-  // kept for a reload: what passage() shows
+function showResults(turn, results, note) {
+  // kept for a reload: what passage() shows; score: what ordered the list (the server's result_fields)
   const shown = ["path", "ref", "rel_path", "heading", "page", "line_start", "line_end", "score", "text", "url"];
   turn.record.results = results.map((r) => Object.fromEntries(shown.map((k) => [k, r?.[k]])));
-  if (!results.length) turn.body.replaceChildren(el("p", "label", "No relevant information: no passage matches."));
+  if (typeof note === "string") turn.record.none = note; // the server's words for no results
+  if (!results.length) turn.body.replaceChildren(el("p", "label", turn.record.none ?? "No relevant information: no passage matches."));
   else {
     const ol = el("ol", "results");
     turn.record.results.forEach((r) => ol.appendChild(el("li")).append(passage(r)));
@@ -630,7 +631,7 @@ function search(text) {
     { type: "search", query: text },
     {
       on(msg) {
-        if (msg.type === "search_results") showResults(turn, msg.results);
+        if (msg.type === "search_results") showResults(turn, msg.results, msg.note);
         else if (msg.type === "error") showSearchNote(turn, "error", `Error: ${msg.message}`);
         else if (msg.type === "status") {
           showStatus(msg);
