@@ -156,3 +156,128 @@ def test_a_vault_note_whose_reading_passes_the_time_limit_is_skipped_and_the_oth
             str(docs / "big.md"): "reading the note took longer than 60 s (setting index.parse_timeout): skipped"
         }
         assert idx.search("reads in time", threshold=0.0)[0].rel_path == "fine.md"
+
+
+# -- a note's tags in the store ----------------------------------------------------------------------------
+
+
+def _tagged_folder(tmp_path: Path) -> Path:
+    """A vault note of 2,000 distinct inline tags cut into many chunks, a note with frontmatter tags (one of
+    them also inline in the big note), one with an inline tag, and one with none."""
+    docs = tmp_path / "notes"
+    docs.mkdir()
+    lines = [f"Entry {i} is about the subject of #tag-{i:05d} and a few words more." for i in range(2000)]
+    paragraphs = ["\n".join(lines[i : i + 10]) for i in range(0, 2000, 10)]
+    (docs / "big.md").write_text("# Big\n\nIt links [[plain]].\n\n" + "\n\n".join(paragraphs) + "\n")
+    (docs / "plain.md").write_text("---\ntags: [tag-00007, shared]\n---\n# Plain\n\nTagged in its frontmatter.\n")
+    (docs / "other.md").write_text("# Other\n\nA note with an inline #shared tag, linking [[big]].\n")
+    (docs / "untagged.md").write_text("# Untagged\n\nA note with no tags at all, see [[big]].\n")
+    return docs
+
+
+def _tag_filter_finds_exactly_the_notes_chunks(idx: Index) -> None:
+    """``--tag`` finds every chunk of the notes with that tag (frontmatter or inline), and no other."""
+    idx.search("entry", k=1)  # opens the store
+    by_file: dict[str, set[str]] = {}
+    for cid, path in idx.store.id_paths().items():
+        by_file.setdefault(Path(path).name, set()).add(cid)
+    assert len(by_file["big.md"]) > 20
+    for tag, files in [
+        ("tag-00007", {"big.md", "plain.md"}),
+        ("tag-01999", {"big.md"}),
+        ("shared", {"plain.md", "other.md"}),
+        ("tag-02000", set()),
+        ("Tag-00007", set()),  # exact, as before: no case folding
+    ]:
+        hits = idx.search("subject of the entry", k=1000, threshold=0.0, filters={"tags": [tag]}, collapse="none")
+        assert {h.chunk_id for h in hits} == set().union(*(by_file[f] for f in files)), tag
+        assert all(tag in h.metadata["tags"] for h in hits)
+    [hit] = idx.search("frontmatter", k=1, threshold=0.0, filters={"tags": ["shared", "tag-00007"]}, mode="bm25")
+    assert hit.rel_path == "plain.md" and hit.metadata["tags"] == ["tag-00007", "shared"]
+    big = idx.search("Entry 1234", k=1, threshold=0.0, filters={"path_prefix": "big.md"}, mode="bm25")[0]
+    assert len(big.metadata["tags"]) == 2000 and big.metadata["tags"][:2] == ["tag-00000", "tag-00001"]
+
+
+def test_a_notes_tags_are_stored_once_and_the_tag_filter_stays_exact(tmp_path: Path) -> None:
+    """Every chunk stored all of its note's tags: a note of 2,000 inline tags in 144 chunks made 288,000 tag
+    rows and a 12.1 MB store (0.7 MB without them). Each set of tags is stored once: O(tags), not
+    O(tags x chunks), and a tag filter still finds exactly the chunks of the notes with that tag."""
+    import sqlite3
+
+    docs = _tagged_folder(tmp_path)
+    with Index(load_config({"index": "tagged", "store.backend": "faiss"}), embedder=HashEmbedder()) as idx:
+        idx.update([docs])
+        with sqlite3.connect(idx.config.cache_dir / "faiss" / "tagged.sqlite") as db:
+            assert db.execute("SELECT count(*) FROM tags").fetchone()[0] == 2000 + 2 + 1  # big, plain, other
+            assert db.execute("SELECT count(*) FROM tagsets").fetchone()[0] == 3
+            metadata = db.execute("SELECT sum(length(metadata)) FROM chunks").fetchone()[0]
+        assert metadata < 200 * idx.store.count(), metadata  # the tags are not in each chunk's metadata
+        _tag_filter_finds_exactly_the_notes_chunks(idx)
+        (docs / "big.md").write_text("# Big\n\nNow only #tag-00007 is left, linking [[plain]].\n")
+        (docs / "plain.md").unlink()
+        idx.update([docs])
+        with sqlite3.connect(idx.config.cache_dir / "faiss" / "tagged.sqlite") as db:
+            assert db.execute("SELECT count(*) FROM tags").fetchone()[0] == 2  # the sets no chunk holds are gone
+        hits = idx.search("left", k=100, threshold=0.0, filters={"tags": ["tag-00007"]}, collapse="none")
+        assert {h.rel_path for h in hits} == {"big.md"}
+        assert not idx.search("subject", k=100, threshold=0.0, filters={"tags": ["tag-01999"]})
+
+
+def test_the_tag_filter_stays_exact_on_milvus_lite(tmp_path: Path) -> None:
+    docs = _tagged_folder(tmp_path)
+    config = load_config({"index": "tagged", "store.backend": "milvus", "milvus_uri": str(tmp_path / "m.db")})
+    with Index(config, embedder=HashEmbedder()) as idx:
+        idx.update([docs])
+        _tag_filter_finds_exactly_the_notes_chunks(idx)
+
+
+def _as_an_older_release_wrote_it(path: Path) -> int:
+    """The FAISS store at ``path`` put back in the form an older release wrote: each chunk's tags in its
+    metadata and a tag row for each of them, no sets; what that release's run recorded. Its tag rows."""
+    import json
+    import sqlite3
+
+    from mdrag.store.faiss import rows
+
+    with sqlite3.connect(path) as db:
+        sets = {n: json.loads(v) for n, v in db.execute("SELECT n, tags FROM tagsets")}
+        db.execute("DELETE FROM tags")
+        for n, metadata, tagset in db.execute("SELECT n, metadata, tagset FROM chunks").fetchall():
+            if tagset:
+                meta = {**json.loads(metadata), "tags": sets[tagset]}
+                db.execute("UPDATE chunks SET metadata = ? WHERE n = ?", (json.dumps(meta), n))
+                db.executemany("INSERT INTO tags (tag, n) VALUES (?, ?)", [(t, n) for t in set(sets[tagset])])
+        db.execute("DROP INDEX chunks_tagset")
+        db.execute("ALTER TABLE chunks DROP COLUMN tagset")
+        db.execute("DROP TABLE tagsets")
+        rows.record_run(db)
+        return int(db.execute("SELECT count(*) FROM tags").fetchone()[0])
+
+
+def test_an_index_of_an_older_release_is_searched_as_it_is_then_upgraded_and_says_so(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    import sqlite3
+
+    docs = _tagged_folder(tmp_path)
+    config = load_config({"index": "tagged", "store.backend": "faiss"})
+    path = config.cache_dir / "faiss" / "tagged.sqlite"
+    with Index(config, embedder=HashEmbedder()) as idx:
+        idx.update([docs])
+    assert _as_an_older_release_wrote_it(path) > 40_000  # 2,000 tags on each chunk of the big note
+    with Index(config, embedder=HashEmbedder()) as idx:
+        _tag_filter_finds_exactly_the_notes_chunks(idx)  # read as it is
+        assert idx.store.check(thorough=True) == []
+        caplog.set_level("WARNING")
+        summary = idx.update([docs])  # no file changed: the run upgrades the store
+        assert summary.unchanged == 4 and not summary.added
+        assert any("upgraded the FAISS store of an older release" in r.getMessage() for r in caplog.records)
+        with sqlite3.connect(path) as db:
+            assert db.execute("SELECT count(*) FROM tags").fetchone()[0] == 2003
+        assert idx.store.check(thorough=True) == []
+        _tag_filter_finds_exactly_the_notes_chunks(idx)
+    caplog.clear()
+    with Index(config, embedder=HashEmbedder()) as idx:
+        idx.update([docs])
+        _tag_filter_finds_exactly_the_notes_chunks(idx)
+    assert not any("upgraded" in r.getMessage() for r in caplog.records)  # once
