@@ -6,10 +6,13 @@ Figures:
   whose one paragraph holds a ``[[link]]`` on each line, at 64, 128, 256, 512 and 1,024 KB, and on a note
   of 2,000, 4,000, 8,000 and 16,000 distinct inline tags (ten to a line); CPU seconds, best of
   ``--repeat`` runs (the machine is shared), the parse timed apart. The growth is each size's CPU time
-  over the previous size's (target: at most 2.2x per doubling; 4x is quadratic).
+  over the previous size's (target: at most 2.2x per doubling; 4x is quadratic);
+- the store a note of 2,000 distinct inline tags (61 kB, 143 paragraphs) makes, indexed alone by
+  ``mdrag index`` with the default model on each store (FAISS, Milvus Lite): its chunks, its tag rows
+  (FAISS) and its files' bytes, beside the same note without its tags.
 
     python benchmarks/vault_reading.py [--link-kb 64 128 256 512 1024] [--tags 2000 4000 8000 16000]
-                                       [--repeat 3] [--json out.json]
+                                       [--repeat 3] [--no-store] [--json out.json]
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from render import command, fratio, not_measured, prose, table, verdict  # noqa: E402
+from render import command, fint, fratio, not_measured, prose, table, verdict  # noqa: E402
 from steps import Benchmark, Data, Row, Section, Step, Target  # noqa: E402
 
 TARGET = 2.2  # the most reading time may grow per doubling of the links or tags
@@ -81,11 +84,59 @@ def reading_times(folder: Path, cases: list[tuple[str, float, str]], repeat: int
     return rows
 
 
+def tagged_note(tags: int, tagged: bool = True) -> str:
+    """A note of ``tags`` short lines, each naming a distinct inline tag (or, without ``tagged``, the same
+    word), fourteen lines to a paragraph."""
+    lines = [f"Item {i} is on {'#' if tagged else ''}tag-{i:05d} now." for i in range(tags)]
+    return "# Tags\n\n" + "\n\n".join("\n".join(lines[i : i + 14]) for i in range(0, tags, 14)) + "\n"
+
+
+def _bytes(paths: list[Path]) -> int:
+    files = [f for p in paths for f in ([p] if p.is_file() else p.rglob("*") if p.is_dir() else []) if f.is_file()]
+    return sum(f.stat().st_size for f in files)
+
+
+def store_sizes(folder: Path, tags: int) -> list[dict[str, Any]]:
+    """Per store, the note with and without its tags: chunks, tag rows (FAISS) and the store's bytes."""
+    import sqlite3
+
+    from mdrag.config import load_config
+    from mdrag.embedding import make_embedder
+    from mdrag.index import Index
+
+    embedder = make_embedder(load_config())
+    rows: list[dict[str, Any]] = []
+    for backend in ("faiss", "milvus"):
+        for tagged in (True, False):
+            home = folder / f"{backend}-{tagged}"
+            docs = home / "notes"
+            (docs / ".obsidian").mkdir(parents=True)  # a vault: its inline tags are tags
+            (docs / "tags.md").write_text(tagged_note(tags, tagged), encoding="utf-8")
+            os.environ["MDRAG_HOME"] = str(home)
+            config = load_config({"index": "tags", "store.backend": backend})
+            with Index(config, embedder=embedder) as idx:
+                summary = idx.update([docs])
+            cache = config.cache_dir
+            if backend == "faiss":
+                files = [cache / "faiss" / f"tags.{ext}" for ext in ("sqlite", "faiss", "bm25")]
+                with sqlite3.connect(files[0]) as db:
+                    tag_rows = int(db.execute("SELECT count(*) FROM tags").fetchone()[0])
+            else:
+                files, tag_rows = [cache / "milvus.db", Path(f"{cache / 'milvus.db'}.mdrag")], None
+            row = {"store": backend, "tagged": tagged, "chunks": summary.chunks_total, "tag_rows": tag_rows}
+            rows.append({**row, "bytes": _bytes(files), "note_bytes": len(tagged_note(tags, tagged).encode())})
+            log.info("%s, %s: %d chunks, %s tag rows, %.2f MB", backend, "tagged" if tagged else "no tags",
+                     row["chunks"], tag_rows, rows[-1]["bytes"] / 1e6)  # fmt: skip
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--link-kb", type=float, nargs="+", default=[64, 128, 256, 512, 1024])
     ap.add_argument("--tags", type=int, nargs="+", default=[2000, 4000, 8000, 16000])
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--store-tags", type=int, default=2000, help="tags of the note whose store is measured")
+    ap.add_argument("--no-store", action="store_true", help="leave out the store's size")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
@@ -93,6 +144,8 @@ def main() -> None:
     cases += [("tags", float(n), tags_note(n)) for n in args.tags]
     with tempfile.TemporaryDirectory() as tmp:
         result: dict[str, Any] = {"reading": reading_times(Path(tmp), cases, args.repeat)}
+        if not args.no_store:
+            result["store"] = store_sizes(Path(tmp), args.store_tags)
     result["cpus"] = os.cpu_count()
     summary(result)
     if args.json:
@@ -107,6 +160,9 @@ def summary(result: dict[str, Any]) -> None:
             f"{r['size']:g} {unit} {r['cpu_s']:.3f} s" + (f" ({r['growth']:.2f}x)" if r["growth"] else "") for r in rows
         )
         print(f"{kind}: {figures}; per doubling, smallest to largest: {fratio(_overall(rows))}")
+    for r in result.get("store") or []:
+        print(f"store {r['store']}, {'tagged' if r['tagged'] else 'no tags'}: {r['chunks']} chunks, "
+              f"{r['tag_rows']} tag rows, {r['bytes'] / 1e6:.2f} MB")  # fmt: skip
 
 
 # -- in the report (benchmarks/report.py) --------------------------------------
@@ -136,6 +192,26 @@ def section_vault_reading(data: Data) -> list[str]:
         lines += table(
             ["note", *[f"{r['size']:g} {unit}" for r in rows], "growth per doubling, smallest to largest"],
             [[what, *cells, fratio(_overall(rows))]],
+        )
+    stores = vr.get("store") or []
+    if stores:
+        lines += [
+            "The store of one note of 2,000 distinct inline tags, indexed alone (each set of tags is stored once; "
+            "before, every chunk stored all of its note's tags, see above):",
+            "",
+        ]
+        lines += table(
+            ["store", "note", "chunks", "tag rows", "store files"],
+            [
+                [
+                    r["store"],
+                    "2,000 inline tags" if r["tagged"] else "the same without tags",
+                    fint(r.get("chunks")),
+                    fint(r.get("tag_rows")),
+                    f"{r['bytes'] / 1e6:.2f} MB",
+                ]  # fmt: skip
+                for r in stores
+            ],
         )
     return lines
 
