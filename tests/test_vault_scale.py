@@ -223,12 +223,42 @@ def test_a_notes_tags_are_stored_once_and_the_tag_filter_stays_exact(tmp_path: P
         assert not idx.search("subject", k=100, threshold=0.0, filters={"tags": ["tag-01999"]})
 
 
-def test_the_tag_filter_stays_exact_on_milvus_lite(tmp_path: Path) -> None:
+def test_milvus_lite_stores_a_notes_tags_once_and_the_tag_filter_stays_exact(tmp_path: Path) -> None:
+    """In Milvus every chunk row held all of its note's tags in its metadata: a note of 20,000 tags took
+    264 s to index, 1.6 GB of memory and 18 s for one tag-filtered search."""
+    import json
+
+    from mdrag.store.milvus import tagsets
+
     docs = _tagged_folder(tmp_path)
     config = load_config({"index": "tagged", "store.backend": "milvus", "milvus_uri": str(tmp_path / "m.db")})
     with Index(config, embedder=HashEmbedder()) as idx:
         idx.update([docs])
+        store: Any = idx.store
         _tag_filter_finds_exactly_the_notes_chunks(idx)
+
+        def stored() -> tuple[int, list[int]]:  # the bytes of the chunk rows' metadata, the sets' sizes
+            rows = store.call("query", store.collection, filter='id != ""', output_fields=["metadata"])
+            sets = store.call("query", tagsets.name(store.collection), filter='digest != ""', output_fields=["tags"])
+            return sum(len(json.dumps(r["metadata"])) for r in rows), sorted(len(s["tags"]["tags"]) for s in sets)
+
+        metadata, sets = stored()
+        assert metadata < 200 * store.count() and sets == [1, 2, 2000], (metadata, sets)
+        # A row an older release wrote, its tags in its metadata, is found and read as it was.
+        [old] = store.call("query", store.collection, filter='rel_path == "other.md"', output_fields=["*"])
+        old.pop("sparse", None)
+        store.call("upsert", store.collection, [{**old, "metadata": {"title": "Other", "tags": ["shared", "old"]}}])
+        [hit] = idx.search("inline", k=5, threshold=0.0, filters={"tags": ["old"]}, mode="bm25")
+        assert hit.rel_path == "other.md" and hit.metadata["tags"] == ["shared", "old"]
+        assert {h.rel_path for h in idx.search("note", k=50, threshold=0.0, filters={"tags": ["shared"]})} == {
+            "plain.md",
+            "other.md",
+        }
+        (docs / "big.md").write_text("# Big\n\nNow only #tag-00007 is left, linking [[plain]].\n")
+        idx.update([docs])
+        assert 2000 not in stored()[1]  # the big note's old set is gone with its rows
+        hits = idx.search("left", k=9, threshold=0.0, filters={"tags": ["tag-00007"]})
+        assert {h.rel_path for h in hits} == {"big.md", "plain.md"}
 
 
 def _as_an_older_release_wrote_it(path: Path) -> int:
