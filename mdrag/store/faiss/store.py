@@ -210,7 +210,7 @@ class FaissStore:
         with self._lock, sql.writing(self.path):
             self._begin()
             self.db.execute("DELETE FROM chunks")
-            self.db.execute("DELETE FROM tags")
+            sql.clear_tags(self.db)
             self.db.execute("DELETE FROM meta WHERE key != 'commits'")
             self._commit(run=False)
             self.faiss_path.unlink(missing_ok=True)
@@ -267,7 +267,7 @@ class FaissStore:
             db = self._read()
             try:
                 found = self._mismatches(db, sql.recorded(db), thorough)
-                suspect = sql.tag_differences(db) if "tagged" in found else set()
+                suspect = sql.tag_differences(db) if found.keys() & {"tags", "tagged"} else set()
                 left = (fv.bad_vectors(db, self._dim, self.path) if "vectors" in found else set()) | self._left_out
                 bad = left | (sql.edited_texts(db) if "texts" in found else set())
                 ids = {r[0] for n in batches(sorted(suspect | bad)) for r in sql.ids_of(db, n)}
@@ -275,7 +275,7 @@ class FaissStore:
                     found["left"] = fv.said(db, left, self.path, "were damaged: embedded again")
             except sqlite3.DatabaseError as e:
                 raise damaged(self.path, e) from e
-            if bad or any(k in found for k in ("faiss", "tags", "rows", "tagged")) or not fv.has_digests(db):
+            if bad or any(k in found for k in ("faiss", "tags", "rows", "tagged")) or not sql.current(db):
                 with sql.writing(self.path):
                     self._begin()
                     if bad:  # their files are indexed again; a damaged row must not be reused by content hash
@@ -312,7 +312,7 @@ class FaissStore:
                 self._unlocked.wait(min(_LOCK_POLL_S, left))
         try:
             self._sync()  # what the previous writer committed
-            fv.begin_write(self.db, self._dim, self.path)  # a store of an older release gets its vector digests
+            sql.begin_write(self.db, self._dim, self.path)  # a store of an older release is upgraded
         except BaseException:
             self._writer.release()
             raise
