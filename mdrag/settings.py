@@ -30,6 +30,8 @@ __all__ = [
     "DEFAULTS",
     "DEFAULT_EMBEDDING_MODELS",
     "DOC_SECTIONS",
+    "INDEX_NAME",
+    "INDEX_NAME_RULE",
     "ENV_VARS",
     "FIELDS",
     "INHERITS",
@@ -45,9 +47,17 @@ __all__ = [
     "doc_references",
     "settings_table",
     "shown_default",
+    "valid_index_name",
 ]
 
-_INDEX_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")  # also a collection and a file name
+#: An index name names files in the home (its FAISS store, its manifest): never a '/' nor a leading dot. Milvus
+#: collection names allow no '-' nor '.': the store escapes them (:func:`mdrag.store.milvus.collection_name`).
+INDEX_NAME = re.compile(r"(?!.*\.\.)[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+INDEX_NAME_RULE = "a letter or digit, then letters, digits, '_', '-' or '.' (no '..'; 64 at most)"
+
+
+def valid_index_name(name: str) -> bool:
+    return INDEX_NAME.fullmatch(name) is not None  # whole: a trailing newline is not forgiven
 
 
 def _not_bool(value: Any) -> Any:
@@ -61,10 +71,8 @@ def _listify(value: Any) -> Any:
 
 
 def _index_name(value: str) -> str:
-    if not _INDEX_NAME.match(value):
-        raise PydanticCustomError(
-            "mdrag", "must start with a letter and hold only letters, digits and '_' (64 at most)"
-        )
+    if not valid_index_name(value):
+        raise PydanticCustomError("mdrag", f"must be {INDEX_NAME_RULE}")
     return value
 
 
@@ -162,7 +170,7 @@ class Settings(BaseModel):
 
     index: IndexName = setting(
         "default",
-        "index name (its FAISS store `<name>.sqlite`, or its Milvus collection `mdrag_<name>`)",
+        "index name: letters, digits, `_`, `-` and `.` (its FAISS store `<name>.sqlite`, or its Milvus collection `mdrag_<name>`, `-` and `.` escaped)",
         env="MARKDOWN_QA_INDEX",
     )
     folders: StrList = setting(

@@ -147,15 +147,17 @@ def test_without_the_model_the_commands_that_need_none_still_work(tmp_path: Path
     """`status`, `get` and `search` of a fresh home load no model: they exited 1 with the model's error."""
     home = tmp_path / "fresh-home"
     docs = _docs(tmp_path)
-    for argv in (["status"], ["status", "--json"], ["get", str(docs / "install.md")]):
+    p = _mdrag_without_weights(home, tmp_path, "status")
+    assert p.returncode == 0 and "sentence-transformers/all-MiniLM-L6-v2 (384-d)" in p.stdout, p.stderr
+    p = _mdrag_without_weights(home, tmp_path, "status", "--json")
+    assert p.returncode == 0 and json.loads(p.stdout)["files"] == 0, p.stderr
+    for argv, said in (
+        (["get", str(docs / "install.md")], "holds no files yet: run `mdrag index DIR` first"),
+        (["search", "installer"], "does not exist in"),
+    ):
         p = _mdrag_without_weights(home, tmp_path, *argv)
-        assert p.returncode == 0, (argv, p.stderr)
-        assert "not on this machine" not in p.stderr
-    p = _mdrag_without_weights(home, tmp_path, "get", str(docs / "install.md"))
-    assert "Run the installer" in p.stdout
-    p = _mdrag_without_weights(home, tmp_path, "search", "installer")
-    assert p.returncode == 1 and "not on this machine" not in p.stderr, p.stderr
-    assert "no index" in p.stderr.lower() and "mdrag index" in p.stderr, p.stderr
+        assert p.returncode == 1 and "not on this machine" not in p.stderr, p.stderr
+        assert said in p.stderr and "mdrag index" in p.stderr, p.stderr
     p = _mdrag_without_weights(home, tmp_path, "index", str(docs))
     assert p.returncode == 1 and "HF_HUB_OFFLINE is set" in p.stderr, "what needs the model names the three ways"
 
@@ -171,6 +173,22 @@ def test_a_home_that_holds_the_models_onnx_file_searches_without_the_weights_pac
     assert code == 0, err
     code, want, err = _run(capsys, "search", "how do I install it", "--json")
     assert code == 0, err
+    [kept] = [f.parent for f in (mdrag_home / "cache" / "models").glob("*/model.onnx")]
+    beside = sorted(str(f.relative_to(kept)) for f in kept.rglob("*") if f.is_file())
+    assert {"tokenizer.json", "config.json", "1_Pooling/config.json", "model.onnx.sha256"} <= set(beside), beside
+    for name in ("tokenizer.json", "config.json", "1_Pooling/config.json"):  # as a home written before kept them
+        (kept / name).unlink()
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "MDRAG_HOME": str(mdrag_home)}
+    p = subprocess.run(  # with the weights package: what the ONNX file needs beside it is kept from now on
+        [sys.executable, "-m", "mdrag", "search", "how do I install it", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        cwd=ROOT,
+    )
+    assert p.returncode == 0, p.stderr
+    assert beside == sorted(str(f.relative_to(kept)) for f in kept.rglob("*") if f.is_file())
     p = _mdrag_without_weights(mdrag_home, tmp_path, "status")
     assert p.returncode == 0, p.stderr
     p = _mdrag_without_weights(mdrag_home, tmp_path, "search", "how do I install it", "--json")
@@ -178,3 +196,35 @@ def test_a_home_that_holds_the_models_onnx_file_searches_without_the_weights_pac
     got = json.loads(p.stdout)
     assert [r["rel_path"] for r in got] == [r["rel_path"] for r in json.loads(want)] == ["install.md"]
     assert got[0]["score"] == pytest.approx(json.loads(want)[0]["score"], abs=1e-4)
+
+
+def test_the_default_models_dimension_is_its_own() -> None:
+    """The dimension known without the model's files is the one its pooling configuration declares."""
+    from mdrag.embedding.local import DEFAULT_DIMENSION, DEFAULT_MODEL, resolve_model_dir
+
+    folder = resolve_model_dir(DEFAULT_MODEL)
+    assert (
+        json.loads((folder / "1_Pooling" / "config.json").read_text())["word_embedding_dimension"] == DEFAULT_DIMENSION
+    )
+
+
+def test_index_names_take_hyphens_and_dots_but_never_leave_the_home(
+    tmp_path: Path, mdrag_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--index my-docs` was refused (letters, digits and '_' only), though folder names have hyphens."""
+    docs = _docs(tmp_path)
+    for name in ("my-docs", "hugo.v0.140"):
+        code, _, err = _run(capsys, "index", str(docs), "--index", name, "-q")
+        assert code == 0, err
+        code, out, err = _run(capsys, "search", "installer", "--index", name, "--json")
+        assert code == 0 and json.loads(out)[0]["rel_path"] == "install.md", err
+        code, out, err = _run(capsys, "status", "--index", name, "--json")
+        assert code == 0 and json.loads(out)["files"] == 1, err
+        assert (mdrag_home / "cache" / "manifests" / f"{name}.json").is_file()
+    code, out, err = _run(capsys, "status", "--index", "my_docs", "--json")
+    assert code == 0 and json.loads(out)["files"] == 0, "my_docs is another index than my-docs"
+    before = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*"))
+    for bad in ("../escape", "a/b", ".hidden", "..", "a..b", "-x", "x" * 65):
+        code, _, err = _run(capsys, "status", "--index", bad)
+        assert code == 2 and "index" in err, (bad, err)
+    assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == before, "nothing was written"
