@@ -170,7 +170,8 @@ class Settings(BaseModel):
 
     index: IndexName = setting(
         "default",
-        "index name: letters, digits, `_`, `-` and `.` (its FAISS store `<name>.sqlite`, or its Milvus collection `mdrag_<name>`, `-` and `.` escaped)",
+        "index name: letters, digits, `_`, `-` and `.` (its FAISS store `<name>.sqlite`, or its Milvus "
+        "collection `mdrag_<name>`, `-` and `.` escaped)",
         env="MARKDOWN_QA_INDEX",
     )
     folders: StrList = setting(
