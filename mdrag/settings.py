@@ -50,8 +50,7 @@ __all__ = [
     "valid_index_name",
 ]
 
-#: An index name names files in the home (its FAISS store, its manifest): never a '/' nor a leading dot. Milvus
-#: collection names allow no '-' nor '.': the store escapes them (:func:`mdrag.store.milvus.collection_name`).
+#: It names files in the home: never a '/' nor a leading dot (Milvus escapes '-' and '.': its collection_name).
 INDEX_NAME = re.compile(r"(?!.*\.\.)[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 INDEX_NAME_RULE = "a letter or digit, then letters, digits, '_', '-' or '.' (no '..'; 64 at most)"
 
