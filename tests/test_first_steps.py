@@ -228,3 +228,32 @@ def test_index_names_take_hyphens_and_dots_but_never_leave_the_home(
         code, _, err = _run(capsys, "status", "--index", bad)
         assert code == 2 and "index" in err, (bad, err)
     assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == before, "nothing was written"
+
+
+def test_a_folder_indexed_through_a_symbolic_link_is_read_by_the_path_as_typed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """mdrag records a folder by its resolved path; `get` and `search --path` refused the path as the user
+    typed it, through the link ("leaves the index's folders"). Both the typed and the resolved path work."""
+    real = _docs(tmp_path)
+    (real / "guide").mkdir()
+    (real / "guide" / "setup.md").write_text("# Setup\n\nThe installer asks for a folder.\n")
+    link = tmp_path / "linked"
+    link.symlink_to(real)
+    code, _, err = _run(capsys, "index", str(link), "-q")
+    assert code == 0, err
+    for folder in (link, real):
+        code, out, err = _run(capsys, "get", str(folder / "install.md"))
+        assert code == 0 and "Run the installer" in out, err
+        code, out, err = _run(capsys, "get", str(folder / "guide" / "*.md"))
+        assert code == 0 and "asks for a folder" in out, err
+        code, out, err = _run(capsys, "search", "installer", "--path", f"{folder}/guide/", "--json")
+        assert code == 0 and [r["rel_path"] for r in json.loads(out)] == ["guide/setup.md"], err
+        code, out, err = _run(capsys, "search", "installer", "--path", f"{folder}/gui", "--json")
+        assert code == 0 and [r["rel_path"] for r in json.loads(out)] == ["guide/setup.md"], err
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.md").write_text("# Secret\n\ninstaller\n")
+    (real / "escape").symlink_to(outside)  # a link inside the folder that leads out of it
+    code, out, err = _run(capsys, "get", str(link / "escape" / "secret.md"))
+    assert code == 1 and "secret" not in out.lower(), err

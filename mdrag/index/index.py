@@ -37,6 +37,7 @@ from mdrag.retrieval.linked import Resolver
 from mdrag.retrieval.links import notes_at, notes_of, with_links
 from mdrag.retrieval.relevance import TermStats
 from mdrag.retrieval.search import SearchOptions, search
+from mdrag.retrieval.shown import held_filters
 from mdrag.store import check_backend, make_store, resolve_backend
 from mdrag.types import SearchResult
 
@@ -384,6 +385,7 @@ class Index:
         )
         exists, vector = self._open_to_search(query)
         manifest = self._view.manifest_state()
+        filters = held_filters(filters, self._view.seen_roots)  # a path typed through a symbolic link
         self._health.check_search(self.store, exists, manifest)
         self._view.follow_committed(manifest, self.store.transactional)
 
