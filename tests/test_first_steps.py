@@ -257,3 +257,40 @@ def test_a_folder_indexed_through_a_symbolic_link_is_read_by_the_path_as_typed(
     (real / "escape").symlink_to(outside)  # a link inside the folder that leads out of it
     code, out, err = _run(capsys, "get", str(link / "escape" / "secret.md"))
     assert code == 1 and "secret" not in out.lower(), err
+
+
+LIBRARY = """
+import json, logging, sys
+import mdrag
+
+docs = sys.argv[1]
+with mdrag.open_index("docs", chunk__size=800) as index:  # docs/python.md's example
+    first = index.update([docs])
+with mdrag.open_index("docs") as index:  # then the README's, on the same index
+    again = index.update([docs])
+    size = index.status().chunking["size"]
+print(json.dumps({"first": first.chunks_embedded, "again": again.chunks_embedded, "rebuild": again.rebuild,
+                  "size": size}))
+logging.basicConfig(level=logging.WARNING)  # an application that shows logs sees why a re-index happens
+with mdrag.open_index("docs", chunk__size=600) as index:
+    print(json.dumps({"changed": index.update([docs]).rebuild}))
+"""
+
+
+def test_the_library_prints_nothing_and_unset_chunk_settings_keep_the_indexs(tmp_path: Path) -> None:
+    """python.md's example, then the README's, on one index: the second printed `every file is indexed again
+    (chunk settings changed)` on stderr and embedded everything again, its unset chunk.size being the default."""
+    docs = _docs(tmp_path)
+    for n in range(30):
+        (docs / f"page{n}.md").write_text(f"# Page {n}\n\n" + f"Sentence {n} about the installer. " * 40)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "MDRAG_HOME": str(tmp_path / "home"), "HF_HUB_OFFLINE": "1"}
+    p = subprocess.run(
+        [sys.executable, "-c", LIBRARY, str(docs)], capture_output=True, text=True, timeout=600, env=env, cwd=ROOT
+    )
+    assert p.returncode == 0, p.stderr
+    outcome, changed = (json.loads(line) for line in p.stdout.splitlines())
+    assert outcome["first"] > 30 and outcome["again"] == 0 and outcome["rebuild"] is None, outcome
+    assert outcome["size"] == 800, "the index's recorded chunk.size, not the default"
+    warned, _, _ = p.stderr.partition("every file is indexed again")
+    assert warned.strip().endswith("WARNING:mdrag.ingest.pipeline:index 'docs':"), p.stderr
+    assert changed == {"changed": "chunk settings changed"}

@@ -80,7 +80,7 @@ class Index:
         self.config = config or load_config()  # resolved settings
         self.name: str = self.config["index"]  # index (collection) name
         self.embedder = embedder or make_embedder(self.config)  # loads its model lazily
-        self.settings = ChunkSettings.from_config(self.config)  # how files are cut; a change re-chunks everything
+        ChunkSettings.from_config(self.config)  # settings that cannot go together: said now (see settings)
         self._stem = None  # applied to BM25 texts and queries
         if self.config["search.stemming"]:
             from mdrag.stemming import stemmer
@@ -120,6 +120,14 @@ class Index:
                     self._store = make_store(self.config, self.name, self.embedder.identity, self._stem, self.backend)
                 store = self._store
         return store
+
+    @property
+    def settings(self) -> ChunkSettings:
+        """How files are cut: the ``chunk.*`` settings, those left unset taken from what the index recorded
+        (a program that does not set them keeps the index's); one set to another value chunks every file
+        again (vectors of unchanged text are reused), as the update's ``rebuild`` says."""
+        m = Manifest.load(self.manifest_path)
+        return ChunkSettings.from_config(self.config, m.chunking if m is not None else None)
 
     @property
     def search_options(self) -> SearchOptions:
@@ -210,7 +218,7 @@ class Index:
         from mdrag.ingest.pipeline import Indexer, IndexOptions  # not imported by a search
 
         options = IndexOptions(
-            self.settings,
+            self.settings,  # read from the manifest once per run
             self._selection(),
             (self.config["index.parse_timeout"], self.config["index.max_parse_mb"] or None),
             batch_chunks,
