@@ -153,10 +153,18 @@ class LocalEmbedder(Embedder):
 
     def __init__(self, model: str = DEFAULT_MODEL, batch_size: int = 32, device: str = "cpu") -> None:
         require_extra("torch", "embedding.backend: torch")
-        self.model_dir = resolve_model_dir(model, TORCH_HUB_FILES)  # where the weights and tokenizer live
+        self._model = model  # as given: the default model's name, or a folder
         self.model_id = DEFAULT_MODEL if model in _ALIASES else model  # recorded in the index
         self.batch_size = batch_size  # texts per forward pass
         self.device = device  # torch device; CPU by default
+        if model not in _ALIASES:
+            self.model_dir  # noqa: B018  # a folder: checked now, as it costs nothing
+
+    @cached_property
+    def model_dir(self) -> Path:
+        """Where the weights and tokenizer live; found on first use (a command that embeds nothing never
+        looks for the default model, which may have to come from the hub)."""
+        return resolve_model_dir(self._model, TORCH_HUB_FILES)
 
     @classmethod
     def from_config(cls, config: Config) -> LocalEmbedder:
@@ -174,7 +182,7 @@ class LocalEmbedder(Embedder):
 
     @property
     def dimension(self) -> int:
-        return int(self._pooling_dim)
+        return DEFAULT_DIMENSION if self._model in _ALIASES else int(self._pooling_dim)
 
     @cached_property
     def _pooling_dim(self) -> int:
