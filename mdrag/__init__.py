@@ -11,6 +11,7 @@ Heavy libraries (torch, pymilvus) load only when first used.
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Any
 
 from mdrag.errors import (
@@ -25,6 +26,10 @@ from mdrag.errors import (
 )
 from mdrag.types import Chunk, Document, SearchResult, Section
 from mdrag.version import __version__
+
+# The library prints nothing: its log records reach the handlers an application sets up, and no others (without
+# this, Python's last-resort handler prints WARNING records on stderr). The command line sets up its own.
+logging.getLogger("mdrag").addHandler(logging.NullHandler())
 
 if TYPE_CHECKING:
     from mdrag.answering.ask import Answer

@@ -31,6 +31,8 @@ __all__ = [
     "DEFAULTS",
     "DEFAULT_EMBEDDING_MODELS",
     "DOC_SECTIONS",
+    "INDEX_NAME",
+    "INDEX_NAME_RULE",
     "ENV_VARS",
     "FIELDS",
     "INHERITS",
@@ -46,9 +48,16 @@ __all__ = [
     "doc_references",
     "settings_table",
     "shown_default",
+    "valid_index_name",
 ]
 
-_INDEX_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")  # also a collection and a file name
+#: It names files in the home: never a '/' nor a leading dot (Milvus escapes '-' and '.': its collection_name).
+INDEX_NAME = re.compile(r"(?!.*\.\.)[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+INDEX_NAME_RULE = "a letter or digit, then letters, digits, '_', '-' or '.' (no '..'; 64 at most)"
+
+
+def valid_index_name(name: str) -> bool:
+    return INDEX_NAME.fullmatch(name) is not None  # whole: a trailing newline is not forgiven
 
 
 def _not_bool(value: Any) -> Any:
@@ -62,10 +71,8 @@ def _listify(value: Any) -> Any:
 
 
 def _index_name(value: str) -> str:
-    if not _INDEX_NAME.match(value):
-        raise PydanticCustomError(
-            "mdrag", "must start with a letter and hold only letters, digits and '_' (64 at most)"
-        )
+    if not valid_index_name(value):
+        raise PydanticCustomError("mdrag", f"must be {INDEX_NAME_RULE}")
     return value
 
 
@@ -163,7 +170,8 @@ class Settings(BaseModel):
 
     index: IndexName = setting(
         "default",
-        "index name (its FAISS store `<name>.sqlite`, or its Milvus collection `mdrag_<name>`)",
+        "index name: letters, digits, `_`, `-` and `.` (its FAISS store `<name>.sqlite`, or its Milvus "
+        "collection `mdrag_<name>`, `-` and `.` escaped)",
         env="MARKDOWN_QA_INDEX",
     )
     folders: StrList = setting(

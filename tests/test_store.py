@@ -190,10 +190,39 @@ def test_unreachable_server_fails_fast_naming_the_uri() -> None:
 
 
 def test_index_names_are_checked() -> None:
-    assert collection_name("docs_v2") == "mdrag_docs_v2"
-    for bad in ("", "1abc", "a-b", "x; drop", "a" * 80):
+    assert collection_name("docs_v2") == "mdrag_docs_v2", "names from before '-' and '.' keep their collection"
+    for bad in ("", "-a", ".a", "..", "a..b", "a/b", "../x", "x; drop", "a b", "a" * 80, "docs\n", "_a"):
         with pytest.raises(StoreError, match="invalid index name"):
             collection_name(bad)
+
+
+def test_index_names_with_hyphens_and_dots_map_to_distinct_collections() -> None:
+    """Folder names have hyphens and dots; Milvus collection names allow only letters, digits and '_': the
+    map is one-to-one, so `my-docs` and `my_docs` never share a collection."""
+    import re
+
+    names = ["my-docs", "my_docs", "my.docs", "my__docs", "my-_docs", "my_-docs", "my_hdocs", "mydocs", "2024-notes"]
+    names += ["a-b_c", "a_b-c", "x_d", "x.", "x-", "x_u", "x_h", "hugo.v0.140", "A-b", "a-B", "a" * 64, "a-" * 32]
+    collections = [collection_name(n) for n in names]
+    assert len(set(collections)) == len(names), collections
+    assert all(re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,254}", c) for c in collections), collections
+
+
+@pytest.mark.slow
+def test_my_docs_and_my_underscore_docs_are_two_indexes_in_one_lite_file(tmp_path: Path) -> None:
+    uri = str(tmp_path / "m.db")
+    chunks, vectors = _chunks(3)
+    first = MilvusStore(uri, "my-docs", IDENTITY)
+    assert first.open(create=True)
+    first.upsert(chunks, vectors)
+    first.close()
+    second = MilvusStore(uri, "my_docs", IDENTITY)
+    assert second.open(create=True)
+    assert second.count() == 0, "a collection of its own"
+    second.close()
+    again = MilvusStore(uri, "my-docs", IDENTITY)
+    assert again.open(create=False) and again.count() == 3
+    again.close()
 
 
 def test_lite_file_held_by_another_process_is_reported_as_in_use(tmp_path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -49,16 +50,19 @@ class ChunkSettings:
     vault: bool = _setting("vault")
 
     @classmethod
-    def from_config(cls, config: Config) -> ChunkSettings:
-        """The settings ``chunk.size``, ``chunk.overlap``, ... ask for."""
+    def from_config(cls, config: Config, recorded: Mapping[str, Any] | None = None) -> ChunkSettings:
+        """The settings ``chunk.size``, ``chunk.overlap``, ... ask for; those ``config`` leaves at their default
+        (set by no file, variable or flag) take the value ``recorded`` (an index's manifest's ``chunking``)
+        holds, so that a program that does not mention them does not chunk the index again."""
+        recorded = recorded or {}
+        fields = ("size", "overlap", "unit", "context", "path_words", "strategy", "vault")
         return cls(
-            size=config["chunk.size"],
-            overlap=config["chunk.overlap"],
-            unit=config["chunk.unit"],
-            context=config["chunk.context"],
-            path_words=config["chunk.path_words"],
-            strategy=config["chunk.strategy"],
-            vault=config["chunk.vault"],
+            **{
+                name: recorded[name]
+                if name in recorded and config.sources.get(f"chunk.{name}", "default") == "default"
+                else config[f"chunk.{name}"]
+                for name in fields
+            }
         )
 
     def __post_init__(self) -> None:

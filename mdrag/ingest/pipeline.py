@@ -56,7 +56,7 @@ from mdrag.ingest.plan import (
 from mdrag.ingest.progress import IndexProgress, ProgressCounter
 from mdrag.ingest.reading import Parsed, read_file, read_hash
 from mdrag.ingest.scan import ScanOptions, ScanResult, scan
-from mdrag.ingest.summary import IndexSummary, report_scan, warn
+from mdrag.ingest.summary import NEW_INDEX, IndexSummary, report_scan, warn
 from mdrag.ingest.writing import delete_replaced, publish, write_batch
 from mdrag.parsers.worker import ParseWorker
 from mdrag.store import is_server_uri, moved_uri, same_location
@@ -196,7 +196,7 @@ class Indexer:
         if rebuild:
             summary.rebuild = "requested (--rebuild)"
         elif old is None:
-            summary.rebuild = "no manifest" if not manifest_path.exists() else "manifest unreadable"
+            summary.rebuild = NEW_INDEX if not manifest_path.exists() else "manifest unreadable"
         else:
             summary.rebuild = rebuild_reason(old, store, self.embedder, chunking)
         if summary.rebuild and old is not None:  # every folder of the index is indexed again, not only those given
@@ -206,7 +206,10 @@ class Indexer:
                 open_store()
                 open_store = None
             retired = old.retired_roots if old is not None else []  # a removal of them did not finish
-            roots = _resolve([*_roots_from_store(store, manifest_path, retired, summary), *roots])
+            recovered = _roots_from_store(store, manifest_path, retired, summary)
+            if recovered and summary.rebuild == NEW_INDEX:  # not new: its manifest was lost
+                summary.rebuild = "no manifest"
+            roots = _resolve([*recovered, *roots])
         found = scan(roots, selection)
         if summary.rebuild and old is not None:
             refuse_rebuild_with_folders_missing(old, found, summary.rebuild)

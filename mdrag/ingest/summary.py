@@ -8,9 +8,11 @@ from dataclasses import dataclass, field
 from mdrag.ingest.manifest import Manifest
 from mdrag.ingest.scan import ScanResult
 
-__all__ = ["IndexSummary", "report_scan", "warn"]
+__all__ = ["NEW_INDEX", "IndexSummary", "report_scan", "warn"]
 
 log = logging.getLogger(__name__)
+
+NEW_INDEX = "new index"  # the ``rebuild`` of a first run: every file is indexed, as in any index's first run
 
 
 @dataclass
@@ -31,7 +33,7 @@ class IndexSummary:
     chunks_total: int = 0
     seconds: float = 0.0
     embed_seconds: float = 0.0  # of which in the embedder (loading the model the first time included)
-    rebuild: str | None = None  # why the whole corpus was re-chunked, if it was
+    rebuild: str | None = None  # why the whole corpus was re-chunked, if it was (NEW_INDEX: a first run)
     repaired: bool = False  # a previous run was interrupted and its leftovers were cleaned
     remaining: int = 0  # files to do that a paused run left for the next one (see RunEvents.pause)
     waited_s: float = 0.0  # how long this run waited for another process's run on the index to finish

@@ -60,6 +60,7 @@ from mdrag.parsers import _Lazy, get_parser, parse_file
 from mdrag.parsers.text import decode_text
 from mdrag.retrieval.links import notes_of
 from mdrag.retrieval.lru import LRUCache
+from mdrag.retrieval.shown import as_held
 from mdrag.types import Document
 
 __all__ = ["Fetched", "Part", "fetch"]
@@ -292,7 +293,7 @@ class _Held:
         """The absolute paths of the held files ``target`` names (a glob: all it matches, sorted)."""
         roots = self.manifest.roots
         absolute = os.path.isabs(os.path.expanduser(target))
-        norm = os.path.normpath(os.path.expanduser(target)) if absolute else posixpath.normpath(target)
+        norm = as_held(os.path.normpath(os.path.expanduser(target)), roots) if absolute else posixpath.normpath(target)
         if (absolute and not any(_inside(norm, r) for r in roots)) or norm == ".." or norm.startswith("../"):
             raise MdragError(
                 f"{target!r} leaves the index's folders ({', '.join(roots)}): `get` reads only the files the "

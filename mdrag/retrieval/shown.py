@@ -1,10 +1,12 @@
 """How a search's outcome reads, the same in every front end (`mdrag search`, the WebSocket server and its page,
 MCP): a result's fields (:func:`result_fields`), what a search that found nothing says (:func:`no_results`),
-names that tell apart files of one relative path in two folders, and why a search finds nothing whatever its
-words (an index with no files, a path under none of its folders)."""
+names that tell apart files of one relative path in two folders, why a search finds nothing whatever its
+words (an index with no files, a path under none of its folders), and paths as the user typed them, through a
+symbolic link, read as the index records them."""
 
 from __future__ import annotations
 
+import os
 import posixpath
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
@@ -13,7 +15,7 @@ from mdrag.ingest.manifest import Manifest
 from mdrag.pageurls import page_url
 from mdrag.types import SearchResult
 
-__all__ = ["distinct_names", "no_results", "result_fields", "why_nothing"]
+__all__ = ["as_held", "distinct_names", "held_filters", "no_results", "result_fields", "why_nothing"]
 
 
 def result_fields(result: SearchResult, shared: Collection[str] = ()) -> dict[str, Any]:
@@ -63,6 +65,31 @@ def no_results(threshold: float | None, filtered: bool = False) -> str:
     )
 
 
+def _under(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def as_held(path: str, roots: Collection[str]) -> str:
+    """An absolute ``path`` (or path prefix) as the index records it, whose folders are ``roots``: as given
+    when it is under one of them; else with its symbolic links resolved, when that puts it under one (a
+    folder indexed through a link is recorded by its resolved path); else as given. A relative path is
+    returned as given. Only a path's lookup changes: what the index does not hold is still not read."""
+    if not os.path.isabs(path) or any(_under(path, r) for r in roots):
+        return path
+    real = os.path.realpath(path)
+    if path.endswith("/") and not real.endswith("/"):
+        real += "/"
+    return real if any(_under(real, r) for r in roots) else path
+
+
+def held_filters(filters: Mapping[str, Any] | None, roots: Collection[str]) -> Mapping[str, Any] | None:
+    """``filters`` with an absolute ``path_prefix`` or ``root`` as the index records it (:func:`as_held`)."""
+    if not filters:
+        return filters
+    held = {k: as_held(v, roots) for k in ("path_prefix", "root") if isinstance(v := filters.get(k), str)}
+    return {**filters, **held} if any(held[k] != filters[k] for k in held) else filters
+
+
 def _root(path: str, rel_path: str) -> str:
     """The indexed folder of a file at ``path`` whose path relative to it is ``rel_path``."""
     return path[: -len(rel_path)].rstrip("/") if path.endswith("/" + rel_path) else posixpath.dirname(path)
@@ -106,7 +133,7 @@ def why_nothing(manifest: Manifest | None, index: str, filters: Mapping[str, Any
     prefix = (filters or {}).get("path_prefix")
     if not isinstance(prefix, str) or not prefix.strip():
         return None
-    prefix = prefix.removeprefix("./")  # as search reads it
+    prefix = as_held(prefix.removeprefix("./"), manifest.roots)  # as search reads it
     if prefix.startswith("/"):
         matched = any(path.startswith(prefix) for path in manifest.files)
     else:

@@ -17,9 +17,9 @@ from typing import Any
 import mdrag
 from mdrag import __version__
 from mdrag.errors import ConfigError, MdragError
-from mdrag.frontends.cli import configuring, evaluating, indexing, knowledge, reading, serving
+from mdrag.frontends.cli import completion, configuring, evaluating, indexing, knowledge, reading, serving
 from mdrag.frontends.cli.output import _safe, _setup_logging
-from mdrag.frontends.cli.parser import Parser
+from mdrag.frontends.cli.parser import Parser, commands_list
 from mdrag.version import DISTRIBUTION
 
 # Each command is declared in its module, beside the function that runs it (`set_defaults(run=...)`). What a
@@ -91,14 +91,19 @@ def build_parser() -> Parser:
     )
     parser.add_argument("--version", action=_Version)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
-    commands.required = True
     for module in (indexing, reading, serving, evaluating, configuring, knowledge):
         module.register(commands)
+    completion.register(commands, parser)
     return parser
 
 
 def _main(argv: Sequence[str] | None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:  # a bare `mdrag`: what it can do, rather than argparse's "arguments are required"
+        parser.print_usage(sys.stderr)
+        print(_safe(commands_list(parser)), file=sys.stderr)
+        return 2
     _setup_logging(args)
     try:
         code: int = args.run(args)

@@ -29,9 +29,9 @@ def register(commands: Commands) -> None:
         "(BEIR: mdrag eval --queries queries.tsv --qrels qrels/test.tsv --doc-id stem; with and without a "
         "reranker: --rerank --rerank-url http://127.0.0.1:8080/v1/rerank)",
     )
-    p.add_argument("questions", nargs="?", help="JSON Lines: question, gold (list of paths)")
-    p.add_argument("--queries", help="BEIR queries (JSON Lines or TSV), with --qrels")
-    p.add_argument("--qrels", help="BEIR qrels TSV (query-id, corpus-id, score)")
+    p.add_argument("questions", nargs="?", metavar="FILE", help="JSON Lines: question, gold (list of paths)")
+    p.add_argument("--queries", metavar="FILE", help="BEIR queries (JSON Lines or TSV), with --qrels")
+    p.add_argument("--qrels", metavar="FILE", help="BEIR qrels TSV (query-id, corpus-id, score)")
     p.add_argument("--doc-id", choices=["path", "stem"], default="path", help="match gold by path or by file stem")
     p.add_argument("--mode", choices=["dense", "bm25", "hybrid", "all"], default="all", help="ranking mode(s)")
     p.add_argument("--json", action="store_true", help="print the figures as JSON")

@@ -306,8 +306,12 @@ def _index_into(args: argparse.Namespace, index: Index) -> int:
     if args.json:
         print(json.dumps(summary.to_dict(), indent=2))
     else:
+        from mdrag.ingest.summary import NEW_INDEX
+
         s = summary
-        if s.rebuild:
+        if s.rebuild == NEW_INDEX:
+            print("new index")
+        elif s.rebuild:
             print(f"full re-index: {s.rebuild}")
         if s.waited_s:
             print(f"waited {s.waited_s:.1f} s for another mdrag run on this index: what it indexed is not done again")

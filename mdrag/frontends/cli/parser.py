@@ -94,6 +94,14 @@ class Parser(argparse.ArgumentParser):
             self._unknown(parsed, extras)
         return parsed
 
+    def _check_value(self, action: argparse.Action, value: Any) -> None:
+        """argparse's check of a value with choices, naming the one meant when one is close (``serch``)."""
+        if action.choices is not None and value not in action.choices:
+            close = difflib.get_close_matches(str(value), [str(c) for c in action.choices], n=1, cutoff=0.6)
+            if close:
+                raise argparse.ArgumentError(action, f"invalid choice: {value!r}: did you mean {close[0]!r}?")
+        super()._check_value(action, value)
+
     def _unknown(self, parsed: argparse.Namespace, extras: list[str]) -> NoReturn:
         """Exit 2 with the usage of the (sub)command that was given ``extras``, and the option meant."""
         command: argparse.ArgumentParser = self
@@ -108,6 +116,14 @@ class Parser(argparse.ArgumentParser):
             if close:
                 command.error(f"unrecognized option {given}: did you mean {close[0]}?")
         command.error(f"unrecognized arguments: {' '.join(extras)}")
+
+
+def commands_list(parser: argparse.ArgumentParser) -> str:
+    """The commands of ``parser``, each with its one-line description, and where to read more."""
+    subs = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    width = max(len(c.dest) for c in subs._choices_actions)
+    lines = [f"  {c.dest:<{width}}  {c.help}" for c in subs._choices_actions]
+    return "\n".join(["commands:", *lines, f"\n`{parser.prog} COMMAND --help` says more of each."])
 
 
 def overrides(args: argparse.Namespace) -> dict[str, Any]:

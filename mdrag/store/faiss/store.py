@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 import sqlite3
 import threading
 import time
@@ -48,6 +47,7 @@ import filelock
 import numpy as np
 
 from mdrag.errors import ModelMismatchError, StoreError, StoreInUseError, StoreUnavailableError
+from mdrag.settings import INDEX_NAME_RULE, valid_index_name
 from mdrag.store import StoreBackend, same_location
 from mdrag.store.base import Filter, Hit
 from mdrag.store.faiss import rows as sql
@@ -64,7 +64,6 @@ __all__ = ["FaissStore"]
 
 log = logging.getLogger(__name__)
 
-_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")
 # From this many chunks, dense search without a filter walks an HNSW graph (approximate, as Milvus's
 # AUTOINDEX); below it, and with a filter, it is exact (see mdrag.store.faiss.index for its parameters).
 _HNSW_MIN = 20_000
@@ -79,8 +78,8 @@ class FaissStore:
     def __init__(
         self, folder: str | Path, index: str, identity: dict[str, Any], prepare_text: Callable[[str], str] | None
     ) -> None:
-        if not _NAME.match(index):
-            raise StoreError(f"invalid index name {index!r}: use a letter, then letters, digits or '_' (64 at most)")
+        if not valid_index_name(index):  # a file name in the home: never a path
+            raise StoreError(f"invalid index name {index!r}: use {INDEX_NAME_RULE}")
         self.folder = Path(folder).expanduser().absolute()  # SQLite URIs (read-only opens) need it absolute
         self.name = index
         self.path = self.folder / f"{index}.sqlite"  # the source of truth

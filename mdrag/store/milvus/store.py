@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 import shutil
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
@@ -37,6 +36,7 @@ from mdrag.errors import ModelMismatchError, StoreDamagedError, StoreError
 from mdrag.extras import require_extra
 from mdrag.knobs import STORE_MAX_ROWS
 from mdrag.redact import redact_url
+from mdrag.settings import INDEX_NAME_RULE, valid_index_name
 from mdrag.store import StoreBackend, same_location
 from mdrag.store import is_server_uri as _is_remote
 from mdrag.store.base import Filter, Hit
@@ -66,7 +66,6 @@ __all__ = ["MilvusStore", "collection_name"]
 log = logging.getLogger(__name__)
 
 _QUERY_BATCH = 1000  # ids or hashes per `in [...]` expression
-_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")
 _WRITES = {
     "upsert",
     "insert",
@@ -80,10 +79,14 @@ _READS = {"query", "search"}  # read with CONSISTENCY
 
 
 def collection_name(index: str) -> str:
-    """The collection of index ``index``; names are checked, never pasted."""
-    if not _NAME.match(index):
-        raise StoreError(f"invalid index name {index!r}: use a letter, then letters, digits or '_' (64 at most)")
-    return f"mdrag_{index}"
+    """The collection of index ``index`` (checked, never pasted): ``mdrag_<name>``, or, for a name with '-' or
+    '.', which collection names refuse, ``mdragx_<name>`` with '_', '-', '.' written ``_u``, ``_h``, ``_d``: one
+    collection per name (``my-docs`` and ``my_docs`` are two), and the names of before keep theirs."""
+    if not valid_index_name(index):
+        raise StoreError(f"invalid index name {index!r}: use {INDEX_NAME_RULE}")
+    if "-" not in index and "." not in index:
+        return f"mdrag_{index}"
+    return "mdragx_" + index.replace("_", "_u").replace("-", "_h").replace(".", "_d")
 
 
 class MilvusStore:
@@ -602,7 +605,7 @@ def _owns(config: Config, name: str, recorded: str | None) -> str | None:
     lite = config.milvus_uri
     if recorded is not None:
         return f"index {name!r} was built in the Milvus Lite file {lite}" if same_location(recorded, lite) else None
-    if (Path(lite).expanduser() / "collections" / f"mdrag_{name}").is_dir():
+    if (Path(lite).expanduser() / "collections" / collection_name(name)).is_dir():
         return f"the Milvus Lite file {lite} holds index {name!r}"
     return None
 
