@@ -17,6 +17,7 @@ import os
 import random
 import shutil
 import sqlite3
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -287,6 +288,33 @@ def test_a_full_disk_at_manifest_save_is_one_clear_message(
     assert code == 0, err
     assert json.loads(out)["chunks_total"] > total
     _assert_whole(cli, json.loads(out)["chunks_total"])
+
+
+@pytest.mark.parametrize("backend", ["faiss"])
+def test_status_after_a_failed_update_says_when_it_was_last_indexed_and_that_the_update_failed(
+    cli, docs: Path, mdrag_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An index built fine, whose next update the store's full disk stops: its last run still finished at
+    its time, and the update that did not finish is named, never "never"."""
+    _build(cli, docs)
+    code, out, _ = cli("status", "--json")
+    built = json.loads(out)["last_indexed"]
+    assert code == 0 and built
+    (docs / "new.md").write_text("# New\n\nA page written while the disk was full.\n")
+
+    def full(*args: Any) -> int:
+        raise sqlite3.OperationalError("database or disk is full")
+
+    with monkeypatch.context() as patched:
+        patched.setattr("mdrag.store.faiss.rows.insert", full)
+        code, out, err = cli("index", "-q")
+    assert code == 1 and "Free some space" in err, err
+    code, out, _ = cli("status", "--json")
+    st = json.loads(out)
+    assert st["last_indexed"] == built and st["interrupted"], st
+    code, out, _ = cli("status")
+    assert "never" not in out and "the last update failed or was interrupted" in out, out
+    assert time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(built)) in out, out
 
 
 # -- a store that lost everything -------------------------------------------

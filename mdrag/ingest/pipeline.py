@@ -239,6 +239,7 @@ class Indexer:
         suspect = _repair_store(store, summary, thorough)
 
         m = Manifest(index=self.name, store_uri=store.uri, model=self.embedder.identity, chunking=chunking)
+        m.last_indexed = before.last_indexed if before is not None else None  # until this run finishes
         if old is not None and summary.rebuild is None:
             m.files = old.files
             m.dirty = old.dirty or not old.verified or thorough
