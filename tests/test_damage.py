@@ -15,6 +15,7 @@ import hashlib
 import json
 import os
 import random
+import re
 import shutil
 import sqlite3
 import time
@@ -994,6 +995,65 @@ def test_edited_chunk_texts_are_found_by_verify_and_their_files_read_again(
     assert code == 0, out + err
     after = _rows(cli("search", *_QUERY)[1])
     assert after == before and not any("HACKED" in t for _, t in after)
+    _assert_whole(cli, total)
+
+
+def _move_paths(home: Path, backend: str) -> set[str]:
+    """Point a third of the chunks (by id) at /etc/passwd, as ../../etc/passwd under their folder: the ids."""
+    if backend == "faiss":
+        _sql("UPDATE chunks SET rel_path = '../../etc/passwd', path = '/etc/passwd' WHERE n % 3 = 0")(home)
+        with sqlite3.connect(_faiss_file(home, "sqlite")) as db:
+            return {r[0] for r in db.execute("SELECT id FROM chunks WHERE path = '/etc/passwd'")}
+    from pymilvus import MilvusClient
+
+    from mdrag.store.milvus.rows import FIELDS
+
+    client = MilvusClient(str(home / "cache" / "milvus.db"))
+    try:
+        client.load_collection("mdrag_default")
+        fields = ["id", *FIELDS, "vector", "bm25_text"]
+        rows = sorted(
+            client.query("mdrag_default", filter="", output_fields=fields, limit=16384), key=lambda r: r["id"]
+        )
+        rows = rows[::3]
+        for r in rows:
+            r["rel_path"], r["path"] = "../../etc/passwd", "/etc/passwd"
+        client.upsert("mdrag_default", rows)
+        client.flush("mdrag_default")
+    finally:
+        client.close()
+    return {r["id"] for r in rows}
+
+
+@pytest.mark.parametrize("backend", ["faiss", "milvus"])
+def test_a_result_whose_path_leaves_the_index_folders_is_never_shown_nor_opened(
+    cli, docs: Path, mdrag_home: Path, backend: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A path changed in the store to lead out of the index's folders: a search leaves those results out,
+    saying so once with how many and what repairs it, `get` never reads the file it names, `status --verify`
+    names the damage and the next `mdrag index` repairs it."""
+    total = _build(cli, docs)
+    before = _answers(cli)
+    moved = _move_paths(mdrag_home, backend)
+    assert moved
+    caplog.clear()
+    code, out, err = cli("search", *_QUERY)
+    assert code == 0, err
+    results = json.loads(out)
+    assert results and not moved & {r["chunk_id"] for r in results}, results
+    assert not any(r["path"] == "/etc/passwd" or ".." in r["rel_path"] for r in results), results
+    said = [r.getMessage() for r in caplog.records if "not inside the index's folders" in r.getMessage()]
+    assert len(said) == 1, caplog.text
+    assert re.match(r"\d+ result\(s\) left out: their path in the index store ", said[0]), said
+    assert "`mdrag status --verify`" in said[0] and "`mdrag index`" in said[0], said
+    for ref in ("../../etc/passwd", "/etc/passwd", sorted(moved)[0]):
+        code, out, err = cli("get", ref, "--json")
+        assert "root:" not in out, (ref, out)  # /etc/passwd's first line is never served
+    code, out, err = cli("status", "--verify")
+    assert code == 1, out + err
+    code, out, err = cli("index", "--json", "-q")
+    assert code == 0 and json.loads(out)["chunks_total"] == total, err
+    assert _answers(cli) == before
     _assert_whole(cli, total)
 
 
