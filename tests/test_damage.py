@@ -1057,6 +1057,59 @@ def test_a_result_whose_path_leaves_the_index_folders_is_never_shown_nor_opened(
     _assert_whole(cli, total)
 
 
+def _zebra_bm25(home: Path, backend: str) -> set[str]:
+    """Write 'zebra zebra zebra' as the BM25 text of half the chunks (by id): their ids."""
+    if backend == "faiss":
+        _sql("UPDATE chunks SET bm25_text = 'zebra zebra zebra' WHERE n % 2 = 0")(home)
+        with sqlite3.connect(_faiss_file(home, "sqlite")) as db:
+            return {r[0] for r in db.execute("SELECT id FROM chunks WHERE bm25_text = 'zebra zebra zebra'")}
+    from pymilvus import MilvusClient
+
+    from mdrag.store.milvus.rows import FIELDS
+
+    client = MilvusClient(str(home / "cache" / "milvus.db"))
+    try:
+        client.load_collection("mdrag_default")
+        fields = ["id", *FIELDS, "vector", "bm25_text"]
+        rows = sorted(
+            client.query("mdrag_default", filter="", output_fields=fields, limit=16384), key=lambda r: r["id"]
+        )
+        rows = rows[::2]
+        for r in rows:
+            r["bm25_text"] = "zebra zebra zebra"
+        client.upsert("mdrag_default", rows)
+        client.flush("mdrag_default")
+    finally:
+        client.close()
+    return {r["id"] for r in rows}
+
+
+@pytest.mark.parametrize("backend", ["faiss", "milvus"])
+def test_a_changed_bm25_text_is_found_by_verify_and_built_again_by_index(
+    cli, docs: Path, mdrag_home: Path, backend: str
+) -> None:
+    """The BM25 text is the chunk's text as BM25 reads it: one changed in the store (found only once the
+    FAISS store builds its BM25 index from SQLite) is named by `status --verify` and made again from the
+    chunk's text by the next `mdrag index`."""
+    total = _build(cli, docs)
+    before = _answers(cli, "--mode", "hybrid")
+    changed = _zebra_bm25(mdrag_home, backend)
+    assert changed
+    if backend == "faiss":
+        _faiss_file(mdrag_home, "bm25").unlink()  # its BM25 index is built from SQLite's texts now
+    code, out, err = cli("status", "--verify")
+    assert code == 1, out + err
+    assert f"the BM25 text of {len(changed)} chunk(s) in {mdrag_home / 'cache'}" in out, out
+    code, out, err = cli("index", "--json", "-q")
+    assert code == 0 and json.loads(out)["chunks_total"] == total, err
+    code, out, err = cli("status", "--verify")
+    assert code == 0, out + err
+    code, out, err = cli("search", "zebra", "--json", "--threshold", "0", "--mode", "bm25")
+    assert code == 0 and json.loads(out) == [], out + err
+    assert _answers(cli, "--mode", "hybrid") == before
+    _assert_whole(cli, total)
+
+
 def test_a_text_milvus_holds_cut_to_its_field_passes_verify(tmp_path: Path) -> None:
     """A chunk text over the text field's 65,535 bytes is kept cut short: its content hash cannot be
     checked, and the cut is not damage."""
