@@ -1190,6 +1190,46 @@ def test_verify_on_milvus_lite_says_it_read_its_files(cli, docs: Path, mdrag_hom
     db = mdrag_home / "cache" / "milvus.db"
     assert code == 0 and "the row count, the data files' sha256, every row's text against its content" in out, out
     assert f"sampled vectors of the index store {db}" in out, out
-    (mdrag_home / "cache" / "milvus.db.mdrag" / "mdrag_default.sums.json").unlink()
+    sums = mdrag_home / "cache" / "milvus.db.mdrag" / "mdrag_default.sums.json"
+    sums.unlink()
     code, out, err = cli("status", "--verify")
-    assert code == 0 and f"of the index store {db}, not its data files (no run recorded" in out, out
+    assert code == 1 and f"of the index store {db}, not its data files (their checksum record {sums}" in out, out
+
+
+def _flip_data_file(home: Path) -> Path:
+    """Change 64 bytes in the middle of the collection's first data file, its times kept: the file."""
+    files = sorted(_collection(home).glob("partitions/*/data/data_*.parquet"))
+    assert files
+    st = files[0].stat()
+    with open(files[0], "r+b") as f:
+        f.seek(st.st_size // 2)
+        data = f.read(64)
+        f.seek(st.st_size // 2)
+        f.write(bytes(b ^ 0xFF for b in data))
+    os.utime(files[0], ns=(st.st_atime_ns, st.st_mtime_ns))
+    return files[0]
+
+
+@pytest.mark.parametrize(("lost", "first"), [("deleted", "status"), ("emptied", "verify")])
+def test_a_lost_milvus_lite_checksum_record_is_named_and_written_again_by_index(
+    cli, docs: Path, mdrag_home: Path, lost: str, first: str
+) -> None:
+    """The record of the data files' sha256, lost, is said by `status`, and the next `mdrag index` checks every
+    row and writes it again: later damage to a data file is found again."""
+    total = _build(cli, docs)
+    sums = mdrag_home / "cache" / "milvus.db.mdrag" / "mdrag_default.sums.json"
+    assert json.loads(sums.read_text())["data_files"]
+    sums.unlink() if lost == "deleted" else sums.write_text("{}")
+    code, out, err = cli("status", *(["--verify"] if first == "verify" else []))
+    assert code == 1 and f"damaged:      the checksum record {sums} of " in out, out + err
+    assert "is missing" in out, out
+    code, out, err = cli("index", "--json", "-q")
+    s = json.loads(out)
+    assert code == 0 and s["chunks_total"] == total, err
+    assert any(str(sums) in w and "recorded again" in w for w in s["warnings"]), s
+    assert json.loads(sums.read_text())["data_files"], "written again"
+    code, out, err = cli("status", "--verify")
+    assert code == 0, out + err
+    changed = _flip_data_file(mdrag_home)
+    code, out, err = cli("status", "--verify")
+    assert code == 1 and str(changed) in err and "`mdrag index --rebuild`" in err, out + err

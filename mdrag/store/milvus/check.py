@@ -91,6 +91,8 @@ def found_damage(store: Collection, files: LiteFiles | None, thorough: bool) -> 
     :func:`verify_reads` says which of these it can do."""
     changed = files.changed_index_files() if files is not None else []
     found = [f"the vector index file {p} is not the one its run wrote" for p in changed]
+    if files is not None and files.sums_lost():
+        found.append(files.sums_lost_message())
     if thorough and files is not None and (data := files.changed_index_files(data=True)):
         raise changed_data_error(data)
     rows = files.recorded_sums().get("rows") if files is not None else None
@@ -112,8 +114,8 @@ def verify_reads(files: LiteFiles | None, uri: str) -> str:
     rows = f"every row's text against its content hash and {_SELF_SAMPLE} sampled vectors"
     if files is None:
         return f"{rows} of the Milvus server at {uri}, not its files (they are not on this machine)"
-    if not files.recorded_sums():
-        return f"{rows} of the index store {uri}, not its data files (no run recorded their checksums)"
+    if files.sums_lost():
+        return f"{rows} of the index store {uri}, not its data files (their checksum record {files.sums} is missing)"
     return f"the row count, the data files' sha256, {rows} of the index store {uri}"
 
 

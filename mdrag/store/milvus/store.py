@@ -242,11 +242,13 @@ class MilvusStore:
 
     def repair(self, thorough: bool = False) -> tuple[list[str], set[str]]:
         """Opening already set aside the index files that differ (Milvus Lite builds them again); with
-        ``thorough``, what :func:`mdrag.store.milvus.check.repair` repairs: chunks whose text was edited
-        are deleted (their ids returned: their files are indexed again), and a vector index that does not
-        find its own vectors is built again from the stored vectors. What was repaired, and those ids
-        (chunk rows that were lost are the indexer's to repair)."""
-        said, suspect = milvus_check.repair(self, self._files) if thorough else ([], set())
+        ``thorough``, or when a Milvus Lite collection's checksum record was lost (then written again), what
+        :func:`mdrag.store.milvus.check.repair` repairs. What was repaired, and the ids of the chunks deleted
+        (their files are indexed again; chunk rows that were lost are the indexer's to repair)."""
+        lost = self._files is not None and self._view is None and self._files.sums_lost()
+        said, suspect = milvus_check.repair(self, self._files) if thorough or lost else ([], set())
+        if lost and self._files is not None:
+            said.append(self._files.record_again(self.count_where("")))
         self._as_left = self._as_left and not said
         return said, suspect
 
