@@ -37,7 +37,7 @@ from mdrag.retrieval.linked import Resolver
 from mdrag.retrieval.links import notes_at, notes_of, with_links
 from mdrag.retrieval.relevance import TermStats
 from mdrag.retrieval.search import SearchOptions, search
-from mdrag.store import check_backend, is_server_uri, make_store, resolve_backend
+from mdrag.store import check_backend, in_home, make_store, resolve_backend
 from mdrag.types import SearchResult
 
 if TYPE_CHECKING:
@@ -394,8 +394,8 @@ class Index:
         with self._snapshot.reading() as visible:
             if visible.ids is not None and not visible.ids and visible.roots is None:
                 raise self._health.nothing_committed(self.store, exists, manifest)
-            # a store on a server may hold other indexers' folders too: there each row is checked against its own
-            folders = frozenset(self._view.seen_roots) if not is_server_uri(self.store.uri) else frozenset()
+            # a store outside the home may hold other indexers' folders too: there each row is checked against its own
+            folders = frozenset(self._view.seen_roots) if in_home(self.store.uri, self.manifest_path) else frozenset()
             results = search(self.store, self.embedder, query, options, filters, visible, vector, links, folders)
         if not results and self._view.progress is None and manifest.building:
             raise self._view.building_error()  # a transactional store being built by another process shows nothing yet
