@@ -999,9 +999,12 @@ def test_edited_chunk_texts_are_found_by_verify_and_their_files_read_again(
 
 
 def _move_paths(home: Path, backend: str) -> set[str]:
-    """Point a third of the chunks (by id) at /etc/passwd, as ../../etc/passwd under their folder: the ids."""
+    """Point a third of the chunks (by id) at /etc/passwd, as ../../etc/passwd under their folder (FAISS: and one
+    more as passwd under the folder /etc): the ids."""
     if backend == "faiss":
         _sql("UPDATE chunks SET rel_path = '../../etc/passwd', path = '/etc/passwd' WHERE n % 3 = 0")(home)
+        one = "(SELECT max(n) FROM chunks WHERE n % 3 != 0)"
+        _sql(f"UPDATE chunks SET root = '/etc', rel_path = 'passwd', path = '/etc/passwd' WHERE n = {one}")(home)
         with sqlite3.connect(_faiss_file(home, "sqlite")) as db:
             return {r[0] for r in db.execute("SELECT id FROM chunks WHERE path = '/etc/passwd'")}
     from pymilvus import MilvusClient

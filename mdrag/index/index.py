@@ -491,8 +491,8 @@ class Index:
                     found += self._unlike_manifest(m)
                     checked.append("each file's chunk ids against the manifest")
                 damage = ([self._health.loss(self.store, missing, exists)] if missing else []) + found
-                if verify and found:
-                    self._verify.record(found)
+                if verify and damage:  # rows moved out of the index's folders count as missing: repaired too
+                    self._verify.record(damage)
         recorded = mismatch.built if mismatch is not None and mismatch.built else self.embedder.identity
         return IndexStatus(
             index=self.name,
