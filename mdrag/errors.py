@@ -33,6 +33,7 @@ __all__ = [
     "IndexBuildingError",
     "IndexingCancelledError",
     "KnowledgeConfigError",
+    "NoProjectError",
     "MdragError",
     "ModelMismatchError",
     "LLMError",
@@ -154,3 +155,7 @@ class DocsetError(MdragError):
 
 class KnowledgeConfigError(DocsetError, ConfigError):
     """The project's .knowledge/config.yaml is missing, unreadable or invalid (a configuration error)."""
+
+
+class NoProjectError(KnowledgeConfigError):
+    """No .knowledge/config.yaml in the folder given nor in any parent: there is no project there."""

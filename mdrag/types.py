@@ -86,12 +86,13 @@ class Chunk:
 
 @dataclass
 class SearchResult:
-    """One ranked hit; ``to_dict()`` is the JSON shape of `mdrag search --json`."""
+    """One ranked hit. ``to_dict()`` gives its fields as JSON values; what the front ends show of it is
+    :func:`mdrag.retrieval.shown.result_fields` (``score`` there is :attr:`order_score`)."""
 
     text: str
     path: str
     rel_path: str
-    score: float  # cosine similarity clipped to 0..1, in every mode (the threshold applies to it)
+    score: float  # cosine similarity clipped to 0..1, in every mode (the threshold applies to it); not the order
     heading_path: list[str]
     chunk_id: str
     page: int | None = None
@@ -106,6 +107,16 @@ class SearchResult:
     @property
     def heading(self) -> str:
         return " > ".join(self.heading_path)
+
+    @property
+    def order_score(self) -> float:
+        """The score that put it in its place: the reranker's where it reranked it, else ``rank_score`` (the
+        fused score in hybrid mode, BM25's in bm25 mode, the cosine in dense; raised where a vault's links
+        lifted it), else the cosine. A search's results are in decreasing order of it, but in a reranked
+        search: the rows it reranked come first, then any it did not (past ``rerank.top_n``) in fused order."""
+        if self.rerank_score is not None:
+            return self.rerank_score
+        return self.rank_score if self.rank_score is not None else self.score
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

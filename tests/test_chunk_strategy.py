@@ -213,7 +213,7 @@ def test_a_bad_strategy_or_a_missing_package_says_what_to_do(
     with pytest.raises(ConfigError, match="chunk.strategy must be one of headings, langchain"):
         load_config({"chunk.strategy": "semantic"})
     monkeypatch.setitem(sys.modules, "langchain_text_splitters", None)  # as if it were not installed
-    with pytest.raises(ConfigError, match=r"pip install 'mdrag\[langchain\]'"):
+    with pytest.raises(ConfigError, match=r"pip install 'mdrag-docs\[langchain\]'"):
         _index(HashEmbedder(), **{"chunk.strategy": "langchain"})
     assert _index(HashEmbedder()).settings.strategy == "headings"  # the default needs no package
 
@@ -221,7 +221,7 @@ def test_a_bad_strategy_or_a_missing_package_says_what_to_do(
     (tmp_path / "mdrag-home" / "config.yaml").write_text("chunk:\n  strategy: langchain\n")
     code = main(["index", str(root)])
     err = capsys.readouterr().err
-    assert code != 0 and "pip install 'mdrag[langchain]'" in err
+    assert code != 0 and "pip install 'mdrag-docs[langchain]'" in err
     assert not (tmp_path / "mdrag-home" / "cache" / "manifests").exists(), "nothing was written"
 
 

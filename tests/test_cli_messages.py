@@ -195,7 +195,8 @@ def test_a_search_that_can_find_nothing_says_why(
         code, out, _ = _run(capsys, "search", "install", "--path", path, "--json")
         assert code == 0 and [r["rel_path"] for r in json.loads(out)] == ["guide/install.md"], path
     code, out, _ = _run(capsys, "search", "zebra crossing", "--path", "guide/", "--threshold", "0.99")
-    assert code == 0 and out.startswith("no results: no chunk of the files the filters let through")
+    assert code == 0 and out.startswith("no results: no passage of the files the filters let through scores above")
+    assert "(search.threshold 0.99," in out and "--threshold" in out and "check --path and --tag" in out
 
 
 def test_files_of_one_name_in_two_folders_are_told_apart(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

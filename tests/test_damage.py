@@ -675,7 +675,8 @@ DAMAGE = [
         _sql("UPDATE chunks SET vector = zeroblob(length(vector)) WHERE n = (SELECT min(n) FROM chunks)"),
         "verify",
     ),
-    ("faiss", _sql("UPDATE chunks SET metadata = '{}' WHERE n IN (SELECT n FROM tags)"), "verify"),
+    ("faiss", _sql("UPDATE tagsets SET tags = '[]'"), "status"),  # a note's tags, kept once for all its chunks
+    ("faiss", _sql("DELETE FROM tagsets"), "status"),
     ("faiss", _swap_vectors, "verify"),  # unit vectors both: only their digests tell
     ("faiss", _garble_sqlite_header, "rebuild"),
     ("faiss", _cut("faiss/default.sqlite"), "rebuild"),

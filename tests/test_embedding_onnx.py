@@ -177,7 +177,7 @@ def test_cache_path_is_named_and_keyed_by_the_weights(tmp_path: Path) -> None:
 
 def test_export_without_torch_says_what_to_do(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "torch", None)  # import torch -> ImportError
-    with pytest.raises(EmbeddingError, match=r"pip install .*'mdrag\[torch\]'.*embedding\.backend=torch"):
+    with pytest.raises(EmbeddingError, match=r"pip install .*'mdrag-docs\[torch\]'.*embedding\.backend=torch"):
         export_onnx(LocalEmbedder().model_dir, tmp_path / "model.onnx")
     assert not (tmp_path / "model.onnx").exists()
 

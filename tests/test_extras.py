@@ -1,6 +1,6 @@
 """An option whose extra is not installed is one clear error naming the extra, at once, from every front end.
 
-The extras are installed where the tests run (``make test`` installs ``mdrag[dev]``, which brings them all),
+The extras are installed where the tests run (``make test`` installs ``mdrag-docs[dev]``, which brings them all),
 so each test hides an extra's modules: in a subprocess by a wrapper that sets ``sys.modules[name] = None``
 before mdrag starts (``import`` then raises ImportError and ``importlib.util.find_spec`` finds nothing, as
 when the package is absent), in this process with ``monkeypatch.setitem(sys.modules, ...)``.
@@ -53,7 +53,7 @@ def mdrag_without(modules: list[str], *argv: str) -> subprocess.CompletedProcess
 def said_once(proc: subprocess.CompletedProcess[str], extra: str) -> None:
     """Exit 2 (a configuration error) with the install command, no traceback."""
     assert proc.returncode == 2, proc.stderr
-    assert f"pip install 'mdrag[{extra}]'" in proc.stderr
+    assert f"pip install 'mdrag-docs[{extra}]'" in proc.stderr
     assert "Traceback" not in proc.stderr
 
 
@@ -67,9 +67,9 @@ def test_require_extra_names_the_missing_module_and_the_command(monkeypatch: pyt
         require_extra("milvus", "store.backend: milvus")
     assert e.value.extra == "milvus"
     text = str(e.value)
-    assert text.startswith("store.backend: milvus needs the mdrag[milvus] extra")
+    assert text.startswith("store.backend: milvus needs the mdrag-docs[milvus] extra")
     assert "no module milvus_lite)" in text and "pymilvus" not in text.split("(no module")[1]
-    assert "pip install 'mdrag[milvus]'" in text
+    assert "pip install 'mdrag-docs[milvus]'" in text
 
 
 def test_every_extra_is_declared_in_pyproject() -> None:
@@ -79,7 +79,7 @@ def test_every_extra_is_declared_in_pyproject() -> None:
     for extra in EXTRAS:
         assert extra in declared, extra
         assert extra in declared["all"][0], declared["all"]
-    assert "mdrag[all]" in declared["dev"]
+    assert "mdrag-docs[all]" in declared["dev"]
     core = {re.split(r"[<>=;\[ ]", req, maxsplit=1)[0].lower() for req in project["dependencies"]}
     heavy = {"torch", "sentence-transformers", "transformers", "pymilvus", "milvus-lite", "openvino"}
     assert not core & heavy, core & heavy
@@ -139,7 +139,7 @@ def test_the_mcp_tools_answer_it_as_the_tool_error(tmp_path: Path, monkeypatch: 
         return str(getattr(block, "text", ""))
 
     text = anyio.run(main)
-    assert "pip install 'mdrag[milvus]'" in text, text
+    assert "pip install 'mdrag-docs[milvus]'" in text, text
 
 
 @pytest.mark.parametrize(
@@ -176,6 +176,6 @@ def test_serve_says_it_and_does_not_start(mdrag_home: Path) -> None:
         ["pymilvus", "milvus_lite"], "serve", str(DOCS), "--store", "milvus", "--port", str(free_port())
     )
     assert proc.returncode == 1, proc.stderr
-    assert "pip install 'mdrag[milvus]'" in proc.stderr and "Traceback" not in proc.stderr
+    assert "pip install 'mdrag-docs[milvus]'" in proc.stderr and "Traceback" not in proc.stderr
     assert "listening on" not in proc.stderr
     assert not (mdrag_home / "cache" / "models").exists()

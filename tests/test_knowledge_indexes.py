@@ -13,13 +13,9 @@ from typing import Any
 import anyio
 import pytest
 
+from mdrag.index.served import ServedIndexState, UpdateProgress
 from mdrag.knowledge import KnowledgeBase
-from mdrag.knowledge.indexes import (
-    DocsetIndexes,
-    DocsetIndexesClosedError,
-    DocsetIndexState,
-    UpdateProgress,
-)
+from mdrag.knowledge.indexes import DocsetIndexes, DocsetIndexesClosedError
 from tests.test_knowledge import write_config, write_files
 from tests.test_mcp import error, ok
 
@@ -97,10 +93,10 @@ def test_a_cached_search_runs_once_and_is_kept(project: Path) -> None:
     try:
         assert indexes.opened()[0].wait(WAIT)
         first = indexes.cached_search(ds, "install")
-        assert first is not None and first.pending and first.results() is None
-        first.run()
+        assert first is not None  # started in a thread of its own: nobody has to wait for it
+        assert first.finished.wait(WAIT)
         again = indexes.cached_search(ds, "install")
-        assert again is not None and not again.pending  # kept: no second search
+        assert again is not None and again.finished.is_set()  # kept: no second search
         assert [r.rel_path for r in again.results() or []] == ["intro.md"]
     finally:
         indexes.close()
@@ -121,7 +117,7 @@ def test_a_docset_with_no_folder_is_refused_with_what_to_do(project: Path) -> No
 
 def test_state_and_progress_give_the_keys_the_mcp_search_tool_sends() -> None:
     assert UpdateProgress("indexing", 3, 10).to_dict() == {"state": "indexing", "files_done": 3, "files_total": 10}
-    bare = DocsetIndexState(index="docset_x", refreshed=False)
+    bare = ServedIndexState(index="docset_x", refreshed=False)
     assert bare.to_dict() == {
         "index": "docset_x",
         "refreshed": False,
@@ -132,7 +128,7 @@ def test_state_and_progress_give_the_keys_the_mcp_search_tool_sends() -> None:
         "seconds": 0.0,
         "age_s": None,
     }
-    full = DocsetIndexState(index="docset_x", refreshed=True, updating=UpdateProgress("queued", 0, None), error="")
+    full = ServedIndexState(index="docset_x", refreshed=True, updating=UpdateProgress("queued", 0, None), error="")
     assert full.to_dict()["updating"] == {"state": "queued", "files_done": 0, "files_total": None}
     assert full.to_dict()["error"] == ""  # an error is sent when set, even empty
 
@@ -155,8 +151,8 @@ async def test_a_first_build_waiting_its_turn_is_reported_by_the_core_and_by_get
             assert entry.first_build() == UpdateProgress("queued", 0, None)
             refused = error(await tools.call("get", {"docset": "guide", "ref": "intro.md"}))
             assert refused.startswith(
-                "docset 'guide' is being indexed (waiting for another docset's indexing): get reads the files its "
-                "index holds, so call it again shortly"
+                "docset 'guide' is being indexed (waiting for another index's indexing): get reads the files its "
+                "index holds, so call it again shortly, or read the file under "
             )
             gate.release()
             assert await anyio.to_thread.run_sync(entry.wait, WAIT)
@@ -165,3 +161,21 @@ async def test_a_first_build_waiting_its_turn_is_reported_by_the_core_and_by_get
     finally:
         if gate.locked():  # the test failed before it let the update go (the keepers have ended)
             gate.release()
+
+
+def test_a_cached_search_nobody_waits_for_still_runs_and_frees_the_next(project: Path) -> None:
+    """A lookup whose caller never waits (its time budget spent before it began) still runs, is kept, and
+    lets the next lookup of other words start: the one-at-a-time flag is cleared by the search itself."""
+    kb = KnowledgeBase(start=project)
+    indexes = DocsetIndexes(kb)
+    ds = kb.resolve("guide")
+    indexes.start()
+    try:
+        assert indexes.opened()[0].wait(WAIT)
+        abandoned = indexes.cached_search(ds, "install")  # its caller leaves at once
+        assert abandoned is not None and abandoned.finished.wait(WAIT)
+        later = indexes.cached_search(ds, "usage")  # other words: a new search, not refused as busy
+        assert later is not None and later.finished.wait(WAIT) and later.results() is not None
+        assert abandoned.results() is not None
+    finally:
+        indexes.close()

@@ -23,7 +23,7 @@ import pytest
 
 from mdrag import knowledge
 from mdrag.errors import DocsetError, KnowledgeConfigError
-from mdrag.frontends import protocol
+from mdrag.frontends.mcp.resources import Target
 from mdrag.frontends.mcp.tools import _result_dict
 from mdrag.knowledge import KnowledgeBase
 from mdrag.knowledge.docsets import docset_index, update_docset_index
@@ -32,6 +32,7 @@ from mdrag.knowledge.web import MAX_SITEMAPS, WebsiteCrawler, url_to_path
 from mdrag.knowledge.web_fetch import FetchError, check_address, fetch
 from mdrag.knowledge.web_source import WebsiteLoader
 from mdrag.pageurls import METADATA_FILE, page_url, page_urls
+from mdrag.retrieval.shown import result_fields
 from tests.test_knowledge import write_config
 
 PAGES = {
@@ -359,9 +360,9 @@ def test_init_indexes_pages_with_their_urls_and_refresh_fetches_only_changes(
         assert summary.added >= 3
         hits = index.search("Install the widget", k=3)
         hit = next(h for h in hits if h.rel_path.endswith("guide.html"))
-    sent = protocol.search_results("Install the widget", [hit.to_dict()])["results"][0]
-    assert sent["url"] == site + "guide.html"  # what the web page's "page" link opens
-    assert _result_dict(kb.resolve("site"), hit)["url"] == site + "guide.html"  # the MCP search tool's result
+    assert result_fields(hit)["url"] == site + "guide.html"  # `search --json`, and the web page's "page" link
+    target = Target("docset", "site", None)  # type: ignore[arg-type]  # the entry is not read
+    assert _result_dict(target, hit, frozenset())["url"] == site + "guide.html"  # the MCP search tool's result
     assert page_url(folder / ".agentic-metadata.json") is None  # not a page
 
     server = SERVERS[site]
@@ -478,7 +479,7 @@ def test_cli_search_and_get_show_a_pages_url_beside_its_path(
     assert main(["search", "Install the widget", "--threshold", "0", "--json"]) == 0
     results = {r["rel_path"]: r for r in json.loads(capsys.readouterr().out)}
     assert results["guide.html"]["url"] == site + "guide.html"
-    assert "url" not in results["widget.md"]
+    assert results["widget.md"]["url"] is None  # not a crawled page
     assert main(["search", "Install the widget", "--threshold", "0"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert any(f"guide.html <{site}guide.html>" in line for line in lines), lines
@@ -614,3 +615,106 @@ def test_a_page_gone_does_not_take_the_file_of_a_page_with_the_same_name(site: s
     assert result.removed == ["guide.html"] and not (dest / "guide.html").exists()
     (new,) = [f for f in result.added if f.startswith("guide")]
     assert (dest / new).read_bytes() == PAGES["/docs/guide.html"]
+
+
+# -- links as a browser sends them, pages once, a deadline per request, every page not kept with its reason --
+
+
+class Drip(BaseHTTPRequestHandler):
+    """Answers every page at once, but /docs/drip.html one byte every 0.2 s, as long as the client listens."""
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def do_GET(self) -> None:  # noqa: N802
+        if self.path == "/docs/drip.html":
+            body = b"<html><body>" + b"x" * 10_000 + b"</body></html>"
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            for byte in body:
+                try:
+                    self.wfile.write(bytes([byte]))
+                    self.wfile.flush()
+                except OSError:  # the crawler cut it
+                    return
+                time.sleep(0.2)
+            return
+        pages = {
+            "/docs/": '<html><body><h1>Home</h1><a href="/docs/été.html">e</a><a href="drip.html">d</a>'
+            '<a href="index.html">self</a><a href="guide.html">g</a><a href="copy.html">c</a></body></html>',
+            "/docs/%C3%A9t%C3%A9.html": "<html><body><h1>Été</h1><p>Summer settings.</p></body></html>",
+            "/docs/index.html": '<html><body><h1>Home</h1><a href="guide.html">g</a></body></html>',
+            "/docs/guide.html": "<html><body><h1>Guide</h1><p>Install the widget.</p></body></html>",
+            "/docs/copy.html": '<html><head><link rel="canonical" href="/docs/guide.html"></head>'
+            "<body><h1>Guide</h1><p>Install the widget.</p></body></html>",
+        }
+        if self.path not in pages:
+            self.send_response(404)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        body = pages[self.path].encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html; charset=utf-8")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+@pytest.fixture
+def drip_site() -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Drip)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/docs/"
+    server.shutdown()
+    server.server_close()
+
+
+def test_a_non_ascii_link_and_a_dripping_page_end_with_their_reasons(drip_site: str, tmp_path: Path) -> None:
+    """A raw non-ASCII link is percent-encoded as a browser does and crawled; a page that drips one byte at a
+    time is cut at the request's deadline, not after it drips whole; dir/ and dir/index.html are one page, a
+    page whose canonical URL is another page is kept once; every page not kept is listed with its reason."""
+    started = time.monotonic()
+    result = WebsiteCrawler(drip_site, allow_local=True, delay=0, timeout=2.0).crawl(tmp_path)
+    took = time.monotonic() - started
+    urls = set(result.pages)
+    assert drip_site + "%C3%A9t%C3%A9.html" in urls
+    assert "Summer settings" in (tmp_path / result.pages[drip_site + "%C3%A9t%C3%A9.html"].path).read_text()
+    assert "no answer within 2 s (the whole page must arrive" in result.skipped[drip_site + "drip.html"]
+    assert took < 1_000  # the drip alone would take over half an hour: the crawl did not wait for it
+    assert drip_site + "index.html" not in urls and drip_site in urls  # one page, stored as index.html
+    assert "canonical" in result.skipped[drip_site + "copy.html"] and drip_site + "guide.html" in urls
+    paths = sorted(p.path for p in result.pages.values())
+    assert not any("__" in p for p in paths), paths  # readable names: no hashed duplicates
+    assert len(paths) == len(set(paths)) == 3
+
+
+def test_a_gzipped_sitemap_is_read(site: str, tmp_path: Path) -> None:
+    import gzip
+
+    server = SERVERS[site]
+    port = server.server_address[1]
+    server.answers["/robots.txt"] = [(200, {"Content-Type": "text/plain"}, f"Sitemap: {site}maps.xml.gz\n".encode())]
+    xml = f"<urlset><url><loc>http://127.0.0.1:{port}/docs/zipped.md</loc></url></urlset>".encode()
+    server.answers["/docs/maps.xml.gz"] = [(200, {"Content-Type": "application/gzip"}, gzip.compress(xml))]
+    server.pages["/docs/zipped.md"] = b"# Zipped\n\nListed only in a gzipped sitemap.\n"
+    result = WebsiteCrawler(site, allow_local=True, delay=0).crawl(tmp_path)
+    assert site + "zipped.md" in result.pages
+
+
+def test_every_page_not_kept_is_in_the_warning_and_in_status(
+    site: str, tmp_path: Path, fast_loader: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    kb = _website_kb(tmp_path / "project", site, allow=True)
+    with caplog.at_level("INFO", logger="mdrag.knowledge.web"):
+        (result,) = knowledge.init_docset(kb, "site")
+    assert result.ok and result.warning is not None
+    assert "disallowed by robots.txt" in result.warning or "redirect loop" in result.warning
+    skipped = knowledge.status(kb)[0]["skipped"]
+    assert skipped[site + "secret/a.html"] == "disallowed by robots.txt"
+    assert "redirect loop" in skipped[site + "loop"]
+    assert f"page not kept: {site}secret/a.html: disallowed by robots.txt" in caplog.text

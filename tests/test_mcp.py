@@ -118,7 +118,7 @@ async def test_tools_listed_with_schemas(tmp_path: Path, mdrag_home: Path) -> No
             assert s.server_info is not None
             assert (s.server_info.name, s.server_info.version) == ("agentic-knowledge", mdrag.__version__)
             tools = {t.name: t for t in (await s.list_tools()).tools}
-    assert set(tools) == {"search_docs", "list_docsets", "search", "get", "multi_get"}
+    assert set(tools) == {"search_docs", "list_docsets", "search", "get", "multi_get", "status"}
     for t in tools.values():
         assert t.description and len(t.description) > 80
         assert t.input_schema["type"] == "object"

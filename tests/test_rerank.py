@@ -281,8 +281,16 @@ def test_mdrag_search_with_a_reranker_url(docs: Path, reranker: Reranker, capsys
     results = json.loads(out)
     assert code == 0 and [r["rel_path"] for r in results] == fused[:3][::-1] + fused[3:]
     assert [r["rerank_score"] for r in results[:4]] == [2.0, 1.0, 0.0, None]
-    code, out, _ = _run(capsys, "search", QUERY, "--rerank-url", reranker.url)
-    assert code == 0 and "(rerank " in out.splitlines()[0]
+    assert [r["score"] for r in results[:3]] == [2.0, 1.0, 0.0]  # the score shown is the one that ordered them
+    code, out, _ = _run(capsys, *search[:-1], "--rerank-url", reranker.url, "--rerank-top-n", "3")
+    rows = [line for line in out.splitlines() if line[:4].strip().rstrip(".").isdigit()]
+    assert code == 0 and [row.split()[1] for row in rows[:4]] == [
+        "2.000",
+        "1.000",
+        "0.000",
+        f"{results[3]['score']:.3f}",
+    ]
+    assert "(not reranked)" in rows[3] and "(not reranked)" not in rows[2]
     code, _, err = _run(capsys, "search", QUERY, "--rerank-path", "/nonexistent/model")
     assert code == 2 and "rerank.path '/nonexistent/model' does not exist" in err
 

@@ -12,7 +12,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -178,7 +178,8 @@ def test_bad_messages_get_errors_and_the_connection_stays_open(
             if backend == "milvus":  # Milvus's LIKE cannot match a backslash: refused, not guessed
                 assert reply["type"] == "error" and "backslash" in reply["message"], reply
             else:  # the FAISS store matches it literally: no file here has one
-                assert reply == {"type": "search_results", "query": "x", "results": []}, reply
+                assert (reply["type"], reply["query"], reply["results"]) == ("search_results", "x", []), reply
+                assert reply["note"].startswith("no results: no passage of the files the filters let through")
             text, sources, _ = await ask(ws, "Topic 3 feature3 options")
             assert any(s.endswith("topic3.md") for s in sources) and "No LLM is configured" in text
 
@@ -343,7 +344,7 @@ def test_a_question_about_what_real_docs_never_name_is_refused(shared_data: Path
             ws = await opened(server)
             await ws.send(json.dumps({"type": "search", "query": unanswerable}))
             results = (await recv(ws))["results"]
-            assert max(r["score"] for r in results) >= config["answer.min_score"], "the best score alone would answer"
+            assert max(r["cosine"] for r in results) >= config["answer.min_score"], "the best score alone would answer"
             text, sources, _ = await ask(ws, unanswerable)
             assert text == NO_RELEVANT and sources == [] and llm.script.requests == []
             text, sources, _ = await ask(ws, "What is baggage in OpenTelemetry?")
@@ -742,6 +743,25 @@ def test_periodic_rescan_and_config_file_changes(tmp_path: Path, mdrag_home: Pat
     asyncio.run(scenario())
 
 
+def test_a_new_reload_interval_in_the_config_file_applies_at_once(tmp_path: Path, mdrag_home: Path) -> None:
+    """The server started with rescans an hour apart; the config file asks for one every second: the next
+    rescan comes within seconds, not after the hour."""
+    root = _docs(tmp_path, 1)
+
+    async def scenario() -> None:
+        async with serving(_config(**{"server.reload_interval": 3600}), [root]) as server:
+            assert server.keeper is not None and server.keeper.rescan_interval == 3600
+            before = server.reloads
+            (mdrag_home / "config.yaml").write_text("server:\n  reload_interval: 1\n")
+            deadline = time.monotonic() + 60  # only stops a hang
+            while server.reloads < before + 2 and time.monotonic() < deadline:
+                await asyncio.sleep(0.2)
+            assert server.config["server.reload_interval"] == 1 and server.keeper.rescan_interval == 1
+            assert server.reloads >= before + 2, "the periodic rescans run at the new interval"
+
+    asyncio.run(scenario())
+
+
 def _nested(values: dict[str, Any]) -> dict[str, Any]:
     """Dotted settings as the nested sections of a config file (the index name as ``index: {name: ...}``)."""
     out: dict[str, Any] = {}
@@ -1045,6 +1065,9 @@ def test_the_server_follows_folders_that_another_process_adds_or_removes(tmp_pat
                 other.close()
             (a / "saved.md").write_text("# Saved\n\nThe xylophonic page.\n")
             assert await eventually(server, "xylophonic", "saved.md"), "a save below a hidden folder is seen"
+            deadline = time.monotonic() + 60  # the keeper tells the server of its update just after the commit
+            while server.folders != [str(a), str(c)] and time.monotonic() < deadline:
+                await asyncio.sleep(0.1)
             assert server.folders == [str(a), str(c)]
             assert await found(server, "bravo") == set(), "the removed folder stays out"
             (c / "charlie.md").write_text("# Charlie\n\nThe quintessential page.\n")
@@ -1061,14 +1084,13 @@ def test_a_file_saved_in_an_added_folder_before_its_watcher_starts_is_indexed(
     until the periodic rescan, minutes later. The watcher reads the added folders once it watches."""
     import watchfiles
 
-    real = watchfiles.awatch
+    real = watchfiles.watch
 
-    async def slow_awatch(*args: Any, **kwargs: Any) -> AsyncIterator[Any]:
-        await asyncio.sleep(1.5)  # the watcher comes up late
-        async for changes in real(*args, **kwargs):
-            yield changes
+    def slow_watch(*args: Any, **kwargs: Any) -> Iterator[Any]:
+        time.sleep(1.5)  # the watcher comes up late (in the keeper's watch thread)
+        yield from real(*args, **kwargs)
 
-    monkeypatch.setattr(watchfiles, "awatch", slow_awatch)
+    monkeypatch.setattr(watchfiles, "watch", slow_watch)
     a, c = tmp_path / "a", tmp_path / "c"
     for folder, word in ((a, "alpha"), (c, "charlie")):
         folder.mkdir()
@@ -1088,7 +1110,8 @@ def test_a_file_saved_in_an_added_folder_before_its_watcher_starts_is_indexed(
     async def scenario() -> None:
         config = _config(**{"search.threshold": 0})  # the periodic rescan is minutes away
         async with serving(config, [a]) as server:
-            await asyncio.sleep(2)  # the first watcher is up
+            assert server.keeper is not None
+            assert await asyncio.to_thread(server.keeper.wait_watching, [a], 120), "the first watcher is up"
             other = Index(config, embedder=HashEmbedder())  # as `mdrag index C` from another shell
             try:
                 await asyncio.to_thread(other.update, [c])

@@ -149,7 +149,8 @@ def ask(browser: WebDriver, text: str) -> WebElement:
 
 
 def click(browser: WebDriver, element: WebElement) -> None:
-    """Click ``element`` once scrolled to the middle of the window (not under the input box at its bottom)."""
+    """Click ``element`` once scrolled to the middle of the window (not under the header at its top, nor under
+    the input box at its bottom)."""
     browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", element)
     element.click()
 
@@ -433,7 +434,7 @@ def test_a_reload_shows_the_conversation_again(browser: WebDriver, served: str, 
     assert "reloaded" in again[3].find_element(By.CSS_SELECTOR, ".note.stopped").text
     assert again[3].find_elements(By.CSS_SELECTOR, ".sources") == []
     # the restored turns work, and the conversation goes on
-    again[0].find_element(By.CSS_SELECTOR, "a.cite").click()
+    click(browser, again[0].find_element(By.CSS_SELECTOR, "a.cite"))  # not under the header, kept at the top
     wait_for(browser, lambda b: again[0].find_elements(By.CSS_SELECTOR, ".sources .passage"), "the cited passage")
     script.tokens, script.delay = ["Done [1]."], 0.0
     finished(browser, last := ask(browser, "How do I change the chunk size?"))
@@ -628,6 +629,48 @@ def test_while_loading_the_page_says_so_and_asks_again_once_ready(
             )
     finally:
         release.set()
+
+
+def in_window(browser: WebDriver, element_id: str) -> bool:
+    """Whether the element is wholly inside the window (not scrolled away)."""
+    return bool(
+        browser.execute_script(
+            "const r = document.getElementById(arguments[0]).getBoundingClientRect();"
+            "return r.height > 0 && r.top >= 0 && r.bottom <= window.innerHeight;",
+            element_id,
+        )
+    )
+
+
+def test_when_the_server_goes_away_the_state_stays_in_view_and_a_question_is_kept_saying_why(
+    browser: WebDriver, tmp_path: Path
+) -> None:
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "install.md").write_text("# Install\n\nRun the installer, then restart the service.\n")
+    config = load_config({"index": "w" + os.urandom(4).hex(), "server.port": 0})
+    server = QAServer(config, [docs], overrides={"server.port": 0}, index=Index(config, embedder=HashEmbedder()))
+    with in_thread(server):
+        browser.get(f"http://127.0.0.1:{server.port}/")
+        wait_for(browser, lambda b: state(b).startswith("ready:"), "the ready state")
+        # a long conversation, read from its end: the header's state line stays at the top of the window
+        browser.execute_script(
+            "for (let i = 0; i < 40; i++) { const p = document.createElement('p'); p.textContent = 'line ' + i;"
+            " document.getElementById('log').append(p); } window.scrollTo(0, document.body.scrollHeight);"
+        )
+        assert browser.execute_script("return window.scrollY") > 300
+        assert in_window(browser, "state")
+    wait_for(browser, lambda b: state(b).startswith("not connected"), "that the server went away")
+    assert in_window(browser, "state")
+    box = browser.find_element(By.ID, "question")
+    box.send_keys("How do I run the installer?" + Keys.ENTER)
+    unsent = wait_for(browser, lambda b: b.find_element(By.ID, "unsent").text, "why the question was not sent", 10)
+    assert unsent == "not connected: reconnecting…; your question was kept"
+    assert box.get_attribute("value") == "How do I run the installer?" and in_window(browser, "unsent")
+    assert turns(browser) == []
+    shot = os.environ.get("MDRAG_OFFLINE_SCREENSHOT")
+    if shot:
+        browser.save_screenshot(shot)
 
 
 def _hits(browser: WebDriver) -> list[tuple[int, str]]:

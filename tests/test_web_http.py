@@ -239,6 +239,37 @@ def test_a_source_outside_the_index_or_for_another_site_is_refused(tmp_path: Pat
     _serve_and_run(tmp_path, scenario)
 
 
+def test_a_header_sent_twice_is_refused_at_every_door(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    handshake = "Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+    handshake += "Sec-WebSocket-Version: 13\r\n"
+
+    async def scenario(server: QAServer) -> None:
+        port = server.port
+        host, local, evil = f"Host: 127.0.0.1:{port}\r\n", f"http://127.0.0.1:{port}", "https://evil.example"
+        caplog.clear()
+        for first, second in ((local, evil), (evil, local)):
+            origins = f"Origin: {first}\r\nOrigin: {second}\r\n"
+            for target, extra in (("/source?ref=a.md", ""), ("/", handshake), ("/", "")):
+                request = f"GET {target} HTTP/1.1\r\n{host}{origins}{extra}\r\n"
+                status, _, body = await asyncio.to_thread(http, port, request.encode())
+                assert status == 403 and b"several Origin headers" in body, (target, extra, body)
+                assert b"installer" not in body and b"Traceback" not in body
+        refusals = [r for r in caplog.records if "several origin headers" in r.getMessage()]
+        assert len(refusals) == 6 and all(r.levelname == "WARNING" for r in refusals)
+        assert not [r for r in caplog.records if r.levelname == "ERROR"], caplog.text
+        two_hosts = f"GET /source?ref=a.md HTTP/1.1\r\n{host}Host: evil.example\r\n\r\n"
+        status, _, body = await asyncio.to_thread(http, port, two_hosts.encode())
+        assert status == 400 and b"several Host headers" in body, body
+        two_tokens = f"GET /source?ref=a.md HTTP/1.1\r\n{host}Authorization: Bearer a\r\nAuthorization: b\r\n\r\n"
+        status, _, body = await asyncio.to_thread(http, port, two_tokens.encode())
+        assert status == 400 and b"several Authorization headers" in body, body
+        # one Origin of this machine opens the source as before
+        status, _, body = await asyncio.to_thread(source, port, "ref=a.md", f"Origin: {local}")
+        assert status == 200 and "installer" in body["document"]["text"]
+
+    _serve_and_run(tmp_path, scenario)
+
+
 def test_a_source_needs_the_token_when_the_server_has_one(tmp_path: Path) -> None:
     async def scenario(server: QAServer) -> None:
         port = server.port

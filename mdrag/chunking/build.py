@@ -10,6 +10,7 @@ under the file's title.
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 from collections.abc import Iterable
 from typing import Any
@@ -130,6 +131,9 @@ class ChunkBuilder:
             self.meta["aliases"] = list(doc.aliases)
         self.topics = _topics(self.meta)  # the frontmatter line of the file's first chunk
         self.where = _path_words(rel_path) if path_words else ""  # the file's path words (chunk.path_words), or ""
+        links = doc.links or []
+        self.by_line = sorted(range(len(links)), key=lambda i: links[i][0])  # a vault note's links, by their line
+        self.lines = [links[i][0] for i in self.by_line]  # their lines, in that order: a chunk's are found by bisection
 
     def header(self, si: int, first: bool) -> str:
         """The header of a chunk of section ``si``; ``first``: the file's first chunk."""
@@ -169,9 +173,15 @@ class ChunkBuilder:
     def _metadata(self, si: int, line_start: int | None, line_end: int | None) -> dict[str, Any]:
         """A chunk's metadata: the file's, and for a vault note the notes its lines (or its heading) link to."""
         meta = dict(self.meta)
-        if self.doc.links is not None:
+        links = self.doc.links
+        if links is not None:
+            held = set(self._on_lines(line_start, line_end) if line_start is not None and line_end is not None else ())
             heading = self.doc.sections[si].heading_line
-            first, last = (line_start, line_end) if line_start is not None and line_end is not None else (0, -1)
-            held = (note for line, note in self.doc.links if line == heading or first <= line <= last)
-            meta["links"] = list(dict.fromkeys(held))
+            if heading is not None:
+                held.update(self._on_lines(heading, heading))
+            meta["links"] = list(dict.fromkeys(links[i][1] for i in sorted(held)))  # in the note's order
         return meta
+
+    def _on_lines(self, first: int, last: int) -> list[int]:
+        """The indexes (in ``doc.links``) of the links on lines ``first`` to ``last``."""
+        return self.by_line[bisect.bisect_left(self.lines, first) : bisect.bisect_right(self.lines, last)]

@@ -6,7 +6,9 @@ embedder's tokenizer), where nothing can be killed. So :func:`chunk_document`
 takes a :class:`Deadline` and checks it before every batch of sizes it asks
 for (token counts or lengths) and between sections: a file whose chunking
 passes the limit raises :class:`ChunkingTimeoutError`, a ParseError, and the
-indexer skips it with the reason like a file whose parse timed out.
+indexer skips it with the reason like a file whose parse timed out. The same
+deadline covers the reading of a vault note before it is chunked
+(:func:`mdrag.parsers.vault.read_note`, checked before each block).
 
     deadline = Deadline(120.0)
     chunks = chunk_document(doc, root, rel, deadline=deadline)
@@ -37,11 +39,11 @@ class Deadline:
         self.seconds = seconds  # the limit, named in the error
         self.end = _clock() + seconds  # when it is passed
 
-    def check(self) -> None:
-        """Raise ChunkingTimeoutError once the limit is passed."""
+    def check(self, step: str = "chunking") -> None:
+        """Raise ChunkingTimeoutError once the limit is passed; ``step`` names what was under way."""
         if _clock() > self.end:
             raise ChunkingTimeoutError(
-                f"chunking took longer than {self.seconds:g} s (setting index.parse_timeout): skipped"
+                f"{step} took longer than {self.seconds:g} s (setting index.parse_timeout): skipped"
             )
 
     def guard(self, sizes: Callable[[Sequence[str]], list[int]]) -> Callable[[Sequence[str]], list[int]]:

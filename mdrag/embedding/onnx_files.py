@@ -34,6 +34,7 @@ from mdrag.embedding.onnx_build import BUILDER_VERSION, OPSET, UnsupportedModelE
 from mdrag.errors import EmbeddingError
 from mdrag.extras import extra_installed, require_extra
 from mdrag.fileio import file_sha256
+from mdrag.version import install_target
 
 __all__ = ["INPUTS", "OUTPUT", "WEIGHTS", "checksum_ok", "export_onnx", "label", "onnx_model_path", "prepare_onnx"]
 
@@ -217,7 +218,7 @@ def export_onnx(model_dir: Path, out: Path) -> Path:
     except ImportError as e:
         raise EmbeddingError(
             f"{chosen} needs torch and transformers, which cannot be imported ({e}): run "
-            "`pip install --force-reinstall 'mdrag[torch]'` once (the export is cached), "
+            f"`pip install --force-reinstall {install_target('torch')}` once (the export is cached), "
             "or set embedding.backend=torch."
         ) from e
     log.info("exporting %s to ONNX at %s (once)", model_dir, out)

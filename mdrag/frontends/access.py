@@ -8,6 +8,9 @@ HTTP (`mdrag mcp --http`) share. No I/O.
 - :func:`token_problem`: the token comes as ``Authorization: Bearer …`` or ``?token=``, compared in
   constant time; a request without one and a request with a wrong one are told apart
   (:data:`TOKEN_REFUSALS`).
+- :func:`repeated_header`: a request that sends ``Host``, ``Origin``, ``Sec-Fetch-Site`` or ``Authorization``
+  more than once is refused whatever the values (:func:`repeated_refusal`): one check could read one value and
+  another part of the server the other (an allowed origin first, another site's second).
 - :func:`cannot_listen`: what a server that could not listen tells the user to change.
 """
 
@@ -16,14 +19,24 @@ from __future__ import annotations
 import errno
 import hmac
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from http import HTTPStatus
 from typing import Literal
 from urllib.parse import parse_qs, urlsplit
 
 from mdrag.errors import ConfigError, MdragError
 from mdrag.frontends.protocol import is_loopback
 
-__all__ = ["TOKEN_REFUSALS", "cannot_listen", "check_bind", "origin_allowed", "token_problem"]
+__all__ = [
+    "SINGLE_HEADERS",
+    "TOKEN_REFUSALS",
+    "cannot_listen",
+    "check_bind",
+    "origin_allowed",
+    "repeated_header",
+    "repeated_refusal",
+    "token_problem",
+]
 
 # One serialized origin (RFC 6454): scheme "://" host [":" port], nothing else: no space (a list of
 # origins), no path, query, fragment or user name.
@@ -50,6 +63,37 @@ def origin_allowed(origin: str, allowed: Sequence[str]) -> bool:
         return True
     parts = urlsplit(origin)
     return parts.scheme in ("http", "https") and is_loopback(parts.hostname or "")
+
+
+#: The headers a request may send at most once, each with the status of the refusal of a request that sends
+#: it twice: the origin checks cannot tell which page sent it (403); several Hosts or tokens are a malformed
+#: request (400: RFC 9110 for Host, RFC 6750 for a token sent twice).
+SINGLE_HEADERS = {
+    "origin": HTTPStatus.FORBIDDEN,
+    "sec-fetch-site": HTTPStatus.FORBIDDEN,
+    "host": HTTPStatus.BAD_REQUEST,
+    "authorization": HTTPStatus.BAD_REQUEST,
+}
+
+
+def repeated_header(names: Iterable[str]) -> str | None:
+    """The first of :data:`SINGLE_HEADERS` (lower case) that a request's header ``names``, one per header line
+    as it was sent, hold more than once; None when each comes once at most."""
+    seen: set[str] = set()
+    for name in names:
+        key = name.lower()
+        if key in SINGLE_HEADERS:
+            if key in seen:
+                return key
+            seen.add(key)
+    return None
+
+
+def repeated_refusal(name: str) -> tuple[HTTPStatus, str]:
+    """The status and message of the refusal of a request that sends the header ``name`` (from
+    :func:`repeated_header`) more than once."""
+    shown = "-".join(part.capitalize() for part in name.split("-"))
+    return SINGLE_HEADERS[name], f"The request sends several {shown} headers: send one."
 
 
 #: What a server says (HTTP 401) to a request without its token, and to one with a wrong token.

@@ -39,7 +39,6 @@ DEFAULT_SERVER = "ws://localhost:8765"
 _START_HINT = "Start it with `mdrag serve DIR`."
 _MAX_REPLY_BYTES = 16 * 2**20  # search results with long chunks can exceed websockets' 1 MiB default
 _NOT_MDRAG = f"is it an mdrag server? {_START_HINT}"
-_STILL_LOADING = "the server is still loading the index; try again shortly"
 
 
 class ServerUnavailableError(MdragError, ConnectionError):
@@ -86,16 +85,23 @@ def _check_question(question: str) -> str:
 class Client:
     """One connection to `mdrag serve` for many questions; use it as a context manager.
 
-    ``timeout`` is how long to wait for each message of a reply, and the longest
-    time to keep resending a question while the server is still loading its
-    index. ``open_timeout`` bounds the TCP and WebSocket handshake and the wait
-    for the status the server sends on connect.
+    ``timeout`` is how long to wait for each message of a reply, and, while the
+    server is still loading its index, how long to keep resending a question
+    once its progress (files indexed) stops moving: a first build of many files
+    is waited for as long as it moves. ``progress`` gets each new line of that
+    progress (``26 of 119 files indexed``). ``open_timeout`` bounds the TCP and
+    WebSocket handshake and the wait for the status the server sends on connect.
     """
 
     retry_delay = 1.0  # seconds between two tries while the server loads its index
 
     def __init__(
-        self, url: str = DEFAULT_SERVER, token: str | None = None, timeout: float = 30.0, open_timeout: float = 5.0
+        self,
+        url: str = DEFAULT_SERVER,
+        token: str | None = None,
+        timeout: float = 30.0,
+        open_timeout: float = 5.0,
+        progress: Callable[[str], None] | None = None,
     ) -> None:
         url = _websocket_url(url)
         try:
@@ -109,6 +115,7 @@ class Client:
         self.token = token  # sent as "Authorization: Bearer <token>"
         self.timeout = timeout  # the most seconds to wait for one message of a reply
         self.open_timeout = open_timeout  # the most seconds for the handshake and the first status
+        self.progress = progress  # told each new line of the server's progress while it loads its index
         self.server_status: dict[str, Any] = {}  # the status the server sent on connect ({} if none came)
         self._loopback = is_loopback(uri.host)  # no HTTP(S)_PROXY for a server on this machine
         self._ws: ClientConnection | None = None  # the open connection, None before connect() and after close()
@@ -271,11 +278,6 @@ class Client:
             f"lost the connection to the mdrag server at {redact_url(self.url)} ({_closed_reason(e)})"
         ) from None
 
-    def _wait_while_loading(self, deadline: float) -> None:
-        if time.monotonic() + self.retry_delay > deadline:
-            raise MdragError(_STILL_LOADING)
-        time.sleep(self.retry_delay)
-
     def ask(
         self,
         question: str,
@@ -289,7 +291,7 @@ class Client:
 
         Text is sanitized. AnswerCutShortError: the answer began and then ended with an
         error (the LLM failed mid-answer); it carries the sources. MdragError: the server answered with an error, or is
-        still loading after ``timeout`` seconds. ServerUnavailableError: the
+        still loading and its progress has not moved in ``timeout`` seconds. ServerUnavailableError: the
         connection is gone.
         """
         message: dict[str, Any] = {"type": "query", "question": _check_question(question)}
@@ -299,7 +301,7 @@ class Client:
         if turns:
             message["history"] = [{"question": t.question, "answer": t.answer} for t in turns]
         message = self._numbered(message)
-        deadline = time.monotonic() + self.timeout
+        loading = _Loading(self)
         self._send(message)
         started = False
         while True:
@@ -325,7 +327,7 @@ class Client:
                     raise AnswerCutShortError(said, _sources(reply))
                 raise MdragError(said)
             elif kind == "status" and not started and reply.get("state") == "loading":
-                self._wait_while_loading(deadline)
+                loading(reply)
                 self._send(message)
             elif kind == "status" and not started and reply.get("state") == "empty":
                 raise MdragError(
@@ -344,22 +346,71 @@ class Client:
         if kind == "query":
             raise ValueError("use Client.ask() for questions: the answer comes in several messages")
         message = self._numbered(message)
-        deadline = time.monotonic() + self.timeout
+        loading = _Loading(self)
         self._send(message)
         while True:
             reply = self._reply(message)
             if reply.get("type") == "error":
                 raise MdragError(_one_line(str(reply.get("message") or "the server reported an error")))
             if kind != "status" and reply.get("type") == "status" and reply.get("state") == "loading":
-                self._wait_while_loading(deadline)
+                loading(reply)
                 self._send(message)
                 continue
             return reply
 
 
+class _Loading:
+    """A request resent while the server loads its index: says the progress when it moves, and gives up
+    (MdragError, saying how far it got) once it has not moved in the client's ``timeout``."""
+
+    def __init__(self, client: Client) -> None:
+        self.client = client  # its timeout, retry_delay and progress
+        self.seen: str | None = None  # the last progress line
+        self.moved = time.monotonic()  # when it last changed (or the request was first sent)
+
+    def __call__(self, status: dict[str, Any]) -> None:
+        """One more "loading" ``status``: wait ``retry_delay`` to resend, or give up."""
+        line, now = _progress(status), time.monotonic()
+        if line != self.seen:
+            self.seen, self.moved = line, now
+            if line and self.client.progress is not None:
+                self.client.progress(line)
+        if now + self.client.retry_delay - self.moved > self.client.timeout:
+            how_far = f"{self.seen}, " if self.seen else ""
+            raise MdragError(
+                f"the server is still loading the index ({how_far}no progress in {self.client.timeout:g} s); "
+                "try again shortly"
+            )
+        time.sleep(self.client.retry_delay)
+
+
+def _progress(status: dict[str, Any]) -> str | None:
+    """How far a loading server's index is, in a few words (``26 of 119 files indexed``), or None."""
+    indexing = status.get("indexing")
+    if isinstance(indexing, dict):
+        done, total = indexing.get("files_done"), indexing.get("files_total")
+        if isinstance(done, int) and isinstance(total, int):
+            return f"{done} of {total} files indexed"
+        if isinstance(done, int):
+            return "scanning the folders"
+    return None
+
+
 def _sources(reply: dict[str, Any]) -> list[str]:
-    """The sources of an answer, sanitized, each once, in order."""
+    """The sources of an answer, sanitized, each once, in order; a page crawled from a website with its URL
+    (``path <url>``, from the reply's ``locations``)."""
     sources = reply.get("sources")
     if not isinstance(sources, list):
         return []
-    return list(dict.fromkeys(sanitize(s) for s in sources if isinstance(s, str) and s))
+    locations = reply.get("locations")
+    urls = (
+        [loc.get("url") if isinstance(loc, dict) else None for loc in locations or []]
+        if isinstance(locations, list)
+        else []
+    )
+    shown = []
+    for i, s in enumerate(sources):
+        if isinstance(s, str) and s:
+            url = urls[i] if i < len(urls) and isinstance(urls[i], str) else None
+            shown.append(sanitize(s) + (f" <{sanitize(url)}>" if url else ""))
+    return list(dict.fromkeys(shown))

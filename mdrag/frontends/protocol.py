@@ -18,7 +18,8 @@ Server to client:
     {"type": "stream_chunk", "chunk": "..."}
     {"type": "stream_end", "sources": ["/abs/path.md", ...], "locations": [{path, ref, line_start, ...}, ...]}
                                                                  [n] in the answer is sources[n-1], at locations[n-1]
-    {"type": "search_results", "query": "...", "results": [SearchResult.to_dict() + ref, ...]}
+    {"type": "search_results", "query": "...", "results": [result_fields(...), ...], "note": "..."?}
+                                                                 note: why there are none
     {"type": "error", "message": "...", "sources": [...]?, "locations": [...]?}
                                                                  after stream_start: the sources found
 
@@ -334,10 +335,13 @@ def _with_url(d: dict[str, Any], rel_path: str) -> dict[str, Any]:
     return d
 
 
-def search_results(query: str, results: list[dict[str, Any]], shared: frozenset[str] = frozenset()) -> dict[str, Any]:
-    """Ranked results (``SearchResult.to_dict()``), each with the ``ref`` that `get` takes for its document."""
-    refs = [_with_url({**r, "ref": _ref(r["path"], r["rel_path"], shared)}, r["rel_path"]) for r in results]
-    return {"type": "search_results", "query": query, "results": refs}
+def search_results(query: str, results: list[dict[str, Any]], note: str | None = None) -> dict[str, Any]:
+    """Ranked results, best first, each as every front end shows it (:func:`mdrag.retrieval.shown.result_fields`);
+    with none, ``note`` says why (:func:`mdrag.retrieval.shown.no_results`)."""
+    msg: dict[str, Any] = {"type": "search_results", "query": query, "results": results}
+    if not results and note:
+        msg["note"] = note
+    return msg
 
 
 def error(

@@ -2,15 +2,16 @@
 
 The server owns its index for the whole run: it loads it (or builds it) in
 the background while already accepting connections, answers queries from
-the open index, and keeps it current with a file watcher and a periodic
-rescan, both asking its :class:`~mdrag.index.keeper.IndexKeeper` for an update
-(the keeper runs them in its worker thread, commits a long one in steps, and
-lets a watched change go ahead). Searches read only committed chunks, so an
+the open index, and has its :class:`~mdrag.index.keeper.IndexKeeper` keep it
+current: it watches the folders, rescans them every ``server.reload_interval``
+seconds, runs the updates in its worker thread, commits a long one in steps,
+and lets a watched change go ahead. Searches read only committed chunks, so an
 update switches atomically; an index that holds a committed state is served
 while its startup update runs. Stopping asks a running update to stop at its
-next safe point and waits for it before the index is closed. A change to the config file applies the settings in
-:func:`live_settings` at once; any other change is reported as needing a
-restart, and the server keeps the value it started with.
+next safe point and waits for it before the index is closed. A change to
+the config file (seen by a :class:`~mdrag.index.watching.ConfigWatcher`)
+applies the settings in :func:`live_settings` at once; any other change is
+reported as needing a restart, and the server keeps the value it started with.
 
 Each connection's messages are answered one at a time, in order (answers
 stream over several frames); every reply repeats the ``id`` its request
@@ -26,7 +27,6 @@ import asyncio
 import contextlib
 import functools
 import logging
-import os
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from http import HTTPStatus
@@ -38,13 +38,23 @@ from mdrag.answering.followup import Turn
 from mdrag.config import Config, load_config
 from mdrag.errors import ConfigError, LLMError, MdragError, ProtocolError
 from mdrag.frontends import protocol, web
-from mdrag.frontends.access import TOKEN_REFUSALS, cannot_listen, check_bind, origin_allowed, token_problem
+from mdrag.frontends.access import (
+    TOKEN_REFUSALS,
+    cannot_listen,
+    check_bind,
+    origin_allowed,
+    repeated_header,
+    repeated_refusal,
+    token_problem,
+)
 from mdrag.frontends.protocol import is_loopback
 from mdrag.frontends.web import source
 from mdrag.index import Index
 from mdrag.index.keeper import IndexKeeper, KeeperState
+from mdrag.index.watching import ConfigWatcher
 from mdrag.knobs import MESSAGE_CEILING_BYTES
 from mdrag.retrieval.search import build_filter
+from mdrag.retrieval.shown import no_results, result_fields
 from mdrag.settings import DEFAULTS, LIVE
 from mdrag.types import SearchResult
 
@@ -84,18 +94,17 @@ class QAServer:
         self.restart_needed: list[str] = []  # settings the config file changed that need a restart
         self.overrides = dict(overrides or {})  # command-line settings, kept across config reloads
         # Folders to add at start; then the index's folders as its last run recorded them (`mdrag index DIR`
-        # and `mdrag remove DIR` from another process change them), watched and rescanned.
+        # and `mdrag remove DIR` from another process change them), which the keeper watches and rescans.
         self.folders = [str(Path(f).expanduser().resolve()) for f in folders]
         self.index = index  # the open index (created in _load when None)
-        self.keeper: IndexKeeper | None = None  # keeps the index current (made in _load)
+        self.keeper: IndexKeeper | None = None  # keeps the index current: watches and rescans (made in _load)
+        self._config_watcher: ConfigWatcher | None = None  # applies config file changes (made in start)
         self.host = ""  # bound address, known after start()
         self.port = 0  # bound port, known after start() (useful with port 0)
         self._loaded = asyncio.Event()  # the keeper's state left "loading"
         self._threads: set[asyncio.Future[Any]] = set()  # index work in threads: stop() waits for it
         self._server: Any = None  # websockets Server
         self._tasks: set[asyncio.Task[Any]] = set()  # background tasks, cancelled on stop
-        self._stop = asyncio.Event()  # stops the file watchers
-        self._rewatch = asyncio.Event()  # set when the folders change: the file watcher starts again on them
         self._http: Any = None  # httpx2.AsyncClient shared by LLM requests (keep-alive connections)
         self._page = web.load_static()  # the browser page, answered to plain HTTP requests on the same port
         # The model's first inference runs alone: a second one beside it can hang both for good (OpenVINO's
@@ -128,7 +137,10 @@ class QAServer:
         sock = self._server.sockets[0].getsockname()
         self.host, self.port = sock[0], sock[1]
         self._spawn(self._load())
-        self._spawn(self._watch_config())
+        loop = asyncio.get_running_loop()
+        # reload_config changes the server's state: it runs in the event loop, not in the watcher's thread
+        self._config_watcher = ConfigWatcher(self.config.home, lambda: loop.call_soon_threadsafe(self.reload_config))
+        self._config_watcher.start()
 
     @property
     def url(self) -> str:
@@ -140,8 +152,8 @@ class QAServer:
 
     async def stop(self) -> None:
         """Stop serving; a running reload stops at its next safe point, and the index is closed after it."""
-        self._stop.set()
-        self._rewatch.set()
+        if self._config_watcher is not None:
+            await asyncio.to_thread(self._config_watcher.close)
         self._loaded.set()
         for t in list(self._tasks):
             t.cancel()
@@ -152,7 +164,7 @@ class QAServer:
         if self._http is not None:
             await self._http.aclose()
         if self.keeper is not None:
-            await asyncio.to_thread(self.keeper.close)  # a running update stops at its next file
+            await asyncio.to_thread(self.keeper.close)  # its watch ends; a running update stops at its next file
         # A cancelled task stopped waiting for its thread, not the thread: wait for it here.
         await asyncio.gather(*self._threads, return_exceptions=True)
         if self.index is not None:
@@ -200,7 +212,11 @@ class QAServer:
             if self.index is None:
                 self.index = Index(self.config)
             self.keeper = IndexKeeper(
-                self.index, self.folders, on_change=lambda st: loop.call_soon_threadsafe(self._changed, st)
+                self.index,
+                self.folders,
+                on_change=lambda st: loop.call_soon_threadsafe(self._changed, st),
+                watch=True,  # from the moment the index is loaded
+                rescan_interval=self.config["server.reload_interval"],
             )
             self.keeper.start()
         except Exception as e:  # never left "loading" for good: clients would wait forever
@@ -227,8 +243,6 @@ class QAServer:
         if st.state == "ready":
             self._spawn(self._warm_up())
             await asyncio.sleep(0)  # the warm-up takes the model's first inference before any query
-        self._spawn(self._watch_files())
-        self._spawn(self._periodic())
 
     def _fail(self, e: Exception) -> None:
         if isinstance(e, MdragError):
@@ -240,12 +254,11 @@ class QAServer:
         self.ready.set()
 
     def _changed(self, st: KeeperState) -> None:
-        """The keeper's new state (in the event loop): leave loading; watch the folders it names."""
+        """The keeper's new state (in the event loop): leave loading; note the folders it names."""
         if st.state != "loading":
             self._loaded.set()
         if st.folders and st.folders != self.folders:
             self.folders = list(st.folders)
-            self._rewatch.set()
 
     async def _warm_up(self) -> None:
         """Load the model and the store's search structures before the first question needs them; the
@@ -285,70 +298,6 @@ class QAServer:
         if self.keeper is not None:
             self.keeper.request(why, paths)
 
-    async def _periodic(self) -> None:
-        while True:
-            await asyncio.sleep(self.config["server.reload_interval"])
-            self._reload("periodic rescan")
-
-    async def _watch_files(self) -> None:
-        from watchfiles import Change, awatch
-
-        from mdrag.parsers import supported_extensions
-
-        exts = tuple(supported_extensions())
-        watched: list[str] | None = None  # the folders the last watcher watched (None: none yet)
-        while not self._stop.is_set():
-            self._rewatch.clear()
-            roots = [f for f in self.folders if Path(f).is_dir()]
-            # Folders another process added while the server runs: what changed in them before this
-            # watcher started is read by an update once it watches (the startup update reads them all).
-            added = [] if watched is None else [f for f in roots if f not in watched]
-            watched = roots
-
-            def relevant(change: Change, path: str, roots: list[str] = roots) -> bool:
-                # hidden files and folders are not indexed: below the folder, not in the folder's own path
-                root = max((r for r in roots if path.startswith(r.rstrip(os.sep) + os.sep)), key=len, default="")
-                if f"{os.sep}." in path[len(root.rstrip(os.sep)) :]:
-                    return False
-                # a document; or a folder renamed, moved in or out (what is gone cannot be told from a file)
-                return path.lower().endswith(exts) or change == Change.deleted or Path(path).is_dir()
-
-            if not roots:
-                await self._rewatch.wait()
-                continue
-            # yield_on_timeout: the first (empty) yield says the watcher is installed
-            async for changes in awatch(
-                *roots,
-                watch_filter=relevant,
-                debounce=500,
-                stop_event=self._rewatch,
-                rust_timeout=1000,
-                yield_on_timeout=True,
-            ):
-                if added:
-                    self._reload("folders added", added)
-                    added = []
-                if changes:
-                    self._reload("files changed", [path for _, path in changes])
-
-    async def _watch_config(self) -> None:
-        from watchfiles import awatch
-
-        home = self.config.home
-        names = {"config.yaml", "config.yml", "config.toml"}
-        if not home.is_dir():  # a first start: loading the index makes it, and a config file may come later
-            while not home.is_dir():
-                with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(self._stop.wait(), 0.5)
-                if self._stop.is_set():
-                    return
-            if any((home / name).is_file() for name in names):  # written before the watch below began
-                self.reload_config()
-        async for _changes in awatch(
-            home, watch_filter=lambda c, p: Path(p).name in names, debounce=300, stop_event=self._stop, recursive=False
-        ):
-            self.reload_config()
-
     def reload_config(self) -> bool:
         """Re-read the config file, keeping command-line overrides; a bad file changes nothing.
 
@@ -387,6 +336,8 @@ class QAServer:
         self.config, self.restart_needed = applied, restart
         if self.index is not None:
             self.index.config = applied  # read by each search and update
+        if self.keeper is not None:
+            self.keeper.rescan_interval = applied["server.reload_interval"]
         log.info("configuration reloaded from %s", new.file)
         if rescan and self.folders and self.state != "loading":
             self._reload("file selection settings changed")
@@ -395,7 +346,13 @@ class QAServer:
     # -- connections --------------------------------------------------------
     async def _check_request(self, connection: Any, request: Any) -> Any:
         """Answer plain HTTP requests with the page, or a source it opens (mdrag.frontends.web.source);
-        refuse WebSocket handshakes from browser pages of other origins, and from clients without the token."""
+        refuse WebSocket handshakes from browser pages of other origins, and from clients without the token;
+        refuse any request that sends its Origin, Host or token twice."""
+        repeated = repeated_header(name for name, _ in request.headers.raw_items())
+        if repeated is not None:
+            status, message = repeated_refusal(repeated)
+            log.warning("refused a request with several %s headers", repeated)
+            return connection.respond(status, message + "\n")
         if not web.is_handshake(request):
             if source.asks_for(request):  # a document of the index: checks origin and token itself
                 return await source.respond(
@@ -497,7 +454,9 @@ class QAServer:
         except ConfigError as e:  # a filter the search refuses (a backslash in a path prefix, on Milvus)
             raise ProtocolError(str(e)) from None
         shared = self.index.shared_names[1]  # relative paths that two folders share: refs by absolute path
-        await send(protocol.search_results(req.query, [r.to_dict() for r in results], shared))
+        threshold = self.index.config["search.threshold"] if req.threshold is None else req.threshold
+        shown = [result_fields(r, shared) for r in results]
+        await send(protocol.search_results(req.query, shown, no_results(threshold, bool(filters))))
 
     async def _query(self, req: protocol.QueryRequest, send: Callable[[dict[str, Any]], Awaitable[None]]) -> None:
         assert self.index is not None

@@ -9,10 +9,12 @@ Beside it, each module holds one part of the index's state:
 :mod:`~mdrag.index.writers` (one writer at a time, across processes),
 :mod:`~mdrag.index.verify` (what `status --verify` found damaged),
 :mod:`~mdrag.index.status` (what ``Index.status()`` says of it), and
-:mod:`~mdrag.index.keeper` (an open index kept current for a long-running front end).
+:mod:`~mdrag.index.keeper` (an open index kept current for a long-running front end or program,
+``from mdrag.index import IndexKeeper``) with :mod:`~mdrag.index.watching` (its file watch and rescans).
 """
 
 from mdrag.index.index import Index, make_embedder, open_index
+from mdrag.index.keeper import IndexKeeper, KeeperState
 from mdrag.index.status import IndexStatus
 
-__all__ = ["Index", "IndexStatus", "make_embedder", "open_index"]
+__all__ = ["Index", "IndexKeeper", "IndexStatus", "KeeperState", "make_embedder", "open_index"]

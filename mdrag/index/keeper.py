@@ -1,12 +1,15 @@
 """The index keeper: keeps one open :class:`~mdrag.index.Index` current for a long-running front end.
 
-The WebSocket server (and its page) asks it for an update when it starts, when
-watched files change and at each periodic rescan; the MCP server keeps one per
-docset, asks it for an update when it starts and when a ``search`` finds the
-index older than its refresh interval, and waits for it. Both report its
-:class:`KeeperState`; it knows nothing of asyncio, anyio, WebSockets or MCP. One
-worker thread runs the updates, one at a time, while searches go on in other
-threads and read the last committed state (:mod:`mdrag.index.snapshot`).
+It updates the index when it starts; with ``watch`` it watches the index's
+folders and updates the files that change, and with ``rescan_interval`` it
+rescans them every so often (:mod:`mdrag.index.watching`, each in a thread).
+The WebSocket server keeps its index with both; the MCP server keeps one per
+docset, asks it for an update when a ``search`` finds the index older than its
+refresh interval, and waits for it; a Python program may keep one too
+(docs/python.md). Front ends report its :class:`KeeperState`; it knows nothing
+of asyncio, anyio, WebSockets or MCP. One worker thread runs the updates, one
+at a time, while searches go on in other threads and read the last committed
+state (:mod:`mdrag.index.snapshot`).
 
 - **Bounded steps.** A long update commits what it has every ``step_s``
   seconds and goes on in a new step, so that readers see it grow rather than
@@ -38,6 +41,7 @@ from typing import Any
 
 from mdrag.errors import IndexingCancelledError, MdragError
 from mdrag.index.index import Index
+from mdrag.index.watching import FolderWatcher, Periodic
 from mdrag.ingest.progress import IndexProgress
 from mdrag.ingest.summary import IndexSummary
 
@@ -100,6 +104,12 @@ class IndexKeeper:
     later updates update the index's folders as they are then (another process's
     `mdrag index DIR` or `mdrag remove DIR` changes them). ``update`` replaces
     ``index.update`` (see :data:`Updater`), ``gate`` is held while an update runs.
+
+    ``watch``: once the index is loaded (:attr:`KeeperState.state` is no longer ``loading``), watch its
+    folders (those the last update named: a folder another process adds is watched too) and update the
+    documents that change, ahead of a running update (:meth:`wait_watching` says when a watch is in place).
+    ``rescan_interval``: ask for an update of everything every so many seconds (None: never; settable
+    while it runs, as :attr:`rescan_interval`).
     """
 
     def __init__(
@@ -111,6 +121,8 @@ class IndexKeeper:
         on_change: Callable[[KeeperState], object] | None = None,
         update: Updater | None = None,
         gate: threading.Lock | None = None,
+        watch: bool = False,
+        rescan_interval: float | None = None,
     ) -> None:
         self.index = index
         self.step_s = step_s
@@ -132,8 +144,20 @@ class IndexKeeper:
         self._long = False  # a full update is under way (between its steps too)
         self._closed = False
         self._thread: threading.Thread | None = None
+        # watches the folders and asks for updates of what changes (with watch)
+        self._watcher = FolderWatcher(self._watched_folders, self._ask, f"mdrag-watch-{index.name}") if watch else None
+        # asks for a rescan every rescan_interval seconds (its thread starts once there is an interval)
+        self._rescans = Periodic(rescan_interval, self._rescan, f"mdrag-rescan-{index.name}")
 
     # -- the front end's side ---------------------------------------------------
+
+    def __enter__(self) -> IndexKeeper:
+        """``with IndexKeeper(index, watch=True) as keeper:`` starts it, and closes it at the end."""
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     @property
     def state(self) -> KeeperState:
@@ -145,7 +169,29 @@ class IndexKeeper:
         ticket = self.request("startup")
         self._thread = threading.Thread(target=self._work, name="mdrag-keeper", daemon=True)
         self._thread.start()
+        if self._watcher is not None:
+            self._watcher.start()
+        self._rescans.start()
         return ticket
+
+    @property
+    def rescan_interval(self) -> float | None:
+        """Seconds between the periodic rescans (None: none); a new value applies at once."""
+        return self._rescans.interval
+
+    @rescan_interval.setter
+    def rescan_interval(self, seconds: float | None) -> None:
+        self._rescans.interval = seconds
+
+    @property
+    def watching(self) -> tuple[str, ...] | None:
+        """The folders a file watch is in place on now (None: none is, or the keeper does not watch)."""
+        return self._watcher.watching if self._watcher is not None else None
+
+    def wait_watching(self, folders: Iterable[str | Path] | None = None, timeout: float | None = None) -> bool:
+        """Wait until a file watch is in place (on ``folders`` at least, when given): a change made
+        afterwards will be seen. False when ``timeout`` ran out, or the keeper does not watch or is closed."""
+        return self._watcher.wait_watching(folders, timeout) if self._watcher is not None else False
 
     def request(self, reason: str, paths: Iterable[str] | None = None) -> int:
         """Ask for an update: of everything (``paths`` None), or of these changed files, which go ahead of a
@@ -181,7 +227,11 @@ class IndexKeeper:
             return self._cond.wait_for(lambda: self._closed or min(self._waiting, default=last + 1) > last, timeout)
 
     def close(self) -> None:
-        """Stop: a running update stops at its next file (the next start finishes it), then the worker ends."""
+        """Stop: the watch and the rescans end, a running update stops at its next file (the next start
+        finishes it), then the worker ends."""
+        if self._watcher is not None:
+            self._watcher.close()
+        self._rescans.close()
         with self._cond:
             self._closed = True
             self._cancel.set()
@@ -189,6 +239,33 @@ class IndexKeeper:
             self._cond.notify_all()
         if self._thread is not None:
             self._thread.join()
+
+    # -- the watch and the rescans ---------------------------------------------------
+
+    def _ask(self, reason: str, paths: Iterable[str] | None = None) -> None:
+        """:meth:`request`, from the watch or the rescans: nothing once the keeper is closed."""
+        with self._cond:
+            if not self._closed:
+                self.request(reason, paths)
+
+    def _rescan(self) -> None:
+        if self.state.state != "loading":  # a first build under way reads everything anyway
+            self._ask("periodic rescan")
+
+    def _watched_folders(self) -> list[str] | None:
+        """The folders to watch: none while the index loads, then those the last update named (before the
+        first one: the folders given and the index's own)."""
+        st = self.state
+        if st.state == "loading":
+            return None
+        if st.updates:
+            return list(st.folders)
+        try:
+            own = self.index.folders
+        except MdragError as e:
+            log.debug("index %r: no folders yet: %s", self.index.name, e)
+            own = []
+        return list(dict.fromkeys([*self._folders, *own]))
 
     # -- the worker ----------------------------------------------------------------
 
@@ -395,8 +472,12 @@ class IndexKeeper:
 
     def _set(self, **changes: object) -> None:
         with self._cond:
+            before = self._state
             self._state = replace(self._state, **changes)  # type: ignore[arg-type]
             state = self._state
+        loaded = (before.state == "loading") != (state.state == "loading")
+        if self._watcher is not None and (loaded or set(before.folders) != set(state.folders)):
+            self._watcher.rewatch()  # watch the folders the index now has
         if self.on_change is not None:
             self.on_change(state)
 

@@ -1,8 +1,9 @@
 """Reading a file for the index: its bytes hashed, parsed (here or in a parse worker) and chunked.
 
 With a time limit (``index.parse_timeout``), the parse worker stops a parse
-that passes it, and chunking, done here, stops at the same limit (counted
-afresh: the parse and the chunking may each take that long); with a memory
+that passes it, and the reading of a vault note and its chunking, done here,
+stop at the same limit (counted afresh: the parse, and the reading and chunking
+together, may each take that long); with a memory
 limit (``index.max_parse_mb``), the worker caps a parse's memory, and a document
 whose chunking is expected to need more is not chunked: either way the file is
 skipped with the reason and the run goes on.
@@ -11,6 +12,7 @@ skipped with the reason and the run goes on.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 from typing import NamedTuple
 
@@ -67,8 +69,8 @@ def read_file(
 ) -> Parsed:
     """Parse and chunk the file at ``path`` (under ``root`` as ``rel``, with the scan's mtime and size):
     its state and chunks, or why it is skipped. With ``worker``, it is parsed there within ``timeout``;
-    with ``timeout``, chunking must also end within it; with ``max_mb``, a document whose chunking is
-    expected to need more memory (MB) is skipped."""
+    with ``timeout``, the reading of a vault note and chunking must also end within it; with ``max_mb``, a
+    document whose chunking is expected to need more memory (MB) is skipped."""
     try:
         data = Path(path).read_bytes()
         doc = worker.parse(path, timeout) if worker is not None else parse_file(path, data)
@@ -76,10 +78,10 @@ def read_file(
         return Parsed(None, [], str(e).removeprefix(f"{path}: "), crashed=isinstance(e, ParserCrashError))
     except OSError as e:
         return Parsed(None, [], f"cannot read: {e}")
-    if settings.vault and doc.path.lower().endswith((".md", ".markdown")) and vault.applies(doc):
-        doc = vault.read_note(doc)
     deadline = Deadline(timeout) if timeout > 0 else None
     try:
+        if settings.vault and doc.path.lower().endswith((".md", ".markdown")) and vault.applies(doc):
+            doc = vault.read_note(doc, None if deadline is None else partial(deadline.check, "reading the note"))
         chunks = chunk_document(
             doc, root, rel, settings, embedder.count_tokens, embedder.max_tokens, truncated, deadline, max_mb
         )

@@ -195,7 +195,8 @@ def refresh(
 def status(kb: KnowledgeBase) -> list[dict[str, Any]]:
     """One row per web source: id, url, branch, local_path, last_fetched, content_hash, files (a count), commit,
     unsearchable (of its files, those no parser reads: extension -> count), and ``last_error`` with ``failed_at``
-    when its last load failed (both None when it loaded last time, or was never tried); and one per docset
+    when its last load failed (both None when it loaded last time, or was never tried), ``skipped`` (a website's
+    pages its last crawl did not keep: URL -> why); and one per docset
     with no web sources (url None: its folder is filled by hand), whose ``folder_exists`` says whether its
     folder is there."""
     cfg = kb.config()
@@ -214,6 +215,7 @@ def status(kb: KnowledgeBase) -> list[dict[str, Any]]:
             row.update(last_fetched=e.get("last_fetched"), content_hash=e.get("content_hash"))
             row.update(files=len(listed), commit=e.get("commit"), unsearchable=unsearchable(listed))
             row.update(last_error=failed.get("error"), failed_at=failed.get("failed_at"))
+            row.update(skipped=e.get("skipped", {}))  # a website's pages its last crawl did not keep, with why
             rows.append({**row, "folder_exists": Path(d.local_path).is_dir()})
     return rows
 
@@ -228,7 +230,8 @@ def _local_row(d: Docset) -> dict[str, Any]:
     kinds = dict(found.unsupported.most_common()) if found is not None else {}
     row: dict[str, Any] = {"id": d.id, "url": None, "branch": None, "local_path": d.local_path}
     row.update(last_fetched=None, content_hash=None, files=len(found.files) + sum(kinds.values()) if found else 0)
-    row.update(commit=None, unsearchable=kinds, last_error=None, failed_at=None, folder_exists=found is not None)
+    row.update(commit=None, unsearchable=kinds, last_error=None, failed_at=None, skipped={})
+    row.update(folder_exists=found is not None)
     return row
 
 

@@ -21,7 +21,7 @@ import yaml
 from pydantic import BaseModel, Field
 
 from mdrag.config import home_dir
-from mdrag.errors import DocsetError, KnowledgeConfigError
+from mdrag.errors import DocsetError, KnowledgeConfigError, NoProjectError
 from mdrag.knowledge.files import DOC_DIRS, DOC_EXTENSIONS, EXCLUDED_DIRS, EXCLUDED_PREFIXES, MAX_FILE_BYTES
 from mdrag.knowledge.git import validate_git_url
 from mdrag.knowledge.model import CONTROL, DOCSET_NAME, Docset, KnowledgeConfig, WebSource
@@ -123,7 +123,7 @@ def find_config(start: Path | None = None) -> Path:
             log.warning("using %s; %s is ignored: merge it into %s and delete it", found[0], found[1], found[0].name)
         if found:
             return found[0]
-    raise KnowledgeConfigError(
+    raise NoProjectError(
         f"no .knowledge/config.yaml found in {here} or any parent folder; "
         "create .knowledge/config.yaml in your project with a `docsets:` section (see docs/mcp.md)"
     )

@@ -1,8 +1,8 @@
 """The docsets' indexes kept current for a long-running front end: open, refresh when due, search, report.
 
 :class:`DocsetIndexes` holds, for the docsets of a :class:`~mdrag.knowledge.KnowledgeBase`, one
-:class:`DocsetIndex` each: the docset's own mdrag index (:mod:`mdrag.knowledge.docsets`) and an
-:class:`~mdrag.index.keeper.IndexKeeper` that updates it in a worker thread (a gate shared by the keepers
+:class:`~mdrag.index.served.ServedIndex` each: the docset's own mdrag index (:mod:`mdrag.knowledge.docsets`)
+and an :class:`~mdrag.index.keeper.IndexKeeper` that updates it in a worker thread (a gate shared by the keepers
 lets one docset's update run at a time: they would only share the CPU).
 
 - :meth:`DocsetIndexes.start` starts updating every docset's index (those with a folder);
@@ -10,10 +10,7 @@ lets one docset's update run at a time: they would only share the CPU).
   closes the indexes.
 - :meth:`DocsetIndexes.ensure_current` opens a docset's index on first use and asks for an update when its
   folder moved or its last update is older than ``refresh_interval``.
-- :meth:`DocsetIndex.search` is the readiness policy: an index being refreshed is searched as it was; one
-  whose first build runs (here or in another process) gives no results but its progress
-  (:class:`UpdateProgress`); :meth:`DocsetIndex.state` reports its size and last update
-  (:class:`DocsetIndexState`).
+- :meth:`~mdrag.index.served.ServedIndex.search` is the readiness policy, as for any served index.
 - :meth:`DocsetIndexes.cached_search` serves quick answers from ready indexes: searches kept by index,
   update and query, run one at a time.
 
@@ -25,216 +22,31 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections import OrderedDict
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mdrag.errors import IndexBuildingError, MdragError
+from mdrag.errors import MdragError
+from mdrag.index.served import ServedIndex
 from mdrag.knobs import MCP_HINT_CACHE_SIZE, MCP_HINT_SECTIONS, MCP_REFRESH_INTERVAL_S
 from mdrag.knowledge.docsets import docset_folder, docset_index, index_name, update_docset_index
 
 if TYPE_CHECKING:
     from mdrag.config import Config
     from mdrag.index import Index
-    from mdrag.index.keeper import IndexKeeper
     from mdrag.ingest.summary import IndexSummary
     from mdrag.knowledge.base import KnowledgeBase
     from mdrag.knowledge.model import Docset
     from mdrag.types import SearchResult
 
-__all__ = [
-    "CachedSearch",
-    "DocsetIndex",
-    "DocsetIndexState",
-    "DocsetIndexes",
-    "DocsetIndexesClosedError",
-    "DocsetSearch",
-    "UpdateProgress",
-    "files_progress",
-]
+__all__ = ["CachedSearch", "DocsetIndexes", "DocsetIndexesClosedError"]
 
 log = logging.getLogger(__name__)
 
 
 class DocsetIndexesClosedError(MdragError):
     """:meth:`DocsetIndexes.open` after :meth:`DocsetIndexes.close` (or before :meth:`DocsetIndexes.start`)."""
-
-
-@dataclass(frozen=True)
-class UpdateProgress:
-    """How far a docset index's running update is."""
-
-    state: str  # scanning | indexing | queued (it waits for another docset's update)
-    files_done: int
-    files_total: int | None  # None until its scan has counted the files
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"state": self.state, "files_done": self.files_done, "files_total": self.files_total}
-
-
-@dataclass(frozen=True)
-class DocsetIndexState:
-    """A docset index's size and what its last update in this process did (all zero before one finished)."""
-
-    index: str  # the index's name
-    refreshed: bool  # its last update finished while the caller waited
-    chunks_embedded: int = 0
-    chunks_reused: int = 0
-    chunks_deleted: int = 0
-    chunks_total: int | None = None
-    seconds: float = 0.0  # how long the last update took
-    age_s: float | None = None  # seconds since the last update ended (None: none has)
-    updating: UpdateProgress | None = None  # the running update
-    error: str | None = None  # why the last update failed
-
-    def to_dict(self) -> dict[str, Any]:
-        """The state as the MCP ``search`` tool reports it: ``updating`` and ``error`` only when set."""
-        d: dict[str, Any] = {
-            "index": self.index,
-            "refreshed": self.refreshed,
-            "chunks_embedded": self.chunks_embedded,
-            "chunks_reused": self.chunks_reused,
-            "chunks_deleted": self.chunks_deleted,
-            "chunks_total": self.chunks_total,
-            "seconds": self.seconds,
-            "age_s": self.age_s,
-        }
-        if self.updating is not None:
-            d["updating"] = self.updating.to_dict()
-        if self.error is not None:
-            d["error"] = self.error
-        return d
-
-
-@dataclass(frozen=True)
-class DocsetSearch:
-    """What a search of a docset's index gave."""
-
-    results: list[SearchResult] | None  # None: the index has none to give yet (its first build runs, ...)
-    progress: UpdateProgress | None  # the running update (or another process's first build); None: none runs
-
-
-@dataclass(frozen=True, eq=False)
-class DocsetIndex:
-    """One docset's mdrag index and the keeper that updates it."""
-
-    index: Index  # the docset's own index in the docsets store
-    keeper: IndexKeeper  # runs its updates in a worker thread, one docset at a time (a shared gate)
-    built: bool  # it held a committed state when it was opened (the keeper's state says so later)
-
-    @property
-    def busy(self) -> bool:
-        """An update is asked for or running."""
-        return self.keeper.busy
-
-    @property
-    def updates(self) -> int:
-        """Updates finished (each step of a long one counts)."""
-        return self.keeper.state.updates
-
-    @property
-    def error(self) -> str | None:
-        """Why the last update failed (None when it succeeded, or none ran)."""
-        return self.keeper.state.error
-
-    def wait(self, timeout: float | None = None) -> bool:
-        """Until the updates asked for so far are done; False when ``timeout`` ran out."""
-        return self.keeper.wait(None, timeout)
-
-    def due(self, folder: str, refresh_interval: float) -> bool:
-        """Whether the index needs an update: its folder moved, or it is older than ``refresh_interval``."""
-        st = self.keeper.state
-        if st.finished_at is None or (st.error is None and str(Path(folder).resolve()) not in st.folders):
-            return True
-        return time.monotonic() - st.finished_at >= refresh_interval
-
-    def ready(self, folder: str | Path) -> bool:
-        """Its last update succeeded and holds ``folder``: a search answers from the docset's files."""
-        st = self.keeper.state
-        return st.state == "ready" and str(Path(folder).resolve()) in st.folders
-
-    def progress(self, building: IndexBuildingError | None = None) -> UpdateProgress | None:
-        """How far the running update is (``building``: another process's first build, when none runs
-        here); None when none runs."""
-        st = self.keeper.state
-        if building is not None and (st.indexing is None or st.indexing[1] is None):  # this one waits for it
-            state = "indexing" if building.total is not None else "scanning"
-            return UpdateProgress(state, building.done, building.total)
-        if st.indexing is not None:
-            done, total = st.indexing
-            state = "queued" if st.queued else ("indexing" if total is not None else "scanning")
-            return UpdateProgress(state, done, total)
-        if self.keeper.busy:
-            return UpdateProgress("queued" if st.queued else "scanning", 0, None)
-        return None
-
-    def first_build(self) -> UpdateProgress | None:
-        """How far the index's first build is when it holds no files yet and an update runs; None when it
-        holds files or none runs. Blocks: it reads the index's manifest."""
-        return None if self.index.files else self.progress()
-
-    def state(self, refreshed: bool) -> DocsetIndexState:
-        """The index's size and what its last update did; ``refreshed``: that update finished while the
-        caller waited."""
-        st = self.keeper.state
-        s = st.summary
-        return DocsetIndexState(
-            index=self.index.name,
-            refreshed=refreshed,
-            chunks_embedded=s.chunks_embedded if s else 0,
-            chunks_reused=s.chunks_reused if s else 0,
-            chunks_deleted=s.chunks_deleted if s else 0,
-            chunks_total=s.chunks_total if s else None,
-            seconds=round(s.seconds, 3) if s else 0.0,
-            age_s=round(time.monotonic() - st.finished_at, 1) if st.finished_at is not None else None,
-            updating=self.progress(),
-            error=st.error,
-        )
-
-    def search(self, query: str, k: int) -> DocsetSearch:
-        """Up to ``k`` results, or none while the index has none to give: its first build runs (here or in
-        another process, whose progress comes with it; the steps of a first build are not searched: it is
-        not whole yet), or the state an earlier run left cannot be searched and an update replaces it.
-        Blocks: it embeds the query."""
-        found, building = self._search(query, k)
-        return DocsetSearch(found, self.progress(building))
-
-    def _search(self, query: str, k: int) -> tuple[list[SearchResult] | None, IndexBuildingError | None]:
-        st = self.keeper.state
-        if st.state == "empty":  # an empty folder: no collection either
-            return [], None
-        if st.state != "ready" and self.keeper.busy:  # a first build may run, here or in another process
-            building = self.index.building()
-            if building is not None or not self.built:
-                return None, building
-        try:
-            return self.index.search(query, k), None
-        except IndexBuildingError as e:
-            return None, e
-        except MdragError as e:
-            if not self.keeper.busy:
-                raise
-            # not built yet, or the state left by an earlier run cannot be searched (another model, damaged):
-            # the update makes or replaces it
-            log.log(
-                logging.DEBUG if st.state == "loading" else logging.WARNING,
-                "index %s cannot be searched until its update ends: %s",
-                self.index.name,
-                e,
-                exc_info=log.isEnabledFor(logging.DEBUG),
-            )
-            return None, None
-
-
-def files_progress(entries: Sequence[DocsetIndex]) -> tuple[int, int] | None:
-    """Files done and to do over the entries' running updates; None until each has counted its files."""
-    states = [e.keeper.state.indexing for e in entries]
-    if not all(s is not None and s[1] is not None for s in states):
-        return None
-    return sum(s[0] for s in states if s is not None), sum(s[1] or 0 for s in states if s is not None)
 
 
 class DocsetIndexes:
@@ -250,7 +62,7 @@ class DocsetIndexes:
         self.kb = kb  # the docsets, their folders as configured now
         self.config = config  # the settings each index starts from
         self.refresh_interval = refresh_interval  # seconds before a search asks for an update again
-        self._open: dict[str, DocsetIndex] = {}  # by index name
+        self._open: dict[str, ServedIndex] = {}  # by index name
         self._serving = False  # between start() and close(): indexes may open
         self._lock = threading.Lock()  # guards the two above: a front end may open indexes from several threads
         self._gate = threading.Lock()  # one docset's update at a time: they would share the CPU
@@ -273,12 +85,12 @@ class DocsetIndexes:
                 except MdragError as e:
                     log.warning("docset %s: index not updated: %s", ds.id, e)
 
-    def opened(self) -> list[DocsetIndex]:
+    def opened(self) -> list[ServedIndex]:
         """The indexes open now."""
         with self._lock:
             return list(self._open.values())
 
-    def open(self, ds: Docset) -> DocsetIndex:
+    def open(self, ds: Docset) -> ServedIndex:
         """The docset's index and keeper, made (and its first update started) on first use;
         :class:`DocsetIndexesClosedError` outside :meth:`start` and :meth:`close`."""
         name = self._name(ds)
@@ -292,9 +104,10 @@ class DocsetIndexes:
                 entry.keeper.start()
             return entry
 
-    def ensure_current(self, ds: Docset) -> DocsetIndex:
+    def ensure_current(self, ds: Docset) -> ServedIndex:
         """The docset's index (see :meth:`open`), with an update asked for when it is due (see
-        :meth:`DocsetIndex.due`); DocsetError when its folder is missing or left the project (checked again)."""
+        :meth:`~mdrag.index.served.ServedIndex.due`); DocsetError when its folder is missing or left the project
+        (checked again)."""
         folder = docset_folder(self.kb.resolve(ds.id))
         entry = self.open(ds)
         if not entry.busy and entry.due(folder, self.refresh_interval):
@@ -303,7 +116,7 @@ class DocsetIndexes:
 
     def cached_search(self, ds: Docset, query: str) -> CachedSearch | None:
         """The docset's ranked sections for quick answers, kept by index, update and query: None unless its
-        index is open and ready (see :meth:`DocsetIndex.ready`)."""
+        index is open and ready (see :meth:`~mdrag.index.served.ServedIndex.ready`)."""
         name = self._name(ds)
         with self._lock:
             entry = self._open.get(name)
@@ -327,7 +140,7 @@ class DocsetIndexes:
     def _name(self, ds: Docset) -> str:
         return index_name(ds.id, self.kb.config().root.parent)
 
-    def _make(self, ds: Docset) -> DocsetIndex:
+    def _make(self, ds: Docset) -> ServedIndex:
         """The docset's index (not opened yet: its first use opens it) and its keeper (not started)."""
         from mdrag.index.keeper import IndexKeeper
 
@@ -336,42 +149,48 @@ class DocsetIndexes:
         def update(folders: object, **how: Any) -> IndexSummary:
             return update_docset_index(index, self.kb.resolve(ds.id), **how)  # its folder as configured now
 
-        return DocsetIndex(index, IndexKeeper(index, update=update, gate=self._gate), bool(index.folders))
+        return ServedIndex(index, IndexKeeper(index, update=update, gate=self._gate), bool(index.folders))
 
 
 class _SearchCache:
     """Searches of ready indexes, least recently used out first; one runs at a time (they would slow each
-    other), so that a caller with a small time budget may leave it to finish and find it kept later."""
+    other), in a thread of its own, so that a caller with a small time budget may stop waiting for it and
+    find it kept later."""
 
     def __init__(self, k: int = MCP_HINT_SECTIONS, size: int = MCP_HINT_CACHE_SIZE) -> None:
         self.k = k  # results per search
         self.size = size  # searches kept
         self.hits: OrderedDict[tuple[str, int, str], list[SearchResult]] = OrderedDict()
-        self.busy = False  # a search runs (in the thread of some caller)
-        self.lock = threading.Lock()  # guards the two above (callers' threads write them)
+        self.busy = False  # a search runs (in its own thread)
+        self.lock = threading.Lock()  # guards the two above
 
     def lookup(self, index: Index, key: tuple[str, int, str]) -> CachedSearch:
+        """The search for ``key``: kept already, started now in its own thread (when none runs), or neither
+        (another search runs: a later call starts it)."""
         with self.lock:
-            pending = self.hits.get(key) is None and not self.busy
-            if pending:
+            start = self.hits.get(key) is None and not self.busy
+            if start:
                 self.busy = True
-        return CachedSearch(self, index, key, pending)
+        search = CachedSearch(self, index, key, threading.Event())
+        if start:  # started here, whatever becomes of the caller: only the search itself clears busy
+            threading.Thread(target=search.run, name="mdrag-hint", daemon=True).start()
+        else:
+            search.finished.set()
+        return search
 
 
 @dataclass(frozen=True, eq=False)
 class CachedSearch:
-    """One search of :meth:`DocsetIndexes.cached_search`: :meth:`run` it when ``pending`` (it blocks: a
-    caller may abandon it), then read :meth:`results`."""
+    """One search of :meth:`DocsetIndexes.cached_search`: wait for ``finished`` as long as the caller may (it
+    blocks: a caller may abandon it), then read :meth:`results`."""
 
     cache: _SearchCache
     index: Index
     key: tuple[str, int, str]  # the index's name, its updates (an update makes earlier results stale), the query
-    pending: bool  # not kept yet, and this search may run
+    finished: threading.Event  # set once the search ended (at once when it was kept, or another one runs)
 
     def run(self) -> None:
         """Search and keep the results; a failure is logged (the results are extra)."""
-        if not self.pending:
-            return
         try:
             found = self.index.search(self.key[2], self.cache.k)
             with self.cache.lock:
@@ -381,7 +200,9 @@ class CachedSearch:
         except Exception:
             log.warning("a cached search of index %s failed", self.index.name, exc_info=True)
         finally:
-            self.cache.busy = False
+            with self.cache.lock:
+                self.cache.busy = False
+            self.finished.set()
 
     def results(self) -> list[SearchResult] | None:
         """The kept results, None when the search has not finished."""

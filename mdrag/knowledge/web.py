@@ -4,8 +4,11 @@ Scope is the start URL's scheme, host and path prefix: links, sitemap entries, l
 redirects outside it are not followed (a sitemap index's sitemaps are read on the same host, up to
 ``MAX_SITEMAPS``). robots.txt is obeyed, requests go one at a time with a delay,
 and every page that cannot be kept (timeout, size, type, redirect loop, crawl trap) is logged with its
-reason while the crawl goes on. HTML pages are stored as served (the HTML parser keeps their main
-content at index time), Markdown as served; each file's path mirrors its URL inside the folder.
+reason while the crawl goes on (and listed in the crawl's result). Links are read as a browser sends them
+(non-ASCII characters percent-encoded); ``dir/`` and ``dir/index.html`` are one page, and a page whose
+``<link rel="canonical">`` names another page of the source is kept once, under that page's URL. HTML
+pages are stored as served (the HTML parser keeps their main content at index time), Markdown as served;
+each file's path mirrors its URL inside the folder.
 """
 
 from __future__ import annotations
@@ -15,13 +18,14 @@ import logging
 import re
 import time
 import urllib.robotparser
+import zlib
 from collections import deque
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from pathlib import Path, PurePosixPath
 from urllib.parse import unquote, urldefrag, urljoin, urlsplit
 
-from mdrag.knowledge.web_fetch import USER_AGENT, FetchError, fetch
+from mdrag.knowledge.web_fetch import USER_AGENT, FetchError, browser_url, fetch
 
 __all__ = ["CrawlResult", "Page", "WebsiteCrawler", "inside", "remove_pages", "url_to_path"]
 
@@ -69,6 +73,7 @@ class _Links(HTMLParser):
         super().__init__(convert_charrefs=True)
         self.links: list[str] = []
         self.base: str | None = None
+        self.canonical: str | None = None  # <link rel="canonical" href=...>
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         values = dict(attrs)
@@ -76,6 +81,20 @@ class _Links(HTMLParser):
             self.links.append(str(values["href"]))
         elif tag == "base" and values.get("href") and self.base is None:
             self.base = values["href"]
+        elif tag == "link" and values.get("href") and self.canonical is None:
+            if "canonical" in (values.get("rel") or "").lower().split():
+                self.canonical = values["href"]
+
+
+def page_key(url: str) -> str:
+    """What names one page whatever link reached it: the URL as a browser sends it, without its fragment,
+    and ``dir/index.html`` (or ``index.htm``) read as ``dir/``, which servers answer with the same page."""
+    url = urldefrag(browser_url(url))[0]
+    head, _, query = url.partition("?")
+    for name in ("index.html", "index.htm"):
+        if head.endswith("/" + name):
+            head = head[: -len(name)]
+    return head + ("?" + query if query else "")
 
 
 def url_to_path(url: str, prefix_path: str, ext: str) -> str:
@@ -113,7 +132,7 @@ class WebsiteCrawler:
         timeout: float = 20.0,
         max_bytes: int = MAX_BYTES,
     ) -> None:
-        start_url = urldefrag(start_url)[0]
+        start_url = urldefrag(browser_url(start_url))[0]
         parts = urlsplit(start_url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"website URL {start_url!r} must be an http:// or https:// URL with a host")
@@ -171,7 +190,19 @@ class WebsiteCrawler:
         except FetchError as exc:
             log.info("%s not read: %s", url, exc)
             return ""
-        return body.decode("utf-8", "replace") if status == 200 else ""
+        if status != 200:
+            return ""
+        if body[:2] == b"\x1f\x8b":  # gzip: a sitemap.xml.gz, read up to the same size limit as a page
+            unzip = zlib.decompressobj(16 + zlib.MAX_WBITS)
+            try:
+                body = unzip.decompress(body, self.max_bytes + 1)
+            except zlib.error as exc:
+                log.warning("%s not read: not valid gzip (%s)", url, exc)
+                return ""
+            if len(body) > self.max_bytes:
+                log.warning("%s not read: over %d bytes once unpacked", url, self.max_bytes)
+                return ""
+        return body.decode("utf-8", "replace")
 
     def _get_aux(self, url: str) -> tuple[str, int, dict[str, str], bytes]:
         self._pause()
@@ -194,7 +225,7 @@ class WebsiteCrawler:
         seeds += self._sitemap_pages(maps)
         for llms in dict.fromkeys([self.origin + self.prefix + "llms.txt", self.origin + "/llms.txt"]):
             text = self._aux(llms)
-            seeds += [urljoin(llms, u) for u in _MD_LINK.findall(text)]
+            seeds += [browser_url(urljoin(llms, u)) for u in _MD_LINK.findall(text)]
         return seeds
 
     def _sitemap_pages(self, maps: list[str]) -> list[str]:
@@ -210,7 +241,7 @@ class WebsiteCrawler:
                 continue
             done.add(sm)
             text = self._aux(sm)
-            locs = [unquote_amp(u) for u in _LOC.findall(text)]
+            locs = [browser_url(unquote_amp(u)) for u in _LOC.findall(text)]
             if _SITEMAP_INDEX.search(text):
                 todo.extend(locs)
             else:
@@ -231,21 +262,24 @@ class WebsiteCrawler:
         result = CrawlResult()
         dest.mkdir(parents=True, exist_ok=True)
         queue: deque[tuple[str, int]] = deque()
-        seen: set[str] = set()
+        seen: set[str] = set()  # the pages (page_key) queued or kept
+        kept: set[str] = set()  # the pages (page_key) kept by this crawl
         variants: dict[str, set[str]] = {}
 
         def push(url: str, depth: int) -> None:
-            url = urldefrag(url)[0]
-            if not url or url in seen or not self.in_scope(url):
+            url = urldefrag(browser_url(url))[0]
+            key = page_key(url)
+            if not url or key in seen or not self.in_scope(url):
                 return
             parts = urlsplit(url)
             if parts.query:
                 keys = variants.setdefault(parts.path, set())
                 if parts.query not in keys and len(keys) >= MAX_QUERY_VARIANTS:
-                    result.skipped.setdefault(url, f"more than {MAX_QUERY_VARIANTS} query variants of {parts.path}")
+                    if url not in result.skipped:
+                        _skip(result, url, f"more than {MAX_QUERY_VARIANTS} query variants of {parts.path}")
                     return
                 keys.add(parts.query)
-            seen.add(url)
+            seen.add(key)
             queue.append((url, depth))
 
         for seed in self._seeds():
@@ -255,7 +289,7 @@ class WebsiteCrawler:
         while queue and len(result.pages) < self.max_pages:
             url, depth = queue.popleft()
             if not self.robots.can_fetch(USER_AGENT, url):
-                result.skipped[url] = "disallowed by robots.txt"
+                _skip(result, url, "disallowed by robots.txt")
                 continue
             old = previous.get(url)
             stored = inside(dest, old.path) if old else None
@@ -268,8 +302,7 @@ class WebsiteCrawler:
             try:
                 final, status, got, body = self._get(url, headers)
             except FetchError as exc:
-                log.warning("page skipped: %s", exc)
-                result.skipped[url] = str(exc)
+                _skip(result, url, str(exc), logging.WARNING)
                 if old:
                     result.pages[url] = old
                 continue
@@ -277,18 +310,18 @@ class WebsiteCrawler:
             if status == 304 and old:
                 result.pages[url] = old
                 result.unchanged.append(url)
+                kept.add(page_key(url))
                 if stored and old.path.endswith(".html") and depth < MAX_DEPTH:
-                    for link in self._links(final, stored.read_bytes()):
+                    for link in self._parse(final, stored.read_bytes())[0]:
                         push(link, depth + 1)
                 continue
             if status in (404, 410):
-                result.skipped[url] = f"HTTP {status}"
+                _skip(result, url, f"HTTP {status} (not found)" if status == 404 else f"HTTP {status} (gone)")
                 if old:
                     result.removed.append(url)
                 continue
             if status != 200:
-                result.skipped[url] = f"HTTP {status}"
-                log.warning("page skipped: %s answered HTTP %s", url, status)
+                _skip(result, url, f"HTTP {status}", logging.WARNING)
                 if old:
                     result.pages[url] = old
                 continue
@@ -297,15 +330,27 @@ class WebsiteCrawler:
             if ext is None and ctype == "text/plain" and urlsplit(final).path.endswith((".md", ".markdown")):
                 ext = ".md"
             if ext is None:
-                result.skipped[url] = f"content type {ctype or 'unknown'} is neither HTML nor Markdown"
-                log.info("page skipped: %s has content type %s", url, ctype or "unknown")
+                _skip(result, url, f"content type {ctype or 'unknown'} is neither HTML nor Markdown")
                 continue
+            parsed = self._parse(final, body) if ext == ".html" else None
+            canonical = self._canonical(url, final, parsed)
+            if canonical is not None:
+                if page_key(canonical) in kept or canonical in result.skipped:
+                    _skip(result, url, f"the same page as {canonical} (its canonical URL), kept once")
+                    continue
+                seen.add(page_key(canonical))
+                url, old = canonical, previous.get(canonical, old)
+            kept.add(page_key(url))
             rel = old.path if old else url_to_path(url, unquote(self.prefix), ext)
             rel = self._unique(rel, url, result, previous)
             target = inside(dest, rel)
             if target is None:  # url_to_path never leaves the folder: a symbolic link in it leads out
-                result.skipped[url] = f"{rel} would be written through a symbolic link leading out of {dest}"
-                log.warning("page skipped: %s", result.skipped[url])
+                _skip(
+                    result,
+                    url,
+                    f"{rel} would be written through a symbolic link leading out of {dest}",
+                    logging.WARNING,
+                )
                 continue
             digest = hashlib.sha256(body).hexdigest()
             page = Page(url, rel, got.get("etag"), got.get("last-modified"), digest)
@@ -316,8 +361,8 @@ class WebsiteCrawler:
                 target.write_bytes(body)
                 (result.changed if old else result.added).append(url)
             result.pages[url] = page
-            if ext == ".html" and depth < MAX_DEPTH:
-                for link in self._links(final, body):
+            if parsed is not None and depth < MAX_DEPTH:
+                for link in parsed[0]:
                     push(link, depth + 1)
         if queue:
             log.info("crawl of %s stopped at max_pages=%d", self.start, self.max_pages)
@@ -328,22 +373,43 @@ class WebsiteCrawler:
 
     @staticmethod
     def _unique(rel: str, url: str, result: CrawlResult, previous: dict[str, Page]) -> str:
-        """``rel``, or a name made from it and ``url`` where another page (of this crawl or the last) has it."""
+        """``rel``, or where another page (of this crawl or the last) has it, the first free ``name-2.ext``,
+        ``name-3.ext``, ... (the name stays readable)."""
         taken = {p.path for pages in (result.pages, previous) for u, p in pages.items() if u != url}
-        if rel not in taken:
-            return rel
-        stem, dot, ext = rel.rpartition(".")
-        return f"{stem}__{hashlib.sha256(url.encode()).hexdigest()[:8]}.{ext}"
+        stem, _, ext = rel.rpartition(".")
+        n = 1
+        while rel in taken:
+            n += 1
+            rel = f"{stem}-{n}.{ext}"
+        return rel
 
     @staticmethod
-    def _links(base: str, body: bytes) -> list[str]:
+    def _parse(base: str, body: bytes) -> tuple[list[str], str | None]:
+        """A page's links, and its canonical URL (None: it names none), made absolute."""
         parser = _Links()
         try:
             parser.feed(body.decode("utf-8", "replace"))
         except Exception as exc:  # html.parser is lenient; a broken page just yields fewer links
             log.info("%s: links not all read (%s)", base, exc)
         root = urljoin(base, parser.base) if parser.base else base
-        return [urljoin(root, link) for link in parser.links]
+        canonical = urljoin(root, parser.canonical) if parser.canonical else None
+        return [urljoin(root, link) for link in parser.links], canonical
+
+    def _canonical(self, url: str, final: str, parsed: tuple[list[str], str | None] | None) -> str | None:
+        """The other page of this source that ``url``'s page names as its canonical URL; None when it names
+        itself, none, or one outside the source (then ignored: it could pull in any page)."""
+        if parsed is None or parsed[1] is None or url == self.start:  # the start page is kept as the start URL
+            return None
+        canonical = urldefrag(browser_url(parsed[1]))[0]
+        if page_key(canonical) in (page_key(url), page_key(final)) or not self.in_scope(canonical):
+            return None
+        return canonical
+
+
+def _skip(result: CrawlResult, url: str, why: str, level: int = logging.INFO) -> None:
+    """Record that ``url`` was not kept and why, and log it (a failure as a warning, a rule as info: -v)."""
+    result.skipped[url] = why
+    log.log(level, "page not kept: %s: %s", url, why)
 
 
 def inside(dest: Path, rel: str) -> Path | None:

@@ -13,13 +13,14 @@ import ipaddress
 import logging
 import socket
 import ssl
+import threading
 import time
 from dataclasses import dataclass, field
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit, urlunsplit
 
 from mdrag.version import __version__
 
-__all__ = ["USER_AGENT", "FetchError", "Response", "check_address", "fetch"]
+__all__ = ["USER_AGENT", "FetchError", "Response", "browser_url", "check_address", "fetch"]
 
 log = logging.getLogger(__name__)
 
@@ -27,6 +28,26 @@ USER_AGENT = f"mdrag/{__version__} (docset crawler; +https://github.com/mdrag/md
 MAX_RETRY_AFTER = 60.0  # seconds: a longer Retry-After ends the page instead of stalling the crawl
 #: IPv6 ranges whose last 32 bits are an IPv4 address a gateway may reach (NAT64, IPv4-compatible)
 _CARRY_IPV4 = (ipaddress.ip_network("64:ff9b::/96"), ipaddress.ip_network("::/96"))
+
+
+_URL_SAFE = "/%:@!$&'()*+,;=-._~"  # kept as they are in a path: RFC 3986's pchar, and escapes already made
+
+
+def browser_url(url: str) -> str:
+    """``url`` as a browser sends it: characters a URL cannot hold as they are (non-ASCII, spaces, quotes) in
+    its path and query percent-encoded as UTF-8, a non-ASCII host name in IDNA; escapes already made stay."""
+    parts = urlsplit(url.strip())
+    netloc = parts.netloc
+    if not netloc.isascii() and parts.hostname:
+        try:
+            host = parts.hostname.encode("idna").decode("ascii")
+        except UnicodeError:  # not a name IDNA can write: left as it is, and refused when it is resolved
+            host = parts.hostname
+        auth = netloc.rpartition("@")[0]
+        netloc = (auth + "@" if auth else "") + host + (f":{parts.port}" if parts.port else "")
+    path = quote(parts.path, safe=_URL_SAFE)
+    query = quote(parts.query, safe=_URL_SAFE + "?")
+    return urlunsplit((parts.scheme, netloc, path, query, quote(parts.fragment, safe=_URL_SAFE + "?")))
 
 
 class FetchError(Exception):
@@ -123,9 +144,11 @@ def fetch(
 ) -> Response:
     """GET ``url`` once (one retry after a 429/503 with a short Retry-After); redirects come back as responses.
 
-    Raises FetchError for an unsupported scheme, a refused address, a timeout, a
-    connection error or a body over ``max_bytes``.
+    ``timeout`` bounds each request whole (connecting, the headers, the body), not only each read: a server
+    that sends one byte a second is cut at ``timeout``. Raises FetchError for an unsupported scheme, a refused
+    address, a timeout, a connection error or a body over ``max_bytes``.
     """
+    url = browser_url(url)
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise FetchError(f"{url}: only http and https URLs are crawled")
@@ -135,6 +158,10 @@ def fetch(
     sent = {"User-Agent": USER_AGENT, "Accept": "text/html, text/markdown;q=0.9, text/plain;q=0.5", **(headers or {})}
     for attempt in (0, 1):
         conn = (_PinnedTLS if parts.scheme == "https" else _Pinned)(parts.hostname, port, addresses, timeout)
+        cut = threading.Event()  # set when the request ran out of time and its connection was cut
+        timer = threading.Timer(timeout, _cut, (conn, cut))
+        timer.daemon = True
+        timer.start()
         try:
             conn.request("GET", target, headers=sent)
             resp = conn.getresponse()
@@ -145,11 +172,17 @@ def fetch(
             body = resp.read(max_bytes + 1)
             if len(body) > max_bytes:
                 raise FetchError(f"{url}: over the {max_bytes}-byte page limit")
+            if cut.is_set():
+                raise OSError("cut")
         except TimeoutError as exc:
-            raise FetchError(f"{url}: no answer within {timeout:.0f} s") from exc
+            raise FetchError(f"{url}: no answer within {timeout:g} s") from exc
         except (OSError, http.client.HTTPException) as exc:
+            if cut.is_set():
+                why = f"no answer within {timeout:g} s (the whole page must arrive in that time)"
+                raise FetchError(f"{url}: {why}") from exc
             raise FetchError(f"{url}: {type(exc).__name__}: {exc}") from exc
         finally:
+            timer.cancel()
             conn.close()
         if resp.status in (429, 503) and attempt == 0:
             wait = _retry_after(got.get("retry-after"))
@@ -159,6 +192,17 @@ def fetch(
                 continue
         return Response(url, resp.status, got, body)
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _cut(conn: http.client.HTTPConnection, cut: threading.Event) -> None:
+    """End a request that ran out of time: its socket is shut, so the read under way returns at once."""
+    cut.set()
+    sock = conn.sock
+    if sock is not None:
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:  # already closed
+            pass
 
 
 def _retry_after(value: str | None) -> float | None:

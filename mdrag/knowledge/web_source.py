@@ -83,11 +83,11 @@ class WebsiteLoader:
                 u: {"path": p.path, "etag": p.etag, "last_modified": p.last_modified, "sha256": p.sha256}
                 for u, p in sorted(crawl.pages.items())
             },
+            "skipped": dict(sorted(crawl.skipped.items())),  # URL -> why the last crawl did not keep it
         }
         write_metadata(dest, meta)
         path_of = {u: p.path for u, p in crawl.pages.items()}
-        skipped = len(crawl.skipped)
-        warning = f"{skipped} pages not kept (see the log for each reason)" if skipped else None
+        warning = _not_kept(crawl.skipped) if crawl.skipped else None
         return SourceResult(
             url=source.url,
             ok=True,
@@ -98,3 +98,13 @@ class WebsiteLoader:
             content_hash=digest.hexdigest(),
             warning=warning,
         )
+
+
+_LISTED = 5  # pages not kept named in the warning; `mdrag knowledge status --json` lists them all
+
+
+def _not_kept(skipped: dict[str, str]) -> str:
+    """The warning of a crawl that did not keep some pages: how many, the first few with their reasons."""
+    shown = "; ".join(f"{url} ({why})" for url, why in list(skipped.items())[:_LISTED])
+    more = f"; and {len(skipped) - _LISTED} more" if len(skipped) > _LISTED else ""
+    return f"{len(skipped)} pages not kept: {shown}{more} (each with its reason: mdrag knowledge status --json)"

@@ -21,7 +21,7 @@ class SectionBuilder:
     are dropped.
 
     >>> b = SectionBuilder()
-    >>> b.heading(1, "Guide"); b.heading(2, "Install"); b.add(Block("pip install mdrag"))
+    >>> b.heading(1, "Guide"); b.heading(2, "Install"); b.add(Block("pip install mdrag-docs"))
     >>> [s.heading_path for s in b.finish()]
     [['Guide', 'Install']]
     """

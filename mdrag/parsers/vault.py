@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any
 
@@ -108,11 +108,16 @@ def _note_name(note: str) -> str:
 
 
 class _Reader:
-    """Rewrites one note's blocks in order, collecting its links and tags."""
+    """Rewrites one note's blocks in order, collecting its links and tags.
+
+    Linear in the note's size: a line number is counted on from the one before it, never from a block's
+    start, and a tag is looked up in a set (a paragraph with a link on every line, or thousands of tags,
+    took quadratic time)."""
 
     def __init__(self) -> None:
         self.links: list[tuple[int, str]] = []  # (file line, note as written) of each link and embed
         self.tags: list[str] = []  # inline tags, in order of first use
+        self._seen: set[str] = set()  # the inline tags lowered: a tag differing only in case is the same
         self.commented = False  # inside a %% comment that a block before opened
 
     def text(self, text: str, first_line: int | None, tags: bool = True) -> str:
@@ -120,11 +125,15 @@ class _Reader:
         text = self._uncomment(text)
         out: list[str] = []
         end = 0
+        line = first_line
         for at, part in _prose(text):
+            if line is not None:
+                line += text.count("\n", end, at)  # the inline code before it
             out.append(text[end:at])  # the inline code before it, as it is
-            line = None if first_line is None else first_line + text.count("\n", 0, at)
             out.append(self._part(part, line, tags))
             end = at + len(part)
+            if line is not None:
+                line += part.count("\n")
         return _CALLOUT.sub(_callout, "".join(out))
 
     def _uncomment(self, text: str) -> str:
@@ -135,6 +144,8 @@ class _Reader:
                 return ""
             self.commented = False
             text = text[end + 2 :]
+        if "%%" not in text:
+            return text
         text = _COMMENT.sub("", text)
         start = text.find("%%")
         if start >= 0:
@@ -143,16 +154,21 @@ class _Reader:
         return text
 
     def _part(self, part: str, line: int | None, tags: bool) -> str:
+        counted = [0, line]  # the offset in ``part`` up to which newlines are counted, and the line there
+
         def link(m: re.Match[str]) -> str:
             note = _note_name(_target(m.group(2))[0])
-            if note and line is not None:
-                self.links.append((line + part.count("\n", 0, m.start()), note))
+            if note and counted[1] is not None:
+                counted[1] += part.count("\n", counted[0], m.start())
+                counted[0] = m.start()
+                self.links.append((counted[1], note))
             return "" if m.group(1) else render_link(m.group(2))
 
         if tags:
             for m in _TAG.finditer(_LINK.sub(" ", part)):
                 tag = m.group(1).strip("/")
-                if tag and tag.lower() not in {t.lower() for t in self.tags}:
+                if tag and tag.lower() not in self._seen:
+                    self._seen.add(tag.lower())
                     self.tags.append(tag)
         return _LINK.sub(link, part)
 
@@ -179,25 +195,33 @@ def _tags(metadata: dict[str, Any], inline: list[str]) -> list[str]:
     value = metadata.get("tags")
     values = value.split(",") if isinstance(value, str) else value if isinstance(value, list) else []
     tags: list[str] = []
+    seen: set[str] = set()  # the tags lowered
     for t in [*values, *inline]:
         t = str(t).strip().lstrip("#") if t is not None else ""
-        if t and t.lower() not in {x.lower() for x in tags}:
+        if t and t.lower() not in seen:
+            seen.add(t.lower())
             tags.append(t)
     return tags
 
 
-def read_note(doc: Document) -> Document:
-    """``doc`` (a parsed Markdown note) as its vault's app shows it; see the module's docstring."""
+def read_note(doc: Document, check: Callable[[], None] | None = None) -> Document:
+    """``doc`` (a parsed Markdown note) as its vault's app shows it; see the module's docstring. ``check``
+    is called before each section and block: a time limit (:meth:`mdrag.chunking.Deadline.check`) raises
+    there to stop a note that takes too long."""
     reader = _Reader()
     sections: list[Section] = []
     seen_headings: set[int] = set()
     for s in doc.sections:
+        if check is not None:
+            check()
         path = [reader.text(h, None, tags=False) for h in s.heading_path]
         if s.heading_line is not None and s.heading_line not in seen_headings and s.heading_path:
             seen_headings.add(s.heading_line)
             reader.text(s.heading_path[-1], s.heading_line, tags=False)  # its links count
         blocks: list[Block] = []
         for b in s.blocks:
+            if check is not None:
+                check()
             if b.kind == "code":
                 if not reader.commented:
                     blocks.append(b)

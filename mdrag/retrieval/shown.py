@@ -1,5 +1,7 @@
-"""How a search's outcome reads: names that tell apart files of one relative path in two folders, and why a
-search finds nothing whatever its words (an index with no files, a path under none of its folders)."""
+"""How a search's outcome reads, the same in every front end (`mdrag search`, the WebSocket server and its page,
+MCP): a result's fields (:func:`result_fields`), what a search that found nothing says (:func:`no_results`),
+names that tell apart files of one relative path in two folders, and why a search finds nothing whatever its
+words (an index with no files, a path under none of its folders)."""
 
 from __future__ import annotations
 
@@ -8,8 +10,57 @@ from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from mdrag.ingest.manifest import Manifest
+from mdrag.pageurls import page_url
+from mdrag.types import SearchResult
 
-__all__ = ["distinct_names", "why_nothing"]
+__all__ = ["distinct_names", "no_results", "result_fields", "why_nothing"]
+
+
+def result_fields(result: SearchResult, shared: Collection[str] = ()) -> dict[str, Any]:
+    """A search result as every front end shows it: `mdrag search --json` prints these fields, the WebSocket
+    ``search_results`` sends them, MCP's ``search`` picks from them (docs/protocol.md lists them).
+
+    ``score`` is the score that ordered the list (:attr:`~mdrag.types.SearchResult.order_score`), ``cosine``
+    the one the threshold reads. ``ref`` is what `get` takes: the relative path, or the absolute one where
+    files of two indexed folders share it (``shared``: :attr:`mdrag.index.Index.shared_names`). ``url``: the
+    address a page of a website docset was crawled from. ``links`` and ``backlinks``: a vault note's (its
+    ``metadata`` holds them too). A field that does not apply is None.
+    """
+    r = result
+    return {
+        "ref": r.path if r.rel_path in shared else r.rel_path,
+        "url": page_url(r.path, r.rel_path),
+        "path": r.path,
+        "rel_path": r.rel_path,
+        "heading": r.heading,
+        "heading_path": list(r.heading_path),
+        "page": r.page,
+        "line_start": r.line_start,
+        "line_end": r.line_end,
+        "score": r.order_score,
+        "cosine": r.score,
+        "rank_score": r.rank_score,
+        "rerank_score": r.rerank_score,
+        "dense_rank": r.dense_rank,
+        "bm25_rank": r.bm25_rank,
+        "chunk_id": r.chunk_id,
+        "links": r.metadata.get("links"),
+        "backlinks": r.metadata.get("backlinks"),
+        "metadata": dict(r.metadata),
+        "text": r.text,
+    }
+
+
+def no_results(threshold: float | None, filtered: bool = False) -> str:
+    """What a search that returned nothing says, in every front end (each may add its own ways to widen it):
+    ``threshold`` is the one it ran with (None or 0: none), ``filtered`` whether filters narrowed it."""
+    among = " of the files the filters let through" if filtered else ""
+    if not threshold:
+        return f"no results: no passage{among} matches the query; try other words"
+    return (
+        f"no results: no passage{among} scores above the relevance threshold (search.threshold {threshold:g}, "
+        "read on the cosine similarity): the documents may not cover this; try other words"
+    )
 
 
 def _root(path: str, rel_path: str) -> str:

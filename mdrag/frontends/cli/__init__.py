@@ -7,16 +7,20 @@ Progress and logs go to stderr, data to stdout.
 
 from __future__ import annotations
 
+import argparse
 import gc
 import os
 import sys
 from collections.abc import Sequence
+from typing import Any
 
+import mdrag
 from mdrag import __version__
 from mdrag.errors import ConfigError, MdragError
 from mdrag.frontends.cli import configuring, evaluating, indexing, knowledge, reading, serving
 from mdrag.frontends.cli.output import _safe, _setup_logging
 from mdrag.frontends.cli.parser import Parser
+from mdrag.version import DISTRIBUTION
 
 # Each command is declared in its module, beside the function that runs it (`set_defaults(run=...)`). What a
 # command needs beyond that (asyncio, the WebSocket client, the parsers, the index) its function imports:
@@ -59,6 +63,24 @@ def main(argv: Sequence[str] | None = None) -> int:
             gc.freeze()
 
 
+class _Version(argparse.Action):
+    """``--version``: the distribution, its version and the package it runs (the index's other ``mdrag`` ships a
+    package of that name too), on one line as written: argparse's own action wraps it to the terminal."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS) -> None:
+        super().__init__(
+            option_strings,
+            dest,
+            nargs=0,
+            default=argparse.SUPPRESS,
+            help=f"show the distribution ({DISTRIBUTION}), its version and where the package is, and exit",
+        )
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: Any) -> None:
+        sys.stdout.write(f"{DISTRIBUTION} {__version__} (import name mdrag, {os.path.dirname(mdrag.__file__)})\n")
+        parser.exit()
+
+
 def build_parser() -> Parser:
     """The `mdrag` command's parser: each command module declares its own commands (its ``register``), in
     the order `mdrag --help` lists them."""
@@ -67,7 +89,7 @@ def build_parser() -> Parser:
         description="Local-first retrieval over Markdown, PDF, DOCX and HTML documentation.",
         epilog="Settings: $MDRAG_HOME/config.yaml (default ~/.md-qa), MARKDOWN_QA_* variables, flags.",
     )
-    parser.add_argument("--version", action="version", version=f"mdrag {__version__}")
+    parser.add_argument("--version", action=_Version)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     commands.required = True
     for module in (indexing, reading, serving, evaluating, configuring, knowledge):

@@ -26,8 +26,25 @@ def register(commands: Commands) -> None:
     p = commands.add_parser(
         "mcp",
         help="run the MCP server for AI assistants (stdio, or HTTP)",
-        epilog="example: register `mdrag mcp` (or `agentic-knowledge-mcp`) as a stdio server in your MCP client; "
-        "over HTTP: mdrag mcp --http   (then point the client at http://127.0.0.1:8766/mcp)",
+        epilog="example: mdrag mcp --index notes   (your index made by `mdrag index ~/notes --index notes`, from any "
+        "folder) | mdrag mcp --project ~/code/app   (that project's docsets) | mdrag mcp   (the docsets of the "
+        "project around the current folder); over HTTP: add --http (then point the client at "
+        "http://127.0.0.1:8766/mcp). docs/mcp.md has each client's configuration",
+    )
+    p.add_argument(
+        "--index",
+        dest="serve_indexes",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="serve this index made by `mdrag index` (repeat for several), kept current while the server runs: "
+        "files that change in its folders are indexed; works from any folder, no project needed",
+    )
+    p.add_argument(
+        "--project",
+        metavar="DIR",
+        help="serve the docsets of the project in DIR (its .knowledge/config.yaml), wherever the server is "
+        "started (default: $MDRAG_PROJECT; without either, the project around the current folder)",
     )
     setting_flag(p, "store.backend")
     p.add_argument(
@@ -84,6 +101,8 @@ def _mcp(args: argparse.Namespace) -> int:
     from mdrag.config import load_config
 
     config = load_config(overrides(args))
+    project = _project(args.project)
+    indexes = [_index_name(n) for n in args.serve_indexes]
     if not args.http:
         given = [flag for key, flag in _HTTP_ONLY.items() if getattr(args, key) is not None]
         given += ["--allow-origin"] if getattr(args, "server.allowed_origins") else []
@@ -92,15 +111,40 @@ def _mcp(args: argparse.Namespace) -> int:
             raise ConfigError(f"{', '.join(given)} only {verb} to the MCP server over HTTP: add --http")
         from mdrag.frontends.mcp import run_stdio
 
-        run_stdio(config=config)
+        run_stdio(config=config, indexes=indexes, project=project)
         return 0
     from mdrag.frontends.mcp.http import MCPHTTPServer
 
-    server = MCPHTTPServer(config=config)
+    server = MCPHTTPServer(config=config, indexes=indexes, project=project)
     print(f"mdrag: MCP server on {server.url} (streamable HTTP); Ctrl+C stops it", file=sys.stderr, flush=True)
     server.run()
     print("mdrag: MCP server stopped", file=sys.stderr, flush=True)
     return 0
+
+
+def _project(flag: str | None) -> Path | None:
+    """The project folder `mdrag mcp` serves: --project, else $MDRAG_PROJECT, else None (found from the current
+    folder). It must exist: the server would otherwise answer every call with an error."""
+    import os
+
+    given = flag if flag is not None else os.environ.get("MDRAG_PROJECT") or None
+    if given is None:
+        return None
+    folder = Path(given).expanduser()
+    if not folder.is_dir():
+        source = "--project" if flag is not None else "MDRAG_PROJECT"
+        raise ConfigError(f"{source} {given}: no such folder; give the folder that holds .knowledge/config.yaml")
+    return folder.resolve()
+
+
+def _index_name(name: str) -> str:
+    """An index name of --index, checked as the `index` setting is."""
+    from mdrag.config import load_config
+
+    try:
+        return str(load_config({"index": name})["index"])
+    except ConfigError as e:
+        raise ConfigError(f"--index {name}: {e}") from None
 
 
 def _knowledge(args: argparse.Namespace) -> int:
@@ -183,6 +227,8 @@ def _status_lines(row: dict[str, Any]) -> str:
             return _safe(text + "the folder does not exist: create it and put the documentation there")
         return _safe(text + files)
     text = f"{docset}: {row.get('url')}\n    last updated: {last}; {files}"
+    if row.get("skipped"):
+        text += f"\n    {len(row['skipped'])} pages not kept by the last crawl (each with its reason: --json)"
     if failed:
         action = "refresh" if row.get("last_fetched") else "init"
         text += (

@@ -186,42 +186,44 @@ def _search_in(args: argparse.Namespace, config: Config, index: Index | None) ->
     """`mdrag search`: from the local index, or through the server (``index`` None: --server was given)."""
     from mdrag.errors import StoreInUseError
     from mdrag.ingest.manifest import Manifest
-    from mdrag.retrieval.shown import distinct_names, why_nothing
+    from mdrag.retrieval.shown import distinct_names, no_results, result_fields, why_nothing
 
     roots: list[str] = []
     shared: frozenset[str] = frozenset()
     if index is None:
-        results = _through_server(config, _search_message(args), None, args.server)["results"]
+        reply = _through_server(config, _search_message(args), None, args.server)
     else:
         try:
             found = index.search(args.query, filters=_filters(args) or None)
             roots, shared = index.shared_names
-            # ref: what `mdrag get` takes; the absolute path for a relative one that files of two folders share
-            results = [{**r.to_dict(), "ref": r.path if r.rel_path in shared else r.rel_path} for r in found]
-            for r in results:  # a page of a website docset: the URL it was crawled from, to cite
-                if url := page_url(r["path"], r["rel_path"]):
-                    r["url"] = url
+            threshold = index.config["search.threshold"]
+            reply = {
+                "results": [result_fields(r, shared) for r in found],
+                "note": no_results(threshold, bool(_filters(args))),
+            }
         except StoreInUseError as e:
-            results = _through_server(config, _search_message(args), e, args.server)["results"]
-        if not results and (why := why_nothing(Manifest.load(index.manifest_path), index.name, _filters(args))):
+            reply = _through_server(config, _search_message(args), e, args.server)
+        if not reply["results"] and (
+            why := why_nothing(Manifest.load(index.manifest_path), index.name, _filters(args))
+        ):
             raise MdragError(why)
+    results = reply["results"]
     if args.json:
         print(json.dumps(results, indent=2, ensure_ascii=False))
         return 0
+    if not results:  # the server's note says the threshold it ran with
+        note = reply.get("note") or no_results(None, bool(_filters(args)))
+        lower = ", or a lower --threshold" if "search.threshold" in note else ""
+        print(note + lower + ("; check --path and --tag" if _filters(args) else ""))
+    reranked = any(r.get("rerank_score") is not None for r in results)
     names = distinct_names([(r["path"], r["rel_path"]) for r in results], roots, shared)
-    if not results:
-        print(
-            "no results: no chunk of the files the filters let through is above the threshold "
-            "(try other words, or --threshold 0; check --path and --tag)"
-            if _filters(args)
-            else "no results above the threshold (try --threshold 0, or other words)"
-        )
     for i, (r, name) in enumerate(zip(results, names, strict=True), 1):
         where = _name(name) + (f" p.{r['page']}" if r["page"] else "")
         where += f":{r['line_start']}" if r["line_start"] else ""
         where += f" <{_name(r['url'])}>" if r.get("url") else ""
-        reranked = f" (rerank {r['rerank_score']:.3f})" if r.get("rerank_score") is not None else ""
-        print(f"{i:2}. {r['score']:.3f}{reranked}  {where}" + (f"  [{_name(r['heading'])}]" if r["heading"] else ""))
+        # a reranked search: the rows past rerank.top_n follow in the fused order, with their fused score
+        fused = " (not reranked)" if reranked and r.get("rerank_score") is None else ""
+        print(f"{i:2}. {r['score']:.3f}{fused}  {where}" + (f"  [{_name(r['heading'])}]" if r["heading"] else ""))
         snippet = " ".join(_safe(_HTML_COMMENT.sub(" ", r["text"])).split())
         print(f"    {snippet[:200]}{'…' if len(snippet) > 200 else ''}")
     return 0

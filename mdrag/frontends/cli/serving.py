@@ -183,8 +183,12 @@ def run_ask(
         err.flush()
         return code
 
+    def progress(line: str) -> None:  # while the server builds its index: how far it is
+        err.write(f"mdrag: the server is loading the index: {line}\n")
+        err.flush()
+
     try:
-        client = Client(url, token=token)
+        client = Client(url, token=token, progress=progress)
     except ValueError as e:
         return fail(str(e), 2)
     printer = _Printer(out)

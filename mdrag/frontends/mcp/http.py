@@ -5,10 +5,14 @@ The tools are the stdio server's (:func:`~mdrag.frontends.mcp.tools.build_server
 every client session shares them, and so one index keeper per docset. The requests pass the
 WebSocket server's checks first (:mod:`mdrag.frontends.access`): a browser page from an origin
 that is not loopback nor in ``server.allowed_origins`` is refused (403: the MCP specification
-asks for it, against DNS rebinding), a request without ``server.token`` when one is set is
-refused (401), and an address other than loopback needs a token. A POST's body is then checked
-as a stdio line is (:func:`~mdrag.frontends.mcp.wire.check_message`): one the SDK should not
-read, an empty one included, gets its JSON-RPC error (400) and the server goes on.
+asks for it, against DNS rebinding), so is a request that sends its Origin, Host or token twice,
+a request without ``server.token`` when one is set is refused (401), and an address other than
+loopback needs a token. So many POSTs are served at once (:data:`~mdrag.knobs.MCP_HTTP_MAX_REQUESTS`);
+another waits its turn, and one that waited too long is refused with 503 and ``Retry-After``, and
+logged: none is dropped unanswered. An idle connection is kept open longer than clients keep theirs
+(:data:`~mdrag.knobs.MCP_HTTP_KEEP_ALIVE_S`). A POST's body is then checked as a stdio line is
+(:func:`~mdrag.frontends.mcp.wire.check_message`): one the SDK should not read, an empty one
+included, gets its JSON-RPC error (400) and the server goes on.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ import logging
 import signal
 import socket
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
 import anyio.to_thread
@@ -33,27 +37,93 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from mdrag.config import Config, load_config
-from mdrag.frontends.access import TOKEN_REFUSALS, cannot_listen, check_bind, origin_allowed, token_problem
-from mdrag.frontends.mcp.tools import build_server
+from mdrag.frontends.access import (
+    TOKEN_REFUSALS,
+    cannot_listen,
+    check_bind,
+    origin_allowed,
+    repeated_header,
+    repeated_refusal,
+    token_problem,
+)
+from mdrag.frontends.mcp.tools import serving
 from mdrag.frontends.mcp.wire import check_message, error_reply, not_utf8_reply, oversized_reply
-from mdrag.knobs import MCP_CHECK_INLINE_CHARS, MCP_HTTP_PATH, MCP_HTTP_STOP_S, MCP_MAX_MESSAGE_BYTES
-from mdrag.knowledge import KnowledgeBase
+from mdrag.knobs import (
+    MCP_CHECK_INLINE_CHARS,
+    MCP_HTTP_KEEP_ALIVE_S,
+    MCP_HTTP_MAX_REQUESTS,
+    MCP_HTTP_PATH,
+    MCP_HTTP_QUEUE_S,
+    MCP_HTTP_RETRY_AFTER_S,
+    MCP_HTTP_STOP_S,
+    MCP_MAX_MESSAGE_BYTES,
+)
 
 __all__ = ["MCPHTTPServer"]
 
 log = logging.getLogger(__name__)
 
 
-class _Guard:
-    """The ASGI app in front of the SDK's: the Origin and token checks, then a POST body's JSON-RPC check."""
+class _Gate:
+    """At most ``limit`` requests served at once, in the order they came; another waits its turn up to
+    ``wait_s`` seconds, then :meth:`enter` says no."""
 
-    def __init__(self, app: ASGIApp, config: Config) -> None:
+    def __init__(self, limit: int, wait_s: float) -> None:
+        self.limit = limit  # requests served at once
+        self.wait_s = wait_s  # how long a request waits for its turn
+        self._slots = anyio.Semaphore(limit)  # fair: the longest waiting gets the next free slot
+
+    async def enter(self) -> bool:
+        """Take a slot (then :meth:`leave` when done): False when none came free within ``wait_s``."""
+        with anyio.move_on_after(self.wait_s):
+            await self._slots.acquire()
+            return True
+        return False
+
+    def leave(self) -> None:
+        self._slots.release()
+
+    def waiting(self) -> int:
+        """Requests waiting for their turn now."""
+        return self._slots.statistics().tasks_waiting
+
+
+def _busy(gate: _Gate) -> Response:
+    """The refusal of a request that waited its turn too long (logged): 503, Retry-After, a JSON-RPC error."""
+    log.warning(
+        "busy: refused a request that waited %g s for its turn (%d requests served at once, %d more waiting)",
+        gate.wait_s,
+        gate.limit,
+        gate.waiting(),
+    )
+    said = f"busy, try again in {MCP_HTTP_RETRY_AFTER_S} s: the server is answering as many requests as it can"
+    reply = error_reply(None, types.INTERNAL_ERROR, said)  # id unknown: the body is read once it is its turn
+    return Response(
+        reply.model_dump_json(by_alias=True, exclude_unset=True),
+        503,
+        headers={"Retry-After": str(MCP_HTTP_RETRY_AFTER_S)},
+        media_type="application/json",
+    )
+
+
+class _Guard:
+    """The ASGI app in front of the SDK's: the Origin and token checks, then a POST's turn (``gate``: so many
+    at once, their bodies included), then its body's JSON-RPC check."""
+
+    def __init__(self, app: ASGIApp, config: Config, gate: _Gate) -> None:
         self.app = app  # the Starlette app holding the SDK's endpoint
         self.config = config  # server.token and server.allowed_origins, read at each request
+        self.gate = gate  # the POSTs served at once
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":  # the lifespan
             await self.app(scope, receive, send)
+            return
+        repeated = repeated_header(name.decode("latin-1") for name, _ in scope["headers"])
+        if repeated is not None:
+            status, message = repeated_refusal(repeated)
+            log.warning("refused a request with several %s headers", repeated)
+            await PlainTextResponse(message + "\n", status)(scope, receive, send)
             return
         headers = Headers(scope=scope)
         origin = headers.get("origin")
@@ -72,9 +142,18 @@ class _Guard:
             )
             await unauthorized(scope, receive, send)
             return
-        if scope["method"] != "POST":
+        if scope["method"] != "POST":  # a GET stream lasts the session, a DELETE ends it: neither waits
             await self.app(scope, receive, send)
             return
+        if not await self.gate.enter():
+            await _busy(self.gate)(scope, receive, send)
+            return
+        try:
+            await self._post(scope, receive, send)
+        finally:
+            self.gate.leave()
+
+    async def _post(self, scope: Scope, receive: Receive, send: Send) -> None:
         body = await _read_body(receive)
         refusal = await _refusal(body)
         if refusal is not None:
@@ -166,17 +245,27 @@ class MCPHTTPServer:
     """The MCP tools over HTTP: listening once made (``url`` known, port 0 resolved), served by :meth:`run`
     until Ctrl+C or SIGTERM, which close the docsets' indexes.
 
-    ``start``: where to look for ``.knowledge/config.yaml`` (as for :func:`~.stdio.run_stdio`);
+    ``start``, ``indexes``, ``project``: what to serve (as for :func:`~.stdio.run_stdio`);
     ``config``: the settings (``server.host``, ``mcp.port``, ``server.token``,
-    ``server.allowed_origins``, and those the docsets' indexes start from; default: the user's).
+    ``server.allowed_origins``, and those the docsets' indexes start from; default: the user's);
+    ``max_requests``: the POSTs served at once; another waits its turn up to ``queue_s`` seconds, then is
+    refused (503, Retry-After, a JSON-RPC error that says "busy, try again").
     """
 
-    def __init__(self, start: Path | None = None, config: Config | None = None) -> None:
+    def __init__(
+        self,
+        start: Path | None = None,
+        config: Config | None = None,
+        indexes: Sequence[str] = (),
+        project: Path | None = None,
+        max_requests: int = MCP_HTTP_MAX_REQUESTS,
+        queue_s: float = MCP_HTTP_QUEUE_S,
+    ) -> None:
         config = config or load_config()
         host = config["server.host"]
         check_bind(host, config["server.token"])
         self.config = config  # the settings the server started with
-        server = build_server(KnowledgeBase(start, allowed_outside=config["knowledge.allowed_paths"]), config=config)
+        server = serving(config, indexes, project, start)
         self._sessions = StreamableHTTPSessionManager(  # every session shares `server`, and so its tools
             server,
             security_settings=TransportSecuritySettings(enable_dns_rebinding_protection=False),  # _Guard checks
@@ -191,7 +280,7 @@ class MCPHTTPServer:
         )
         self._uvicorn = uvicorn.Server(
             uvicorn.Config(
-                _Guard(app, config),
+                _Guard(app, config, _Gate(max_requests, queue_s)),
                 lifespan="on",
                 log_config=None,  # mdrag's logging as the command line set it up
                 access_log=False,
@@ -199,6 +288,7 @@ class MCPHTTPServer:
                 proxy_headers=False,
                 ws="none",
                 timeout_graceful_shutdown=MCP_HTTP_STOP_S,
+                timeout_keep_alive=MCP_HTTP_KEEP_ALIVE_S,
             )
         )
 
@@ -208,6 +298,10 @@ class MCPHTTPServer:
             log.info("MCP server listening on %s", self.url)
             yield
         log.info("MCP server stopped; the docsets' indexes are closed")
+
+    def stop(self) -> None:
+        """Make :meth:`run` return (from another thread), as Ctrl+C does."""
+        self._uvicorn.should_exit = True
 
     def run(self) -> None:
         """Serve until Ctrl+C or SIGTERM; the docsets' indexes are closed on the way out."""

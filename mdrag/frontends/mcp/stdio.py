@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, BinaryIO, cast
 
@@ -22,10 +23,9 @@ from mcp.server.stdio import stdio_server
 from mcp.shared.message import SessionMessage
 
 from mdrag.config import Config, load_config
-from mdrag.frontends.mcp.tools import build_server
+from mdrag.frontends.mcp.tools import serving
 from mdrag.frontends.mcp.wire import check_message, not_utf8_reply, oversized_reply
 from mdrag.knobs import MCP_CHECK_INLINE_CHARS, MCP_MAX_MESSAGE_BYTES
-from mdrag.knowledge import KnowledgeBase
 
 __all__ = ["run_stdio"]
 
@@ -108,19 +108,24 @@ async def _serve_stdio(server: Server[Any]) -> None:
         await server.run(read, write, server.create_initialization_options())
 
 
-def run_stdio(start: Path | None = None, config: Config | None = None) -> None:
+def run_stdio(
+    start: Path | None = None,
+    config: Config | None = None,
+    indexes: Sequence[str] = (),
+    project: Path | None = None,
+) -> None:
     """Serve the MCP tools on stdin/stdout until stdin closes; logs go to stderr.
 
-    ``start``: where to look for ``.knowledge/config.yaml`` (default: the
-    current directory, then its parents). A missing or broken config does not
-    stop the server: each tool call reports it, and a config created later is
-    picked up by the next call. ``config``: the settings the docsets' indexes
-    start from (flags applied; default: the user's).
+    ``indexes``: names of indexes made by `mdrag index` to serve (kept current while the server runs);
+    ``project``: a project folder whose docsets to serve. With neither, the docsets of the project found
+    from ``start`` (default: the current directory, then its parents): a missing or broken config does
+    not stop the server then: each tool call reports it, and a config created later is picked up by the
+    next call. ``config``: the settings the indexes start from (flags applied; default: the user's).
     """
     if not logging.getLogger().handlers:
         logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="mdrag mcp: %(levelname)s: %(message)s")
     config = config or load_config()
-    server = build_server(KnowledgeBase(start, allowed_outside=config["knowledge.allowed_paths"]), config=config)
+    server = serving(config, indexes, project, start)
     try:
         anyio.run(_serve_stdio, server)
     except KeyboardInterrupt:

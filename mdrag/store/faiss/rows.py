@@ -3,10 +3,12 @@ the ``meta`` records a run leaves and the checks against them, and the reads.
 
 One row per chunk in ``chunks``: its fields, ``headings`` and ``metadata`` as
 JSON, the text BM25 ranks, its vector as a float32 blob and that vector's digest
-(:mod:`mdrag.store.faiss.vectors`, which checks them); a ``tags`` table
-for tag filters, and a ``meta`` table holding the model identity, a commit
-counter and what the last run left (the ``.faiss`` file's sha256, the counts
-of chunk and tag rows, digests of the chunk ids and of the tag rows).
+(:mod:`mdrag.store.faiss.vectors`, which checks them) and the number of its
+set of tags; each set of tags once in ``tagsets``, and a ``tags`` table listing
+each set's tags for tag filters (:mod:`mdrag.store.faiss.tagsets`); a ``meta``
+table holding the model identity, a commit counter and what the last run left
+(the ``.faiss`` file's sha256, the counts of chunk and tag rows, digests of the
+chunk ids and of the tags and their sets).
 Every value goes to SQLite as a parameter, never as SQL text.
 """
 
@@ -29,6 +31,7 @@ import numpy as np
 from mdrag.errors import ConfigError, StoreDamagedError, StoreError, StoreInUseError, StoreUnavailableError
 from mdrag.store.base import ROW_FIELDS, Filter, Hit, bm25_text, holds_its_bm25, holds_its_text
 from mdrag.store.bm25 import Bm25
+from mdrag.store.faiss import tagsets
 from mdrag.store.faiss import vectors as faiss_vectors
 from mdrag.store.faiss.index import faiss_digest
 from mdrag.types import Chunk
@@ -47,12 +50,18 @@ CREATE TABLE IF NOT EXISTS chunks (
     root TEXT NOT NULL, headings TEXT NOT NULL, level INTEGER NOT NULL, position INTEGER NOT NULL,
     page INTEGER NOT NULL, line_start INTEGER NOT NULL, line_end INTEGER NOT NULL,
     content_hash TEXT NOT NULL, metadata TEXT NOT NULL, bm25_text TEXT NOT NULL, vector BLOB NOT NULL,
-    vector_digest BLOB  -- see mdrag.store.faiss.vectors (a store written before it gets it at its next write)
+    vector_digest BLOB,  -- see mdrag.store.faiss.vectors (a store written before it gets it at its next write)
+    tagset INTEGER NOT NULL DEFAULT 0  -- its set of tags (tagsets.n), 0 for none (mdrag.store.faiss.tagsets)
 );
 CREATE INDEX IF NOT EXISTS chunks_hash ON chunks (content_hash);
 CREATE INDEX IF NOT EXISTS chunks_root ON chunks (root);
 CREATE INDEX IF NOT EXISTS chunks_path ON chunks (path);
 CREATE INDEX IF NOT EXISTS chunks_rel_path ON chunks (rel_path);
+CREATE INDEX IF NOT EXISTS chunks_tagset ON chunks (tagset);
+CREATE TABLE IF NOT EXISTS tagsets (
+    n INTEGER PRIMARY KEY AUTOINCREMENT, digest TEXT NOT NULL UNIQUE, tags TEXT NOT NULL
+);
+-- n: a set of tags (tagsets.n), or in a store of an older release not yet written, a chunk (chunks.n)
 CREATE TABLE IF NOT EXISTS tags (tag TEXT NOT NULL, n INTEGER NOT NULL, PRIMARY KEY (tag, n)) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS tags_n ON tags (n);
 """
@@ -60,9 +69,17 @@ FIELDS = ", ".join(ROW_FIELDS)
 
 
 def create_tables(db: sqlite3.Connection) -> None:
-    """Create the tables and indexes that are missing (all IF NOT EXISTS)."""
+    """Create the tables and indexes that are missing (all IF NOT EXISTS); in a write transaction."""
     for statement in filter(None, (s.strip() for s in _SCHEMA.split(";"))):
         db.execute(statement)
+
+
+def begin_write(db: sqlite3.Connection, dim: int, path: Path) -> None:
+    """Begin a write transaction, upgrading a store of an older release (:func:`faiss_vectors.begin_write`,
+    :func:`tagsets.upgrade`)."""
+    faiss_vectors.begin_write(db, dim, path)
+    if tagsets.upgrade(db, path) and get_meta(db, "commits") == get_meta(db, "run_commit"):
+        record_run(db)  # what its last run left, in the new form
 
 
 # -- errors -------------------------------------------------------------------
@@ -145,10 +162,7 @@ def marks(n: int) -> str:
 
 def tags_of(metadata: dict[str, Any]) -> set[str]:
     """The tags a chunk carries, as :meth:`Filter.matches` reads them."""
-    tags = metadata.get("tags")
-    if isinstance(tags, str):
-        return {tags}
-    return {t for t in tags if isinstance(t, str)} if isinstance(tags, list) else set()
+    return tagsets.tags_in(metadata.get("tags"))
 
 
 def _prefix_end(prefix: str) -> str | None:
@@ -195,24 +209,42 @@ def _ids_digest(db: sqlite3.Connection) -> str:
 
 
 def _tags_digest(db: sqlite3.Connection) -> str:
-    """sha256 of the tag rows, in their primary key's order (a read of the tags table only)."""
+    """sha256 of the tag rows, in their primary key's order, then of the sets of tags (a read of those two
+    tables only)."""
     digest = hashlib.sha256()
     for tag, n in db.execute("SELECT tag, n FROM tags ORDER BY tag, n"):
         digest.update(f"{tag}\0{n}\n".encode())
+    if tagsets.grouped(db):
+        for n, set_digest, value in db.execute("SELECT n, digest, tags FROM tagsets ORDER BY n"):
+            digest.update(f"{n}\0{set_digest}\0{value}\n".encode("utf-8", "surrogatepass"))
     return digest.hexdigest()
 
 
 def _tag_rows(db: sqlite3.Connection) -> Iterator[tuple[str, int]]:
-    """The rows the tags table should hold: (tag, row number) for each chunk's tags (its metadata)."""
+    """The rows the tags table should hold: (tag, set number) for each set's tags; in a store of an older
+    release, (tag, row number) for each chunk's tags (its metadata)."""
+    if tagsets.grouped(db):
+        yield from tagsets.expected_rows(db)
+        return
     for n, metadata in db.execute("SELECT n, metadata FROM chunks"):
         for tag in tags_of(json.loads(metadata)):
             yield tag, n
 
 
 def rebuild_tags(db: sqlite3.Connection) -> None:
-    """The tag rows again, from the chunks' metadata."""
+    """The tag rows again, from the sets of tags (from the chunks' metadata in a store of an older release)."""
+    if tagsets.grouped(db):
+        tagsets.rebuild(db)
+        return
     db.execute("DELETE FROM tags")
     db.executemany("INSERT INTO tags (tag, n) VALUES (?, ?)", _tag_rows(db))
+
+
+def clear_tags(db: sqlite3.Connection) -> None:
+    """Delete every tag row and set of tags."""
+    db.execute("DELETE FROM tags")
+    if tagsets.grouped(db):
+        db.execute("DELETE FROM tagsets")
 
 
 def record_run(db: sqlite3.Connection) -> None:
@@ -317,8 +349,15 @@ def edited_texts(db: sqlite3.Connection) -> set[int]:
 
 
 def tag_differences(db: sqlite3.Connection) -> set[int]:
-    """The row numbers whose tag rows differ from their chunk's metadata (either may be the damaged one)."""
-    return {n for _, n in set(db.execute("SELECT tag, n FROM tags")) ^ set(_tag_rows(db))}
+    """The row numbers of the chunks whose tags may be wrong: their set's tag rows differ from the set, or
+    the set is not what was written (in a store of an older release: whose tag rows differ from their
+    metadata). Either may be the damaged one."""
+    tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    held = set(db.execute("SELECT tag, n FROM tags")) if "tags" in tables else set()  # a lost table: built again
+    differ = {n for _, n in held ^ set(_tag_rows(db))}
+    if not tagsets.grouped(db):
+        return differ
+    return tagsets.holders(db, differ | tagsets.unsound(db))
 
 
 # -- reads ------------------------------------------------------------------------
@@ -377,8 +416,9 @@ def candidates(db: sqlite3.Connection, where: Filter, tags_lost: Callable[[], st
     lost = tags_lost() if where.tags else None
     if lost:
         raise StoreDamagedError(f"The index store is damaged: {lost}. Run `mdrag index` to repair it.")
+    column = "tagset" if where.tags and tagsets.grouped(db) else "n"  # n: a store of an older release
     for tag in where.tags:
-        conds.append("n IN (SELECT n FROM tags WHERE tag = ?)")
+        conds.append(f"{column} IN (SELECT n FROM tags WHERE tag = ?)")
         params.append(tag)
     if where.root:
         conds.append("root = ?")
@@ -406,13 +446,20 @@ class RowCache:
         cache = self.rows
         wanted = rows.tolist()
         missing = [n for n in wanted if n not in cache]
+        held: dict[int, int] = {}  # row number -> its set of tags
+        column = "tagset" if missing and tagsets.grouped(db) else "0"  # 0: a store of an older release
         for part in batches(missing):
-            q = f"SELECT n, id, {FIELDS} FROM chunks WHERE n IN ({marks(len(part))})"  # noqa: S608
+            q = f"SELECT n, id, {FIELDS}, {column} FROM chunks WHERE n IN ({marks(len(part))})"  # noqa: S608
             for r in db.execute(q, part):
-                row = dict(zip(("id", *ROW_FIELDS), r[1:]))
+                row = dict(zip(("id", *ROW_FIELDS), r[1:-1]))
                 row["headings"] = json.loads(row["headings"])
                 row["metadata"] = json.loads(row["metadata"])
                 cache[r[0]] = row
+                held[r[0]] = r[-1]
+        sets = tagsets.values(db, held.values())
+        for n, s in held.items():
+            if s in sets:
+                cache[n]["metadata"]["tags"] = sets[s]
         out = []
         for n, cos, rank in zip(wanted, cosines, ranks):
             cache.move_to_end(n)
@@ -458,25 +505,26 @@ def insert(db: sqlite3.Connection, c: Chunk, v: np.ndarray, bm25: str) -> int:
     """Insert chunk ``c`` with its vector (and that vector's digest), its BM25 text and its tag rows: its new
     row number."""
     blob = v.tobytes()
+    metadata, tagset = tagsets.put(db, c.metadata)
     cur = db.execute(
-        f"INSERT INTO chunks (id, {FIELDS}, bm25_text, vector, {faiss_vectors.COLUMN}) "  # noqa: S608
-        f"VALUES ({marks(len(ROW_FIELDS) + 4)})",
+        f"INSERT INTO chunks (id, {FIELDS}, bm25_text, vector, {faiss_vectors.COLUMN}, tagset) "  # noqa: S608
+        f"VALUES ({marks(len(ROW_FIELDS) + 5)})",
         (
             c.id, c.text, c.context, c.path, c.rel_path, c.root, json.dumps(list(c.heading_path)),
             c.level, c.position, c.page or 0, c.line_start or 0, c.line_end or 0, c.content_hash,
-            json.dumps(c.metadata), bm25, blob, faiss_vectors.digest(c.content_hash, blob),
+            metadata, bm25, blob, faiss_vectors.digest(c.content_hash, blob), tagset,
         ),
     )  # fmt: skip
-    row = int(cur.lastrowid or 0)
-    db.executemany("INSERT INTO tags (tag, n) VALUES (?, ?)", [(t, row) for t in tags_of(c.metadata)])
-    return row
+    return int(cur.lastrowid or 0)
 
 
 def delete_rows(db: sqlite3.Connection, rows: list[int]) -> None:
-    """Delete these rows and their tag rows."""
+    """Delete these rows, and the sets of tags no other row holds."""
     for part in batches(rows):
+        q = f"SELECT DISTINCT tagset FROM chunks WHERE n IN ({marks(len(part))})"  # noqa: S608
+        sets = [r[0] for r in db.execute(q, part)]
         db.execute(f"DELETE FROM chunks WHERE n IN ({marks(len(part))})", part)  # noqa: S608
-        db.execute(f"DELETE FROM tags WHERE n IN ({marks(len(part))})", part)  # noqa: S608
+        tagsets.drop_unused(db, sets)
 
 
 # -- what memory is built from ------------------------------------------------------
@@ -517,8 +565,8 @@ def last_commit_was_run(db: sqlite3.Connection | None, path: Path, faiss_path: P
             return False
         if db.execute("SELECT 1 FROM meta WHERE key = 'identity'").fetchone() is None:
             return False  # the model identity was lost: opening the store (to write it again) is the repair
-        if not faiss_vectors.has_digests(db):
-            return False  # a store of an older release: the run's end records its vectors' digests
+        if not current(db):
+            return False  # a store of an older release: the next run upgrades it
         # the rows by their folder, as `status` and searches count them (another index than count(*)'s)
         by_root = sum(n for _, n in db.execute("SELECT root, count(*) FROM chunks GROUP BY root"))
         return str(by_root) == got.get("rows") and not mismatches(db, path, faiss_path, dim, got)
@@ -528,6 +576,12 @@ def last_commit_was_run(db: sqlite3.Connection | None, path: Path, faiss_path: P
         return False
     except (sqlite3.Error, OSError):
         return False
+
+
+def current(db: sqlite3.Connection) -> bool:
+    """Whether the store is of this release's form (False: the next write upgrades it): its vectors' digests
+    recorded, each set of tags stored once."""
+    return faiss_vectors.has_digests(db) and tagsets.grouped(db)
 
 
 def rows_held(path: Path) -> int:

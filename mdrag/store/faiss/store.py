@@ -205,7 +205,7 @@ class FaissStore:
         with self._lock, sql.writing(self.path):
             self._begin()
             self.db.execute("DELETE FROM chunks")
-            self.db.execute("DELETE FROM tags")
+            sql.clear_tags(self.db)
             self.db.execute("DELETE FROM meta WHERE key != 'commits'")
             self._commit(run=False)
             self.faiss_path.unlink(missing_ok=True)
@@ -263,7 +263,7 @@ class FaissStore:
             db = self._read()
             try:
                 found = self._mismatches(db, sql.recorded(db), thorough)
-                suspect = sql.tag_differences(db) if "tagged" in found else set()
+                suspect = sql.tag_differences(db) if found.keys() & {"tags", "tagged"} else set()
                 left = (fv.bad_vectors(db, self._dim, self.path) if "vectors" in found else set()) | self._left_out
                 bad = left | (sql.edited_texts(db) if "texts" in found else set())
                 bm25 = sql.bm25_differences(db, self.prepare_text) if "bm25" in found else {}
@@ -272,7 +272,7 @@ class FaissStore:
                     found["left"] = fv.said(db, left, self.path, "were damaged: embedded again")
             except sqlite3.DatabaseError as e:
                 raise damaged(self.path, e) from e
-            if bad or any(k in found for k in ("faiss", "tags", "rows", "tagged", "bm25")) or not fv.has_digests(db):
+            if bad or any(k in found for k in ("faiss", "tags", "rows", "tagged", "bm25")) or not sql.current(db):
                 with sql.writing(self.path):
                     self._begin()
                     if bad:  # their files are indexed again; a damaged row must not be reused by content hash
@@ -313,7 +313,7 @@ class FaissStore:
                 self._unlocked.wait(min(_LOCK_POLL_S, left))
         try:
             self._sync()  # what the previous writer committed
-            fv.begin_write(self.db, self._dim, self.path)  # a store of an older release gets its vector digests
+            sql.begin_write(self.db, self._dim, self.path)  # a store of an older release is upgraded
         except BaseException:
             self._writer.release()
             raise

@@ -191,11 +191,15 @@ def lost_vectors(store: Collection) -> str:
     )
 
 
-def repair(store: Collection, files: LiteFiles | None) -> tuple[list[str], set[str]]:
-    """What the thorough check finds that the store can repair, from the data it holds: what was repaired
-    (each a message), and the ids of the chunks whose text was edited, deleted so that their files are
-    indexed again (a damaged row must not be reused by its content hash). A data file that differs from
-    what its run wrote raises: its rows cannot be trusted, only `mdrag index --rebuild` repairs it."""
+def repair(store: Collection, files: LiteFiles | None, thorough: bool) -> tuple[list[str], set[str]]:
+    """What the thorough check finds that the store can repair, from the data it holds, when ``thorough`` or
+    when the collection's checksum record was lost (then written again): what was repaired (each a message),
+    and the ids of the chunks whose text was edited, deleted so that their files are indexed again (a damaged
+    row must not be reused by its content hash). A data file that differs from what its run wrote raises:
+    its rows cannot be trusted, only `mdrag index --rebuild` repairs it."""
+    record_lost = files is not None and files.sums_lost()
+    if not (thorough or record_lost):
+        return [], set()
     if files is not None and (data := files.changed_index_files(data=True)):
         raise changed_data_error(data)
     said: list[str] = []
@@ -209,6 +213,8 @@ def repair(store: Collection, files: LiteFiles | None) -> tuple[list[str], set[s
     if lost := lost_vectors(store):
         rebuild_vector_index(store)
         said.append(f"{lost}: built again from the stored vectors")
+    if record_lost and files is not None:
+        said.append(files.record_again(store.count_where("")))
     return said, edited
 
 

@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from mdrag.errors import ConfigError
 from mdrag.store.base import Filter
 
-__all__ = ["and_", "eq", "in_", "json_contains", "like_prefix", "quote", "to_expr"]
+__all__ = ["and_", "eq", "in_", "json_contains", "json_contains_any", "like_prefix", "quote", "to_expr"]
 
 _FIELD = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # Milvus's string literals end at a raw line break and know only these escapes (besides \t):
@@ -46,6 +46,11 @@ def eq(field: str, value: str) -> str:
 
 def in_(field: str, values: Iterable[str]) -> str:
     return f"{_field(field)} in [{', '.join(quote(v) for v in values)}]"
+
+
+def json_contains_any(field: str, key: str, values: Iterable[str]) -> str:
+    """``json_contains_any(field["key"], [...])``: e.g. the chunks that name one of these sets of tags."""
+    return f"json_contains_any({_field(field)}[{quote(key)}], [{', '.join(quote(v) for v in values)}])"
 
 
 def like_prefix(field: str, prefix: str) -> str:

@@ -10,7 +10,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from mdrag.store.base import Filter, Hit
-from mdrag.store.milvus import filters
+from mdrag.store.milvus import filters, tagsets
 from mdrag.store.milvus.rows import FIELDS
 
 # A filtered dense search ranks the matching chunks exactly when there are at most this many
@@ -29,9 +29,13 @@ _EF_PER_RESULT = 16
 class Collection(Protocol):
     """What a search asks of the store: reads of its collection."""
 
+    uri: str  # where the store lives
     collection: str  # the collection searched
     has_bm25: bool  # it has the BM25 sparse field
     prepare_text: Callable[[str], str] | None  # applied to BM25 queries (stemming), if set
+
+    @property
+    def client(self) -> Any: ...  # the connected MilvusClient
 
     def call(self, method: str, *args: Any, **kwargs: Any) -> Any: ...  # a client request, errors as StoreError
 
@@ -60,7 +64,7 @@ def search(store: Collection, vector: np.ndarray, k: int, where: Filter | None, 
         mode = "dense"
     if mode == "bm25" and store.prepare_text is not None:
         text = store.prepare_text(text)
-    expr = filters.to_expr(where)
+    expr = tagsets.to_expr(store, where)
     params: dict[str, Any] = {"metric_type": "COSINE" if mode == "dense" else "BM25"}
     if mode == "dense" and expr:
         matching = store.call("query", store.collection, filter=expr, output_fields=["vector"], limit=_EXACT_ROWS + 1)
@@ -94,8 +98,9 @@ def search(store: Collection, vector: np.ndarray, k: int, where: Filter | None, 
             search_params=params,
         )
     out = []
-    for hit in res[0] if res else []:
-        row = dict(hit["entity"])
+    rows = [dict(hit["entity"]) for hit in res[0]] if res else []
+    tagsets.restore(store, rows)
+    for hit, row in zip(res[0] if res else [], rows):
         row["id"] = hit["id"]
         # Milvus Lite reports BM25 as a negative distance: rank_score is the score itself.
         row["rank_score"] = abs(float(hit["distance"])) if mode == "bm25" else float(hit["distance"])
@@ -119,6 +124,7 @@ def _exact_dense(store: Collection, vector: np.ndarray, k: int, rows: list[dict[
     found = {
         r["id"]: r for r in store.call("query", store.collection, filter=filters.in_("id", top), output_fields=FIELDS)
     }
+    tagsets.restore(store, found.values())
     out = []
     for i in best:
         row = found.get(ids[i])

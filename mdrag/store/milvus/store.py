@@ -41,7 +41,7 @@ from mdrag.store import StoreBackend, same_location
 from mdrag.store import is_server_uri as _is_remote
 from mdrag.store.base import Filter, Hit
 from mdrag.store.milvus import check as milvus_check
-from mdrag.store.milvus import filters
+from mdrag.store.milvus import filters, tagsets
 from mdrag.store.milvus import rows as milvus_rows
 from mdrag.store.milvus import search as milvus_search
 from mdrag.store.milvus.check import reason
@@ -245,10 +245,7 @@ class MilvusStore:
         ``thorough``, or when a Milvus Lite collection's checksum record was lost (then written again), what
         :func:`mdrag.store.milvus.check.repair` repairs. What was repaired, and the ids of the chunks deleted
         (their files are indexed again; chunk rows that were lost are the indexer's to repair)."""
-        lost = self._files is not None and self._view is None and self._files.sums_lost()
-        said, suspect = milvus_check.repair(self, self._files) if thorough or lost else ([], set())
-        if lost and self._files is not None:
-            said.append(self._files.record_again(self.count_where("")))
+        said, suspect = milvus_check.repair(self, self._files, thorough)
         self._as_left = self._as_left and not said
         return said, suspect
 
@@ -374,6 +371,7 @@ class MilvusStore:
             )
 
     def _ensure_loaded(self) -> None:
+        tagsets.opened(self)  # its sets of tags are loaded again at their first use
         state = str(self.client.get_load_state(self.collection).get("state", ""))
         if "Loaded" not in state:
             self.client.load_collection(self.collection)
@@ -386,6 +384,7 @@ class MilvusStore:
             self._files.forget_sums()
         if self.client.has_collection(self.collection):
             self.client.drop_collection(self.collection)
+        tagsets.forget(self)
 
     # -- writes ------------------------------------------------------------
     def upsert(self, chunks: Sequence[Chunk], vectors: np.ndarray) -> None:
@@ -405,6 +404,7 @@ class MilvusStore:
         server's limit, and held in memory as Python lists of floats.
         """
         for request in milvus_rows.requests(rows):
+            tagsets.put(self, request)  # each set of tags once, written first
             self.call("upsert", self.collection, request)
 
     @property
@@ -438,8 +438,7 @@ class MilvusStore:
         self._as_left = False
         ids = list(ids)
         for i in range(0, len(ids), _QUERY_BATCH):
-            expr = filters.in_("id", ids[i : i + _QUERY_BATCH])
-            self.call("delete", self.collection, filter=expr)
+            tagsets.delete(self, filters.in_("id", ids[i : i + _QUERY_BATCH]))  # and the sets no row names
 
     def flush(self) -> None:
         self.call("flush", self.collection)

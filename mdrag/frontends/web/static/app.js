@@ -15,6 +15,7 @@ const newButton = $("new-conversation");
 const searchOnly = $("search-only");
 const log = $("log");
 const stateLine = $("state");
+const unsent = $("unsent"); // why the question typed was not sent (not connected, an answer still coming)
 const tokenForm = $("token-form");
 const tokenInput = $("token");
 const pastList = $("conversations");
@@ -35,6 +36,7 @@ let requests = 0; // requests sent: the next one's id
 let answering = null; // the handler of the question being answered
 let state = ""; // the server's last state: loading | ready | empty
 let poll = 0;
+let everOpen = false; // a connection was open once: a later one is a reconnection
 let turns = 0;
 let conversationId = saved.tabConversation(); // this tab's conversation, kept under this id
 let conversation = []; // the records of its turns, oldest first (what is kept)
@@ -123,6 +125,7 @@ function updateControls() {
   sendButton.textContent = searchOnly.checked ? "Search" : "Ask";
   for (const b of log.querySelectorAll(".actions button.again")) b.disabled = !open || answering !== null;
   for (const b of pastList.querySelectorAll("button")) b.disabled = answering !== null;
+  if (open && answering === null) unsent.hidden = true; // what kept the question back has passed
 }
 
 const tabToken = () => sessionStorage.getItem(TOKEN);
@@ -137,6 +140,7 @@ function connect() {
   setState("connecting", "connecting…");
   sock.onopen = () => {
     opened = true;
+    everOpen = true;
     tokenForm.hidden = true;
     updateControls();
   };
@@ -283,10 +287,15 @@ function keepInView(always = false) {
   pageHeight = height;
 }
 
-// what is scrolled into view (a cited source) is kept clear of the input box
-new ResizeObserver(() => {
+// what is scrolled into view (a cited source) is kept clear of the input box and of the header (sticky:
+// the server's state stays in view)
+const header = document.querySelector("header");
+const clear = new ResizeObserver(() => {
   document.documentElement.style.scrollPaddingBottom = `${form.offsetHeight}px`;
-}).observe(form);
+  document.documentElement.style.scrollPaddingTop = `${header.offsetHeight}px`;
+});
+clear.observe(form);
+clear.observe(header);
 
 // -- keeping the conversations ----------------------------------------------------
 function changed() {
@@ -313,7 +322,7 @@ function show(records) {
       const turn = newTurn(r.question, r.kind);
       const said = ["error", "stopped"].includes(r.note?.cls) ? r.note : null;
       if (r.kind === "search") {
-        if (Array.isArray(r.results)) showResults(turn, r.results);
+        if (Array.isArray(r.results)) showResults(turn, r.results, r.none);
         else if (said) showSearchNote(turn, said.cls, String(said.text));
         else showSearchNote(turn, "stopped", "Stopped: the page was reloaded before the results came.");
         continue;
@@ -603,11 +612,12 @@ function passage(r) {
   return div;
 }
 
-function showResults(turn, results) {
-  // kept for a reload: what passage() shows
+function showResults(turn, results, note) {
+  // kept for a reload: what passage() shows; score: what ordered the list (the server's result_fields)
   const shown = ["path", "ref", "rel_path", "heading", "page", "line_start", "line_end", "score", "text", "url"];
   turn.record.results = results.map((r) => Object.fromEntries(shown.map((k) => [k, r?.[k]])));
-  if (!results.length) turn.body.replaceChildren(el("p", "label", "No relevant information: no passage matches."));
+  if (typeof note === "string") turn.record.none = note; // the server's words for no results
+  if (!results.length) turn.body.replaceChildren(el("p", "label", turn.record.none ?? "No relevant information: no passage matches."));
   else {
     const ol = el("ol", "results");
     turn.record.results.forEach((r) => ol.appendChild(el("li")).append(passage(r)));
@@ -630,7 +640,7 @@ function search(text) {
     { type: "search", query: text },
     {
       on(msg) {
-        if (msg.type === "search_results") showResults(turn, msg.results);
+        if (msg.type === "search_results") showResults(turn, msg.results, msg.note);
         else if (msg.type === "error") showSearchNote(turn, "error", `Error: ${msg.message}`);
         else if (msg.type === "status") {
           showStatus(msg);
@@ -644,10 +654,22 @@ function search(text) {
 }
 
 // -- controls --------------------------------------------------------------------
+// Why a question cannot be sent now ("" when it can): said under the box, the question left in it.
+function notSendable() {
+  if (answering) return "not sent: an answer is still coming (Stop ends it); your question was kept";
+  if (ws?.readyState === WebSocket.OPEN) return "";
+  if (stateLine.dataset.state === "token") return "not sent: this server needs its token (above); your question was kept";
+  return `not connected: ${everOpen ? "reconnecting" : "connecting"}…; your question was kept`;
+}
+
 form.addEventListener("submit", (ev) => {
   ev.preventDefault();
   const text = question.value.trim();
-  if (!text || ws?.readyState !== WebSocket.OPEN || answering) return;
+  if (!text) return;
+  const why = notSendable();
+  unsent.textContent = why;
+  unsent.hidden = !why;
+  if (why) return;
   question.value = "";
   if (searchOnly.checked) search(text);
   else ask(text);
