@@ -15,8 +15,10 @@ import hashlib
 import json
 import os
 import random
+import re
 import shutil
 import sqlite3
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -287,6 +289,33 @@ def test_a_full_disk_at_manifest_save_is_one_clear_message(
     assert code == 0, err
     assert json.loads(out)["chunks_total"] > total
     _assert_whole(cli, json.loads(out)["chunks_total"])
+
+
+@pytest.mark.parametrize("backend", ["faiss"])
+def test_status_after_a_failed_update_says_when_it_was_last_indexed_and_that_the_update_failed(
+    cli, docs: Path, mdrag_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An index built fine, whose next update the store's full disk stops: its last run still finished at
+    its time, and the update that did not finish is named, never "never"."""
+    _build(cli, docs)
+    code, out, _ = cli("status", "--json")
+    built = json.loads(out)["last_indexed"]
+    assert code == 0 and built
+    (docs / "new.md").write_text("# New\n\nA page written while the disk was full.\n")
+
+    def full(*args: Any) -> int:
+        raise sqlite3.OperationalError("database or disk is full")
+
+    with monkeypatch.context() as patched:
+        patched.setattr("mdrag.store.faiss.rows.insert", full)
+        code, out, err = cli("index", "-q")
+    assert code == 1 and "Free some space" in err, err
+    code, out, _ = cli("status", "--json")
+    st = json.loads(out)
+    assert st["last_indexed"] == built and st["interrupted"], st
+    code, out, _ = cli("status")
+    assert "never" not in out and "the last update failed or was interrupted" in out, out
+    assert time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(built)) in out, out
 
 
 # -- a store that lost everything -------------------------------------------
@@ -655,8 +684,8 @@ DAMAGE = [
     ("faiss", _flip_index_page("chunks_root"), "rebuild"),  # read by `status`; a plain run read it too
     ("milvus", _random_bytes(_IDX + ".idx"), "open"),
     ("milvus", _milvus_delete_rows, "status"),
-    ("milvus", _delete("milvus.db.mdrag"), "open"),
-    ("milvus", _both(_delete("milvus.db.mdrag"), _random_bytes(_IDX + ".idx")), "open"),
+    ("milvus", _delete("milvus.db.mdrag"), "status"),  # the checksum record lost: named, and written again
+    ("milvus", _both(_delete("milvus.db.mdrag"), _random_bytes(_IDX + ".idx")), "status"),
     ("milvus", _random_bytes("milvus.db/collections/mdrag_default/partitions/*/data/*.parquet", 64), "rebuild"),
     ("milvus", _random_bytes("milvus.db/collections/mdrag_default/schema.json", 64), "rebuild"),
 ]
@@ -970,6 +999,121 @@ def test_edited_chunk_texts_are_found_by_verify_and_their_files_read_again(
     _assert_whole(cli, total)
 
 
+def _move_paths(home: Path, backend: str) -> set[str]:
+    """Point a third of the chunks (by id) at /etc/passwd, as ../../etc/passwd under their folder (FAISS: and one
+    more as passwd under the folder /etc): the ids."""
+    if backend == "faiss":
+        _sql("UPDATE chunks SET rel_path = '../../etc/passwd', path = '/etc/passwd' WHERE n % 3 = 0")(home)
+        one = "(SELECT max(n) FROM chunks WHERE n % 3 != 0)"
+        _sql(f"UPDATE chunks SET root = '/etc', rel_path = 'passwd', path = '/etc/passwd' WHERE n = {one}")(home)
+        with sqlite3.connect(_faiss_file(home, "sqlite")) as db:
+            return {r[0] for r in db.execute("SELECT id FROM chunks WHERE path = '/etc/passwd'")}
+    from pymilvus import MilvusClient
+
+    from mdrag.store.milvus.rows import FIELDS
+
+    client = MilvusClient(str(home / "cache" / "milvus.db"))
+    try:
+        client.load_collection("mdrag_default")
+        fields = ["id", *FIELDS, "vector", "bm25_text"]
+        rows = sorted(
+            client.query("mdrag_default", filter="", output_fields=fields, limit=16384), key=lambda r: r["id"]
+        )
+        rows = rows[::3]
+        for r in rows:
+            r["rel_path"], r["path"] = "../../etc/passwd", "/etc/passwd"
+        client.upsert("mdrag_default", rows)
+        client.flush("mdrag_default")
+    finally:
+        client.close()
+    return {r["id"] for r in rows}
+
+
+@pytest.mark.parametrize("backend", ["faiss", "milvus"])
+def test_a_result_whose_path_leaves_the_index_folders_is_never_shown_nor_opened(
+    cli, docs: Path, mdrag_home: Path, backend: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A path changed in the store to lead out of the index's folders: a search leaves those results out,
+    saying so once with how many and what repairs it, `get` never reads the file it names, `status --verify`
+    names the damage and the next `mdrag index` repairs it."""
+    total = _build(cli, docs)
+    before = _answers(cli)
+    moved = _move_paths(mdrag_home, backend)
+    assert moved
+    caplog.clear()
+    code, out, err = cli("search", *_QUERY)
+    assert code == 0, err
+    results = json.loads(out)
+    assert results and not moved & {r["chunk_id"] for r in results}, results
+    assert not any(r["path"] == "/etc/passwd" or ".." in r["rel_path"] for r in results), results
+    said = [r.getMessage() for r in caplog.records if "not inside the index's folders" in r.getMessage()]
+    assert len(said) == 1, caplog.text
+    assert re.match(r"\d+ result\(s\) left out: their path in the index store ", said[0]), said
+    assert "`mdrag status --verify`" in said[0] and "`mdrag index`" in said[0], said
+    for ref in ("../../etc/passwd", "/etc/passwd", sorted(moved)[0]):
+        code, out, err = cli("get", ref, "--json")
+        assert "root:" not in out, (ref, out)  # /etc/passwd's first line is never served
+    code, out, err = cli("status", "--verify")
+    assert code == 1, out + err
+    code, out, err = cli("index", "--json", "-q")
+    assert code == 0 and json.loads(out)["chunks_total"] == total, err
+    assert _answers(cli) == before
+    _assert_whole(cli, total)
+
+
+def _zebra_bm25(home: Path, backend: str) -> set[str]:
+    """Write 'zebra zebra zebra' as the BM25 text of half the chunks (by id): their ids."""
+    if backend == "faiss":
+        _sql("UPDATE chunks SET bm25_text = 'zebra zebra zebra' WHERE n % 2 = 0")(home)
+        with sqlite3.connect(_faiss_file(home, "sqlite")) as db:
+            return {r[0] for r in db.execute("SELECT id FROM chunks WHERE bm25_text = 'zebra zebra zebra'")}
+    from pymilvus import MilvusClient
+
+    from mdrag.store.milvus.rows import FIELDS
+
+    client = MilvusClient(str(home / "cache" / "milvus.db"))
+    try:
+        client.load_collection("mdrag_default")
+        fields = ["id", *FIELDS, "vector", "bm25_text"]
+        rows = sorted(
+            client.query("mdrag_default", filter="", output_fields=fields, limit=16384), key=lambda r: r["id"]
+        )
+        rows = rows[::2]
+        for r in rows:
+            r["bm25_text"] = "zebra zebra zebra"
+        client.upsert("mdrag_default", rows)
+        client.flush("mdrag_default")
+    finally:
+        client.close()
+    return {r["id"] for r in rows}
+
+
+@pytest.mark.parametrize("backend", ["faiss", "milvus"])
+def test_a_changed_bm25_text_is_found_by_verify_and_built_again_by_index(
+    cli, docs: Path, mdrag_home: Path, backend: str
+) -> None:
+    """The BM25 text is the chunk's text as BM25 reads it: one changed in the store (found only once the
+    FAISS store builds its BM25 index from SQLite) is named by `status --verify` and made again from the
+    chunk's text by the next `mdrag index`."""
+    total = _build(cli, docs)
+    before = _answers(cli, "--mode", "hybrid")
+    changed = _zebra_bm25(mdrag_home, backend)
+    assert changed
+    if backend == "faiss":
+        _faiss_file(mdrag_home, "bm25").unlink()  # its BM25 index is built from SQLite's texts now
+    code, out, err = cli("status", "--verify")
+    assert code == 1, out + err
+    assert f"the BM25 text of {len(changed)} chunk(s) in {mdrag_home / 'cache'}" in out, out
+    code, out, err = cli("index", "--json", "-q")
+    assert code == 0 and json.loads(out)["chunks_total"] == total, err
+    code, out, err = cli("status", "--verify")
+    assert code == 0, out + err
+    code, out, err = cli("search", "zebra", "--json", "--threshold", "0", "--mode", "bm25")
+    assert code == 0 and json.loads(out) == [], out + err
+    assert _answers(cli, "--mode", "hybrid") == before
+    _assert_whole(cli, total)
+
+
 def test_a_text_milvus_holds_cut_to_its_field_passes_verify(tmp_path: Path) -> None:
     """A chunk text over the text field's 65,535 bytes is kept cut short: its content hash cannot be
     checked, and the cut is not damage."""
@@ -1050,6 +1194,46 @@ def test_verify_on_milvus_lite_says_it_read_its_files(cli, docs: Path, mdrag_hom
     db = mdrag_home / "cache" / "milvus.db"
     assert code == 0 and "the row count, the data files' sha256, every row's text against its content" in out, out
     assert f"sampled vectors of the index store {db}" in out, out
-    (mdrag_home / "cache" / "milvus.db.mdrag" / "mdrag_default.sums.json").unlink()
+    sums = mdrag_home / "cache" / "milvus.db.mdrag" / "mdrag_default.sums.json"
+    sums.unlink()
     code, out, err = cli("status", "--verify")
-    assert code == 0 and f"of the index store {db}, not its data files (no run recorded" in out, out
+    assert code == 1 and f"of the index store {db}, not its data files (their checksum record {sums}" in out, out
+
+
+def _flip_data_file(home: Path) -> Path:
+    """Change 64 bytes in the middle of the collection's first data file, its times kept: the file."""
+    files = sorted(_collection(home).glob("partitions/*/data/data_*.parquet"))
+    assert files
+    st = files[0].stat()
+    with open(files[0], "r+b") as f:
+        f.seek(st.st_size // 2)
+        data = f.read(64)
+        f.seek(st.st_size // 2)
+        f.write(bytes(b ^ 0xFF for b in data))
+    os.utime(files[0], ns=(st.st_atime_ns, st.st_mtime_ns))
+    return files[0]
+
+
+@pytest.mark.parametrize(("lost", "first"), [("deleted", "status"), ("emptied", "verify")])
+def test_a_lost_milvus_lite_checksum_record_is_named_and_written_again_by_index(
+    cli, docs: Path, mdrag_home: Path, lost: str, first: str
+) -> None:
+    """The record of the data files' sha256, lost, is said by `status`, and the next `mdrag index` checks every
+    row and writes it again: later damage to a data file is found again."""
+    total = _build(cli, docs)
+    sums = mdrag_home / "cache" / "milvus.db.mdrag" / "mdrag_default.sums.json"
+    assert json.loads(sums.read_text())["data_files"]
+    sums.unlink() if lost == "deleted" else sums.write_text("{}")
+    code, out, err = cli("status", *(["--verify"] if first == "verify" else []))
+    assert code == 1 and f"damaged:      the checksum record {sums} of " in out, out + err
+    assert "is missing" in out, out
+    code, out, err = cli("index", "--json", "-q")
+    s = json.loads(out)
+    assert code == 0 and s["chunks_total"] == total, err
+    assert any(str(sums) in w and "recorded again" in w for w in s["warnings"]), s
+    assert json.loads(sums.read_text())["data_files"], "written again"
+    code, out, err = cli("status", "--verify")
+    assert code == 0, out + err
+    changed = _flip_data_file(mdrag_home)
+    code, out, err = cli("status", "--verify")
+    assert code == 1 and str(changed) in err and "`mdrag index --rebuild`" in err, out + err

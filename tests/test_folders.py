@@ -309,6 +309,27 @@ def test_a_file_that_never_finishes_parsing_is_skipped_and_the_run_goes_on(tmp_p
         _consistent(idx)
 
 
+def test_a_file_skipped_for_time_is_counted_and_listed_once_in_a_run_of_several_steps(
+    tmp_path: Path, mdrag_home: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`mdrag index` commits in steps: a later step finds the file an earlier one skipped in the manifest,
+    and must not count it, nor list it "as at an earlier run", a second time."""
+    root = _folder(tmp_path / "docs", "page", 2)
+    depth = 20_000
+    for i in range(3):
+        (root / f"deep{i}.html").write_text("<html><body>" + "<div><b>b</b>x" * depth + "</div>" * depth)
+    (mdrag_home / "config.yaml").write_text("index:\n  parse_timeout: 0.5\n")
+    monkeypatch.setattr("mdrag.index.Index.__init__.__defaults__", (None, HashEmbedder()))
+    monkeypatch.setattr("mdrag.frontends.cli.indexing._STEP_S", 0.01)  # a step per file: each pauses at once
+    code = main(["index", str(root), "--index", "steps", "--json", "-q"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    s = json.loads(out)
+    deep = sorted(str(root / f"deep{i}.html") for i in range(3))
+    assert s["skipped"] == 3 and sorted(f["path"] for f in s["skipped_files"]) == deep, s
+    assert not any("as at an earlier run" in f["reason"] for f in s["skipped_files"]), s
+
+
 def test_a_change_that_rechunks_everything_waits_for_a_missing_folder(tmp_path: Path) -> None:
     from mdrag.errors import MdragError
 

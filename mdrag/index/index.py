@@ -38,7 +38,7 @@ from mdrag.retrieval.links import notes_at, notes_of, with_links
 from mdrag.retrieval.relevance import TermStats
 from mdrag.retrieval.search import SearchOptions, search
 from mdrag.retrieval.shown import held_filters
-from mdrag.store import check_backend, make_store, resolve_backend
+from mdrag.store import check_backend, in_home, make_store, resolve_backend
 from mdrag.types import SearchResult
 
 if TYPE_CHECKING:
@@ -404,7 +404,9 @@ class Index:
         with self._snapshot.reading() as visible:
             if visible.ids is not None and not visible.ids and visible.roots is None:
                 raise self._health.nothing_committed(self.store, exists, manifest)
-            results = search(self.store, self.embedder, query, options, filters, visible, vector, links)
+            # a store outside the home may hold other indexers' folders too: there each row is checked against its own
+            folders = frozenset(self._view.seen_roots) if in_home(self.store.uri, self.manifest_path) else frozenset()
+            results = search(self.store, self.embedder, query, options, filters, visible, vector, links, folders)
         if not results and self._view.progress is None and manifest.building:
             raise self._view.building_error()  # a transactional store being built by another process shows nothing yet
         return with_links(results, lambda: notes_at(self.manifest_path, manifest.stamp))  # a vault note's links
@@ -499,8 +501,8 @@ class Index:
                     found += self._unlike_manifest(m)
                     checked.append("each file's chunk ids against the manifest")
                 damage = ([self._health.loss(self.store, missing, exists)] if missing else []) + found
-                if verify and found:
-                    self._verify.record(found)
+                if verify and damage:  # rows moved out of the index's folders count as missing: repaired too
+                    self._verify.record(damage)
         recorded = mismatch.built if mismatch is not None and mismatch.built else self.embedder.identity
         return IndexStatus(
             index=self.name,

@@ -483,7 +483,7 @@ class IndexKeeper:
 
 
 _ADDED_UP = (
-    "added", "modified", "deleted", "touched", "skipped", "chunks_embedded", "chunks_reused", "chunks_deleted",
+    "added", "modified", "deleted", "touched", "chunks_embedded", "chunks_reused", "chunks_deleted",
     "seconds", "embed_seconds", "waited_s", "parser_errors",
 )  # fmt: skip
 
@@ -492,6 +492,11 @@ def add_step(before: IndexSummary | None, step: IndexSummary) -> IndexSummary:
     """The summary of an update's steps so far: ``before`` (the earlier steps) and ``step``, the last."""
     if before is None:
         return step
+    # A later step finds the files an earlier one skipped in the manifest (not parsed again): each is one skip,
+    # with the reason it was skipped for in this update.
+    skipped = dict(before.skipped_files)
+    for path, reason in step.skipped_files:
+        skipped.setdefault(path, reason)
     return replace(
         step,
         **{f: getattr(before, f) + getattr(step, f) for f in _ADDED_UP},
@@ -499,7 +504,8 @@ def add_step(before: IndexSummary | None, step: IndexSummary) -> IndexSummary:
         unchanged=max(0, step.unchanged - before.added - before.modified),
         rebuild=before.rebuild or step.rebuild,
         repaired=before.repaired or step.repaired,
-        skipped_files=before.skipped_files + step.skipped_files,
+        skipped=len(skipped),
+        skipped_files=list(skipped.items()),
         warnings=before.warnings + [w for w in step.warnings if w not in before.warnings],
     )
 

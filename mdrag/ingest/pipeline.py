@@ -59,7 +59,7 @@ from mdrag.ingest.scan import ScanOptions, ScanResult, scan
 from mdrag.ingest.summary import NEW_INDEX, IndexSummary, report_scan, warn
 from mdrag.ingest.writing import delete_replaced, publish, write_batch
 from mdrag.parsers.worker import ParseWorker
-from mdrag.store import is_server_uri, moved_uri, same_location
+from mdrag.store import in_home, moved_uri, same_location
 from mdrag.store.base import Store
 from mdrag.types import Chunk
 
@@ -201,7 +201,7 @@ class Indexer:
             summary.rebuild = rebuild_reason(old, store, self.embedder, chunking)
         if summary.rebuild and old is not None:  # every folder of the index is indexed again, not only those given
             roots = _resolve([*old.roots, *roots])
-        if (old is None or not old.roots) and _store_beside(store, manifest_path):
+        if (old is None or not old.roots) and in_home(store.uri, manifest_path):
             if open_store is not None:
                 open_store()
                 open_store = None
@@ -242,6 +242,7 @@ class Indexer:
         suspect = _repair_store(store, summary, thorough)
 
         m = Manifest(index=self.name, store_uri=store.uri, model=self.embedder.identity, chunking=chunking)
+        m.last_indexed = before.last_indexed if before is not None else None  # until this run finishes
         if old is not None and summary.rebuild is None:
             m.files = old.files
             m.dirty = old.dirty or not old.verified or thorough
@@ -516,18 +517,6 @@ def _moved(old: Manifest, store: Store, manifest_path: Path, open_store: Callabl
     if old.verified:
         old.save(manifest_path)
     return True
-
-
-def _store_beside(store: Store, manifest_path: Path) -> bool:
-    """Whether the store lives in the manifest's cache folder (the FAISS store, the default Milvus Lite
-    file): then every chunk in it is this manifest's. A store elsewhere (a Milvus server, another home's
-    Milvus Lite file) may hold other indexers' folders too."""
-    if is_server_uri(store.uri):
-        return False
-    try:
-        return Path(store.uri).expanduser().resolve().is_relative_to(manifest_path.parent.parent.resolve())
-    except (OSError, ValueError):
-        return False
 
 
 def _roots_from_store(store: Store, manifest_path: Path, retired: list[str], summary: IndexSummary) -> list[str]:

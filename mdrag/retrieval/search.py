@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import re
 import unicodedata
 from collections.abc import Callable, Mapping
@@ -142,6 +143,7 @@ def search(
     visible: Visible = Visible(),
     vector: np.ndarray | None = None,
     links: Callable[[], Resolver | None] = lambda: None,
+    folders: frozenset[str] = frozenset(),
 ) -> list[SearchResult]:
     """The ``options.k`` chunks most similar to ``query`` whose score is at least ``options.threshold``,
     or that hold every word of the query.
@@ -158,8 +160,10 @@ def search(
     With ``options.rerank``, its best ``top_n`` rows are reordered by the reranker first
     (:mod:`mdrag.retrieval.rerank`; their ``rerank_score`` says its score); the threshold still
     reads the cosine, so reranking only changes the order. A chunk whose stored text is not the text
-    that was indexed (it no longer has its content hash: edited in the store) is never returned; a
-    warning says how many were left out, and what repairs them.
+    that was indexed (it no longer has its content hash: edited in the store) is never returned, nor is one
+    whose file is not inside its folder, or whose folder is not one of the index's ``folders`` (when given): a
+    path changed in the store (``../../etc/passwd``) is never shown nor opened; a warning says how many
+    were left out, and what repairs them.
     """
     k, threshold, collapse = options.k, options.threshold, options.collapse
     if collapse == "auto":
@@ -180,6 +184,7 @@ def search(
     bm25_listed = _mode(options.mode, store) != "dense"  # the rows carry their rank in a BM25 list
     scored: dict[str, float] | None = None  # the reranker's scores by chunk id: asked once per search
     edited: set[str] = set()  # the ids of rows left out: their text is not the one indexed
+    misplaced: set[str] = set()  # ... and those whose path is not inside the index's folders
     while True:
         rows, more = _ranked(store, vector, query, n, where, options, visible.hidden)
         rows = lift(rows, options.link_boost, links, lambda r: _shown(r, visible))
@@ -187,7 +192,9 @@ def search(
             if scored is None:
                 scored = options.rerank.score(query, [r for r in rows if _shown(r, visible)])
             rows = reranking.reorder(rows, scored)
-        rows = _kept(rows, k, visible, threshold, asked, collapse, store.prepare_text, bm25_listed, edited)
+        rows = _kept(
+            rows, k, visible, threshold, asked, collapse, store.prepare_text, bm25_listed, edited, (misplaced, folders)
+        )
         # Fewer than k, and rows that would be kept may lie past those fetched: ask for more.
         if len(rows) >= k or not more or n >= STORE_MAX_ROWS:
             break
@@ -198,6 +205,14 @@ def search(
             "in the store?). `mdrag status --verify` finds every such chunk, and the `mdrag index` after it reads "
             "their files again",
             len(edited),
+            store.uri,
+        )
+    if misplaced:
+        log.warning(
+            "%d result(s) left out: their path in the index store %s is not inside the index's folders (changed "
+            "in the store?). `mdrag status --verify` finds every such chunk, and the `mdrag index` after it reads "
+            "their files again",
+            len(misplaced),
             store.uri,
         )
     results = []
@@ -234,11 +249,15 @@ def _kept(
     prepare: Callable[[str], str] | None,
     bm25_listed: bool,
     edited: set[str],
+    placed: tuple[set[str], frozenset[str]],
 ) -> list[Hit]:
     """The first ``k`` of ``rows`` that ``visible`` lets through, that pass ``threshold`` (or hold every
-    word ``asked``), whose text is the one indexed, and that collapse keeps: the threshold goes before the
-    cut, so a search returns the k best that pass whatever k is. ``bm25_listed``: the rows come from a BM25
-    list (bm25 or hybrid mode). The ids of rows whose text is not the one indexed are added to ``edited``."""
+    word ``asked``), whose text is the one indexed and whose path is in its place, and that collapse keeps:
+    the threshold goes before the cut, so a search returns the k best that pass whatever k is.
+    ``bm25_listed``: the rows come from a BM25 list (bm25 or hybrid mode). The ids of rows whose text is not
+    the one indexed are added to ``edited``; ``placed``: the set the ids of rows whose path is not in its
+    place (:func:`_in_place`) are added to, and the index's folders."""
+    misplaced, folders = placed
     seen: set[tuple[object, ...]] = set()
     spans: dict[tuple[object, ...], list[tuple[int, int]]] = {}  # passage: each section's kept lines
     kept = []
@@ -249,6 +268,9 @@ def _kept(
             continue  # below the threshold, and not an exact match among BM25's first _EXACT_DEPTH
         if not _intact(r):
             edited.add(r.id)
+            continue
+        if not _in_place(r, folders):
+            misplaced.add(r.id)
             continue
         if collapse == "passage":  # leave out a chunk whose lines overlap or touch a kept one's of its section
             unit, start, end = _span(r)
@@ -279,6 +301,17 @@ def _intact(row: Hit) -> bool:
     """Whether a row's text (with its heading context) has its content hash: the sha256 of the text that was
     embedded. A text a store may have cut to its field's size (:func:`~mdrag.store.base.cut_short`) passes."""
     return holds_its_text(row.text, row.context, row.content_hash) or cut_short(row.text, row.context)
+
+
+def _in_place(row: Hit, folders: frozenset[str]) -> bool:
+    """Whether a row's file is inside its folder, where its relative path puts it, and that folder is one of
+    the index's ``folders`` (none given: not checked)."""
+    root = row.root
+    if not root or (folders and root not in folders):
+        return False
+    path = os.path.normpath(row.path)
+    inside = path.startswith(root.rstrip(os.sep) + os.sep)
+    return inside and path == os.path.normpath(os.path.join(root, row.rel_path))
 
 
 def _shown(row: Hit, visible: Visible) -> bool:

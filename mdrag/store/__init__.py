@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 __all__ = [
     "StoreBackend",
     "check_backend",
+    "in_home",
     "is_server_uri",
     "moved_uri",
     "make_store",
@@ -184,6 +185,18 @@ def moved_uri(recorded: str, manifest: Path) -> str | None:
     if same_location(str(here), recorded) or not here.exists():
         return None
     return str(here)
+
+
+def in_home(uri: str, manifest: Path) -> bool:
+    """Whether the store at ``uri`` lives in the cache folder of the manifest ``manifest`` (the FAISS store,
+    the default Milvus Lite file): then every chunk in it is that manifest's index's. A store elsewhere (a
+    Milvus server, another home's Milvus Lite file) may hold other indexers' folders too."""
+    if is_server_uri(uri):
+        return False
+    try:
+        return Path(uri).expanduser().resolve().is_relative_to(manifest.parent.parent.resolve())
+    except (OSError, ValueError):
+        return False
 
 
 def same_location(a: str, b: str) -> bool:

@@ -31,9 +31,22 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from mdrag.errors import ConfigError
+from mdrag.stemming import stemmer
 from mdrag.types import Chunk
 
-__all__ = ["CONTEXT_MAX_BYTES", "ROW_FIELDS", "TEXT_MAX_BYTES", "Filter", "Hit", "Store", "cut_short", "holds_its_text"]
+__all__ = [
+    "CONTEXT_MAX_BYTES",
+    "ROW_FIELDS",
+    "TEXT_MAX_BYTES",
+    "Filter",
+    "Hit",
+    "Store",
+    "bm25_text",
+    "cut_short",
+    "holds_its_bm25",
+    "holds_its_text",
+]
 
 #: The stored fields of a chunk that a :class:`Hit` carries, besides ``id``, ``score`` and ``rank_score``.
 ROW_FIELDS = (
@@ -61,6 +74,26 @@ def holds_its_text(text: str, context: str, content_hash: str) -> bool:
     sha256 its run stored as ``content_hash`` (:attr:`mdrag.types.Chunk.embed_text`)."""
     embedded = f"{context}\n\n{text}" if context else text
     return hashlib.sha256(embedded.encode("utf-8", "surrogatepass")).hexdigest() == content_hash
+
+
+def bm25_text(text: str, context: str, prepare: Callable[[str], str] | None) -> str:
+    """The text BM25 ranks a chunk by: its embedded text (heading context, then text), ``prepare``d (stemming)."""
+    embedded = f"{context}\n\n{text}" if context else text
+    return prepare(embedded) if prepare is not None else embedded
+
+
+def holds_its_bm25(bm25: str, text: str, context: str, prepare: Callable[[str], str] | None) -> bool:
+    """Whether a stored chunk's BM25 text is its :func:`bm25_text`, as the store prepares texts, or as the
+    other setting of ``search.stemming`` did (a change of that setting re-indexes at the next `mdrag index`:
+    until then the store holds the other form)."""
+    if bm25 == bm25_text(text, context, prepare):
+        return True
+    if prepare is not None:
+        return bm25 == bm25_text(text, context, None)
+    try:
+        return bm25 == bm25_text(text, context, stemmer())
+    except ConfigError:  # no PyStemmer: the store cannot have stemmed it either
+        return False
 
 
 @dataclass(frozen=True)

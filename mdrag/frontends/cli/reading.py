@@ -281,9 +281,10 @@ def _status_of(args: argparse.Namespace, config: Config, index: Index | None) ->
     print(f"folders:      {', '.join(st['folders']) or unknown or '-'}")
     print(f"files:        {unknown or st['files']}")
     print(f"chunks:       {st['chunks']}" + ("  (as its manifest lists them)" if st["model_mismatch"] else ""))
+    unfinished = "the last update failed or was interrupted, or the manifest was edited"
     print(
         f"last indexed: {unknown or last}"
-        + ("  (interrupted: the next `mdrag index` repairs it)" if st["interrupted"] else "")
+        + (f"  ({unfinished}: the next `mdrag index` repairs it)" if st["interrupted"] else "")
     )
     if st["model_mismatch"]:
         checked = "; --verify checked nothing: the store opens only with that embedder" if args.verify else ""

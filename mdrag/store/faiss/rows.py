@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from mdrag.errors import ConfigError, StoreDamagedError, StoreError, StoreInUseError, StoreUnavailableError
-from mdrag.store.base import ROW_FIELDS, Filter, Hit, holds_its_text
+from mdrag.store.base import ROW_FIELDS, Filter, Hit, bm25_text, holds_its_bm25, holds_its_text
 from mdrag.store.bm25 import Bm25
 from mdrag.store.faiss import tagsets
 from mdrag.store.faiss import vectors as faiss_vectors
@@ -263,11 +263,18 @@ def recorded(db: sqlite3.Connection) -> dict[str, str]:
 
 
 def mismatches(
-    db: sqlite3.Connection, path: Path, faiss_file: Path | None, dim: int, got: dict[str, str], thorough: bool = False
+    db: sqlite3.Connection,
+    path: Path,
+    faiss_file: Path | None,
+    dim: int,
+    got: dict[str, str],
+    thorough: bool = False,
+    prepare: Callable[[str], str] | None = None,
 ) -> dict[str, str]:
     """What differs in the store ``path`` from what the last run recorded, by kind ("faiss", "rows", "tags",
-    "ids", "sqlite"): a message naming the file. Empty after a commit that was not a run's end.
-    ``faiss_file``: the ``.faiss`` file whose checksum to check (a read of the whole file), or None."""
+    "ids", "sqlite"; ``thorough``: also "tagged", "vectors", "texts", "bm25"): a message naming the file. Empty
+    after a commit that was not a run's end. ``faiss_file``: the ``.faiss`` file whose checksum to check (a read
+    of the whole file), or None. ``prepare``: what the store applies to BM25 texts (see :func:`bm25_differences`)."""
     if got.get("commits") is None or got.get("commits") != got.get("run_commit"):
         return {}
     found: dict[str, str] = {}
@@ -285,12 +292,15 @@ def mismatches(
     if "tags" not in found and "tags_digest" in got and got["tags_digest"] != _tags_digest(db):
         found["tags"] = f"the tags table of {path} is not the one its last run left"
     if thorough and not found.keys() & {"rows", "tags"}:
-        found.update(_thorough_mismatches(db, path, dim, got))
+        found.update(_thorough_mismatches(db, path, dim, got, prepare))
     return found
 
 
-def _thorough_mismatches(db: sqlite3.Connection, path: Path, dim: int, got: dict[str, str]) -> dict[str, str]:
-    """What only a read of every row finds: SQLite's own check, the chunk ids, the tag rows."""
+def _thorough_mismatches(
+    db: sqlite3.Connection, path: Path, dim: int, got: dict[str, str], prepare: Callable[[str], str] | None
+) -> dict[str, str]:
+    """What only a read of every row finds: SQLite's own check, the chunk ids, the tag rows, the vectors, the
+    texts against their content hash and the BM25 texts against the texts."""
     found: dict[str, str] = {}
     check = [r[0] for r in db.execute("PRAGMA quick_check")]
     if check != ["ok"]:  # not repaired from the data: some of it cannot be read
@@ -307,7 +317,26 @@ def _thorough_mismatches(db: sqlite3.Connection, path: Path, dim: int, got: dict
         found["vectors"] = faiss_vectors.said(db, bad, path, "are damaged (not the vectors their run stored)")
     if edited := edited_texts(db):
         found["texts"] = f"the text of {len(edited)} chunk(s) in {path} is not the text its run stored (edited)"
+    if bm25 := bm25_differences(db, prepare):
+        found["bm25"] = f"the BM25 text of {len(bm25)} chunk(s) in {path} is not their text as BM25 reads it (changed)"
     return found
+
+
+def bm25_differences(db: sqlite3.Connection, prepare: Callable[[str], str] | None) -> dict[int, str]:
+    """The rows whose BM25 text is not their text and context as BM25 reads them (``prepare``: the stemming the
+    store applies), each with the text it should hold."""
+    bad: dict[int, str] = {}
+    cur = db.execute("SELECT n, context, text, bm25_text FROM chunks")
+    while part := cur.fetchmany(4096):
+        for n, ctx, text, bm25 in part:
+            if not holds_its_bm25(bm25, text, ctx, prepare):
+                bad[n] = bm25_text(text, ctx, prepare)
+    return bad
+
+
+def write_bm25_texts(db: sqlite3.Connection, texts: dict[int, str]) -> None:
+    """Write these rows' BM25 texts again (see :func:`bm25_differences`)."""
+    db.executemany("UPDATE chunks SET bm25_text = ? WHERE n = ?", [(t, n) for n, t in texts.items()])
 
 
 def edited_texts(db: sqlite3.Connection) -> set[int]:

@@ -1,34 +1,29 @@
 """Chunks in SQLite, vectors in a FAISS index held in memory: the ``faiss`` store backend.
 
-Files, under ``<cache>/faiss/``: ``<index>.sqlite``, the source of truth
-(SQLite in WAL mode, :mod:`mdrag.store.faiss.rows`); ``<index>.faiss``, the
-vector index (:mod:`mdrag.store.faiss.index`), written at the end of each run
-with an atomic rename and named in SQLite by its sha256 in the same commit (only
-a faster start: a missing, stale or damaged file is built again from SQLite);
-``<index>.bm25``, the BM25 index (:meth:`mdrag.store.bm25.Bm25.to_bytes`),
-written and named the same way by the same commit, read by the first BM25
-search of a process instead of every chunk's text (a missing, stale or damaged
-file, or one of an index written before it existed, is built from SQLite);
-``<index>.lock``, the writers' lock (:mod:`filelock`). Nothing is pickled.
+Files, under ``<cache>/faiss/``: ``<index>.sqlite``, the source of truth (SQLite in WAL mode,
+:mod:`mdrag.store.faiss.rows`); ``<index>.faiss``, the vector index (:mod:`mdrag.store.faiss.index`),
+written at the end of each run with an atomic rename and named in SQLite by its sha256 in the same commit
+(only a faster start: a missing, stale or damaged file is built again from SQLite); ``<index>.bm25``, the
+BM25 index (:meth:`mdrag.store.bm25.Bm25.to_bytes`), written and named the same way by the same commit,
+read by the first BM25 search of a process instead of every chunk's text (a missing, stale or damaged file,
+or one of an index written before it existed, is built from SQLite); ``<index>.lock``, the writers' lock
+(:mod:`filelock`). Nothing is pickled.
 
-A store proves it is whole: each run records in ``meta`` what it left, and a digest
-with each vector (:mod:`mdrag.store.faiss.vectors`). Opening checks the cheap records
-(:meth:`FaissStore.check`), ``mdrag status --verify`` all of them, and
-:meth:`FaissStore.repair` builds the vector index and tag rows again from SQLite.
+A store proves it is whole: each run records in ``meta`` what it left, and a digest with each vector
+(:mod:`mdrag.store.faiss.vectors`). Opening checks the cheap records (:meth:`FaissStore.check`), ``mdrag
+status --verify`` all of them, and :meth:`FaissStore.repair` builds the vector index, the tag rows and the
+BM25 texts again from SQLite.
 
-Reads never touch disk for ranking (:mod:`mdrag.store.faiss.memory`): dense
-search is exact below ``_HNSW_MIN`` chunks and with a filter, an HNSW graph
-from there; BM25 is an in-memory inverted index (:class:`mdrag.store.bm25.Bm25`):
-SQLite's FTS5 ``bm25()`` scores every match, too slow for a search path at
-100k chunks (RESULTS.md, "Figures that were in code comments").
+Reads never touch disk for ranking (:mod:`mdrag.store.faiss.memory`): dense search is exact below
+``_HNSW_MIN`` chunks and with a filter, an HNSW graph from there; BM25 is an in-memory inverted index
+(:class:`mdrag.store.bm25.Bm25`): SQLite's FTS5 ``bm25()`` scores every match, too slow for a search path
+at 100k chunks (RESULTS.md, "Figures that were in code comments").
 
-A run's writes are one SQLite transaction, held under the writers' lock from
-the first write to :meth:`FaissStore.end_run`, which commits; a process killed
-mid-run leaves SQLite at its last commit, and :meth:`FaissStore.close` without
-``end_run`` rolls back. Other processes see a run once it is committed: every
-read first asks SQLite whether another connection committed (``PRAGMA
-data_version``) and, if so, loads what changed (row numbers are never reused,
-so the new and deleted rows are the set difference).
+A run's writes are one SQLite transaction, held under the writers' lock from the first write to
+:meth:`FaissStore.end_run`, which commits; a process killed mid-run leaves SQLite at its last commit, and
+:meth:`FaissStore.close` without ``end_run`` rolls back. Other processes see a run once it is committed:
+every read first asks SQLite whether another connection committed (``PRAGMA data_version``) and, if so,
+loads what changed (row numbers are never reused, so the new and deleted rows are the set difference).
 """
 
 from __future__ import annotations
@@ -244,12 +239,12 @@ class FaissStore:
         self, db: sqlite3.Connection, got: dict[str, str], thorough: bool = False, faiss_file: bool = True
     ) -> dict[str, str]:
         """What differs from what the last run recorded (see :func:`mdrag.store.faiss.rows.mismatches`)."""
-        return sql.mismatches(db, self.path, self.faiss_path if faiss_file else None, self._dim, got, thorough)
+        faiss = self.faiss_path if faiss_file else None
+        return sql.mismatches(db, self.path, faiss, self._dim, got, thorough, self.prepare_text)
 
     def check(self, thorough: bool = False) -> list[str]:
-        """What differs from what the last run recorded (see the module docstring), each naming the file;
-        [] when whole. Cheap: the ``.faiss`` file's checksum and the row counts; ``thorough`` also reads
-        every row (SQLite's quick_check, the chunk ids, the tag rows)."""
+        """What differs from what the last run recorded (see the module docstring), each naming the file; [] when
+        whole. Cheap: the ``.faiss`` file's checksum and the row counts; ``thorough`` also reads every row."""
         with self._lock:
             db = self._read()
             try:
@@ -261,7 +256,8 @@ class FaissStore:
         """Build the vector index and the tag rows again from the stored vectors and metadata when they differ
         from what the last run recorded: what was repaired, and the ids of the chunks whose rows are suspect
         (a damaged vector or text, deleted; ``thorough``: tag rows and metadata that disagree), whose files the
-        indexer indexes again. Missing rows are the indexer's to repair, by its manifest (their tag rows go)."""
+        indexer indexes again; a changed BM25 text is made again from its chunk's text. Missing rows are the
+        indexer's to repair, by its manifest (their tag rows go)."""
         with self._lock:
             db = self._read()
             try:
@@ -269,17 +265,21 @@ class FaissStore:
                 suspect = sql.tag_differences(db) if found.keys() & {"tags", "tagged"} else set()
                 left = (fv.bad_vectors(db, self._dim, self.path) if "vectors" in found else set()) | self._left_out
                 bad = left | (sql.edited_texts(db) if "texts" in found else set())
+                bm25 = sql.bm25_differences(db, self.prepare_text) if "bm25" in found else {}
                 ids = {r[0] for n in batches(sorted(suspect | bad)) for r in sql.ids_of(db, n)}
                 if left:  # their files are named before their rows are deleted
                     found["left"] = fv.said(db, left, self.path, "were damaged: embedded again")
             except sqlite3.DatabaseError as e:
                 raise damaged(self.path, e) from e
-            if bad or any(k in found for k in ("faiss", "tags", "rows", "tagged")) or not sql.current(db):
+            if bad or any(k in found for k in ("faiss", "tags", "rows", "tagged", "bm25")) or not sql.current(db):
                 with sql.writing(self.path):
                     self._begin()
                     if bad:  # their files are indexed again; a damaged row must not be reused by content hash
                         self._delete_rows(sorted(bad))
                         self._left_out.clear()
+                    if bm25:  # the BM25 index is built again from the texts written
+                        sql.write_bm25_texts(self.db, {n: t for n, t in bm25.items() if n not in bad})
+                        self._mem.bm25 = self._mem.saved_bm25 = None
                     sql.create_tables(self.db)  # a table or index that was dropped
                     sql.rebuild_tags(self.db)
                     self._mem.rebuild(self._mem.index.hnsw or len(self._mem.rows) >= _HNSW_MIN)
@@ -287,6 +287,7 @@ class FaissStore:
                     self._commit(run=True)
             again = ": built again from the stored vectors and metadata"
             said = [found[k] + again for k in ("faiss", "tags", "tagged") if k in found]
+            said += [found["bm25"] + ": made again from their text"] if "bm25" in found else []
             return said + ([found["left"]] if "left" in found else []), ids
 
     # -- writes -------------------------------------------------------------

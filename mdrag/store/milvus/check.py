@@ -7,16 +7,17 @@ from __future__ import annotations
 import logging
 import random
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
 from mdrag.errors import StoreDamagedError, StoreError, StoreInUseError, StoreUnavailableError
 from mdrag.redact import redact_url
 from mdrag.store import is_server_uri as _is_remote
-from mdrag.store.base import cut_short, holds_its_text
+from mdrag.store.base import bm25_text, cut_short, holds_its_bm25, holds_its_text
 from mdrag.store.milvus import filters
 from mdrag.store.milvus.lite import LiteFiles, lite_locked, lite_read_only
+from mdrag.store.milvus.rows import FIELDS
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +33,8 @@ class Collection(Protocol):
 
     uri: str  # the Milvus Lite file, or the server's URI
     collection: str  # the collection checked
+    has_bm25: bool  # the collection has the BM25 text field
+    prepare_text: Callable[[str], str] | None  # applied to BM25 texts (stemming), if set
 
     def call(self, method: str, *args: Any, **kwargs: Any) -> Any: ...  # a client request, errors as StoreError
 
@@ -84,17 +87,22 @@ def reason(e: Exception) -> str:
 def found_damage(store: Collection, files: LiteFiles | None, thorough: bool) -> list[str]:
     """What differs from what the last run recorded, each naming the file; [] when whole. Cheap: the
     index files' sha256; ``thorough`` also the data files', counts the rows, reads every row's text
-    (:func:`edited_texts`) and asks the vector index for a sample of its own vectors (:func:`lost_vectors`):
+    (:func:`damaged_texts`) and asks the vector index for a sample of its own vectors (:func:`lost_vectors`):
     :func:`verify_reads` says which of these it can do."""
     changed = files.changed_index_files() if files is not None else []
     found = [f"the vector index file {p} is not the one its run wrote" for p in changed]
+    if files is not None and files.sums_lost():
+        found.append(files.sums_lost_message())
     if thorough and files is not None and (data := files.changed_index_files(data=True)):
         raise changed_data_error(data)
     rows = files.recorded_sums().get("rows") if files is not None else None
     if thorough and isinstance(rows, int) and (held := store.count_where("")) != rows:
         found.append(f"the collection {store.collection} in {store.uri} holds {held} rows, its last run left {rows}")
-    if thorough and (edited := edited_texts(store)):
+    edited, bm25 = damaged_texts(store) if thorough else (set(), {})
+    if edited:
         found.append(edited_message(store, edited))
+    if bm25:
+        found.append(bm25_message(store, bm25))
     if thorough and (lost := lost_vectors(store)):
         found.append(lost)
     return found
@@ -106,8 +114,8 @@ def verify_reads(files: LiteFiles | None, uri: str) -> str:
     rows = f"every row's text against its content hash and {_SELF_SAMPLE} sampled vectors"
     if files is None:
         return f"{rows} of the Milvus server at {uri}, not its files (they are not on this machine)"
-    if not files.recorded_sums():
-        return f"{rows} of the index store {uri}, not its data files (no run recorded their checksums)"
+    if files.sums_lost():
+        return f"{rows} of the index store {uri}, not its data files (their checksum record {files.sums} is missing)"
     return f"the row count, the data files' sha256, {rows} of the index store {uri}"
 
 
@@ -116,21 +124,42 @@ def _where(store: Collection) -> str:
     return store.uri if _is_remote(store.uri) else str(Path(store.uri).expanduser() / "collections" / store.collection)
 
 
-def edited_texts(store: Collection) -> set[str]:
+def damaged_texts(store: Collection) -> tuple[set[str], dict[str, str]]:
     """The ids of the chunks whose text (with its context) no longer has the content hash its run stored
-    (the sha256 of the text that was embedded: :attr:`mdrag.types.Chunk.embed_text`). Every row is read;
-    a text Milvus holds cut to its field's size cannot be checked, and passes."""
+    (the sha256 of the text that was embedded: :attr:`mdrag.types.Chunk.embed_text`), and, of the others, the
+    BM25 text each chunk should hold whose BM25 text is not its text as BM25 reads it
+    (:func:`~mdrag.store.base.holds_its_bm25`). Every row is read; a text Milvus holds cut to its field's
+    size cannot be checked, and passes."""
     bad: set[str] = set()
-    for r in store.all_rows(["id", "text", "context", "content_hash"], None):
-        if cut_short(r["text"], r["context"]):
+    bm25: dict[str, str] = {}
+    for r in store.all_rows(["id", "text", "context", "content_hash", *(["bm25_text"] * store.has_bm25)], None):
+        text, context = r["text"], r["context"]
+        if cut_short(text, context):
             continue
-        if not holds_its_text(r["text"], r["context"], r["content_hash"]):
+        if not holds_its_text(text, context, r["content_hash"]):
             bad.add(r["id"])
-    return bad
+        elif store.has_bm25 and not cut_short(r["bm25_text"], ""):
+            if not holds_its_bm25(r["bm25_text"], text, context, store.prepare_text):
+                bm25[r["id"]] = bm25_text(text, context, store.prepare_text)
+    return bad, bm25
 
 
 def edited_message(store: Collection, edited: set[str]) -> str:
     return f"the text of {len(edited)} chunk(s) in {_where(store)} is not the text its run stored (edited)"
+
+
+def bm25_message(store: Collection, bm25: dict[str, str]) -> str:
+    return f"the BM25 text of {len(bm25)} chunk(s) in {_where(store)} is not their text as BM25 reads it (changed)"
+
+
+def write_bm25(store: Collection, bm25: dict[str, str]) -> None:
+    """Write these chunks' rows again with the BM25 text each should hold (their vectors and fields kept)."""
+    ids = sorted(bm25)
+    for i in range(0, len(ids), 1000):
+        expr = filters.in_("id", ids[i : i + 1000])
+        rows = store.call("query", store.collection, filter=expr, output_fields=["id", *FIELDS, "vector"])
+        rows = [{**r, "bm25_text": bm25[r["id"]]} for r in rows]
+        store.call("upsert", store.collection, rows)
 
 
 def lost_vectors(store: Collection) -> str:
@@ -162,20 +191,30 @@ def lost_vectors(store: Collection) -> str:
     )
 
 
-def repair(store: Collection, files: LiteFiles | None) -> tuple[list[str], set[str]]:
-    """What the thorough check finds that the store can repair, from the data it holds: what was repaired
-    (each a message), and the ids of the chunks whose text was edited, deleted so that their files are
-    indexed again (a damaged row must not be reused by its content hash). A data file that differs from
-    what its run wrote raises: its rows cannot be trusted, only `mdrag index --rebuild` repairs it."""
+def repair(store: Collection, files: LiteFiles | None, thorough: bool) -> tuple[list[str], set[str]]:
+    """What the thorough check finds that the store can repair, from the data it holds, when ``thorough`` or
+    when the collection's checksum record was lost (then written again): what was repaired (each a message),
+    and the ids of the chunks whose text was edited, deleted so that their files are indexed again (a damaged
+    row must not be reused by its content hash). A data file that differs from what its run wrote raises:
+    its rows cannot be trusted, only `mdrag index --rebuild` repairs it."""
+    record_lost = files is not None and files.sums_lost()
+    if not (thorough or record_lost):
+        return [], set()
     if files is not None and (data := files.changed_index_files(data=True)):
         raise changed_data_error(data)
     said: list[str] = []
-    if edited := edited_texts(store):
+    edited, bm25 = damaged_texts(store)
+    if edited:
         said.append(f"{edited_message(store, edited)}: deleted, and their files indexed again")
         store.delete_ids(edited)
+    if bm25:
+        said.append(f"{bm25_message(store, bm25)}: made again from their text")
+        write_bm25(store, bm25)
     if lost := lost_vectors(store):
         rebuild_vector_index(store)
         said.append(f"{lost}: built again from the stored vectors")
+    if record_lost and files is not None:
+        said.append(files.record_again(store.count_where("")))
     return said, edited
 
 

@@ -135,7 +135,7 @@ class LiteFiles:
         except (OSError, ValueError, AttributeError):
             return False
         fingerprint = self.fingerprint()
-        if fingerprint is None or fingerprint != recorded:
+        if fingerprint is None or fingerprint != recorded or self.sums_lost():
             return False
         return not self.changed_index_files(data=True) and not self.changed_index_files()
 
@@ -187,6 +187,28 @@ class LiteFiles:
         except (OSError, ValueError):
             return {}
         return got if isinstance(got, dict) else {}
+
+    def sums_lost(self) -> bool:
+        """Whether the collection has files and no whole record of their checksums (:meth:`record_sums`): it was
+        deleted or emptied (or a run could not write it), and its files cannot be checked until a run has
+        checked every row and recorded it again."""
+        got = self.recorded_sums()
+        return self.folder.is_dir() and not all(k in got for k in ("index_files", "data_files", "rows"))
+
+    def sums_lost_message(self) -> str:
+        return (
+            f"the checksum record {self.sums} of {self.folder} is missing or empty (its data and index files "
+            "cannot be checked until a run has checked every row and recorded it again)"
+        )
+
+    def record_again(self, rows: int) -> str:
+        """Record the checksums of a collection whose record was lost (:meth:`sums_lost`), once its rows
+        (``rows`` of them) were checked: what was done, as a warning says it."""
+        self.record_sums(rows)
+        return (
+            f"the checksum record {self.sums} of {self.folder} was missing or empty: every row checked, and "
+            "recorded again"
+        )
 
     def index_digests(self, patterns: tuple[str, ...] = ("partitions/*/indexes/*",)) -> dict[str, str]:
         """The sha256 of each of the collection's index files (``patterns``: other files), by path within

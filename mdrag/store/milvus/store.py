@@ -244,12 +244,9 @@ class MilvusStore:
         return milvus_check.found_damage(self, self._files, thorough)
 
     def repair(self, thorough: bool = False) -> tuple[list[str], set[str]]:
-        """Opening already set aside the index files that differ (Milvus Lite builds them again); with
-        ``thorough``, what :func:`mdrag.store.milvus.check.repair` repairs: chunks whose text was edited
-        are deleted (their ids returned: their files are indexed again), and a vector index that does not
-        find its own vectors is built again from the stored vectors. What was repaired, and those ids
-        (chunk rows that were lost are the indexer's to repair)."""
-        said, suspect = milvus_check.repair(self, self._files) if thorough else ([], set())
+        """What :func:`mdrag.store.milvus.check.repair` repairs (``thorough``, or a Lite checksum record lost):
+        what was repaired, and the ids of the chunks deleted, whose files are indexed again."""
+        said, suspect = milvus_check.repair(self, self._files, thorough)
         self._as_left = self._as_left and not said
         return said, suspect
 
