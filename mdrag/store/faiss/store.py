@@ -42,18 +42,18 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import filelock
 import numpy as np
 
 from mdrag.errors import ModelMismatchError, StoreError, StoreInUseError, StoreUnavailableError
-from mdrag.store import StoreBackend, same_location
-from mdrag.store.base import Filter, Hit
+from mdrag.store import StoreBackend
+from mdrag.store.base import Filter, Hit, Ranked
 from mdrag.store.faiss import rows as sql
 from mdrag.store.faiss import vectors as fv
 from mdrag.store.faiss.index import VectorIndex, faiss_digest, unit
-from mdrag.store.faiss.memory import Memory, save_bm25, saved_bm25
+from mdrag.store.faiss.memory import Memory, picked, save_bm25, saved_bm25, store_mode
 from mdrag.store.faiss.rows import batches, damaged, get_meta, set_meta
 from mdrag.types import Chunk
 
@@ -61,6 +61,8 @@ if TYPE_CHECKING:
     from mdrag.config import Config
 
 __all__ = ["FaissStore"]
+
+T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
@@ -363,7 +365,7 @@ class FaissStore:
             bm25 = self.prepare_text(c.embed_text) if self.prepare_text else c.embed_text
             rows.append(sql.insert(self.db, c, v, bm25))
             texts.append(bm25)
-        self._add_memory(rows, vecs, texts)
+        self._mem.add(rows, vecs, texts)
 
     def delete_ids(self, ids: Iterable[str]) -> None:
         wanted = sorted(set(ids))
@@ -434,9 +436,6 @@ class FaissStore:
     def _reset_memory(self, hnsw: bool = False) -> None:
         self._mem = Memory(self._dim, hnsw)  # row numbers start again in a new file
 
-    def _add_memory(self, rows: list[int], vecs: np.ndarray, texts: list[str]) -> None:
-        self._mem.add(rows, vecs, texts)
-
     def _load(self) -> None:
         """Fill memory from the ``.faiss`` file when SQLite names it as current, else from SQLite."""
         self.db.execute("BEGIN")  # one snapshot for every read below
@@ -474,7 +473,7 @@ class FaissStore:
     def _load_rows(self, rows: list[int] | None) -> None:
         """Load these rows (all when None) from SQLite into memory."""
         for part, vecs, texts in fv.vector_rows(self.db, rows, self._dim, self._left_out, self.path):
-            self._add_memory(part, vecs, texts)
+            self._mem.add(part, vecs, texts)
 
     def _data_version(self) -> int:
         return int(self.db.execute("PRAGMA data_version").fetchone()[0])
@@ -582,38 +581,40 @@ class FaissStore:
         hidden: frozenset[str] = frozenset(),
     ) -> list[Hit]:
         """The ``k`` best chunks passing ``where`` and not ``hidden``, exactly (see :class:`mdrag.store.base.Store`)."""
-        if mode not in ("dense", "bm25"):
-            raise ValueError(f"unknown store search mode {mode!r}: dense or bm25")
+        asked = (vector, k, where, self._candidates, store_mode(mode), self._bm25_query(text), hidden)
+        return self._searching(lambda: self._mem.search(self.db, *asked))
+
+    def ranked(
+        self,
+        vector: np.ndarray,
+        k: int,
+        where: Filter | None = None,
+        mode: str = "dense",
+        text: str = "",
+        hidden: frozenset[str] = frozenset(),
+    ) -> Ranked:
+        """What :meth:`search` returns, its rows read from SQLite (or the cache) only when a search asks."""
+        asked = (vector, k, where, self._candidates, store_mode(mode), self._bm25_query(text), hidden)
+        rows, cos, ranks = self._searching(lambda: self._mem.ranked(self.db, *asked))
+        read = lambda *a: self._searching(lambda: self._mem.row_cache.read(self.db, *picked(rows, cos, a)))  # noqa: E731
+        return Ranked(rows.tolist(), np.asarray(cos), np.asarray(ranks), read)
+
+    def _bm25_query(self, text: str) -> Callable[[], str]:  # the BM25 query, prepared when asked for
+        return lambda: self.prepare_text(text) if self.prepare_text else text
+
+    def _searching(self, call: Callable[[], T]) -> T:
+        """``call()`` under the lock, on what SQLite holds now; a page SQLite cannot read is the store's damage."""
         try:
-            return self._search(vector, k, where, mode, text, hidden)
+            with self._lock:
+                self._read()
+                return call()
         except sqlite3.ProgrammingError:
             raise
         except sqlite3.DatabaseError as e:
             raise damaged(self.path, e) from e
 
-    def _search(
-        self, vector: np.ndarray, k: int, where: Filter | None, mode: str, text: str, hidden: frozenset[str]
-    ) -> list[Hit]:
-        with self._lock:
-            self._read()
-            query = lambda: self.prepare_text(text) if self.prepare_text else text  # noqa: E731
-            return self._mem.search(self.db, vector, k, where, self._candidates, mode, query, hidden)
-
-
-def _location(config: Config, name: str) -> str:
-    """Where index ``name`` is kept: ``<cache>/faiss/<name>.sqlite``, as :meth:`FaissStore.from_config` puts it."""
-    return str(config.cache_dir / "faiss" / f"{name}.sqlite")
-
-
-def _owns(config: Config, name: str, recorded: str | None) -> str | None:
-    """Index ``name`` is in FAISS when its manifest says so (an index without one goes to FAISS anyway)."""
-    where = _location(config, name)
-    if recorded is not None and same_location(recorded, where):
-        return f"index {name!r} was built in FAISS ({where})"
-    return None
-
 
 #: This backend, as the ``mdrag.stores`` entry point ``faiss`` registers it (pyproject.toml).
 BACKEND = StoreBackend(
-    name="faiss", title="FAISS", store=FaissStore.from_config, location=_location, owns=_owns, new_indexes=True
+    name="faiss", title="FAISS", store=FaissStore.from_config, location=sql.location, owns=sql.owns, new_indexes=True
 )
