@@ -174,6 +174,11 @@ def store_mode(mode: str) -> str:
     return mode
 
 
+def bm25_query(prepare: Callable[[str], str] | None, text: str) -> Callable[[], str]:
+    """What gives the BM25 query of ``text``: prepared (stemmed) when a BM25 search asks for it."""
+    return lambda: prepare(text) if prepare else text
+
+
 def picked(
     rows: np.ndarray, cosines: list[float], asked: tuple[Any, ...]
 ) -> tuple[list[int], list[float], Any, Any, Any]:

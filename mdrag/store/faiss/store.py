@@ -53,7 +53,7 @@ from mdrag.store.base import Filter, Hit, Ranked
 from mdrag.store.faiss import rows as sql
 from mdrag.store.faiss import vectors as fv
 from mdrag.store.faiss.index import VectorIndex, faiss_digest, unit
-from mdrag.store.faiss.memory import Memory, picked, save_bm25, saved_bm25, store_mode
+from mdrag.store.faiss.memory import Memory, bm25_query, picked, save_bm25, saved_bm25, store_mode
 from mdrag.store.faiss.rows import batches, damaged, get_meta, set_meta
 from mdrag.types import Chunk
 
@@ -365,7 +365,7 @@ class FaissStore:
             bm25 = self.prepare_text(c.embed_text) if self.prepare_text else c.embed_text
             rows.append(sql.insert(self.db, c, v, bm25))
             texts.append(bm25)
-        self._mem.add(rows, vecs, texts)
+        self._add_memory(rows, vecs, texts)
 
     def delete_ids(self, ids: Iterable[str]) -> None:
         wanted = sorted(set(ids))
@@ -436,6 +436,9 @@ class FaissStore:
     def _reset_memory(self, hnsw: bool = False) -> None:
         self._mem = Memory(self._dim, hnsw)  # row numbers start again in a new file
 
+    def _add_memory(self, rows: list[int], vecs: np.ndarray, texts: list[str]) -> None:
+        self._mem.add(rows, vecs, texts)
+
     def _load(self) -> None:
         """Fill memory from the ``.faiss`` file when SQLite names it as current, else from SQLite."""
         self.db.execute("BEGIN")  # one snapshot for every read below
@@ -473,7 +476,7 @@ class FaissStore:
     def _load_rows(self, rows: list[int] | None) -> None:
         """Load these rows (all when None) from SQLite into memory."""
         for part, vecs, texts in fv.vector_rows(self.db, rows, self._dim, self._left_out, self.path):
-            self._mem.add(part, vecs, texts)
+            self._add_memory(part, vecs, texts)
 
     def _data_version(self) -> int:
         return int(self.db.execute("PRAGMA data_version").fetchone()[0])
@@ -581,7 +584,7 @@ class FaissStore:
         hidden: frozenset[str] = frozenset(),
     ) -> list[Hit]:
         """The ``k`` best chunks passing ``where`` and not ``hidden``, exactly (see :class:`mdrag.store.base.Store`)."""
-        asked = (vector, k, where, self._candidates, store_mode(mode), self._bm25_query(text), hidden)
+        asked = (vector, k, where, self._candidates, store_mode(mode), bm25_query(self.prepare_text, text), hidden)
         return self._searching(lambda: self._mem.search(self.db, *asked))
 
     def ranked(
@@ -594,13 +597,10 @@ class FaissStore:
         hidden: frozenset[str] = frozenset(),
     ) -> Ranked:
         """What :meth:`search` returns, its rows read from SQLite (or the cache) only when a search asks."""
-        asked = (vector, k, where, self._candidates, store_mode(mode), self._bm25_query(text), hidden)
+        asked = (vector, k, where, self._candidates, store_mode(mode), bm25_query(self.prepare_text, text), hidden)
         rows, cos, ranks = self._searching(lambda: self._mem.ranked(self.db, *asked))
         read = lambda *a: self._searching(lambda: self._mem.row_cache.read(self.db, *picked(rows, cos, a)))  # noqa: E731
         return Ranked(rows.tolist(), np.asarray(cos), np.asarray(ranks), read)
-
-    def _bm25_query(self, text: str) -> Callable[[], str]:  # the BM25 query, prepared when asked for
-        return lambda: self.prepare_text(text) if self.prepare_text else text
 
     def _searching(self, call: Callable[[], T]) -> T:
         """``call()`` under the lock, on what SQLite holds now; a page SQLite cannot read is the store's damage."""
