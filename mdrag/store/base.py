@@ -70,9 +70,10 @@ def holds_its_text(text: str, context: str, content_hash: str) -> bool:
 class Hit:
     """One chunk that :meth:`Store.search` returns: its stored fields (:data:`ROW_FIELDS`) and its scores.
 
-    The core sets the ranks (:mod:`mdrag.retrieval.search`, :mod:`mdrag.retrieval.fusion`) on a copy
-    (:func:`dataclasses.replace`); ``headings`` and ``metadata`` may be a store's
-    cached values: read them, do not change them.
+    The core sets the ranks (:mod:`mdrag.retrieval.search`, :mod:`mdrag.retrieval.fusion`): on a copy
+    (:func:`dataclasses.replace`) of what :meth:`Store.search` returned, or when the hit is made from a
+    :class:`Ranked` list; ``headings`` and ``metadata`` may be a store's cached values: read them, do not
+    change them.
     """
 
     id: str  # the chunk id (a hex digest)
@@ -279,5 +280,9 @@ class Store(Protocol):
         ``vector``) and ``rank_score`` (its ranks unset). ``mode``: "dense" (by cosine) or "bm25" (by
         BM25 on ``text``); hybrid ranking fuses the two in the core (:mod:`mdrag.retrieval.fusion`). ``hidden``:
         chunk ids that a store that :attr:`hides` leaves out (what a running update of this process
-        wrote and has not committed)."""
+        wrote and has not committed).
+
+        A store may also have ``ranked`` with the same arguments: the same list as a :class:`Ranked`, whose
+        rows are read only when the search asks for them (the FAISS store's); a search then reads the rows
+        it looks at, not every candidate. Without it, the search wraps what ``search`` returns."""
         ...
