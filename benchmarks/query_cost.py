@@ -16,7 +16,15 @@ DIR`` leaves in ``DIR/faiss/home``), over the Hugo questions, p50 of:
 The baseline is the warm search less the embedding, from the same run; each
 figure is printed with its ratio to it.
 
+Then the warm search's split, per mode (dense, bm25, hybrid): the query's
+embedding (the configured embedder) and the rest of ``Index.search`` (the
+same search given the query's vector), with the rest's ratio to the
+embedding (the target: at most a third). ``--split`` measures that alone
+(any corpus: ``--index`` names the index in the home, ``--questions`` a
+question set of benchmarks/data).
+
     python benchmarks/query_cost.py --home DIR [--json out.json]
+    python benchmarks/query_cost.py --home DIR --split [--index NAME] [--questions benchmarks/data/otel_qa.jsonl]
 """
 
 from __future__ import annotations
@@ -41,6 +49,7 @@ from common import QA  # noqa: E402
 
 ROUNDS = 5
 K = 10
+MODES = ("dense", "bm25", "hybrid")
 
 
 def p50(run: Callable[[str], float], questions: list[str]) -> float:
@@ -63,9 +72,17 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--home", type=Path, required=True, help="MDRAG_HOME of a FAISS index of the Hugo docs")
     ap.add_argument("--json", type=Path, help="write the figures here")
+    ap.add_argument("--split", action="store_true", help="only the warm search's split, per mode")
+    ap.add_argument("--index", help="the index searched (default: the home's configured one)")
+    ap.add_argument("--questions", type=Path, default=QA, help="a question set (default: the Hugo questions)")
     args = ap.parse_args()
     os.environ["MDRAG_HOME"] = str(args.home)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    if args.split:
+        out = split(args.index, args.questions)
+        if args.json:
+            args.json.write_text(json.dumps(out, indent=2) + "\n")
+        return
 
     import onnxruntime as ort
     from onnxruntime.quantization import QuantType, quantize_dynamic
@@ -74,8 +91,8 @@ def main() -> None:
     from mdrag.embedding.onnx import OnnxEmbedder, OpenVinoEmbedder
     from mdrag.index import Index
 
-    questions = [json.loads(line)["question"] for line in QA.read_text().splitlines() if line.strip()]
-    index = Index(load_config())
+    questions = [json.loads(line)["question"] for line in args.questions.read_text().splitlines() if line.strip()]
+    index = Index(load_config({"index": args.index} if args.index else None))
     if index.status().backend != "faiss" or not index.status().chunks:
         raise SystemExit(f"{args.home} holds no FAISS index: run `mdrag index` there with store.backend faiss")
     index.search(questions[0])
@@ -133,6 +150,7 @@ def main() -> None:
         "after_a_query_embedding": p50(after(embed), questions),
         "after_streaming_48_mb": p50(after(lambda q: big.sum()), questions),
     }
+    out["split"] = _split(index, questions, embed)
     index.close()
 
     base = out["search_less_embedding_ms"]["warm"]
@@ -144,8 +162,42 @@ def main() -> None:
     print(f"  int8 query vectors' cosine to f32: mean {c['mean']:.4f}, min {c['min']:.4f}")
     for name, v in out["search_less_embedding_ms"].items():
         print(f"  search less embedding, {name.replace('_', ' ').replace(' mb', ' MB')}: {v:.2f} (x{v / base:.2f})")
+    _print_split(out["split"])
     if args.json:
         args.json.write_text(json.dumps(out, indent=2) + "\n")
+
+
+def split(name: str | None, qa: Path) -> dict[str, Any]:
+    """The warm search's split on index ``name`` over the questions of ``qa`` (printed; returned)."""
+    from mdrag.config import load_config
+    from mdrag.index import Index
+
+    questions = [json.loads(line)["question"] for line in qa.read_text().splitlines() if line.strip()]
+    index = Index(load_config({"index": name} if name else None))
+    if not index.status().chunks:
+        raise SystemExit(f"index {index.name!r} of {os.environ['MDRAG_HOME']} holds no chunks: run `mdrag index`")
+    index.search(questions[0])
+    embed = index.embedder.embed_query
+    index.embedder.embed_query = {q: embed(q) for q in questions}.__getitem__  # type: ignore[method-assign]
+    out = {"index": index.name, "chunks": index.status().chunks, "questions": len(questions)}
+    out.update(_split(index, questions, embed))
+    index.close()
+    print(f"{qa.name} on index {out['index']} ({out['chunks']} chunks), {out['questions']} questions; p50 ms")
+    _print_split(out)
+    return out
+
+
+def _split(index: Any, questions: list[str], embed: Callable[[str], object]) -> dict[str, Any]:
+    """p50 of the query's embedding (``embed``) and of the rest of a warm search in each mode (``index``'s
+    embedder answers from a table of the questions' vectors)."""
+    rest = {mode: p50(whole(lambda q, m=mode: index.search(q, k=K, mode=m)), questions) for mode in MODES}
+    return {"embedding_ms": p50(whole(embed), questions), "rest_ms": rest}
+
+
+def _print_split(split: dict[str, Any]) -> None:
+    e = split["embedding_ms"]
+    for mode, rest in split["rest_ms"].items():
+        print(f"  warm {mode} search: query embedding {e:.2f}, the rest {rest:.2f} (rest / embedding {rest / e:.2f})")
 
 
 if __name__ == "__main__":

@@ -16,8 +16,9 @@ read. The figures that chose the weight and the number of sources are in benchma
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
+from itertools import islice
 
 from mdrag.knobs import LINK_SOURCES
 from mdrag.store.base import Hit
@@ -30,18 +31,21 @@ Resolver = Callable[[str, str], str | None]
 
 
 def lift(
-    rows: list[Hit],
+    rows: Iterable[Hit],
     weight: float,
     resolver: Callable[[], Resolver | None],
     shown: Callable[[Hit], bool] = lambda row: True,
-) -> list[Hit]:
+) -> Iterable[Hit]:
     """``rows`` (a ranking's candidates, best first) with the best candidate of each note that one of the
     first :data:`~mdrag.knobs.LINK_SOURCES` candidates ``shown`` links to moved up as the module says, its
     ``rank_score`` raised by its lift; ``rows`` itself when nothing links (no vault note among the
     sources, ``weight`` 0, a link to no candidate). ``resolver`` gives the index's link resolver, and is
-    called only when a source has links."""
-    sources = [r for r in rows if shown(r)][:LINK_SOURCES]
-    if weight <= 0 or not any((r.metadata or {}).get("links") for r in sources):
+    called only when a source has links. ``rows`` may be walked more than once (a list, or
+    :class:`~mdrag.retrieval.candidates.Candidates`: only its sources are read unless one has links)."""
+    if weight <= 0:
+        return rows
+    sources = list(islice((r for r in rows if shown(r)), LINK_SOURCES))
+    if not any((r.metadata or {}).get("links") for r in sources):
         return rows
     resolve = resolver()
     scores = [float(r.rank_score) for r in rows]

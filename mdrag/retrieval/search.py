@@ -6,23 +6,25 @@ import logging
 import os
 import re
 import unicodedata
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from itertools import islice
 from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from mdrag.embedding.base import Embedder
 from mdrag.errors import ConfigError
 from mdrag.knobs import STORE_MAX_ROWS
 from mdrag.retrieval import rerank as reranking
-from mdrag.retrieval.fusion import fuse
+from mdrag.retrieval.candidates import Candidates
+from mdrag.retrieval.fusion import fused
 from mdrag.retrieval.linked import Resolver, lift
 from mdrag.settings import DEFAULTS
-from mdrag.store.base import Filter, Hit, Store, cut_short, holds_its_text
+from mdrag.store.base import Filter, Hit, Ranked, Store, cut_short, holds_its_text
 from mdrag.types import SearchResult
 
 if TYPE_CHECKING:
-    import numpy as np
-
     from mdrag.config import Config
 
 __all__ = ["FILTER_KEYS", "SearchOptions", "Visible", "build_filter", "search"]
@@ -186,14 +188,26 @@ def search(
     edited: set[str] = set()  # the ids of rows left out: their text is not the one indexed
     misplaced: set[str] = set()  # ... and those whose path is not inside the index's folders
     while True:
-        rows, more = _ranked(store, vector, query, n, where, options, visible.hidden)
-        rows = lift(rows, options.link_boost, links, lambda r: _shown(r, visible))
+        ranked, more = _ranked(store, vector, query, n, where, options, visible.hidden, k)
+        candidates = lift(ranked, options.link_boost, links, lambda r: _shown(r, visible))
         if options.rerank is not None:
             if scored is None:
-                scored = options.rerank.score(query, [r for r in rows if _shown(r, visible)])
-            rows = reranking.reorder(rows, scored)
+                shown = (r for r in candidates if _shown(r, visible))
+                scored = options.rerank.score(query, list(islice(shown, options.rerank.top_n)))
+            candidates = reranking.reorder(list(candidates), scored)
+        elif candidates is ranked and threshold is not None and bm25_listed:
+            candidates = ranked.only(_may_pass(ranked, threshold))  # the rest are not read
         rows = _kept(
-            rows, k, visible, threshold, asked, collapse, store.prepare_text, bm25_listed, edited, (misplaced, folders)
+            candidates,
+            k,
+            visible,
+            threshold,
+            asked,
+            collapse,
+            store.prepare_text,
+            bm25_listed,
+            edited,
+            (misplaced, folders),
         )
         # Fewer than k, and rows that would be kept may lie past those fetched: ask for more.
         if len(rows) >= k or not more or n >= STORE_MAX_ROWS:
@@ -240,7 +254,7 @@ def search(
 
 
 def _kept(
-    rows: list[Hit],
+    rows: Iterable[Hit],
     k: int,
     visible: Visible,
     threshold: float | None,
@@ -289,6 +303,15 @@ def _kept(
     return kept
 
 
+def _may_pass(candidates: Candidates, threshold: float) -> np.ndarray:
+    """Which of a BM25-listed search's candidates :func:`_kept` may keep: those whose cosine passes
+    ``threshold``, and those among BM25's first ``_EXACT_DEPTH`` (they may hold every word asked)."""
+    cosine = candidates.scores
+    clipped = np.where(np.isnan(cosine), 0.0, np.clip(cosine, 0.0, 1.0))
+    ranks = candidates.bm25_ranks
+    return (clipped >= threshold) | ((ranks >= 1) & (ranks <= _EXACT_DEPTH))
+
+
 def _span(row: Hit) -> tuple[str, int, int]:
     """A chunk's first and last line, or where a format has no line numbers (HTML) its position in the file
     twice: what ``collapse="passage"`` compares within a section."""
@@ -322,7 +345,11 @@ def _shown(row: Hit, visible: Visible) -> bool:
 
 def _score(row: Hit) -> float:
     """A row's cosine, clipped to 0..1: what a result's ``score`` says and what the threshold reads."""
-    return min(1.0, max(0.0, float(row.score)))
+    return _clipped(float(row.score))
+
+
+def _clipped(cosine: float) -> float:
+    return min(1.0, max(0.0, cosine))
 
 
 def _words(text: str, prepare: Callable[[str], str] | None) -> set[str]:
@@ -348,7 +375,8 @@ def _ranked(
     where: Filter | None,
     options: SearchOptions,
     hidden: frozenset[str],
-) -> tuple[list[Hit], bool]:
+    k: int,
+) -> tuple[Candidates, bool]:
     """The best rows for ``options.mode`` (``n`` of them; hybrid: every candidate of its two lists, fused),
     but ``hidden`` where the store hides them; and whether rows that ``options.threshold`` keeps may lie
     past them in the store.
@@ -361,20 +389,28 @@ def _ranked(
     threshold = options.threshold
     mode = _mode(options.mode, store)
 
-    def deeper(rows: list[Hit], asked: int) -> bool:
-        return len(rows) >= asked and (threshold is None or _score(rows[-1]) >= threshold)
+    def deeper(rows: Ranked, asked: int) -> bool:
+        return len(rows) >= asked and (threshold is None or _clipped(float(rows.scores[-1])) >= threshold)
 
     if mode != "hybrid":
-        found = store.search(vector, n, where, mode=mode, text=query, hidden=hidden)
-        rows = [
-            replace(row, dense_rank=rank) if mode == "dense" else replace(row, bm25_rank=rank)
-            for rank, row in enumerate(found, 1)
-        ]
-        return rows, deeper(rows, n) if mode == "dense" else len(rows) >= n and n < _BM25_DEPTH
+        found = _listed(store, vector, n, where, mode, query, hidden)
+        rows = Candidates.of(found, mode == "dense", k)
+        return rows, deeper(found, n) if mode == "dense" else len(rows) >= n and n < _BM25_DEPTH
     depth = min(max(n * 3, _HYBRID_DEPTH), STORE_MAX_ROWS)  # candidates from each list before fusion
-    dense = store.search(vector, depth, where, mode="dense", text=query, hidden=hidden)
-    bm25 = store.search(vector, depth, where, mode="bm25", text=query, hidden=hidden)
-    return fuse(dense, bm25, options.fusion, options.dense_weight), deeper(dense, depth)
+    dense = _listed(store, vector, depth, where, "dense", query, hidden)
+    bm25 = _listed(store, vector, depth, where, "bm25", query, hidden)
+    return fused(dense, bm25, options.fusion, options.dense_weight, k), deeper(dense, depth)
+
+
+def _listed(
+    store: Store, vector: np.ndarray, n: int, where: Filter | None, mode: str, query: str, hidden: frozenset[str]
+) -> Ranked:
+    """The store's ``n`` best rows for ``mode``, not read yet where the store can rank without reading them
+    (its ``ranked``, as the FAISS store's), else read by its ``search``."""
+    ranked = getattr(store, "ranked", None)
+    if ranked is not None:
+        return ranked(vector, n, where, mode=mode, text=query, hidden=hidden)
+    return Ranked.of(store.search(vector, n, where, mode=mode, text=query, hidden=hidden))
 
 
 def _mode(mode: str, store: Store) -> str:

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -41,6 +41,7 @@ __all__ = [
     "TEXT_MAX_BYTES",
     "Filter",
     "Hit",
+    "Ranked",
     "Store",
     "bm25_text",
     "cut_short",
@@ -100,9 +101,10 @@ def holds_its_bm25(bm25: str, text: str, context: str, prepare: Callable[[str], 
 class Hit:
     """One chunk that :meth:`Store.search` returns: its stored fields (:data:`ROW_FIELDS`) and its scores.
 
-    The core sets the ranks (:mod:`mdrag.retrieval.search`, :mod:`mdrag.retrieval.fusion`) on a copy
-    (:func:`dataclasses.replace`); ``headings`` and ``metadata`` may be a store's
-    cached values: read them, do not change them.
+    The core sets the ranks (:mod:`mdrag.retrieval.search`, :mod:`mdrag.retrieval.fusion`): on a copy
+    (:func:`dataclasses.replace`) of what :meth:`Store.search` returned, or when the hit is made from a
+    :class:`Ranked` list; ``headings`` and ``metadata`` may be a store's cached values: read them, do not
+    change them.
     """
 
     id: str  # the chunk id (a hex digest)
@@ -123,6 +125,43 @@ class Hit:
     rank_score: float  # the ranking's own score: cosine (dense), BM25, or the fused score (hybrid)
     dense_rank: int | None = None  # 1-based rank in the dense list; None: not in it, or not ranked yet
     bm25_rank: int | None = None  # 1-based rank in the BM25 list; None: not in it, or not ranked yet
+
+
+#: Reads the rows at these positions of a :class:`Ranked` list, as hits with these ``rank_score``, ``dense_rank``
+#: and ``bm25_rank``; a row deleted since the list was ranked is left out (None in its place).
+ReadHits = Callable[[Sequence[int], Sequence[float], Sequence[int | None], Sequence[int | None]], list["Hit | None"]]
+
+
+class Ranked:
+    """A store's ranked list, best first, its rows not read yet: each row's ``key`` (what tells chunks apart in
+    the store's lists: a row number, or the chunk id), ``score`` (cosine) and ``rank_score``; :meth:`hits`
+    reads the rows a search keeps. A search fuses lists and looks at rows by these alone, and reads few rows."""
+
+    __slots__ = ("keys", "rank_scores", "read", "scores")
+
+    def __init__(self, keys: Sequence[Any], scores: np.ndarray, rank_scores: np.ndarray, read: ReadHits) -> None:
+        self.keys = keys
+        self.scores = np.asarray(scores, dtype=np.float64)
+        self.rank_scores = np.asarray(rank_scores, dtype=np.float64)
+        self.read = read
+
+    @classmethod
+    def of(cls, hits: Sequence[Hit]) -> Ranked:
+        """The list of ``hits`` (read already: a store's :meth:`Store.search`), keyed by chunk id."""
+
+        def read(
+            at: Sequence[int], rank: Sequence[float], dense: Sequence[int | None], bm25: Sequence[int | None]
+        ) -> list[Hit | None]:
+            return [
+                replace(hits[i], rank_score=r, dense_rank=d, bm25_rank=b) for i, r, d, b in zip(at, rank, dense, bm25)
+            ]
+
+        scores = np.fromiter((float(h.score) for h in hits), dtype=np.float64, count=len(hits))
+        ranks = np.fromiter((float(h.rank_score) for h in hits), dtype=np.float64, count=len(hits))
+        return cls([h.id for h in hits], scores, ranks, read)
+
+    def __len__(self) -> int:
+        return len(self.keys)
 
 
 @dataclass(frozen=True)
@@ -272,5 +311,9 @@ class Store(Protocol):
         ``vector``) and ``rank_score`` (its ranks unset). ``mode``: "dense" (by cosine) or "bm25" (by
         BM25 on ``text``); hybrid ranking fuses the two in the core (:mod:`mdrag.retrieval.fusion`). ``hidden``:
         chunk ids that a store that :attr:`hides` leaves out (what a running update of this process
-        wrote and has not committed)."""
+        wrote and has not committed).
+
+        A store may also have ``ranked`` with the same arguments: the same list as a :class:`Ranked`, whose
+        rows are read only when the search asks for them (the FAISS store's); a search then reads the rows
+        it looks at, not every candidate. Without it, the search wraps what ``search`` returns."""
         ...

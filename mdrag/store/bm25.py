@@ -27,6 +27,9 @@ _TOKEN = re.compile(r"\w+", re.UNICODE)  # words, as Milvus's "standard" analyze
 # store contract test of BM25 scores holds it on every engine).
 _K1, _B = 1.5, 0.75
 _PENDING_MAX = 16384  # BM25 texts added before they become a segment (bounds the memory a load takes)
+# From its second search, an index of at most this many postings keeps them in one segment: a search then
+# reads one posting list per word, not one per word and segment (a first search does not wait for the merge).
+_ONE_SEGMENT_MAX = 4_000_000
 
 _FORMAT = 1  # the layout to_bytes() writes; from_bytes() reads no other
 _Segment = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]  # BM25 postings: terms, starts, docs, tf
@@ -49,8 +52,13 @@ class Bm25:
         self.dl = np.zeros(0, dtype=np.float32)  # document length (tokens), by row number
         self.n = 0  # live documents
         self.total = 0.0  # sum of the live documents' lengths
+        # (average document length, each row's length term of the BM25 denominator): made by a search,
+        # dropped by every change of the lengths
+        self._norm: tuple[float, np.ndarray] | None = None
+        self._searched = False  # a search ran: the next merges the segments (_ONE_SEGMENT_MAX)
 
     def _grow(self, top: int) -> None:
+        self._norm = None
         if top >= len(self.alive):
             cap = max(1024, 2 * top)
             self.alive = np.concatenate([self.alive, np.zeros(cap - len(self.alive), dtype=bool)])
@@ -81,6 +89,7 @@ class Bm25:
             self._flush()
 
     def remove(self, rows: Iterable[int]) -> None:
+        self._norm = None
         for row in rows:
             if row < len(self.alive) and self.alive[row]:
                 self.alive[row] = False
@@ -96,11 +105,17 @@ class Bm25:
             self.segments.append(self._segment(terms, docs, tf))
         if len(self.segments) > 8:  # merge all but the largest, dropping dead postings
             self.segments.sort(key=lambda s: -len(s[2]))
-            keep, small = self.segments[0], self.segments[1:]
-            parts = [(np.repeat(s[0], np.diff(np.append(s[1], len(s[2])))), s[2], s[3]) for s in small]
-            terms, docs, tf = (np.concatenate([p[i] for p in parts]) for i in range(3))
-            live = self.alive[docs]
-            self.segments = [keep, self._segment(terms[live], docs[live], tf[live])]
+            self._merge(self.segments[1:])
+
+    def _merge(self, merged: list[_Segment]) -> None:
+        """The ``merged`` segments (the last of ``segments``) become one, their dead postings dropped."""
+        parts = [(np.repeat(s[0], np.diff(np.append(s[1], len(s[2])))), s[2], s[3]) for s in merged]
+        terms, docs, tf = (np.concatenate([p[i] for p in parts]) for i in range(3))
+        live = self.alive[docs]
+        self.segments = [
+            *self.segments[: len(self.segments) - len(merged)],
+            self._segment(terms[live], docs[live], tf[live]),
+        ]
 
     @staticmethod
     def _segment(terms: np.ndarray, docs: np.ndarray, tf: np.ndarray) -> _Segment:
@@ -112,16 +127,29 @@ class Bm25:
     def search(self, query: str, k: int, allowed: np.ndarray | None) -> list[tuple[int, float]]:
         """The ``k`` best (row, BM25 score) pairs with a positive score; ``allowed``: a mask by row number."""
         self._flush()
+        if self._searched and len(self.segments) > 1 and sum(len(s[2]) for s in self.segments) <= _ONE_SEGMENT_MAX:
+            self._merge(self.segments)
+        self._searched = True
         wanted = Counter(self.vocab[t] for t in self.tokens(query) if t in self.vocab)
         if not wanted or self.n == 0:
             return []
         avgdl = self.total / self.n
+        if self._norm is None or self._norm[0] != avgdl:
+            # each row's part of the denominator, computed for all rows at once (the same values, row by row)
+            self._norm = (avgdl, _K1 * (1 - _B + _B * self.dl / avgdl))
+        norm = self._norm[1]
         scores = np.zeros(len(self.alive), dtype=np.float32)
-        for term, qtf in wanted.items():
+        asked = np.fromiter(wanted, dtype=np.int64, count=len(wanted))
+        places = []  # per segment: where each asked term's postings start (-1: the segment has none)
+        for terms, *_ in self.segments:
+            at = np.minimum(np.searchsorted(terms, asked), max(len(terms) - 1, 0))
+            held = (terms[at] == asked) if len(terms) else np.zeros(len(asked), dtype=bool)
+            places.append(np.where(held, at, -1).tolist())
+        for j, qtf in enumerate(wanted.values()):
             docs_parts, tf_parts = [], []
-            for terms, starts, docs, tf in self.segments:
-                i = int(np.searchsorted(terms, term))
-                if i < len(terms) and terms[i] == term:
+            for (_, starts, docs, tf), place in zip(self.segments, places):
+                i = place[j]
+                if i >= 0:
                     end = starts[i + 1] if i + 1 < len(starts) else len(docs)
                     d, f = docs[starts[i] : end], tf[starts[i] : end]
                     live = self.alive[d]
@@ -135,7 +163,7 @@ class Bm25:
             if df == 0:
                 continue
             idf = math.log(1.0 + (self.n - df + 0.5) / (df + 0.5))
-            scores[d] += qtf * idf * f * (_K1 + 1) / (f + _K1 * (1 - _B + _B * self.dl[d] / avgdl))
+            scores[d] += qtf * idf * f * (_K1 + 1) / (f + norm[d])
         if allowed is not None:
             scores[: len(allowed)] *= allowed[: len(scores)]
             scores[len(allowed) :] = 0

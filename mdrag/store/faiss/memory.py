@@ -17,6 +17,7 @@ import os
 import sqlite3
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -115,6 +116,21 @@ class Memory:
     ) -> list[Hit]:
         """The ``k`` best chunks passing ``where`` (the rows ``candidates`` finds) and not ``hidden``: dense,
         or BM25 on the text ``query`` gives."""
+        rows, cosines, ranks = self.ranked(db, vector, k, where, candidates, mode, query, hidden)
+        return self.row_cache.hits(db, rows, cosines, ranks)
+
+    def ranked(
+        self,
+        db: sqlite3.Connection,
+        vector: np.ndarray,
+        k: int,
+        where: Filter | None,
+        candidates: Callable[[Filter], np.ndarray],
+        mode: str,
+        query: Callable[[], str],
+        hidden: frozenset[str],
+    ) -> tuple[np.ndarray, list[float], list[float]]:
+        """What :meth:`search` returns, its rows not read: their row numbers, cosines and the ranking's scores."""
         q = unit(np.asarray(vector, dtype=np.float32).reshape(-1))
         cand = None
         if where:
@@ -128,7 +144,7 @@ class Memory:
         if cand is not None and hide is not None:
             cand = np.setdiff1d(cand, hide, assume_unique=True)
         if k <= 0 or not self.rows or (cand is not None and len(cand) == 0):
-            return []
+            return np.zeros(0, dtype=np.int64), [], []
         if mode == "bm25":
             allowed = None
             bm25 = self.bm25_index(db)
@@ -148,7 +164,28 @@ class Memory:
         else:
             rows, sims = self.index.nearest(q, k, len(self.rows), hide)
             cosines = ranks = sims.tolist()
-        return self.row_cache.hits(db, rows, cosines, ranks)
+        return rows, cosines, ranks
+
+
+def store_mode(mode: str) -> str:
+    """``mode``, a store search's: ValueError unless it is "dense" or "bm25"."""
+    if mode not in ("dense", "bm25"):
+        raise ValueError(f"unknown store search mode {mode!r}: dense or bm25")
+    return mode
+
+
+def bm25_query(prepare: Callable[[str], str] | None, text: str) -> Callable[[], str]:
+    """What gives the BM25 query of ``text``: prepared (stemmed) when a BM25 search asks for it."""
+    return lambda: prepare(text) if prepare else text
+
+
+def picked(
+    rows: np.ndarray, cosines: list[float], asked: tuple[Any, ...]
+) -> tuple[list[int], list[float], Any, Any, Any]:
+    """The arguments of :meth:`mdrag.store.faiss.rows.RowCache.read` for a :class:`~mdrag.store.base.Ranked`
+    list's ``read(at, rank_scores, dense_ranks, bm25_ranks)``: the row numbers and cosines at ``at``."""
+    at, rank, dense, bm25 = asked
+    return [int(rows[i]) for i in at], [cosines[i] for i in at], rank, dense, bm25
 
 
 def save_bm25(bm25: Bm25, path: Path) -> str:

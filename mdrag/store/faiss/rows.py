@@ -24,17 +24,21 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import closing, contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from mdrag.errors import ConfigError, StoreDamagedError, StoreError, StoreInUseError, StoreUnavailableError
+from mdrag.store import same_location
 from mdrag.store.base import ROW_FIELDS, Filter, Hit, bm25_text, holds_its_bm25, holds_its_text
 from mdrag.store.bm25 import Bm25
 from mdrag.store.faiss import tagsets
 from mdrag.store.faiss import vectors as faiss_vectors
 from mdrag.store.faiss.index import faiss_digest
 from mdrag.types import Chunk
+
+if TYPE_CHECKING:
+    from mdrag.config import Config
 
 log = logging.getLogger(__name__)
 
@@ -443,10 +447,24 @@ class RowCache:
 
     def hits(self, db: sqlite3.Connection, rows: np.ndarray, cosines: list[float], ranks: list[float]) -> list[Hit]:
         """The rows' fields, from the cache or SQLite, with their scores."""
-        cache = self.rows
         wanted = rows.tolist()
+        nones = [None] * len(wanted)
+        return [h for h in self.read(db, wanted, cosines, ranks, nones, nones) if h is not None]
+
+    def read(
+        self,
+        db: sqlite3.Connection,
+        wanted: Sequence[int],
+        cosines: Sequence[float],
+        ranks: Sequence[float],
+        dense: Sequence[int | None],
+        bm25: Sequence[int | None],
+    ) -> list[Hit | None]:
+        """The rows numbered ``wanted``, from the cache or SQLite, with their scores and ranks; None for a row
+        that SQLite no longer holds."""
+        cache = self.rows
         missing = [n for n in wanted if n not in cache]
-        held: dict[int, int] = {}  # row number -> its set of tags
+        set_of: dict[int, int] = {}  # row number -> its set of tags
         column = "tagset" if missing and tagsets.grouped(db) else "0"  # 0: a store of an older release
         for part in batches(missing):
             q = f"SELECT n, id, {FIELDS}, {column} FROM chunks WHERE n IN ({marks(len(part))})"  # noqa: S608
@@ -455,23 +473,39 @@ class RowCache:
                 row["headings"] = json.loads(row["headings"])
                 row["metadata"] = json.loads(row["metadata"])
                 cache[r[0]] = row
-                held[r[0]] = r[-1]
-        sets = tagsets.values(db, held.values())
-        for n, s in held.items():
+                set_of[r[0]] = r[-1]
+        sets = tagsets.values(db, set_of.values())
+        for n, s in set_of.items():
             if s in sets:
                 cache[n]["metadata"]["tags"] = sets[s]
-        out = []
-        for n, cos, rank in zip(wanted, cosines, ranks):
+        out: list[Hit | None] = []
+        for n, cos, rank, d, b in zip(wanted, cosines, ranks, dense, bm25):
+            held = cache.get(n)
+            if held is None:
+                out.append(None)
+                continue
             cache.move_to_end(n)
-            row = cache[n]
             # its headings and metadata values are the cache's: read them, do not change them
-            out.append(Hit(**row, score=float(cos), rank_score=float(rank)))
+            out.append(Hit(**held, score=float(cos), rank_score=float(rank), dense_rank=d, bm25_rank=b))
         while len(cache) > _ROW_CACHE:
             cache.popitem(last=False)
         return out
 
 
 # -- the file -----------------------------------------------------------------------
+def location(config: Config, name: str) -> str:
+    """Where index ``name`` is kept: ``<cache>/faiss/<name>.sqlite``, as :meth:`FaissStore.from_config` puts it."""
+    return str(config.cache_dir / "faiss" / f"{name}.sqlite")
+
+
+def owns(config: Config, name: str, recorded: str | None) -> str | None:
+    """Index ``name`` is in FAISS when its manifest says so (an index without one goes to FAISS anyway)."""
+    where = location(config, name)
+    if recorded is not None and same_location(recorded, where):
+        return f"index {name!r} was built in FAISS ({where})"
+    return None
+
+
 def writable(folder: Path, path: Path) -> bool:
     """Whether this process may write the store's folder (or create it) and its SQLite file."""
     if path.exists():

@@ -36,19 +36,19 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import filelock
 import numpy as np
 
 from mdrag.errors import ModelMismatchError, StoreError, StoreInUseError, StoreUnavailableError
 from mdrag.settings import INDEX_NAME_RULE, valid_index_name
-from mdrag.store import StoreBackend, same_location
-from mdrag.store.base import Filter, Hit
+from mdrag.store import StoreBackend
+from mdrag.store.base import Filter, Hit, Ranked
 from mdrag.store.faiss import rows as sql
 from mdrag.store.faiss import vectors as fv
 from mdrag.store.faiss.index import VectorIndex, faiss_digest, unit
-from mdrag.store.faiss.memory import Memory, save_bm25, saved_bm25
+from mdrag.store.faiss.memory import Memory, bm25_query, picked, save_bm25, saved_bm25, store_mode
 from mdrag.store.faiss.rows import batches, damaged, get_meta, set_meta
 from mdrag.types import Chunk
 
@@ -56,6 +56,8 @@ if TYPE_CHECKING:
     from mdrag.config import Config
 
 __all__ = ["FaissStore"]
+
+T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
@@ -582,38 +584,37 @@ class FaissStore:
         hidden: frozenset[str] = frozenset(),
     ) -> list[Hit]:
         """The ``k`` best chunks passing ``where`` and not ``hidden``, exactly (see :class:`mdrag.store.base.Store`)."""
-        if mode not in ("dense", "bm25"):
-            raise ValueError(f"unknown store search mode {mode!r}: dense or bm25")
+        asked = (vector, k, where, self._candidates, store_mode(mode), bm25_query(self.prepare_text, text), hidden)
+        return self._searching(lambda: self._mem.search(self.db, *asked))
+
+    def ranked(
+        self,
+        vector: np.ndarray,
+        k: int,
+        where: Filter | None = None,
+        mode: str = "dense",
+        text: str = "",
+        hidden: frozenset[str] = frozenset(),
+    ) -> Ranked:
+        """What :meth:`search` returns, its rows read from SQLite (or the cache) only when a search asks."""
+        asked = (vector, k, where, self._candidates, store_mode(mode), bm25_query(self.prepare_text, text), hidden)
+        rows, cos, ranks = self._searching(lambda: self._mem.ranked(self.db, *asked))
+        read = lambda *a: self._searching(lambda: self._mem.row_cache.read(self.db, *picked(rows, cos, a)))  # noqa: E731
+        return Ranked(rows.tolist(), np.asarray(cos), np.asarray(ranks), read)
+
+    def _searching(self, call: Callable[[], T]) -> T:
+        """``call()`` under the lock, on what SQLite holds now; a page SQLite cannot read is the store's damage."""
         try:
-            return self._search(vector, k, where, mode, text, hidden)
+            with self._lock:
+                self._read()
+                return call()
         except sqlite3.ProgrammingError:
             raise
         except sqlite3.DatabaseError as e:
             raise damaged(self.path, e) from e
 
-    def _search(
-        self, vector: np.ndarray, k: int, where: Filter | None, mode: str, text: str, hidden: frozenset[str]
-    ) -> list[Hit]:
-        with self._lock:
-            self._read()
-            query = lambda: self.prepare_text(text) if self.prepare_text else text  # noqa: E731
-            return self._mem.search(self.db, vector, k, where, self._candidates, mode, query, hidden)
-
-
-def _location(config: Config, name: str) -> str:
-    """Where index ``name`` is kept: ``<cache>/faiss/<name>.sqlite``, as :meth:`FaissStore.from_config` puts it."""
-    return str(config.cache_dir / "faiss" / f"{name}.sqlite")
-
-
-def _owns(config: Config, name: str, recorded: str | None) -> str | None:
-    """Index ``name`` is in FAISS when its manifest says so (an index without one goes to FAISS anyway)."""
-    where = _location(config, name)
-    if recorded is not None and same_location(recorded, where):
-        return f"index {name!r} was built in FAISS ({where})"
-    return None
-
 
 #: This backend, as the ``mdrag.stores`` entry point ``faiss`` registers it (pyproject.toml).
 BACKEND = StoreBackend(
-    name="faiss", title="FAISS", store=FaissStore.from_config, location=_location, owns=_owns, new_indexes=True
+    name="faiss", title="FAISS", store=FaissStore.from_config, location=sql.location, owns=sql.owns, new_indexes=True
 )
