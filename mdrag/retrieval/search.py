@@ -13,7 +13,7 @@ from mdrag.embedding.base import Embedder
 from mdrag.errors import ConfigError
 from mdrag.knobs import STORE_MAX_ROWS
 from mdrag.retrieval import rerank as reranking
-from mdrag.retrieval.fusion import fuse
+from mdrag.retrieval.fusion import POOL, fuse
 from mdrag.retrieval.linked import Resolver, lift
 from mdrag.settings import DEFAULTS
 from mdrag.store.base import Filter, Hit, Store, cut_short, holds_its_text
@@ -28,7 +28,6 @@ __all__ = ["FILTER_KEYS", "SearchOptions", "Visible", "build_filter", "search"]
 
 log = logging.getLogger(__name__)
 
-_HYBRID_DEPTH = 30  # fewest candidates taken from each list in hybrid mode
 _BM25_DEPTH = 1024  # a BM25-mode search fetches past this many rows for no threshold or collapse
 # Rows below the threshold are read for every word of the query (_holds) only among BM25's first this many:
 # a chunk that holds every word ranks there, and reading every candidate's words costs too much per search
@@ -338,10 +337,11 @@ def _ranked(
             for rank, row in enumerate(found, 1)
         ]
         return rows, deeper(rows, n) if mode == "dense" else len(rows) >= n and n < _BM25_DEPTH
-    depth = min(max(n * 3, _HYBRID_DEPTH), STORE_MAX_ROWS)  # candidates from each list before fusion
+    # Candidates from each list: fusion's fixed pool (never k's), more where the search needs more rows.
+    depth = min(max(n, POOL), STORE_MAX_ROWS)
     dense = store.search(vector, depth, where, mode="dense", text=query, hidden=hidden)
     bm25 = store.search(vector, depth, where, mode="bm25", text=query, hidden=hidden)
-    return fuse(dense, bm25, options.fusion, options.dense_weight), deeper(dense, depth)
+    return fuse(dense, bm25, options.fusion, options.dense_weight, POOL), deeper(dense, depth)
 
 
 def _mode(mode: str, store: Store) -> str:
