@@ -71,7 +71,8 @@ from mdrag.config import load_config  # noqa: E402
 from mdrag.index import Index  # noqa: E402
 from mdrag.knobs import STORE_MAX_ROWS  # noqa: E402
 from mdrag.retrieval.evaluate import Question, _match, load_questions, score_ranking  # noqa: E402
-from mdrag.retrieval.search import _HYBRID_DEPTH, search  # noqa: E402
+from mdrag.retrieval.fusion import POOL  # noqa: E402
+from mdrag.retrieval.search import search  # noqa: E402
 from mdrag.store.base import Hit  # noqa: E402
 from mdrag.store.milvus import search as milvus_search  # noqa: E402
 
@@ -294,7 +295,7 @@ def run_corpus(
     matrix /= np.linalg.norm(matrix, axis=1, keepdims=True)
     options = indexes["faiss"].search_options
     fetch = options.k * 4 if options.collapse != "none" else options.k
-    depth = {"dense": fetch, "bm25": fetch, "hybrid": min(max(fetch * 3, _HYBRID_DEPTH), STORE_MAX_ROWS)}
+    depth = {"dense": fetch, "bm25": fetch, "hybrid": min(max(fetch, POOL), STORE_MAX_ROWS)}
     sets = {name: load_questions(DATA / name) for name in CORPORA[corpus][1]}
     every = [q for qs in sets.values() for q in qs]
     vectors = {q.text: indexes["faiss"].embedder.embed_query(q.text) for q in every}

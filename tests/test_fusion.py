@@ -10,7 +10,7 @@ import pytest
 from mdrag.config import load_config
 from mdrag.embedding.base import Embedder
 from mdrag.index import Index
-from mdrag.retrieval.fusion import RRF_K, fuse
+from mdrag.retrieval.fusion import POOL, RRF_K, fuse
 from mdrag.store.base import Hit
 
 
@@ -47,6 +47,24 @@ def test_a_clear_first_place_in_one_list_stays_in_the_top_three() -> None:
     assert gold[0].id in top3 and gold[1].id in top3, top3
     buried = [r.id for r in fuse(dense, bm25, "rrf")]
     assert buried.index(gold[0].id) > 3, "reciprocal ranks alone put middling rows above it"
+
+
+@pytest.mark.parametrize("method", ["weighted", "rrf"])
+def test_a_longer_list_does_not_change_the_first_fused_rows(method: str) -> None:
+    """A search with a larger k asks each list for more rows: the lowest score that normalises a list, and the
+    rows past the first places of one list that the other ranks high, must not move the fused first rows."""
+    dense = _list("d", [0.9 - 0.003 * i for i in range(300)])
+    bm25 = _list("b", [30.0 - 0.02 * i for i in range(300)])
+    bm25[3] = replace(dense[POOL + 50], rank_score=bm25[3].rank_score)  # dense ranks it past the pool
+    bm25[200] = replace(dense[1], rank_score=bm25[200].rank_score)  # and BM25 ranks this one past it
+    bm25[0] = replace(bm25[0], rank_score=60.0)  # a clear first place: more span once the list is longer
+    short = fuse(dense[:POOL], bm25[:POOL], method)
+    for depth in (POOL + 10, 2 * POOL, 300):
+        long = fuse(dense[:depth], bm25[:depth], method)
+        assert [r.id for r in long[: len(short)]] == [r.id for r in short], (method, depth)
+        assert [r.rank_score for r in long[:20]] == [r.rank_score for r in short[:20]]
+    tail = fuse(dense, bm25, method)[len(short) :]
+    assert all(r.rank_score == 0 for r in tail) and len(short) + len(tail) == 300 + 298  # each row once
 
 
 @pytest.mark.slow

@@ -13,6 +13,12 @@ the proportion ``dense_weight``; a row missing from a list counts that list's
 lowest score. It keeps a clear first place in one list near the top when the
 other list ranks it low, where reciprocal-rank fusion ("rrf", constant 60),
 which sees ranks only, puts rows that are middling in both above it.
+
+Only each list's first ``pool`` rows are fused (their ranks, and the span that
+normalises their scores); rows past them count as missing from that list, and
+rows past the pool of both lists follow the fused ones, by their best rank. A
+search asks for a fixed pool, whatever its k: a longer list does not move the
+lowest score that normalisation reads, so the first results of any k agree.
 """
 
 from __future__ import annotations
@@ -25,10 +31,13 @@ from mdrag.retrieval.candidates import Candidates
 from mdrag.settings import DEFAULTS
 from mdrag.store.base import Hit, Ranked
 
-__all__ = ["FUSIONS", "RRF_K", "fuse", "fused"]
+__all__ = ["FUSIONS", "POOL", "RRF_K", "fuse", "fused"]
 
 FUSIONS = ("weighted", "rrf")
 RRF_K = 60  # the usual constant of reciprocal-rank fusion
+# Rows of each list that fusion ranks: what k 10 with collapse took before the pool was fixed (RESULTS.md,
+# "Hybrid ranking that does not depend on k").
+POOL = 120
 
 
 def fuse(
@@ -36,9 +45,12 @@ def fuse(
     bm25: Sequence[Hit],
     method: str = DEFAULTS["search.fusion"][1],
     dense_weight: float = DEFAULTS["search.dense_weight"][1],
+    pool: int = POOL,
 ) -> list[Hit]:
-    """The hits of both lists, best first by ``method`` ("weighted" or "rrf")."""
-    return list(fused(Ranked.of(dense), Ranked.of(bm25), method, dense_weight, batch=len(dense) + len(bm25)))
+    """The hits of both lists, best first by ``method`` ("weighted" or "rrf") over each list's first ``pool``
+    rows (see :func:`fused`)."""
+    rows = fused(Ranked.of(dense), Ranked.of(bm25), method, dense_weight, len(dense) + len(bm25), pool)
+    return list(rows)
 
 
 def fused(
@@ -47,8 +59,11 @@ def fused(
     method: str = DEFAULTS["search.fusion"][1],
     dense_weight: float = DEFAULTS["search.dense_weight"][1],
     batch: int = 10,
+    pool: int = POOL,
 ) -> Candidates:
-    """The rows of both lists, best first by ``method`` ("weighted" or "rrf"), read ``batch`` at first."""
+    """The rows of both lists, best first by ``method`` ("weighted" or "rrf") over each list's first ``pool``
+    rows, read ``batch`` at first; ties, and the rows past both pools, by their best rank in either list
+    (a dense row first)."""
     if method not in FUSIONS:
         raise ValueError(f"unknown fusion {method!r}: use one of {', '.join(FUSIONS)}")
     nd, nb = len(dense), len(bm25)
@@ -65,18 +80,21 @@ def fused(
     if method == "rrf":
         score = np.zeros(n)
         for listed in (dense_rank, bm25_rank):
-            score = score + np.where(listed > 0, 1 / (RRF_K + np.maximum(listed, 1)), 0.0)
+            pooled = (listed > 0) & (listed <= pool)
+            score = score + np.where(pooled, 1 / (RRF_K + np.maximum(listed, 1)), 0.0)
     else:
         d, b = np.zeros(n), np.zeros(n)
-        d[:nd] = _normalised(dense.rank_scores)
-        b[slot] = _normalised(bm25.rank_scores)
+        d[: min(nd, pool)] = _normalised(dense.rank_scores[:pool])
+        b[slot[:pool]] = _normalised(bm25.rank_scores[:pool])
         score = dense_weight * d + (1 - dense_weight) * b
     source = np.zeros(n, dtype=np.int64)
     source[nd:] = 1
     at = np.arange(n)
     at[nd:] = np.flatnonzero(new)
     cosine = np.concatenate([dense.scores, bm25.scores[new]])
-    order = np.argsort(-score, kind="stable")
+    unlisted = n + 1  # a rank no list gives
+    best = np.minimum(np.where(dense_rank > 0, dense_rank, unlisted), np.where(bm25_rank > 0, bm25_rank, unlisted))
+    order = np.lexsort((source, best, -score))  # by score, then best rank, then a dense row first
     ranks = (dense_rank[order], bm25_rank[order])
     return Candidates([dense, bm25], source[order], at[order], cosine[order], score[order], ranks, batch)
 

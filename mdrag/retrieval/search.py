@@ -18,7 +18,7 @@ from mdrag.errors import ConfigError
 from mdrag.knobs import STORE_MAX_ROWS
 from mdrag.retrieval import rerank as reranking
 from mdrag.retrieval.candidates import Candidates
-from mdrag.retrieval.fusion import fused
+from mdrag.retrieval.fusion import POOL, fused
 from mdrag.retrieval.linked import Resolver, lift
 from mdrag.settings import DEFAULTS
 from mdrag.store.base import Filter, Hit, Ranked, Store, cut_short, holds_its_text
@@ -31,7 +31,6 @@ __all__ = ["FILTER_KEYS", "SearchOptions", "Visible", "build_filter", "search"]
 
 log = logging.getLogger(__name__)
 
-_HYBRID_DEPTH = 30  # fewest candidates taken from each list in hybrid mode
 _BM25_DEPTH = 1024  # a BM25-mode search fetches past this many rows for no threshold or collapse
 # Rows below the threshold are read for every word of the query (_holds) only among BM25's first this many:
 # a chunk that holds every word ranks there, and reading every candidate's words costs too much per search
@@ -396,10 +395,11 @@ def _ranked(
         found = _listed(store, vector, n, where, mode, query, hidden)
         rows = Candidates.of(found, mode == "dense", k)
         return rows, deeper(found, n) if mode == "dense" else len(rows) >= n and n < _BM25_DEPTH
-    depth = min(max(n * 3, _HYBRID_DEPTH), STORE_MAX_ROWS)  # candidates from each list before fusion
+    # Candidates from each list: fusion's fixed pool (never k's), more where the search needs more rows.
+    depth = min(max(n, POOL), STORE_MAX_ROWS)
     dense = _listed(store, vector, depth, where, "dense", query, hidden)
     bm25 = _listed(store, vector, depth, where, "bm25", query, hidden)
-    return fused(dense, bm25, options.fusion, options.dense_weight, k), deeper(dense, depth)
+    return fused(dense, bm25, options.fusion, options.dense_weight, k, POOL), deeper(dense, depth)
 
 
 def _listed(
