@@ -69,6 +69,13 @@ log = logging.getLogger(__name__)
 
 _BATCH_CHUNKS = 512  # chunks per embed + upsert round
 _SAVE_EVERY_S = 5.0  # how often a long run records its progress in the manifest
+# A first build given a ``pause`` (it is run in steps) commits a step once it wrote this many chunks or ran
+# this long, whichever first, so that readers search the files it has done within seconds of its start;
+# it embeds rounds of _GROW_BATCH chunks (the first step fewer, to end soon after the model is loaded), so
+# that a step's end, or a stop, waits for few chunks.
+_GROW_CHUNKS = 384
+_GROW_S = 4.0
+_GROW_BATCH = (64, 128)
 
 
 @dataclass(frozen=True)
@@ -102,8 +109,12 @@ class RunEvents:
     # dirty: the next run repairs and finishes).
     cancel: threading.Event | None = None
     # Once set, the run stops reading files, commits what it wrote, and returns with ``remaining`` files
-    # left for the next run: a long update is committed in steps.
+    # left for the next run: a long update is committed in steps. A first build given one also ends a step on
+    # its own every few seconds (``_GROW_S``, ``_GROW_CHUNKS``): its caller runs the next.
     pause: threading.Event | None = None
+    # Once set (Ctrl+C), the run stops embedding at the embedder's next batch, and returns as a pause does,
+    # having committed the files whose chunks are all written (the others are left to the next run).
+    stop: threading.Event | None = None
 
 
 #: ``sweep`` of a rebuild: every chunk in the store that the new state does not use is deleted.
@@ -219,7 +230,7 @@ class Indexer:
         as_left = (
             old is not None and old.verified and not old.dirty and not thorough and store.unchanged_since_last_run()
         )
-        if open_store is not None and old is not None and as_left and summary.rebuild is None:
+        if open_store is not None and old is not None and as_left and summary.rebuild is None and not old.partial:
             if nothing_to_do(old, roots, found):
                 summary.unchanged, summary.chunks_total = len(found.files), old.chunk_count
                 summary.kept = len(kept_files(old.files, roots, found))
@@ -245,6 +256,7 @@ class Indexer:
             m.retired_roots = old.retired_roots
             m.committed_ids, m.committed_roots = old.committed_ids, old.committed_roots
             m.committed_files = old.committed_files
+            m.partial = old.partial  # a first build that committed part of its files goes on
             # kept while the file is there as it was, or its folder was not listed in this run
             m.skipped = {p: f for p, f in skips.items() if p in found.skipped or f.root not in roots}
         # The folders this manifest accounts for: other indexers may write other
@@ -284,7 +296,12 @@ class Indexer:
         if only is not None:
             plan.todo = [t for t in plan.todo if t[0] in only]
         writes = bool(
-            plan.todo or plan.delete or repair or m.retired_roots or (old is not None and old.roots != m.roots)
+            plan.todo
+            or plan.delete
+            or repair
+            or m.retired_roots
+            or m.partial is not None  # a first build in part: its end says it is whole
+            or (old is not None and old.roots != m.roots)
         )
         # A rebuild writes the whole index beside what readers see, then deletes every chunk it did not write.
         sweep = _EVERYTHING if rebuild else scope if repair or m.retired_roots else None
@@ -315,13 +332,19 @@ class Indexer:
             m.dirty = True
             m.progress = [0, len(todo)]  # readers of a first build learn its size at once
             m.save(manifest_path)
+        # A first build (nothing committed yet, or part of its files) run in steps commits every few seconds.
+        growing = job.writes and (m.building or m.partial is not None)
+        if growing and not self.options.batch_chunks:
+            batch_chunks = _GROW_BATCH[0] if m.building else _GROW_BATCH[1]
+        step_ends = time.monotonic() + _GROW_S if growing and events.pause is not None else None
 
         last_save = time.monotonic()
         written: set[str] = set()  # ids of the chunks this run upserted
         retired: list[str] = []  # ids the new state no longer uses: deleted after the commit
+        left = 0  # files read, but left unwritten by a stop
         batch: list[tuple[str, FileState, list[Chunk]]] = []
         sizes = [(path, found.files[path][3]) for path, _ in todo if path in found.files]  # not those skipped
-        bar = ProgressCounter(len(todo), events.progress, sizes)
+        bar = ProgressCounter(len(todo), events.progress, sizes, summary.unchanged if growing else None)
 
         # With parse_limits, files are parsed in a child process that can be stopped.
         worker = ParseWorker(parse_limits[1]) if parse_limits and any(err is None for _, err in todo) else None
@@ -344,18 +367,26 @@ class Indexer:
         warming = WarmUp(embedder) if todo else None
 
         def write(batch: list[tuple[str, FileState, list[Chunk]]]) -> set[str]:
-            nonlocal warming
+            nonlocal warming, left
             if warming is not None:
                 if not warming.ready:
                     bar.now("loading the model")
                 summary.embed_seconds += warming.finish()
                 warming = None
             bar.now("embedding")
-            ids = write_batch(
-                store, embedder, m, batch, summary, events.on_upsert, retired, job.run_hashes, bar, batch_chunks
-            )
-            bar.done(len(batch))
+            how = (events.on_upsert, retired, job.run_hashes, bar, batch_chunks, events.stop)
+            ids, unwritten = write_batch(store, embedder, m, batch, summary, *how)
+            left += unwritten
+            bar.done(len(batch) - unwritten)
             return ids
+
+        def step_over() -> bool:
+            """Whether the run stops reading files here: paused, stopped, or a first build's step is over."""
+            if events.stop is not None and events.stop.is_set():
+                return True
+            if step_ends is not None and (time.monotonic() >= step_ends or len(written) >= _GROW_CHUNKS):
+                return True
+            return events.pause is not None and events.pause.is_set() and not _would_drop(m, retired, batch)
 
         # Files are parsed and chunked in a thread while the last batch is embedded.
         read = 0  # files taken from todo
@@ -371,7 +402,7 @@ class Indexer:
                             m.progress = [bar.files_done, bar.files_total]
                             m.save(manifest_path)
                             last_save = time.monotonic()
-                    if events.pause is not None and events.pause.is_set() and not _would_drop(m, retired, batch):
+                    if step_over():
                         break
         except IndexingCancelledError:
             if job.writes:
@@ -380,10 +411,15 @@ class Indexer:
         finally:
             if worker is not None:
                 worker.close()
-        if batch:
+        if batch and not (events.stop is not None and events.stop.is_set()):
             written |= write(batch)
+        elif batch:
+            left += len(batch)
+            for path, _, _ in batch:  # not written: not added nor modified
+                summary.added -= path not in m.files
+                summary.modified -= path in m.files
         bar.now("saving")
-        summary.remaining = len(todo) - read
+        summary.remaining = len(todo) - read + left
         if msg := truncated.message():
             warn(summary, msg)
 
@@ -408,6 +444,9 @@ class Indexer:
             store.end_run(written, live, whole=summary.rebuild is not None)
             m.retired_roots = []
             m.mark_finished()
+            if growing:  # readers are told that the index holds part of its files
+                total = summary.unchanged + len(todo)
+                m.partial = [total - summary.remaining, total] if summary.remaining else None
             m.save(manifest_path)
 
     def remove(self, folders: Sequence[str | Path], events: RunEvents | None = None) -> IndexSummary:

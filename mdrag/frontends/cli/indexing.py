@@ -229,12 +229,14 @@ _STEP_S = 30.0
 
 class _Steps:
     """An `mdrag index` run committed as it goes, as the server's updates are (:mod:`mdrag.index.keeper`):
-    every ``_STEP_S`` the run commits what it embedded and goes on, so that a run stopped (Ctrl+C, a crash)
-    keeps it. The first Ctrl+C ends the step that runs (it commits what was embedded) and stops there; a
+    every ``_STEP_S`` (a first build: every few seconds, so that searches answer from it as it grows) the run
+    commits what it embedded and goes on, so that a run stopped (Ctrl+C, a crash) keeps it. The first Ctrl+C
+    stops embedding at the embedder's next batch, commits the files whose chunks are written and stops there; a
     second stops at once (what the last step committed is kept, the next run repairs the rest)."""
 
     def __init__(self) -> None:
         self.pause = threading.Event()  # the step that runs commits what it wrote and returns
+        self.stop = threading.Event()  # the same, and the embedder stops at its next batch (Ctrl+C)
         self.cancel = threading.Event()  # the run stops before its next file, without committing
         self.interrupted = False  # Ctrl+C was pressed: no step after the one that runs
 
@@ -247,7 +249,13 @@ class _Steps:
             timer.daemon = True
             timer.start()
             try:
-                how = {"rebuild": rebuild, "progress": bar, "pause": self.pause, "cancel": self.cancel}
+                how = {
+                    "rebuild": rebuild,
+                    "progress": bar,
+                    "pause": self.pause,
+                    "cancel": self.cancel,
+                    "stop": self.stop,
+                }
                 step = self._wait(functools.partial(index.update, args.folders or None, **how), bar.say)
             finally:
                 timer.cancel()
@@ -282,6 +290,7 @@ class _Steps:
                     say("mdrag: stopping now")
                     continue
                 self.interrupted = True
+                self.stop.set()
                 self.pause.set()
                 say(
                     "mdrag: interrupted: saving what was embedded (Ctrl+C again to stop at once; "
