@@ -306,7 +306,7 @@ class Index:
                 ended = True
                 raise
             finally:
-                if ended:
+                if ended or not self._writers.held_on:  # the record goes with the lock (kept between the CLI's steps)
                     self._writers.clear_record()
                 self._end_run()
 

@@ -28,17 +28,17 @@ class IndexStatus:
     last_indexed: float | None  # unix time of the last finished run; None: never
     interrupted: bool  # the last run did not finish and no process runs now, or the manifest was changed outside mdrag
     building: bool  # a first build runs and has committed nothing yet
+    damaged: str | None  # what the store lost or holds unlike its last run ("; " between); None: nothing
+    chunking: dict[str, Any]  # how the files were cut (the manifest's, else the settings')
+    manifest: str  # the manifest's path
+    manifest_lost: bool  # the store holds chunks that no manifest lists
+    verified: dict[str, Any] | None  # with --verify: what was read ("checked") and in how many "seconds"
     # The run of the process that holds the writers' lock now (this one or another):
     # {"pid", "files_done", "files_total", "first_build", "message"}; None: no run is indexing.
     indexing: dict[str, Any] | None
     # {"files_done", "files_total"}: the index holds part of the files of its first build (which goes on,
     # or was stopped: `mdrag index` finishes it), and searches answer from those; None: every file.
     partial: dict[str, int] | None
-    damaged: str | None  # what the store lost or holds unlike its last run ("; " between); None: nothing
-    chunking: dict[str, Any]  # how the files were cut (the manifest's, else the settings')
-    manifest: str  # the manifest's path
-    manifest_lost: bool  # the store holds chunks that no manifest lists
-    verified: dict[str, Any] | None  # with --verify: what was read ("checked") and in how many "seconds"
 
     def to_dict(self) -> dict[str, Any]:
         """The status as JSON-ready values, keyed by field name in field order."""

@@ -26,8 +26,6 @@ log = logging.getLogger(__name__)
 # While a run waits for another process's run on the index, how often it checks whether it was cancelled.
 _WAIT_POLL_S = 0.2
 _RECORD_EVERY_S = 0.5  # how often a run writes its progress record (and at its first and last file)
-# A progress record this fresh counts while the lock is free: a server's update lets it go between its steps.
-_FRESH_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -133,7 +131,7 @@ class Writers:
             log.debug("could not write the progress record %s: %s", self._record_path, e)
 
     def clear_record(self) -> None:
-        """The run is over (or stopped): its progress record goes."""
+        """The run is over, or lets the lock go: its progress record goes."""
         self._recorded = (0.0, None)
         with contextlib.suppress(OSError):
             self._record_path.unlink(missing_ok=True)
@@ -145,12 +143,14 @@ class Writers:
         try:
             d = json.loads(self._record_path.read_text())
             found = Running(int(d["pid"]), int(d["files_done"]), d["files_total"], bool(d["first_build"]))
-            age = time.time() - self._record_path.stat().st_mtime
         except (OSError, ValueError, KeyError, TypeError):
             return None
-        if not _alive(found.pid) or not (age < _FRESH_S or self._held()):
-            return None
-        return found
+        return found if _alive(found.pid) and self._held() else None
+
+    @property
+    def held_on(self) -> bool:
+        """Whether this process holds the lock beyond the holding in force (the CLI, around a run's steps)."""
+        return self._lock.lock_counter > 1
 
     def _held(self) -> bool:
         """Whether a process (this one too) holds the lock now: tried without taking it (shared, at once)."""

@@ -334,8 +334,8 @@ class Indexer:
             m.save(manifest_path)
         # A first build (nothing committed yet, or part of its files) run in steps commits every few seconds.
         growing = job.writes and (m.building or m.partial is not None)
-        if growing and not self.options.batch_chunks:
-            batch_chunks = _GROW_BATCH[0] if m.building else _GROW_BATCH[1]
+        if growing:
+            batch_chunks = min(batch_chunks, _GROW_BATCH[0] if m.building else _GROW_BATCH[1])
         step_ends = time.monotonic() + _GROW_S if growing and events.pause is not None else None
 
         last_save = time.monotonic()
