@@ -53,7 +53,8 @@ def model_files(base: Path) -> Path:
     home, docs = base / "model-home", base / "model-docs"
     docs.mkdir(parents=True)
     (docs / "a.md").write_text("# A\n\nA page.\n")
-    subprocess.run([sys.executable, "-m", "mdrag", "index", str(docs), "-q"], env=_env(home), check=True)
+    argv = [sys.executable, "-m", "mdrag", "index", str(docs), "-q"]
+    subprocess.run(argv, env=_env(home), check=True, stdout=subprocess.DEVNULL)
     return home / "cache" / "models"
 
 

@@ -72,6 +72,20 @@ def test_a_first_build_in_steps_is_searched_from_what_it_committed_and_says_so(
         assert not Manifest.load(builder.manifest_path).partial  # type: ignore[union-attr]
 
 
+def test_a_change_indexed_alone_during_a_first_build_leaves_it_partial(
+    tmp_path: Path, mdrag_home: Path, small_steps: None
+) -> None:
+    # A server indexes a saved file ahead of the build's other files (``only``): the index is no more whole
+    # for it.
+    docs = _docs(tmp_path / "docs", 10)
+    with Index(load_config({"index": "grow"}), embedder=HashEmbedder()) as index:
+        assert index.update([docs], pause=threading.Event()).remaining
+        index.update([docs], only={str((docs / "page09.md").resolve())})
+        part = index.partial()
+        assert part is not None and (part.files_done, part.files_total) == (5, 10)
+        assert index.update([docs]).remaining == 0 and index.partial() is None
+
+
 def test_an_update_of_a_built_index_keeps_searches_on_what_was_committed(
     tmp_path: Path, mdrag_home: Path, small_steps: None
 ) -> None:
@@ -203,3 +217,46 @@ def test_status_names_the_process_that_builds_and_says_interrupted_only_once_non
         if run.poll() is None:
             run.kill()
         run.communicate()
+
+
+class _Stopping(HashEmbedder):
+    """Embeds two texts a call, and sets ``stop`` in its ``at``-th call (as Ctrl+C would, mid-embedding)."""
+
+    batch_size = 2
+
+    def __init__(self, at: int) -> None:
+        super().__init__()
+        self.at, self.calls = at, 0
+        self.stop = threading.Event()
+
+    def embed_batch(self, texts):  # type: ignore[no-untyped-def]
+        self.calls += 1
+        if self.calls == self.at:
+            self.stop.set()
+        return super().embed_batch(texts)
+
+
+@pytest.mark.parametrize(("at", "kept"), [(3, set()), (5, {"big.md", "page00.md", "page01.md"})])
+def test_a_stop_mid_embedding_keeps_the_whole_files_only_and_the_next_run_embeds_the_rest(
+    tmp_path: Path, mdrag_home: Path, at: int, kept: set[str]
+) -> None:
+    docs = _docs(tmp_path / "docs", 6)
+    words = " ".join(f"word{i}" for i in range(100))
+    (docs / "big.md").write_text("".join(f"# Part {n}\n\n{words} part{n}\n\n" for n in range(6)))  # 6 chunks
+    config = load_config({"index": "stop"})
+    embedder = _Stopping(at)
+    with Index(config, embedder=embedder) as index:
+        step = index.update([docs], batch_chunks=2, stop=embedder.stop)
+        m = Manifest.load(index.manifest_path)
+        assert m is not None and not m.dirty
+        assert {f.rel_path for f in m.files.values()} == kept
+        assert step.remaining == 7 - len(kept) and step.added == len(kept), step
+        assert index.status().chunks == m.chunk_count, "a chunk of a file not kept was left in the store"
+        assert (m.chunk_count > 0) == bool(kept)
+
+        embedder.stop = threading.Event()  # never set
+        before = len(embedder.embedded)
+        done = index.update([docs], batch_chunks=2)
+        assert done.remaining == 0 and done.added == 7 - len(kept)
+        total = Manifest.load(index.manifest_path).chunk_count  # type: ignore[union-attr]
+        assert len(embedder.embedded) - before == total - m.chunk_count, "kept chunks were embedded again"

@@ -131,6 +131,7 @@ class _Job:
     writes: bool  # False: the store holds the new state already, and the manifest is not saved
     sweep: list[str] | None  # folders (``_EVERYTHING``: all) whose chunks the new state does not use are deleted
     run_hashes: set[int] | None  # see :func:`mdrag.ingest.writing.write_batch`
+    left_out: int = 0  # files to do that the run leaves to the next (not among ``only``)
 
 
 class Indexer:
@@ -293,8 +294,10 @@ class Indexer:
 
         hashes = {p: read_hash(p) for p in to_hash(m.files, roots, found)}
         plan = plan_update(m.files, roots, found, hashes)
+        left_out = len(plan.todo)  # files to do that this run leaves (``only``)
         if only is not None:
             plan.todo = [t for t in plan.todo if t[0] in only]
+        left_out -= len(plan.todo)
         writes = bool(
             plan.todo
             or plan.delete
@@ -305,7 +308,7 @@ class Indexer:
         )
         # A rebuild writes the whole index beside what readers see, then deletes every chunk it did not write.
         sweep = _EVERYTHING if rebuild else scope if repair or m.retired_roots else None
-        return _Job(m, plan, found, writes, sweep, run_hashes)
+        return _Job(m, plan, found, writes, sweep, run_hashes, left_out)
 
     def _apply(self, job: _Job, events: RunEvents, summary: IndexSummary) -> None:
         """Carry out the job's plan on the store and the manifest, and save the manifest clean.
@@ -368,7 +371,7 @@ class Indexer:
 
         def write(batch: list[tuple[str, FileState, list[Chunk]]]) -> set[str]:
             nonlocal warming, left
-            if warming is not None:
+            if warming is not None and not (events.stop is not None and events.stop.is_set()):
                 if not warming.ready:
                     bar.now("loading the model")
                 summary.embed_seconds += warming.finish()
@@ -411,13 +414,8 @@ class Indexer:
         finally:
             if worker is not None:
                 worker.close()
-        if batch and not (events.stop is not None and events.stop.is_set()):
+        if batch:  # after a stop, written only where nothing is left to embed
             written |= write(batch)
-        elif batch:
-            left += len(batch)
-            for path, _, _ in batch:  # not written: not added nor modified
-                summary.added -= path not in m.files
-                summary.modified -= path in m.files
         bar.now("saving")
         summary.remaining = len(todo) - read + left
         if msg := truncated.message():
@@ -445,8 +443,8 @@ class Indexer:
             m.retired_roots = []
             m.mark_finished()
             if growing:  # readers are told that the index holds part of its files
-                total = summary.unchanged + len(todo)
-                m.partial = [total - summary.remaining, total] if summary.remaining else None
+                total, undone = summary.unchanged + len(todo) + job.left_out, summary.remaining + job.left_out
+                m.partial = [total - undone, total] if undone else None
             m.save(manifest_path)
 
     def remove(self, folders: Sequence[str | Path], events: RunEvents | None = None) -> IndexSummary:
