@@ -281,7 +281,9 @@ class Index:
                 opened = self._opened
                 if opened:
                     open_store()
-                embedder = self.embedder.background() if self._yield and only is None else self.embedder
+                # No search waits while a first build has committed nothing: it gives way from its second step on.
+                gives_way = self._yield and only is None and not (old is None or old.building)
+                embedder = self.embedder.background() if gives_way else self.embedder
                 from mdrag.ingest.pipeline import RunEvents  # not imported by a search
 
                 events = RunEvents(
@@ -325,7 +327,8 @@ class Index:
         """From now on this index's updates give way to its searches: they embed with the embedder's
         :meth:`~mdrag.embedding.base.Embedder.background` model (one thread at a lower OS priority, for
         the ONNX and OpenVINO backends), so that a long update beside them does not slow the searches
-        down. A run given ``only`` (a few changed files, which a user waits for) does not give way. For a
+        down. A run given ``only`` (a few changed files, which a user waits for) does not give way, nor does
+        the first step of a first build (no search can be answered before it commits). For a
         server that keeps its index current (:class:`mdrag.index.keeper.IndexKeeper`); a plain `mdrag index`
         embeds on every core."""
         self._yield = True
