@@ -196,8 +196,9 @@ class DocsetIndex:
 
     def search(self, query: str, k: int) -> DocsetSearch:
         """Up to ``k`` results, or none while the index has none to give: its first build runs (here or in
-        another process, whose progress comes with it; the steps of a first build are not searched: it is
-        not whole yet), or the state an earlier run left cannot be searched and an update replaces it.
+        another process, whose progress comes with it) and has committed no step yet (once one has, its files
+        are searched: :meth:`mdrag.index.Index.partial` says how many), or the state an earlier run left
+        cannot be searched and an update replaces it.
         Blocks: it embeds the query."""
         found, building = self._search(query, k)
         return DocsetSearch(found, self.progress(building))
