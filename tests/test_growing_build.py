@@ -36,6 +36,7 @@ def small_steps(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(pipeline, "_GROW_BATCH", (2, 2))
     monkeypatch.setattr(pipeline, "_GROW_CHUNKS", 4)
     monkeypatch.setattr(pipeline, "_GROW_S", float("inf"))
+    monkeypatch.setattr(pipeline, "_GROW_SHARE", 0.0)
 
 
 def _docs(root: Path, n: int) -> Path:

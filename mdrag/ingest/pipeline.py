@@ -69,13 +69,14 @@ log = logging.getLogger(__name__)
 
 _BATCH_CHUNKS = 512  # chunks per embed + upsert round
 _SAVE_EVERY_S = 5.0  # how often a long run records its progress in the manifest
-# A first build given a ``pause`` (it is run in steps) commits a step once it wrote this many chunks or ran
-# this long, whichever first, so that readers search the files it has done within seconds of its start;
-# it embeds rounds of _GROW_BATCH chunks (the first step fewer, to end soon after the model is loaded), so
-# that a step's end, or a stop, waits for few chunks.
+# A first build given a ``pause`` (run in steps) ends a step once it wrote _GROW_CHUNKS chunks or ran _GROW_S,
+# and ran _GROW_SHARE of the time the build has run (each step scans again, starts a parse worker, saves the
+# store's files: a long build pays that a few dozen times, not every few seconds), so that readers search the
+# files it has done within seconds; rounds of _GROW_BATCH chunks (fewer until a step commits) end it soon.
 _GROW_CHUNKS = 384
 _GROW_S = 4.0
 _GROW_BATCH = (64, 128)
+_GROW_SHARE = 0.1
 
 
 @dataclass(frozen=True)
@@ -257,7 +258,7 @@ class Indexer:
             m.retired_roots = old.retired_roots
             m.committed_ids, m.committed_roots = old.committed_ids, old.committed_roots
             m.committed_files = old.committed_files
-            m.partial = old.partial  # a first build that committed part of its files goes on
+            m.partial, m.grown_since = old.partial, old.grown_since  # a first build in part goes on
             # kept while the file is there as it was, or its folder was not listed in this run
             m.skipped = {p: f for p, f in skips.items() if p in found.skipped or f.root not in roots}
         # The folders this manifest accounts for: other indexers may write other
@@ -298,14 +299,8 @@ class Indexer:
         if only is not None:
             plan.todo = [t for t in plan.todo if t[0] in only]
         left_out -= len(plan.todo)
-        writes = bool(
-            plan.todo
-            or plan.delete
-            or repair
-            or m.retired_roots
-            or m.partial is not None  # a first build in part: its end says it is whole
-            or (old is not None and old.roots != m.roots)
-        )
+        moved = old is not None and old.roots != m.roots  # with a first build in part: its end says it is whole
+        writes = bool(plan.todo or plan.delete or repair or m.retired_roots or moved or m.partial is not None)
         # A rebuild writes the whole index beside what readers see, then deletes every chunk it did not write.
         sweep = _EVERYTHING if rebuild else scope if repair or m.retired_roots else None
         return _Job(m, plan, found, writes, sweep, run_hashes, left_out)
@@ -331,15 +326,16 @@ class Indexer:
         for p, (mtime_ns, size) in plan.touched.items():
             m.files[p].mtime_ns, m.files[p].size = mtime_ns, size
             log.info("%s: touched, content unchanged: already embedded", p)
+        # A first build (nothing committed yet, or part of its files) run in steps commits every few seconds.
+        growing = job.writes and (m.committed_ids == [] or m.partial is not None)
+        if growing:
+            batch_chunks = min(batch_chunks, _GROW_BATCH[0] if not m.partial else _GROW_BATCH[1])
+            m.grown_since = m.grown_since or time.time()
         if job.writes:
             m.dirty = True
             m.progress = [0, len(todo)]  # readers of a first build learn its size at once
             m.save(manifest_path)
-        # A first build (nothing committed yet, or part of its files) run in steps commits every few seconds.
-        growing = job.writes and (m.building or m.partial is not None)
-        if growing:
-            batch_chunks = min(batch_chunks, _GROW_BATCH[0] if m.building else _GROW_BATCH[1])
-        step_ends = time.monotonic() + _GROW_S if growing and events.pause is not None else None
+        step_began = time.monotonic() if growing and events.pause is not None else None
 
         last_save = time.monotonic()
         written: set[str] = set()  # ids of the chunks this run upserted
@@ -387,8 +383,10 @@ class Indexer:
             """Whether the run stops reading files here: paused, stopped, or a first build's step is over."""
             if events.stop is not None and events.stop.is_set():
                 return True
-            if step_ends is not None and (time.monotonic() >= step_ends or len(written) >= _GROW_CHUNKS):
-                return True
+            took = time.monotonic() - step_began if step_began is not None else None
+            if took is not None and (took >= _GROW_S or len(written) >= _GROW_CHUNKS):
+                if took >= _GROW_SHARE * (time.time() - (m.grown_since or 0.0)):
+                    return True
             return events.pause is not None and events.pause.is_set() and not _would_drop(m, retired, batch)
 
         # Files are parsed and chunked in a thread while the last batch is embedded.
@@ -445,6 +443,7 @@ class Indexer:
             if growing:  # readers are told that the index holds part of its files
                 total, undone = summary.unchanged + len(todo) + job.left_out, summary.remaining + job.left_out
                 m.partial = [total - undone, total] if undone else None
+                m.grown_since = m.grown_since if undone else None
             m.save(manifest_path)
 
     def remove(self, folders: Sequence[str | Path], events: RunEvents | None = None) -> IndexSummary:

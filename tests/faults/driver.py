@@ -146,6 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     mdrag.ingest.pipeline._GROW_BATCH = (args.batch_chunks, args.batch_chunks)
     mdrag.ingest.pipeline._GROW_CHUNKS = 3 * args.batch_chunks
     mdrag.ingest.pipeline._GROW_S = float("inf")
+    mdrag.ingest.pipeline._GROW_SHARE = 0.0
     mdrag.ingest.pipeline._SAVE_EVERY_S = 0.0  # a manifest save after every batch: more points to kill at
 
     out = io.StringIO()
