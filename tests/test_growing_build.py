@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -21,6 +22,7 @@ import mdrag.index.index
 import mdrag.ingest.pipeline as pipeline
 from mdrag.config import load_config
 from mdrag.frontends.cli import main
+from mdrag.frontends.client import Client
 from mdrag.index import Index
 from mdrag.ingest.manifest import Manifest
 from tests.conftest import HashEmbedder
@@ -119,7 +121,9 @@ class _Gate(HashEmbedder):
         return super().embed_batch(texts)
 
 
-def test_the_server_answers_from_a_growing_first_build_and_says_so(tmp_path: Path, small_steps: None) -> None:
+def test_the_server_answers_from_a_growing_first_build_and_says_so(
+    tmp_path: Path, small_steps: None, caplog: pytest.LogCaptureFixture
+) -> None:
     docs = _docs(tmp_path / "docs", 12)
     gate = _Gate(free=2)  # the first step (4 chunks, two rounds of 2) commits; the second waits
 
@@ -141,6 +145,14 @@ def test_the_server_answers_from_a_growing_first_build_and_says_so(tmp_path: Pat
                 _, sources, messages = await ask(ws, "Page 2 gear2")
                 end = messages[-1]
                 assert end["type"] == "stream_end" and sources and end["partial"]["files_total"] == 12, messages
+
+                def asked() -> list[str]:  # `mdrag ask`: the line goes to stderr, through the log
+                    with Client(server.url) as client:
+                        return client.ask("Page 2 gear2", lambda _: None)
+
+                with caplog.at_level(logging.WARNING, logger="mdrag.frontends.client"):
+                    assert await asyncio.to_thread(asked)
+                assert "indexing: 4 of 12 files; results come from those" in caplog.text
 
                 gate.release.set()
                 assert await asyncio.to_thread(server.keeper.wait, None, WAIT)  # type: ignore[union-attr]
