@@ -14,6 +14,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from websockets.asyncio.client import connect
@@ -219,6 +220,16 @@ def test_status_names_the_process_that_builds_and_says_interrupted_only_once_non
             assert not st.interrupted and st.building
         assert main(["status", "--index", "grow"]) == 0
         assert f"(pid {run.pid})" in capsys.readouterr().out
+
+        async def served() -> dict[str, Any]:  # a server of the index meanwhile: its status says so too
+            config = load_config({"index": "grow", "server.port": 0})
+            async with serving(config, [docs], HashEmbedder(), wait=False) as server:
+                async with connect(server.url) as ws:
+                    return await recv(ws)
+
+        hello = asyncio.run(served())
+        assert hello["other_process"]["pid"] == run.pid and hello["other_process"]["first_build"], hello
+        assert hello["message"].startswith(f"being built: {hello['other_process']['files_done']} of 6 files (pid")
 
         run.send_signal(signal.SIGKILL)  # killed while it builds: no process holds the lock now
         run.wait(WAIT)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import logging
 import os
@@ -419,6 +420,10 @@ class QAServer:
             status["indexing"] = {"files_done": st.indexing[0], "files_total": st.indexing[1]}
         if st.partial is not None and st.state == "ready":  # answers come from part of the files
             status["partial"] = {"files_done": st.partial[0], "files_total": st.partial[1]}
+        running = self.index.running() if self.index is not None else None
+        if running is not None and running.pid != os.getpid():  # another process (`mdrag index`) builds it
+            status["other_process"] = dataclasses.asdict(running)
+            status["message"] = f"{running.message()}; {status['message']}"
         status["restart_needed"] = list(self.restart_needed)  # settings changed in the file that need a restart
         return status
 

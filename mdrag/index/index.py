@@ -26,7 +26,7 @@ from mdrag.index.snapshot import Snapshot
 from mdrag.index.status import IndexStatus, Partial
 from mdrag.index.verify import VerifyRecord
 from mdrag.index.visibility import Visibility
-from mdrag.index.writers import Writers
+from mdrag.index.writers import Running, Writers
 from mdrag.ingest.manifest import Manifest
 from mdrag.ingest.plan import mismatched
 from mdrag.ingest.progress import IndexProgress
@@ -373,6 +373,11 @@ class Index:
             return None
         return Partial(part[0], part[1], self._writers.running() is not None)
 
+    def running(self) -> Running | None:
+        """The run (this process's or another's) that holds the index's writers' lock and indexes now, with its
+        process id and progress; None when none does. Reads a small file beside the manifest."""
+        return self._writers.running()
+
     def building(self) -> IndexBuildingError | None:
         """How far the index's first build is (this process's or another's), as the error a search of it
         gets; None once the index holds a committed state (or no build has started). Reads the manifest only."""
@@ -518,7 +523,7 @@ class Index:
                 if verify and found:
                     self._verify.record(found)
         recorded = mismatch.built if mismatch is not None and mismatch.built else self.embedder.identity
-        running = self._writers.running()  # a run holds the writers' lock: "being built", not "interrupted"
+        running = self.running()  # a run holds the writers' lock: "being built", not "interrupted"
         indexing = {**asdict(running), "message": running.message()} if running is not None else None
         return IndexStatus(
             index=self.name,
