@@ -260,7 +260,8 @@ class IndexKeeper:
         done_before = 0
         so_far: IndexSummary | None = None  # what the steps before did
         while True:
-            folders = (self._folders or None) if first else self.index.folders
+            # after its first step, the index's folders as they are (another process may add or remove one)
+            folders = (self._folders or None) if first and so_far is None else self.index.folders
             if not first and not folders and self._updater is None:
                 return  # the index has no folders to update
 
