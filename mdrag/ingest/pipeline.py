@@ -328,7 +328,7 @@ class Indexer:
             log.info("%s: touched, content unchanged: already embedded", p)
         # A first build (nothing committed yet, or part of its files) run in steps commits every few seconds.
         growing = job.writes and (m.committed_ids == [] or m.partial is not None)
-        if growing:
+        if growing and events.pause is not None:  # run in steps
             batch_chunks = min(batch_chunks, _GROW_BATCH[0] if not m.partial else _GROW_BATCH[1])
             m.grown_since = m.grown_since or time.time()
         if job.writes:
