@@ -114,6 +114,7 @@ def test_evaluation_measures_what_the_server_search_message_returns(tmp_path: Pa
         await server.start()
         try:
             await asyncio.wait_for(server.ready.wait(), 300)
+            assert await asyncio.to_thread(server.keeper.wait, None, 300)  # type: ignore[union-attr]  # built whole
             measured: dict[str, list[str]] = {}
 
             def search(query: str, **options: object) -> list:

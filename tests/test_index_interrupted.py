@@ -11,12 +11,14 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
 
 from mdrag.config import load_config
 from mdrag.index import Index
+from mdrag.ingest.manifest import Manifest
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -89,3 +91,39 @@ def test_ctrl_c_keeps_what_was_embedded_and_the_next_run_goes_on(
     with Index(load_config({}, home=mdrag_home)) as clean:
         clean.update([corpus])
         assert clean.store.all_ids() == resumed  # the same index as a clean build
+
+
+def test_ctrl_c_during_a_growing_first_build_keeps_its_steps_and_the_next_run_embeds_only_the_rest(
+    tmp_path: Path, shared_data: Path, mdrag_home: Path
+) -> None:
+    # The first Ctrl+C stops the embedder at its next batch (not at the end of a round of chunks), commits the
+    # files whose chunks are written, and says how many chunks were kept; the next run embeds none of them.
+    corpus = shared_data / "markdown_hugo_docs" / "content" / "en" / "functions"
+    home = tmp_path / "home"
+    manifest = home / "cache" / "manifests" / "default.json"
+    run = _mdrag(home, "index", str(corpus))
+    err = _Err(run)
+    deadline = time.monotonic() + 600
+    while run.poll() is None and time.monotonic() < deadline:  # the first step commits: the build is partial
+        m = Manifest.load(manifest) if manifest.exists() else None
+        if m is not None and m.partial:
+            break
+        time.sleep(0.05)
+    run.send_signal(signal.SIGINT)
+    run.wait(600)
+    said = err.all()
+    if run.returncode == 0:  # the interrupt came as its last chunks were written: it finished
+        pytest.skip("`mdrag index` finished before the interrupt could stop it")
+    assert run.returncode == 130, said[-3000:]
+    line = [line for line in said.splitlines() if "kept" in line][-1]
+    kept = int(re.search(r"kept (\d+) chunks", line).group(1))  # type: ignore[union-attr]
+    m = Manifest.load(manifest)
+    assert m is not None and not m.dirty and m.chunk_count == kept > 0 and m.partial, said[-3000:]
+
+    again = _mdrag(home, "index", "--json")
+    out, errs = again.communicate(timeout=600)
+    assert again.returncode == 0, errs[-3000:]
+    summary = json.loads(out)
+    assert summary["chunks_embedded"] + summary["chunks_reused"] == summary["chunks_total"] - kept, summary
+    m = Manifest.load(manifest)
+    assert m is not None and m.partial is None and not m.dirty

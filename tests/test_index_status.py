@@ -32,6 +32,8 @@ KEYS = [
     "manifest",
     "manifest_lost",
     "verified",
+    "indexing",
+    "partial",
 ]
 
 

@@ -55,8 +55,10 @@ async def serving(
     server = QAServer(config, folders, overrides={"server.port": 0, "index": config["index"]}, index=index)
     await server.start()
     try:
-        if wait:
+        if wait:  # until the index is built whole (a first build is served from its first step on)
             await asyncio.wait_for(server.ready.wait(), 300)
+            if server.keeper is not None:
+                assert await asyncio.to_thread(server.keeper.wait, None, 300)
         yield server
     finally:
         await server.stop()

@@ -105,6 +105,7 @@ def test_stop_during_a_reload_stops_the_indexer_before_closing_the_index(
         await server.start()
         try:
             await asyncio.wait_for(server.ready.wait(), WAIT)
+            assert await asyncio.to_thread(server.keeper.wait, None, WAIT)  # type: ignore[union-attr]  # built whole
             assert server.state == "ready" and server.chunks > 0
             (root / "new.md").write_text("# New\n\nThe quokkaflux option arrived during the reload.\n")
             (root / "slow.held").write_text("The held file.\n")

@@ -60,6 +60,7 @@ def _serve_and_run(tmp_path: Path, scenario, **settings: object) -> None:  # typ
         await server.start()
         try:
             await asyncio.wait_for(server.ready.wait(), 120)
+            assert await asyncio.to_thread(server.keeper.wait, None, 120)  # type: ignore[union-attr]  # built whole
             await scenario(server)
         finally:
             await server.stop()

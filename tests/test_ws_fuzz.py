@@ -264,6 +264,7 @@ def test_fuzz_and_load_with_no_close_and_no_error(
         await server.start()
         try:
             await asyncio.wait_for(server.ready.wait(), 300)
+            assert await asyncio.to_thread(server.keeper.wait, None, 300)  # type: ignore[union-attr]  # built whole
             assert server.state == "ready" and server.files >= 4
             t0 = time.monotonic()
             prober = asyncio.ensure_future(probe(server))

@@ -315,6 +315,9 @@ class Client:
                 if isinstance(chunk, str) and chunk:
                     on_chunk(sanitize(chunk))
             elif kind == "stream_end":
+                partial = reply.get("partial")  # made from part of the files: the server's line, on stderr
+                if isinstance(partial, dict) and isinstance(partial.get("message"), str):
+                    log.warning("%s", _one_line(partial["message"]))
                 return _sources(reply)
             elif kind == "answer":  # a server that does not stream: the whole answer at once
                 answer = reply.get("answer")

@@ -25,8 +25,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import logging
+import os
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from http import HTTPStatus
@@ -374,6 +376,12 @@ class QAServer:
         status = protocol.status(st.state, self.config["index"], st.files, st.chunks, st.message())
         if st.indexing is not None:  # an update runs: how far it is
             status["indexing"] = {"files_done": st.indexing[0], "files_total": st.indexing[1]}
+        if st.partial is not None and st.state == "ready":  # answers come from part of the files
+            status["partial"] = {"files_done": st.partial[0], "files_total": st.partial[1]}
+        running = self.index.running() if self.index is not None else None
+        if running is not None and running.pid != os.getpid():  # another process (`mdrag index`) builds it
+            status["other_process"] = dataclasses.asdict(running)
+            status["message"] = f"{running.message()}; {status['message']}"
         status["restart_needed"] = list(self.restart_needed)  # settings changed in the file that need a restart
         return status
 
@@ -456,7 +464,7 @@ class QAServer:
         shared = self.index.shared_names[1]  # relative paths that two folders share: refs by absolute path
         threshold = self.index.config["search.threshold"] if req.threshold is None else req.threshold
         shown = [result_fields(r, shared) for r in results]
-        await send(protocol.search_results(req.query, shown, no_results(threshold, bool(filters))))
+        await send(await self._partial(protocol.search_results(req.query, shown, no_results(threshold, bool(filters)))))
 
     async def _query(self, req: protocol.QueryRequest, send: Callable[[dict[str, Any]], Awaitable[None]]) -> None:
         assert self.index is not None
@@ -476,7 +484,13 @@ class QAServer:
         except LLMError as e:  # the answer is cut short: the client still learns the passages it was made from
             await send(protocol.error(str(e), *self._sources(plan)))
             return
-        await send(protocol.stream_end(*self._sources(plan)))  # the answer's [n] is sources[n-1]
+        await send(await self._partial(protocol.stream_end(*self._sources(plan))))  # the answer's [n] is sources[n-1]
+
+    async def _partial(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """``msg``, with ``partial`` when it was made from part of the files (a first build goes on, or was
+        stopped): how many, and a line that says so."""
+        part = await asyncio.to_thread(self.index.partial) if self.index is not None else None
+        return {**msg, "partial": part.to_dict()} if part is not None else msg
 
     def _sources(self, plan: qa.AnswerPlan) -> tuple[list[str], list[dict[str, Any]]]:
         """The paths of an answer's numbered sources (none once the LLM found no answer in them) and where to

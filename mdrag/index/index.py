@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -23,10 +23,10 @@ from mdrag.errors import (
 )
 from mdrag.index.health import Health
 from mdrag.index.snapshot import Snapshot
-from mdrag.index.status import IndexStatus
+from mdrag.index.status import IndexStatus, Partial
 from mdrag.index.verify import VerifyRecord
 from mdrag.index.visibility import Visibility
-from mdrag.index.writers import Writers
+from mdrag.index.writers import Running, Writers
 from mdrag.ingest.manifest import Manifest
 from mdrag.ingest.plan import mismatched
 from mdrag.ingest.progress import IndexProgress
@@ -234,6 +234,7 @@ class Index:
         only: Collection[str] | None = None,
         pause: threading.Event | None = None,
         batch_chunks: int | None = None,
+        stop: threading.Event | None = None,
     ) -> IndexSummary:
         """Add or update ``folders`` (default: all of the index's folders), incrementally.
 
@@ -246,9 +247,13 @@ class Index:
         next run finishes the work. A run of another process on the index is
         waited for (with a warning in the log): this one then finds that run's
         work done, and its summary's ``waited_s`` says how long it waited.
-        ``only``, ``pause`` and ``batch_chunks`` keep a run short (see
+        ``only``, ``pause``, ``stop`` and ``batch_chunks`` keep a run short (see
         :class:`mdrag.ingest.pipeline.RunEvents` and :class:`~mdrag.ingest.pipeline.IndexOptions`):
-        :class:`mdrag.index.keeper.IndexKeeper` commits a long update in steps with them.
+        :class:`mdrag.index.keeper.IndexKeeper` commits a long update in steps with them. Given ``pause``,
+        a first build also ends its steps on its own, every few seconds, so that searches (of this process
+        and others) answer from the files it has done (:meth:`partial` says how many); the summary's
+        ``remaining`` says whether to run the next. While a run indexes, other processes' :meth:`status`
+        says so, with its process id and progress.
         """
         with self._using(), self._update_lock, self._writers.hold(cancel):
             # Read under the writers' lock: after a wait for another process's run, what that run left.
@@ -276,6 +281,7 @@ class Index:
 
             def told(p: IndexProgress) -> None:
                 self._view.progress = (p.files_done, p.files_total)
+                self._writers.record(p.files_before + p.files_done, p.files_before + p.files_total, p.first_build)
                 if progress is not None:
                     progress(p)
 
@@ -284,7 +290,9 @@ class Index:
                 opened = self._opened
                 if opened:
                     open_store()
-                embedder = self.embedder.background() if self._yield and only is None else self.embedder
+                # No search waits while a first build has committed nothing: it gives way from its second step on.
+                gives_way = self._yield and only is None and not (old is None or old.building)
+                embedder = self.embedder.background() if gives_way else self.embedder
                 from mdrag.ingest.pipeline import RunEvents  # not imported by a search
 
                 events = RunEvents(
@@ -294,15 +302,23 @@ class Index:
                     open_store=None if opened else open_store,  # a run with nothing to do need not open it
                     cancel=cancel,
                     pause=pause,
+                    stop=stop,
                 )
+                ended = False  # the run is over: no step of it follows (a failed one is not gone on with)
                 summary = self._indexer(embedder, batch_chunks).run(
                     folders, events, rebuild=rebuild, only=only, thorough=verified is not None
                 )
+                ended = not summary.remaining
                 summary.waited_s = round(self._writers.waited, 3)
                 if verified is not None:
                     self._verify.repaired(verified)
                 return summary
+            except BaseException:
+                ended = True
+                raise
             finally:
+                if ended or not self._writers.held_on:  # the record goes with the lock (kept between the CLI's steps)
+                    self._writers.clear_record()
                 self._end_run()
 
     def _unreadable(self) -> bool:
@@ -320,7 +336,8 @@ class Index:
         """From now on this index's updates give way to its searches: they embed with the embedder's
         :meth:`~mdrag.embedding.base.Embedder.background` model (one thread at a lower OS priority, for
         the ONNX and OpenVINO backends), so that a long update beside them does not slow the searches
-        down. A run given ``only`` (a few changed files, which a user waits for) does not give way. For a
+        down. A run given ``only`` (a few changed files, which a user waits for) does not give way, nor does
+        the first step of a first build (no search can be answered before it commits). For a
         server that keeps its index current (:class:`mdrag.index.keeper.IndexKeeper`); a plain `mdrag index`
         embeds on every core."""
         self._yield = True
@@ -355,6 +372,20 @@ class Index:
         """
         with self._writers.hold():
             yield
+
+    def partial(self) -> Partial | None:
+        """How much of its first build the index holds, when its searches answer from part of its files (that
+        build commits in steps, or was stopped); None when it holds every file. Reads the manifest (when it
+        changed since the last read) and, for a partial index, whether a process builds it now."""
+        part = self._view.manifest_state().partial
+        if part is None:
+            return None
+        return Partial(part[0], part[1], self._writers.running() is not None)
+
+    def running(self) -> Running | None:
+        """The run (this process's or another's) that holds the index's writers' lock and indexes now, with its
+        process id and progress; None when none does. Reads a small file beside the manifest."""
+        return self._writers.running()
 
     def building(self) -> IndexBuildingError | None:
         """How far the index's first build is (this process's or another's), as the error a search of it
@@ -504,6 +535,8 @@ class Index:
                 if verify and damage:  # rows moved out of the index's folders count as missing: repaired too
                     self._verify.record(damage)
         recorded = mismatch.built if mismatch is not None and mismatch.built else self.embedder.identity
+        running = self.running()  # a run holds the writers' lock: "being built", not "interrupted"
+        indexing = {**asdict(running), "message": running.message()} if running is not None else None
         return IndexStatus(
             index=self.name,
             backend=self.backend,
@@ -516,8 +549,10 @@ class Index:
             files=m.file_count if m else 0,  # committed: a run's progress is not counted
             chunks=chunks,
             last_indexed=m.last_indexed if m else None,
-            interrupted=bool(m and (m.dirty or not m.verified)),
+            interrupted=bool(m and (not m.verified or (running is None and (m.dirty or m.partial)))),
             building=bool(m and m.building) or (self._view.progress is not None and m is None),
+            indexing=indexing,
+            partial={"files_done": m.partial[0], "files_total": m.partial[1]} if m and m.partial else None,
             damaged="; ".join(damage) or None,
             chunking=m.chunking if m else self.settings.as_dict(),
             manifest=str(self.manifest_path),

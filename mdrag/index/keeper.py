@@ -75,6 +75,8 @@ class KeeperState:
     summary: IndexSummary | None = None  # what the last successful update (or step of one) did
     finished_at: float | None = None  # time.monotonic() when the last update ended, failed or not
     queued: bool = False  # the running update waits for another index's update (a shared gate)
+    # ready, from part of the files: a first build committed some of its steps (files of files_total)
+    partial: tuple[int, int] | None = None
 
     def message(self) -> str:
         """One line for people: ``ready: 7 files, 7 chunks``, ``indexing: 120 of 1089 files``, ..."""
@@ -85,6 +87,8 @@ class KeeperState:
             "failed": f"the index could not be loaded: {self.error}",
         }[self.state]
         doing = self.doing()
+        if doing and self.partial is not None:
+            return f"{doing}; results come from the {self.partial[0]} indexed so far"
         if doing:
             what = f"{doing} ({what})" if self.state == "ready" else f"{doing}; {what}"
         return what
@@ -333,7 +337,8 @@ class IndexKeeper:
         done_before = 0
         so_far: IndexSummary | None = None  # what the steps before did
         while True:
-            folders = (self._folders or None) if first else self.index.folders
+            # after its first step, the index's folders as they are (another process may add or remove one)
+            folders = (self._folders or None) if first and so_far is None else self.index.folders
             if not first and not folders and self._updater is None:
                 return  # the index has no folders to update
 
@@ -419,9 +424,7 @@ class IndexKeeper:
                 f"; {summary.remaining} files to go" if summary.remaining else "",
             )
         counts = self._counts()
-        still = summary.remaining > 0 or not ends
-        if still and self._state.state == "loading":
-            counts.pop("state", None)  # a first build is loading until its last step, whatever it committed
+        still = summary.remaining > 0 or not ends  # a first build is ready once a step committed (partial)
         self._set(
             **counts,
             error=None,
@@ -461,7 +464,13 @@ class IndexKeeper:
             return {}
         if not st.exists or st.building or st.model_mismatch:
             return {}  # nothing committed yet, or another embedder's (the update builds it again): still loading
-        return {"files": st.files, "chunks": st.chunks, "state": "ready" if st.chunks else "empty"}
+        part = st.partial
+        return {
+            "files": st.files,
+            "chunks": st.chunks,
+            "state": "ready" if st.chunks else "empty",
+            "partial": (part["files_done"], part["files_total"]) if part else None,
+        }
 
     def _progress(self, reason: str, done: int, total: int) -> None:
         self._set(indexing=(done, total), reason=reason)

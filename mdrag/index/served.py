@@ -183,8 +183,9 @@ class ServedIndex:
         self, query: str, k: int, filters: Mapping[str, Any] | None = None, mode: str | None = None
     ) -> IndexSearch:
         """Up to ``k`` results, or none while the index has none to give: its first build runs (here or in
-        another process, whose progress comes with it; the steps of a first build are not searched: it is
-        not whole yet), or the state an earlier run left cannot be searched and an update replaces it.
+        another process, whose progress comes with it) and has committed no step yet (once one has, its files
+        are searched: :meth:`mdrag.index.Index.partial` says how many), or the state an earlier run left
+        cannot be searched and an update replaces it.
         Blocks: it embeds the query."""
         found, building = self._search(query, k, filters, mode)
         return IndexSearch(found, self.progress(building))

@@ -33,6 +33,7 @@ class ManifestState(NamedTuple):
     stamp: tuple[int, int, int] | None  # its file's (inode, mtime, size); None: there is none
     building: bool  # it records a first build that has committed nothing yet
     committed: State  # the committed state it records
+    partial: tuple[int, int] | None = None  # (files committed, files in all) of a first build done in part
 
 
 class Visibility:
@@ -100,7 +101,8 @@ class Visibility:
         if seen is None or seen.stamp != stamp:
             m = Manifest.load(self.manifest_path)
             committed = m.visible() if m is not None else (frozenset(), None)
-            seen = self._seen_manifest = ManifestState(stamp, m is not None and m.building, committed)
+            partial = (m.partial[0], m.partial[1]) if m is not None and m.partial else None
+            seen = self._seen_manifest = ManifestState(stamp, m is not None and m.building, committed, partial)
             self.seen_roots = list(m.roots) if m is not None else []
             names = Counter(f.rel_path for f in m.files.values()) if m is not None else Counter()
             self.seen_shared = frozenset(name for name, n in names.items() if n > 1)

@@ -2,25 +2,46 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import json
 import logging
 import os
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import filelock
 
 from mdrag.errors import IndexingCancelledError, MdragError, StoreUnavailableError
+from mdrag.fileio import write_atomic
 
-__all__ = ["Writers"]
+__all__ = ["Running", "Writers"]
 
 log = logging.getLogger(__name__)
 
 # While a run waits for another process's run on the index, how often it checks whether it was cancelled.
 _WAIT_POLL_S = 0.2
+_RECORD_EVERY_S = 0.5  # how often a run writes its progress record (and at its first and last file)
+
+
+@dataclass(frozen=True)
+class Running:
+    """The run that holds an index's writers' lock now, as its progress record says (see :meth:`Writers.running`)."""
+
+    pid: int  # its process
+    files_done: int  # files done: of the whole build, for a first build in steps
+    files_total: int | None  # files to do (None: it scans its folders)
+    first_build: bool  # the index's first build (readers see only what its steps committed)
+
+    def message(self) -> str:
+        """``being built: 89 of 768 files (pid 4242)``, or ``being updated: ...``."""
+        what = "being built" if self.first_build else "being updated"
+        where = f"{self.files_done} of {self.files_total} files" if self.files_total is not None else "scanning"
+        return f"{what}: {where} (pid {self.pid})"
 
 
 class Writers:
@@ -40,6 +61,9 @@ class Writers:
         self._pid_path = manifest_path.with_suffix(".pid")  # who holds the lock (may lag behind it for an instant)
         self._lock = filelock.FileLock(str(self.path), thread_local=False)  # held by an Index, not a thread
         self.waited = 0.0  # seconds the holding now in force waited for another process's run
+        # How far the run of the holder is, for other processes' `status`: JSON, written atomically.
+        self._record_path = manifest_path.with_suffix(".progress")
+        self._recorded: tuple[float, tuple[int, int | None, bool] | None] = (0.0, None)  # when, what it wrote last
 
     @contextmanager
     def hold(self, cancel: threading.Event | None = None) -> Iterator[None]:
@@ -91,6 +115,63 @@ class Writers:
             except filelock.Timeout:
                 continue
 
+    def record(self, done: int, total: int | None, first_build: bool) -> None:
+        """Write how far this process's run is (at most every ``_RECORD_EVERY_S``, and at its first and
+        last file), for :meth:`running` in other processes; never fails the run."""
+        what = (done, total, first_build)
+        when, last = self._recorded
+        now = time.monotonic()
+        if what == last or (now - when < _RECORD_EVERY_S and last is not None and done not in (0, total)):
+            return
+        self._recorded = (now, what)
+        record = Running(os.getpid(), done, total, first_build)
+        try:
+            write_atomic(self._record_path, json.dumps(asdict(record)))
+        except OSError as e:
+            log.debug("could not write the progress record %s: %s", self._record_path, e)
+
+    def clear_record(self) -> None:
+        """The run is over, or lets the lock go: its progress record goes."""
+        self._recorded = (0.0, None)
+        with contextlib.suppress(OSError):
+            self._record_path.unlink(missing_ok=True)
+
+    def running(self) -> Running | None:
+        """The run of any process (this one too) that holds the lock and is indexing now, as its progress
+        record says; None when none is (a record left by a process that is gone, or by a run that ended
+        while its process lives on, does not count)."""
+        try:
+            d = json.loads(self._record_path.read_text())
+            found = Running(int(d["pid"]), int(d["files_done"]), d["files_total"], bool(d["first_build"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        return found if _alive(found.pid) and self._held() else None
+
+    @property
+    def held_on(self) -> bool:
+        """Whether this process holds the lock beyond the holding in force (the CLI, around a run's steps)."""
+        return self._lock.lock_counter > 1
+
+    def _held(self) -> bool:
+        """Whether a process (this one too) holds the lock now: tried without taking it (shared, at once)."""
+        try:
+            import fcntl
+        except ImportError:  # not on POSIX: whether its holder lives decides
+            return True
+        try:
+            fd = os.open(self.path, os.O_RDONLY)
+        except OSError:
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError:
+            return True
+        else:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            return False
+        finally:
+            os.close(fd)
+
     def _holder(self) -> str:
         """The process id of the run holding the lock, as it wrote it ("unknown" if unreadable)."""
         try:
@@ -109,3 +190,14 @@ class Writers:
             f"cannot take the writers' lock {self.path} of index {self.index!r}: {e.strerror or e}. "
             "Check that disk and run the command again."
         )
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` exists."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's: it exists
+        return True
+    return True

@@ -86,6 +86,10 @@ class Manifest:
     committed_roots: list[str] | None = None  # the folders those ids account for (None: all of them)
     committed_files: int | None = None  # how many files those ids are (None: not recorded: the manifest's files)
     progress: list[int] | None = None  # [files done, files to do] of the run writing, as last saved
+    # [files committed, files in all] of a first build that committed part of its files (in steps, so that
+    # readers search what it has done); None: the index holds every file its last finished run found.
+    partial: list[int] | None = None
+    grown_since: float | None = None  # unix time that first build started (its steps grow with it); None: none
     version: int = VERSION
     # False when the file's checksum did not match (changed outside mdrag): not saved.
     verified: bool = field(default=True, compare=False)
@@ -178,6 +182,8 @@ class Manifest:
             committed_roots=_strings(d.get("committed_roots"), "committed_roots"),
             committed_files=d["committed_files"] if isinstance(d.get("committed_files"), int) else None,
             progress=[int(n) for n in d["progress"]] if isinstance(d.get("progress"), list) else None,
+            partial=[int(n) for n in d["partial"]] if isinstance(d.get("partial"), list) else None,
+            grown_since=float(d["grown_since"]) if isinstance(d.get("grown_since"), (int, float)) else None,
         )
 
     @classmethod

@@ -69,6 +69,14 @@ log = logging.getLogger(__name__)
 
 _BATCH_CHUNKS = 512  # chunks per embed + upsert round
 _SAVE_EVERY_S = 5.0  # how often a long run records its progress in the manifest
+# A first build given a ``pause`` (run in steps) ends a step once it wrote _GROW_CHUNKS chunks or ran _GROW_S,
+# and ran _GROW_SHARE of the time the build has run (each step scans again, starts a parse worker, saves the
+# store's files: a long build pays that a few dozen times, not every few seconds), so that readers search the
+# files it has done within seconds; rounds of _GROW_BATCH chunks (fewer until a step commits) end it soon.
+_GROW_CHUNKS = 384
+_GROW_S = 4.0
+_GROW_BATCH = (64, 128)
+_GROW_SHARE = 0.1
 
 
 @dataclass(frozen=True)
@@ -102,8 +110,12 @@ class RunEvents:
     # dirty: the next run repairs and finishes).
     cancel: threading.Event | None = None
     # Once set, the run stops reading files, commits what it wrote, and returns with ``remaining`` files
-    # left for the next run: a long update is committed in steps.
+    # left for the next run: a long update is committed in steps. A first build given one also ends a step on
+    # its own every few seconds (``_GROW_S``, ``_GROW_CHUNKS``): its caller runs the next.
     pause: threading.Event | None = None
+    # Once set (Ctrl+C), the run stops embedding at the embedder's next batch, and returns as a pause does,
+    # having committed the files whose chunks are all written (the others are left to the next run).
+    stop: threading.Event | None = None
 
 
 #: ``sweep`` of a rebuild: every chunk in the store that the new state does not use is deleted.
@@ -120,6 +132,7 @@ class _Job:
     writes: bool  # False: the store holds the new state already, and the manifest is not saved
     sweep: list[str] | None  # folders (``_EVERYTHING``: all) whose chunks the new state does not use are deleted
     run_hashes: set[int] | None  # see :func:`mdrag.ingest.writing.write_batch`
+    left_out: int = 0  # files to do that the run leaves to the next (not among ``only``)
 
 
 class Indexer:
@@ -222,7 +235,7 @@ class Indexer:
         as_left = (
             old is not None and old.verified and not old.dirty and not thorough and store.unchanged_since_last_run()
         )
-        if open_store is not None and old is not None and as_left and summary.rebuild is None:
+        if open_store is not None and old is not None and as_left and summary.rebuild is None and not old.partial:
             if nothing_to_do(old, roots, found):
                 summary.unchanged, summary.chunks_total = len(found.files), old.chunk_count
                 summary.kept = len(kept_files(old.files, roots, found))
@@ -249,6 +262,7 @@ class Indexer:
             m.retired_roots = old.retired_roots
             m.committed_ids, m.committed_roots = old.committed_ids, old.committed_roots
             m.committed_files = old.committed_files
+            m.partial, m.grown_since = old.partial, old.grown_since  # a first build in part goes on
             # kept while the file is there as it was, or its folder was not listed in this run
             m.skipped = {p: f for p, f in skips.items() if p in found.skipped or f.root not in roots}
         # The folders this manifest accounts for: other indexers may write other
@@ -285,14 +299,15 @@ class Indexer:
 
         hashes = {p: read_hash(p) for p in to_hash(m.files, roots, found)}
         plan = plan_update(m.files, roots, found, hashes)
+        left_out = len(plan.todo)  # files to do that this run leaves (``only``)
         if only is not None:
             plan.todo = [t for t in plan.todo if t[0] in only]
-        writes = bool(
-            plan.todo or plan.delete or repair or m.retired_roots or (old is not None and old.roots != m.roots)
-        )
+        left_out -= len(plan.todo)
+        moved = old is not None and old.roots != m.roots  # with a first build in part: its end says it is whole
+        writes = bool(plan.todo or plan.delete or repair or m.retired_roots or moved or m.partial is not None)
         # A rebuild writes the whole index beside what readers see, then deletes every chunk it did not write.
         sweep = _EVERYTHING if rebuild else scope if repair or m.retired_roots else None
-        return _Job(m, plan, found, writes, sweep, run_hashes)
+        return _Job(m, plan, found, writes, sweep, run_hashes, left_out)
 
     def _apply(self, job: _Job, events: RunEvents, summary: IndexSummary) -> None:
         """Carry out the job's plan on the store and the manifest, and save the manifest clean.
@@ -315,17 +330,24 @@ class Indexer:
         for p, (mtime_ns, size) in plan.touched.items():
             m.files[p].mtime_ns, m.files[p].size = mtime_ns, size
             log.info("%s: touched, content unchanged: already embedded", p)
+        # A first build (nothing committed yet, or part of its files) run in steps commits every few seconds.
+        growing = job.writes and (m.committed_ids == [] or m.partial is not None)
+        if growing and events.pause is not None:  # run in steps
+            batch_chunks = min(batch_chunks, _GROW_BATCH[0] if not m.partial else _GROW_BATCH[1])
+            m.grown_since = m.grown_since or time.time()
         if job.writes:
             m.dirty = True
             m.progress = [0, len(todo)]  # readers of a first build learn its size at once
             m.save(manifest_path)
+        step_began = time.monotonic() if growing and events.pause is not None else None
 
         last_save = time.monotonic()
         written: set[str] = set()  # ids of the chunks this run upserted
         retired: list[str] = []  # ids the new state no longer uses: deleted after the commit
+        left = 0  # files read, but left unwritten by a stop
         batch: list[tuple[str, FileState, list[Chunk]]] = []
         sizes = [(path, found.files[path][3]) for path, _ in todo if path in found.files]  # not those skipped
-        bar = ProgressCounter(len(todo), events.progress, sizes)
+        bar = ProgressCounter(len(todo), events.progress, sizes, summary.unchanged if growing else None)
 
         # With parse_limits, files are parsed in a child process that can be stopped.
         worker = ParseWorker(parse_limits[1]) if parse_limits and any(err is None for _, err in todo) else None
@@ -348,18 +370,28 @@ class Indexer:
         warming = WarmUp(embedder) if todo else None
 
         def write(batch: list[tuple[str, FileState, list[Chunk]]]) -> set[str]:
-            nonlocal warming
-            if warming is not None:
+            nonlocal warming, left
+            if warming is not None and not (events.stop is not None and events.stop.is_set()):
                 if not warming.ready:
                     bar.now("loading the model")
                 summary.embed_seconds += warming.finish()
                 warming = None
             bar.now("embedding")
-            ids = write_batch(
-                store, embedder, m, batch, summary, events.on_upsert, retired, job.run_hashes, bar, batch_chunks
-            )
-            bar.done(len(batch))
+            how = (events.on_upsert, retired, job.run_hashes, bar, batch_chunks, events.stop)
+            ids, unwritten = write_batch(store, embedder, m, batch, summary, *how)
+            left += unwritten
+            bar.done(len(batch) - unwritten)
             return ids
+
+        def step_over() -> bool:
+            """Whether the run stops reading files here: paused, stopped, or a first build's step is over."""
+            if events.stop is not None and events.stop.is_set():
+                return True
+            took = time.monotonic() - step_began if step_began is not None else None
+            if took is not None and (took >= _GROW_S or len(written) >= _GROW_CHUNKS):
+                if took >= _GROW_SHARE * (time.time() - (m.grown_since or 0.0)):
+                    return True
+            return events.pause is not None and events.pause.is_set() and not _would_drop(m, retired, batch)
 
         # Files are parsed and chunked in a thread while the last batch is embedded.
         read = 0  # files taken from todo
@@ -375,7 +407,7 @@ class Indexer:
                             m.progress = [bar.files_done, bar.files_total]
                             m.save(manifest_path)
                             last_save = time.monotonic()
-                    if events.pause is not None and events.pause.is_set() and not _would_drop(m, retired, batch):
+                    if step_over():
                         break
         except IndexingCancelledError:
             if job.writes:
@@ -384,10 +416,10 @@ class Indexer:
         finally:
             if worker is not None:
                 worker.close()
-        if batch:
+        if batch:  # after a stop, written only where nothing is left to embed
             written |= write(batch)
         bar.now("saving")
-        summary.remaining = len(todo) - read
+        summary.remaining = len(todo) - read + left
         if msg := truncated.message():
             warn(summary, msg)
 
@@ -412,6 +444,10 @@ class Indexer:
             store.end_run(written, live, whole=summary.rebuild is not None)
             m.retired_roots = []
             m.mark_finished()
+            if growing:  # readers are told that the index holds part of its files
+                total, undone = summary.unchanged + len(todo) + job.left_out, summary.remaining + job.left_out
+                m.partial = [total - undone, total] if undone else None
+                m.grown_since = m.grown_since if undone else None
             m.save(manifest_path)
 
     def remove(self, folders: Sequence[str | Path], events: RunEvents | None = None) -> IndexSummary:

@@ -35,6 +35,10 @@ class IndexProgress:
     chunks_done: int  # chunks written, or already in the store
     chunks_known: int  # chunks of the files read
     chunks_expected: int = 0  # chunks the run will write, estimated until every file is read (0: no estimate yet)
+    # A first build (readers see only what its steps committed): the files its earlier steps committed, which
+    # count with ``files_done`` and ``files_total`` for the whole build. 0: not a first build, or its first step.
+    files_before: int = 0
+    first_build: bool = False  # the run is an index's first build (or a rebuild into an empty store)
 
 
 class ProgressCounter:
@@ -48,7 +52,11 @@ class ProgressCounter:
     """
 
     def __init__(
-        self, total: int, report: Callable[[IndexProgress], None] | None, sizes: Sequence[tuple[str, int]] = ()
+        self,
+        total: int,
+        report: Callable[[IndexProgress], None] | None,
+        sizes: Sequence[tuple[str, int]] = (),
+        first_build: int | None = None,
     ) -> None:
         self.stage: Stage = "reading"
         self.files_total = total
@@ -57,6 +65,7 @@ class ProgressCounter:
         self.chunks_done = 0
         self.chunks_known = 0
         self._report = report
+        self._first_build = first_build  # a first build's files_before; None: not a first build
         self._estimate = ChunkEstimate(total, sizes)
         self._tell()
 
@@ -78,6 +87,8 @@ class ProgressCounter:
                     self.chunks_done,
                     self.chunks_known,
                     expected,
+                    self._first_build or 0,
+                    self._first_build is not None,
                 )
             )
 

@@ -141,6 +141,12 @@ def main(argv: list[str] | None = None) -> int:
 
         mdrag.index.Index.close = close  # type: ignore[method-assign]
     mdrag.ingest.pipeline._BATCH_CHUNKS = args.batch_chunks
+    # A first build commits in steps (a few rounds each, never by the clock: a run's kill points are counted
+    # once and must be the same in every run), each a commit that a kill may land around.
+    mdrag.ingest.pipeline._GROW_BATCH = (args.batch_chunks, args.batch_chunks)
+    mdrag.ingest.pipeline._GROW_CHUNKS = 3 * args.batch_chunks
+    mdrag.ingest.pipeline._GROW_S = float("inf")
+    mdrag.ingest.pipeline._GROW_SHARE = 0.0
     mdrag.ingest.pipeline._SAVE_EVERY_S = 0.0  # a manifest save after every batch: more points to kill at
 
     out = io.StringIO()

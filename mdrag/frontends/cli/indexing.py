@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import json
 import logging
+import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -229,12 +231,14 @@ _STEP_S = 30.0
 
 class _Steps:
     """An `mdrag index` run committed as it goes, as the server's updates are (:mod:`mdrag.index.keeper`):
-    every ``_STEP_S`` the run commits what it embedded and goes on, so that a run stopped (Ctrl+C, a crash)
-    keeps it. The first Ctrl+C ends the step that runs (it commits what was embedded) and stops there; a
+    every ``_STEP_S`` (a first build: every few seconds, so that searches answer from it as it grows) the run
+    commits what it embedded and goes on, so that a run stopped (Ctrl+C, a crash) keeps it. The first Ctrl+C
+    stops embedding at the embedder's next batch, commits the files whose chunks are written and stops there; a
     second stops at once (what the last step committed is kept, the next run repairs the rest)."""
 
     def __init__(self) -> None:
         self.pause = threading.Event()  # the step that runs commits what it wrote and returns
+        self.stop = threading.Event()  # the same, and the embedder stops at its next batch (Ctrl+C)
         self.cancel = threading.Event()  # the run stops before its next file, without committing
         self.interrupted = False  # Ctrl+C was pressed: no step after the one that runs
 
@@ -242,24 +246,52 @@ class _Steps:
         from mdrag.index.keeper import add_step
 
         so_far, rebuild = None, args.rebuild
-        while True:
-            timer = threading.Timer(_STEP_S, self.pause.set)
-            timer.daemon = True
-            timer.start()
-            try:
-                how = {"rebuild": rebuild, "progress": bar, "pause": self.pause, "cancel": self.cancel}
-                step = self._wait(functools.partial(index.update, args.folders or None, **how), bar.say)
-            finally:
-                timer.cancel()
-                self.pause.clear()
-            so_far, rebuild = add_step(so_far, step), False
-            bar.next_step()
-            if not step.remaining or self.interrupted:
-                return so_far
+        with self._taking_ctrl_c(bar.say):
+            while True:
+                timer = threading.Timer(_STEP_S, self.pause.set)
+                timer.daemon = True
+                timer.start()
+                try:
+                    how = {"rebuild": rebuild, "progress": bar, "pause": self.pause, "cancel": self.cancel}
+                    step = self._wait(functools.partial(index.update, args.folders or None, stop=self.stop, **how))
+                finally:
+                    timer.cancel()
+                    self.pause.clear()
+                so_far, rebuild = add_step(so_far, step), False
+                bar.next_step()
+                if not step.remaining or self.interrupted:
+                    return so_far
 
-    def _wait(self, update: Callable[[], IndexSummary], say: Callable[[str], None]) -> IndexSummary:
-        """Run ``update`` in a thread, the main thread taking Ctrl+C: the first pauses it, the second cancels it
-        (each says so with ``say``)."""
+    @contextlib.contextmanager
+    def _taking_ctrl_c(self, say: Callable[[str], None]) -> Iterator[None]:
+        """Ctrl+C, for the block, sets the run's events (:meth:`_interrupt`) rather than raising where it lands
+        (between two steps too); in the main thread only, where signals are handled."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        before = signal.signal(signal.SIGINT, lambda *_: self._interrupt(say))
+        try:
+            yield
+        finally:
+            signal.signal(signal.SIGINT, before)
+
+    def _interrupt(self, say: Callable[[str], None]) -> None:
+        """Ctrl+C: the first stops the embedder at its next batch and ends the step that runs (it commits what
+        was embedded), the second cancels it; each says so with ``say``."""
+        if self.interrupted:
+            self.cancel.set()
+            say("mdrag: stopping now")
+            return
+        self.interrupted = True
+        self.stop.set()
+        self.pause.set()
+        say(
+            "mdrag: interrupted: saving what was embedded (Ctrl+C again to stop at once; "
+            "the next `mdrag index` then repairs and goes on)"
+        )
+
+    def _wait(self, update: Callable[[], IndexSummary]) -> IndexSummary:
+        """Run ``update`` in a thread while the main thread waits (taking Ctrl+C: :meth:`_taking_ctrl_c`)."""
         out: list[IndexSummary | BaseException] = []
         ended = threading.Event()  # not Thread.is_alive: a join that Ctrl+C interrupted may make it False early
 
@@ -273,20 +305,8 @@ class _Steps:
 
         worker = threading.Thread(target=target, name="mdrag-index")
         worker.start()
-        while not ended.is_set():
-            try:
-                ended.wait(0.2)
-            except KeyboardInterrupt:
-                if self.interrupted:
-                    self.cancel.set()
-                    say("mdrag: stopping now")
-                    continue
-                self.interrupted = True
-                self.pause.set()
-                say(
-                    "mdrag: interrupted: saving what was embedded (Ctrl+C again to stop at once; "
-                    "the next `mdrag index` then repairs and goes on)"
-                )
+        while not ended.wait(0.2):
+            pass
         worker.join()
         if isinstance(out[0], BaseException):
             raise out[0]

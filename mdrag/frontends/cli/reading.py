@@ -7,6 +7,7 @@ import argparse
 import json
 import logging
 import re
+import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -190,11 +191,15 @@ def _search_in(args: argparse.Namespace, config: Config, index: Index | None) ->
 
     roots: list[str] = []
     shared: frozenset[str] = frozenset()
+    partial: str | None = None  # the results come from part of the files (a first build runs, or was stopped)
     if index is None:
         reply = _through_server(config, _search_message(args), None, args.server)
+        partial = (reply.get("partial") or {}).get("message")
     else:
         try:
             found = index.search(args.query, filters=_filters(args) or None)
+            part = index.partial()
+            partial = part.message() if part is not None else None
             roots, shared = index.shared_names
             threshold = index.config["search.threshold"]
             reply = {
@@ -203,11 +208,14 @@ def _search_in(args: argparse.Namespace, config: Config, index: Index | None) ->
             }
         except StoreInUseError as e:
             reply = _through_server(config, _search_message(args), e, args.server)
+            partial = (reply.get("partial") or {}).get("message")
         if not reply["results"] and (
             why := why_nothing(Manifest.load(index.manifest_path), index.name, _filters(args))
         ):
             raise MdragError(why)
     results = reply["results"]
+    if partial:
+        print(f"mdrag: {_safe(partial)}", file=sys.stderr)
     if args.json:
         print(json.dumps(results, indent=2, ensure_ascii=False))
         return 0
@@ -286,6 +294,13 @@ def _status_of(args: argparse.Namespace, config: Config, index: Index | None) ->
         f"last indexed: {unknown or last}"
         + (f"  ({unfinished}: the next `mdrag index` repairs it)" if st["interrupted"] else "")
     )
+    if st["indexing"]:  # another process (or a server) holds the writers' lock and indexes
+        print(f"now:          {st['indexing']['message']}")
+    if st["partial"]:
+        p = st["partial"]
+        print(
+            f"partial:      searches answer from {p['files_done']} of the {p['files_total']} files of its first build"
+        )
     if st["model_mismatch"]:
         checked = "; --verify checked nothing: the store opens only with that embedder" if args.verify else ""
         print(f"note:         {st['model_mismatch']}{checked}")

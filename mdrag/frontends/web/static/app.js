@@ -69,7 +69,8 @@ function showStatus(msg) {
   const doing = indexing(msg);
   if (msg.state === "ready") {
     const ready = `ready: ${msg.files} files, ${msg.chunks} chunks`;
-    setState("ready", doing ? `${ready} (${doing})` : ready);
+    // a first build that goes on: the server's line says that answers come from the files indexed so far
+    setState("ready", msg.partial ? msg.message : doing ? `${ready} (${doing})` : ready);
   } else if (msg.state === "loading") setState("loading", doing ? `loading the index: ${doing}…` : "loading the index…");
   else setState("empty", "empty: nothing is indexed (start the server with folders: mdrag serve DIR)");
   clearTimeout(poll);
@@ -462,6 +463,7 @@ function ask(text) {
         case "answer":
           answering = null;
           finish(turn, msg.type === "answer" ? msg.answer : this.text, msg.sources || [], msg.locations || []);
+          partialNote(turn, msg);
           return true;
         case "error": // before stream_start, or after it: the answer is cut short (with the sources found)
           answering = null;
@@ -626,6 +628,14 @@ function showResults(turn, results, note) {
   end(turn);
 }
 
+/** An answer or results made from part of the files (the index's first build goes on): the server's line. */
+function partialNote(turn, msg) {
+  if (!msg.partial?.message) return;
+  turn.record.note = { cls: "wait", text: msg.partial.message };
+  note(turn, "wait", msg.partial.message);
+  changed(); // kept with the conversation
+}
+
 function showSearchNote(turn, cls, text) {
   turn.body.replaceChildren(el("p", `note ${cls}`, text));
   turn.record.note = { cls, text };
@@ -640,8 +650,10 @@ function search(text) {
     { type: "search", query: text },
     {
       on(msg) {
-        if (msg.type === "search_results") showResults(turn, msg.results, msg.note);
-        else if (msg.type === "error") showSearchNote(turn, "error", `Error: ${msg.message}`);
+        if (msg.type === "search_results") {
+          showResults(turn, msg.results, msg.note);
+          partialNote(turn, msg);
+        } else if (msg.type === "error") showSearchNote(turn, "error", `Error: ${msg.message}`);
         else if (msg.type === "status") {
           showStatus(msg);
           showSearchNote(turn, "error", "The index is still loading: search again shortly.");
