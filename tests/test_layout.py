@@ -32,6 +32,7 @@ LONG_FUNCTIONS = {
     "mdrag.knowledge.config.load_knowledge_config": "to split: reading, then each docset's checks",
     "mdrag.ingest.scan.scan": "one walk of the folders with its filters; split when it gains a rule",
     "mdrag.ingest.writing.write_batch": "to split into a run object's steps: embed, stop, upsert, commit",
+    "mdrag.index.index.Index.update": "to split: the run's setup, its progress record and its steps",
 }
 FRONT_ENDS = "mdrag.frontends"  # the CLI, the WebSocket server and client, the web page, the MCP server
 #: The rooms from the ground up (docs/architecture.md): a module imports from its own room and the rooms
