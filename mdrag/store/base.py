@@ -33,7 +33,17 @@ import numpy as np
 
 from mdrag.types import Chunk
 
-__all__ = ["CONTEXT_MAX_BYTES", "ROW_FIELDS", "TEXT_MAX_BYTES", "Filter", "Hit", "Store", "cut_short", "holds_its_text"]
+__all__ = [
+    "CONTEXT_MAX_BYTES",
+    "ROW_FIELDS",
+    "TEXT_MAX_BYTES",
+    "Filter",
+    "Hit",
+    "Store",
+    "cut_short",
+    "holds_its_text",
+    "same_embedder",
+]
 
 #: The stored fields of a chunk that a :class:`Hit` carries, besides ``id``, ``score`` and ``rank_score``.
 ROW_FIELDS = (
@@ -241,3 +251,13 @@ class Store(Protocol):
         chunk ids that a store that :attr:`hides` leaves out (what a running update of this process
         wrote and has not committed)."""
         ...
+
+
+def same_embedder(stored: dict[str, Any], identity: dict[str, Any]) -> bool:
+    """Whether vectors of the embedder ``identity`` may join a store written by ``stored``: the same model,
+    dimension and precision (``fp32`` where an identity names none: every index built before int8)."""
+    return (
+        stored.get("model") == identity.get("model")
+        and int(stored.get("dimension", -1)) == int(identity["dimension"])
+        and stored.get("precision", "fp32") == identity.get("precision", "fp32")
+    )
