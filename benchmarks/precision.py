@@ -163,6 +163,14 @@ def main() -> None:
     ap.add_argument("--model-cache", type=Path, help="a cache folder whose models/ to copy into the home first")
     ap.add_argument("--fresh", action="store_true", help="delete the home first")
     ap.add_argument("--json", type=Path, help="also write the figures here")
+    ap.add_argument(
+        "--with",
+        dest="others",
+        type=Path,
+        action="append",
+        default=[],
+        help="the home of a run of other corpora (in parallel): its figures join this one's table (repeatable)",
+    )
     args = ap.parse_args()
     home = args.home.resolve()
     if args.fresh:
@@ -194,8 +202,12 @@ def main() -> None:
                 if key not in figures.setdefault("eval", {}):
                     figures["eval"][key] = evaluate(corpus, qa, precision, home)
                     keep()
+    for other in args.others:
+        theirs = json.loads((other / "precision.json").read_text())
+        for part in ("build", "eval"):
+            figures.setdefault(part, {}).update(theirs.get(part, {}))
     print("\n".join(table(figures)))
-    for corpus in args.corpus or CORPORA:
+    for corpus in CORPORA:
         fp, q8 = (figures["build"].get(f"{corpus}/{p}") for p in PRECISIONS)
         if fp and q8:
             rate = [b["chunks"] / b["cpu_s"] for b in (fp, q8)]
