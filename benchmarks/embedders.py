@@ -13,6 +13,14 @@ BF16) and at f32.
 Quality guard: mean cosine >= 0.9999 and >= 0.99 of top-10 neighbours kept.
 
     python benchmarks/embedders.py [--json out.json] [--cache DIR] [--chunks 512] [--longest]
+
+``--precision``: onnxruntime's fp32 model against its int8 model (``embedding.precision``), in chunks per CPU
+second of this process (its threads' user and system time: a shared machine's other work does not count) on
+Hugo's and otel's chunks, with the ratio; then, int8, what else was tried against the defaults: onnxruntime's
+graph optimisation level, its intra-op threads (and their spinning), batches cut by token count instead of 32
+texts, and one length-sorted order over the run's chunks instead of one per write batch (512 chunks).
+
+    python benchmarks/embedders.py --precision [--cache DIR] [--files-every 6] [--json out.json]
 """
 
 from __future__ import annotations
@@ -62,6 +70,7 @@ from mdrag.embedding.local import LocalEmbedder  # noqa: E402
 from mdrag.parsers import parse_file  # noqa: E402
 
 HUGO = ROOT.parent / "shared" / "data" / "markdown_hugo_docs"
+OTEL = ROOT.parent / "shared" / "data" / "markdown_otel_docs"
 QA = ROOT / "benchmarks" / "data" / "hugo_qa.jsonl"
 MIN_COSINE = 0.9999
 MIN_KEPT = 0.99
@@ -89,6 +98,132 @@ def load_questions() -> list[str]:
 def top10(queries: np.ndarray, chunks: np.ndarray) -> list[set[int]]:
     scores = queries @ chunks.T
     return [set(np.argpartition(-row, 10)[:10].tolist()) for row in scores]
+
+
+def corpus_chunks(root: Path, embedder: Embedder, every: int) -> list[str]:
+    """The chunk texts of every ``every``-th Markdown file under ``root``, in the order an index run writes them."""
+    texts: list[str] = []
+    for f in sorted(root.rglob("*.md"))[::every]:
+        rel = f.relative_to(root).as_posix()
+        chunks = chunk_document(
+            parse_file(f), str(root), rel, count_tokens=embedder.count_tokens, max_tokens=embedder.max_tokens
+        )
+        texts.extend(c.embed_text for c in chunks)
+    return texts
+
+
+def _cpu_rate(run: Callable[[], Any], n: int) -> tuple[float, Any]:
+    """``n`` / the CPU seconds (user + system, every thread of this process) that ``run()`` took; its result."""
+    t = time.process_time()
+    out = run()
+    return n / (time.process_time() - t), out
+
+
+def _by_tokens(e: Any, texts: list[str], budget: int) -> np.ndarray:
+    """``e.embed`` with batches cut at ``budget`` tokens (padded: texts x the longest) instead of 32 texts."""
+    from mdrag.embedding.base import _normalize
+
+    enc = e._encoder.encode_batch(texts)
+    order = sorted(range(len(texts)), key=lambda i: len(enc[i].ids))
+    parts, group = [], list[int]()
+    for i in order:
+        if group and (len(group) + 1) * len(enc[i].ids) > budget:
+            parts.append(e._embed_encodings([enc[j] for j in group]))
+            group = []
+        group.append(i)
+    parts.append(e._embed_encodings([enc[j] for j in group]))
+    out = np.empty((len(texts), parts[0].shape[1]), dtype=np.float32)
+    out[order] = np.vstack(parts)
+    return _normalize(out)
+
+
+def precision_speed(cache: Path | None, every: int) -> dict[str, Any]:
+    """fp32 and int8 chunks per CPU second on Hugo and otel; then the int8 variants (see the module's doc)."""
+    from mdrag.embedding import onnx
+    from mdrag.embedding.onnx import OnnxEmbedder
+
+    tmp = tempfile.TemporaryDirectory(prefix="mdrag-bench-")
+    cache = cache or Path(tmp.name)
+    fp, q8 = OnnxEmbedder(cache_dir=cache), OnnxEmbedder(cache_dir=cache, int8=True)
+    corpora = {"hugo": corpus_chunks(HUGO, fp, every), "otel": corpus_chunks(OTEL, fp, every)}
+    out: dict[str, Any] = {"cpus": os.cpu_count(), "files_every": every, "load": os.getloadavg()[0], "corpora": {}}
+    for e in (fp, q8):
+        e.embed(corpora["hugo"][:64])  # load the model, first allocations
+
+    def per_write_batch(e: Any, texts: list[str], size: int = 512) -> np.ndarray:
+        return np.vstack([e.embed(texts[i : i + size]) for i in range(0, len(texts), size)])  # as the indexer
+
+    for name, texts in corpora.items():
+        tokens = [min(t, 256) for t in q8.count_tokens(texts)]
+        fig: dict[str, Any] = {"chunks": len(texts), "mean_tokens": round(float(np.mean(tokens)))}
+        fig["fp32"], a = _cpu_rate(lambda t=texts: per_write_batch(fp, t), len(texts))
+        fig["int8"], b = _cpu_rate(lambda t=texts: per_write_batch(q8, t), len(texts))
+        cos = (a * b).sum(axis=1)
+        fig.update(ratio=round(fig["int8"] / fig["fp32"], 2), cosine_mean=float(cos.mean()))
+        fig["cosine_min"] = float(cos.min())
+        out["corpora"][name] = fig
+        print(
+            f"{name}: {len(texts)} chunks ({fig['mean_tokens']} tokens on average): fp32 {fig['fp32']:.1f}, "
+            f"int8 {fig['int8']:.1f} chunks per CPU second: x{fig['ratio']:.2f}; cosine to fp32 mean "
+            f"{fig['cosine_mean']:.4f}, min {fig['cosine_min']:.4f}",
+            flush=True,
+        )
+    # The int8 variants, on the Hugo chunks: each against the default (per write batch, 32 texts, ORT_ENABLE_ALL,
+    # every core) measured again beside it.
+    texts = corpora["hugo"]
+    variants: dict[str, Callable[[], Any]] = {
+        "default": lambda: per_write_batch(q8, texts),
+        "one order over the run": lambda: q8.embed(texts),
+        "batches of 4096 tokens": lambda: np.vstack(
+            [_by_tokens(q8, texts[i : i + 512], 4096) for i in range(0, len(texts), 512)]
+        ),
+        "batches of 8192 tokens": lambda: np.vstack(
+            [_by_tokens(q8, texts[i : i + 512], 8192) for i in range(0, len(texts), 512)]
+        ),
+        "batch 64 texts": lambda: per_write_batch(q8._with(batch_size=64), texts),
+        "batch 16 texts": lambda: per_write_batch(q8._with(batch_size=16), texts),
+        "1 intra-op thread": lambda: per_write_batch(q8._with(threads=1), texts),
+    }
+    new_session = onnx._new_session
+
+    def session_with(**options: Any) -> Callable[[], Any]:
+        def run() -> Any:
+            def made(path: Path, threads: int) -> Any:
+                ort = onnx._import_runtime("onnxruntime")
+                opts = ort.SessionOptions()
+                opts.intra_op_num_threads, opts.inter_op_num_threads = threads, 1
+                opts.log_severity_level = 3
+                level = options.get("level", "ORT_ENABLE_ALL")
+                opts.graph_optimization_level = getattr(ort.GraphOptimizationLevel, level)
+                for key, value in options.get("configs", {}).items():
+                    opts.add_session_config_entry(key, value)
+                return ort.InferenceSession(str(path), sess_options=opts, providers=["CPUExecutionProvider"])
+
+            onnx._new_session = made
+            onnx._sessions.clear()
+            try:
+                e = OnnxEmbedder(cache_dir=cache, int8=True)
+                e.embed(texts[:64])
+                return per_write_batch(e, texts)
+            finally:
+                onnx._new_session = new_session
+                onnx._sessions.clear()
+
+        return run
+
+    variants["graph optimisation basic"] = session_with(level="ORT_ENABLE_BASIC")
+    variants["graph optimisation extended"] = session_with(level="ORT_ENABLE_EXTENDED")
+    variants["threads do not spin"] = session_with(
+        configs={"session.intra_op.allow_spinning": "0", "session.inter_op.allow_spinning": "0"}
+    )
+    out["int8_variants"] = {}
+    q8._with(threads=1).embed(texts[:8])  # the one-thread session loaded before it is timed
+    for name, run in variants.items():
+        rate, _ = _cpu_rate(run, len(texts))
+        out["int8_variants"][name] = round(rate, 1)
+        print(f"  int8 hugo, {name}: {rate:.1f} chunks per CPU second", flush=True)
+    tmp.cleanup()
+    return out
 
 
 def cold_start(code: str) -> dict[str, float]:
@@ -137,8 +272,15 @@ def main() -> None:
     ap.add_argument("--chunks", type=int, default=512)
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--longest", action="store_true", help="the longest chunks instead of a spread over the docs")
+    ap.add_argument("--precision", action="store_true", help="fp32 against int8 (onnxruntime), per CPU second")
+    ap.add_argument("--files-every", type=int, default=6, help="--precision: the chunks of every n-th file")
     args = ap.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    if args.precision:
+        out = precision_speed(args.cache, args.files_every)
+        if args.json:
+            args.json.write_text(json.dumps(out, indent=2) + "\n")
+        return
 
     torch_e = LocalEmbedder()
     chunks = load_chunks(torch_e, args.chunks, args.longest)

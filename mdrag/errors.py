@@ -96,16 +96,17 @@ class ModelMismatchError(EmbeddingError):
         return cls(
             f"Index {index!r} was built with {_embedder(built)} but the configured embedder is "
             f"{_embedder(configured)}. Configure the embedder it was built with (embedding.provider, "
-            "embedding.model), or rebuild it with the configured one (`mdrag index --rebuild`), or use another "
-            "--index name.",
+            "embedding.model, embedding.precision), or rebuild it with the configured one (`mdrag index "
+            "--rebuild`), or use another --index name.",
             built,
             configured,
         )
 
 
 def _embedder(identity: dict[str, Any]) -> str:
-    """An embedder's identity as text: ``openai:text-embedding-3-small (1536-d)``."""
-    return f"{identity.get('model')} ({identity.get('dimension')}-d)"
+    """An embedder's identity as text: ``openai:text-embedding-3-small (1536-d)``, ``... (384-d, int8)``."""
+    precision = f", {identity['precision']}" if identity.get("precision") else ""
+    return f"{identity.get('model')} ({identity.get('dimension')}-d{precision})"
 
 
 class StoreError(MdragError):

@@ -120,6 +120,7 @@ FolderList = Annotated[list[Annotated[str, AfterValidator(_absolute_folder)]], B
 ChunkUnit = Literal["chars", "tokens"]  # the values of chunk.unit (also mdrag.chunking.ChunkSettings' types)
 ChunkContext = Literal["none", "headings", "frontmatter"]  # of chunk.context
 ChunkStrategy = Literal["headings", "langchain"]  # of chunk.strategy
+EmbeddingPrecision = Literal["fp32", "int8"]  # of embedding.precision
 
 
 #: What each of mdrag's own backends is, by entry-point group: the help of the setting that picks one names
@@ -275,6 +276,13 @@ class Settings(BaseModel):
         32,
         "texts per model call",
         ge=1,
+    )
+    embedding__precision: EmbeddingPrecision = setting(
+        "fp32",
+        "the local model's weights when run by `onnx` or `openvino`: `fp32`, or `int8` (its matrix products' "
+        "weights quantized by onnxruntime, written once from the float file: about twice the texts per CPU "
+        "second, cosine about 0.99 to fp32); for new indexes and `mdrag index --rebuild`: an index keeps "
+        "the precision it was built with",
     )
     embedding__timeout: Number = setting(
         60,

@@ -409,6 +409,9 @@ def test_another_model_is_refused_or_replaced(engine: tuple[str, str | None]) ->
     other = {"model": "test:other", "dimension": 8}
     with pytest.raises(ModelMismatchError, match="rebuild|Rebuild"):
         open_engine(*engine, name, identity=other)
+    with pytest.raises(ModelMismatchError, match=r"\(16-d, int8\)"):  # the same model at another precision
+        open_engine(*engine, name, identity={**IDENTITY, "precision": "int8"})
+    open_engine(*engine, name, identity={**IDENTITY, "precision": "fp32"}).close()  # fp32: what none names
     s = open_engine(*engine, name, identity=other, replace_mismatch=True)
     try:
         assert s.count() == 0

@@ -6,7 +6,7 @@ import sys
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
@@ -100,6 +100,12 @@ class Embedder(ABC):
     def identity(self) -> dict[str, object]:
         """What the index records about the model that wrote its vectors."""
         return {"model": self.model_id, "dimension": self.dimension}
+
+    def for_index(self, recorded: dict[str, Any]) -> Embedder:
+        """The embedder that reads and updates an index whose vectors were written by the embedder ``recorded``
+        (its :attr:`identity`): itself, or, where the backend runs the same model at several precisions, the
+        one the index was built with, whatever the settings now say (a rebuild takes the configured one)."""
+        return self
 
 
 def _normalize(v: np.ndarray) -> np.ndarray:

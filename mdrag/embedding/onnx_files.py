@@ -46,10 +46,12 @@ __all__ = [
     "WEIGHTS",
     "checksum_ok",
     "export_onnx",
+    "int8_model_path",
     "keep_beside",
     "kept_model_dir",
     "label",
     "onnx_model_path",
+    "prepare_int8",
     "prepare_onnx",
 ]
 
@@ -332,4 +334,59 @@ def export_onnx(model_dir: Path, out: Path) -> Path:
     finally:
         tmp.unlink(missing_ok=True)
     log.info("exported %s (%.0f MB)", out, out.stat().st_size / 1e6)
+    return out
+
+
+# -- the int8 model: the float file's MatMul weights quantized by onnxruntime --------------------------
+
+
+def int8_model_path(float_path: Path) -> Path:
+    """Where the int8 model made from the float ONNX file ``float_path`` is cached: beside it,
+    ``model.int8.onnx`` (a new key of the float file is a new folder, and so a new int8 file)."""
+    return Path(float_path).with_name(f"{Path(float_path).stem}.int8.onnx")
+
+
+class _QuantizerChatter(logging.Filter):
+    """Drops what onnxruntime's quantizer logs on the root logger (advice on pre-processing, a line per
+    tensor it leaves float) while it runs: mdrag says what it wrote."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.name != "root"
+
+
+def prepare_int8(float_path: Path, out: Path) -> Path:
+    """Write the int8 model of the float ONNX file ``float_path`` to ``out``, with its sidecar; returns ``out``.
+
+    onnxruntime's dynamic quantization (``onnxruntime.quantization.quantize_dynamic``, which needs only
+    ``onnx``): the weights of the MatMul nodes become int8, one scale per output channel, and the
+    activations are quantized at run time, batch by batch. The rest of the graph (embeddings, LayerNorm,
+    softmax, attention's own products) stays float. The same float file gives the same bytes. Checked
+    and cached as the float file is (:func:`checksum_ok`): a damaged file is written again from it.
+    """
+    float_path, out = Path(float_path), Path(out)
+    try:
+        from onnxruntime.quantization import QuantType, quantize_dynamic
+    except ImportError as e:
+        raise EmbeddingError(
+            f"embedding.precision int8 needs onnxruntime's quantization, which cannot be imported ({e}): "
+            "reinstall onnxruntime and onnx, or set embedding.precision to fp32."
+        ) from e
+    tmp = _temp_file(out)
+    chatter = _QuantizerChatter()
+    logging.getLogger().addFilter(chatter)
+    try:
+        quantize_dynamic(
+            float_path, tmp, per_channel=True, op_types_to_quantize=["MatMul"], weight_type=QuantType.QInt8
+        )
+        _sidecar(out).unlink(missing_ok=True)  # a file without its sidecar is unfinished
+        os.replace(tmp, out)
+        _write_sidecar(out, file_sha256(out), float_path)
+    except OSError as e:
+        raise EmbeddingError(f"Cannot write the int8 model {out}: {e}.") from e
+    except Exception as e:  # the quantizer's own errors (a graph it cannot read)
+        raise EmbeddingError(f"Quantizing {float_path} to int8 failed ({e}): set embedding.precision to fp32.") from e
+    finally:
+        logging.getLogger().removeFilter(chatter)
+        tmp.unlink(missing_ok=True)
+    log.info("wrote %s (%.0f MB, int8) from %s", out, out.stat().st_size / 1e6, float_path)
     return out

@@ -79,7 +79,11 @@ class Index:
     def __init__(self, config: Config | None = None, embedder: Embedder | None = None) -> None:
         self.config = config or load_config()  # resolved settings
         self.name: str = self.config["index"]  # index (collection) name
-        self.embedder = embedder or make_embedder(self.config)  # loads its model lazily
+        # The embedder the settings give (a --rebuild builds with it), and the one the index was built with,
+        # which reads and updates it (the same but for a precision the settings changed since).
+        self._configured = embedder or make_embedder(self.config)  # loads its model lazily
+        built = Manifest.load(self.manifest_path)
+        self.embedder = self._configured.for_index(built.model) if built is not None else self._configured
         ChunkSettings.from_config(self.config)  # settings that cannot go together: said now (see settings)
         self._stem = None  # applied to BM25 texts and queries
         if self.config["search.stemming"]:
@@ -267,6 +271,8 @@ class Index:
             # What the last `status --verify` found: this run checks every row and repairs it.
             verified = self._verify.found()
 
+            if rebuild and self.embedder is not self._configured:
+                self._take_configured_embedder()
             # what `status --verify` found damaged, or pages SQLite cannot read, are not built upon
             if rebuild and (verified is not None or self._unreadable()):
                 with self._open_lock:
@@ -320,6 +326,17 @@ class Index:
                 if ended or not self._writers.held_on:  # the record goes with the lock (kept between the CLI's steps)
                     self._writers.clear_record()
                 self._end_run()
+
+    def _take_configured_embedder(self) -> None:
+        """A rebuild embeds with the embedder the settings give, not the one the index was built with: the
+        store is made again, with its identity."""
+        log.info("index %r: rebuilt with the configured embedder %s", self.name, self._configured.identity)
+        with self._open_lock, self._store_lock:
+            if self._store is not None:
+                self._store.close()
+            self._store, self._opened, self._exists = None, False, False
+            self.embedder = self._configured
+            self._health.forget()
 
     def _unreadable(self) -> bool:
         """Whether the store cannot be read whole (every row read: a --rebuild embeds every chunk anyway)."""

@@ -161,7 +161,8 @@ def chunking_of(store: Store, embedder: Embedder, settings: ChunkSettings) -> di
 def rebuild_reason(old: Manifest, store: Store, embedder: Embedder, chunking: dict[str, object]) -> str | None:
     """Why every file must be chunked again (the model, the store or the chunking changed), or None."""
     if old.model != embedder.identity:
-        return f"embedding model changed from {old.model.get('model')} to {embedder.model_id}"
+        was, now = (f"{m.get('model')} ({m.get('precision', 'fp32')})" for m in (old.model, embedder.identity))
+        return f"embedding model changed from {was} to {now}"
     if old.store_uri != store.uri:
         return f"the index's store is not the one its manifest records ({old.store_uri}; now {store.uri})"
     if old.chunking.get("format") != chunking["format"]:

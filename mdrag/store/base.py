@@ -47,6 +47,7 @@ __all__ = [
     "cut_short",
     "holds_its_bm25",
     "holds_its_text",
+    "same_embedder",
 ]
 
 #: The stored fields of a chunk that a :class:`Hit` carries, besides ``id``, ``score`` and ``rank_score``.
@@ -317,3 +318,13 @@ class Store(Protocol):
         rows are read only when the search asks for them (the FAISS store's); a search then reads the rows
         it looks at, not every candidate. Without it, the search wraps what ``search`` returns."""
         ...
+
+
+def same_embedder(stored: dict[str, Any], identity: dict[str, Any]) -> bool:
+    """Whether vectors of the embedder ``identity`` may join a store written by ``stored``: the same model,
+    dimension and precision (``fp32`` where an identity names none: every index built before int8)."""
+    return (
+        stored.get("model") == identity.get("model")
+        and int(stored.get("dimension", -1)) == int(identity["dimension"])
+        and stored.get("precision", "fp32") == identity.get("precision", "fp32")
+    )

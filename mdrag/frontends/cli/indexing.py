@@ -44,6 +44,7 @@ def register(commands: Commands) -> None:
     p.add_argument("--rebuild", action="store_true", help="drop the index and build it again")
     setting_flag(p, "chunk.size")
     setting_flag(p, "chunk.overlap")
+    setting_flag(p, "embedding.precision")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     common_flags(p)
     p.set_defaults(run=_index)

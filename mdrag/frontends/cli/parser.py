@@ -33,6 +33,7 @@ SETTING_FLAGS: dict[str, tuple[str, str | None]] = {
     "store.backend": ("--store", None),
     "chunk.size": ("--chunk-size", "N"),
     "chunk.overlap": ("--chunk-overlap", "N"),
+    "embedding.precision": ("--precision", None),
     "search.k": ("-k", "N"),
     "search.threshold": ("--threshold", "S"),
     "search.mode": ("--mode", None),

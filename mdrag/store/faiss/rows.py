@@ -30,7 +30,7 @@ import numpy as np
 
 from mdrag.errors import ConfigError, StoreDamagedError, StoreError, StoreInUseError, StoreUnavailableError
 from mdrag.store import same_location
-from mdrag.store.base import ROW_FIELDS, Filter, Hit, bm25_text, holds_its_bm25, holds_its_text
+from mdrag.store.base import ROW_FIELDS, Filter, Hit, bm25_text, holds_its_bm25, holds_its_text, same_embedder
 from mdrag.store.bm25 import Bm25
 from mdrag.store.faiss import tagsets
 from mdrag.store.faiss import vectors as faiss_vectors
@@ -198,9 +198,7 @@ def stored_identity(db: sqlite3.Connection) -> dict[str, Any] | None:
 
 
 def same_model(stored: dict[str, Any], identity: dict[str, Any]) -> bool:
-    return stored.get("model") == identity.get("model") and int(stored.get("dimension", -1)) == int(
-        identity["dimension"]
-    )
+    return same_embedder(stored, identity)
 
 
 # -- integrity: what a run records, and the checks against it ----------------------

@@ -39,7 +39,7 @@ from mdrag.redact import redact_url
 from mdrag.settings import INDEX_NAME_RULE, valid_index_name
 from mdrag.store import StoreBackend, same_location
 from mdrag.store import is_server_uri as _is_remote
-from mdrag.store.base import Filter, Hit
+from mdrag.store.base import Filter, Hit, same_embedder
 from mdrag.store.milvus import check as milvus_check
 from mdrag.store.milvus import filters, tagsets
 from mdrag.store.milvus import rows as milvus_rows
@@ -356,9 +356,7 @@ class MilvusStore:
                 f"Collection {self.collection} in {self.uri} was not written by mdrag (no model "
                 "identity). Use another index name (--index), or rebuild it with `mdrag index --rebuild`."
             )
-        if stored.get("model") != self.identity.get("model") or int(stored.get("dimension", -1)) != int(
-            self.identity["dimension"]
-        ):
+        if not same_embedder(stored, self.identity):
             raise ModelMismatchError.between(self.collection[6:], stored, self.identity)
 
     def _check_fields(self) -> None:
