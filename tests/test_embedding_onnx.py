@@ -359,8 +359,11 @@ def test_a_kept_index_embeds_in_the_yielding_thread_and_stores_the_vectors_mdrag
     e = request.getfixturevalue(f"{runtime}_embedder")
     docs = tmp_path / "docs"
     docs.mkdir()
-    for i, text in enumerate(TEXTS[6:20]):
-        (docs / f"page{i}.md").write_text(f"# Page {i}\n\n{text}\n")
+    pages = {docs / f"page{i}.md": f"# Page {i}\n\n{text}\n" for i, text in enumerate(TEXTS[6:20])}
+    later = list(pages)[7:]  # added once the kept index is built: its first build embeds on every core
+    for path, text in pages.items():
+        if path not in later:
+            path.write_text(text)
     yielded: list[int] = []
     run = onnx.run_yielding
 
@@ -372,12 +375,17 @@ def test_a_kept_index_embeds_in_the_yielding_thread_and_stores_the_vectors_mdrag
     indexes = [Index(load_config({"index": name}), embedder=e) for name in ("plain", "kept")]
     plain, kept = indexes
     try:
+        keeper = IndexKeeper(kept, [docs])
+        assert keeper.wait(keeper.start(), timeout=120)  # a first build: no search waits on it, every core
+        assert not yielded
+        for path in later:
+            path.write_text(pages[path])
+        assert keeper.wait(keeper.request("periodic rescan"), timeout=120)  # a full update, not a few files
+        keeper.close()
+        assert yielded  # an update of a built index gives way to searches
+        yielded.clear()
         plain.update([docs])  # as `mdrag index` does: every core, at the process's priority
         assert not yielded
-        keeper = IndexKeeper(kept, [docs])
-        assert keeper.wait(keeper.start(), timeout=120)
-        keeper.close()
-        assert yielded
         assert kept.status().chunks == plain.status().chunks > 0
         for query in ("taxonomy", "front matter fields", "deploy with a workflow"):
             want = [(r.chunk_id, r.score) for r in plain.search(query, k=10, mode="dense")]
