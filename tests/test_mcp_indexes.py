@@ -349,3 +349,37 @@ async def test_a_project_named_by_the_environment_is_served_from_root(tmp_path: 
     assert [r["rel_path"] for r in under_ops["results"]] == ["ops/upgrade.md"]
     assert [r["rel_path"] for r in tagged["results"]] == ["setup/install.md"]
     assert status[0]["docset"] == "guide" and status[0]["files"] == 2 and status[0]["state"] == "ready"
+
+
+@pytest.mark.slow
+@pytest.mark.anyio
+async def test_a_search_of_an_index_that_holds_part_of_its_files_says_so(tmp_path: Path, mdrag_home: Path) -> None:
+    """A first build stopped after its first step: MCP answers from the files it holds, and says how many."""
+    import threading
+
+    import mcp
+
+    from mdrag.config import load_config
+    from mdrag.frontends.mcp.tools import KnowledgeTools
+    from mdrag.index import Index
+    from mdrag.index.served import ServedIndexes
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for i in range(1, 9):
+        (docs / f"p{i}.md").write_text(f"# Page {i}\n\nThe widget number {i} spins at {i}00 rpm.\n")
+    paused = threading.Event()
+    paused.set()  # the build commits its first step, then stops
+    with Index(load_config({"index": "part"})) as index:
+        first = index.update([docs], pause=paused, batch_chunks=2)
+    assert first.remaining > 0
+    served = ServedIndexes(["part"], load_config())
+    served._gate.acquire()  # another index's update holds the CPU: this one's waits, the index stays partial
+    try:
+        with anyio.fail_after(WAIT):
+            async with mcp.Client(KnowledgeTools(None, indexes=served).server()) as client:
+                found = json.loads(ok(await client.call_tool("search", {"query": "how fast does the widget spin"})))
+    finally:
+        served._gate.release()
+    assert found["results"] and found["partial"]["part"]["files_done"] == first.added
+    assert f"{first.added} of 8 files" in found["note"] and "results come from those" in found["note"]

@@ -273,9 +273,13 @@ class KnowledgeTools:
         shared: dict[Target, frozenset[str]] = {}
         indexed: dict[str, ServedIndexState] = {}
         indexing: dict[str, UpdateProgress] = {}
+        partial: dict[str, dict[str, Any]] = {}  # the indexes whose first build holds part of their files
         for t in targets:
             found = await anyio.to_thread.run_sync(t.entry.search, query, k, filters, mode)
             if found.results is not None:
+                part = await anyio.to_thread.run_sync(t.entry.index.partial)
+                if part is not None:
+                    partial[t.id] = part.to_dict()
                 indexed[t.id] = t.entry.state(refreshed=t.entry.updates > updates[t])
                 hits.extend((t, r) for r in found.results)
                 shared[t] = t.entry.index.shared_names[1]
@@ -305,6 +309,10 @@ class KnowledgeTools:
             out["note"] = no_results(threshold, bool(filters)) + (
                 ", or search_docs to search the files yourself" if self.kb is not None else ""
             )
+        if partial:  # answered from the files a growing first build has committed so far
+            out["partial"] = partial
+            said = "; ".join(f"{name}: {p['message']}" for name, p in partial.items())
+            out["note"] = f"{out['note']} {said}" if "note" in out else said
         out["indexed"] = {name: state.to_dict() for name, state in indexed.items()}
         if skipped:
             out["skipped"] = skipped
