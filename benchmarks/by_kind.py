@@ -48,7 +48,7 @@ def main() -> None:
     if args.json:
         print(json.dumps(result, indent=2))
         return
-    print(f"| kind | n | mode | nDCG@10 | R@10 | MRR | Hit@5 / refused |\n|---|---|---|---|---|---|---|")
+    print("| kind | n | mode | nDCG@10 | R@10 | MRR | Hit@5 / refused |\n|---|---|---|---|---|---|---|")
     for kind, figures in result.items():
         for mode in ev.MODES:
             m = figures[mode]

@@ -57,6 +57,9 @@ _LINE = {"li", "dt", "dd", "tr", "td", "th", "figcaption", "summary", "caption",
 # Deeper pages are read whole: libxml2 (under readability-lxml) stops reading at 256 levels,
 # and readability-lxml's time grows with the square of the depth.
 _MAX_DEPTH = 255
+# The extractor's pick is widened when it holds under _WIDEN_BELOW of a page's prose (text outside links,
+# at least _WIDEN_MIN_PROSE characters): to its like siblings whose text is that much prose (see _widened).
+_WIDEN_BELOW, _WIDEN_PROSE_SHARE, _WIDEN_MIN_PROSE = 0.8, 0.75, 500
 _ID = "data-mdrag-id"  # numbers the tags in the page given to readability-lxml
 _ID_NUMBER = re.compile(r'data-mdrag-id="(\d+)"')
 _LANGUAGE = re.compile(r"^(?:language|lang)-([\w+#.-]+)$")
@@ -297,6 +300,54 @@ def _is_protected(tag: Tag) -> bool:
     return tag.name in _HEADINGS or tag.name == "pre" or (tag.name == "table" and _is_data_table(tag))
 
 
+def _widened(soup: BeautifulSoup, tags: list[Tag], kept: set[int]) -> set[int]:
+    """The tags to add to ``kept`` when readability-lxml's pick holds under 80% of the page's prose.
+
+    Prose: text outside links. The extractor keeps its best-scored block and the siblings that score
+    near it; a manual page split into many sibling sections (asciidoc's ``sect1`` divs, one div per
+    book entry) loses all but one. Then, from the pick up to the body, every sibling of the pick or
+    of one of its ancestors that is a tag of the same name and the same (non-empty) class (the next
+    section, the next entry) is added whole, when its text is mostly outside links (menus are not).
+    """
+    in_link: dict[int, bool] = {id(soup): False}
+    own: dict[int, int] = {}
+    for tag in tags:
+        linked = tag.name == "a" or in_link.get(id(tag.parent), False)
+        in_link[id(tag)] = linked
+        own[id(tag)] = 0 if linked else sum(len(str(c).strip()) for c in tag.contents if _is_text(c))
+    total = dict(own)
+    every = dict.fromkeys(total, 0)
+    for tag in reversed(tags):  # children after their parent in document order: sums bottom-up
+        every[id(tag)] += sum(len(str(c).strip()) for c in tag.contents if _is_text(c))
+        if tag.parent is not None and id(tag.parent) in total:
+            total[id(tag.parent)] += total[id(tag)]
+            every[id(tag.parent)] += every[id(tag)]
+    prose = sum(total[id(t)] for t in tags if t.parent is None or id(t.parent) not in total)
+    if prose < _WIDEN_MIN_PROSE or sum(own[t] for t in kept if t in own) >= _WIDEN_BELOW * prose:
+        return set()
+    added: set[int] = set()
+    tops = [t for t in tags if id(t) in kept and (t.parent is None or id(t.parent) not in kept)]
+    seen: set[int] = set()
+    for top in tops:
+        node: Any = top
+        while isinstance(node, Tag) and node.name not in ("body", "html") and id(node) not in seen:
+            seen.add(id(node))
+            signature = (node.name, tuple(node.get("class") or ()))
+            classed = bool(signature[1])  # a bare div is any block: the sidebar's as well as the article's
+            for sibling in node.parent.contents if node.parent is not None and classed else ():
+                if (
+                    isinstance(sibling, Tag)
+                    and sibling is not node
+                    and (sibling.name, tuple(sibling.get("class") or ())) == signature
+                    and total.get(id(sibling), 0) > _WIDEN_PROSE_SHARE * every.get(id(sibling), 0)
+                ):
+                    for whole in (sibling, node):  # the pick's own section is read whole too (its heading)
+                        added.add(id(whole))
+                        added.update(id(inner) for inner in whole.find_all(True))
+            node = node.parent
+    return added
+
+
 def _main_content(soup: BeautifulSoup, path: str) -> _Article | None:
     """The tags of ``soup`` that readability-lxml reads as the article; None, with the reason logged, if it fails.
 
@@ -333,6 +384,7 @@ def _main_content(soup: BeautifulSoup, path: str) -> _Article | None:
         logger.info("%s: main content not extracted (%s: %s); reading the whole page", path, type(exc).__name__, exc)
         return None
     kept = {id(tags[n]) for n in map(int, _ID_NUMBER.findall(summary)) if n < len(tags)}
+    kept |= _widened(soup, tags, kept)
     for tag in tags:
         if id(tag) not in kept and _is_protected(tag) and id(tag.parent) in kept:
             kept.add(id(tag))
