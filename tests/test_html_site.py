@@ -45,3 +45,27 @@ def test_html_manual_page_keeps_the_prose_of_every_section() -> None:
         assert prose in text
     assert [s.heading_path[-1] for s in doc.sections if s.heading_path][-4:] == [f"Section {n}" for n in range(4)]
     assert "Page 3 of the site" not in text  # the menu beside the content stays out
+
+
+def _index_page(depth: int) -> bytes:
+    """A cross-reference page: a title, a paragraph of its own, then 400 lines of links, nested ``depth`` deep."""
+    entries = "".join(f'<li><a href="/t{n}.html">term{n}</a> <a href="/p{n}.html">page{n}</a></li>' for n in range(400))
+    return (
+        "<html><head><title>Keyword index</title></head><body>"
+        + "<div>" * depth
+        + "<h1>Keyword index</h1><p>This index lists every keyword of the manual with the pages that use it; "
+        "follow a keyword to read about it.</p>" + f"<ul>{entries}</ul>" + "</div>" * depth + "</body></html>"
+    ).encode()
+
+
+def test_html_index_page_is_read_for_its_title_and_prose(caplog) -> None:
+    for depth in (3, 300):  # shallow, and deeper than the main-content extraction reads
+        caplog.clear()
+        with caplog.at_level("INFO", logger="mdrag.parsers.html"):
+            doc = get_parser("p.html")(_index_page(depth), "/keywords.html")
+        text = _text(doc)
+        assert "lists every keyword of the manual" in text
+        assert "term17" not in text and "page399" not in text
+        assert len(text) < 200
+        assert doc.title == "Keyword index"
+        assert len([r for r in caplog.records if "/keywords.html" in r.getMessage()]) == 1  # said once

@@ -60,6 +60,11 @@ _MAX_DEPTH = 255
 # The extractor's pick is widened when it holds under _WIDEN_BELOW of a page's prose (text outside links,
 # at least _WIDEN_MIN_PROSE characters): to its like siblings whose text is that much prose (see _widened).
 _WIDEN_BELOW, _WIDEN_PROSE_SHARE, _WIDEN_MIN_PROSE = 0.8, 0.75, 500
+# An index page: link text is _LISTING_LINKS of its text or more, and the extractor's pick holds under
+# _LISTING_KEPT of it (or it nests too deep for the extractor). It is read whole less its lines of links
+# (_LINK_LINES whose text is _LISTING_LINE link text or more): its title and its own prose.
+_LISTING_LINKS, _LISTING_KEPT, _LISTING_LINE = 0.6, 0.2, 0.8
+_LINK_LINES = {"li", "tr", "dt", "dd", "p", "td", "th"}
 _ID = "data-mdrag-id"  # numbers the tags in the page given to readability-lxml
 _ID_NUMBER = re.compile(r'data-mdrag-id="(\d+)"')
 _LANGUAGE = re.compile(r"^(?:language|lang)-([\w+#.-]+)$")
@@ -348,6 +353,38 @@ def _widened(soup: BeautifulSoup, tags: list[Tag], kept: set[int]) -> set[int]:
     return added
 
 
+def _link_share(tags: list[Tag]) -> float:
+    """The share of the page's text (less what mdrag leaves out) that is link text."""
+    left_out: set[int] = set()
+    in_link: set[int] = set()
+    total = linked = 0
+    for tag in tags:
+        if id(tag.parent) in left_out or _is_removed(tag):
+            left_out.add(id(tag))
+            continue
+        if tag.name == "a" or id(tag.parent) in in_link:
+            in_link.add(id(tag))
+        size = sum(len(str(c).strip()) for c in tag.contents if _is_text(c))
+        total += size
+        linked += size if id(tag) in in_link else 0
+    return linked / total if total else 0.0
+
+
+def _without_link_lines(tags: list[Tag]) -> _Article:
+    """The whole page less its lines of links: each list item, table row, term or paragraph whose
+    text is mostly link text (an index page's entries), with all it holds."""
+    out: set[int] = set()
+    for tag in tags:
+        if id(tag.parent) in out:
+            out.add(id(tag))
+        elif tag.name in _LINK_LINES:
+            text = len(_text(tag).replace(" ", ""))
+            linked = sum(len(_text(a).replace(" ", "")) for a in _tags(tag, {"a"}))
+            if text and linked >= _LISTING_LINE * text:
+                out.add(id(tag))
+    return _Article({id(tag) for tag in tags if id(tag) not in out}, set())
+
+
 def _main_content(soup: BeautifulSoup, path: str) -> _Article | None:
     """The tags of ``soup`` that readability-lxml reads as the article; None, with the reason logged, if it fails.
 
@@ -367,13 +404,18 @@ def _main_content(soup: BeautifulSoup, path: str) -> _Article | None:
     for number, tag in enumerate(tags):
         tag.attrs[_ID] = str(number)
         depth[id(tag)] = depth[id(tag.parent)] + 1
+    links = _link_share(tags)
     if max(depth.values()) > _MAX_DEPTH:
+        # libxml2 (under readability-lxml) stops at 256 levels; the walk here is iterative and reads any depth
+        listing = links >= _LISTING_LINKS
         logger.info(
-            "%s: tags nest deeper than %d levels, more than the main-content extraction reads; reading the whole page",
+            "%s: tags nest deeper than %d levels, more than the main-content extraction reads; reading the "
+            "whole page%s",
             path,
             _MAX_DEPTH,
+            " less its lines of links (an index page)" if listing else "",
         )
-        return None
+        return _without_link_lines(tags) if listing else None
     for tag in tags:
         if _is_removed(tag):
             # never read, and a script's text does not survive the round trip (a "<!--" in it hides the rest)
@@ -389,6 +431,11 @@ def _main_content(soup: BeautifulSoup, path: str) -> _Article | None:
         if id(tag) not in kept and _is_protected(tag) and id(tag.parent) in kept:
             kept.add(id(tag))
             kept.update(id(inner) for inner in tag.find_all(True))
+    own = sum(len(str(c).strip()) for t in tags if id(t) in kept for c in t.contents if _is_text(c))
+    every = sum(len(str(c).strip()) for t in tags for c in t.contents if _is_text(c))
+    if links >= _LISTING_LINKS and own < _LISTING_KEPT * every:
+        logger.info("%s: an index page (mostly links): its title and its own prose are read", path)
+        return _without_link_lines(tags)
     entered: set[int] = set()
     for tag in tags:
         if id(tag) in kept:
