@@ -57,7 +57,7 @@ def _lines(doc: Document) -> list[str]:
 def measure(folder: Path) -> dict:
     """The figures of one corpus folder (see the module docstring)."""
     pages = sorted(folder.rglob("*.html"))
-    if folder == SHARED:  # the HTML under ../shared/data outside the readability test pages
+    if folder.resolve() == SHARED.resolve():  # the HTML under ../shared/data outside the readability test pages
         pages = [p for p in pages if "html_readability_pages" not in p.parts]
     whole: dict[str, list[str]] = {}
     chunks: dict[str, list[str]] = {}
