@@ -4,7 +4,12 @@ Only the page's main content is read: readability-lxml (a port of Mozilla's
 Readability) picks the article out of the site's chrome (menus, share bars,
 "Next story", comment counters), and the walk below reads the article's HTML
 with its headings, lists, tables and code blocks. A page where it finds no
-text is read whole, and the reason is logged. Title, description, keywords
+text is read whole, and the reason is logged. Two widenings: when its pick
+holds under 80% of the page's prose and has like siblings (a manual's
+sections, a list's entries: same tag, same class), they are read too; an
+index page (mostly link text) is read whole less its lines of links, so its
+title and own prose are indexed and its link lists are not (this also holds
+for a page nested deeper than readability-lxml reads). Title, description, keywords
 and language come from the whole page's ``head``.
 
 Left out of the text, with everything inside them: script, style, noscript,
@@ -57,6 +62,14 @@ _LINE = {"li", "dt", "dd", "tr", "td", "th", "figcaption", "summary", "caption",
 # Deeper pages are read whole: libxml2 (under readability-lxml) stops reading at 256 levels,
 # and readability-lxml's time grows with the square of the depth.
 _MAX_DEPTH = 255
+# The extractor's pick is widened when it holds under _WIDEN_BELOW of a page's prose (text outside links,
+# at least _WIDEN_MIN_PROSE characters): to its like siblings whose text is that much prose (see _widened).
+_WIDEN_BELOW, _WIDEN_PROSE_SHARE, _WIDEN_MIN_PROSE = 0.8, 0.75, 500
+# An index page: link text is _LISTING_LINKS of its text or more, and the extractor's pick holds under
+# _LISTING_KEPT of it (or it nests too deep for the extractor). It is read whole less its lines of links
+# (_LINK_LINES whose text is _LISTING_LINE link text or more): its title and its own prose.
+_LISTING_LINKS, _LISTING_KEPT, _LISTING_LINE = 0.6, 0.2, 0.8
+_LINK_LINES = {"li", "tr", "dt", "dd", "p", "td", "th"}
 _ID = "data-mdrag-id"  # numbers the tags in the page given to readability-lxml
 _ID_NUMBER = re.compile(r'data-mdrag-id="(\d+)"')
 _LANGUAGE = re.compile(r"^(?:language|lang)-([\w+#.-]+)$")
@@ -297,6 +310,86 @@ def _is_protected(tag: Tag) -> bool:
     return tag.name in _HEADINGS or tag.name == "pre" or (tag.name == "table" and _is_data_table(tag))
 
 
+def _widened(soup: BeautifulSoup, tags: list[Tag], kept: set[int]) -> set[int]:
+    """The tags to add to ``kept`` when readability-lxml's pick holds under 80% of the page's prose.
+
+    Prose: text outside links. The extractor keeps its best-scored block and the siblings that score
+    near it; a manual page split into many sibling sections (asciidoc's ``sect1`` divs, one div per
+    book entry) loses all but one. Then, from the pick up to the body, every sibling of the pick or
+    of one of its ancestors that is a tag of the same name and the same (non-empty) class (the next
+    section, the next entry) is added whole, when its text is mostly outside links (menus are not).
+    """
+    in_link: dict[int, bool] = {id(soup): False}
+    own: dict[int, int] = {}
+    for tag in tags:
+        linked = tag.name == "a" or in_link.get(id(tag.parent), False)
+        in_link[id(tag)] = linked
+        own[id(tag)] = 0 if linked else sum(len(str(c).strip()) for c in tag.contents if _is_text(c))
+    total = dict(own)
+    every = dict.fromkeys(total, 0)
+    for tag in reversed(tags):  # children after their parent in document order: sums bottom-up
+        every[id(tag)] += sum(len(str(c).strip()) for c in tag.contents if _is_text(c))
+        if tag.parent is not None and id(tag.parent) in total:
+            total[id(tag.parent)] += total[id(tag)]
+            every[id(tag.parent)] += every[id(tag)]
+    prose = sum(total[id(t)] for t in tags if t.parent is None or id(t.parent) not in total)
+    if prose < _WIDEN_MIN_PROSE or sum(own[t] for t in kept if t in own) >= _WIDEN_BELOW * prose:
+        return set()
+    added: set[int] = set()
+    tops = [t for t in tags if id(t) in kept and (t.parent is None or id(t.parent) not in kept)]
+    seen: set[int] = set()
+    for top in tops:
+        node: Any = top
+        while isinstance(node, Tag) and node.name not in ("body", "html") and id(node) not in seen:
+            seen.add(id(node))
+            signature = (node.name, tuple(node.get("class") or ()))
+            classed = bool(signature[1])  # a bare div is any block: the sidebar's as well as the article's
+            for sibling in node.parent.contents if node.parent is not None and classed else ():
+                if (
+                    isinstance(sibling, Tag)
+                    and sibling is not node
+                    and (sibling.name, tuple(sibling.get("class") or ())) == signature
+                    and total.get(id(sibling), 0) > _WIDEN_PROSE_SHARE * every.get(id(sibling), 0)
+                ):
+                    for whole in (sibling, node):  # the pick's own section is read whole too (its heading)
+                        added.add(id(whole))
+                        added.update(id(inner) for inner in whole.find_all(True))
+            node = node.parent
+    return added
+
+
+def _link_share(tags: list[Tag]) -> float:
+    """The share of the page's text (less what mdrag leaves out) that is link text."""
+    left_out: set[int] = set()
+    in_link: set[int] = set()
+    total = linked = 0
+    for tag in tags:
+        if id(tag.parent) in left_out or _is_removed(tag):
+            left_out.add(id(tag))
+            continue
+        if tag.name == "a" or id(tag.parent) in in_link:
+            in_link.add(id(tag))
+        size = sum(len(str(c).strip()) for c in tag.contents if _is_text(c))
+        total += size
+        linked += size if id(tag) in in_link else 0
+    return linked / total if total else 0.0
+
+
+def _without_link_lines(tags: list[Tag]) -> _Article:
+    """The whole page less its lines of links: each list item, table row, term or paragraph whose
+    text is mostly link text (an index page's entries), with all it holds."""
+    out: set[int] = set()
+    for tag in tags:
+        if id(tag.parent) in out:
+            out.add(id(tag))
+        elif tag.name in _LINK_LINES:
+            text = len(_text(tag).replace(" ", ""))
+            linked = sum(len(_text(a).replace(" ", "")) for a in _tags(tag, {"a"}))
+            if text and linked >= _LISTING_LINE * text:
+                out.add(id(tag))
+    return _Article({id(tag) for tag in tags if id(tag) not in out}, set())
+
+
 def _main_content(soup: BeautifulSoup, path: str) -> _Article | None:
     """The tags of ``soup`` that readability-lxml reads as the article; None, with the reason logged, if it fails.
 
@@ -316,13 +409,18 @@ def _main_content(soup: BeautifulSoup, path: str) -> _Article | None:
     for number, tag in enumerate(tags):
         tag.attrs[_ID] = str(number)
         depth[id(tag)] = depth[id(tag.parent)] + 1
+    links = _link_share(tags)
     if max(depth.values()) > _MAX_DEPTH:
+        # libxml2 (under readability-lxml) stops at 256 levels; the walk here is iterative and reads any depth
+        listing = links >= _LISTING_LINKS
         logger.info(
-            "%s: tags nest deeper than %d levels, more than the main-content extraction reads; reading the whole page",
+            "%s: tags nest deeper than %d levels, more than the main-content extraction reads; reading the "
+            "whole page%s",
             path,
             _MAX_DEPTH,
+            " less its lines of links (an index page)" if listing else "",
         )
-        return None
+        return _without_link_lines(tags) if listing else None
     for tag in tags:
         if _is_removed(tag):
             # never read, and a script's text does not survive the round trip (a "<!--" in it hides the rest)
@@ -333,10 +431,16 @@ def _main_content(soup: BeautifulSoup, path: str) -> _Article | None:
         logger.info("%s: main content not extracted (%s: %s); reading the whole page", path, type(exc).__name__, exc)
         return None
     kept = {id(tags[n]) for n in map(int, _ID_NUMBER.findall(summary)) if n < len(tags)}
+    kept |= _widened(soup, tags, kept)
     for tag in tags:
         if id(tag) not in kept and _is_protected(tag) and id(tag.parent) in kept:
             kept.add(id(tag))
             kept.update(id(inner) for inner in tag.find_all(True))
+    own = sum(len(str(c).strip()) for t in tags if id(t) in kept for c in t.contents if _is_text(c))
+    every = sum(len(str(c).strip()) for t in tags for c in t.contents if _is_text(c))
+    if links >= _LISTING_LINKS and own < _LISTING_KEPT * every:
+        logger.info("%s: an index page (mostly links): its title and its own prose are read", path)
+        return _without_link_lines(tags)
     entered: set[int] = set()
     for tag in tags:
         if id(tag) in kept:

@@ -1,0 +1,126 @@
+"""HTML pages as the index gets them: repeated blocks in chunks, the biggest page, and the text kept per page.
+
+For every ``*.html`` page under each corpus folder given (default: ../shared/data/html_readability_pages and
+every other HTML page under ../shared/data; add /work/corpora/git-doc-html after
+``sh benchmarks/fetch_html_manual.sh``), the page is parsed and chunked as `mdrag index` does (default chunk
+settings, sizes in characters: no embedder is loaded), and three figures are measured:
+
+- boilerplate: the share of chunks made only of blocks (paragraphs, lines) that occur on more than 5% of the
+  corpus's pages (and on at least 3): taglines, footers, "last modified" lines, crumbs;
+- biggest page: the page holding the most chunks, and its share of them;
+- kept: per page, the share of its visible text (the whole page as the parser reads it with
+  ``main_content=False``: menus in ``nav``, ``footer`` and hidden parts already out, and less the repeated
+  blocks above) whose word tokens reach its chunks (tokens as multisets, ``\\w+`` lower-cased); the mean, the
+  median and the pages under 80%.
+
+    python benchmarks/html_pages.py [FOLDER ...] [--json OUT]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import re
+import statistics
+import sys
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from mdrag.chunking import chunk_document  # noqa: E402
+from mdrag.parsers.html import parse  # noqa: E402
+from mdrag.types import Document  # noqa: E402
+
+SHARED = ROOT.parent / "shared" / "data"
+TOKEN = re.compile(r"\w+")
+SHARE, AT_LEAST = 0.05, 3  # a block on more than 5% of the pages, and on 3 at least, is boilerplate
+LOW = 0.8
+
+
+def _key(line: str) -> str:
+    """A block as compared across pages: digits (dates, counts) do not make it another block."""
+    return re.sub(r"\d+", "0", " ".join(line.split()).lower())
+
+
+def _lines(doc: Document) -> list[str]:
+    out = []
+    for section in doc.sections:
+        if section.level and section.heading_path:
+            out.append(section.heading_path[-1])
+        out.extend(line for line in section.text.splitlines() if line.strip())
+    return out
+
+
+def measure(folder: Path) -> dict:
+    """The figures of one corpus folder (see the module docstring)."""
+    pages = sorted(folder.rglob("*.html"))
+    if folder.resolve() == SHARED.resolve():  # the HTML under ../shared/data outside the readability test pages
+        pages = [p for p in pages if "html_readability_pages" not in p.parts]
+    whole: dict[str, list[str]] = {}
+    chunks: dict[str, list[str]] = {}
+    for page in pages:
+        rel = page.relative_to(folder).as_posix()
+        data = page.read_bytes()
+        whole[rel] = _lines(parse(data, rel, main_content=False))
+        doc = parse(data, rel)
+        chunks[rel] = [c.text for c in chunk_document(doc, str(folder), rel)]
+    seen = Counter(k for lines in whole.values() for k in {_key(line) for line in lines})
+    limit = max(AT_LEAST - 1, SHARE * len(pages))
+    repeated = {k for k, n in seen.items() if n > limit}
+    all_chunks = [(rel, text) for rel, texts in chunks.items() for text in texts]
+
+    def is_boilerplate(text: str) -> bool:
+        lines = [_key(line) for line in text.splitlines() if line.strip() and not line.startswith("```")]
+        return bool(lines) and all(k in repeated for k in lines)
+
+    boiler = [(rel, text) for rel, text in all_chunks if is_boilerplate(text)]
+    per_page = Counter(rel for rel, _ in all_chunks)
+    kept: dict[str, float] = {}
+    for rel, lines in whole.items():
+        visible = Counter(t for line in lines if _key(line) not in repeated for t in TOKEN.findall(line.lower()))
+        if sum(visible.values()) < 20:
+            continue  # a page with (almost) no text of its own
+        got = Counter(t for text in chunks[rel] for t in TOKEN.findall(text.lower()))
+        kept[rel] = sum((visible & got).values()) / sum(visible.values())
+    biggest = per_page.most_common(1)[0] if per_page else ("", 0)
+    return {
+        "folder": str(folder),
+        "pages": len(pages),
+        "chunks": len(all_chunks),
+        "boilerplate_chunks": len(boiler),
+        "boilerplate_share": round(len(boiler) / max(1, len(all_chunks)), 4),
+        "boilerplate_examples": Counter(text[:80] for _, text in boiler).most_common(5),
+        "biggest_page": biggest[0],
+        "biggest_share": round(biggest[1] / max(1, len(all_chunks)), 4),
+        "kept_mean": round(statistics.mean(kept.values()), 4) if kept else None,
+        "kept_median": round(statistics.median(kept.values()), 4) if kept else None,
+        "kept_low": sorted(((rel, round(v, 3)) for rel, v in kept.items() if v < LOW), key=lambda x: x[1]),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("folders", nargs="*", type=Path, default=[SHARED / "html_readability_pages", SHARED])
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+    results = [measure(folder) for folder in args.folders]
+    for r in results:
+        print(
+            f"{r['folder']}: {r['pages']} pages, {r['chunks']} chunks; boilerplate {r['boilerplate_chunks']} "
+            f"({r['boilerplate_share']:.2%}); biggest page {r['biggest_page']} {r['biggest_share']:.2%}; "
+            f"kept mean {r['kept_mean']}, median {r['kept_median']}, {len(r['kept_low'])} pages under {LOW:.0%}"
+        )
+        for rel, v in r["kept_low"]:
+            print(f"    {v:.3f} {rel}")
+        for text, n in r["boilerplate_examples"]:
+            print(f"    boilerplate x{n}: {text!r}")
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2), encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()

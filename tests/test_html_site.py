@@ -1,0 +1,71 @@
+"""HTML manuals read as a person reads them: every section of a page, not only the one the extractor scores best."""
+
+from __future__ import annotations
+
+from mdrag.parsers import get_parser
+from mdrag.types import Document
+
+_PROSE = [
+    "Git expects files to be stored with Unix line endings, so the carriage return of a Windows line ending "
+    "shows as trailing whitespace in the output of the diff command on every changed line.",
+    "Set the configuration option core.eol to native and mark which files are text in an attributes file, "
+    "so that they are converted to the line endings of your platform when they are checked out again.",
+    "A file whose name differs from another only in case looks modified on a file system that folds case; "
+    "remove one of the two files from the index with the rm command and its cached option, then commit.",
+    "A fetch stores a copy of the latest changes of the remote repository without touching the working tree, "
+    "while a pull is a fetch followed at once by a merge or a rebase of the current branch onto them.",
+]
+
+
+def _manual_page() -> bytes:
+    """A page as asciidoc renders Git's manual: a header, then one ``sect1`` div per section, a footer."""
+    sections = "".join(
+        f'<div class="sect1"><h2 id="s{n}">Section {n}</h2><div class="sectionbody"><div class="dlist"><dl>'
+        f'<dt class="hdlist1">Question {n}?</dt><dd><p>{text}</p></dd></dl></div></div></div>'
+        for n, text in enumerate(_PROSE)
+    )
+    menu = "".join(f'<li><a href="/p{n}.html">Page {n} of the site</a></li>' for n in range(12))
+    return (
+        '<html><head><title>gitfaq(7)</title></head><body class="manpage">'
+        '<div id="header"><h1>gitfaq(7) Manual Page</h1><h2>NAME</h2><div class="sectionbody">'
+        "<p>gitfaq - Frequently asked questions about using Git</p></div></div>"
+        f'<div id="content">{sections}</div><div id="sidebar"><ul>{menu}</ul></div>'
+        '<div id="footer"><div id="footer-text">Last updated 2024-05-31 00:35:55 UTC</div></div></body></html>'
+    ).encode()
+
+
+def _text(doc: Document) -> str:
+    return "\n".join(s.text for s in doc.sections)
+
+
+def test_html_manual_page_keeps_the_prose_of_every_section() -> None:
+    doc = get_parser("p.html")(_manual_page(), "/gitfaq.html")
+    text = _text(doc)
+    for prose in _PROSE:
+        assert prose in text
+    assert [s.heading_path[-1] for s in doc.sections if s.heading_path][-4:] == [f"Section {n}" for n in range(4)]
+    assert "Page 3 of the site" not in text  # the menu beside the content stays out
+
+
+def _index_page(depth: int) -> bytes:
+    """A cross-reference page: a title, a paragraph of its own, then 400 lines of links, nested ``depth`` deep."""
+    entries = "".join(f'<li><a href="/t{n}.html">term{n}</a> <a href="/p{n}.html">page{n}</a></li>' for n in range(400))
+    return (
+        "<html><head><title>Keyword index</title></head><body>"
+        + "<div>" * depth
+        + "<h1>Keyword index</h1><p>This index lists every keyword of the manual with the pages that use it; "
+        "follow a keyword to read about it.</p>" + f"<ul>{entries}</ul>" + "</div>" * depth + "</body></html>"
+    ).encode()
+
+
+def test_html_index_page_is_read_for_its_title_and_prose(caplog) -> None:
+    for depth in (3, 300):  # shallow, and deeper than the main-content extraction reads
+        caplog.clear()
+        with caplog.at_level("INFO", logger="mdrag.parsers.html"):
+            doc = get_parser("p.html")(_index_page(depth), "/keywords.html")
+        text = _text(doc)
+        assert "lists every keyword of the manual" in text
+        assert "term17" not in text and "page399" not in text
+        assert len(text) < 200
+        assert doc.title == "Keyword index"
+        assert len([r for r in caplog.records if "/keywords.html" in r.getMessage()]) == 1  # said once
