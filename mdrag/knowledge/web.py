@@ -316,7 +316,7 @@ class WebsiteCrawler:
                         push(link, depth + 1)
                 continue
             if status in (404, 410):
-                _skip(result, url, f"HTTP {status} (not found)" if status == 404 else f"HTTP {status} (gone)")
+                _skip(result, url, f"HTTP {status}")
                 if old:
                     result.removed.append(url)
                 continue

@@ -107,7 +107,7 @@ class _Pinned(http.client.HTTPConnection):
         self.addresses = addresses  # what check_address let through: a second lookup could answer otherwise
 
     def connect(self) -> None:
-        self.sock = _connect(self.addresses, self.port, self.timeout)
+        self.sock = self.raw = _connect(self.addresses, self.port, self.timeout)
 
 
 class _PinnedTLS(http.client.HTTPSConnection):
@@ -120,7 +120,8 @@ class _PinnedTLS(http.client.HTTPSConnection):
         self.addresses = addresses  # what check_address let through: a second lookup could answer otherwise
 
     def connect(self) -> None:
-        self.sock = self.tls.wrap_socket(_connect(self.addresses, self.port, self.timeout), server_hostname=self.host)
+        self.raw = _connect(self.addresses, self.port, self.timeout)
+        self.sock = self.tls.wrap_socket(self.raw, server_hostname=self.host)
 
 
 def _connect(addresses: list[str], port: int, timeout: float | None) -> socket.socket:
@@ -194,10 +195,11 @@ def fetch(
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-def _cut(conn: http.client.HTTPConnection, cut: threading.Event) -> None:
-    """End a request that ran out of time: its socket is shut, so the read under way returns at once."""
+def _cut(conn: _Pinned | _PinnedTLS, cut: threading.Event) -> None:
+    """End a request that ran out of time: its socket is shut, so the read under way returns at once (the
+    connection's own ``sock`` is None once a response that closes the connection took it over)."""
     cut.set()
-    sock = conn.sock
+    sock = getattr(conn, "raw", None)
     if sock is not None:
         try:
             sock.shutdown(socket.SHUT_RDWR)
