@@ -18,6 +18,7 @@ import mdrag.store
 from mdrag import plugins
 from mdrag.embedding import EmbedderBackend, embedders
 from mdrag.store import StoreBackend, store_backends
+from mdrag.version import DISTRIBUTION
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -43,7 +44,7 @@ def test_every_built_in_backend_is_registered_by_its_entry_point() -> None:
         for where, backend in declared.items():
             eps = [ep for g in groups[kind] for ep in importlib.metadata.entry_points(group=g, name=backend.name)]
             assert [ep.value for ep in eps] == [where], f"{where} is not registered as entry point {backend.name!r}"
-            assert eps[0].dist is not None and eps[0].dist.name == "mdrag"
+            assert eps[0].dist is not None and eps[0].dist.name == DISTRIBUTION
             assert eps[0].load() is backend
     assert set(store_backends()) == {ep.name for ep in importlib.metadata.entry_points(group=plugins.STORES)}
     embedder_eps = [g for g in groups[EmbedderBackend] for g in importlib.metadata.entry_points(group=g)]

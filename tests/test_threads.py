@@ -40,15 +40,19 @@ def _hold_searches(idx: Index) -> tuple[threading.Event, threading.Event]:
     ``inside`` is set once one waits; setting ``go`` lets them on.
     """
     inside, go = threading.Event(), threading.Event()
-    search = idx.store.search
 
-    def held_search(*args: Any, **kwargs: Any) -> Any:
-        if threading.current_thread() is not threading.main_thread():
-            inside.set()
-            go.wait(WAIT)
-        return search(*args, **kwargs)
+    def held(method: Any) -> Any:
+        def wait_then(*args: Any, **kwargs: Any) -> Any:
+            if threading.current_thread() is not threading.main_thread():
+                inside.set()
+                go.wait(WAIT)
+            return method(*args, **kwargs)
 
-    idx.store.search = held_search  # type: ignore[method-assign]
+        return wait_then
+
+    idx.store.search = held(idx.store.search)  # type: ignore[method-assign]
+    if getattr(idx.store, "ranked", None) is not None:  # the FAISS store ranks without reading rows: held too
+        idx.store.ranked = held(idx.store.ranked)  # type: ignore[attr-defined]
     return inside, go
 
 
