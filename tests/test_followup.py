@@ -278,7 +278,7 @@ def hugo(tmp_path_factory: pytest.TempPathFactory, module_llm: FakeServer) -> It
         url = f"ws://127.0.0.1:{port}"
         deadline = time.monotonic() + 600
         with connect(url) as ws:
-            while json.loads(ws.recv(timeout=30)).get("state") != "ready":
+            while (st := json.loads(ws.recv(timeout=30))).get("state") != "ready" or st.get("partial"):
                 assert time.monotonic() < deadline, "the Hugo docs were not indexed in 10 minutes"
                 time.sleep(1)
                 ws.send(json.dumps({"type": "status"}))

@@ -331,7 +331,7 @@ async def search_when_indexed(session: ClientSession, args: dict[str, Any]) -> t
     waiting = []
     while True:
         found = json.loads(ok(await session.call_tool("search", args)))
-        if "indexing" not in found:
+        if "indexing" not in found and "partial" not in found:  # built whole
             return found, waiting
         waiting.append(found)
         await anyio.sleep(0.5)

@@ -133,7 +133,7 @@ async def search_when_indexed(session: ClientSession, args: dict[str, Any]) -> d
     """Call `search` until the docset's index is built; its answer."""
     while True:
         found: dict[str, Any] = json.loads(ok(await session.call_tool("search", args)))
-        if "indexing" not in found:
+        if "indexing" not in found and "partial" not in found:  # built whole
             return found
         await anyio.sleep(0.5)
 

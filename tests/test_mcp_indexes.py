@@ -93,7 +93,7 @@ async def searched_when_ready(session: ClientSession, **args: Any) -> dict[str, 
     """``search`` once the index's startup update has run (asked again while it reports indexing)."""
     while True:
         found = await search(session, **args)
-        if "indexing" not in found:
+        if "indexing" not in found and "partial" not in found:  # built whole
             return found
         await anyio.sleep(0.3)
 

@@ -110,7 +110,9 @@ async def _mcp(project: Path, *calls: dict[str, Any]) -> list[dict[str, Any]]:
         async with Client(KnowledgeTools(KnowledgeBase(project)).server()) as client:
             for call in calls:
                 found: dict[str, Any] = {"indexing": True}
-                while "indexing" in found or not found["indexed"]:  # the first call starts the docset's index
+                while (
+                    "indexing" in found or "partial" in found or not found["indexed"]
+                ):  # the first call starts the docset's index
                     found = json.loads(ok(await client.call_tool("search", call)))
                     await anyio.sleep(0.2)
                 answers.append(found)
