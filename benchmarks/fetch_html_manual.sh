@@ -4,13 +4,13 @@
 # The package is not in the repository (about 14 MB unpacked); this script puts its HTML pages
 # (206 top-level pages, 16 under howto/, 20 under technical/) into a folder of its own:
 #
-#   sh benchmarks/fetch_html_manual.sh [DEST]      # DEST defaults to /work/corpora/git-doc-html
+#   sh benchmarks/fetch_html_manual.sh [DEST]      # DEST defaults to ../corpora/git-doc-html (beside the checkout, as ../shared)
 #   mdrag index DEST --index gitdoc
 #   mdrag eval benchmarks/data/gitdoc_qa.jsonl --index gitdoc --mode all --json
 #
 # The questions were written against bookworm's git-doc 1:2.39.5; another version may move a detail.
 set -eu
-DEST=${1:-/work/corpora/git-doc-html}
+DEST=${1:-"$(cd "$(dirname "$0")/../.." && pwd)/corpora/git-doc-html"}
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 apt-get update >/dev/null

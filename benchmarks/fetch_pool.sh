@@ -5,13 +5,13 @@
 #                   pages that only link to an anchor of another page are left out)
 #   flask-docs      the reStructuredText docs of Flask 3.1.3 (its PyPI sdist's docs/ folder; BSD-3-Clause)
 #
-#   sh benchmarks/fetch_pool.sh [DEST]      # DEST defaults to /work/corpora
+#   sh benchmarks/fetch_pool.sh [DEST]      # DEST defaults to ../corpora (beside the checkout, as ../shared)
 #   mdrag index DEST/starlette-docs --index pool_starlette
 #   mdrag eval benchmarks/data/pool_starlette_test.jsonl --index pool_starlette --mode all --json
 #
 # The questions were written against these versions; another version may move a detail.
 set -eu
-DEST=${1:-/work/corpora}
+DEST=${1:-"$(cd "$(dirname "$0")/../.." && pwd)/corpora"}
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 mkdir -p "$DEST"

@@ -1,7 +1,7 @@
 """HTML pages as the index gets them: repeated blocks in chunks, the biggest page, and the text kept per page.
 
 For every ``*.html`` page under each corpus folder given (default: ../shared/data/html_readability_pages and
-every other HTML page under ../shared/data; add /work/corpora/git-doc-html after
+every other HTML page under ../shared/data; add ../corpora/git-doc-html after
 ``sh benchmarks/fetch_html_manual.sh``), the page is parsed and chunked as `mdrag index` does (default chunk
 settings, sizes in characters: no embedder is loaded), and three figures are measured:
 
