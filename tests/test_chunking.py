@@ -223,12 +223,32 @@ def _otel_chunks(shared_data, rel: str) -> tuple[list[Chunk], list[str]]:
     return chunks, path.read_text(encoding="utf-8").split("\n")
 
 
+def _norm(line: str) -> str:
+    """A line with its runs of spaces, and of dashes (a table's delimiter row, written compactly), shortened."""
+    return re.sub(r"-{3,}", "---", " ".join(line.split()))
+
+
+def _own_text(chunk: Chunk, lines: list[str]) -> str:
+    """The chunk's text less the table header written before rows it holds: its first lines (at most two),
+    table rows that are not in its lines line_start..line_end but above them."""
+    assert chunk.line_start is not None and chunk.line_end is not None
+    span = {_norm(x) for x in lines[chunk.line_start - 1 : chunk.line_end]}
+    above = {_norm(x) for x in lines[: chunk.line_start - 1]}
+    text = chunk.text
+    for _ in range(2):
+        first, _, rest = text.partition("\n")
+        if not rest or "|" not in first or _norm(first) in span or _norm(first) not in above:
+            break
+        text = rest
+    return text
+
+
 def _span_holds(chunk: Chunk, lines: list[str]) -> bool:
     """Every line of the chunk is found, in order, in its lines line_start..line_end; its ends are on them."""
     assert chunk.line_start is not None and chunk.line_end is not None
-    span = [" ".join(x.split()) for x in lines[chunk.line_start - 1 : chunk.line_end]]
+    span = [_norm(x) for x in lines[chunk.line_start - 1 : chunk.line_end]]
     flat, pos = " ".join(span), 0
-    own = [x for x in (" ".join(t.split()) for t in chunk.text.split("\n")) if x]
+    own = [x for x in (_norm(t) for t in _own_text(chunk, lines).split("\n")) if x]
     for line in own:
         pos = flat.find(line, pos)
         if pos < 0:
@@ -299,7 +319,7 @@ _WORD = re.compile(r"\w+")
 def _in_line(own: str, source: str) -> bool:
     """A line of a chunk is in a source line: as written (whitespace aside), or its words are (a heading the
     langchain strategy writes back as ``## Title`` from ``Title {#id}`` or a setext heading)."""
-    if " ".join(own.split()) in " ".join(source.split()):
+    if _norm(own) in _norm(source):
         return True
     words = _WORD.findall(own)
     return bool(words) and " ".join(words) in " ".join(_WORD.findall(source))
@@ -311,11 +331,12 @@ def _lines_hold(chunk: Chunk, lines: list[str]) -> bool:
         return False
     span = lines[chunk.line_start - 1 : chunk.line_end]
     source, pos = _WORD.findall("\n".join(span)), 0
-    for word in _WORD.findall(chunk.text):
+    text = _own_text(chunk, lines)
+    for word in _WORD.findall(text):
         if word not in source[pos:]:
             return False
         pos = source.index(word, pos) + 1
-    own = [x for x in chunk.text.split("\n") if x.strip()]
+    own = [x for x in text.split("\n") if x.strip()]
     return _in_line(own[0], span[0]) and _in_line(own[-1], span[-1])
 
 
@@ -379,7 +400,8 @@ def test_neighbouring_chunks_share_at_most_a_third_of_either(shared_data: Path) 
             assert 3 * shared <= min(len(prev.text), len(c.text)), (rel, prev.position, shared, c.text[:80])
         kept = set(_WORD.findall("\n".join(lines)))
         assert set(_WORD.findall("\n".join(c.text for c in chunks))) <= kept
-    assert overlaps > 200, "chunks still overlap"
+    # 251 before the pieces of a cut table stopped carrying a tail of their last row over (84 of them did)
+    assert overlaps > 150, "chunks still overlap"
 
 
 @pytest.mark.parametrize("strategy", ["headings", "langchain"])
@@ -551,3 +573,81 @@ def test_the_memory_estimate_is_above_what_chunking_takes(tmp_path: Path, unit: 
         f"more than the {need / 2:g} MB one file may use (setting index.max_parse_mb): skipped"
     )
     assert chunk_document(doc, str(tmp_path), name, None, embedder.count_tokens, 256, max_mb=need) == chunks
+
+
+# -- tables: a header row travels with its rows -------------------------------------------------------------
+
+
+def _rows_in(text: str, rows: list[str]) -> list[str]:
+    return [r for r in rows if r in text.split("\n")]
+
+
+def _padded_table(n: int) -> str:
+    """A Markdown table as formatters write it: cells padded to the widest, a delimiter row of dashes."""
+    rows = [f"| `SETTING_{i:03d}` | What setting {i} does, in a sentence of some length. | `{i}` |" for i in range(n)]
+    header = "| Environment variable" + " " * 20 + "| Description" + " " * 40 + "| Default value |"
+    return "\n".join([header, "| " + "-" * 36 + " | " + "-" * 50 + " | ------------- |", *rows])
+
+
+def test_a_long_markdown_table_repeats_its_header_in_every_chunk() -> None:
+    # otel docs: chunks holding only "| Environment variable | Description | Default value |" and its "---" row
+    # were indexed and ranked; the chunks of the rows after them had no header at all.
+    table = _padded_table(40)
+    doc = _doc(
+        Section(["Settings"], 2, [Block("Set these variables.", line_start=3), Block(table, "table", line_start=5)])
+    )
+    chunks = chunk_document(doc, "/docs", "guide.md", ChunkSettings(size=400, overlap=80))
+    rows = [" ".join(r.split()) for r in table.split("\n")[2:]]
+    holding = [c for c in chunks if _rows_in(c.text, rows)]
+    assert len(holding) > 3, "the table is cut"
+    for c in chunks:
+        lines = c.text.split("\n")
+        assert lines[-1].startswith("| `SETTING_") or "|" not in lines[-1], "no chunk ends with the header"
+    for c in holding:
+        at = c.text.split("\n").index(next(x for x in c.text.split("\n") if x.startswith("| Environment")))
+        assert c.text.split("\n")[at : at + 2] == [
+            "| Environment variable | Description | Default value |",
+            "| --- | --- | --- |",
+        ]
+        first_row = rows.index(_rows_in(c.text, rows)[0])
+        # its lines are those of its own text: the header written before later rows is not on them
+        assert c.line_start == (3 if "Set these" in c.text else 5 if first_row == 0 else 7 + first_row)
+        assert c.line_end == 7 + rows.index(_rows_in(c.text, rows)[-1])
+    assert [r for c in holding for r in _rows_in(c.text, rows)] == rows, "every row once, in order, none cut"
+
+
+def test_a_long_html_table_repeats_its_header_in_every_chunk() -> None:
+    from mdrag.parsers.html import parse
+
+    cells = "".join(
+        f"<tr><td>option-{i}</td><td>What option {i} sets, in a sentence of some length.</td></tr>" for i in range(40)
+    )
+    table = f"<table><tr><th>Name</th><th>Meaning</th></tr>{cells}</table>"
+    page = f"<html><body><h1>Options</h1><p>The options.</p>{table}</body></html>"
+    doc = parse(page.encode(), "/docs/options.html", main_content=False)
+    chunks = chunk_document(doc, "/docs", "options.html", ChunkSettings(size=400, overlap=80))
+    holding = [c for c in chunks if "option-" in c.text]
+    assert len(holding) > 3
+    for c in holding:
+        lines = c.text.split("\n")
+        rows = [x for x in lines if x.startswith("option-")]
+        assert lines[lines.index(rows[0]) - 1] == "Name | Meaning", c.text[:80]
+    assert all(c.text.split("\n")[-1] != "Name | Meaning" for c in chunks)
+    assert sum(c.text.count("option-") for c in holding) == 40
+
+
+def test_a_table_over_the_window_repeats_its_header_within_the_window(shared_data: Path) -> None:
+    # zero-code/dotnet/configuration.md: its padded delimiter rows alone were 344 of MiniLM's 256 word pieces.
+    from mdrag.embedding.local import LocalEmbedder
+
+    emb = LocalEmbedder()  # the tokenizer only: no model is loaded
+    chunks, lines = _otel_chunks(shared_data, "content/en/docs/zero-code/dotnet/configuration.md")
+    assert all(n <= 256 for n in emb.count_tokens([c.embed_text for c in chunks]))
+    rows = [c for c in chunks if re.search(r"^\| `OTEL_\w+` \|", c.text, re.MULTILINE)]
+    assert len(rows) > 15
+    for c in rows:
+        assert re.search(r"^\| Environment variable \|.*\n\| --- \|", c.text, re.MULTILINE), c.text[:120]
+    assert not [
+        c for c in chunks if all(x.startswith("| Environment") or x.startswith("| ---") for x in c.text.split("\n"))
+    ]
+    assert all(_span_holds(c, lines) for c in chunks)

@@ -8,7 +8,8 @@ its embedded text, so an unchanged file keeps its ids. Two strategies cut
 
 - ``headings`` (the default, :mod:`mdrag.chunking.headings`): a chunk never
   crosses a heading; sections are cut by size with overlap, code blocks and
-  tables are kept whole, and every chunk fits the embedding model's window
+  tables are kept whole (a longer table is cut between rows, each piece under
+  its header), and every chunk fits the embedding model's window
   (:mod:`mdrag.chunking.window`).
 - ``langchain`` (:mod:`mdrag.chunking.langchain`): md-qa's chunks, cut by
   LangChain's ``MarkdownTextSplitter``; they may cross headings and are not

@@ -11,7 +11,9 @@ at a block's edge where it can be, because the model silently drops
 everything past it. A remainder too small to stand alone joins its neighbour
 (or the two share the text evenly), and no chunk is only the overlap of the one
 before it. Every chunk is a slice of its section's text, so its line span is
-the lines it holds.
+the lines it holds; a chunk that starts among a table's rows has the table's
+header written before them (:mod:`mdrag.chunking.units`), and no cut falls
+inside a header or just after it.
 """
 
 from __future__ import annotations
@@ -81,7 +83,7 @@ def heading_cuts(
     pieces = _trim_overlaps(pieces, texts)
     pieces = _merge_remainders(pieces, texts, settings.size, sizes, window)
     pieces = _trim_overlaps(pieces, texts)  # a boundary moved between two pieces can leave one mostly overlap
-    return [(texts[si].text[a:b], si, texts[si].line(a), texts[si].line(b - 1)) for si, a, b in pieces]
+    return [(texts[si].piece(a, b), si, texts[si].line(a), texts[si].line(b - 1)) for si, a, b in pieces]
 
 
 def _pack(
@@ -90,15 +92,19 @@ def _pack(
     """Greedy packing of a section's units into chunk-sized spans, with text overlap.
 
     ``fits`` tells whether a span fits the model's window: an atomic unit that
-    does is kept whole even when it is larger than ``size``.
+    does is kept whole even when it is larger than ``size``. A table that is
+    cut is cut between rows, never just after its header, into pieces that fit
+    with the header written before them, and no text of it is carried over.
     """
     flat: list[tuple[int, int, int, bool]] = []  # spans no larger than a chunk: start, end, size, atomic
     for (a, b), u, u_size in zip(sec.spans, sec.units, sizes([u.text for u in sec.units])):
         if u_size <= size or (u.atomic and fits is not None and fits(a, b)):
             flat.append((a, b, u_size, u.atomic))
         else:
-            pieces = cut_spans(sec.text, a, b, size, 0 if u.atomic else overlap, sizes)
-            flat.extend((p, q, n, False) for (p, q), n in zip(pieces, sizes([sec.text[p:q] for p, q in pieces])))
+            heads = sec.headers(a, b)  # a table's header, repeated before each piece after its first
+            limit = max(size - sizes([heads[0] + "\n"])[0], size // 2) if heads else size
+            pieces = cut_spans(sec.text, a, b, limit, 0 if u.atomic else overlap, sizes, sec.header_keeps(a, b))
+            flat.extend((p, q, n, u.table) for (p, q), n in zip(pieces, sizes([sec.piece(p, q) for p, q in pieces])))
     chunks: list[tuple[int, int]] = []
     cur: list[tuple[int, int, int, bool]] = []
     cur_size = 0
@@ -156,18 +162,18 @@ def _merge_remainders(
     """
     pieces = _drop_inside(pieces)
     minimum = size // 10
-    known = dict(zip(pieces, sizes([texts[si].text[a:b] for si, a, b in pieces])))
+    known = dict(zip(pieces, sizes([texts[si].piece(a, b) for si, a, b in pieces])))
 
     def size_of(p: tuple[int, int, int]) -> int:
         if p not in known:
-            known[p] = sizes([texts[p[0]].text[p[1] : p[2]]])[0]
+            known[p] = sizes([texts[p[0]].piece(p[1], p[2])])[0]
         return known[p]
 
     checked: dict[tuple[int, bool, int, int], bool] = {}  # (section, first, start, end) -> fits
 
     def fits(si: int, first: bool, spans: Sequence[tuple[int, int]]) -> list[bool]:
         todo = list(dict.fromkeys((a, b) for a, b in spans if (si, first, a, b) not in checked))
-        parts = [texts[si].text[a:b] for a, b in todo]
+        parts = [texts[si].piece(a, b) for a, b in todo]
         ok = window.fits(si, first, parts) if window is not None else [n <= size + minimum for n in sizes(parts)]
         checked.update(((si, first, a, b), f) for (a, b), f in zip(todo, ok))
         return [checked[si, first, a, b] for a, b in spans]
@@ -248,13 +254,13 @@ def _halve(
     remainder alone).
     """
     blocks = sec.atomic(lo, hi, tables=False)
-    keep = [s for s, ok in zip(blocks, fits(blocks)) if ok]
+    keep = [s for s, ok in zip(blocks, fits(blocks)) if ok] + sec.header_keeps(lo, hi)
     mid = (lo + hi) / 2
     for sep in SEPARATORS:
         cuts = sorted(separator_positions(sec.text, lo, hi, sep, keep), key=lambda p: abs(p - mid))[:32]
         pairs = [(strip_span(sec.text, lo, p), strip_span(sec.text, p, hi)) for p in cuts]
         spans = [s for pair in pairs for s in pair]
-        ok = [f and n >= minimum for f, n in zip(fits(spans), sizes([sec.text[a:b] for a, b in spans]))]
+        ok = [f and n >= minimum for f, n in zip(fits(spans), sizes([sec.piece(a, b) for a, b in spans]))]
         for c, (left, right) in enumerate(pairs):
             if ok[2 * c] and ok[2 * c + 1]:
                 return left[1], right[0]

@@ -1,4 +1,11 @@
-"""A section's blocks as units (paragraphs, whole code blocks and tables), joined in one text."""
+"""A section's blocks as units (paragraphs, whole code blocks and tables), joined in one text.
+
+A table's unit is written compactly (runs of spaces in a row, and of dashes in a Markdown delimiter row,
+shortened: a padded delimiter row alone could fill the model's window) and knows its header: its first
+row, and the delimiter row under it. Where a chunk starts among a table's rows, the header is written
+before them (:meth:`SectionText.piece`), and no chunk is cut inside or just after it
+(:meth:`SectionText.header_keeps`): a table's rows travel with their header.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +16,7 @@ from dataclasses import dataclass
 
 from mdrag.types import Block
 
-__all__ = ["SectionText", "Unit", "block_units"]
+__all__ = ["SectionText", "Unit", "block_units", "compact_table"]
 
 
 @dataclass
@@ -20,9 +27,14 @@ class Unit:
     atomic: bool  # code block, table, or paragraphs around a fence: not cut if it fits, not used as overlap
     line_start: int | None  # the file line of the text's first line
     table: bool = False  # a table may be cut between rows to take in a remainder
+    header: int = 0  # a table's: the length of its header (first row, and a Markdown delimiter row) in ``text``
 
 
 _NEWLINE = re.compile("\n")
+_SPACES = re.compile(r"[ \t]{2,}")
+_DASHES = re.compile(r"-{4,}")
+# A Markdown table's delimiter row: "| --- | :-: |", "---|---".
+_DELIMITER = re.compile(r"^[ \t]*\|?[ \t]*:?-+:?[ \t]*(?:\|[ \t]*:?-+:?[ \t]*)*\|?[ \t]*$")
 # A fence line inside a list item or a quote ("  ```yaml", "> ~~~"): its blank lines do not end a paragraph.
 _FENCE = re.compile(r"^[ \t]*(?:(?:[-*+]|\d+[.)])[ \t]+|>[ \t]?)*(`{3,}|~{3,})")
 
@@ -41,6 +53,19 @@ def _fence_after(para: str, fence: str | None) -> str | None:
     return fence
 
 
+def compact_table(text: str) -> tuple[str, int]:
+    """A table's rows with their runs of spaces (and a delimiter row's runs of dashes) shortened, and the
+    length of its header in that text (0 for a table of one row, or a header alone: nothing to repeat).
+
+    Lines stay lines: a row's file line is still found by counting them.
+    """
+    rows = [_SPACES.sub(" ", row.rstrip()) for row in text.split("\n")]
+    rows = [_DASHES.sub("---", row) if _DELIMITER.match(row) else row for row in rows]
+    head = 2 if len(rows) > 1 and _DELIMITER.match(rows[1]) and not _DELIMITER.match(rows[0]) else 1
+    header = len("\n".join(rows[:head])) if len(rows) > head else 0
+    return "\n".join(rows), header
+
+
 def block_units(blocks: Sequence[Block]) -> list[Unit]:
     """Paragraphs of text blocks, and whole code blocks and tables.
 
@@ -49,8 +74,12 @@ def block_units(blocks: Sequence[Block]) -> list[Unit]:
     """
     out: list[Unit] = []
     for b in blocks:
+        if b.kind == "table":
+            text, header = compact_table(b.text)
+            out.append(Unit(text, True, b.line_start, True, header))
+            continue
         if b.kind != "text":
-            out.append(Unit(b.text, True, b.line_start, b.kind == "table"))
+            out.append(Unit(b.text, True, b.line_start))
             continue
         line = b.line_start
         group: list[str] = []
@@ -114,3 +143,29 @@ class SectionText:
         last = bisect.bisect_right(self._starts, hi)
         units = zip(self.spans[first:last], self.units[first:last])
         return [s for s, u in units if u.atomic and (tables or not u.table) and lo <= s[0] and s[1] <= hi]
+
+    def _tables(self, lo: int, hi: int) -> list[tuple[int, int, Unit]]:
+        """The tables with a header that ``lo..hi`` reaches into: start and end in ``text``, and the unit."""
+        first = max(bisect.bisect_right(self._starts, lo) - 1, 0)
+        last = bisect.bisect_left(self._starts, hi)
+        units = zip(self.spans[first:last], self.units[first:last])
+        return [(a, b, u) for (a, b), u in units if u.header and a < hi and lo < b]
+
+    def prefix(self, pos: int) -> str:
+        """What is written before a piece that starts at ``pos``: its table's header (and a line break) where
+        ``pos`` is among a table's rows, else nothing."""
+        return next((u.text[: u.header] + "\n" for a, b, u in self._tables(pos, pos + 1) if a + u.header < pos), "")
+
+    def piece(self, lo: int, hi: int) -> str:
+        """The text of the piece ``lo..hi``, as its chunk holds it: a slice, after the header of the table it
+        starts in."""
+        return self.prefix(lo) + self.text[lo:hi]
+
+    def headers(self, lo: int, hi: int) -> list[str]:
+        """The headers a piece of ``lo..hi`` may be given: those of the tables whose rows it reaches."""
+        return [u.text[: u.header] for a, b, u in self._tables(lo, hi) if a + u.header + 1 < hi]
+
+    def header_keeps(self, lo: int, hi: int) -> list[tuple[int, int]]:
+        """Where no cut may fall (as ``keep`` spans of :func:`~mdrag.chunking.split.cut_spans`): inside each
+        table header ``lo..hi`` reaches, or just after it, so that a header never ends a piece."""
+        return [(a, a + u.header + 2) for a, b, u in self._tables(lo, hi)]

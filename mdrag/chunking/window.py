@@ -35,16 +35,17 @@ class Window:
         return [n <= self.max_tokens for n in self.count([f"{ctx}\n\n{t}" if ctx else t for t in texts])]
 
     def fits_span(self, sec: SectionText, si: int, first: bool, a: int, b: int) -> bool:
-        return self.fits(si, first, [sec.text[a:b]])[0]
+        return self.fits(si, first, [sec.piece(a, b)])[0]
 
     def fit(self, pieces: list[tuple[int, int, int]], texts: list[SectionText]) -> list[tuple[int, int, int]]:
-        """Split every piece whose embedded text exceeds the window, at a block's edge where one can."""
+        """Split every piece whose embedded text exceeds the window, at a block's edge where one can, never
+        inside a table's header nor just after it; a piece of a table's rows has room for its header."""
         embeds = []
         for n, (si, a, b) in enumerate(pieces):
             ctx = self.header(si, n == 0)
-            embeds.append(f"{ctx}\n\n{texts[si].text[a:b]}" if ctx else texts[si].text[a:b])
+            embeds.append(f"{ctx}\n\n{texts[si].piece(a, b)}" if ctx else texts[si].piece(a, b))
         over = [n for n, count in enumerate(self.count(embeds)) if count > self.max_tokens]
-        bodies = dict(zip(over, self.body([texts[pieces[n][0]].text[pieces[n][1] : pieces[n][2]] for n in over])))
+        bodies = dict(zip(over, self.body([texts[pieces[n][0]].piece(pieces[n][1], pieces[n][2]) for n in over])))
         out: list[tuple[int, int, int]] = []
         for n, (si, a, b) in enumerate(pieces):
             sec, room = texts[si], self.room(si, n == 0)
@@ -53,5 +54,9 @@ class Window:
                 continue
             blocks = sec.atomic(a, b)
             keep = [s for s, ok in zip(blocks, self.fits(si, n == 0, [sec.text[p:q] for p, q in blocks])) if ok]
+            heads = sec.headers(a, b)
+            if heads:
+                room = max(16, room - max(self.body(heads)) - 1)
+            keep += sec.header_keeps(a, b)
             out.extend((si, p, q) for p, q in cut_spans(sec.text, a, b, room, 0, self.body, keep))
         return out
