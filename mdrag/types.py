@@ -24,8 +24,8 @@ class Block:
     text: str
     kind: BlockKind = "text"
     language: str | None = None
-    line_start: int | None = None  # 1-based first line in the source file, if known
-    line_end: int | None = None  # 1-based last line in the source file, if known
+    line_start: int | None = None  # 1-based first line in the source file (or the text written out), if known
+    line_end: int | None = None  # 1-based last line in the source file (or the text written out), if known
 
 
 @dataclass
@@ -57,6 +57,9 @@ class Document:
     # as written) of each [[link]] and ![[embed]] in it; ``links`` None: not read as a vault note.
     aliases: list[str] = field(default_factory=list)
     links: list[tuple[int, str]] | None = None
+    # True: its blocks' lines count lines of the document written out (mdrag.parsers.written: the text
+    # `mdrag get` returns), not of the file, whose parser gave none (HTML, DOCX).
+    text_lines: bool = False
 
 
 @dataclass

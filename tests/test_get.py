@@ -248,6 +248,43 @@ def test_index_get_a_pdf_by_page_and_section(shared_data: Path, minilm: Embedder
             index.get("pdflatex-outline.pdf#page=99")
 
 
+def test_an_html_result_has_the_lines_of_its_passage_that_get_and_the_viewer_mark(
+    tmp_path: Path, minilm: Embedder
+) -> None:
+    # A cited HTML passage had line_start null: "open" showed the page from the top, nothing marked.
+    from mdrag.frontends.web.source import SourceAsk, read
+
+    site = tmp_path / "site"
+    site.mkdir()
+    intro = "".join(f"<p>General remark {i} about the tool and its many uses in daily work.</p>\n" for i in range(30))
+    rows = "".join(f"<tr><td>knob-{i}</td><td>Sets part {i} of the engine.</td></tr>\n" for i in range(60))
+    (site / "manual.html").write_text(
+        "<!DOCTYPE html>\n<html><head><title>Manual</title></head>\n<body><main>\n<h1>Manual</h1>\n"
+        f"<section><h2>Overview</h2>\n{intro}</section>\n<section><h2>Garbage collection</h2>\n<p>The collector "
+        "frees unreachable packfiles every seventh night, unless gc.auto is zero.</p></section>\n<section>"
+        f"<h2>Knobs</h2>\n<table><tr><th>Knob</th><th>Effect</th></tr>\n{rows}</table></section>\n</main></body></html>\n",
+        encoding="utf-8",
+    )
+    with docs_index("html", minilm) as index:
+        index.update([site])
+        (hit,) = index.search("collector frees unreachable packfiles every seventh night", k=1)
+        assert hit.line_start is not None and hit.line_end is not None, "an HTML result has lines"
+        (part,) = index.get(f"manual.html:{hit.line_start}-{hit.line_end}").parts
+        assert part.source_lines is False, "the lines of the text mdrag reads, not of the markup"
+        assert part.text.startswith("The collector frees unreachable packfiles") and hit.text in part.text
+        (whole,) = index.get("manual.html").parts
+        heading = whole.text.split("\n")[hit.line_start - 3]
+        assert heading == "## Garbage collection", "two lines above the passage: its heading"
+        shown = read(index, SourceAsk("manual.html", lines=(hit.line_start, hit.line_end)))
+        assert shown["highlight"] == {"line_start": hit.line_start, "line_end": hit.line_end}
+        (row,) = index.search("knob-57 Sets part 57 of the engine", k=1)
+        assert row.line_start is not None and row.line_end is not None
+        (rows_part,) = index.get(f"manual.html:{row.line_start}-{row.line_end}").parts
+        assert "knob-57 | Sets part 57 of the engine." in rows_part.text.split("\n")
+        assert row.text.startswith("Knob | Effect\n"), "a piece of a cut table under its header"
+        assert row.text.split("\n", 1)[1] == rows_part.text, "its lines are its rows"
+
+
 # -- MCP, with the SDK's client over stdio ---------------------------------------------------------------
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import time
 from pathlib import Path
@@ -17,7 +16,6 @@ import pytest
 from mdrag.config import load_config
 from mdrag.index import Index
 from mdrag.ingest.manifest import Manifest
-from mdrag.types import SearchResult
 from tests.conftest import HashEmbedder
 
 DOC = """---
@@ -419,9 +417,10 @@ def test_collapse_keeps_the_best_chunk_per_section_or_file(tmp_path: Path) -> No
     assert len(by_section) < len(idx.search(question, k=10, threshold=0, collapse="passage"))
 
 
-def test_passage_collapse_of_a_format_without_line_numbers_goes_by_position(tmp_path: Path) -> None:
-    """HTML chunks carry no line numbers: collapse passage leaves out a kept chunk's neighbours in the file
-    (positions next to it) and keeps the rest of a long section."""
+def test_passage_collapse_of_an_html_page_goes_by_the_lines_of_its_text(tmp_path: Path) -> None:
+    """HTML chunks carry the lines of the text mdrag reads from the page (mdrag.parsers.written): collapse
+    passage leaves out a kept chunk's neighbours (lines that overlap or touch) and keeps the rest of a long
+    section, as it does for Markdown."""
     root = tmp_path / "site"
     root.mkdir()
     paras = "".join(
@@ -433,15 +432,10 @@ def test_passage_collapse_of_a_format_without_line_numbers_goes_by_position(tmp_
     q = "widgets and gadgets"
     plain = idx.search(q, k=20, threshold=0, collapse="none")
     passages = idx.search(q, k=20, threshold=0, collapse="passage")
-    assert all(r.line_start is None for r in plain) and len(plain) > 4
+    assert all(r.line_start and r.line_end for r in plain) and len(plain) > 4
     assert 1 < len(passages) < len(plain) < 20, "every chunk of the page is in plain"
-
-    def first(r: SearchResult) -> int:
-        return int(re.search(r"Paragraph (\d+)", r.text).group(1))  # type: ignore[union-attr]
-
-    position = {r.chunk_id: i for i, r in enumerate(sorted(plain, key=first))}  # the chunks in file order
-    kept = sorted(position[r.chunk_id] for r in passages)
-    assert all(b - a >= 2 for a, b in zip(kept, kept[1:])), kept
+    spans = sorted((r.line_start or 0, r.line_end or 0) for r in passages)
+    assert all(b[0] > a[1] + 1 for a, b in zip(spans, spans[1:])), spans
 
 
 def test_a_pdf_gives_a_result_per_outline_section_and_page(shared_data: Path, hash_embedder: HashEmbedder) -> None:

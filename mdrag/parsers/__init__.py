@@ -33,6 +33,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from mdrag.errors import ParseError, ParserCrashError, UnsupportedFormatError
+from mdrag.parsers.written import number_blocks
 from mdrag.types import Document
 
 __all__ = [
@@ -147,6 +148,10 @@ def parse_file(path: str | os.PathLike[str], data: bytes | None = None, *, parse
     wrong: an unreadable file or a parser's own ParseError. Any other exception
     from a parser is a bug in it, or input it does not handle: it raises
     ParserCrashError (a ParseError) and logs the traceback at debug level.
+
+    A document whose parser gives no source lines nor pages (HTML, DOCX) gets
+    the lines of its text as `mdrag get` writes it out
+    (:func:`~mdrag.parsers.written.number_blocks`).
     """
     abspath = os.path.abspath(os.fspath(path))
     if parser is None:
@@ -169,6 +174,7 @@ def parse_file(path: str | os.PathLike[str], data: bytes | None = None, *, parse
         ) from exc
     if not isinstance(doc, Document):
         raise ParserCrashError(f"{abspath}: the parser returned {type(doc).__name__}, not a Document")
+    number_blocks(doc)
     return doc
 
 

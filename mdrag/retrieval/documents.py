@@ -23,7 +23,8 @@ manifest's, the part says so (``changed``): search results may point at lines th
 (`mdrag index` brings the index up to date). A format whose parser gives source lines (Markdown) is
 returned as the file's text, so that its line numbers are the search results'; another (PDF, DOCX,
 HTML) as the text its parser reads, headings written as Markdown headings and, in a PDF, each page's
-start marked ``[page N]``: its line numbers count lines of that text (``source_lines`` False).
+start marked ``[page N]``: its line numbers count lines of that text (``source_lines`` False), and
+so do the ``line_start``/``line_end`` of its chunks (mdrag.parsers.written).
 
 One call returns at most :data:`~mdrag.knobs.GET_MAX_CHARS` characters of :data:`~mdrag.knobs.GET_MAX_FILES`
 documents. One document over it is refused, the message saying how to ask for less (a line range, a
@@ -58,6 +59,7 @@ from mdrag.ingest.manifest import FileState, Manifest
 from mdrag.knobs import GET_MAX_CHARS, GET_MAX_FILES
 from mdrag.parsers import _Lazy, get_parser, parse_file
 from mdrag.parsers.text import decode_text
+from mdrag.parsers.written import write_out
 from mdrag.retrieval.links import notes_of
 from mdrag.retrieval.lru import LRUCache
 from mdrag.retrieval.shown import as_held
@@ -448,7 +450,7 @@ def _source_text(
 def _text(doc: Document, data: bytes) -> _Text:
     """The document's text: the file's own lines when its parser gives them, else its sections written out."""
     blocks = [b for s in doc.sections for b in s.blocks]
-    if doc.encoding and blocks and all(b.line_start and b.line_end for b in blocks):
+    if doc.encoding and blocks and not doc.text_lines and all(b.line_start and b.line_end for b in blocks):
         spans = [
             (
                 s.heading_path,
@@ -465,31 +467,10 @@ def _text(doc: Document, data: bytes) -> _Text:
 
 
 def _render(doc: Document) -> _Text:
-    """A parsed document written out: headings as Markdown headings, each PDF page's start marked."""
-    lines: list[str] = []
-    out = _Text(lines, [], {}, False)
-    before: list[str] = []
-    page: int | None = None
-    for s in doc.sections:
-        if s.page is not None and s.page != page:
-            page = s.page
-            lines += [""] if lines else []
-            first = len(lines) + 1  # the first section on a page starts at its marker
-            lines += [f"[page {page}]", ""]
-        else:
-            first = len(lines) + 1
-        same = next((i for i, (a, b) in enumerate(zip(before, s.heading_path, strict=False)) if a != b), None)
-        common = min(len(before), len(s.heading_path)) if same is None else same
-        for depth in range(common, len(s.heading_path)):
-            out.headings.setdefault(tuple(s.heading_path[: depth + 1]), len(lines) + 1)
-            lines += ["#" * min(depth + 1, 6) + " " + s.heading_path[depth], ""]
-        lines += s.text.split("\n")
-        out.spans.append((s.heading_path, first, len(lines), page))
-        lines.append("")
-        before = s.heading_path
-    while lines and not lines[-1].strip():
-        lines.pop()
-    return out
+    """A parsed document written out (mdrag.parsers.written): headings as Markdown headings, each PDF page's
+    start marked; the lines its chunks carry where its parser gave none of the file's own."""
+    written = write_out(doc)
+    return _Text(written.lines, written.spans, written.headings, False)
 
 
 def _select(text: _Text, ask: _Ask, name: str) -> tuple[int, int, list[str] | None]:
