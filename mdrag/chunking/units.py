@@ -1,9 +1,9 @@
 """A section's blocks as units (paragraphs, whole code blocks and tables), joined in one text.
 
-A table's unit is written compactly (runs of spaces in a row, and of dashes in a Markdown delimiter row,
-shortened: a padded delimiter row alone could fill the model's window) and knows its header: its first
-row, and the delimiter row under it. Where a chunk starts among a table's rows, the header is written
-before them (:meth:`SectionText.piece`), and no chunk is cut inside or just after it
+A table's unit knows its header: its first row, and in Markdown the delimiter row under it, both
+written short (``| --- | --- |``: a padded one of 350 dashes alone was more than the model's window).
+Where a chunk starts among a table's rows, the header is written before them
+(:meth:`SectionText.piece`), and no chunk is cut inside or just after it
 (:meth:`SectionText.header_keeps`): a table's rows travel with their header.
 """
 
@@ -54,14 +54,18 @@ def _fence_after(para: str, fence: str | None) -> str | None:
 
 
 def compact_table(text: str) -> tuple[str, int]:
-    """A table's rows with their runs of spaces (and a delimiter row's runs of dashes) shortened, and the
-    length of its header in that text (0 for a table of one row, or a header alone: nothing to repeat).
+    """A table's rows with its Markdown header written short (runs of spaces, and of a delimiter row's
+    dashes, shortened: it is repeated), and the length of its header in that text (0 for a table of one
+    row, or a header alone: nothing to repeat).
 
-    Lines stay lines: a row's file line is still found by counting them.
+    The other rows are left as written (their padding costs the model no word pieces), and lines stay
+    lines: a row's file line is still found by counting them.
     """
-    rows = [_SPACES.sub(" ", row.rstrip()) for row in text.split("\n")]
-    rows = [_DASHES.sub("---", row) if _DELIMITER.match(row) else row for row in rows]
+    rows = [row.rstrip() for row in text.split("\n")]
+    rows = [_DASHES.sub("---", _SPACES.sub(" ", row)) if _DELIMITER.match(row) else row for row in rows]
     head = 2 if len(rows) > 1 and _DELIMITER.match(rows[1]) and not _DELIMITER.match(rows[0]) else 1
+    if head == 2:
+        rows[0] = _SPACES.sub(" ", rows[0])
     header = len("\n".join(rows[:head])) if len(rows) > head else 0
     return "\n".join(rows), header
 

@@ -143,9 +143,10 @@ def mismatched(files: Mapping[str, FileState], stored: Mapping[str, str]) -> lis
 #: 3: an HTML aside with no text does not split the section it interrupts; PDF running headers and footers left out;
 #: 4: text before the first heading is under the title, neighbours share at most a third of either, langchain line
 #: spans hold heading lines; 5: notes vaults read as their app shows them, mdrag.parsers.vault: a plain Markdown
-#: file's chunks, ids and text are those of 4; 6: a table's rows written compactly, its header repeated before
-#: the rows of each chunk of a cut table, never a chunk's end; HTML and DOCX chunks carry the lines of the text
-#: `get` writes out), so an index built by an older release is chunked again rather than mixing both.
+#: file's chunks, ids and text are those of 4; 6: a Markdown table's delimiter row written short, its header
+#: repeated before the rows of each chunk of a cut table, never a chunk's end; HTML and DOCX chunks carry the
+#: lines of the text `get` writes out), so an index built by an older release is chunked again rather than
+#: mixing both.
 CHUNK_FORMAT = 6
 
 
