@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -49,16 +50,24 @@ BASELINE_REF = "514c09a"  # the last main whose chunker cut small fences and lef
 
 
 def _norm(s: str) -> str:
-    return " ".join(s.split())
+    """Runs of spaces, and of dashes (a table's delimiter row, written short in a chunk), shortened."""
+    return re.sub(r"-{3,}", "---", " ".join(s.split()))
 
 
 def span_problem(text: str, lines: list[str], start: int | None, end: int | None) -> str | None:
-    """Why ``text`` is not what lines ``start..end`` (1-based) of the file hold, or None."""
+    """Why ``text`` is not what lines ``start..end`` (1-based) of the file hold, or None. A table's header
+    written before the rows of a chunk (at most two leading table lines found above ``start``, not in the
+    span) is not part of its lines."""
     if start is None or end is None:
         return "no line span"
     if not 1 <= start <= end <= len(lines):
         return f"span {start}..{end} outside the file's {len(lines)} lines"
     span = [_norm(x) for x in lines[start - 1 : end]]
+    above = {_norm(x) for x in lines[: start - 1]}
+    for _ in range(2):
+        first, _, rest = text.partition("\n")
+        if rest and "|" in first and _norm(first) not in span and _norm(first) in above:
+            text = rest
     flat = " ".join(span)
     pos = 0
     for line in (x for x in (_norm(x) for x in text.split("\n")) if x):
