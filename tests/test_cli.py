@@ -200,7 +200,7 @@ def test_search_and_log_lines_cannot_drive_the_terminal(
     assert "skipped " in out and "ab.md: binary content" in out
     assert main(["search", "escnameqq", "--threshold", "0"]) == 0
     found, _ = capsys.readouterr()
-    assert "escnameqq cleared title end" in found and "esc.html  [Esc red]" in found
+    assert "escnameqq cleared title end" in found and "esc.html:3  [Esc red]" in found  # line 3 of its text
     printed = out + err + found
     assert not any(c in printed for c in "\x1b\x07\x9b"), ascii(printed)
     assert main(["index", str(tmp_path / "no\x1b[2Jsuch")]) == 1
