@@ -24,7 +24,7 @@ from typing import Any
 from mdrag.errors import ManifestError
 from mdrag.fileio import write_atomic
 
-__all__ = ["Diff", "FileState", "Manifest", "SkippedFile", "diff"]
+__all__ = ["Diff", "FileState", "Manifest", "PagePrints", "SkippedFile", "diff"]
 
 log = logging.getLogger(__name__)
 
@@ -45,12 +45,30 @@ class FileState:
     # A notes vault's note (mdrag.parsers.vault): {"aliases": [...], "links": [notes as its links name them]};
     # None otherwise (and then not saved).
     note: dict[str, list[str]] | None = None
+    # An HTML page: the fingerprints of the blocks its site repeats, left out of its chunks
+    # (mdrag.ingest.boilerplate); None otherwise (and then not saved).
+    dropped: list[str] | None = None
 
 
 def _state(s: FileState) -> dict[str, Any]:
-    """A file state for JSON: ``note`` only where there is one."""
-    d = vars(s)
-    return d if s.note is not None else {k: v for k, v in d.items() if k != "note"}
+    """A file state for JSON: ``note`` and ``dropped`` only where there is one."""
+    return {k: v for k, v in vars(s).items() if v is not None or k not in ("note", "dropped")}
+
+
+@dataclass
+class PagePrints:
+    """One HTML page's block fingerprints (mdrag.ingest.boilerplate), as the page was when it was read:
+    valid while it is unchanged, whether its chunks are written yet or not."""
+
+    root: str  # the indexed folder the page was found under
+    rel_path: str  # path under root, forward slashes
+    mtime_ns: int
+    size: int
+    blocks: list[str] = field(default_factory=list)  # sorted distinct fingerprints of its blocks
+
+    def current(self, found: tuple[str, str, int, int]) -> bool:
+        """Whether these prints are of the page the scan found, ``(root, rel_path, mtime_ns, size)``."""
+        return (self.root, self.rel_path, self.mtime_ns, self.size) == tuple(found)
 
 
 @dataclass
@@ -78,6 +96,9 @@ class Manifest:
     retired_roots: list[str] = field(default_factory=list)
     files: dict[str, FileState] = field(default_factory=dict)  # absolute path -> state
     skipped: dict[str, SkippedFile] = field(default_factory=dict)  # absolute path -> the parse failure
+    # Absolute path -> an HTML page's block fingerprints, indexed or about to be: what decides which blocks
+    # a site repeats (mdrag.ingest.boilerplate).
+    pages: dict[str, PagePrints] = field(default_factory=dict)
     dirty: bool = False  # a run was writing to the store and did not finish
     last_indexed: float | None = None  # unix time of the last finished run
     # While a run writes (``dirty``): the last committed state, which readers keep seeing until the run
@@ -143,6 +164,7 @@ class Manifest:
         d = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "verified"}
         d["files"] = {p: _state(s) for p, s in sorted(self.files.items())}
         d["skipped"] = {p: vars(s) for p, s in sorted(self.skipped.items())}
+        d["pages"] = {p: vars(s) for p, s in sorted(self.pages.items())}
         return d
 
     @classmethod
@@ -167,6 +189,9 @@ class Manifest:
         raw_skipped = d.get("skipped") or {}  # absent in manifests of earlier releases
         if not isinstance(raw_skipped, dict) or not all(isinstance(s, dict) for s in raw_skipped.values()):
             raise ValueError("'skipped' must be an object of skipped files")
+        raw_pages = d.get("pages") or {}  # absent in manifests of earlier releases
+        if not isinstance(raw_pages, dict) or not all(isinstance(s, dict) for s in raw_pages.values()):
+            raise ValueError("'pages' must be an object of page fingerprints")
         return cls(
             index=str(d["index"]),
             store_uri=str(d["store_uri"]),
@@ -176,6 +201,7 @@ class Manifest:
             retired_roots=[str(r) for r in d.get("retired_roots") or []],
             files=files,
             skipped={p: SkippedFile(**s) for p, s in raw_skipped.items()},
+            pages={p: PagePrints(**s) for p, s in raw_pages.items()},
             dirty=bool(d.get("dirty", False)),
             last_indexed=d.get("last_indexed"),
             committed_ids=_strings(d.get("committed_ids"), "committed_ids"),

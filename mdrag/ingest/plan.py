@@ -143,9 +143,9 @@ def mismatched(files: Mapping[str, FileState], stored: Mapping[str, str]) -> lis
 #: 3: an HTML aside with no text does not split the section it interrupts; PDF running headers and footers left out;
 #: 4: text before the first heading is under the title, neighbours share at most a third of either, langchain line
 #: spans hold heading lines; 5: notes vaults read as their app shows them, mdrag.parsers.vault: a plain Markdown
-#: file's chunks, ids and text are those of 4), so an index built by an older release is chunked again rather
-#: than mixing both.
-CHUNK_FORMAT = 5
+#: file's chunks, ids and text are those of 4; 6: blocks an HTML folder's pages repeat are left out,
+#: mdrag.ingest.boilerplate), so an index built by an older release is chunked again rather than mixing both.
+CHUNK_FORMAT = 6
 
 
 def chunking_of(store: Store, embedder: Embedder, settings: ChunkSettings) -> dict[str, object]:
