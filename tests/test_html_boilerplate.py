@@ -3,14 +3,23 @@ as pages come and go; each page's own text stays."""
 
 from __future__ import annotations
 
+import functools
 import os
+import threading
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import pytest
+
+from mdrag import knowledge
 from mdrag.config import load_config
 from mdrag.index import Index
 from mdrag.ingest import boilerplate
 from mdrag.ingest.manifest import Manifest, PagePrints
+from mdrag.knowledge import KnowledgeBase
+from mdrag.knowledge.docsets import docset_index, update_docset_index
 from mdrag.types import Block, Document, Section
+from tests.test_knowledge import write_config
 
 _TOPICS = [
     "rebasing a branch onto the upstream after a force push",
@@ -69,9 +78,9 @@ def _footer_pages(ix: Index) -> set[str]:
     return {page for page, text in _texts(ix, "Quarry toolkit suite built") if FOOTER in text}
 
 
-def _own_text_everywhere(ix: Index, numbers: list[int]) -> bool:
+def _own_text_everywhere(ix: Index, numbers: list[int], pages: tuple[str, ...] = ()) -> bool:
     found = {page for page, text in _texts(ix, "guide explains step by step") if "This guide explains" in text}
-    return found == {f"guide-{n}.html" for n in numbers}
+    return found == {f"guide-{n}.html" for n in numbers} | set(pages)
 
 
 def test_a_footer_on_every_page_is_in_no_chunk_and_stays_out_as_pages_are_added(tmp_path: Path, minilm) -> None:
@@ -144,3 +153,40 @@ def test_a_date_or_count_in_a_block_does_not_make_it_another() -> None:
     assert a != boilerplate.fingerprints(doc("Last edited 2024-05-31 00:35:55 UTC"))
     stripped = boilerplate.strip(doc("Last updated 2022-12-01 09:00:00 UTC"), a)
     assert [s.blocks for s in stripped.sections] == [[]]
+
+
+class _Quiet(SimpleHTTPRequestHandler):
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_a_crawled_sites_footer_is_in_no_chunk(
+    tmp_path: Path, mdrag_home: Path, minilm, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    served = tmp_path / "served" / "docs"
+    _write(served, range(6))
+    links = "".join(f'<li><a href="guide-{n}.html">Guide {n}</a></li>' for n in range(6))
+    home = _page(12).replace('<div id="content">', f'<ul>{links}</ul><div id="content">')
+    (served / "index.html").write_text(home, encoding="utf-8")
+    server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Quiet, directory=str(served.parent)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        monkeypatch.setattr("mdrag.knowledge.web_source.WebsiteLoader.__init__.__defaults__", (0.0, 5.0))
+        monkeypatch.setattr("mdrag.index.make_embedder", lambda config: minilm)
+        project = tmp_path / "project"
+        write_config(
+            project,
+            "allow_local_web: true\ndocsets:\n  - id: site\n    web_sources:\n      - type: website\n"
+            f"        url: http://127.0.0.1:{server.server_address[1]}/docs/\n",
+        )
+        kb = KnowledgeBase(start=project)
+        (result,) = knowledge.init_docset(kb, "site")
+        assert result.ok, result.error
+        assert len([f for f in result.files if f.endswith(".html")]) == 7
+        with docset_index("site", project) as ix:
+            update_docset_index(ix, kb.resolve("site"))
+            assert _footer_pages(ix) == set()
+            assert _own_text_everywhere(ix, list(range(6)), ("index.html",))
+    finally:
+        server.shutdown()
+        server.server_close()
