@@ -64,7 +64,7 @@ class PagePrints:
     rel_path: str  # path under root, forward slashes
     mtime_ns: int
     size: int
-    blocks: list[str] = field(default_factory=list)  # sorted distinct fingerprints of its blocks
+    blocks: list[str] = field(default_factory=list)  # sorted distinct fingerprints of its blocks (saved: one string)
 
     def current(self, found: tuple[str, str, int, int]) -> bool:
         """Whether these prints are of the page the scan found, ``(root, rel_path, mtime_ns, size)``."""
@@ -164,7 +164,7 @@ class Manifest:
         d = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "verified"}
         d["files"] = {p: _state(s) for p, s in sorted(self.files.items())}
         d["skipped"] = {p: vars(s) for p, s in sorted(self.skipped.items())}
-        d["pages"] = {p: vars(s) for p, s in sorted(self.pages.items())}
+        d["pages"] = {p: {**vars(s), "blocks": " ".join(s.blocks)} for p, s in sorted(self.pages.items())}
         return d
 
     @classmethod
@@ -201,7 +201,7 @@ class Manifest:
             retired_roots=[str(r) for r in d.get("retired_roots") or []],
             files=files,
             skipped={p: SkippedFile(**s) for p, s in raw_skipped.items()},
-            pages={p: PagePrints(**s) for p, s in raw_pages.items()},
+            pages={p: PagePrints(**{**s, "blocks": _blocks(s.get("blocks"))}) for p, s in raw_pages.items()},
             dirty=bool(d.get("dirty", False)),
             last_indexed=d.get("last_indexed"),
             committed_ids=_strings(d.get("committed_ids"), "committed_ids"),
@@ -278,6 +278,11 @@ def _strings(value: Any, key: str) -> list[str] | None:
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise ValueError(f"{key!r} must be a list of strings")
     return list(value)
+
+
+def _blocks(value: Any) -> list[str]:
+    """A page's block fingerprints from JSON: one string, space-separated (a list is read too)."""
+    return [str(v) for v in value] if isinstance(value, list) else str(value or "").split()
 
 
 def _checksum_ok(raw: str) -> bool:
