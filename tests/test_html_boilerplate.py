@@ -95,6 +95,8 @@ def test_a_footer_on_every_page_is_in_no_chunk_and_stays_out_as_pages_are_added(
     assert summary.added == 1 and summary.modified == 0
     assert _footer_pages(ix) == set()
     assert _own_text_everywhere(ix, list(range(7)))
+    again = ix.update([root])  # nothing changed: nothing is chunked again
+    assert (again.added, again.modified, again.unchanged) == (0, 0, 7)
 
 
 def test_a_block_crossing_the_share_is_taken_out_of_every_page_holding_it_and_back(tmp_path: Path, minilm) -> None:
