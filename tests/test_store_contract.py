@@ -477,7 +477,9 @@ print("ended", flush=True)
 
 
 def _child(engine: tuple[str, str | None], name: str) -> subprocess.Popen[str]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
+    # the path this process was given too: a third party's backend is installed there
+    path = [str(ROOT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(path), "HF_HUB_OFFLINE": "1"}
     args = json.dumps({"engine": engine[0], "uri": engine[1], "name": name})
     proc = subprocess.Popen(
         [sys.executable, "-c", _CHILD, args], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env
