@@ -1,5 +1,6 @@
 """The store contract (mdrag/store/base.py), held on every engine: a Milvus Lite file, a Milvus server
-(`milvus-lite server` on loopback) and the FAISS store.
+(`milvus-lite server` on loopback), the FAISS store, and any other registered backend (a third party's, where
+it is installed: tests/test_plugins.py runs these tests on a toy one).
 
 Each test uses the Store interface only, on small synthetic chunks with random
 unit vectors, and checks results against a reference computed here: exact
@@ -273,7 +274,9 @@ def test_bm25_scores_are_the_same_formula_on_every_engine(store: Any) -> None:
     """Okapi BM25 with k1 1.5, b 0.75 and collection-wide statistics, as Milvus Lite scores (one segment).
 
     The FAISS store said it used Milvus's k1 of 1.2; Milvus Lite scores with 1.5, so the two stores
-    ranked differently (SciFact BM25 nDCG@10 0.6663 against 0.6706).
+    ranked differently (SciFact BM25 nDCG@10 0.6663 against 0.6706). The formula is part of the contract, not
+    only the order it gives: weighted fusion mixes the scores themselves (Store.search says why); a backend
+    whose engine scores otherwise ranks with mdrag.store.bm25.Bm25.
     """
     texts = [f"alpha {'beta ' * (i % 4)}gamma{i % 3} {'filler ' * (i % 9)}word{i}" for i in range(40)]
     chunks, vecs = make_chunks(9, 40, texts=texts), vectors(9, 40)

@@ -316,7 +316,15 @@ class Store(Protocol):
 
         A store may also have ``ranked`` with the same arguments: the same list as a :class:`Ranked`, whose
         rows are read only when the search asks for them (the FAISS store's); a search then reads the rows
-        it looks at, not every candidate. Without it, the search wraps what ``search`` returns."""
+        it looks at, not every candidate. Without it, the search wraps what ``search`` returns.
+
+        BM25 is one formula on every backend (Okapi BM25, k1 1.5, b 0.75, statistics over the whole
+        collection, words as :mod:`mdrag.store.bm25` splits them; the store contract test holds it), because
+        the scores themselves are used, not only their order: the default hybrid fusion (``weighted``) mixes
+        each list's min-max normalised scores, so another formula moves every hybrid list, and
+        ``search.dense_weight``'s default was measured on this one; and an index gives the same results on
+        every store (``auto`` may move it from one to another). A backend whose engine ranks full text
+        otherwise ranks with :class:`mdrag.store.bm25.Bm25` over its texts, as the FAISS store does."""
         ...
 
 
