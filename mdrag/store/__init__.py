@@ -113,29 +113,25 @@ def uri_scheme(uri: str) -> str | None:
     """The scheme of store URI ``uri`` when a registered backend claims it (:attr:`StoreBackend.schemes`), in
     lowercase: ``"http"`` for ``http://127.0.0.1:19530``; None for a file path. A ``scheme://`` URI that no
     backend claims raises ConfigError naming the schemes that are known: it is never taken for a path."""
-    scheme = _scheme_of(uri)
-    if scheme is None:
-        return None
-    claimed = _claimed_schemes()
-    if scheme in claimed:
-        return scheme
-    if not uri[len(scheme) + 1 :].startswith("//"):  # "notes:v2.db": a file whose name has a colon
-        return None
-    raise ConfigError(
-        f"the store URI {redact_url(uri)} has the scheme {scheme}://, which no installed store backend reads "
-        f"({_known(claimed)}): install the backend that reads it, or give a file path"
-    )
+    scheme, claimed = _scheme(uri)
+    if scheme is not None and not claimed:
+        raise ConfigError(
+            f"the store URI {redact_url(uri)} has the scheme {scheme}://, which no installed store backend reads "
+            f"({_known()}): install the backend that reads it, or give a file path"
+        )
+    return scheme
 
 
-def _known(claimed: dict[str, str]) -> str:
-    """The schemes known, as an error names them: "the schemes known: grpc (milvus), http (milvus), ..."."""
-    return "the schemes known: " + (", ".join(f"{s} ({b})" for s, b in sorted(claimed.items())) or "none")
-
-
-def _scheme_of(uri: str) -> str | None:
-    """What reads as the scheme of ``uri`` (lowercase), claimed or not; None when nothing does (a path)."""
+def _scheme(uri: str) -> tuple[str | None, bool]:
+    """The scheme of store URI ``uri`` (lowercase) and whether a registered backend claims it; (None, False)
+    for a file path. An unclaimed scheme counts only before ``//``: "notes:v2.db" is a file."""
     m = _SCHEME.match(uri)
-    return m.group(1).lower() if m is not None else None
+    if m is None:
+        return None, False
+    scheme = m[1].lower()
+    if scheme in _claimed_schemes():
+        return scheme, True
+    return (scheme, False) if uri[m.end() :].startswith("//") else (None, False)
 
 
 def _claimed_schemes() -> dict[str, str]:
@@ -143,12 +139,15 @@ def _claimed_schemes() -> dict[str, str]:
     return {scheme: b.name for b in store_backends().values() for scheme in b.schemes}
 
 
+def _known() -> str:
+    """The schemes known, as an error names them: "the schemes known: grpc (milvus), http (milvus), ..."."""
+    claimed = sorted(_claimed_schemes().items())
+    return "the schemes known: " + (", ".join(f"{s} ({b})" for s, b in claimed) or "none")
+
+
 def _is_path(uri: str) -> bool:
     """Whether store URI ``uri`` is a file path: no scheme a backend claims, nor an unclaimed ``scheme://``."""
-    scheme = _scheme_of(uri)
-    if scheme is None:
-        return True
-    return scheme not in _claimed_schemes() and not uri[len(scheme) + 1 :].startswith("//")
+    return _scheme(uri)[0] is None
 
 
 def resolve_backend(config: Config, name: str | None = None) -> tuple[str, str]:
@@ -174,13 +173,15 @@ def resolve_backend(config: Config, name: str | None = None) -> tuple[str, str]:
             return b.name, f"store.backend auto: {why}"
     manifest = config.manifest_path(name)
     recorded = _recorded_store_uri(manifest)
-    if recorded is not None and not _is_path(recorded) and _scheme_of(recorded) not in _claimed_schemes():
-        raise ConfigError(
-            f"index {name!r} was built in {redact_url(recorded)}, a store URI whose scheme no installed store "
-            f"backend reads ({_known(_claimed_schemes())}): install the backend that built it, or set "
-            "store.backend (MDRAG_STORE, --store) to build the index again in another"
-        )
-    if recorded is not None:  # a home that was copied or moved: its store came along with its manifest
+    if recorded is not None:
+        scheme, claimed = _scheme(recorded)
+        if scheme is not None and not claimed:  # a backend no longer installed: never read as a path
+            raise ConfigError(
+                f"index {name!r} was built in {redact_url(recorded)}, a store URI whose scheme no installed store "
+                f"backend reads ({_known()}): install the backend that built it, or set "
+                "store.backend (MDRAG_STORE, --store) to build the index again in another"
+            )
+        # a home that was copied or moved: its store came along with its manifest
         recorded = moved_uri(recorded, manifest) or recorded
     for b in backends:
         if why := b.owns(config, name, recorded):
