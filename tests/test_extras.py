@@ -24,7 +24,7 @@ except ImportError:  # Python 3.10: the core depends on tomli there
 
 from mdrag.config import load_config
 from mdrag.extras import EXTRAS, Extra, MissingExtraError, extra_installed, require_extra
-from mdrag.store import store_backends
+from mdrag.store import StoreBackend, store_backends
 
 REPO = Path(__file__).resolve().parents[1]
 DOCS = REPO / "examples" / "docs"
@@ -75,13 +75,15 @@ def test_require_extra_names_the_missing_module_and_the_command(monkeypatch: pyt
     assert "pip install 'mdrag-docs[milvus]'" in text
 
 
-def test_a_third_party_backend_names_its_own_package(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_third_party_backend_names_its_own_package() -> None:
     """A backend outside mdrag declares the package that brings its library: the error names that package and
     how to add it beside an installed mdrag, not an extra of mdrag's."""
     lance = Extra("lance", ("lancedb_not_installed",), "the LanceDB store", requirement="mdrag-lance")
     assert not extra_installed(lance)
+    never = lambda *args: pytest.fail("not called")  # noqa: E731
+    backend = StoreBackend(name="lance", title="LanceDB", store=never, location=never, owns=never, extra=lance)
     with pytest.raises(MissingExtraError) as e:
-        require_extra(lance, "store.backend: lance")
+        backend.check_installed(load_config({}), "default")  # what the core asks of a backend it picks
     assert e.value.extra == "lance"
     assert str(e.value).startswith("store.backend: lance needs mdrag-lance (the LanceDB store), which is not")
     assert "`pip install mdrag-lance`" in str(e.value) and "`pipx inject mdrag-docs mdrag-lance`" in str(e.value)
