@@ -193,3 +193,56 @@ def test_a_manifest_of_the_earlier_version_loads(tmp_path: Path) -> None:
     m.save(path)
     again = Manifest.load(path)
     assert again is not None and again.version == 2 and again.files["/r/b.md"].copy_of == "/r/a.md"
+
+
+@pytest.mark.slow
+def test_the_websocket_server_lists_copies_in_results_and_sources(tmp_path: Path) -> None:
+    """A search reply's results and an answer's ``locations`` (and `mdrag ask`'s sources line) carry the copies."""
+    import asyncio
+
+    from mdrag.frontends.client import _sources
+    from tests.test_server import _config, opened, recv, serving
+
+    root = _corpus(tmp_path)
+
+    async def scenario() -> tuple[dict, dict]:
+        async with serving(_config(), [root]) as server:
+            ws = await opened(server)
+            await ws.send(json.dumps({"type": "search", "query": QUERY, "k": 5, "threshold": 0}))
+            found = await recv(ws)
+            await ws.send(json.dumps({"type": "query", "question": QUERY}))
+            while (end := await recv(ws))["type"] not in ("stream_end", "error"):
+                pass
+            await ws.close()
+            return found, end
+
+    found, end = asyncio.run(scenario())
+    flux = [r for r in found["results"] if "flux capacitor" in r["text"]]
+    assert [(r["rel_path"], [c["ref"] for c in r["copies"]]) for r in flux] == [("a/page.md", ["b/page.md"])]
+    assert end["type"] == "stream_end", end
+    page = next(loc for loc in end["locations"] if loc["ref"] == "a/page.md")
+    assert page["copies"] == ["b/page.md"]
+    assert f"{root / 'a' / 'page.md'} (the same as b/page.md)" in _sources(end)
+
+
+@pytest.mark.slow
+def test_mcp_search_lists_copies_and_its_path_filter_finds_a_copy(tmp_path: Path, mdrag_home: Path) -> None:
+    import anyio
+
+    from tests.test_mcp_indexes import WAIT, index, search, searched_when_ready, serving
+
+    root = _corpus(tmp_path)
+    index(root, "dups", mdrag_home)
+
+    async def scenario() -> tuple[dict, dict]:
+        with anyio.fail_after(WAIT):
+            async with serving(["mcp", "--index", "dups"], mdrag_home, tmp_path / "err.log") as s:
+                everywhere = await searched_when_ready(s, query=QUERY, k=5)
+                only_b = await search(s, query=QUERY, index="dups", path="b/", k=5)
+                return everywhere, only_b
+
+    everywhere, only_b = anyio.run(scenario)
+    flux = [r for r in everywhere["results"] if "flux capacitor" in r["text"]]
+    assert [(r["rel_path"], r["copies"]) for r in flux] == [("a/page.md", [{"ref": "b/page.md"}])]
+    assert [(r["rel_path"], r["copies"]) for r in only_b["results"]] == [("b/page.md", [{"ref": "a/page.md"}])]
+    assert all("copies" not in r for r in everywhere["results"] if "flux capacitor" not in r["text"])
