@@ -178,6 +178,12 @@ def test_plan_copies_keeps_an_indexed_original_and_hashes_only_same_sizes() -> N
     assert todo == [("/r/a.md", None), ("/r/b.md", None)] and plan.after == {"/r/b.md": ["/r/c.md"]}
     assert set(files) == {"/r/a.md"}, "the released copies are out of the manifest until recorded again"
 
+    # an indexed file that the run skips (its chunks go) is no original for a new file of its bytes
+    files = {"/r/a.md": _state("/r/a.md", 5, "H", ["c1"])}
+    found = ScanResult(files={"/r/b.md": ("/r", "b.md", 1, 5)}, skipped={"/r/a.md": ("/r", "too big")})
+    todo = [("/r/a.md", "too big"), ("/r/b.md", None)]
+    assert plan_copies(files, todo, [], found, lambda p: "H")[0] == todo
+
 
 def test_a_manifest_of_the_earlier_version_loads(tmp_path: Path) -> None:
     m = Manifest("i", "uri", {"model": "x"}, {})

@@ -146,7 +146,9 @@ def plan_copies(
     listed = {p for p, _ in todo}
     todo = todo + [(p, None) for p in release(files, listed | set(delete), set(delete), found) if p not in listed]
     doing = {p for p, err in todo if err is None and p in found.files}
-    originals = {p: s for p, s in files.items() if s.copy_of is None and p not in doing and p not in delete}
+    # an original stays as it is in the run: not parsed again, skipped (its chunks go) or deleted
+    leaving = {p for p, _ in todo} | set(delete)
+    originals = {p: s for p, s in files.items() if s.copy_of is None and p not in leaving}
     sizes = Counter([found.files[p][3] for p in doing] + [s.size for s in originals.values()])
     by_hash: dict[str, list[str]] = {}
     plan = CopyPlan()
