@@ -252,3 +252,18 @@ def test_mcp_search_lists_copies_and_its_path_filter_finds_a_copy(tmp_path: Path
     assert [(r["rel_path"], r["copies"]) for r in flux] == [("a/page.md", [{"ref": "b/page.md"}])]
     assert [(r["rel_path"], r["copies"]) for r in only_b["results"]] == [("b/page.md", [{"ref": "a/page.md"}])]
     assert all("copies" not in r for r in everywhere["results"] if "flux capacitor" not in r["text"])
+
+
+def test_removing_the_folder_of_an_original_leaves_its_copies_to_the_next_run(tmp_path: Path) -> None:
+    root = _corpus(tmp_path)
+    a, b = root / "a", root / "b"
+    with _index({"store.backend": "faiss"}) as idx:
+        idx.update([a, b])
+        s = idx.remove([a])
+        assert any("the next `mdrag index`" in w for w in s.warnings)
+        assert str(b / "page.md") not in Manifest.load(idx.manifest_path).files
+        s = idx.update()
+        assert s.added == 1 and s.copies == 0
+        m = _whole(idx)
+        assert m.files[str(b / "page.md")].chunks
+        assert [h["path"] for h in _hits(idx) if "flux capacitor" in h["text"]] == [str(b / "page.md")]

@@ -485,8 +485,13 @@ class Indexer:
         m.retired_roots = sorted(set(m.retired_roots) | set(targets))
         gone = [p for p, state in m.files.items() if state.root in targets]
         retired = [cid for p in gone for cid in m.files.pop(p).chunks]
-        for path in release(m.files, set(gone), set(), found=ScanResult()):  # the next run indexes them
-            log.info("%s: its original was removed from the index: indexed again by the next run", path)
+        released = release(m.files, set(gone), set(), found=ScanResult())  # copies of removed files
+        if released:
+            warn(
+                summary,
+                f"{len(released)} files of the index's other folders had the same bytes as a removed file (such as "
+                f"{released[0]}): the next `mdrag index` indexes them under their own paths",
+            )
         summary.deleted = len(gone)
         m.dirty = True
         live = m.chunk_ids()
