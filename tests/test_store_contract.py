@@ -297,6 +297,9 @@ FILTERS = [
     Filter(root="/docs/b"),
     Filter(path_prefix="ref/", tags=("t1",), root="/docs/a"),
     Filter(path_prefix="nothing/"),
+    # and the files named (those whose copies pass: mdrag.retrieval.copies), the tags still applied
+    Filter(path_prefix="guide/", paths=("/docs/b/ref/page1.md", "/docs/a/misc/page2.md")),
+    Filter(root="/docs/a", tags=("odd",), paths=("/docs/b/guide/page0.md",)),
 ]
 
 

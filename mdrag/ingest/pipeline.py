@@ -39,6 +39,7 @@ from mdrag.chunking import ChunkSettings, Truncated
 from mdrag.embedding.base import Embedder
 from mdrag.errors import ConfigError, IndexingCancelledError
 from mdrag.ingest.background import WarmUp, ahead
+from mdrag.ingest.copies import CopyPlan, plan_copies, release
 from mdrag.ingest.manifest import FileState, Manifest, SkippedFile
 from mdrag.ingest.plan import (
     UpdatePlan,
@@ -132,6 +133,7 @@ class _Job:
     writes: bool  # False: the store holds the new state already, and the manifest is not saved
     sweep: list[str] | None  # folders (``_EVERYTHING``: all) whose chunks the new state does not use are deleted
     run_hashes: set[int] | None  # see :func:`mdrag.ingest.writing.write_batch`
+    copies: CopyPlan  # files to do that are copies of others (mdrag.ingest.copies): recorded, not parsed
     left_out: int = 0  # files to do that the run leaves to the next (not among ``only``)
 
 
@@ -303,11 +305,15 @@ class Indexer:
         if only is not None:
             plan.todo = [t for t in plan.todo if t[0] in only]
         left_out -= len(plan.todo)
+        # Files of the same bytes as another are recorded as its copies, not parsed (mdrag.ingest.copies).
+        plan.todo, copies = plan_copies(m.files, plan.todo, plan.delete, found, lambda p: hashes.get(p) or read_hash(p))
         moved = old is not None and old.roots != m.roots  # with a first build in part: its end says it is whole
-        writes = bool(plan.todo or plan.delete or repair or m.retired_roots or moved or m.partial is not None)
+        writes = bool(
+            plan.todo or copies.count or plan.delete or repair or m.retired_roots or moved or m.partial is not None
+        )
         # A rebuild writes the whole index beside what readers see, then deletes every chunk it did not write.
         sweep = _EVERYTHING if rebuild else scope if repair or m.retired_roots else None
-        return _Job(m, plan, found, writes, sweep, run_hashes, left_out)
+        return _Job(m, plan, found, writes, sweep, run_hashes, copies, left_out)
 
     def _apply(self, job: _Job, events: RunEvents, summary: IndexSummary) -> None:
         """Carry out the job's plan on the store and the manifest, and save the manifest clean.
@@ -344,6 +350,7 @@ class Indexer:
         last_save = time.monotonic()
         written: set[str] = set()  # ids of the chunks this run upserted
         retired: list[str] = []  # ids the new state no longer uses: deleted after the commit
+        job.copies.record_now(m, found, retired, summary)
         left = 0  # files read, but left unwritten by a stop
         batch: list[tuple[str, FileState, list[Chunk]]] = []
         sizes = [(path, found.files[path][3]) for path, _ in todo if path in found.files]  # not those skipped
@@ -419,7 +426,7 @@ class Indexer:
         if batch:  # after a stop, written only where nothing is left to embed
             written |= write(batch)
         bar.now("saving")
-        summary.remaining = len(todo) - read + left
+        summary.remaining = len(todo) - read + left + job.copies.record_after(m, found, retired, summary, key)
         if msg := truncated.message():
             warn(summary, msg)
 
@@ -445,7 +452,8 @@ class Indexer:
             m.retired_roots = []
             m.mark_finished()
             if growing:  # readers are told that the index holds part of its files
-                total, undone = summary.unchanged + len(todo) + job.left_out, summary.remaining + job.left_out
+                total = summary.unchanged + len(todo) + job.copies.count + job.left_out
+                undone = summary.remaining + job.left_out
                 m.partial = [total - undone, total] if undone else None
                 m.grown_since = m.grown_since if undone else None
             m.save(manifest_path)
@@ -477,6 +485,13 @@ class Indexer:
         m.retired_roots = sorted(set(m.retired_roots) | set(targets))
         gone = [p for p, state in m.files.items() if state.root in targets]
         retired = [cid for p in gone for cid in m.files.pop(p).chunks]
+        released = release(m.files, set(gone), set(), found=ScanResult())  # copies of removed files
+        if released:
+            warn(
+                summary,
+                f"{len(released)} files of the index's other folders had the same bytes as a removed file (such as "
+                f"{released[0]}): the next `mdrag index` indexes them under their own paths",
+            )
         summary.deleted = len(gone)
         m.dirty = True
         live = m.chunk_ids()

@@ -173,25 +173,32 @@ class Filter:
     "/", else its ``rel_path``; ``%``, ``_`` and every other character stand for
     themselves. ``tags``: the chunk's ``metadata["tags"]`` contains every one.
     ``root``: the chunk was found under this indexed folder (absolute path).
+    ``paths``: a chunk whose absolute ``path`` is one of these passes ``path_prefix`` and ``root`` too (the
+    files whose copies pass them: :mod:`mdrag.retrieval.copies`); ``tags`` still apply.
     """
 
     path_prefix: str | None = None
     tags: tuple[str, ...] = ()
     root: str | None = None
+    paths: tuple[str, ...] = ()
 
     def __bool__(self) -> bool:
         return bool(self.path_prefix or self.tags or self.root)
 
     def matches(self, row: dict[str, Any]) -> bool:
         """Whether a row (a dict with ``path``, ``rel_path``, ``root``, ``metadata``) passes: reference semantics."""
-        if self.path_prefix:
-            field = "path" if self.path_prefix.startswith("/") else "rel_path"
-            if not str(row.get(field, "")).startswith(self.path_prefix):
-                return False
         if self.tags:
             tags = (row.get("metadata") or {}).get("tags")
             held = {tags} if isinstance(tags, str) else set(tags) if isinstance(tags, list) else set()
             if not set(self.tags) <= held:
+                return False
+        return self.located(row) or row.get("path") in self.paths
+
+    def located(self, row: dict[str, Any]) -> bool:
+        """Whether a row's ``path`` or ``rel_path`` and ``root`` pass ``path_prefix`` and ``root``."""
+        if self.path_prefix:
+            field = "path" if self.path_prefix.startswith("/") else "rel_path"
+            if not str(row.get(field, "")).startswith(self.path_prefix):
                 return False
         return not self.root or row.get("root") == self.root
 
