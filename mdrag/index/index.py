@@ -454,7 +454,10 @@ class Index:
                 raise self._health.nothing_committed(self.store, exists, manifest)
             # a store outside the home may hold other indexers' folders too: there each row is checked against its own
             folders = frozenset(self._view.seen_roots) if in_home(self.store.uri, self.manifest_path) else frozenset()
-            results = search(self.store, self.embedder, query, options, filters, visible, vector, links, folders)
+            copies = self._view.seen_copies
+            results = search(
+                self.store, self.embedder, query, options, filters, visible, vector, links, folders, copies
+            )
         if not results and self._view.progress is None and manifest.building:
             raise self._view.building_error()  # a transactional store being built by another process shows nothing yet
         return with_links(results, lambda: notes_at(self.manifest_path, manifest.stamp))  # a vault note's links

@@ -492,7 +492,7 @@ class IndexKeeper:
 
 
 _ADDED_UP = (
-    "added", "modified", "deleted", "touched", "chunks_embedded", "chunks_reused", "chunks_deleted",
+    "added", "modified", "deleted", "touched", "copies", "chunks_embedded", "chunks_reused", "chunks_deleted",
     "seconds", "embed_seconds", "waited_s", "parser_errors",
 )  # fmt: skip
 

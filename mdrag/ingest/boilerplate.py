@@ -114,12 +114,16 @@ def repeated(pages: Mapping[str, PagePrints]) -> dict[str, list[str]]:
 def stale(files: Mapping[str, FileState], pages: Mapping[str, PagePrints], skip: Iterable[str] = ()) -> list[str]:
     """The indexed HTML ``files`` whose chunks left out other blocks than :func:`repeated` now gives for
     them (a block crossed the share as pages came, changed or went): they are chunked again. ``skip``:
-    files being indexed anyway. A file with no prints is left as it is."""
+    files being indexed anyway. A file with no prints, or a copy of another (its chunks are the other's),
+    is left as it is."""
     drops, skipped = repeated(pages), set(skip)
     return sorted(
         path
         for path, state in files.items()
-        if path in pages and path not in skipped and (state.dropped or []) != drops.get(path, [])
+        if path in pages
+        and path not in skipped
+        and state.copy_of is None
+        and (state.dropped or []) != drops.get(path, [])
     )
 
 

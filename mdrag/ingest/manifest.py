@@ -28,7 +28,10 @@ __all__ = ["Diff", "FileState", "Manifest", "PagePrints", "SkippedFile", "diff"]
 
 log = logging.getLogger(__name__)
 
-VERSION = 1
+# 2: a file may be recorded as a copy of an identical one (``FileState.copy_of``). A manifest of version 1 loads
+# (it has no copies); an earlier release reads one of version 2 as unreadable, and builds the index again.
+VERSION = 2
+_LOADS = (1, VERSION)
 _CHECKSUM = ',"checksum":"'  # the last key of a saved manifest: sha256 of the text before it
 
 
@@ -45,14 +48,17 @@ class FileState:
     # A notes vault's note (mdrag.parsers.vault): {"aliases": [...], "links": [notes as its links name them]};
     # None otherwise (and then not saved).
     note: dict[str, list[str]] | None = None
+    # The file whose chunks stand for this one, its bytes the same (``hash``): this file has no chunks of its
+    # own (mdrag.ingest.copies); None: the file has its own chunks (not saved).
+    copy_of: str | None = None
     # An HTML page: the fingerprints of the blocks its site repeats, left out of its chunks
     # (mdrag.ingest.boilerplate); None otherwise (and then not saved).
     dropped: list[str] | None = None
 
 
 def _state(s: FileState) -> dict[str, Any]:
-    """A file state for JSON: ``note`` and ``dropped`` only where there is one."""
-    return {k: v for k, v in vars(s).items() if v is not None or k not in ("note", "dropped")}
+    """A file state for JSON: ``note``, ``copy_of`` and ``dropped`` only where there is one."""
+    return {k: v for k, v in vars(s).items() if v is not None or k not in ("note", "copy_of", "dropped")}
 
 
 @dataclass
@@ -174,8 +180,8 @@ class Manifest:
             raise ValueError(f"a JSON object was expected, not {type(d).__name__}")
         # Keys the manifest no longer has (the store keeps its own state): "rows_since_rewrite",
         # "store_fingerprint". A manifest that holds them loads; they are dropped at its next save.
-        if d.get("version") != VERSION:
-            raise ValueError(f"manifest version {d.get('version')!r}, expected {VERSION}")
+        if d.get("version") not in _LOADS:
+            raise ValueError(f"manifest version {d.get('version')!r}, expected one of {_LOADS}")
         raw_files = d.get("files", {})
         if not isinstance(raw_files, dict):
             raise ValueError(f"'files' must be an object, not {type(raw_files).__name__}")
@@ -184,6 +190,8 @@ class Manifest:
             state = FileState(**s) if isinstance(s, dict) else None
             if state is None or not all(isinstance(c, str) for c in state.chunks or []):
                 raise ValueError(f"the entry for {p!r} is not a file state")
+            if state.copy_of is not None and not isinstance(state.copy_of, str):
+                raise ValueError(f"the entry for {p!r} names its original as {state.copy_of!r}, not a path")
             state.chunks = list(state.chunks or [])
             files[p] = state
         raw_skipped = d.get("skipped") or {}  # absent in manifests of earlier releases

@@ -40,6 +40,7 @@ from mdrag.embedding.base import Embedder
 from mdrag.errors import ConfigError, IndexingCancelledError
 from mdrag.ingest import boilerplate
 from mdrag.ingest.background import WarmUp, ahead
+from mdrag.ingest.copies import CopyPlan, plan_copies, release
 from mdrag.ingest.manifest import FileState, Manifest, PagePrints, SkippedFile
 from mdrag.ingest.plan import (
     UpdatePlan,
@@ -134,6 +135,7 @@ class _Job:
     writes: bool  # False: the store holds the new state already, and the manifest is not saved
     sweep: list[str] | None  # folders (``_EVERYTHING``: all) whose chunks the new state does not use are deleted
     run_hashes: set[int] | None  # see :func:`mdrag.ingest.writing.write_batch`
+    copies: CopyPlan  # files to do that are copies of others (mdrag.ingest.copies): recorded, not parsed
     left_out: int = 0  # files to do that the run leaves to the next (not among ``only``)
 
 
@@ -305,13 +307,17 @@ class Indexer:
         if only is not None:
             plan.todo = [t for t in plan.todo if t[0] in only]
         left_out -= len(plan.todo)
+        # Files of the same bytes as another are recorded as its copies, not parsed (mdrag.ingest.copies).
+        plan.todo, copies = plan_copies(m.files, plan.todo, plan.delete, found, lambda p: hashes.get(p) or read_hash(p))
         restale = _forget_pages(m, roots, found, plan)
         moved = old is not None and old.roots != m.roots  # with a first build in part: its end says it is whole
-        writes = bool(plan.todo or plan.delete or repair or m.retired_roots or moved or m.partial is not None)
+        writes = bool(
+            plan.todo or copies.count or plan.delete or repair or m.retired_roots or moved or m.partial is not None
+        )
         writes = writes or bool(restale)
         # A rebuild writes the whole index beside what readers see, then deletes every chunk it did not write.
         sweep = _EVERYTHING if rebuild else scope if repair or m.retired_roots else None
-        return _Job(m, plan, found, writes, sweep, run_hashes, left_out)
+        return _Job(m, plan, found, writes, sweep, run_hashes, copies, left_out)
 
     def _apply(self, job: _Job, events: RunEvents, summary: IndexSummary) -> None:
         """Carry out the job's plan on the store and the manifest, and save the manifest clean.
@@ -350,6 +356,7 @@ class Indexer:
         last_save = time.monotonic()
         written: set[str] = set()  # ids of the chunks this run upserted
         retired: list[str] = []  # ids the new state no longer uses: deleted after the commit
+        job.copies.record_now(m, found, retired, summary)
         left = 0  # files read, but left unwritten by a stop
         batch: list[tuple[str, FileState, list[Chunk]]] = []
         todo = todo + [(p, None) for p in boilerplate.stale(m.files, m.pages, [p for p, _ in todo])]
@@ -366,11 +373,11 @@ class Indexer:
                 lambda p: worker.parse(p, timeout) if worker is not None else parse_file(p),
                 events.cancel,
             )
-        except IndexingCancelledError:
+        except BaseException as e:
             if worker is not None:
                 worker.close()
-            if job.writes:
-                m.save(manifest_path)
+            if isinstance(e, IndexingCancelledError) and job.writes:
+                m.save(manifest_path)  # what was written so far, still dirty: the next run repairs and goes on
             raise
         todo += [(p, None) for p in boilerplate.stale(m.files, m.pages, [p for p, _ in todo])]
         drops = boilerplate.repeated(m.pages)
@@ -383,7 +390,6 @@ class Indexer:
                 parsed = Parsed(None, [], err)
             else:
                 root, rel, mtime_ns, size = found.files[path]
-                how = (worker, timeout, truncated, max_mb)
                 parsed = read_file(
                     path,
                     root,
@@ -392,7 +398,10 @@ class Indexer:
                     size,
                     embedder,
                     settings,
-                    *how,
+                    worker,
+                    timeout,
+                    truncated,
+                    max_mb,
                     early=early.pop(path, None),
                     drop=drops.get(path, ()),
                 )
@@ -452,7 +461,7 @@ class Indexer:
         if batch:  # after a stop, written only where nothing is left to embed
             written |= write(batch)
         bar.now("saving")
-        summary.remaining = len(todo) - read + left
+        summary.remaining = len(todo) - read + left + job.copies.record_after(m, found, retired, summary, key)
         if msg := truncated.message():
             warn(summary, msg)
 
@@ -478,7 +487,8 @@ class Indexer:
             m.retired_roots = []
             m.mark_finished()
             if growing:  # readers are told that the index holds part of its files
-                total, undone = summary.unchanged + len(todo) + job.left_out, summary.remaining + job.left_out
+                total = summary.unchanged + len(todo) + job.copies.count + job.left_out
+                undone = summary.remaining + job.left_out
                 m.partial = [total - undone, total] if undone else None
                 m.grown_since = m.grown_since if undone else None
             m.save(manifest_path)
@@ -511,6 +521,13 @@ class Indexer:
         gone = [p for p, state in m.files.items() if state.root in targets]
         retired = [cid for p in gone for cid in m.files.pop(p).chunks]
         boilerplate.prune(m.pages, m.roots, lambda *_: False)
+        released = release(m.files, set(gone), set(), found=ScanResult())  # copies of removed files
+        if released:
+            warn(
+                summary,
+                f"{len(released)} files of the index's other folders had the same bytes as a removed file (such as "
+                f"{released[0]}): the next `mdrag index` indexes them under their own paths",
+            )
         summary.deleted = len(gone)
         m.dirty = True
         live = m.chunk_ids()

@@ -339,7 +339,9 @@ def _index_into(args: argparse.Namespace, index: Index) -> int:
         if s.repaired:
             print("repaired the index: an interrupted run, or damage that its store or `status --verify` found")
         print(
-            f"files: {s.added} added, {s.modified} modified, {s.deleted} deleted, "
+            f"files: {s.added} added, {s.modified} modified"
+            + (f" ({s.copies} of these the same as another file: indexed once)" if s.copies else "")
+            + f", {s.deleted} deleted, "
             f"{s.unchanged} unchanged"
             + (f" ({s.touched} touched, already embedded)" if s.touched else "")
             + f", {s.skipped} skipped"

@@ -234,6 +234,8 @@ def _search_in(args: argparse.Namespace, config: Config, index: Index | None) ->
         print(f"{i:2}. {r['score']:.3f}{fused}  {where}" + (f"  [{_name(r['heading'])}]" if r["heading"] else ""))
         snippet = " ".join(_safe(_HTML_COMMENT.sub(" ", r["text"])).split())
         print(f"    {snippet[:200]}{'…' if len(snippet) > 200 else ''}")
+        if r.get("copies"):  # files with the same bytes, indexed once
+            print("    the same as: " + ", ".join(_name(c["ref"]) for c in r["copies"]))
     return 0
 
 
