@@ -35,7 +35,7 @@ _HNSW_EF_ROWS = 100_000
 
 def ef_search(rows: int) -> int:
     """The HNSW search breadth for a graph of ``rows`` chunks (see _HNSW_EF_ROWS)."""
-    return max(_HNSW_EF, math.ceil(_HNSW_EF * (rows / _HNSW_EF_ROWS) ** 0.6))
+    return max(_HNSW_EF, math.ceil(_HNSW_EF * math.pow(rows / _HNSW_EF_ROWS, 0.6)))
 
 
 def unit(v: np.ndarray) -> np.ndarray:
