@@ -154,7 +154,7 @@ class VectorIndex:
         or HNSW."""
         params = None
         if self.hnsw:
-            params = faiss.SearchParametersHNSW()  # type: ignore[attr-defined]
+            params = faiss.SearchParametersHNSW()  # type: ignore[attr-defined]  # missing from faiss's stub
             params.efSearch = max(ef_search(live), k)
             if hide is not None:  # the graph's walk skips the dead and the hidden rows
                 skip = faiss.IDSelectorBatch(np.union1d(np.asarray(sorted(self.dead), dtype=np.int64), hide))
