@@ -235,7 +235,7 @@ def _search_in(args: argparse.Namespace, config: Config, index: Index | None) ->
         snippet = " ".join(safe_text(_HTML_COMMENT.sub(" ", r["text"])).split())
         print(f"    {snippet[:200]}{'…' if len(snippet) > 200 else ''}")
         if r.get("copies"):  # files with the same bytes, indexed once
-            print("    the same as: " + ", ".join(_name(c["ref"]) for c in r["copies"]))
+            print("    the same as: " + ", ".join(safe_name(c["ref"]) for c in r["copies"]))
     return 0
 
 
