@@ -13,6 +13,7 @@ import copy
 import difflib
 import logging
 import os
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -95,10 +96,6 @@ class Config:
 
     def manifest_path(self, index: str | None = None) -> Path:
         return self.cache_dir / "manifests" / f"{index or self.values['index']}.json"
-
-    def redacted(self) -> dict[str, Any]:
-        """Values safe to print or log: secrets show only whether they are set."""
-        return {k: _safe(k, v) for k, v in self.values.items()}
 
     def explain(self) -> dict[str, dict[str, Any]]:
         """Each setting's value in effect (:meth:`effective`), safe to print, and where it came from: its
@@ -228,10 +225,10 @@ def _read_file(path: Path) -> dict[str, Any]:
         raise ConfigError(f"cannot read config file {path}: {e}") from e
     try:
         if path.suffix == ".toml":
-            try:
+            if sys.version_info >= (3, 11):
                 import tomllib
-            except ImportError:  # Python 3.10
-                import tomli as tomllib  # type: ignore[no-redef]
+            else:
+                import tomli as tomllib
 
             data: Any = tomllib.loads(raw)
         else:

@@ -99,13 +99,6 @@ def test_unknown_keys_are_warned_not_fatal(mdrag_home: Path, caplog) -> None:
         load_config({"colour": "red"})
 
 
-def test_secrets_are_redacted(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("MARKDOWN_QA_API_KEY", "sk-very-secret")
-    c = load_config()
-    assert c["api.api_key"] == "sk-very-secret"
-    assert "sk-very-secret" not in repr(c.redacted())
-
-
 def test_knowledge_allowed_paths_are_absolute_resolved_folders(
     mdrag_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

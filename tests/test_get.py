@@ -251,11 +251,6 @@ def test_index_get_a_pdf_by_page_and_section(shared_data: Path, minilm: Embedder
 # -- MCP, with the SDK's client over stdio ---------------------------------------------------------------
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 @pytest.mark.anyio
 async def test_mcp_get_and_multi_get(tmp_path: Path, mdrag_home: Path, shared_data: Path) -> None:
     project = make_project(tmp_path)

@@ -74,6 +74,15 @@ class Index:
     state before it have finished, or, should one take longer than
     ``mdrag.index.visibility._READERS_GRACE_S``, after that, with a warning (that search may then miss
     some results; nothing else is affected).
+
+    Its locks are taken in this order, never against it (a thread holding one takes only those after it):
+
+    1. ``_update_lock``: one update or removal at a time in this process;
+    2. the writers' file lock (:class:`~mdrag.index.writers.Writers`): the same across processes;
+    3. ``_cond``: the count of calls using the store; :meth:`close` holds it while it closes the store, and
+       every other call holds it only for an instant, at its start and its end, holding nothing else;
+    4. ``_open_lock``: the store's connection (opening, closing; :class:`~mdrag.index.health.Health`'s counts);
+    5. ``_store_lock``: the store object, made on first use (:attr:`store`) or made again.
     """
 
     def __init__(self, config: Config | None = None, embedder: Embedder | None = None) -> None:

@@ -33,9 +33,9 @@ from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from bs4 import BeautifulSoup, NavigableString, Tag
+from bs4 import BeautifulSoup, Tag
 from bs4.dammit import EncodingDetector
-from bs4.element import CData, PageElement
+from bs4.element import CData, NavigableString, PageElement
 from readability import Document as ReadabilityDocument
 
 from mdrag.errors import ParseError

@@ -412,7 +412,7 @@ def _listed(
 ) -> Ranked:
     """The store's ``n`` best rows for ``mode``, not read yet where the store can rank without reading them
     (its ``ranked``, as the FAISS store's), else read by its ``search``."""
-    ranked = getattr(store, "ranked", None)
+    ranked: Callable[..., Ranked] | None = getattr(store, "ranked", None)
     if ranked is not None:
         return ranked(vector, n, where, mode=mode, text=query, hidden=hidden)
     return Ranked.of(store.search(vector, n, where, mode=mode, text=query, hidden=hidden))
