@@ -3,8 +3,10 @@
 The config file is ``$MDRAG_HOME/config.yaml`` or ``config.toml`` (home
 defaults to ``~/.md-qa``). Keys are nested sections; flags and code give them
 as dotted names (``chunk.size``). Every setting is declared once, in
-:class:`mdrag.settings.Settings`: this module reads the values, checks them
-against that declaration, and says where each came from.
+:mod:`mdrag.settings`: this module reads the values, checks them against that
+declaration, and says where each came from. A value of the type declared is
+checked here (:func:`_plain`); any other by the settings' pydantic model
+(:func:`mdrag.settings.model`, built then), which converts it or says what is wrong.
 """
 
 from __future__ import annotations
