@@ -252,3 +252,35 @@ def test_an_index_in_a_backend_no_longer_installed_is_an_error_not_a_path(tmp_pa
     assert f"index 'default' was built in {recorded}, a store URI whose scheme no installed" in gone.stderr
     assert "the schemes known: grpc (milvus), http (milvus)" in gone.stderr and "Traceback" not in gone.stderr
     assert sorted(p.name for p in (home / "cache").iterdir()) == ["manifests", "toy"]  # nothing made of the URI
+
+
+def test_entry_points_are_importlib_metadatas_read_without_it(tmp_path: Path) -> None:
+    """The registry reads the metadata folders on sys.path itself (importlib.metadata, with the modules it
+    imports, is a tenth of a one-shot search's imports beyond the model's); it finds what importlib.metadata
+    finds: every group's entry points, a distribution found twice on the path read where it is found first,
+    and importlib.metadata itself is not imported for it."""
+    first, second = tmp_path / "first", tmp_path / "second"
+    for site in (first, second):
+        site.mkdir()
+        _install_plugin(site)
+    (second / "mdrag_shelf-1.0.dist-info" / "entry_points.txt").write_text("[mdrag.stores]\nshadowed = x:Y\n")
+    (first / "mdrag_shelf-1.0.dist-info" / "entry_points.txt").write_text(
+        "# comment\n[mdrag.stores]\nshelf = mdrag_shelf:BACKEND\n\n[mdrag.embedders]\nhashed=mdrag_shelf:EMBEDDER [x]\n"
+    )
+    code = """
+import json, sys
+from mdrag import plugins
+mine = {g: sorted([e.name, e.value] for e in eps) for g, eps in plugins._all_entry_points().items()}
+lazy = "importlib.metadata" not in sys.modules
+import importlib.metadata
+every = importlib.metadata.entry_points()
+theirs = {g: sorted([e.name, e.value] for e in every.select(group=g)) for g in every.groups}
+print(json.dumps([mine, theirs, lazy, plugins.load(plugins.EMBEDDERS, "hashed", object).name]))
+"""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(first), str(second), str(ROOT)])}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    mine, theirs, lazy, hashed = json.loads(out.stdout)
+    assert mine == theirs and lazy and hashed == "hashed"
+    assert ["shelf", "mdrag_shelf:BACKEND"] in mine[plugins.STORES]
+    assert ["shadowed", "x:Y"] not in mine[plugins.STORES]

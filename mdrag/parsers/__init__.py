@@ -28,7 +28,6 @@ calls. Within each, a later registration overrides an earlier one.
 from __future__ import annotations
 
 import importlib
-import importlib.metadata
 import logging
 import os
 import threading
@@ -98,6 +97,8 @@ def _load_entry_points() -> None:
             return
         _entry_points_loaded = True
         try:
+            import importlib.metadata  # here: a command that parses nothing does not import it
+
             eps = list(importlib.metadata.entry_points(group=ENTRY_POINT_GROUP))
         except Exception:
             logger.warning("cannot list %r entry points", ENTRY_POINT_GROUP, exc_info=True)

@@ -116,6 +116,12 @@ def _main(argv: Sequence[str] | None) -> int:
         print(safe_text(commands_list(parser)), file=sys.stderr)
         return 2
     setup_logging(args)
+    if argv is None and getattr(args, "one_shot", False):
+        # A one-shot command (search, get, status) in a process of its own: most of its time imports numpy,
+        # faiss and the model's runtime, whose tens of thousands of objects make no garbage to speak of, and
+        # the cyclic collector's passes over them were 6% of its CPU time (benchmarks/RESULTS.md, "One-shot
+        # search"). The process ends with the command, which frees everything.
+        gc.disable()
     try:
         code: int = args.run(args)
         return code

@@ -53,7 +53,7 @@ def register(commands: Commands) -> None:
     for key in RERANK_FLAGS:
         setting_flag(p, key)
     common_flags(p)
-    p.set_defaults(run=_search)
+    p.set_defaults(run=_search, one_shot=True)
 
     p = commands.add_parser(
         "get",
@@ -73,7 +73,7 @@ def register(commands: Commands) -> None:
     p.add_argument("--links", action="store_true", help="list each note's links and backlinks (notes vaults)")
     _docset_flag(p)
     common_flags(p)
-    p.set_defaults(run=_get)
+    p.set_defaults(run=_get, one_shot=True)
 
     p = commands.add_parser("status", help="show what the index holds", epilog="example: mdrag status --json")
     p.add_argument("--json", action="store_true", help="print as JSON")
@@ -86,7 +86,7 @@ def register(commands: Commands) -> None:
     p.add_argument("--server", metavar="URL", help=SERVER_HELP)
     setting_flag(p, "server.token")
     common_flags(p)
-    p.set_defaults(run=_status)
+    p.set_defaults(run=_status, one_shot=True)
 
 
 def _docset_flag(p: argparse.ArgumentParser) -> None:
