@@ -127,6 +127,19 @@ def test_repeated_notes_and_a_paragraphs_links_are_not_items() -> None:
     assert {tuple(s.heading_path) for s in doc.sections} == {("Settings", "Variables")}
 
 
+def test_questions_asked_in_passing_and_notes_under_headings_are_not_items() -> None:
+    prose = [f"<p>{t}</p>" for t in _LONG.values()] * 6
+    for n, name in enumerate(_LONG):  # four questions among 24 paragraphs of an essay
+        prose.insert(6 * n, f"<p>Why would anyone touch {name}?</p>")
+    doc = _parse(_page("".join(prose)))
+    assert {tuple(s.heading_path) for s in doc.sections} == {("Settings", "Variables")}
+    parts = "".join(
+        f'<h3>{n}</h3><div class="hatnote">Main article: {n} explained</div><p>{t}</p>' for n, t in _LONG.items()
+    )
+    doc = _parse(_page(parts))
+    assert [s.heading_path[-1] for s in doc.sections if any(t in s.text for t in _LONG.values())] == list(_LONG)
+
+
 @pytest.mark.parametrize("mode", ["hybrid", "bm25", "dense"])
 def test_a_search_naming_an_item_finds_its_own_chunk_first(tmp_path: Path, mode: str) -> None:
     docs = tmp_path / "docs"

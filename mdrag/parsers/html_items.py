@@ -41,6 +41,7 @@ _MIN_LIST, _MIN_RUN = 3, 4  # items a list (dl, ul, ol) or a run of siblings nee
 _OWN_ITEM = 400  # characters: an item this long or longer is a section of its own
 _TERM_MAX, _LEAD_MAX, _TITLE_MAX, _QUESTION_MAX = 150, 80, 100, 200  # the longest name of each kind
 _DISTINCT = 0.8  # share of the names that must differ
+_QUESTIONS = 1 / 6  # share of a FAQ's blocks that are questions (its answers are a few paragraphs each)
 _SHORT_TERMS = 0.8  # share of a definition list's terms that must be short (names, not paragraphs)
 _BOLD = {"b", "strong"}
 _LISTS = {"ul", "ol"}
@@ -204,8 +205,11 @@ def _plan_runs(parent: Tag, plan: ItemPlan) -> None:
     kinds = _leaders(children)
     for kind in ("question", "title", "lead"):
         starts = [i for i, k in enumerate(kinds) if k is not None and k[0] == kind]
-        if len(starts) < _MIN_RUN:
-            continue
+        after_heading = sum(1 for i in starts if i and children[i - 1].name in _HEADINGS)
+        if len(starts) < _MIN_RUN or after_heading * 2 >= len(starts):
+            continue  # a note under each heading ("Main article: ...") is not a name: the heading names its part
+        if kind == "question" and len(starts) < _QUESTIONS * len(children):
+            continue  # questions a writer asks in passing, not a FAQ's
         ends = [*starts[1:], starts[-1] + 1 if kind == "lead" else len(children)]
         items: list[tuple[Tag, list[Tag], int]] = []
         closers: list[Tag] = []
