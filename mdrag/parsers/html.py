@@ -10,7 +10,9 @@ sections, a list's entries: same tag, same class), they are read too; an
 index page (mostly link text) is read whole less its lines of links, so its
 title and own prose are indexed and its link lists are not (this also holds
 for a page nested deeper than readability-lxml reads). Title, description, keywords
-and language come from the whole page's ``head``.
+and language come from the whole page's ``head``. The named items of a page
+(definition lists, bold-led list items, FAQ questions...) head sections of
+their own (mdrag.parsers.html_items).
 
 Left out of the text, with everything inside them: script, style, noscript,
 template, svg, canvas, iframe, object, embed, select (never prose), nav and
