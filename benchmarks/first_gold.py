@@ -50,14 +50,16 @@ def load() -> float:
     return round(os.getloadavg()[0], 1)
 
 
-def run(checkout: Path, home: Path, folder: Path, gold: set[str]) -> dict[str, Any]:
-    """`mdrag index FOLDER` from ``checkout`` on ``home``, its manifest polled until the run ends."""
+def run(checkout: Path, home: Path, folder: Path, gold: set[str], stop_at: float = 1.0) -> dict[str, Any]:
+    """`mdrag index FOLDER` from ``checkout`` on ``home``, its manifest polled until the run ends, or is stopped
+    once ``stop_at`` of the gold files are searchable."""
     env = {**os.environ, "MDRAG_HOME": str(home), "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(checkout)}
     argv = [sys.executable, "-m", "mdrag", "index", str(folder), "-q", "--json"]
     out: dict[str, Any] = {"checkout": str(checkout), "load_start": load(), "first_file_s": None}
     got: dict[float, tuple[float, int]] = {}  # share of the gold files -> (seconds, chunks committed) when reached
     t0 = time.monotonic()
-    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    # Run in the checkout: `python -m` puts the working folder ahead of PYTHONPATH.
+    proc = subprocess.Popen(argv, env=env, cwd=checkout, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     manifests = home / "cache" / "manifests"
     while time.monotonic() - t0 < LIMIT_S:
         ended = proc.poll() is not None  # read the manifest once more after the end
@@ -70,9 +72,13 @@ def run(checkout: Path, home: Path, folder: Path, gold: set[str]) -> dict[str, A
                 got[share] = (now, chunks)
         if ended:
             break
+        if stop_at in got:
+            proc.terminate()
+            out["stopped_at"] = stop_at
+            break
         time.sleep(POLL_S)
     stdout, _ = proc.communicate(timeout=LIMIT_S)
-    out["build_s"] = round(time.monotonic() - t0, 2)
+    out["build_s"] = round(time.monotonic() - t0, 2) if "stopped_at" not in out else None
     out["load_end"] = load()
     summary = json.loads(stdout) if proc.returncode == 0 and stdout.strip() else {}
     out["exit"], out["chunks"], out["files"] = proc.returncode, summary.get("chunks_total"), summary.get("added")
@@ -91,6 +97,13 @@ def main() -> None:
         default=[],
         help="NAME=DIR: a checkout of mdrag to run (repeat to compare; default: this one)",
     )
+    ap.add_argument(
+        "--stop-at",
+        type=float,
+        choices=SHARES,
+        default=1.0,
+        help="stop each run once this share of the gold files is searchable",
+    )
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     checkouts = [c.split("=", 1) for c in args.checkout] or [["this", str(ROOT)]]
@@ -107,7 +120,7 @@ def main() -> None:
         models = model_files(base)
         for name, checkout in checkouts:
             home = fresh_home(base, f"home-{name}", models)
-            r = out["runs"][name] = run(Path(checkout).resolve(), home, folder, gold)
+            r = out["runs"][name] = run(Path(checkout).resolve(), home, folder, gold, args.stop_at)
             shares = ", ".join(f"{k} after {v} s ({r['gold_chunks'][k]} chunks)" for k, v in r["gold_s"].items())
             print(
                 f"{name}: first file searchable after {r['first_file_s']} s; gold files searchable: {shares}; "
