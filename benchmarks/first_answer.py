@@ -13,7 +13,7 @@ and export are not counted), on {corpus}:
 Each answer made from part of the files says so (the reply's `partial`, the search's line on stderr): the
 figures count the answers that did. The command: {cmd}.
 
-    python benchmarks/first_answer.py [--corpus DIR] [--limit-files N] [--question Q] [--json out.json]
+    python benchmarks/first_answer.py [--corpus DIR] [--limit-files N] [--question Q] [--until-first] [--json out.json]
 """
 
 from __future__ import annotations
@@ -86,7 +86,9 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-async def _serve_run(url: str, question: str, server: subprocess.Popen[bytes]) -> dict[str, Any]:
+async def _serve_run(
+    url: str, question: str, server: subprocess.Popen[bytes], until_first: bool = False
+) -> dict[str, Any]:
     from websockets.asyncio.client import connect
 
     t0 = time.monotonic()
@@ -117,6 +119,9 @@ async def _serve_run(url: str, question: str, server: subprocess.Popen[bytes]) -
                 if out["first_answer_s"] is None:
                     out["first_answer_s"] = round(time.monotonic() - t0, 2)
                     out["first_answer_partial"] = msg.get("partial")
+                    out["first_answer_sources"] = msg["sources"]
+                    if until_first:
+                        return out
             await ws.send(json.dumps({"type": "status", "id": f"s{n}"}))
             status = json.loads(await ws.recv())
             while status.get("id") != f"s{n}":
@@ -129,13 +134,16 @@ async def _serve_run(url: str, question: str, server: subprocess.Popen[bytes]) -
     raise RuntimeError(f"the server's build took longer than {LIMIT_S:g} s")
 
 
-def serve_run(home: Path, folder: Path, question: str) -> dict[str, Any]:
-    """`mdrag serve DIR` on a fresh home, asked a question every second until its build is done."""
+def serve_run(home: Path, folder: Path, question: str, until_first: bool = False) -> dict[str, Any]:
+    """`mdrag serve DIR` on a fresh home, asked a question every second until its build is done (``until_first``:
+    until its first answer)."""
     port = free_port()
     argv = [sys.executable, "-m", "mdrag", "serve", str(folder), "--port", str(port), "-q"]
     server = subprocess.Popen(argv, env=_env(home), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        return asyncio.run(_serve_run(f"ws://127.0.0.1:{port}", question, server))
+        load = os.getloadavg()[0]
+        out = asyncio.run(_serve_run(f"ws://127.0.0.1:{port}", question, server, until_first))
+        return {**out, "load_start": round(load, 1), "load_end": round(os.getloadavg()[0], 1)}
     finally:
         server.terminate()
         with contextlib.suppress(subprocess.TimeoutExpired):
@@ -144,9 +152,11 @@ def serve_run(home: Path, folder: Path, question: str) -> dict[str, Any]:
             server.kill()
 
 
-def cli_run(home: Path, folder: Path, question: str) -> dict[str, Any]:
-    """`mdrag index DIR` on a fresh home, with `mdrag search` in a second process every second."""
+def cli_run(home: Path, folder: Path, question: str, until_first: bool = False) -> dict[str, Any]:
+    """`mdrag index DIR` on a fresh home, with `mdrag search` in a second process every second (``until_first``:
+    the index run is stopped at the first results)."""
     env = _env(home)
+    load = os.getloadavg()[0]
     t0 = time.monotonic()
     run = subprocess.Popen(
         [sys.executable, "-m", "mdrag", "index", str(folder), "-q", "--json"],
@@ -172,12 +182,16 @@ def cli_run(home: Path, folder: Path, question: str) -> dict[str, Any]:
             if out["first_results_s"] is None:
                 out["first_results_s"] = round(time.monotonic() - t0, 2)
                 out["first_results_partial"] = partial
+                if until_first:
+                    run.terminate()
+                    break
         time.sleep(max(0.0, EVERY_S - (time.monotonic() - asked)))
     stdout, _ = run.communicate(timeout=LIMIT_S)
-    out["build_s"] = round(time.monotonic() - t0, 2)
+    if not until_first:
+        out["build_s"] = round(time.monotonic() - t0, 2)
     summary = json.loads(stdout) if run.returncode == 0 else {}
     out["exit"], out["chunks"] = run.returncode, summary.get("chunks_total")
-    return out
+    return {**out, "load_start": round(load, 1), "load_end": round(os.getloadavg()[0], 1)}
 
 
 def main() -> None:
@@ -186,6 +200,9 @@ def main() -> None:
     ap.add_argument("--limit-files", type=int, help="index only the first N Markdown files (a quick check)")
     ap.add_argument("--question", default=QUESTION)
     ap.add_argument("--only", choices=("serve", "cli"), help="one of the two runs")
+    ap.add_argument(
+        "--until-first", action="store_true", help="stop each run at its first answer (the build is not waited for)"
+    )
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     base = Path(tempfile.mkdtemp(prefix="mdrag-first-answer-"))
@@ -202,18 +219,20 @@ def main() -> None:
         print(f"corpus: {args.corpus} ({files} files); question: {args.question!r}", flush=True)
         models = model_files(base)
         if args.only in (None, "serve"):
-            out["serve"] = s = serve_run(fresh_home(base, "serve-home", models), folder, args.question)
+            s = serve_run(fresh_home(base, "serve-home", models), folder, args.question, args.until_first)
+            out["serve"] = s
             print(
-                f"mdrag serve: first answer after {s['first_answer_s']} s; build done after {s['build_s']} s "
-                f"({s['answers']} answers to {s['questions']} questions, {s['partial_answers']} said partial)",
+                f"mdrag serve: first answer after {s['first_answer_s']} s; build done after {s.get('build_s')} s "
+                f"({s['answers']} answers to {s['questions']} questions, {s['partial_answers']} said partial; "
+                f"load average {s['load_start']} at the start, {s['load_end']} at the end)",
                 flush=True,
             )
         if args.only in (None, "cli"):
-            out["cli"] = c = cli_run(fresh_home(base, "cli-home", models), folder, args.question)
+            out["cli"] = c = cli_run(fresh_home(base, "cli-home", models), folder, args.question, args.until_first)
             print(
                 f"mdrag index + mdrag search: first results after {c['first_results_s']} s; index done after "
-                f"{c['build_s']} s ({c['found']} of {c['searches']} searches found results, {c['partial_found']} "
-                "said partial)",
+                f"{c.get('build_s')} s ({c['found']} of {c['searches']} searches found results, {c['partial_found']} "
+                f"said partial; load average {c['load_start']} at the start, {c['load_end']} at the end)",
                 flush=True,
             )
         if args.json:

@@ -3,7 +3,8 @@
 For every ``*.html`` page under each corpus folder given (default: ../shared/data/html_readability_pages and
 every other HTML page under ../shared/data; add ../corpora/git-doc-html after
 ``sh benchmarks/fetch_html_manual.sh``), the page is parsed and chunked as `mdrag index` does (default chunk
-settings, sizes in characters: no embedder is loaded), and three figures are measured:
+settings, sizes in characters: no embedder is loaded; the blocks the folder's pages repeat left out as the
+index run leaves them, mdrag.ingest.boilerplate, unless ``--keep-repeated``), and three figures are measured:
 
 - boilerplate: the share of chunks made only of blocks (paragraphs, lines) that occur on more than 5% of the
   corpus's pages (and on at least 3): taglines, footers, "last modified" lines, crumbs;
@@ -13,7 +14,7 @@ settings, sizes in characters: no embedder is loaded), and three figures are mea
   blocks above) whose word tokens reach its chunks (tokens as multisets, ``\\w+`` lower-cased); the mean, the
   median and the pages under 80%.
 
-    python benchmarks/html_pages.py [FOLDER ...] [--json OUT]
+    python benchmarks/html_pages.py [FOLDER ...] [--json OUT] [--keep-repeated]
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from mdrag.chunking import chunk_document  # noqa: E402
+from mdrag.ingest import boilerplate  # noqa: E402
+from mdrag.ingest.manifest import PagePrints  # noqa: E402
 from mdrag.parsers.html import parse  # noqa: E402
 from mdrag.types import Document  # noqa: E402
 
@@ -54,18 +57,23 @@ def _lines(doc: Document) -> list[str]:
     return out
 
 
-def measure(folder: Path) -> dict:
+def measure(folder: Path, keep_repeated: bool = False) -> dict:
     """The figures of one corpus folder (see the module docstring)."""
     pages = sorted(folder.rglob("*.html"))
     if folder.resolve() == SHARED.resolve():  # the HTML under ../shared/data outside the readability test pages
         pages = [p for p in pages if "html_readability_pages" not in p.parts]
     whole: dict[str, list[str]] = {}
-    chunks: dict[str, list[str]] = {}
+    docs: dict[str, Document] = {}
     for page in pages:
         rel = page.relative_to(folder).as_posix()
         data = page.read_bytes()
         whole[rel] = _lines(parse(data, rel, main_content=False))
-        doc = parse(data, rel)
+        docs[rel] = parse(data, rel)
+    prints = {rel: PagePrints(str(folder), rel, 0, 0, boilerplate.fingerprints(d)) for rel, d in docs.items()}
+    drops = {} if keep_repeated else boilerplate.repeated(prints)
+    chunks: dict[str, list[str]] = {}
+    for rel, doc in docs.items():
+        doc = boilerplate.strip(doc, drops.get(rel, ()))
         chunks[rel] = [c.text for c in chunk_document(doc, str(folder), rel)]
     seen = Counter(k for lines in whole.values() for k in {_key(line) for line in lines})
     limit = max(AT_LEAST - 1, SHARE * len(pages))
@@ -90,6 +98,8 @@ def measure(folder: Path) -> dict:
         "folder": str(folder),
         "pages": len(pages),
         "chunks": len(all_chunks),
+        "pages_with_blocks_left_out": len(drops),
+        "blocks_left_out": sum(len(d) for d in drops.values()),
         "boilerplate_chunks": len(boiler),
         "boilerplate_share": round(len(boiler) / max(1, len(all_chunks)), 4),
         "boilerplate_examples": Counter(text[:80] for _, text in boiler).most_common(5),
@@ -105,12 +115,14 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("folders", nargs="*", type=Path, default=[SHARED / "html_readability_pages", SHARED])
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--keep-repeated", action="store_true", help="chunk as before the repeated blocks were left out")
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING)
-    results = [measure(folder) for folder in args.folders]
+    results = [measure(folder, args.keep_repeated) for folder in args.folders]
     for r in results:
         print(
-            f"{r['folder']}: {r['pages']} pages, {r['chunks']} chunks; boilerplate {r['boilerplate_chunks']} "
+            f"{r['folder']}: {r['pages']} pages, {r['chunks']} chunks ({r['blocks_left_out']} repeated blocks left "
+            f"out of {r['pages_with_blocks_left_out']} pages); boilerplate {r['boilerplate_chunks']} "
             f"({r['boilerplate_share']:.2%}); biggest page {r['biggest_page']} {r['biggest_share']:.2%}; "
             f"kept mean {r['kept_mean']}, median {r['kept_median']}, {len(r['kept_low'])} pages under {LOW:.0%}"
         )

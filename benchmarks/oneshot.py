@@ -13,9 +13,10 @@ them all alike; the first round only warms the disk cache and is dropped):
 - ``mdrag search QUERY`` (hybrid, the default), the queries taken in turn.
 
 Medians are printed with their ratio to the floor's; the target is a search
-within 1.5x of the floor, wall and CPU, on a quiet machine. The index is built
+within 1.2x of the floor, wall and CPU (first 1.5x). The index is built
 once, with ``embedding.backend: onnx`` (what the floor runs), in a home under
-benchmarks/out (or ``--home``); ``PYTHONDONTWRITEBYTECODE`` is dropped for
+benchmarks/out (or ``--home``; a home whose config.yaml says ``embedding.backend: auto``
+measures what an install with OpenVINO runs); ``PYTHONDONTWRITEBYTECODE`` is dropped for
 the children, so that mdrag's modules load from their bytecode as an installed
 copy's do.
 
@@ -142,6 +143,7 @@ def measure(home: Path, rounds: int) -> dict[str, Any]:
     return {
         "figures": figures,
         "within_1_5x": search["wall_x_floor"] <= 1.5 and search["cpu_x_floor"] <= 1.5,
+        "within_1_2x": search["wall_x_floor"] <= 1.2 and search["cpu_x_floor"] <= 1.2,
         "rounds": rounds,
         "queries": list(QUERIES),
         "cpus": os.cpu_count(),
@@ -179,7 +181,8 @@ def main() -> None:
     print(f"{'command':<8} {'wall s':>8} {'x floor':>8} {'CPU s':>8} {'x floor':>8}   (medians of {args.rounds})")
     for name, fig in result["figures"].items():
         print(f"{name:<8} {fig['wall_s']:>8} {fig['wall_x_floor']:>8} {fig['cpu_s']:>8} {fig['cpu_x_floor']:>8}")
-    print(f"search within 1.5x of the floor (wall and CPU): {result['within_1_5x']}; load {result['load_avg']}")
+    within = f"1.2x: {result['within_1_2x']}, 1.5x: {result['within_1_5x']}"
+    print(f"search within the floor's (wall and CPU) {within}; load {result['load_avg']}")
     if args.json:
         args.json.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
 

@@ -3,8 +3,10 @@
 The config file is ``$MDRAG_HOME/config.yaml`` or ``config.toml`` (home
 defaults to ``~/.md-qa``). Keys are nested sections; flags and code give them
 as dotted names (``chunk.size``). Every setting is declared once, in
-:class:`mdrag.settings.Settings`: this module reads the values, checks them
-against that declaration, and says where each came from.
+:mod:`mdrag.settings`: this module reads the values, checks them against that
+declaration, and says where each came from. A value of the type declared is
+checked here (:func:`_plain`); any other by the settings' pydantic model
+(:func:`mdrag.settings.model`, built then), which converts it or says what is wrong.
 """
 
 from __future__ import annotations
@@ -12,14 +14,13 @@ from __future__ import annotations
 import copy
 import difflib
 import logging
+import math
 import os
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, get_origin
-
-from pydantic import ValidationError
-from pydantic_core import ErrorDetails
+from typing import TYPE_CHECKING, Annotated, Any, Literal, get_args, get_origin
 
 from mdrag.errors import ConfigError
 from mdrag.redact import redact_url
@@ -30,10 +31,16 @@ from mdrag.settings import (
     FIELDS,
     INHERITS,
     SECRETS,
-    Settings,
+    After,
+    Before,
     bounds,
     choices,
+    model,
 )
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
+    from pydantic_core import ErrorDetails
 
 __all__ = ["CONFIG_FILES", "Config", "config_file", "home_dir", "load_config"]
 
@@ -95,10 +102,6 @@ class Config:
 
     def manifest_path(self, index: str | None = None) -> Path:
         return self.cache_dir / "manifests" / f"{index or self.values['index']}.json"
-
-    def redacted(self) -> dict[str, Any]:
-        """Values safe to print or log: secrets show only whether they are set."""
-        return {k: _safe(k, v) for k, v in self.values.items()}
 
     def explain(self) -> dict[str, dict[str, Any]]:
         """Each setting's value in effect (:meth:`effective`), safe to print, and where it came from: its
@@ -165,12 +168,67 @@ def _check(values: Mapping[str, Any], origin: str, strict: bool = False) -> dict
             )
         elif value is not None:
             known[key] = value
+    plain = {key: _plain(key, value) for key, value in known.items()}
+    if all(value is not _UNSURE for value in plain.values()):
+        return plain
+    from pydantic import ValidationError
+
     try:
-        checked = Settings.model_validate(known, strict=strict)
+        checked = model().model_validate(known, strict=strict)
     except ValidationError as e:
         raise ConfigError("; ".join(_explain(err, known, origin) for err in _first_per_key(e))) from None
     dumped = checked.model_dump(by_alias=True)
     return {key: dumped[key] for key in known}
+
+
+_UNSURE = object()  # what _plain() gives for a value it leaves to the settings' pydantic model
+
+
+class _Unsure(Exception):
+    """A value whose check _plain() leaves to the settings' pydantic model."""
+
+
+def _plain(key: str, value: Any) -> Any:
+    """``value`` of setting ``key`` checked as the settings' pydantic model checks it, and as it gives it back,
+    where that takes no more than its type, its markers and its bounds: a value of the type declared already
+    (what a config file, most variables and the command line's flags give), within its bounds; else
+    ``_UNSURE``: the model (built for it, which costs a tenth of a second of imports) checks it, converts it
+    (``"800"``, ``"off"`` from a variable) or says what is wrong with it."""
+    try:
+        value = _plain_of(FIELDS[key].declared, value)
+    except Exception:  # noqa: BLE001  # _Unsure, or a marker's check that failed: the model says it
+        return _UNSURE
+    checks = bounds(key)
+    below = ("ge" in checks and value < checks["ge"]) or ("gt" in checks and value <= checks["gt"])
+    if below or ("le" in checks and value > checks["le"]):
+        return _UNSURE
+    return value
+
+
+def _plain_of(declared: Any, value: Any) -> Any:
+    """``value`` as type ``declared`` (Annotated's :class:`Before` and :class:`After` applied); raises
+    _Unsure where the type is not one of the plain ones or the value not exactly of it (a subclass, text
+    to convert, a number that is not finite)."""
+    origin = get_origin(declared)
+    if origin is Annotated:
+        base, *marks = get_args(declared)
+        for mark in marks:
+            value = mark.fn(value) if isinstance(mark, Before) else value
+        value = _plain_of(base, value)
+        for mark in marks:
+            value = mark.fn(value) if isinstance(mark, After) else value
+        return value
+    if declared in (str, int, bool) and type(value) is declared:
+        return value
+    if declared == str | None and (value is None or type(value) is str):
+        return value
+    if declared == int | float and type(value) in (int, float) and math.isfinite(value):
+        return value
+    if origin is Literal and type(value) is str and value in get_args(declared):
+        return value
+    if origin is list and type(value) is list:
+        return [_plain_of(get_args(declared)[0], item) for item in value]
+    raise _Unsure(declared)
 
 
 def _first_per_key(e: ValidationError) -> list[ErrorDetails]:
@@ -228,10 +286,10 @@ def _read_file(path: Path) -> dict[str, Any]:
         raise ConfigError(f"cannot read config file {path}: {e}") from e
     try:
         if path.suffix == ".toml":
-            try:
+            if sys.version_info >= (3, 11):
                 import tomllib
-            except ImportError:  # Python 3.10
-                import tomli as tomllib  # type: ignore[no-redef]
+            else:
+                import tomli as tomllib
 
             data: Any = tomllib.loads(raw)
         else:

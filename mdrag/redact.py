@@ -21,6 +21,8 @@ def redact_url(url: str) -> str:
             query = urlencode([(k, "***" if k.lower() in _SECRET_PARAMS else v) for k, v in pairs], safe="*")
     except ValueError:
         return "<invalid URL>"
+    if netloc == parts.netloc and query == parts.query:  # nothing hidden: as written ("toy:///a" stays whole)
+        return url
     return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
 
 

@@ -1,7 +1,7 @@
 """The settings, declared once: each one's type, default, checks and help text.
 
-:class:`Settings` has one field per setting; everything else about the settings is
-made from it: the defaults (:data:`DEFAULTS`), the md-qa environment variables
+:class:`_Declared` has one field per setting, plain data (:class:`Field`); everything else about the
+settings is made from it: the defaults (:data:`DEFAULTS`), the md-qa environment variables
 (:data:`ENV_VARS`), the settings table of docs/configuration.md (:func:`settings_table`,
 printed by ``mdrag config --markdown``; its ``see "..."`` link to :data:`DOC_SECTIONS`),
 the command line's flags (:mod:`mdrag.frontends.cli`), the checks and error messages of
@@ -14,42 +14,17 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from functools import cache
 from pathlib import Path
-from typing import Annotated, Any, Literal, get_args, get_origin
-
-import annotated_types
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
-from pydantic.fields import FieldInfo
-from pydantic_core import PydanticCustomError
+from typing import TYPE_CHECKING, Annotated, Any, Literal, get_args, get_origin, get_type_hints
 
 from mdrag import plugins
 from mdrag.version import install_target
 
-__all__ = [
-    "BACKEND_HELP",
-    "DEFAULTS",
-    "DEFAULT_EMBEDDING_MODELS",
-    "DOC_SECTIONS",
-    "INDEX_NAME",
-    "INDEX_NAME_RULE",
-    "ENV_VARS",
-    "FIELDS",
-    "INHERITS",
-    "LIVE",
-    "SECRETS",
-    "ChunkContext",
-    "ChunkStrategy",
-    "ChunkUnit",
-    "Registered",
-    "Settings",
-    "bounds",
-    "choices",
-    "doc_references",
-    "settings_table",
-    "shown_default",
-    "valid_index_name",
-]
+if TYPE_CHECKING:
+    from pydantic import BaseModel
 
 #: It names files in the home: never a '/' nor a leading dot (Milvus escapes '-' and '.': its collection_name).
 INDEX_NAME = re.compile(r"(?!.*\.\.)[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
@@ -70,9 +45,17 @@ def _listify(value: Any) -> Any:
     return [value] if isinstance(value, str) else value  # `folders: ./docs` is a list of one
 
 
+def _invalid(message: str, context: dict[str, Any] | None = None) -> Exception:
+    """A failed check of ours, as the settings' pydantic model reports it (``type`` "mdrag"; :mod:`mdrag.config`
+    says it with the key, the value and where it came from)."""
+    from pydantic_core import PydanticCustomError
+
+    return PydanticCustomError("mdrag", message, context)
+
+
 def _index_name(value: str) -> str:
     if not valid_index_name(value):
-        raise PydanticCustomError("mdrag", f"must be {INDEX_NAME_RULE}")
+        raise _invalid(f"must be {INDEX_NAME_RULE}")
     return value
 
 
@@ -80,12 +63,27 @@ def _absolute_folder(value: str) -> str:
     """``value`` with ``~`` expanded and every link resolved; a relative folder is refused (relative to what?)."""
     p = Path(value).expanduser()
     if not p.is_absolute():
-        raise PydanticCustomError(
-            "mdrag",
+        raise _invalid(
             "must list absolute folders (or ones starting with ~)",
             {"hint": "write the full path, e.g. ~/docs/react"},
         )
     return str(p.resolve())
+
+
+@dataclass(frozen=True)
+class Before:
+    """In a setting's type: ``fn`` converts (or refuses, raising) the value before its type is checked;
+    pydantic's ``BeforeValidator`` in :func:`model`."""
+
+    fn: Callable[[Any], Any]
+
+
+@dataclass(frozen=True)
+class After:
+    """In a setting's type: ``fn`` checks (or converts) the value once its type is right; pydantic's
+    ``AfterValidator`` in :func:`model`."""
+
+    fn: Callable[[Any], Any]
 
 
 @dataclass(frozen=True)
@@ -102,21 +100,21 @@ class Registered:
     def __call__(self, value: str) -> str:
         """``value``, when it is one of :meth:`choices`."""
         if value not in self.choices():
-            raise PydanticCustomError("mdrag", "must be one of {choices}", {"choices": ", ".join(self.choices())})
+            raise _invalid("must be one of {choices}", {"choices": ", ".join(self.choices())})
         return value
 
 
 _STORE = Registered(plugins.STORES, ("auto",))
 _PROVIDER = Registered(plugins.EMBEDDERS, ("local",))
 _LOCAL_EMBEDDER = Registered(plugins.LOCAL_EMBEDDERS, ("auto",))
-StoreName = Annotated[str, _STORE, AfterValidator(_STORE)]
-ProviderName = Annotated[str, _PROVIDER, AfterValidator(_PROVIDER)]
-LocalEmbedderName = Annotated[str, _LOCAL_EMBEDDER, AfterValidator(_LOCAL_EMBEDDER)]
-Int = Annotated[int, BeforeValidator(_not_bool)]
-Number = Annotated[int | float, BeforeValidator(_not_bool)]
-StrList = Annotated[list[str], BeforeValidator(_listify)]
-IndexName = Annotated[str, AfterValidator(_index_name)]
-FolderList = Annotated[list[Annotated[str, AfterValidator(_absolute_folder)]], BeforeValidator(_listify)]
+StoreName = Annotated[str, _STORE, After(_STORE)]
+ProviderName = Annotated[str, _PROVIDER, After(_PROVIDER)]
+LocalEmbedderName = Annotated[str, _LOCAL_EMBEDDER, After(_LOCAL_EMBEDDER)]
+Int = Annotated[int, Before(_not_bool)]
+Number = Annotated[int | float, Before(_not_bool)]
+StrList = Annotated[list[str], Before(_listify)]
+IndexName = Annotated[str, After(_index_name)]
+FolderList = Annotated[list[Annotated[str, After(_absolute_folder)]], Before(_listify)]
 ChunkUnit = Literal["chars", "tokens"]  # the values of chunk.unit (also mdrag.chunking.ChunkSettings' types)
 ChunkContext = Literal["none", "headings", "frontmatter"]  # of chunk.context
 ChunkStrategy = Literal["headings", "langchain"]  # of chunk.strategy
@@ -143,6 +141,20 @@ BACKEND_HELP: dict[str, dict[str, str]] = {
 }
 
 
+@dataclass(frozen=True)
+class Field:
+    """One setting as declared, as :data:`FIELDS` holds it (the attributes that pydantic's ``FieldInfo`` has
+    by these names). Plain data: reading the settings needs no pydantic (:func:`model` builds its model)."""
+
+    default: Any  # None: unset
+    description: str  # the one line of help
+    json_schema_extra: dict[str, Any]  # env, shown, secret, live: those given (see setting())
+    checks: dict[str, Any]  # the range checks: ge, gt, le
+    annotation: Any = None  # the value's type, without Annotated's markers: int, int | float, list[str], Literal[...]
+    metadata: tuple[Any, ...] = ()  # Annotated's markers: Registered, Before, After
+    declared: Any = None  # the type as declared (Annotated, markers and all)
+
+
 def setting(
     default: Any,
     help: str,
@@ -159,15 +171,12 @@ def setting(
     and range checks (``ge``, ``gt``, ``le``).
     """
     extra = {"env": env, "shown": shown, "secret": secret or None, "live": live or None}
-    return Field(
-        default, description=help, json_schema_extra={k: v for k, v in extra.items() if v is not None}, **checks
-    )
+    return Field(default, help, {k: v for k, v in extra.items() if v is not None}, checks)
 
 
-class Settings(BaseModel):
-    """Every mdrag setting. A field ``section__name`` is the setting ``section.name``; ``None`` is "unset"."""
-
-    model_config = ConfigDict(alias_generator=lambda name: name.replace("__", "."), frozen=True)
+class _Declared:
+    """Every mdrag setting. A field ``section__name`` is the setting ``section.name``; ``None`` is "unset".
+    :func:`model` makes the pydantic model ``Settings`` of it."""
 
     index: IndexName = setting(
         "default",
@@ -523,8 +532,56 @@ class Settings(BaseModel):
     )
 
 
+def _fields() -> dict[str, Field]:
+    """The fields of :class:`_Declared` by dotted key, each with its type taken apart."""
+    out: dict[str, Field] = {}
+    for name, declared in get_type_hints(_Declared, include_extras=True).items():
+        annotation, *marks = get_args(declared) if get_origin(declared) is Annotated else (declared,)
+        field = replace(vars(_Declared)[name], annotation=annotation, metadata=tuple(marks), declared=declared)
+        out[name.replace("__", ".")] = field
+    return out
+
+
 #: Every setting's field, by dotted key.
-FIELDS: dict[str, FieldInfo] = {f.alias or name: f for name, f in Settings.model_fields.items()}
+FIELDS: dict[str, Field] = _fields()
+
+
+def _pydantic_type(declared: Any) -> Any:
+    """A declared type with pydantic's validators for :class:`Before` and :class:`After`."""
+    from pydantic import AfterValidator, BeforeValidator
+
+    if get_origin(declared) is Annotated:
+        base, *marks = get_args(declared)
+        kinds = {Before: BeforeValidator, After: AfterValidator}
+        marks = [kinds[type(m)](m.fn) if type(m) in kinds else m for m in marks]
+        return Annotated.__class_getitem__((_pydantic_type(base), *marks))  # type: ignore[attr-defined]
+    if get_origin(declared) is list:
+        return list[_pydantic_type(get_args(declared)[0])]  # type: ignore[misc]
+    return declared
+
+
+@cache
+def model() -> type[BaseModel]:
+    """The settings as a pydantic model (``Settings``), built on first use: it checks the values that
+    :mod:`mdrag.config`'s plain checks leave to it, and says what is wrong with them."""
+    from pydantic import ConfigDict, create_model
+    from pydantic import Field as FieldInfo
+
+    fields = {
+        name.replace(".", "__"): (
+            _pydantic_type(f.declared),
+            FieldInfo(f.default, description=f.description, json_schema_extra=f.json_schema_extra, **f.checks),
+        )
+        for name, f in FIELDS.items()
+    }
+    config = ConfigDict(alias_generator=lambda name: name.replace("__", "."), frozen=True)
+    return create_model("Settings", __config__=config, __doc__=_Declared.__doc__, **fields)  # type: ignore[call-overload, no-any-return]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "Settings":  # the pydantic model, built on first use
+        return model()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _extra(key: str, name: str) -> Any:
@@ -558,12 +615,10 @@ SECRETS = frozenset(k for k in FIELDS if _extra(k, "secret"))
 #: at each search, answer, connection or rescan. Any other setting needs a restart.
 LIVE = frozenset(k for k in FIELDS if _extra(k, "live"))
 
-_BOUNDS = {annotated_types.Ge: "ge", annotated_types.Gt: "gt", annotated_types.Le: "le"}
-
 
 def bounds(key: str) -> dict[str, Any]:
     """The range checks of setting ``key`` by name (``ge``, ``gt``, ``le``), e.g. ``{"ge": 0, "le": 1}``."""
-    return {_BOUNDS[type(m)]: getattr(m, _BOUNDS[type(m)]) for m in FIELDS[key].metadata if type(m) in _BOUNDS}
+    return dict(FIELDS[key].checks)
 
 
 def choices(key: str) -> list[str] | None:
@@ -619,7 +674,7 @@ def shown_default(key: str) -> str:
 
 def settings_table() -> str:
     """docs/configuration.md's settings table in Markdown: each setting, its default and its help, from
-    :class:`Settings`."""
+    :data:`FIELDS`."""
     rows = ["| setting | default | meaning |", "|---|---|---|"]
     for key, f in FIELDS.items():
         env = _extra(key, "env")

@@ -106,6 +106,9 @@ class SearchResult:
     dense_rank: int | None = None  # 1-based rank among the dense candidates; None: not among them, or bm25 mode
     bm25_rank: int | None = None  # 1-based rank among the BM25 candidates; None: not among them, or dense mode
     rerank_score: float | None = None  # the reranker's score (rerank.*), which ordered it; None: not reranked
+    # The other files of the index with the same bytes, (path, path relative to its folder): indexed once, they
+    # share its chunks (mdrag.ingest.copies).
+    copies: list[tuple[str, str]] = field(default_factory=list)
 
     @property
     def heading(self) -> str:

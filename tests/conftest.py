@@ -35,6 +35,12 @@ def shared_data() -> Path:
     return SHARED_DATA
 
 
+@pytest.fixture
+def anyio_backend() -> str:
+    """The event loop the tests marked ``anyio`` run on: asyncio, as mdrag's front ends do (not trio too)."""
+    return "asyncio"
+
+
 @pytest.fixture(autouse=True)
 def mdrag_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Every test gets its own mdrag home (config file and cache) and no MARKDOWN_QA_* variables, nor

@@ -132,6 +132,23 @@ def test_python_dash_m_and_help_examples() -> None:
         assert f"example: mdrag {cmd}" in out
 
 
+def test_help_names_the_extensions_the_parser_registry_reads(
+    registry: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`mdrag --help` says which files mdrag reads as the parser registry has them: every built-in format
+    (MDX, reStructuredText, plain text too) and a parser registered now, not a list written by hand."""
+    from mdrag.parsers import register_parser, supported_extensions
+
+    register_parser([".adoc"], lambda data, path: None)  # type: ignore[arg-type, return-value]
+    with pytest.raises(SystemExit) as exited:
+        main(["--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert exited.value.code == 0
+    for ext in (".md", ".mdx", ".rst", ".txt", ".pdf", ".docx", ".html", ".adoc"):
+        assert ext in supported_extensions()
+    assert f"documentation files: {', '.join(supported_extensions())}." in out
+
+
 def test_core_imports_stay_light() -> None:
     """Importing the library loads neither torch nor pymilvus nor any front end."""
     code = (

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -97,13 +98,6 @@ def test_unknown_keys_are_warned_not_fatal(mdrag_home: Path, caplog) -> None:
     assert "colour" in caplog.text
     with pytest.raises(ConfigError, match="unknown setting"):
         load_config({"colour": "red"})
-
-
-def test_secrets_are_redacted(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("MARKDOWN_QA_API_KEY", "sk-very-secret")
-    c = load_config()
-    assert c["api.api_key"] == "sk-very-secret"
-    assert "sk-very-secret" not in repr(c.redacted())
 
 
 def test_knowledge_allowed_paths_are_absolute_resolved_folders(
@@ -217,3 +211,75 @@ def test_inherited_values_are_shown_as_in_effect(mdrag_home: Path, monkeypatch: 
     c = load_config()
     assert c.explain()["llm.base_url"]["source"] == "file" and llm_settings(c).base_url == "http://127.0.0.1:8/v1"
     assert c.explain()["embedding.base_url"]["value"] == "http://127.0.0.1:9/v1"
+
+
+_SAMPLES = [  # values of the types the settings declare, and of others, in and out of their bounds
+    *(default for _, default in DEFAULTS.values()),
+    "docs",
+    "",
+    "800",
+    "off",
+    "auto",
+    "onnx",
+    "faiss",
+    "passage",
+    "~/docs",
+    "../x",
+    0,
+    1,
+    -1,
+    5,
+    70000,
+    0.5,
+    3.0,
+    float("inf"),
+    True,
+    False,
+    None,
+    ["a", "b"],
+    ["/abs/folder"],
+    [1],
+]
+
+
+@pytest.mark.parametrize("key", sorted(DEFAULTS))
+def test_values_checked_without_the_model_are_what_the_model_gives(key: str) -> None:
+    """A value the plain checks take (a config file's, a variable's, a flag's) is the value the settings'
+    pydantic model gives back, in a file's strict mode and otherwise; any other is left to the model."""
+    from pydantic import ValidationError
+
+    from mdrag.config import _UNSURE, _plain
+    from mdrag.settings import model
+
+    taken = 0
+    for value in _SAMPLES:
+        plain = _plain(key, value)
+        if plain is _UNSURE:
+            continue
+        taken += 1
+        for strict in (True, False):
+            try:
+                checked = model().model_validate({key: value}, strict=strict).model_dump(by_alias=True)[key]
+            except ValidationError as e:
+                raise AssertionError(f"{key}: {value!r} taken without the model, which refuses it: {e}") from e
+            assert checked == plain and type(checked) is type(plain), (key, value, strict)
+    assert taken, f"no value of {key} is taken without the model"
+
+
+def test_reading_the_settings_imports_no_pydantic(mdrag_home: Path) -> None:
+    """A config file of valid values, variables and flags are read without pydantic (a tenth of a second of a
+    one-shot command); an invalid value is still reported, by the model."""
+    import subprocess
+    import sys
+
+    (mdrag_home / "config.yaml").write_text("embedding:\n  backend: onnx\nsearch:\n  k: 5\nfolders: ~/docs\n")
+    code = (
+        "import sys; from mdrag.config import load_config; c = load_config({'search.threshold': 0.2}); "
+        "print(c['search.k'], c['search.threshold'], c['index'], 'pydantic' in sys.modules)"
+    )
+    env = {**os.environ, "MDRAG_HOME": str(mdrag_home), "MARKDOWN_QA_INDEX": "notes"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["5", "0.2", "notes", "False"]
+    (mdrag_home / "config.yaml").write_text("search:\n  k: 0\n")
+    with pytest.raises(ConfigError, match=r"search\.k must be at least 1, got 0 \(from the config file"):
+        load_config()

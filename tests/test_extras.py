@@ -23,7 +23,8 @@ except ImportError:  # Python 3.10: the core depends on tomli there
     import tomli as tomllib  # type: ignore[no-redef]
 
 from mdrag.config import load_config
-from mdrag.extras import EXTRAS, MissingExtraError, extra_installed, require_extra
+from mdrag.extras import EXTRAS, Extra, MissingExtraError, extra_installed, require_extra
+from mdrag.store import StoreBackend, store_backends
 
 REPO = Path(__file__).resolve().parents[1]
 DOCS = REPO / "examples" / "docs"
@@ -58,13 +59,15 @@ def said_once(proc: subprocess.CompletedProcess[str], extra: str) -> None:
 
 
 def test_require_extra_names_the_missing_module_and_the_command(monkeypatch: pytest.MonkeyPatch) -> None:
-    require_extra("milvus", "store.backend: milvus")  # installed here: nothing raised
-    assert extra_installed("milvus")
+    milvus = store_backends()["milvus"].extra  # the backend declares its extra
+    assert milvus is not None and milvus.name == "milvus"
+    require_extra(milvus, "store.backend: milvus")  # installed here: nothing raised
+    assert extra_installed(milvus)
     monkeypatch.setitem(sys.modules, "milvus_lite", None)
-    assert not extra_installed("milvus")
-    assert extra_installed("milvus", ("pymilvus",))  # a server needs pymilvus alone
+    assert not extra_installed(milvus)
+    assert extra_installed(milvus, ("pymilvus",))  # a server needs pymilvus alone
     with pytest.raises(MissingExtraError) as e:
-        require_extra("milvus", "store.backend: milvus")
+        require_extra(milvus, "store.backend: milvus")
     assert e.value.extra == "milvus"
     text = str(e.value)
     assert text.startswith("store.backend: milvus needs the mdrag-docs[milvus] extra")
@@ -72,11 +75,29 @@ def test_require_extra_names_the_missing_module_and_the_command(monkeypatch: pyt
     assert "pip install 'mdrag-docs[milvus]'" in text
 
 
+def test_a_third_party_backend_names_its_own_package() -> None:
+    """A backend outside mdrag declares the package that brings its library: the error names that package and
+    how to add it beside an installed mdrag, not an extra of mdrag's."""
+    lance = Extra("lance", ("lancedb_not_installed",), "the LanceDB store", requirement="mdrag-lance")
+    assert not extra_installed(lance)
+    never = lambda *args: pytest.fail("not called")  # noqa: E731
+    backend = StoreBackend(name="lance", title="LanceDB", store=never, location=never, owns=never, extra=lance)
+    with pytest.raises(MissingExtraError) as e:
+        backend.check_installed(load_config({}), "default")  # what the core asks of a backend it picks
+    assert e.value.extra == "lance"
+    assert str(e.value).startswith("store.backend: lance needs mdrag-lance (the LanceDB store), which is not")
+    assert "`pip install mdrag-lance`" in str(e.value) and "`pipx inject mdrag-docs mdrag-lance`" in str(e.value)
+    assert "mdrag-docs[" not in str(e.value)
+
+
 def test_every_extra_is_declared_in_pyproject() -> None:
-    """The extras the errors name are the ones pyproject.toml declares, and `all` brings each of them."""
+    """The extras the errors name (mdrag's own, and its store backends') are the ones pyproject.toml declares,
+    and `all` brings each of them."""
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     declared = project["optional-dependencies"]
-    for extra in EXTRAS:
+    backends = {b.extra.name for b in store_backends().values() if b.extra is not None and not b.extra.requirement}
+    assert "milvus" in backends
+    for extra in [*EXTRAS, *backends]:
         assert extra in declared, extra
         assert extra in declared["all"][0], declared["all"]
     assert "mdrag-docs[all]" in declared["dev"]

@@ -288,11 +288,6 @@ def test_an_html_result_has_the_lines_of_its_passage_that_get_and_the_viewer_mar
 # -- MCP, with the SDK's client over stdio ---------------------------------------------------------------
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 @pytest.mark.anyio
 async def test_mcp_get_and_multi_get(tmp_path: Path, mdrag_home: Path, shared_data: Path) -> None:
     project = make_project(tmp_path)
@@ -415,6 +410,44 @@ def test_lines_of_a_big_file_are_read_without_parsing_it_and_a_version_is_parsed
         (section,) = index.get("small.md#Part").parts
         assert section.text == "## Part\n\nNew text.\n" and section.changed is True
         assert sorted(parsed) == ["biglines.md", "small.md", "small.md"], "a new version is parsed again"
+
+
+class NotesParser:
+    """A third party's parser of ``.notes`` files (plain text), counting what it parses; ``keeps_source_lines``
+    as given: whether it declares that its document is the file's own lines."""
+
+    extensions = [".notes"]
+
+    def __init__(self, keeps_source_lines: bool) -> None:
+        self.keeps_source_lines = keeps_source_lines
+        self.parsed: list[str] = []
+
+    def __call__(self, data: bytes, path: str) -> Any:
+        from mdrag.types import Block, Document, Section
+
+        self.parsed.append(Path(path).name)
+        return Document(path=path, sections=[Section(["Notes"], 1, [Block(data.decode())])])
+
+
+@pytest.mark.parametrize("declared", [True, False])
+def test_a_parser_that_declares_it_keeps_the_source_lines_is_not_asked_for_a_line_range(
+    tmp_path: Path, hash_embedder: Embedder, registry: None, declared: bool
+) -> None:
+    from mdrag.parsers import register_parser
+
+    parser = NotesParser(declared)
+    register_parser(parser.extensions, parser)
+    root = tmp_path / "notes"
+    root.mkdir()
+    (root / "a.notes").write_text("".join(f"note {i}\n" for i in range(1, 41)), encoding="utf-8")
+    with Index(load_config({"index": "notes"}), embedder=hash_embedder) as index:
+        index.update([root])
+        parser.parsed.clear()  # what indexing parsed
+        (part,) = index.get("a.notes:5-6").parts
+        if declared:  # the file's own lines 5 and 6, not parsed
+            assert part.text == "note 5\nnote 6" and part.source_lines is True and parser.parsed == []
+        else:  # lines of the document the parser made (its heading first), parsed for them
+            assert part.text == "note 3\nnote 4" and part.source_lines is False and parser.parsed == ["a.notes"]
 
 
 def test_a_get_stops_when_its_client_has_gone(tmp_path: Path, hash_embedder: Embedder) -> None:

@@ -18,15 +18,28 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent  # the checkout: its mdrag is the one run
 
 #: Never imported by a one-shot search, status, get or config (the reranker is off by default; the
-#: index is embedded with onnxruntime here, so OpenVINO is not used either).
-UNUSED = ("openai", "torch", "transformers", "sentence_transformers", "mcp", "websockets", "pymilvus", "openvino")
+#: index is embedded with onnxruntime here, so OpenVINO is not used either; the writers' file lock is made
+#: only by a command that writes).
+UNUSED = (
+    "openai",
+    "torch",
+    "transformers",
+    "sentence_transformers",
+    "mcp",
+    "websockets",
+    "pymilvus",
+    "openvino",
+    "filelock",
+)
+#: Valid settings are read without it (`mdrag config` reads the docsets' settings too, which need it).
+SETTINGS_MODEL = ("pydantic",)
 #: What runs the model: imported by none of the commands that need no model.
 MODEL_RUNTIMES = ("onnxruntime", "openvino", "torch", "tokenizers")
 
 _WRAPPER = """
-import atexit, runpy, sys
+import atexit, gc, runpy, sys
 out = sys.argv[1]
-atexit.register(lambda: open(out, "w").write("\\n".join(sorted(sys.modules))))
+atexit.register(lambda: open(out, "w").write("\\n".join([*sorted(sys.modules), f"gc.isenabled={gc.isenabled()}"])))
 sys.argv = ["mdrag", *sys.argv[2:]]
 runpy.run_module("mdrag", run_name="__main__", alter_sys=True)
 """
@@ -103,6 +116,10 @@ def test_one_shot_commands_import_only_what_they_use(indexed: Path, argv: tuple[
     assert code == 0, err
     assert out.strip()
     assert _roots(modules, UNUSED) == [], f"`mdrag {' '.join(argv)}` imported them"
+    if argv[0] != "config":
+        assert _roots(modules, SETTINGS_MODEL) == [], f"`mdrag {' '.join(argv)}` imported them"
+    # the cyclic garbage collector is off for a one-shot command that reads the index, on for the others
+    assert f"gc.isenabled={argv[0] == 'config'}" in modules
     if argv[0] in ("search", "get"):  # a website page's URL is read without the docsets' package (slow to import)
         assert not {m for m in modules if m.split(".")[:2] == ["mdrag", "knowledge"]}
     if argv[0] == "search":

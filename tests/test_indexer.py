@@ -130,7 +130,8 @@ def test_a_build_from_empty_looks_up_only_the_texts_it_wrote(tmp_path: Path, mon
     import mdrag.ingest.pipeline
 
     root = _corpus(tmp_path)
-    (root / "copy.md").write_text((root / "install.md").read_text())  # the same texts in another file
+    # the same texts in another file (not the same bytes: a copy of a file is not chunked, mdrag.ingest.copies)
+    (root / "copy.md").write_text((root / "install.md").read_text() + "\n")
     monkeypatch.setattr(mdrag.ingest.pipeline, "_BATCH_CHUNKS", 1)  # a batch per file: the copy comes later
     with _index(HashEmbedder()) as idx:
         looked_up: list[list[str]] = []

@@ -86,11 +86,6 @@ HOSTILE_PATHS = {
 
 
 @pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
 def outside(tmp_path: Path) -> Path:
     """A folder outside the repository and the project, every file holding SECRET."""
     folder = tmp_path / "outside"

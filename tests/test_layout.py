@@ -30,7 +30,6 @@ LONG_FUNCTIONS = {
     "mdrag.knowledge.files.sync": "to split: a docset folder's copy, checks and removals",
     "mdrag.embedding.onnx_files.export_onnx": "torch's export and its check against torch, one guarded block",
     "mdrag.knowledge.config.load_knowledge_config": "to split: reading, then each docset's checks",
-    "mdrag.ingest.scan.scan": "one walk of the folders with its filters; split when it gains a rule",
     "mdrag.ingest.writing.write_batch": "to split into a run object's steps: embed, stop, upsert, commit",
     "mdrag.index.index.Index.update": "to split: the run's setup, its progress record and its steps",
 }

@@ -50,11 +50,6 @@ docsets:
 """
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 def make_project(tmp_path: Path, config: str | None = CONFIG) -> Path:
     project = tmp_path / "project"
     (project / ".knowledge").mkdir(parents=True)

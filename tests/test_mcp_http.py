@@ -44,11 +44,6 @@ INITIALIZE = {
 POST_HEADERS = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 @dataclass
 class Served:
     """A running `mdrag mcp --http`: its process, URL and log (stderr)."""

@@ -29,11 +29,6 @@ MDRAG = [sys.executable, "-m", "mdrag"]
 WAIT = 300  # seconds a test may take to start a server and build a small index on a busy machine
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 def env(home: Path) -> dict[str, str]:
     path = os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
     return {**os.environ, "MDRAG_HOME": str(home), "HF_HUB_OFFLINE": "1", "PYTHONPATH": path}

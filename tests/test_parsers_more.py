@@ -290,11 +290,6 @@ def test_index_and_search_each_kind_through_the_cli(three_kinds: Path, capsys: p
     assert not any("import {Note}" in r["text"] for r in found if r["rel_path"] == "what-is-mdx.mdx")
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 @pytest.mark.slow
 @pytest.mark.anyio
 async def test_the_mcp_search_tool_finds_each_kind_in_a_docset(

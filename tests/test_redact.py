@@ -16,6 +16,8 @@ from mdrag.redact import redact, redact_url
         ("http://h/v1?api_key=k&API_KEY=k2", "http://h/v1?api_key=***&API_KEY=***"),
         ("http://127.0.0.1:8000/v1", "http://127.0.0.1:8000/v1"),
         ("http://[::1", "<invalid URL>"),
+        ("toy:///home/me/cache/toy/default", "toy:///home/me/cache/toy/default"),  # no host: kept as written
+        ("file:///srv/x?token=t", "file:///srv/x?token=***"),
     ],
 )
 def test_redact_url_hides_user_info_and_secret_parameters(url: str, shown: str) -> None:

@@ -30,11 +30,6 @@ NOTHING = "zebra crossing quantum chromodynamics"  # no passage of examples/docs
 INDEX = "shape"
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 def _result(**fields: Any) -> SearchResult:
     given: dict[str, Any] = {
         "text": "Run the installer.",

@@ -719,15 +719,22 @@ def test_reloads_while_queries_run_and_a_saved_file_is_found(tmp_path: Path) -> 
     asyncio.run(scenario())
 
 
-def test_periodic_rescan_and_config_file_changes(tmp_path: Path, mdrag_home: Path) -> None:
+def test_periodic_rescan_and_config_file_changes(
+    tmp_path: Path, mdrag_home: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     root = _docs(tmp_path, 1)
+
+    def ignored() -> int:
+        return sum("config file change ignored" in r.getMessage() for r in caplog.records)
 
     async def scenario() -> None:
         config = _config(**{"server.reload_interval": 1})
         async with serving(config, [root]) as server:
             server.overrides["llm.model"] = "from-the-command-line"
             before = server.reloads
-            await asyncio.sleep(2.5)
+            deadline = time.monotonic() + 60  # a rescan a second: the bound only stops a hang
+            while server.reloads < before + 1 and time.monotonic() < deadline:
+                await asyncio.sleep(0.1)
             assert server.reloads >= before + 1, "the periodic rescan runs"
 
             (mdrag_home / "config.yaml").write_text("search:\n  threshold: 0.9\nllm:\n  model: from-file\n")
@@ -739,10 +746,14 @@ def test_periodic_rescan_and_config_file_changes(tmp_path: Path, mdrag_home: Pat
             assert server.config["llm.model"] == "from-the-command-line", "command-line overrides stay"
 
             (mdrag_home / "config.yaml").write_text("search:\n  threshold: [broken\n")
-            await asyncio.sleep(1.5)
+            deadline = time.monotonic() + 30  # until the server has read the broken file and said so
+            while not ignored() and time.monotonic() < deadline:
+                await asyncio.sleep(0.1)
+            assert ignored(), "the server logs that it ignores an invalid config file"
             assert server.config["search.threshold"] == 0.9, "an invalid file keeps the old settings"
 
-    asyncio.run(scenario())
+    with caplog.at_level(logging.ERROR, logger="mdrag.frontends.server"):
+        asyncio.run(scenario())
 
 
 def test_a_new_reload_interval_in_the_config_file_applies_at_once(tmp_path: Path, mdrag_home: Path) -> None:

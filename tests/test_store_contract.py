@@ -1,5 +1,6 @@
 """The store contract (mdrag/store/base.py), held on every engine: a Milvus Lite file, a Milvus server
-(`milvus-lite server` on loopback) and the FAISS store.
+(`milvus-lite server` on loopback), the FAISS store, and any other registered backend (a third party's, where
+it is installed: tests/test_plugins.py runs these tests on a toy one).
 
 Each test uses the Store interface only, on small synthetic chunks with random
 unit vectors, and checks results against a reference computed here: exact
@@ -273,7 +274,9 @@ def test_bm25_scores_are_the_same_formula_on_every_engine(store: Any) -> None:
     """Okapi BM25 with k1 1.5, b 0.75 and collection-wide statistics, as Milvus Lite scores (one segment).
 
     The FAISS store said it used Milvus's k1 of 1.2; Milvus Lite scores with 1.5, so the two stores
-    ranked differently (SciFact BM25 nDCG@10 0.6663 against 0.6706).
+    ranked differently (SciFact BM25 nDCG@10 0.6663 against 0.6706). The formula is part of the contract, not
+    only the order it gives: weighted fusion mixes the scores themselves (Store.search says why); a backend
+    whose engine scores otherwise ranks with mdrag.store.bm25.Bm25.
     """
     texts = [f"alpha {'beta ' * (i % 4)}gamma{i % 3} {'filler ' * (i % 9)}word{i}" for i in range(40)]
     chunks, vecs = make_chunks(9, 40, texts=texts), vectors(9, 40)
@@ -294,6 +297,9 @@ FILTERS = [
     Filter(root="/docs/b"),
     Filter(path_prefix="ref/", tags=("t1",), root="/docs/a"),
     Filter(path_prefix="nothing/"),
+    # and the files named (those whose copies pass: mdrag.retrieval.copies), the tags still applied
+    Filter(path_prefix="guide/", paths=("/docs/b/ref/page1.md", "/docs/a/misc/page2.md")),
+    Filter(root="/docs/a", tags=("odd",), paths=("/docs/b/guide/page0.md",)),
 ]
 
 
@@ -477,7 +483,9 @@ print("ended", flush=True)
 
 
 def _child(engine: tuple[str, str | None], name: str) -> subprocess.Popen[str]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
+    # the path this process was given too: a third party's backend is installed there
+    path = [str(ROOT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(path), "HF_HUB_OFFLINE": "1"}
     args = json.dumps({"engine": engine[0], "uri": engine[1], "name": name})
     proc = subprocess.Popen(
         [sys.executable, "-c", _CHILD, args], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env

@@ -378,3 +378,77 @@ def test_collections_are_created_and_read_with_strong_consistency(recorded_serve
     assert {m for m, _ in reads} == {"Query", "Search"}
     for method, request in reads:
         assert not request.use_default_consistency and request.consistency_level == ConsistencyLevel.Strong, method
+
+
+class _Ranked:
+    """A lock that notes when a thread takes it while holding one of the same or a later rank: the check of
+    :class:`Index`'s lock order (its docstring's list), wherever its calls take them."""
+
+    def __init__(self, rank: int, name: str, broken: list[str], held: threading.local) -> None:
+        self.rank, self.name, self._broken, self._held = rank, name, broken, held
+        self._lock = threading.Lock()
+        self._owner: int | None = None
+
+    def _stack(self) -> list[_Ranked]:
+        stack: list[_Ranked] = self._held.__dict__.setdefault("stack", [])
+        return stack
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        against = [h.name for h in self._stack() if h.rank >= self.rank]
+        if against:
+            self._broken.append(f"{self.name} taken holding {', '.join(against)}")
+        got = self._lock.acquire(blocking, timeout)
+        if got:
+            self._owner = threading.get_ident()
+            self._stack().append(self)
+        return got
+
+    def release(self) -> None:
+        self._stack().remove(self)
+        self._owner = None
+        self._lock.release()
+
+    def _is_owned(self) -> bool:  # what threading.Condition asks of its lock
+        return self._owner == threading.get_ident()
+
+    def __enter__(self) -> bool:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def test_an_index_takes_its_locks_in_the_order_its_docstring_gives(tmp_path: Path) -> None:
+    """Updates, removals, searches, status, term statistics and close, from threads at once: no thread takes
+    one of the Index's locks while it holds one that comes later in the order."""
+    config, root = _built(tmp_path)
+    idx = Index(config, embedder=HashEmbedder())
+    broken: list[str] = []
+    held = threading.local()
+    idx._update_lock = _Ranked(1, "_update_lock", broken, held)  # type: ignore[assignment]
+    idx._cond = threading.Condition(_Ranked(3, "_cond", broken, held))  # type: ignore[arg-type]
+    idx._open_lock = idx._health._open_lock = _Ranked(4, "_open_lock", broken, held)  # type: ignore[assignment]
+    idx._store_lock = _Ranked(5, "_store_lock", broken, held)  # type: ignore[assignment]
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "extra.md").write_text("# Extra\n\nAn extra page about feature9.\n")
+
+    def updates() -> None:
+        for i in range(3):
+            (root / "topic0.md").write_text(f"# Topic 0\n\nTopic 0, edit {i}, explains feature0.\n")
+            idx.update([root, other])
+            idx.remove([other])
+
+    def reads() -> None:
+        for _ in range(5):
+            idx.search("topic feature options", threshold=0)
+            idx.status()
+            idx.term_stats()
+            idx.close()
+
+    with futures.ThreadPoolExecutor(3) as pool:
+        done = [pool.submit(f) for f in (updates, reads, reads)]
+        for f in done:
+            f.result(WAIT)
+    idx.close()
+    assert broken == [], broken

@@ -34,11 +34,6 @@ def _copy(to: Path) -> Path:
     return to
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 def test_the_server_returns_links_and_answers_without_raw_links(tmp_path: Path, llm: LLM) -> None:
     root = _copy(tmp_path / "vault")
     assert "[[" in (root / "Queries/Backlinks.md").read_text(encoding="utf-8")  # the note as written links

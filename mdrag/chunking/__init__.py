@@ -29,15 +29,39 @@ in seconds (benchmarks/chunk_scale.py measures it).
 
 from __future__ import annotations
 
-from mdrag.chunking.build import ChunkBuilder, chunk_id, content_hash
-from mdrag.chunking.deadline import ChunkingTimeoutError, Deadline
-from mdrag.chunking.headings import heading_cuts
-from mdrag.chunking.langchain import Truncated, langchain_chunks
-from mdrag.chunking.memory import ChunkingMemoryError, check_memory
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from mdrag.chunking.settings import ChunkSettings
-from mdrag.chunking.split import TokenCounter, split_text
 from mdrag.errors import ConfigError
-from mdrag.types import Chunk, Document
+
+if TYPE_CHECKING:
+    from mdrag.chunking.build import chunk_id, content_hash
+    from mdrag.chunking.deadline import ChunkingTimeoutError, Deadline
+    from mdrag.chunking.langchain import Truncated
+    from mdrag.chunking.memory import ChunkingMemoryError
+    from mdrag.chunking.split import TokenCounter, split_text
+    from mdrag.types import Chunk, Document
+
+#: The package's names from its modules, each module imported on first use: a command that only searches an
+#: index (a one-shot `mdrag search`) reads the chunk settings and cuts nothing.
+_LAZY = {
+    "chunk_id": "build",
+    "content_hash": "build",
+    "ChunkingTimeoutError": "deadline",
+    "Deadline": "deadline",
+    "Truncated": "langchain",
+    "ChunkingMemoryError": "memory",
+    "TokenCounter": "split",
+    "split_text": "split",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(f"mdrag.chunking.{_LAZY[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "ChunkSettings",
@@ -74,6 +98,11 @@ def chunk_document(
     document whose chunking is expected to need more memory (MB) raises :class:`ChunkingMemoryError`
     (a ParseError) before it starts.
     """
+    from mdrag.chunking.build import ChunkBuilder
+    from mdrag.chunking.headings import heading_cuts
+    from mdrag.chunking.langchain import langchain_chunks
+    from mdrag.chunking.memory import check_memory
+
     settings = settings or ChunkSettings()
     if max_mb is not None:
         check_memory(doc, max_mb)

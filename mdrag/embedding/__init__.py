@@ -46,7 +46,9 @@ def embedder_name(config: Config) -> str:
     backend: str = config["embedding.backend"]
     if backend != "auto":
         return backend
-    local = [plugins.load(plugins.LOCAL_EMBEDDERS, n, EmbedderBackend) for n in plugins.names(plugins.LOCAL_EMBEDDERS)]
+    local: list[EmbedderBackend] = [
+        plugins.load(plugins.LOCAL_EMBEDDERS, n, EmbedderBackend) for n in plugins.names(plugins.LOCAL_EMBEDDERS)
+    ]
     ranked = sorted((b for b in local if b.auto_rank is not None), key=lambda b: b.auto_rank or 0)
     usable = next((b.name for b in ranked if b.usable(config)), None)
     if usable is None:

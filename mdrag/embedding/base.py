@@ -94,7 +94,8 @@ class Embedder(ABC):
 
     def embed_query(self, text: str) -> np.ndarray:
         """Embed one query; returns a (dimension,) vector."""
-        return self.embed([text])[0]
+        vector: np.ndarray = self.embed([text])[0]
+        return vector
 
     @property
     def identity(self) -> dict[str, object]:
@@ -109,9 +110,10 @@ class Embedder(ABC):
 
 
 def _normalize(v: np.ndarray) -> np.ndarray:
-    norms = np.linalg.norm(v, axis=1, keepdims=True)
+    norms: np.ndarray = np.linalg.norm(v, axis=1, keepdims=True)
     norms[norms == 0] = 1.0
-    return v / norms
+    unit: np.ndarray = v / norms
+    return unit
 
 
 def _always(config: Config) -> bool:

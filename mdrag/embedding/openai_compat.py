@@ -164,7 +164,8 @@ class OpenAIEmbedder(Embedder):
         """
         self._attempt.query = True
         try:
-            return self.embed([text])[0]
+            vector: np.ndarray = self.embed([text])[0]
+            return vector
         finally:
             self._attempt.query = False
 

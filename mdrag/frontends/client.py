@@ -401,19 +401,18 @@ def _progress(status: dict[str, Any]) -> str | None:
 
 def _sources(reply: dict[str, Any]) -> list[str]:
     """The sources of an answer, sanitized, each once, in order; a page crawled from a website with its URL
-    (``path <url>``, from the reply's ``locations``)."""
+    (``path <url>``, from the reply's ``locations``), a file with the same bytes as others with theirs."""
     sources = reply.get("sources")
     if not isinstance(sources, list):
         return []
     locations = reply.get("locations")
-    urls = (
-        [loc.get("url") if isinstance(loc, dict) else None for loc in locations or []]
-        if isinstance(locations, list)
-        else []
-    )
+    locs = [loc if isinstance(loc, dict) else {} for loc in locations] if isinstance(locations, list) else []
     shown = []
     for i, s in enumerate(sources):
         if isinstance(s, str) and s:
-            url = urls[i] if i < len(urls) and isinstance(urls[i], str) else None
-            shown.append(sanitize(s) + (f" <{sanitize(url)}>" if url else ""))
+            url = locs[i].get("url") if i < len(locs) else None
+            copies = locs[i].get("copies") if i < len(locs) else None
+            copies = [sanitize(c) for c in copies if isinstance(c, str)] if isinstance(copies, list) else []
+            also = f" (the same as {', '.join(copies)})" if copies else ""
+            shown.append(sanitize(s) + (f" <{sanitize(url)}>" if isinstance(url, str) and url else "") + also)
     return list(dict.fromkeys(shown))

@@ -312,8 +312,8 @@ def _ref(path: str, rel_path: str, shared: frozenset[str]) -> str:
 
 
 def source_location(source: Source, shared: frozenset[str] = frozenset()) -> dict[str, Any]:
-    """Where to open an answer's source: its path, the ``ref`` that `get` (CLI, MCP) takes, and the lines
-    (or the page) of its best passage."""
+    """Where to open an answer's source: its path, the ``ref`` that `get` (CLI, MCP) takes, the lines
+    (or the page) of its best passage, and the ``copies`` (refs) of the files with the same bytes."""
     best = source.passages[0]
     return _with_url(
         {
@@ -322,6 +322,7 @@ def source_location(source: Source, shared: frozenset[str] = frozenset()) -> dic
             "line_start": best.line_start,
             "line_end": best.line_end,
             "page": best.page,
+            "copies": [_ref(path, rel, shared) for path, rel in best.copies],
         },
         best.rel_path,
     )

@@ -74,6 +74,15 @@ class Index:
     state before it have finished, or, should one take longer than
     ``mdrag.index.visibility._READERS_GRACE_S``, after that, with a warning (that search may then miss
     some results; nothing else is affected).
+
+    Its locks are taken in this order, never against it (a thread holding one takes only those after it):
+
+    1. ``_update_lock``: one update or removal at a time in this process;
+    2. the writers' file lock (:class:`~mdrag.index.writers.Writers`): the same across processes;
+    3. ``_cond``: the count of calls using the store; :meth:`close` holds it while it closes the store, and
+       every other call holds it only for an instant, at its start and its end, holding nothing else;
+    4. ``_open_lock``: the store's connection (opening, closing; :class:`~mdrag.index.health.Health`'s counts);
+    5. ``_store_lock``: the store object, made on first use (:attr:`store`) or made again.
     """
 
     def __init__(self, config: Config | None = None, embedder: Embedder | None = None) -> None:
@@ -454,7 +463,10 @@ class Index:
                 raise self._health.nothing_committed(self.store, exists, manifest)
             # a store outside the home may hold other indexers' folders too: there each row is checked against its own
             folders = frozenset(self._view.seen_roots) if in_home(self.store.uri, self.manifest_path) else frozenset()
-            results = search(self.store, self.embedder, query, options, filters, visible, vector, links, folders)
+            copies = self._view.seen_copies
+            results = search(
+                self.store, self.embedder, query, options, filters, visible, vector, links, folders, copies
+            )
         if not results and self._view.progress is None and manifest.building:
             raise self._view.building_error()  # a transactional store being built by another process shows nothing yet
         return with_links(results, lambda: notes_at(self.manifest_path, manifest.stamp))  # a vault note's links

@@ -479,10 +479,10 @@ class IndexKeeper:
             self._last_log = now
             log.info("indexing index %r (%s): %d of %d files", self.index.name, reason, done, total)
 
-    def _set(self, **changes: object) -> None:
+    def _set(self, **changes: Any) -> None:
         with self._cond:
             before = self._state
-            self._state = replace(self._state, **changes)  # type: ignore[arg-type]
+            self._state = replace(self._state, **changes)
             state = self._state
         loaded = (before.state == "loading") != (state.state == "loading")
         if self._watcher is not None and (loaded or set(before.folders) != set(state.folders)):
@@ -492,7 +492,7 @@ class IndexKeeper:
 
 
 _ADDED_UP = (
-    "added", "modified", "deleted", "touched", "chunks_embedded", "chunks_reused", "chunks_deleted",
+    "added", "modified", "deleted", "touched", "copies", "chunks_embedded", "chunks_reused", "chunks_deleted",
     "seconds", "embed_seconds", "waited_s", "parser_errors",
 )  # fmt: skip
 

@@ -17,6 +17,7 @@ from typing import NamedTuple
 from mdrag.errors import IndexBuildingError
 from mdrag.index.snapshot import Snapshot, State
 from mdrag.ingest.manifest import Manifest
+from mdrag.retrieval.copies import Copies
 
 __all__ = ["ManifestState", "Visibility"]
 
@@ -48,6 +49,7 @@ class Visibility:
         self._seen_manifest: ManifestState | None = None  # see manifest_state
         self.seen_roots: list[str] = []  # the index's folders, as the manifest manifest_state last parsed lists them
         self.seen_shared: frozenset[str] = frozenset()  # relative paths of files in several of them (x.md in two)
+        self.seen_copies = Copies(None)  # the files recorded as copies of others, as that manifest lists them
 
     def commit(self, ids: set[str], roots: frozenset[str]) -> None:
         """A run's new state becomes what searches see: ``ids`` are visible, chunks under ``roots`` filtered.
@@ -94,7 +96,7 @@ class Visibility:
         try:
             st = self.manifest_path.stat()
         except OSError:
-            self.seen_roots, self.seen_shared = [], frozenset()
+            self.seen_roots, self.seen_shared, self.seen_copies = [], frozenset(), Copies(None)
             return ManifestState(None, False, (frozenset(), None))
         stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
         seen = self._seen_manifest
@@ -106,6 +108,7 @@ class Visibility:
             self.seen_roots = list(m.roots) if m is not None else []
             names = Counter(f.rel_path for f in m.files.values()) if m is not None else Counter()
             self.seen_shared = frozenset(name for name, n in names.items() if n > 1)
+            self.seen_copies = Copies(m)
         return seen
 
     def building(self) -> IndexBuildingError | None:

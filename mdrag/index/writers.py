@@ -13,11 +13,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
-
-import filelock
+from typing import TYPE_CHECKING
 
 from mdrag.errors import IndexingCancelledError, MdragError, StoreUnavailableError
 from mdrag.fileio import write_atomic
+
+if TYPE_CHECKING:
+    import filelock
 
 __all__ = ["Running", "Writers"]
 
@@ -59,11 +61,26 @@ class Writers:
         self.index = index  # named in the messages
         self.path = manifest_path.with_suffix(".lock")
         self._pid_path = manifest_path.with_suffix(".pid")  # who holds the lock (may lag behind it for an instant)
-        self._lock = filelock.FileLock(str(self.path), thread_local=False)  # held by an Index, not a thread
+        self._file_lock: filelock.BaseFileLock | None = None  # made on first use (see _lock)
+        self._making = threading.Lock()  # guards its making
         self.waited = 0.0  # seconds the holding now in force waited for another process's run
         # How far the run of the holder is, for other processes' `status`: JSON, written atomically.
         self._record_path = manifest_path.with_suffix(".progress")
         self._recorded: tuple[float, tuple[int, int | None, bool] | None] = (0.0, None)  # when, what it wrote last
+
+    @property
+    def _lock(self) -> filelock.BaseFileLock:
+        """The file lock, held by an Index, not a thread; made (and :mod:`filelock` imported) on first use: a
+        command that writes nothing never takes it."""
+        lock = self._file_lock
+        if lock is None:
+            with self._making:
+                if self._file_lock is None:
+                    import filelock
+
+                    self._file_lock = filelock.FileLock(str(self.path), thread_local=False)
+                lock = self._file_lock
+        return lock
 
     @contextmanager
     def hold(self, cancel: threading.Event | None = None) -> Iterator[None]:
@@ -78,13 +95,15 @@ class Writers:
             self._lock.release()
 
     def _acquire(self, cancel: threading.Event | None) -> None:
+        from filelock import Timeout
+
         t0 = time.monotonic()
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             try:
                 self._lock.acquire(timeout=0)
                 self.waited = 0.0
-            except filelock.Timeout:
+            except Timeout:
                 self._wait(cancel)
                 self.waited = time.monotonic() - t0
                 log.info("the other run on index %r finished after %.1f s", self.index, self.waited)
@@ -104,6 +123,8 @@ class Writers:
             self.index,
             self._holder(),
         )
+        from filelock import Timeout
+
         while True:
             if cancel is not None and cancel.is_set():
                 raise IndexingCancelledError(
@@ -112,7 +133,7 @@ class Writers:
             try:
                 self._lock.acquire(timeout=_WAIT_POLL_S)
                 return
-            except filelock.Timeout:
+            except Timeout:
                 continue
 
     def record(self, done: int, total: int | None, first_build: bool) -> None:
@@ -150,7 +171,7 @@ class Writers:
     @property
     def held_on(self) -> bool:
         """Whether this process holds the lock beyond the holding in force (the CLI, around a run's steps)."""
-        return self._lock.lock_counter > 1
+        return self._file_lock is not None and self._file_lock.lock_counter > 1
 
     def _held(self) -> bool:
         """Whether a process (this one too) holds the lock now: tried without taking it (shared, at once)."""

@@ -24,11 +24,14 @@ from typing import Any
 from mdrag.errors import ManifestError
 from mdrag.fileio import write_atomic
 
-__all__ = ["Diff", "FileState", "Manifest", "SkippedFile", "diff"]
+__all__ = ["Diff", "FileState", "Manifest", "PagePrints", "SkippedFile", "diff"]
 
 log = logging.getLogger(__name__)
 
-VERSION = 1
+# 2: a file may be recorded as a copy of an identical one (``FileState.copy_of``). A manifest of version 1 loads
+# (it has no copies); an earlier release reads one of version 2 as unreadable, and builds the index again.
+VERSION = 2
+_LOADS = (1, VERSION)
 _CHECKSUM = ',"checksum":"'  # the last key of a saved manifest: sha256 of the text before it
 
 
@@ -45,12 +48,33 @@ class FileState:
     # A notes vault's note (mdrag.parsers.vault): {"aliases": [...], "links": [notes as its links name them]};
     # None otherwise (and then not saved).
     note: dict[str, list[str]] | None = None
+    # The file whose chunks stand for this one, its bytes the same (``hash``): this file has no chunks of its
+    # own (mdrag.ingest.copies); None: the file has its own chunks (not saved).
+    copy_of: str | None = None
+    # An HTML page: the fingerprints of the blocks its site repeats, left out of its chunks
+    # (mdrag.ingest.boilerplate); None otherwise (and then not saved).
+    dropped: list[str] | None = None
 
 
 def _state(s: FileState) -> dict[str, Any]:
-    """A file state for JSON: ``note`` only where there is one."""
-    d = vars(s)
-    return d if s.note is not None else {k: v for k, v in d.items() if k != "note"}
+    """A file state for JSON: ``note``, ``copy_of`` and ``dropped`` only where there is one."""
+    return {k: v for k, v in vars(s).items() if v is not None or k not in ("note", "copy_of", "dropped")}
+
+
+@dataclass
+class PagePrints:
+    """One HTML page's block fingerprints (mdrag.ingest.boilerplate), as the page was when it was read:
+    valid while it is unchanged, whether its chunks are written yet or not."""
+
+    root: str  # the indexed folder the page was found under
+    rel_path: str  # path under root, forward slashes
+    mtime_ns: int
+    size: int
+    blocks: list[str] = field(default_factory=list)  # sorted distinct fingerprints of its blocks (saved: one string)
+
+    def current(self, found: tuple[str, str, int, int]) -> bool:
+        """Whether these prints are of the page the scan found, ``(root, rel_path, mtime_ns, size)``."""
+        return (self.root, self.rel_path, self.mtime_ns, self.size) == tuple(found)
 
 
 @dataclass
@@ -78,6 +102,9 @@ class Manifest:
     retired_roots: list[str] = field(default_factory=list)
     files: dict[str, FileState] = field(default_factory=dict)  # absolute path -> state
     skipped: dict[str, SkippedFile] = field(default_factory=dict)  # absolute path -> the parse failure
+    # Absolute path -> an HTML page's block fingerprints, indexed or about to be: what decides which blocks
+    # a site repeats (mdrag.ingest.boilerplate).
+    pages: dict[str, PagePrints] = field(default_factory=dict)
     dirty: bool = False  # a run was writing to the store and did not finish
     last_indexed: float | None = None  # unix time of the last finished run
     # While a run writes (``dirty``): the last committed state, which readers keep seeing until the run
@@ -143,6 +170,7 @@ class Manifest:
         d = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "verified"}
         d["files"] = {p: _state(s) for p, s in sorted(self.files.items())}
         d["skipped"] = {p: vars(s) for p, s in sorted(self.skipped.items())}
+        d["pages"] = {p: {**vars(s), "blocks": " ".join(s.blocks)} for p, s in sorted(self.pages.items())}
         return d
 
     @classmethod
@@ -152,8 +180,8 @@ class Manifest:
             raise ValueError(f"a JSON object was expected, not {type(d).__name__}")
         # Keys the manifest no longer has (the store keeps its own state): "rows_since_rewrite",
         # "store_fingerprint". A manifest that holds them loads; they are dropped at its next save.
-        if d.get("version") != VERSION:
-            raise ValueError(f"manifest version {d.get('version')!r}, expected {VERSION}")
+        if d.get("version") not in _LOADS:
+            raise ValueError(f"manifest version {d.get('version')!r}, expected one of {_LOADS}")
         raw_files = d.get("files", {})
         if not isinstance(raw_files, dict):
             raise ValueError(f"'files' must be an object, not {type(raw_files).__name__}")
@@ -162,11 +190,16 @@ class Manifest:
             state = FileState(**s) if isinstance(s, dict) else None
             if state is None or not all(isinstance(c, str) for c in state.chunks or []):
                 raise ValueError(f"the entry for {p!r} is not a file state")
+            if state.copy_of is not None and not isinstance(state.copy_of, str):
+                raise ValueError(f"the entry for {p!r} names its original as {state.copy_of!r}, not a path")
             state.chunks = list(state.chunks or [])
             files[p] = state
         raw_skipped = d.get("skipped") or {}  # absent in manifests of earlier releases
         if not isinstance(raw_skipped, dict) or not all(isinstance(s, dict) for s in raw_skipped.values()):
             raise ValueError("'skipped' must be an object of skipped files")
+        raw_pages = d.get("pages") or {}  # absent in manifests of earlier releases
+        if not isinstance(raw_pages, dict) or not all(isinstance(s, dict) for s in raw_pages.values()):
+            raise ValueError("'pages' must be an object of page fingerprints")
         return cls(
             index=str(d["index"]),
             store_uri=str(d["store_uri"]),
@@ -176,6 +209,7 @@ class Manifest:
             retired_roots=[str(r) for r in d.get("retired_roots") or []],
             files=files,
             skipped={p: SkippedFile(**s) for p, s in raw_skipped.items()},
+            pages={p: PagePrints(**{**s, "blocks": _blocks(s.get("blocks"))}) for p, s in raw_pages.items()},
             dirty=bool(d.get("dirty", False)),
             last_indexed=d.get("last_indexed"),
             committed_ids=_strings(d.get("committed_ids"), "committed_ids"),
@@ -252,6 +286,11 @@ def _strings(value: Any, key: str) -> list[str] | None:
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise ValueError(f"{key!r} must be a list of strings")
     return list(value)
+
+
+def _blocks(value: Any) -> list[str]:
+    """A page's block fingerprints from JSON: one string, space-separated (a list is read too)."""
+    return [str(v) for v in value] if isinstance(value, list) else str(value or "").split()
 
 
 def _checksum_ok(raw: str) -> bool:

@@ -38,11 +38,14 @@ from pathlib import Path
 from mdrag.chunking import ChunkSettings, Truncated
 from mdrag.embedding.base import Embedder
 from mdrag.errors import ConfigError, IndexingCancelledError
+from mdrag.ingest import boilerplate
 from mdrag.ingest.background import WarmUp, ahead
-from mdrag.ingest.manifest import FileState, Manifest, SkippedFile
+from mdrag.ingest.copies import CopyPlan, plan_copies, release
+from mdrag.ingest.manifest import FileState, Manifest, PagePrints, SkippedFile
 from mdrag.ingest.plan import (
     UpdatePlan,
     chunking_of,
+    first_build_order,
     kept_files,
     mismatched,
     nothing_to_do,
@@ -58,6 +61,7 @@ from mdrag.ingest.reading import Parsed, read_file, read_hash
 from mdrag.ingest.scan import ScanOptions, ScanResult, scan
 from mdrag.ingest.summary import NEW_INDEX, IndexSummary, report_scan, warn
 from mdrag.ingest.writing import delete_replaced, publish, write_batch
+from mdrag.parsers import parse_file
 from mdrag.parsers.worker import ParseWorker
 from mdrag.store import in_home, moved_uri, same_location
 from mdrag.store.base import Store
@@ -132,6 +136,7 @@ class _Job:
     writes: bool  # False: the store holds the new state already, and the manifest is not saved
     sweep: list[str] | None  # folders (``_EVERYTHING``: all) whose chunks the new state does not use are deleted
     run_hashes: set[int] | None  # see :func:`mdrag.ingest.writing.write_batch`
+    copies: CopyPlan  # files to do that are copies of others (mdrag.ingest.copies): recorded, not parsed
     left_out: int = 0  # files to do that the run leaves to the next (not among ``only``)
 
 
@@ -236,7 +241,7 @@ class Indexer:
             old is not None and old.verified and not old.dirty and not thorough and store.unchanged_since_last_run()
         )
         if open_store is not None and old is not None and as_left and summary.rebuild is None and not old.partial:
-            if nothing_to_do(old, roots, found):
+            if nothing_to_do(old, roots, found) and not boilerplate.stale(old.files, old.pages):
                 summary.unchanged, summary.chunks_total = len(found.files), old.chunk_count
                 summary.kept = len(kept_files(old.files, roots, found))
                 summary.skipped_files = [(p, reason) for p, (_, reason) in found.skipped.items()]
@@ -257,7 +262,7 @@ class Indexer:
         m = Manifest(index=self.name, store_uri=store.uri, model=self.embedder.identity, chunking=chunking)
         m.last_indexed = before.last_indexed if before is not None else None  # until this run finishes
         if old is not None and summary.rebuild is None:
-            m.files = old.files
+            m.files, m.pages = old.files, old.pages
             m.dirty = old.dirty or not old.verified or thorough
             m.retired_roots = old.retired_roots
             m.committed_ids, m.committed_roots = old.committed_ids, old.committed_roots
@@ -299,15 +304,24 @@ class Indexer:
 
         hashes = {p: read_hash(p) for p in to_hash(m.files, roots, found)}
         plan = plan_update(m.files, roots, found, hashes)
+        # A first build or rebuild does first the files likely asked about first; an update keeps the plan's order.
+        if summary.rebuild is not None or m.committed_ids == [] or m.partial is not None:
+            plan.todo = first_build_order(plan.todo, found)
         left_out = len(plan.todo)  # files to do that this run leaves (``only``)
         if only is not None:
             plan.todo = [t for t in plan.todo if t[0] in only]
         left_out -= len(plan.todo)
+        # Files of the same bytes as another are recorded as its copies, not parsed (mdrag.ingest.copies).
+        plan.todo, copies = plan_copies(m.files, plan.todo, plan.delete, found, lambda p: hashes.get(p) or read_hash(p))
+        restale = _forget_pages(m, roots, found, plan)
         moved = old is not None and old.roots != m.roots  # with a first build in part: its end says it is whole
-        writes = bool(plan.todo or plan.delete or repair or m.retired_roots or moved or m.partial is not None)
+        writes = bool(
+            plan.todo or copies.count or plan.delete or repair or m.retired_roots or moved or m.partial is not None
+        )
+        writes = writes or bool(restale)
         # A rebuild writes the whole index beside what readers see, then deletes every chunk it did not write.
         sweep = _EVERYTHING if rebuild else scope if repair or m.retired_roots else None
-        return _Job(m, plan, found, writes, sweep, run_hashes, left_out)
+        return _Job(m, plan, found, writes, sweep, run_hashes, copies, left_out)
 
     def _apply(self, job: _Job, events: RunEvents, summary: IndexSummary) -> None:
         """Carry out the job's plan on the store and the manifest, and save the manifest clean.
@@ -329,6 +343,8 @@ class Indexer:
         summary.touched = len(plan.touched)
         for p, (mtime_ns, size) in plan.touched.items():
             m.files[p].mtime_ns, m.files[p].size = mtime_ns, size
+            if p in m.pages:
+                m.pages[p].mtime_ns, m.pages[p].size = mtime_ns, size
             log.info("%s: touched, content unchanged: already embedded", p)
         # A first build (nothing committed yet, or part of its files) run in steps commits every few seconds.
         growing = job.writes and (m.committed_ids == [] or m.partial is not None)
@@ -344,15 +360,33 @@ class Indexer:
         last_save = time.monotonic()
         written: set[str] = set()  # ids of the chunks this run upserted
         retired: list[str] = []  # ids the new state no longer uses: deleted after the commit
+        job.copies.record_now(m, found, retired, summary)
         left = 0  # files read, but left unwritten by a stop
         batch: list[tuple[str, FileState, list[Chunk]]] = []
-        sizes = [(path, found.files[path][3]) for path, _ in todo if path in found.files]  # not those skipped
-        bar = ProgressCounter(len(todo), events.progress, sizes, summary.unchanged if growing else None)
+        todo = todo + [(p, None) for p in boilerplate.stale(m.files, m.pages, [p for p, _ in todo])]
 
         # With parse_limits, files are parsed in a child process that can be stopped.
         worker = ParseWorker(parse_limits[1]) if parse_limits and any(err is None for _, err in todo) else None
         timeout, max_mb = parse_limits if parse_limits else (0.0, None)
         truncated = Truncated()  # chunks longer than the model reads (chunk.strategy langchain): one warning
+        try:  # the blocks each folder's HTML pages repeat, known before any of its pages is chunked
+            early = boilerplate.read_pages(
+                [p for p, err in todo if err is None],
+                found.files,
+                m.pages,
+                lambda p: worker.parse(p, timeout) if worker is not None else parse_file(p),
+                events.cancel,
+            )
+        except BaseException as e:
+            if worker is not None:
+                worker.close()
+            if isinstance(e, IndexingCancelledError) and job.writes:
+                m.save(manifest_path)  # what was written so far, still dirty: the next run repairs and goes on
+            raise
+        todo += [(p, None) for p in boilerplate.stale(m.files, m.pages, [p for p, _ in todo])]
+        drops = boilerplate.repeated(m.pages)
+        sizes = [(path, found.files[path][3]) for path, _ in todo if path in found.files]  # not those skipped
+        bar = ProgressCounter(len(todo), events.progress, sizes, summary.unchanged if growing else None)
 
         def parse(item: tuple[str, str | None]) -> Parsed:
             path, err = item
@@ -361,7 +395,19 @@ class Indexer:
             else:
                 root, rel, mtime_ns, size = found.files[path]
                 parsed = read_file(
-                    path, root, rel, mtime_ns, size, embedder, settings, worker, timeout, truncated, max_mb
+                    path,
+                    root,
+                    rel,
+                    mtime_ns,
+                    size,
+                    embedder,
+                    settings,
+                    worker,
+                    timeout,
+                    truncated,
+                    max_mb,
+                    early=early.pop(path, None),
+                    drop=drops.get(path, ()),
                 )
             bar.parsed(path, len(parsed.chunks))  # ahead of the embedder: the estimate of the chunks to write
             return parsed
@@ -419,7 +465,7 @@ class Indexer:
         if batch:  # after a stop, written only where nothing is left to embed
             written |= write(batch)
         bar.now("saving")
-        summary.remaining = len(todo) - read + left
+        summary.remaining = len(todo) - read + left + job.copies.record_after(m, found, retired, summary, key)
         if msg := truncated.message():
             warn(summary, msg)
 
@@ -445,7 +491,8 @@ class Indexer:
             m.retired_roots = []
             m.mark_finished()
             if growing:  # readers are told that the index holds part of its files
-                total, undone = summary.unchanged + len(todo) + job.left_out, summary.remaining + job.left_out
+                total = summary.unchanged + len(todo) + job.copies.count + job.left_out
+                undone = summary.remaining + job.left_out
                 m.partial = [total - undone, total] if undone else None
                 m.grown_since = m.grown_since if undone else None
             m.save(manifest_path)
@@ -477,6 +524,14 @@ class Indexer:
         m.retired_roots = sorted(set(m.retired_roots) | set(targets))
         gone = [p for p, state in m.files.items() if state.root in targets]
         retired = [cid for p in gone for cid in m.files.pop(p).chunks]
+        boilerplate.prune(m.pages, m.roots, lambda *_: False)
+        released = release(m.files, set(gone), set(), found=ScanResult())  # copies of removed files
+        if released:
+            warn(
+                summary,
+                f"{len(released)} files of the index's other folders had the same bytes as a removed file (such as "
+                f"{released[0]}): the next `mdrag index` indexes them under their own paths",
+            )
         summary.deleted = len(gone)
         m.dirty = True
         live = m.chunk_ids()
@@ -607,3 +662,19 @@ def _take(
     else:
         summary.modified += 1
     batch.append((path, state, chunks))
+
+
+def _forget_pages(m: Manifest, roots: Sequence[str], found: ScanResult, plan: UpdatePlan) -> list[str]:
+    """Forget the HTML pages' prints (:mod:`mdrag.ingest.boilerplate`) of pages deleted, now skipped, or out
+    of the index; the indexed pages that must be chunked again as a block crossed the share (even with
+    nothing else to do: a run that did part of its files left them)."""
+    listed, deleted = set(roots), set(plan.delete)
+
+    def gone(path: str, prints: PagePrints) -> bool:
+        if path in deleted or path in found.skipped:
+            return True
+        scanned = prints.root in listed and found.complete(prints.root) and not found.kept(path)
+        return scanned and path not in found.files
+
+    boilerplate.prune(m.pages, m.roots, gone)
+    return boilerplate.stale(m.files, m.pages, [p for p, _ in plan.todo])

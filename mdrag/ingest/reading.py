@@ -27,10 +27,11 @@ from mdrag.chunking import (
 from mdrag.embedding.base import Embedder
 from mdrag.errors import ParseError, ParserCrashError, UnsupportedFormatError
 from mdrag.fileio import bytes_sha256, file_sha256
+from mdrag.ingest import boilerplate
 from mdrag.ingest.manifest import FileState
 from mdrag.parsers import parse_file, vault
 from mdrag.parsers.worker import ParseWorker
-from mdrag.types import Chunk
+from mdrag.types import Chunk, Document
 
 __all__ = ["Parsed", "read_file", "read_hash"]
 
@@ -66,19 +67,30 @@ def read_file(
     timeout: float = 0.0,
     truncated: Truncated | None = None,
     max_mb: float | None = None,
+    *,
+    early: Document | Exception | None = None,
+    drop: Sequence[str] = (),
 ) -> Parsed:
     """Parse and chunk the file at ``path`` (under ``root`` as ``rel``, with the scan's mtime and size):
     its state and chunks, or why it is skipped. With ``worker``, it is parsed there within ``timeout``;
     with ``timeout``, the reading of a vault note and chunking must also end within it; with ``max_mb``, a
-    document whose chunking is expected to need more memory (MB) is skipped."""
+    document whose chunking is expected to need more memory (MB) is skipped. ``early``: what parsing it gave
+    already (:func:`mdrag.ingest.boilerplate.read_pages`). ``drop``: the fingerprints of the blocks its site
+    repeats, left out of its chunks (:mod:`mdrag.ingest.boilerplate`) and recorded in its state."""
     try:
         data = Path(path).read_bytes()
-        doc = worker.parse(path, timeout) if worker is not None else parse_file(path, data)
+        if isinstance(early, Exception):
+            raise early
+        if early is not None:
+            doc = early
+        else:
+            doc = worker.parse(path, timeout) if worker is not None else parse_file(path, data)
     except (ParseError, UnsupportedFormatError) as e:
         return Parsed(None, [], str(e).removeprefix(f"{path}: "), crashed=isinstance(e, ParserCrashError))
     except OSError as e:
         return Parsed(None, [], f"cannot read: {e}")
     deadline = Deadline(timeout) if timeout > 0 else None
+    doc = boilerplate.strip(doc, drop)
     try:
         if settings.vault and doc.path.lower().endswith((".md", ".markdown")) and vault.applies(doc):
             doc = vault.read_note(doc, None if deadline is None else partial(deadline.check, "reading the note"))
@@ -89,6 +101,7 @@ def read_file(
         return Parsed(None, [], str(e), doc.encoding, warnings=doc.warnings)
     state = FileState(root=root, rel_path=rel, mtime_ns=mtime_ns, size=size, hash=bytes_sha256(data))
     state.chunks = [c.id for c in chunks]
+    state.dropped = list(drop) or None
     if doc.links is not None:
         state.note = {"aliases": doc.aliases, "links": sorted({n for _, n in doc.links})}
     return Parsed(state, chunks, None, doc.encoding, warnings=doc.warnings)

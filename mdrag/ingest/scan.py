@@ -25,8 +25,12 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from mdrag.parsers import supported_extensions
+
+if TYPE_CHECKING:  # imported when a folder has a .gitignore, or patterns are set
+    from pathspec import GitIgnoreSpec
 
 __all__ = ["ScanOptions", "ScanResult", "not_a_folder", "scan"]
 
@@ -87,7 +91,7 @@ class _Ignore:
     """The .gitignore files met on the way down, deepest last; git's rule: the deepest match decides."""
 
     def __init__(self) -> None:
-        self.specs: list[tuple[str, object]] = []  # (folder relative to the root, "" or "a/b/", spec)
+        self.specs: list[tuple[str, GitIgnoreSpec]] = []  # (folder relative to the root, "" or "a/b/", spec)
 
     def load(self, folder: Path, rel: str) -> None:
         path = folder / ".gitignore"
@@ -108,13 +112,13 @@ class _Ignore:
     def ignored(self, rel: str) -> bool:
         for base, spec in reversed(self.specs):
             if rel.startswith(base):
-                result = spec.check_file(rel[len(base) :])  # type: ignore[attr-defined]
+                result = spec.check_file(rel[len(base) :])
                 if result.include is not None:
                     return bool(result.include)
         return False
 
 
-def _spec(patterns: Sequence[str]) -> object | None:
+def _spec(patterns: Sequence[str]) -> GitIgnoreSpec | None:
     if not patterns:
         return None
     import pathspec
@@ -172,9 +176,7 @@ def scan(folders: Sequence[str | Path], options: ScanOptions | None = None) -> S
                 if os.path.islink(os.path.join(dirpath, d)):
                     log.info("not followed: %s is a symbolic link to a folder", os.path.join(dirpath, d))
                     continue
-                if (exclude is not None and exclude.match_file(rel)) or (  # type: ignore[attr-defined]
-                    opts.gitignore and ignore.ignored(rel)
-                ):
+                if (exclude is not None and exclude.match_file(rel)) or (opts.gitignore and ignore.ignored(rel)):
                     continue
                 keep.append(d)
             dirnames[:] = keep
@@ -188,8 +190,8 @@ def scan(folders: Sequence[str | Path], options: ScanOptions | None = None) -> S
                     log.info("not indexed (no parser for its extension): %s", path)
                     continue
                 if (
-                    (include is not None and not include.match_file(rel))  # type: ignore[attr-defined]
-                    or (exclude is not None and exclude.match_file(rel))  # type: ignore[attr-defined]
+                    (include is not None and not include.match_file(rel))
+                    or (exclude is not None and exclude.match_file(rel))
                     or (opts.gitignore and ignore.ignored(rel))
                 ):
                     out.excluded += 1

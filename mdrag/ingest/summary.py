@@ -24,6 +24,7 @@ class IndexSummary:
     deleted: int = 0
     unchanged: int = 0  # same mtime and size, or touched with the same content
     touched: int = 0  # of the unchanged: mtime or size changed, content did not ("already embedded")
+    copies: int = 0  # of the added or modified: the same bytes as another file of the index, indexed once with it
     skipped: int = 0
     kept: int = 0  # files not found because their folder is missing, empty or unreadable: kept in the index
     excluded: int = 0  # files left out by .gitignore, index.include or index.exclude

@@ -42,7 +42,7 @@ class KnowledgeBase:
 
     One ``os.stat`` per call decides, so a change is seen on the next call. If
     the changed file is invalid, every call raises its error (the stale config
-    is not served) until it is fixed; ``last_good`` keeps the last valid one.
+    is not served) until it is fixed.
     ``allowed_outside``: folders outside the project that docsets may be read
     from, as :func:`load_knowledge_config` takes them (front ends pass the user's
     ``knowledge.allowed_paths``).
@@ -60,7 +60,6 @@ class KnowledgeBase:
         self._error: str | None = None  # the load error for _key, raised again without re-reading
         self._keys: dict[str, Docset] = {}  # lower-cased id and aliases -> docset
         self._names: dict[str, list[Docset]] = {}  # lower-cased display names -> docsets
-        self.last_good: KnowledgeConfig | None = None  # the last config that loaded without errors
 
     def config(self) -> KnowledgeConfig:
         path = self._path or self._found or find_config(self._start)
@@ -85,7 +84,7 @@ class KnowledgeBase:
         except DocsetError as e:
             self._config, self._error = None, str(e)
             raise
-        self._config, self._error, self.last_good = cfg, None, cfg
+        self._config, self._error = cfg, None
         self._keys = {k.lower(): d for d in cfg.docsets for k in (d.id, *d.aliases)}
         self._names = {}
         for d in cfg.docsets:

@@ -15,7 +15,10 @@ Third-party parsers are found through the ``mdrag.parsers`` entry-point group::
     asciidoc = "mdrag_asciidoc:parser"   # the name is ignored
 
 where ``parser`` is callable as a parser and has an ``extensions`` attribute
-(an iterable of strings such as ``[".adoc"]``). Entry points are loaded once, on
+(an iterable of strings such as ``[".adoc"]``); a parser whose document is the
+file's own lines, numbered as in the file, may say so with a true
+``keeps_source_lines`` attribute (:func:`keeps_source_lines`: ``get`` then shows a
+line range of such a file without parsing it). Entry points are loaded once, on
 the first lookup; one that fails to load is logged and skipped.
 
 Precedence, lowest first: built-ins, entry points, :func:`register_parser`
@@ -25,7 +28,6 @@ calls. Within each, a later registration overrides an earlier one.
 from __future__ import annotations
 
 import importlib
-import importlib.metadata
 import logging
 import os
 import threading
@@ -40,6 +42,7 @@ __all__ = [
     "ENTRY_POINT_GROUP",
     "Parser",
     "get_parser",
+    "keeps_source_lines",
     "parse_file",
     "register_parser",
     "supported_extensions",
@@ -95,6 +98,8 @@ def _load_entry_points() -> None:
             return
         _entry_points_loaded = True
         try:
+            import importlib.metadata  # here: a command that parses nothing does not import it
+
             eps = list(importlib.metadata.entry_points(group=ENTRY_POINT_GROUP))
         except Exception:
             logger.warning("cannot list %r entry points", ENTRY_POINT_GROUP, exc_info=True)
@@ -135,6 +140,12 @@ def get_parser(path: str | os.PathLike[str]) -> Parser:
             return _registry[max(matches, key=len)]
         supported = ", ".join(sorted(_registry))
     raise UnsupportedFormatError(f"no parser for {os.fspath(path)!r}: supported extensions are {supported}")
+
+
+def keeps_source_lines(parser: Parser) -> bool:
+    """Whether ``parser`` declares that its document is the file's own lines (its ``keeps_source_lines``
+    attribute): the built-in Markdown and text parsers do; a parser that says nothing does not."""
+    return getattr(parser, "keeps_source_lines", False) is True
 
 
 def parse_file(path: str | os.PathLike[str], data: bytes | None = None, *, parser: Parser | None = None) -> Document:
@@ -185,9 +196,10 @@ class _Lazy:
     module) into :class:`~mdrag.parsers.worker.ParseWorker`'s child process.
     """
 
-    def __init__(self, module: str, requirement: str) -> None:
+    def __init__(self, module: str, requirement: str, keeps_source_lines: bool = False) -> None:
         self.module = module  # the submodule of mdrag.parsers holding parse(data, path)
         self.requirement = requirement  # the packages it needs, named when the import fails
+        self.keeps_source_lines = keeps_source_lines  # its document is the file's own lines (keeps_source_lines())
 
     def __call__(self, data: bytes, path: str) -> Document:
         try:
@@ -203,10 +215,10 @@ class _Lazy:
         return f"<parser mdrag.parsers.{self.module} (imported on first use)>"
 
 
-_add([".md", ".markdown"], _Lazy("markdown", "markdown-it-py and python-frontmatter"))
+_add([".md", ".markdown"], _Lazy("markdown", "markdown-it-py and python-frontmatter", keeps_source_lines=True))
 _add([".pdf"], _Lazy("pdf", "pypdf"))
 _add([".docx"], _Lazy("docx", "python-docx"))
 _add([".html", ".htm"], _Lazy("html", "beautifulsoup4"))
 _add([".rst", ".rest"], _Lazy("rst", "docutils"))
-_add([".txt"], _Lazy("plaintext", "charset-normalizer"))
+_add([".txt"], _Lazy("plaintext", "charset-normalizer", keeps_source_lines=True))
 _add([".mdx"], _Lazy("mdx", "markdown-it-py and python-frontmatter"))

@@ -10,7 +10,9 @@ sections, a list's entries: same tag, same class), they are read too; an
 index page (mostly link text) is read whole less its lines of links, so its
 title and own prose are indexed and its link lists are not (this also holds
 for a page nested deeper than readability-lxml reads). Title, description, keywords
-and language come from the whole page's ``head``.
+and language come from the whole page's ``head``. The named items of a page
+(definition lists, bold-led list items, FAQ questions...) head sections of
+their own (mdrag.parsers.html_items).
 
 Left out of the text, with everything inside them: script, style, noscript,
 template, svg, canvas, iframe, object, embed, select (never prose), nav and
@@ -33,12 +35,13 @@ from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from bs4 import BeautifulSoup, NavigableString, Tag
+from bs4 import BeautifulSoup, Tag
 from bs4.dammit import EncodingDetector
-from bs4.element import CData, PageElement
+from bs4.element import CData, NavigableString, PageElement
 from readability import Document as ReadabilityDocument
 
 from mdrag.errors import ParseError
+from mdrag.parsers.html_items import ItemHeadings, ItemPlan, ItemsEnd, plan_items
 from mdrag.parsers.sections import Heading, SectionBuilder
 from mdrag.parsers.text import decode_text
 from mdrag.types import Block, Document, Section
@@ -215,10 +218,11 @@ def _meta(metas: list[Tag], *names: str) -> str | None:
 class _Builder:
     """Collects sections while the tree is walked in document order."""
 
-    def __init__(self, article: _Article | None = None) -> None:
+    def __init__(self, article: _Article | None = None, items: ItemPlan | None = None) -> None:
         self.article = article  # None: read the whole page
         self.sections = SectionBuilder()  # the heading tree and the blocks under each heading
         self.buf: list[str] = []  # text pieces and break markers since the last flush
+        self.items = ItemHeadings(items or ItemPlan(), self, _text)  # the headings of a list's named items
 
     def flush(self) -> None:
         text = "".join(self.buf).replace(_LINE_BREAK, "\n")
@@ -244,6 +248,9 @@ class _Builder:
             self.flush()
             self.sections.restore(headings)
 
+    def open_headings(self) -> tuple[Heading, ...]:
+        return self.sections.open_headings
+
     def finish(self) -> list[Section]:
         self.flush()
         return self.sections.finish()
@@ -255,6 +262,8 @@ class _Builder:
             node = todo.pop()
             if isinstance(node, tuple):  # the end of an aside: its headings end with it
                 self.restore(node)
+            elif isinstance(node, ItemsEnd):
+                self.items.end(node)
             elif isinstance(node, str) and not isinstance(node, NavigableString):
                 self.buf.append(node)  # a break marker
             elif isinstance(node, NavigableString):
@@ -262,9 +271,13 @@ class _Builder:
                     # NUL would clash with the break markers; comments and doctypes are skipped
                     self.buf.append(_SPACE.sub(" ", str(node).replace("\x00", "")))
             elif isinstance(node, Tag) and not _is_removed(node):
-                if self.article is None or id(node) in self.article.kept:
+                read = self.article is None or id(node) in self.article.kept
+                entered = self.article is not None and id(node) in self.article.entered
+                if (read or entered) and self.items.enter(node, todo):
+                    continue  # an item's name, read as its heading
+                if read:
                     self.visit(node, todo)
-                elif id(node) in self.article.entered:  # holds article parts; its own text is not one
+                elif entered:  # holds article parts; its own text is not one
                     self.buf.append(_PARA_BREAK)
                     todo.append(_PARA_BREAK)
                     todo.extend(reversed([child for child in node.contents if isinstance(child, Tag)]))
@@ -475,12 +488,13 @@ def parse(data: bytes, path: str, *, main_content: bool = True) -> Document:
     body = next((b for b in soup.find_all("body") if not any(map(_is_removed, (b, *b.parents)))), None)
     root = body if isinstance(body, Tag) else soup
     article = _main_content(soup, path) if main_content and _text(root) else None
-    builder = _Builder(article)
+    items = plan_items(root)
+    builder = _Builder(article, items)
     builder.walk(root)
     sections = builder.finish()
     if article is not None and not sections:
         logger.info("%s: the main content found has no text; reading the whole page", path)
-        builder = _Builder()
+        builder = _Builder(items=items)
         builder.walk(root)
         sections = builder.finish()
     warnings = [] if sections else [f"{path}: the page has no text"]

@@ -14,8 +14,7 @@ import re
 import sys
 from typing import Any
 
-import frontmatter
-from frontmatter.default_handlers import BaseHandler, YAMLHandler
+from frontmatter.default_handlers import BaseHandler, TOMLHandler, YAMLHandler
 from markdown_it import MarkdownIt
 from markdown_it.token import Token
 
@@ -53,7 +52,7 @@ class _TOMLHandler(BaseHandler):
 
 _HANDLERS: list[BaseHandler] = [
     YAMLHandler(),
-    frontmatter.TOMLHandler() if frontmatter.TOMLHandler is not None else _TOMLHandler(),
+    TOMLHandler() if TOMLHandler is not None else _TOMLHandler(),
 ]
 
 

@@ -139,7 +139,8 @@ class ParseWorker:
                 logger.debug("parser %r runs in this process, with no time limit: %s", parser, value)
                 return parse_file(abspath, parser=parser)
         if kind == _OK:
-            return value  # type: ignore[no-any-return]
+            parsed: Document = value  # what the child's parse_file returned
+            return parsed
         raise ParserCrashError(value) if kind == _CRASHED else ParseError(value)
 
     def close(self) -> None:

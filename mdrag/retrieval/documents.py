@@ -57,7 +57,7 @@ from mdrag.errors import MdragError, ParseError, UnsupportedFormatError
 from mdrag.fileio import bytes_sha256
 from mdrag.ingest.manifest import FileState, Manifest
 from mdrag.knobs import GET_MAX_CHARS, GET_MAX_FILES
-from mdrag.parsers import _Lazy, get_parser, parse_file
+from mdrag.parsers import get_parser, keeps_source_lines, parse_file
 from mdrag.parsers.text import decode_text
 from mdrag.parsers.written import write_out
 from mdrag.retrieval.links import notes_of
@@ -74,7 +74,6 @@ _GLOB = re.compile(r"[*?[]")
 _MAX_REF_CHARS = 4096  # a reference is a path and a suffix: PATH_MAX is 4096 on Linux
 _NAMED_HEADINGS = 12  # headings a refusal for size names, to pick a section from
 _BACK_LINES = 20  # lines above a section's first text searched for its own heading, when it had no text
-_SOURCE_LINED = frozenset({"markdown", "plaintext"})  # built-in parsers whose document is the file's own lines
 _CACHE_ENTRIES = 8  # document texts kept, most recently used first
 _CACHE_CHARS = 32_000_000  # characters they hold at most (a bigger one is not kept)
 _MAX_PARSE_BYTES = 16 * 2**20  # bytes of files one call parses (not found in the cache): past it, left out
@@ -413,8 +412,8 @@ def _document(path: str, name: str, data: bytes, digest: str, lines_only: bool, 
     this version was read before. ``lines_only``: no section nor page is asked for, so a format whose
     document is the file's own lines (Markdown, text) is not parsed."""
     parser = get_parser(path)
-    # The built-in Markdown and text parsers only: another registered for the extension may read it otherwise.
-    if lines_only and isinstance(parser, _Lazy) and parser.module in _SOURCE_LINED:
+    # As the parser declares: another registered for the extension may read the file otherwise.
+    if lines_only and keeps_source_lines(parser):
         lined = _cache.get((path, digest, "lines"), lambda: _file_lines(data))
         if any(lined.lines):  # else (a blank file) as its parser reads it: no lines
             return lined

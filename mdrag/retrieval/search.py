@@ -18,6 +18,7 @@ from mdrag.errors import ConfigError
 from mdrag.knobs import STORE_MAX_ROWS
 from mdrag.retrieval import rerank as reranking
 from mdrag.retrieval.candidates import Candidates
+from mdrag.retrieval.copies import Copies
 from mdrag.retrieval.fusion import POOL, fused
 from mdrag.retrieval.linked import Resolver, lift
 from mdrag.settings import DEFAULTS
@@ -145,6 +146,7 @@ def search(
     vector: np.ndarray | None = None,
     links: Callable[[], Resolver | None] = lambda: None,
     folders: frozenset[str] = frozenset(),
+    copies: Copies | None = None,
 ) -> list[SearchResult]:
     """The ``options.k`` chunks most similar to ``query`` whose score is at least ``options.threshold``,
     or that hold every word of the query.
@@ -164,7 +166,8 @@ def search(
     that was indexed (it no longer has its content hash: edited in the store) is never returned, nor is one
     whose file is not inside its folder, or whose folder is not one of the index's ``folders`` (when given): a
     path changed in the store (``../../etc/passwd``) is never shown nor opened; a warning says how many
-    were left out, and what repairs them.
+    were left out, and what repairs them. ``copies``: the index's files recorded as copies of others; each
+    result lists its file's copies, and a filter by path finds a copy's text (:mod:`mdrag.retrieval.copies`).
     """
     k, threshold, collapse = options.k, options.threshold, options.collapse
     if collapse == "auto":
@@ -175,6 +178,8 @@ def search(
     if k < 1:
         raise ConfigError(f"k must be at least 1, got {k}")
     where = build_filter(filters)
+    if copies is not None:
+        where = copies.widen(where)
     if vector is None:
         vector = embedder.embed_query(query)
     fetch = k * 4 if collapse != "none" else k  # room for the chunks that collapse away
@@ -249,7 +254,7 @@ def search(
                 rerank_score=round(scored[r.id], 6) if scored and r.id in scored else None,
             )
         )
-    return results
+    return copies.shown(results, where) if copies is not None else results
 
 
 def _kept(
@@ -407,7 +412,7 @@ def _listed(
 ) -> Ranked:
     """The store's ``n`` best rows for ``mode``, not read yet where the store can rank without reading them
     (its ``ranked``, as the FAISS store's), else read by its ``search``."""
-    ranked = getattr(store, "ranked", None)
+    ranked: Callable[..., Ranked] | None = getattr(store, "ranked", None)
     if ranked is not None:
         return ranked(vector, n, where, mode=mode, text=query, hidden=hidden)
     return Ranked.of(store.search(vector, n, where, mode=mode, text=query, hidden=hidden))

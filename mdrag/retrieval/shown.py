@@ -26,7 +26,9 @@ def result_fields(result: SearchResult, shared: Collection[str] = ()) -> dict[st
     the one the threshold reads. ``ref`` is what `get` takes: the relative path, or the absolute one where
     files of two indexed folders share it (``shared``: :attr:`mdrag.index.Index.shared_names`). ``url``: the
     address a page of a website docset was crawled from. ``links`` and ``backlinks``: a vault note's (its
-    ``metadata`` holds them too). A field that does not apply is None.
+    ``metadata`` holds them too). ``copies``: the other files of the index with the same bytes, indexed once
+    with this one (each with its ``ref``, ``path``, ``rel_path`` and ``url``); empty when there are none. A
+    field that does not apply is None.
     """
     r = result
     return {
@@ -48,6 +50,10 @@ def result_fields(result: SearchResult, shared: Collection[str] = ()) -> dict[st
         "chunk_id": r.chunk_id,
         "links": r.metadata.get("links"),
         "backlinks": r.metadata.get("backlinks"),
+        "copies": [
+            {"ref": path if rel in shared else rel, "path": path, "rel_path": rel, "url": page_url(path, rel)}
+            for path, rel in r.copies
+        ],
         "metadata": dict(r.metadata),
         "text": r.text,
     }

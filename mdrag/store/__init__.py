@@ -8,6 +8,11 @@ Milvus backends are registered there as a third party's would be. The setting
 ``store.backend`` (env ``MDRAG_STORE``, flag ``--store``) picks one, or with
 ``auto`` (the default) lets :func:`resolve_backend` pick one per index from what
 the backends declare.
+
+A store URI is a file path unless a registered backend claims its scheme
+(:attr:`StoreBackend.schemes`; Milvus claims ``http``, ``tcp`` and the like): the core
+knows no backend's schemes, and a ``scheme://`` URI that no backend claims is an
+error (:func:`uri_scheme`), never a path.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from mdrag import plugins
 from mdrag.errors import ConfigError
+from mdrag.extras import Extra, require_extra
 from mdrag.redact import redact_url
 
 if TYPE_CHECKING:
@@ -32,12 +38,12 @@ __all__ = [
     "StoreBackend",
     "check_backend",
     "in_home",
-    "is_server_uri",
     "moved_uri",
     "make_store",
     "resolve_backend",
     "same_location",
     "store_backends",
+    "uri_scheme",
 ]
 
 log = logging.getLogger(__name__)
@@ -45,13 +51,11 @@ log = logging.getLogger(__name__)
 # A manifest's ``store_uri`` is its second key (after ``index``): read from the file's start.
 _STORE_URI_KEY = re.compile(r'"store_uri"\s*:\s*')
 _MANIFEST_HEAD = 65536
+# What may be a URI's scheme (RFC 3986): "http" of "http://host". One letter is a Windows drive ("C:\\docs").
+_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]+):")
 
 
 def _chosen_by_nothing(config: Config) -> str | None:
-    return None
-
-
-def _requires_nothing(config: Config, name: str) -> None:
     return None
 
 
@@ -77,8 +81,21 @@ class StoreBackend:
     chosen: Callable[[Config], str | None] = _chosen_by_nothing
     new_indexes: bool = False  # `auto` puts an index that no backend owns here
     # Raises MissingExtraError (mdrag.extras) when a library it needs for index `name` is not installed:
-    # called when an Index picks the backend, before any model loads, and again by make_store.
-    requires: Callable[[Config, str], None] = _requires_nothing
+    # called when an Index picks the backend, before any model loads, and again by make_store. By default:
+    # every module of `extra`, when it declares one.
+    requires: Callable[[Config, str], None] | None = None
+    # The URI schemes (lowercase, without ':') of the stores it reaches by URI rather than as a file: a store
+    # URI with one of them is its own and never a path ("http" for a Milvus server at http://host:19530).
+    schemes: tuple[str, ...] = ()
+    # The extra (or package) that brings the libraries it needs: what the error of a missing one names.
+    extra: Extra | None = None
+
+    def check_installed(self, config: Config, name: str) -> None:
+        """Raise MissingExtraError when a library it needs for index ``name`` is not installed."""
+        if self.requires is not None:
+            self.requires(config, name)
+        elif self.extra is not None:
+            require_extra(self.extra, f"store.backend: {self.name}")
 
 
 def store_backends() -> dict[str, StoreBackend]:
@@ -92,9 +109,45 @@ def store_backends() -> dict[str, StoreBackend]:
     return found
 
 
-def is_server_uri(uri: str) -> bool:
-    """Whether ``uri`` names a Milvus server or cluster rather than a Milvus Lite file."""
-    return uri.startswith(("http://", "https://", "tcp://", "grpc://", "unix:"))
+def uri_scheme(uri: str) -> str | None:
+    """The scheme of store URI ``uri`` when a registered backend claims it (:attr:`StoreBackend.schemes`), in
+    lowercase: ``"http"`` for ``http://127.0.0.1:19530``; None for a file path. A ``scheme://`` URI that no
+    backend claims raises ConfigError naming the schemes that are known: it is never taken for a path."""
+    scheme, claimed = _scheme(uri)
+    if scheme is not None and not claimed:
+        raise ConfigError(
+            f"the store URI {redact_url(uri)} has the scheme {scheme}://, which no installed store backend reads "
+            f"({_known()}): install the backend that reads it, or give a file path"
+        )
+    return scheme
+
+
+def _scheme(uri: str) -> tuple[str | None, bool]:
+    """The scheme of store URI ``uri`` (lowercase) and whether a registered backend claims it; (None, False)
+    for a file path. An unclaimed scheme counts only before ``//``: "notes:v2.db" is a file."""
+    m = _SCHEME.match(uri)
+    if m is None:
+        return None, False
+    scheme = m[1].lower()
+    if scheme in _claimed_schemes():
+        return scheme, True
+    return (scheme, False) if uri[m.end() :].startswith("//") else (None, False)
+
+
+def _claimed_schemes() -> dict[str, str]:
+    """Each scheme a registered store backend claims, and that backend's name."""
+    return {scheme: b.name for b in store_backends().values() for scheme in b.schemes}
+
+
+def _known() -> str:
+    """The schemes known, as an error names them: "the schemes known: grpc (milvus), http (milvus), ..."."""
+    claimed = sorted(_claimed_schemes().items())
+    return "the schemes known: " + (", ".join(f"{s} ({b})" for s, b in claimed) or "none")
+
+
+def _is_path(uri: str) -> bool:
+    """Whether store URI ``uri`` is a file path: no scheme a backend claims, nor an unclaimed ``scheme://``."""
+    return _scheme(uri)[0] is None
 
 
 def resolve_backend(config: Config, name: str | None = None) -> tuple[str, str]:
@@ -120,7 +173,15 @@ def resolve_backend(config: Config, name: str | None = None) -> tuple[str, str]:
             return b.name, f"store.backend auto: {why}"
     manifest = config.manifest_path(name)
     recorded = _recorded_store_uri(manifest)
-    if recorded is not None:  # a home that was copied or moved: its store came along with its manifest
+    if recorded is not None:
+        scheme, claimed = _scheme(recorded)
+        if scheme is not None and not claimed:  # a backend no longer installed: never read as a path
+            raise ConfigError(
+                f"index {name!r} was built in {redact_url(recorded)}, a store URI whose scheme no installed store "
+                f"backend reads ({_known()}): install the backend that built it, or set "
+                "store.backend (MDRAG_STORE, --store) to build the index again in another"
+            )
+        # a home that was copied or moved: its store came along with its manifest
         recorded = moved_uri(recorded, manifest) or recorded
     for b in backends:
         if why := b.owns(config, name, recorded):
@@ -172,7 +233,7 @@ def moved_uri(recorded: str, manifest: Path) -> str | None:
     was copied or moved: the file at the same place under the manifest's cache folder (its
     ``manifests`` folder's parent) when it exists and ``recorded`` is not there already; else None.
     Whether it holds the index is for the caller to check (its chunk ids)."""
-    if is_server_uri(recorded):
+    if not _is_path(recorded):  # a store reached by URI stays where it is
         return None
     cache = manifest.parent.parent
     parts = Path(recorded).parts
@@ -191,7 +252,7 @@ def in_home(uri: str, manifest: Path) -> bool:
     """Whether the store at ``uri`` lives in the cache folder of the manifest ``manifest`` (the FAISS store,
     the default Milvus Lite file): then every chunk in it is that manifest's index's. A store elsewhere (a
     Milvus server, another home's Milvus Lite file) may hold other indexers' folders too."""
-    if is_server_uri(uri):
+    if not _is_path(uri):
         return False
     try:
         return Path(uri).expanduser().resolve().is_relative_to(manifest.parent.parent.resolve())
@@ -200,10 +261,11 @@ def in_home(uri: str, manifest: Path) -> bool:
 
 
 def same_location(a: str, b: str) -> bool:
-    """Whether store URIs ``a`` and ``b`` name the same place (files compared with links resolved)."""
+    """Whether store URIs ``a`` and ``b`` name the same place (files compared with links resolved; a URI
+    with a scheme by its text)."""
     if a == b:
         return True
-    if is_server_uri(a) or is_server_uri(b):
+    if not _is_path(a) or not _is_path(b):
         return False
     try:
         return Path(a).expanduser().resolve() == Path(b).expanduser().resolve()
@@ -228,14 +290,14 @@ def make_store(
         backend, reason = resolve_backend(config, name)
         log.info("index %r: %s store (%s)", name, backend, reason)
     declared = _declared(backend)
-    declared.requires(config, name)
+    declared.check_installed(config, name)
     return declared.store(config, name, identity, prepare_text)
 
 
 def check_backend(config: Config, name: str, backend: str) -> None:
     """Raise now what :func:`make_store` would raise later: an unknown backend (ConfigError), or one whose
     libraries are not installed (MissingExtraError, naming the extra to install). Opens nothing."""
-    _declared(backend).requires(config, name)
+    _declared(backend).check_installed(config, name)
 
 
 def _declared(backend: str) -> StoreBackend:

@@ -173,25 +173,32 @@ class Filter:
     "/", else its ``rel_path``; ``%``, ``_`` and every other character stand for
     themselves. ``tags``: the chunk's ``metadata["tags"]`` contains every one.
     ``root``: the chunk was found under this indexed folder (absolute path).
+    ``paths``: a chunk whose absolute ``path`` is one of these passes ``path_prefix`` and ``root`` too (the
+    files whose copies pass them: :mod:`mdrag.retrieval.copies`); ``tags`` still apply.
     """
 
     path_prefix: str | None = None
     tags: tuple[str, ...] = ()
     root: str | None = None
+    paths: tuple[str, ...] = ()
 
     def __bool__(self) -> bool:
         return bool(self.path_prefix or self.tags or self.root)
 
     def matches(self, row: dict[str, Any]) -> bool:
         """Whether a row (a dict with ``path``, ``rel_path``, ``root``, ``metadata``) passes: reference semantics."""
-        if self.path_prefix:
-            field = "path" if self.path_prefix.startswith("/") else "rel_path"
-            if not str(row.get(field, "")).startswith(self.path_prefix):
-                return False
         if self.tags:
             tags = (row.get("metadata") or {}).get("tags")
             held = {tags} if isinstance(tags, str) else set(tags) if isinstance(tags, list) else set()
             if not set(self.tags) <= held:
+                return False
+        return self.located(row) or row.get("path") in self.paths
+
+    def located(self, row: dict[str, Any]) -> bool:
+        """Whether a row's ``path`` or ``rel_path`` and ``root`` pass ``path_prefix`` and ``root``."""
+        if self.path_prefix:
+            field = "path" if self.path_prefix.startswith("/") else "rel_path"
+            if not str(row.get(field, "")).startswith(self.path_prefix):
                 return False
         return not self.root or row.get("root") == self.root
 
@@ -316,7 +323,15 @@ class Store(Protocol):
 
         A store may also have ``ranked`` with the same arguments: the same list as a :class:`Ranked`, whose
         rows are read only when the search asks for them (the FAISS store's); a search then reads the rows
-        it looks at, not every candidate. Without it, the search wraps what ``search`` returns."""
+        it looks at, not every candidate. Without it, the search wraps what ``search`` returns.
+
+        BM25 is one formula on every backend (Okapi BM25, k1 1.5, b 0.75, statistics over the whole
+        collection, words as :mod:`mdrag.store.bm25` splits them; the store contract test holds it), because
+        the scores themselves are used, not only their order: the default hybrid fusion (``weighted``) mixes
+        each list's min-max normalised scores, so another formula moves every hybrid list, and
+        ``search.dense_weight``'s default was measured on this one; and an index gives the same results on
+        every store (``auto`` may move it from one to another). A backend whose engine ranks full text
+        otherwise ranks with :class:`mdrag.store.bm25.Bm25` over its texts, as the FAISS store does."""
         ...
 
 

@@ -193,7 +193,7 @@ class Bm25:
             for name, part in zip(("terms", "starts", "docs", "tf"), segment):
                 arrays[f"{name}{i}"] = part
         out = io.BytesIO()
-        np.savez(out, **arrays)  # type: ignore[arg-type]
+        np.savez(out, **arrays)  # type: ignore[arg-type]  # numpy's stub: a key could fill its allow_pickle
         return out.getvalue()
 
     @classmethod

@@ -18,7 +18,7 @@ import mdrag
 from mdrag import __version__
 from mdrag.errors import ConfigError, MdragError
 from mdrag.frontends.cli import completion, configuring, evaluating, indexing, knowledge, reading, serving
-from mdrag.frontends.cli.output import _safe, _setup_logging
+from mdrag.frontends.cli.output import safe_text, setup_logging
 from mdrag.frontends.cli.parser import Parser, commands_list
 from mdrag.version import DISTRIBUTION
 
@@ -81,12 +81,23 @@ class _Version(argparse.Action):
         parser.exit()
 
 
+class _Mdrag(Parser):
+    """The `mdrag` command's own parser: its help names the extensions of the files mdrag reads, as the parser
+    registry has them when the help is shown (third-party parsers too); a command that shows no help does not
+    load the parsers' entry points for it."""
+
+    def format_help(self) -> str:
+        from mdrag.parsers import supported_extensions
+
+        self.description = f"Local-first retrieval over documentation files: {', '.join(supported_extensions())}."
+        return super().format_help()
+
+
 def build_parser() -> Parser:
     """The `mdrag` command's parser: each command module declares its own commands (its ``register``), in
     the order `mdrag --help` lists them."""
-    parser = Parser(
+    parser = _Mdrag(
         prog="mdrag",
-        description="Local-first retrieval over Markdown, PDF, DOCX and HTML documentation.",
         epilog="Settings: $MDRAG_HOME/config.yaml (default ~/.md-qa), MARKDOWN_QA_* variables, flags.",
     )
     parser.add_argument("--version", action=_Version)
@@ -102,17 +113,23 @@ def _main(argv: Sequence[str] | None) -> int:
     args = parser.parse_args(argv)
     if args.command is None:  # a bare `mdrag`: what it can do, rather than argparse's "arguments are required"
         parser.print_usage(sys.stderr)
-        print(_safe(commands_list(parser)), file=sys.stderr)
+        print(safe_text(commands_list(parser)), file=sys.stderr)
         return 2
-    _setup_logging(args)
+    setup_logging(args)
+    if argv is None and getattr(args, "one_shot", False):
+        # A one-shot command (search, get, status) in a process of its own: most of its time imports numpy,
+        # faiss and the model's runtime, whose tens of thousands of objects make no garbage to speak of, and
+        # the cyclic collector's passes over them were 6% of its CPU time (benchmarks/RESULTS.md, "One-shot
+        # search"). The process ends with the command, which frees everything.
+        gc.disable()
     try:
         code: int = args.run(args)
         return code
     except ConfigError as e:
-        print(_safe(f"mdrag: configuration error: {e}"), file=sys.stderr)
+        print(safe_text(f"mdrag: configuration error: {e}"), file=sys.stderr)
         return 2
     except MdragError as e:
-        print(_safe(f"mdrag: error: {e}"), file=sys.stderr)
+        print(safe_text(f"mdrag: error: {e}"), file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("mdrag: interrupted (the next `mdrag index` repairs the index)", file=sys.stderr)

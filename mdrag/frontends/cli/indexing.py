@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mdrag.frontends.cli.opening import local_index
-from mdrag.frontends.cli.output import _name, _safe
+from mdrag.frontends.cli.output import safe_name, safe_text
 from mdrag.frontends.cli.parser import common_flags, overrides, setting_flag
 
 if TYPE_CHECKING:
@@ -202,7 +202,7 @@ def _make_bar(terminal: bool) -> Any:
     prints it as a line now and then) without the bar itself."""
     from tqdm import tqdm
 
-    class Bar(tqdm):  # type: ignore[type-arg]
+    class Bar(tqdm):  # type: ignore[misc]  # tqdm has no type information here: a subclass of Any
         estimated = False  # the total is an estimate: shown with a ~ (? while no file is read)
 
         @property
@@ -339,7 +339,9 @@ def _index_into(args: argparse.Namespace, index: Index) -> int:
         if s.repaired:
             print("repaired the index: an interrupted run, or damage that its store or `status --verify` found")
         print(
-            f"files: {s.added} added, {s.modified} modified, {s.deleted} deleted, "
+            f"files: {s.added} added, {s.modified} modified"
+            + (f" ({s.copies} of these the same as another file: indexed once)" if s.copies else "")
+            + f", {s.deleted} deleted, "
             f"{s.unchanged} unchanged"
             + (f" ({s.touched} touched, already embedded)" if s.touched else "")
             + f", {s.skipped} skipped"
@@ -352,10 +354,10 @@ def _index_into(args: argparse.Namespace, index: Index) -> int:
             kinds = ", ".join(f"{ext} {count}" for ext, count in s.unsupported.items())
             print(f"not indexed: {n} files with no parser ({kinds}; -v lists them)")
         for path, encoding in s.decoded.items():
-            print(f"decoded {_name(path)} as {_name(encoding)}")
+            print(f"decoded {safe_name(path)} as {safe_name(encoding)}")
         _print_chunks(s)
         for path, reason in s.skipped_files:
-            print(f"skipped {_name(path)}: {_safe(reason)}")
+            print(f"skipped {safe_name(path)}: {safe_text(reason)}")
         print(f"folders: {', '.join(s.folders) or '-'}")
         print(f"done in {s.seconds:.2f} s")
     if steps.interrupted and summary.remaining:
@@ -375,14 +377,16 @@ def _missing_given(given: list[str] | None, missing: list[str]) -> int:
     gone = [f for f in named if f not in files]
     if gone:
         print(
-            _safe(
+            safe_text(
                 f"mdrag: error: not found, so not indexed: {', '.join(gone)}. "
                 "Check the path; the index is unchanged for it."
             ),
             file=sys.stderr,
         )
     for f in files:
-        print(_safe(f"mdrag: error: not indexed: {not_a_folder(f)}. The index is unchanged for it."), file=sys.stderr)
+        print(
+            safe_text(f"mdrag: error: not indexed: {not_a_folder(f)}. The index is unchanged for it."), file=sys.stderr
+        )
     return 1
 
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from mdrag.errors import ConfigError, MdragError
 from mdrag.frontends.cli.indexing import _IndexBar
-from mdrag.frontends.cli.output import _safe
+from mdrag.frontends.cli.output import safe_text
 from mdrag.frontends.cli.parser import overrides, setting_flag
 
 if TYPE_CHECKING:
@@ -224,8 +224,8 @@ def _status_lines(row: dict[str, Any]) -> str:
     if row.get("url") is None:  # no web sources: the folder is filled by hand
         text = f"{docset}: local folder {row.get('local_path')} (no web sources)\n    "
         if not row.get("folder_exists"):
-            return _safe(text + "the folder does not exist: create it and put the documentation there")
-        return _safe(text + files)
+            return safe_text(text + "the folder does not exist: create it and put the documentation there")
+        return safe_text(text + files)
     text = f"{docset}: {row.get('url')}\n    last updated: {last}; {files}"
     if row.get("skipped"):
         text += f"\n    {len(row['skipped'])} pages not kept by the last crawl (each with its reason: --json)"
@@ -235,7 +235,7 @@ def _status_lines(row: dict[str, Any]) -> str:
             f"\n    the last load failed ({row.get('failed_at')}): {failed}\n"
             f"    fix that, then run `mdrag knowledge {action} {docset}`"
         )
-    return _safe(text)
+    return safe_text(text)
 
 
 def _index_docset(d: Docset, project: Path, config: Config, progress: bool, named: bool) -> dict[str, Any]:

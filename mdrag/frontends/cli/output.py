@@ -7,17 +7,17 @@ import logging
 import sys
 
 
-def _safe(text: str) -> str:
+def safe_text(text: str) -> str:
     """``text`` without what could drive the terminal: file names and texts from documents are printed."""
     from mdrag.frontends.terminal import sanitize
 
     return sanitize(text)
 
 
-def _name(text: str) -> str:
-    """A file name or heading for a line of output: :func:`_safe`, with line breaks shown as ``\\n`` and
+def safe_name(text: str) -> str:
+    """A file name or heading for a line of output: :func:`safe_text`, with line breaks shown as ``\\n`` and
     ``\\r`` (a name with a newline would start what looks like a line of its own)."""
-    return _safe(text).replace("\r", "\\r").replace("\n", "\\n")
+    return safe_text(text).replace("\r", "\\r").replace("\n", "\\n")
 
 
 def _own(record: logging.LogRecord) -> bool:
@@ -26,14 +26,14 @@ def _own(record: logging.LogRecord) -> bool:
 
 
 class _TerminalSafe(logging.Formatter):
-    """Log lines as :func:`_safe` makes them; a library's lines name the library's logger."""
+    """Log lines as :func:`safe_text` makes them; a library's lines name the library's logger."""
 
     def format(self, record: logging.LogRecord) -> str:
         line = super().format(record)
         if not _own(record):
             head = f"mdrag: {record.levelname}: "
             line = line.replace(head, f"{head}{record.name}: ", 1)
-        return _safe(line)
+        return safe_text(line)
 
 
 class _LibrariesAt(logging.Filter):
@@ -49,7 +49,9 @@ class _LibrariesAt(logging.Filter):
         return _own(record) or record.levelno >= self.level
 
 
-def _setup_logging(args: argparse.Namespace) -> None:
+def setup_logging(args: argparse.Namespace) -> None:
+    """Log to stderr at the level ``-v``/``-vv``/``-q`` ask for (``args.verbose``, ``args.quiet``), each line made
+    safe for the terminal; a library's records from warnings up (or the level asked, when higher), all with ``-vv``."""
     level = logging.ERROR if args.quiet else (logging.WARNING, logging.INFO, logging.DEBUG)[min(args.verbose, 2)]
     debug = args.verbose >= 2
     handler = logging.StreamHandler(sys.stderr)

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import argparse
 import difflib
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, NoReturn
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar, overload
 
 if TYPE_CHECKING:
     from typing import TypeAlias
@@ -18,6 +18,8 @@ if TYPE_CHECKING:
     #: Where a command module adds its commands: ``add_parser(name, ...)``, then ``set_defaults(run=...)``
     #: with the function that runs the command (``args`` in, an exit code out).
     Commands: TypeAlias = argparse._SubParsersAction[argparse.ArgumentParser]
+
+_N = TypeVar("_N")  # the namespace a caller passes to parse_args
 
 SERVER_HELP = (
     "ask this `mdrag serve` (ws://HOST:PORT, or the http:// address it prints) instead of opening the local "
@@ -87,9 +89,15 @@ class Parser(argparse.ArgumentParser):
     """argparse's parser, whose error for an option it does not know names the command's usage, and the
     option meant when one is close (``--treshold``: did you mean ``--threshold``?)."""
 
-    def parse_args(  # type: ignore[override]
-        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
-    ) -> argparse.Namespace:
+    # argparse's own overloads, so that the override takes every call the base class takes
+    @overload
+    def parse_args(self, args: Iterable[str] | None = None, namespace: None = None) -> argparse.Namespace: ...
+    @overload
+    def parse_args(self, args: Iterable[str] | None, namespace: _N) -> _N: ...
+    @overload
+    def parse_args(self, *, namespace: _N) -> _N: ...
+
+    def parse_args(self, args: Iterable[str] | None = None, namespace: Any = None) -> Any:
         parsed, extras = self.parse_known_args(args, namespace)
         if extras:
             self._unknown(parsed, extras)

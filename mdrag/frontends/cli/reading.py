@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from mdrag.errors import ConfigError, MdragError
 from mdrag.frontends.cli.opening import local_index
-from mdrag.frontends.cli.output import _name, _safe
+from mdrag.frontends.cli.output import safe_name, safe_text
 from mdrag.frontends.cli.parser import RERANK_FLAGS, SERVER_HELP, common_flags, overrides, setting_flag
 from mdrag.pageurls import page_url
 
@@ -53,7 +53,7 @@ def register(commands: Commands) -> None:
     for key in RERANK_FLAGS:
         setting_flag(p, key)
     common_flags(p)
-    p.set_defaults(run=_search)
+    p.set_defaults(run=_search, one_shot=True)
 
     p = commands.add_parser(
         "get",
@@ -73,7 +73,7 @@ def register(commands: Commands) -> None:
     p.add_argument("--links", action="store_true", help="list each note's links and backlinks (notes vaults)")
     _docset_flag(p)
     common_flags(p)
-    p.set_defaults(run=_get)
+    p.set_defaults(run=_get, one_shot=True)
 
     p = commands.add_parser("status", help="show what the index holds", epilog="example: mdrag status --json")
     p.add_argument("--json", action="store_true", help="print as JSON")
@@ -86,7 +86,7 @@ def register(commands: Commands) -> None:
     p.add_argument("--server", metavar="URL", help=SERVER_HELP)
     setting_flag(p, "server.token")
     common_flags(p)
-    p.set_defaults(run=_status)
+    p.set_defaults(run=_status, one_shot=True)
 
 
 def _docset_flag(p: argparse.ArgumentParser) -> None:
@@ -215,7 +215,7 @@ def _search_in(args: argparse.Namespace, config: Config, index: Index | None) ->
             raise MdragError(why)
     results = reply["results"]
     if partial:
-        print(f"mdrag: {_safe(partial)}", file=sys.stderr)
+        print(f"mdrag: {safe_text(partial)}", file=sys.stderr)
     if args.json:
         print(json.dumps(results, indent=2, ensure_ascii=False))
         return 0
@@ -226,14 +226,16 @@ def _search_in(args: argparse.Namespace, config: Config, index: Index | None) ->
     reranked = any(r.get("rerank_score") is not None for r in results)
     names = distinct_names([(r["path"], r["rel_path"]) for r in results], roots, shared)
     for i, (r, name) in enumerate(zip(results, names, strict=True), 1):
-        where = _name(name) + (f" p.{r['page']}" if r["page"] else "")
+        where = safe_name(name) + (f" p.{r['page']}" if r["page"] else "")
         where += f":{r['line_start']}" if r["line_start"] else ""
-        where += f" <{_name(r['url'])}>" if r.get("url") else ""
+        where += f" <{safe_name(r['url'])}>" if r.get("url") else ""
         # a reranked search: the rows past rerank.top_n follow in the fused order, with their fused score
         fused = " (not reranked)" if reranked and r.get("rerank_score") is None else ""
-        print(f"{i:2}. {r['score']:.3f}{fused}  {where}" + (f"  [{_name(r['heading'])}]" if r["heading"] else ""))
-        snippet = " ".join(_safe(_HTML_COMMENT.sub(" ", r["text"])).split())
+        print(f"{i:2}. {r['score']:.3f}{fused}  {where}" + (f"  [{safe_name(r['heading'])}]" if r["heading"] else ""))
+        snippet = " ".join(safe_text(_HTML_COMMENT.sub(" ", r["text"])).split())
         print(f"    {snippet[:200]}{'…' if len(snippet) > 200 else ''}")
+        if r.get("copies"):  # files with the same bytes, indexed once
+            print("    the same as: " + ", ".join(safe_name(c["ref"]) for c in r["copies"]))
     return 0
 
 
@@ -254,14 +256,14 @@ def _get_from(args: argparse.Namespace, index: Index) -> int:
             log.warning("%s changed since it was indexed: run `mdrag index` to update the index", part.rel_path)
         if headers or url or args.links:  # a crawled page's URL is shown even for one part: it is what to cite
             where = f"lines {part.line_start}-{part.line_end} of {part.lines}"
-            print(f"==> {_name(part.rel_path)}{f' <{_name(url)}>' if url else ''} ({where}) <==")
+            print(f"==> {safe_name(part.rel_path)}{f' <{safe_name(url)}>' if url else ''} ({where}) <==")
         if args.links:
             for link in part.links or []:
-                print(f"links to    {_safe(link['rel_path'] or str(link['note']) + ' (no such note)')}")
+                print(f"links to    {safe_text(link['rel_path'] or str(link['note']) + ' (no such note)')}")
             for source in part.backlinks or []:
-                print(f"linked from {_safe(source)}")
+                print(f"linked from {safe_text(source)}")
             continue
-        print(_safe(part.text))
+        print(safe_text(part.text))
     for left_out in fetched.omitted:
         log.warning("%s left out: %s", left_out["rel_path"] or left_out["ref"], left_out["reason"])
     return 0

@@ -35,7 +35,7 @@ _HNSW_EF_ROWS = 100_000
 
 def ef_search(rows: int) -> int:
     """The HNSW search breadth for a graph of ``rows`` chunks (see _HNSW_EF_ROWS)."""
-    return max(_HNSW_EF, math.ceil(_HNSW_EF * (rows / _HNSW_EF_ROWS) ** 0.6))
+    return max(_HNSW_EF, math.ceil(_HNSW_EF * math.pow(rows / _HNSW_EF_ROWS, 0.6)))
 
 
 def unit(v: np.ndarray) -> np.ndarray:
@@ -154,7 +154,7 @@ class VectorIndex:
         or HNSW."""
         params = None
         if self.hnsw:
-            params = faiss.SearchParametersHNSW()  # type: ignore[attr-defined]
+            params = faiss.SearchParametersHNSW()  # type: ignore[attr-defined]  # missing from faiss's stub
             params.efSearch = max(ef_search(live), k)
             if hide is not None:  # the graph's walk skips the dead and the hidden rows
                 skip = faiss.IDSelectorBatch(np.union1d(np.asarray(sorted(self.dead), dtype=np.int64), hide))

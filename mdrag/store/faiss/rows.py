@@ -400,7 +400,7 @@ def count(db: sqlite3.Connection, roots: Sequence[str] | None = None) -> int:
 def candidates(db: sqlite3.Connection, where: Filter, tags_lost: Callable[[], str | None]) -> np.ndarray:
     """The row numbers of the chunks that pass ``where``: SQL with the values as parameters. ``tags_lost``:
     why the tag rows cannot be trusted (a tag filter would miss chunks), or None."""
-    conds: list[str] = []
+    conds: list[str] = []  # the file's place (path_prefix, root), then its tags: all must hold
     params: list[Any] = []
     if where.path_prefix:
         field = "path" if where.path_prefix.startswith("/") else "rel_path"
@@ -415,6 +415,12 @@ def candidates(db: sqlite3.Connection, where: Filter, tags_lost: Callable[[], st
         if end is not None:
             conds.append(f"{field} < ?")
             params.append(end)
+    if where.root:
+        conds.append("root = ?")
+        params.append(where.root)
+    if conds and where.paths:  # or the file is one of these
+        conds = [f"(({' AND '.join(conds)}) OR path IN ({marks(len(where.paths))}))"]
+        params += list(where.paths)
     lost = tags_lost() if where.tags else None
     if lost:
         raise StoreDamagedError(f"The index store is damaged: {lost}. Run `mdrag index` to repair it.")
@@ -422,9 +428,6 @@ def candidates(db: sqlite3.Connection, where: Filter, tags_lost: Callable[[], st
     for tag in where.tags:
         conds.append(f"{column} IN (SELECT n FROM tags WHERE tag = ?)")
         params.append(tag)
-    if where.root:
-        conds.append("root = ?")
-        params.append(where.root)
     sql = "SELECT n FROM chunks" + (" WHERE " + " AND ".join(conds) if conds else "")
     try:
         rows = [r[0] for r in db.execute(sql, params)]

@@ -38,7 +38,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-import filelock
 import numpy as np
 
 from mdrag.errors import ModelMismatchError, StoreError, StoreInUseError, StoreUnavailableError
@@ -53,6 +52,8 @@ from mdrag.store.faiss.rows import batches, damaged, get_meta, set_meta
 from mdrag.types import Chunk
 
 if TYPE_CHECKING:
+    import filelock
+
     from mdrag.config import Config
 
 __all__ = ["FaissStore"]
@@ -92,8 +93,8 @@ class FaissStore:
         self._lock = threading.RLock()  # one call at a time on the connection and the in-memory index
         self._unlocked = threading.Condition(self._lock)  # a writer waiting for another process lets searches in
         self._opening = False  # open() runs: a writer waits holding the lock (the store is half loaded)
-        # not thread-local: a run may start writing in one thread and end in another
-        self._writer = filelock.FileLock(str(self.folder / f"{index}.lock"), thread_local=False)
+        self._file_lock: filelock.BaseFileLock | None = None  # the writers' lock, made on first use (see _writer)
+        self._making = threading.Lock()  # guards its making
         self._db: sqlite3.Connection | None = None
         self._in_run = False  # a write transaction is open, and the writers' lock held
         self._version = -1  # PRAGMA data_version when memory last matched SQLite
@@ -293,10 +294,26 @@ class FaissStore:
             return said + ([found["left"]] if "left" in found else []), ids
 
     # -- writes -------------------------------------------------------------
+    @property
+    def _writer(self) -> filelock.BaseFileLock:
+        """The writers' lock, made (and :mod:`filelock` imported) on first use: a search never takes it. Not
+        thread-local: a run may start writing in one thread and end in another."""
+        lock = self._file_lock
+        if lock is None:
+            with self._making:
+                if self._file_lock is None:
+                    import filelock
+
+                    self._file_lock = filelock.FileLock(str(self.folder / f"{self.name}.lock"), thread_local=False)
+                lock = self._file_lock
+        return lock
+
     def _begin(self) -> None:
         """Start a write transaction under the writers' lock, unless one is open."""
         if self._in_run:
             return
+        from filelock import Timeout
+
         deadline = time.monotonic() + self.lock_wait_s
         while True:
             try:
@@ -304,7 +321,7 @@ class FaissStore:
                 # meanwhile), but while open() loads the store.
                 self._writer.acquire(timeout=self.lock_wait_s if self._opening else 0)
                 break
-            except filelock.Timeout:
+            except Timeout:
                 left = deadline - time.monotonic()
                 if self._opening or left <= 0:
                     raise StoreInUseError(

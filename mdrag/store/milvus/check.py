@@ -13,10 +13,9 @@ from typing import Any, Protocol
 
 from mdrag.errors import StoreDamagedError, StoreError, StoreInUseError, StoreUnavailableError
 from mdrag.redact import redact_url
-from mdrag.store import is_server_uri as _is_remote
 from mdrag.store.base import bm25_text, cut_short, holds_its_bm25, holds_its_text
 from mdrag.store.milvus import filters
-from mdrag.store.milvus.lite import LiteFiles, lite_locked, lite_read_only
+from mdrag.store.milvus.lite import LiteFiles, is_server, lite_locked, lite_read_only
 from mdrag.store.milvus.rows import FIELDS
 
 log = logging.getLogger(__name__)
@@ -121,7 +120,7 @@ def verify_reads(files: LiteFiles | None, uri: str) -> str:
 
 def _where(store: Collection) -> str:
     """The collection as a message names it: its folder (Milvus Lite), or the server's URI."""
-    return store.uri if _is_remote(store.uri) else str(Path(store.uri).expanduser() / "collections" / store.collection)
+    return store.uri if is_server(store.uri) else str(Path(store.uri).expanduser() / "collections" / store.collection)
 
 
 def damaged_texts(store: Collection) -> tuple[set[str], dict[str, str]]:
@@ -249,7 +248,7 @@ def changed_data_error(changed: list[Path]) -> StoreDamagedError:
 def open_error(e: Exception, uri: str, collection: str, create: bool) -> StoreError:
     """Why the store at ``uri`` could not be opened: unreachable, in use by another process, or damaged.
     A Milvus Lite store must be closed first (this process's own Milvus Lite server holds the file's lock)."""
-    if _is_remote(uri):
+    if is_server(uri):
         return StoreUnavailableError(
             f"Cannot reach the Milvus store at {uri}: {reason(e)}. Start the Milvus server or fix milvus_uri."
         )

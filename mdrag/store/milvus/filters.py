@@ -78,11 +78,13 @@ def to_expr(where: Filter | None) -> str:
     literally (a NUL character; a backslash in a path prefix)."""
     if not where:
         return ""
-    exprs: list[str] = []
+    located: list[str] = []
     if where.path_prefix:
         field = "path" if where.path_prefix.startswith("/") else "rel_path"
-        exprs.append(like_prefix(field, where.path_prefix))
-    exprs.extend(json_contains("metadata", "tags", tag) for tag in where.tags)
+        located.append(like_prefix(field, where.path_prefix))
     if where.root:
-        exprs.append(eq("root", where.root))
-    return and_(*exprs)
+        located.append(eq("root", where.root))
+    place = and_(*located)
+    if place and where.paths:
+        place = f"({place}) or ({in_('path', where.paths)})"
+    return and_(place, *(json_contains("metadata", "tags", tag) for tag in where.tags))

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from mdrag.fileio import file_sha256_cached, write_atomic
+from mdrag.store import uri_scheme
 
 __all__ = [
     "BM25_REWRITE_SHARE",
@@ -50,6 +51,9 @@ log = logging.getLogger(__name__)
 
 # Milvus Lite: rewrite the index whole once small updates have written this share of it.
 BM25_REWRITE_SHARE = 0.1
+#: The URI schemes of a Milvus server or cluster (``http://host:19530``, ``unix:/run/milvus.sock``): any other
+#: milvus_uri is a Milvus Lite file. The backend claims them (``BACKEND.schemes``).
+SERVER_SCHEMES = ("http", "https", "tcp", "grpc", "unix")
 ROWS_KEY = "mdrag.rows_since_rewrite"  # collection property: chunks written by small updates since a rewrite
 _BM25_SEGMENT_ROWS = 512  # Milvus Lite: fewest chunks a run writes in one segment (see padding)
 _INDEX_FILES_WAIT_S = 30.0  # how long a run waits for Milvus Lite to write its segments' index files
@@ -62,6 +66,12 @@ _DATA = ("partitions/*/data/*", "partitions/*/delta/*")
 # that another process can open it.
 _lite_users: dict[str, int] = {}
 _lite_lock = threading.Lock()
+
+
+def is_server(uri: str) -> bool:
+    """Whether ``uri`` names a Milvus server or cluster rather than a Milvus Lite file (ConfigError for a
+    ``scheme://`` URI that no store backend reads: :func:`mdrag.store.uri_scheme`)."""
+    return uri_scheme(uri) in SERVER_SCHEMES
 
 
 def padding(written: set[str], live: set[str]) -> list[str]:

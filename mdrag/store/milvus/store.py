@@ -33,12 +33,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from mdrag.errors import ModelMismatchError, StoreDamagedError, StoreError
-from mdrag.extras import require_extra
+from mdrag.extras import Extra, require_extra
 from mdrag.knobs import STORE_MAX_ROWS
 from mdrag.redact import redact_url
 from mdrag.settings import INDEX_NAME_RULE, valid_index_name
 from mdrag.store import StoreBackend, same_location
-from mdrag.store import is_server_uri as _is_remote
 from mdrag.store.base import Filter, Hit, same_embedder
 from mdrag.store.milvus import check as milvus_check
 from mdrag.store.milvus import filters, tagsets
@@ -47,7 +46,9 @@ from mdrag.store.milvus import search as milvus_search
 from mdrag.store.milvus.check import reason
 from mdrag.store.milvus.lite import (
     ROWS_KEY,
+    SERVER_SCHEMES,
     LiteFiles,
+    is_server,
     lite_read_only,
     lite_release,
     lite_use,
@@ -114,7 +115,7 @@ class MilvusStore:
         self._lite_engine: bool | None = None  # the server is Milvus Lite: see per_segment_bm25
         self._view: str | None = None  # a read-only Lite folder is opened through this view: see lite_view
         # A Milvus Lite collection's files, as mdrag keeps and checks them; None for a server.
-        self._files = None if _is_remote(uri) else LiteFiles(uri, self.collection)
+        self._files = None if is_server(uri) else LiteFiles(uri, self.collection)
         # The store is as the last run left it (see unchanged_since_last_run): found so when it was
         # opened, made false by any write, true again at end_run. Recorded when it closes.
         self._as_left = False
@@ -252,7 +253,7 @@ class MilvusStore:
 
     def _open_error(self, e: Exception, create: bool) -> StoreError:
         """Why the store could not be opened: unreachable, in use by another process, or damaged."""
-        if not _is_remote(self.uri):
+        if not is_server(self.uri):
             self.close()  # this process's own Milvus Lite server holds the file's lock: release it first
         return milvus_check.open_error(e, self.uri, self.collection, create)
 
@@ -270,7 +271,7 @@ class MilvusStore:
     def _connect(self, create: bool = True) -> None:
         MilvusClient = milvus_rows.pymilvus().MilvusClient
         uri = self.uri
-        if not _is_remote(self.uri):
+        if not is_server(self.uri):
             Path(self.uri).expanduser().parent.mkdir(parents=True, exist_ok=True)
             if not create and lite_read_only(self.uri):  # search or status of a read-only index
                 uri = self._view = lite_view(self.uri)
@@ -287,7 +288,7 @@ class MilvusStore:
         except Exception:
             self._drop_view()
             raise
-        if not _is_remote(uri):
+        if not is_server(uri):
             lite_use(uri)
         else:
             self._check_server()
@@ -319,7 +320,7 @@ class MilvusStore:
             self._client.close()
         finally:
             self._client = None
-            if not _is_remote(self.uri):
+            if not is_server(self.uri):
                 lite_release(self._view or self.uri)
             self._drop_view()
         if view is None and self._files is not None:
@@ -575,7 +576,7 @@ class MilvusStore:
 def _chosen(config: Config) -> str | None:
     """A Milvus server or cluster in ``milvus_uri`` is where every index goes: it is only reached that way."""
     uri = config["milvus_uri"]
-    if uri and _is_remote(uri):
+    if uri and is_server(uri):
         return f"milvus_uri is a Milvus server ({redact_url(uri)})"
     return None
 
@@ -583,10 +584,10 @@ def _chosen(config: Config) -> str | None:
 def _requires(config: Config, name: str) -> None:
     """A Milvus server needs pymilvus, a Milvus Lite file milvus-lite too: the ``milvus`` extra."""
     uri = config.milvus_uri
-    if _is_remote(uri):
-        require_extra("milvus", f"index {name!r} in the Milvus server {redact_url(uri)}", ("pymilvus",))
+    if is_server(uri):
+        require_extra(EXTRA, f"index {name!r} in the Milvus server {redact_url(uri)}", ("pymilvus",))
     else:
-        require_extra("milvus", f"index {name!r} in the Milvus Lite file {uri}")
+        require_extra(EXTRA, f"index {name!r} in the Milvus Lite file {uri}")
 
 
 def _location(config: Config, name: str) -> str:
@@ -605,6 +606,11 @@ def _owns(config: Config, name: str, recorded: str | None) -> str | None:
     return None
 
 
+#: The ``milvus`` extra: a server needs pymilvus alone, a Milvus Lite file milvus-lite too (:func:`_requires`).
+EXTRA = Extra(
+    "milvus", ("pymilvus", "milvus_lite"), "the Milvus store: a Milvus Lite file, a server or a cluster by URI"
+)
+
 #: This backend, as the ``mdrag.stores`` entry point ``milvus`` registers it (pyproject.toml).
 BACKEND = StoreBackend(
     name="milvus",
@@ -614,4 +620,6 @@ BACKEND = StoreBackend(
     owns=_owns,
     chosen=_chosen,
     requires=_requires,
+    schemes=SERVER_SCHEMES,
+    extra=EXTRA,
 )

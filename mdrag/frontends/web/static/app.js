@@ -561,6 +561,7 @@ function sourceItem(turn, n, path, label, at) {
   summary.append(el("span", "num", `[${n}]`), " ", el("span", "path", label), openButton(openAt(path, at), tabToken));
   const link = pageLink(at?.url);
   if (link) summary.append(" ", link);
+  if (Array.isArray(at?.copies) && at.copies.length) summary.append(el("span", "copies", ` (the same as ${at.copies.join(", ")})`));
   summary.title = path;
   const box = el("div", "passages");
   details.append(summary, box);
@@ -608,6 +609,7 @@ function passage(r) {
   if (r.path || r.ref) head.append(openButton(openAt(r.path, r), tabToken));
   const link = pageLink(r.url);
   if (link) head.append(" ", link);
+  if (Array.isArray(r.copies) && r.copies.length) head.append(el("span", "copies", ` (the same as ${r.copies.map((c) => c?.ref ?? "").join(", ")})`));
   const text = el("div", "text");
   text.append(renderMarkdown(r.text));
   div.append(head, text);
@@ -616,7 +618,7 @@ function passage(r) {
 
 function showResults(turn, results, note) {
   // kept for a reload: what passage() shows; score: what ordered the list (the server's result_fields)
-  const shown = ["path", "ref", "rel_path", "heading", "page", "line_start", "line_end", "score", "text", "url"];
+  const shown = ["path", "ref", "rel_path", "heading", "page", "line_start", "line_end", "score", "text", "url", "copies"];
   turn.record.results = results.map((r) => Object.fromEntries(shown.map((k) => [k, r?.[k]])));
   if (typeof note === "string") turn.record.none = note; // the server's words for no results
   if (!results.length) turn.body.replaceChildren(el("p", "label", turn.record.none ?? "No relevant information: no passage matches."));
