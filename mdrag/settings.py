@@ -554,7 +554,7 @@ def _pydantic_type(declared: Any) -> Any:
         base, *marks = get_args(declared)
         kinds = {Before: BeforeValidator, After: AfterValidator}
         marks = [kinds[type(m)](m.fn) if type(m) in kinds else m for m in marks]
-        return Annotated.__class_getitem__((_pydantic_type(base), *marks))  # type: ignore[attr-defined]
+        return Annotated.__class_getitem__((_pydantic_type(base), *marks))
     if get_origin(declared) is list:
         return list[_pydantic_type(get_args(declared)[0])]  # type: ignore[misc]
     return declared

@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from bs4 import NavigableString, Tag
+from bs4.element import NavigableString, Tag
 
 from mdrag.parsers.sections import Heading
 
