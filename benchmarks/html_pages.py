@@ -14,7 +14,10 @@ index run leaves them, mdrag.ingest.boilerplate, unless ``--keep-repeated``), an
   blocks above) whose word tokens reach its chunks (tokens as multisets, ``\\w+`` lower-cased); the mean, the
   median and the pages under 80%.
 
-    python benchmarks/html_pages.py [FOLDER ...] [--json OUT] [--keep-repeated]
+With ``--under SHARE``, every page keeping less than SHARE of its visible text is listed with the share kept and
+what was left out: its largest runs of visible lines whose words do not reach its chunks (words, first words).
+
+    python benchmarks/html_pages.py [FOLDER ...] [--json OUT] [--keep-repeated] [--under SHARE]
 """
 
 from __future__ import annotations
@@ -57,7 +60,28 @@ def _lines(doc: Document) -> list[str]:
     return out
 
 
-def measure(folder: Path, keep_repeated: bool = False) -> dict:
+def dropped_runs(lines: list[str], got: Counter, largest: int = 3) -> list[tuple[int, str]]:
+    """The largest runs of consecutive lines whose words mostly do not reach the chunks: (words, first words).
+
+    ``got`` is the multiset of the page's chunk tokens; each line takes its tokens from it in page order, and a
+    line that finds under half of its tokens there counts as left out."""
+    left = Counter(got)
+    runs: list[tuple[int, str]] = []
+    size, start = 0, ""
+    for line in lines + [""]:
+        tokens = TOKEN.findall(line.lower())
+        found = Counter(tokens) & left
+        left -= found
+        if tokens and sum(found.values()) < len(tokens) / 2:
+            size, start = size + len(tokens), start or " ".join(line.split()[:12])
+        elif size or not line:
+            if size:
+                runs.append((size, start))
+            size, start = 0, ""
+    return sorted(runs, key=lambda r: -r[0])[:largest]
+
+
+def measure(folder: Path, keep_repeated: bool = False, low: float = LOW) -> dict:
     """The figures of one corpus folder (see the module docstring)."""
     pages = sorted(folder.rglob("*.html"))
     if folder.resolve() == SHARED.resolve():  # the HTML under ../shared/data outside the readability test pages
@@ -87,12 +111,15 @@ def measure(folder: Path, keep_repeated: bool = False) -> dict:
     boiler = [(rel, text) for rel, text in all_chunks if is_boilerplate(text)]
     per_page = Counter(rel for rel, _ in all_chunks)
     kept: dict[str, float] = {}
+    left_out: dict[str, list[tuple[int, str]]] = {}
     for rel, lines in whole.items():
         visible = Counter(t for line in lines if _key(line) not in repeated for t in TOKEN.findall(line.lower()))
         if sum(visible.values()) < 20:
             continue  # a page with (almost) no text of its own
         got = Counter(t for text in chunks[rel] for t in TOKEN.findall(text.lower()))
         kept[rel] = sum((visible & got).values()) / sum(visible.values())
+        if kept[rel] < low:
+            left_out[rel] = dropped_runs([line for line in lines if _key(line) not in repeated], got)
     biggest = per_page.most_common(1)[0] if per_page else ("", 0)
     return {
         "folder": str(folder),
@@ -107,7 +134,9 @@ def measure(folder: Path, keep_repeated: bool = False) -> dict:
         "biggest_share": round(biggest[1] / max(1, len(all_chunks)), 4),
         "kept_mean": round(statistics.mean(kept.values()), 4) if kept else None,
         "kept_median": round(statistics.median(kept.values()), 4) if kept else None,
-        "kept_low": sorted(((rel, round(v, 3)) for rel, v in kept.items() if v < LOW), key=lambda x: x[1]),
+        "kept_low": sorted(((rel, round(v, 3)) for rel, v in kept.items() if v < low), key=lambda x: x[1]),
+        "kept": {rel: round(v, 4) for rel, v in sorted(kept.items())},
+        "left_out": left_out,
     }
 
 
@@ -116,18 +145,23 @@ def main() -> None:
     ap.add_argument("folders", nargs="*", type=Path, default=[SHARED / "html_readability_pages", SHARED])
     ap.add_argument("--json", type=Path)
     ap.add_argument("--keep-repeated", action="store_true", help="chunk as before the repeated blocks were left out")
+    ap.add_argument("--under", type=float, metavar="SHARE", help="list every page keeping less than SHARE of its text")
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING)
-    results = [measure(folder, args.keep_repeated) for folder in args.folders]
+    low = LOW if args.under is None else args.under
+    results = [measure(folder, args.keep_repeated, low) for folder in args.folders]
     for r in results:
         print(
             f"{r['folder']}: {r['pages']} pages, {r['chunks']} chunks ({r['blocks_left_out']} repeated blocks left "
             f"out of {r['pages_with_blocks_left_out']} pages); boilerplate {r['boilerplate_chunks']} "
             f"({r['boilerplate_share']:.2%}); biggest page {r['biggest_page']} {r['biggest_share']:.2%}; "
-            f"kept mean {r['kept_mean']}, median {r['kept_median']}, {len(r['kept_low'])} pages under {LOW:.0%}"
+            f"kept mean {r['kept_mean']}, median {r['kept_median']}, {len(r['kept_low'])} pages under {low:.0%}"
         )
         for rel, v in r["kept_low"]:
             print(f"    {v:.3f} {rel}")
+            if args.under is not None:
+                for words, start in r["left_out"][rel]:
+                    print(f"        left out, {words} words: {start!r}")
         for text, n in r["boilerplate_examples"]:
             print(f"    boilerplate x{n}: {text!r}")
     if args.json:

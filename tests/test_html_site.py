@@ -69,3 +69,45 @@ def test_html_index_page_is_read_for_its_title_and_prose(caplog) -> None:
         assert len(text) < 200
         assert doc.title == "Keyword index"
         assert len([r for r in caplog.records if "/keywords.html" in r.getMessage()]) == 1  # said once
+
+
+def _guide(preamble: list[str], sections: list[list[str]]) -> bytes:
+    """A page as asciidoc renders Git's guides: a header, the text before the first section in
+    ``div#preamble`` (no class), then one ``sect1`` div per section, here each a list."""
+    paragraphs = "".join(f'<div class="paragraph"><p>{text}</p></div>' for text in preamble)
+    body = "".join(
+        f'<div class="sect1"><h2 id="s{n}">Section {n}</h2><div class="sectionbody"><div class="ulist"><ul>'
+        + "".join(f"<li><p>{text}</p></li>" for text in texts)
+        + "</ul></div></div></div>"
+        for n, texts in enumerate(sections)
+    )
+    return (
+        '<html><head><title>A guide</title></head><body class="article"><div id="header"><h1>A guide</h1></div>'
+        f'<div id="content"><div id="preamble"><div class="sectionbody">{paragraphs}</div></div>{body}</div>'
+        '<div id="footnotes"><hr /></div><div id="footer"><div id="footer-text">Last updated 2024-05-31 00:35:55 UTC'
+        "</div></div></body></html>"
+    ).encode()
+
+
+def test_html_guide_keeps_the_sections_after_its_preamble() -> None:
+    # the extractor picks the preamble (its paragraphs score above the sections' lists): the sections were lost
+    doc = get_parser("p.html")(_guide(_PROSE, [_PROSE[:2], _PROSE[2:]]), "/guide.html")
+    assert [s.heading_path[-1] for s in doc.sections if s.heading_path] == ["Section 0", "Section 1"]
+    text = _text(doc)
+    assert all(text.count(prose) == 2 for prose in _PROSE)
+
+def test_html_short_manual_page_keeps_every_section() -> None:
+    # a page of a few hundred characters (git-version(1)): its options were left out
+    page = (
+        '<html><head><title>git-version(1)</title></head><body class="manpage"><div id="content">'
+        '<div class="sect1"><h2 id="_description">DESCRIPTION</h2><div class="sectionbody"><div class="paragraph">'
+        "<p>With no options given, the version of git is printed on the standard output.</p></div>"
+        '<div class="paragraph"><p>Note that git --version is identical to git version because the former is '
+        "internally converted into the latter.</p></div></div></div>"
+        '<div class="sect1"><h2 id="_options">OPTIONS</h2><div class="sectionbody"><div class="dlist"><dl>'
+        '<dt class="hdlist1">--build-options</dt><dd><p>Include additional information about how git was built '
+        "for diagnostic purposes.</p></dd></dl></div></div></div></div></body></html>"
+    ).encode()
+    doc = get_parser("p.html")(page, "/git-version.html")
+    assert "about how git was built" in _text(doc)
+    assert "is printed on the standard output" in _text(doc)

@@ -67,7 +67,7 @@ _LINE = {"li", "dt", "dd", "tr", "td", "th", "figcaption", "summary", "caption",
 _MAX_DEPTH = 255
 # The extractor's pick is widened when it holds under _WIDEN_BELOW of a page's prose (text outside links,
 # at least _WIDEN_MIN_PROSE characters): to its like siblings whose text is that much prose (see _widened).
-_WIDEN_BELOW, _WIDEN_PROSE_SHARE, _WIDEN_MIN_PROSE = 0.8, 0.75, 500
+_WIDEN_BELOW, _WIDEN_PROSE_SHARE, _WIDEN_MIN_PROSE = 0.8, 0.75, 100
 # An index page: link text is _LISTING_LINKS of its text or more, and the extractor's pick holds under
 # _LISTING_KEPT of it (or it nests too deep for the extractor). It is read whole less its lines of links
 # (_LINK_LINES whose text is _LISTING_LINE link text or more): its title and its own prose.
@@ -323,6 +323,14 @@ def _is_protected(tag: Tag) -> bool:
     return tag.name in _HEADINGS or tag.name == "pre" or (tag.name == "table" and _is_data_table(tag))
 
 
+def _signature(tag: Tag) -> tuple[str, tuple[str, ...]]:
+    """A tag's name and classes, as its like siblings share them. Asciidoc's ``div#preamble`` (the text before
+    a page's first section, without a class) counts as one of the ``sect1`` sections after it."""
+    if tag.name == "div" and tag.get("id") == "preamble" and not tag.get("class"):
+        return ("div", ("sect1",))
+    return (tag.name, tuple(tag.get("class") or ()))
+
+
 def _widened(soup: BeautifulSoup, tags: list[Tag], kept: set[int]) -> set[int]:
     """The tags to add to ``kept`` when readability-lxml's pick holds under 80% of the page's prose.
 
@@ -330,7 +338,8 @@ def _widened(soup: BeautifulSoup, tags: list[Tag], kept: set[int]) -> set[int]:
     near it; a manual page split into many sibling sections (asciidoc's ``sect1`` divs, one div per
     book entry) loses all but one. Then, from the pick up to the body, every sibling of the pick or
     of one of its ancestors that is a tag of the same name and the same (non-empty) class (the next
-    section, the next entry) is added whole, when its text is mostly outside links (menus are not).
+    section, the next entry; asciidoc's preamble counts as one of its sections, see _signature) is
+    added whole, when its text is mostly outside links (menus are not).
     """
     in_link: dict[int, bool] = {id(soup): False}
     own: dict[int, int] = {}
@@ -355,13 +364,13 @@ def _widened(soup: BeautifulSoup, tags: list[Tag], kept: set[int]) -> set[int]:
         node: Any = top
         while isinstance(node, Tag) and node.name not in ("body", "html") and id(node) not in seen:
             seen.add(id(node))
-            signature = (node.name, tuple(node.get("class") or ()))
+            signature = _signature(node)
             classed = bool(signature[1])  # a bare div is any block: the sidebar's as well as the article's
             for sibling in node.parent.contents if node.parent is not None and classed else ():
                 if (
                     isinstance(sibling, Tag)
                     and sibling is not node
-                    and (sibling.name, tuple(sibling.get("class") or ())) == signature
+                    and _signature(sibling) == signature
                     and total.get(id(sibling), 0) > _WIDEN_PROSE_SHARE * every.get(id(sibling), 0)
                 ):
                     for whole in (sibling, node):  # the pick's own section is read whole too (its heading)
