@@ -96,18 +96,19 @@ def test_html_guide_keeps_the_sections_after_its_preamble() -> None:
     text = _text(doc)
     assert all(text.count(prose) == 2 for prose in _PROSE)
 
+
 def test_html_short_manual_page_keeps_every_section() -> None:
     # a page of a few hundred characters (git-version(1)): its options were left out
     page = (
-        '<html><head><title>git-version(1)</title></head><body class="manpage"><div id="content">'
-        '<div class="sect1"><h2 id="_description">DESCRIPTION</h2><div class="sectionbody"><div class="paragraph">'
-        "<p>With no options given, the version of git is printed on the standard output.</p></div>"
-        '<div class="paragraph"><p>Note that git --version is identical to git version because the former is '
-        "internally converted into the latter.</p></div></div></div>"
-        '<div class="sect1"><h2 id="_options">OPTIONS</h2><div class="sectionbody"><div class="dlist"><dl>'
-        '<dt class="hdlist1">--build-options</dt><dd><p>Include additional information about how git was built '
-        "for diagnostic purposes.</p></dd></dl></div></div></div></div></body></html>"
-    ).encode()
+        b'<html><head><title>git-version(1)</title></head><body class="manpage"><div id="content">'
+        b'<div class="sect1"><h2 id="_description">DESCRIPTION</h2><div class="sectionbody"><div class="paragraph">'
+        b"<p>With no options given, the version of git is printed on the standard output.</p></div>"
+        b'<div class="paragraph"><p>Note that git --version is identical to git version because the former is '
+        b"internally converted into the latter.</p></div></div></div>"
+        b'<div class="sect1"><h2 id="_options">OPTIONS</h2><div class="sectionbody"><div class="dlist"><dl>'
+        b'<dt class="hdlist1">--build-options</dt><dd><p>Include additional information about how git was built '
+        b"for diagnostic purposes.</p></dd></dl></div></div></div></div></body></html>"
+    )
     doc = get_parser("p.html")(page, "/git-version.html")
     assert "about how git was built" in _text(doc)
     assert "is printed on the standard output" in _text(doc)
