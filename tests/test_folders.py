@@ -151,7 +151,9 @@ def test_gitignore_include_exclude_size_links_and_unsupported(tmp_path: Path) ->
     with _index(**{"index.exclude": ["drafts/"], "index.max_file_mb": 0.1}) as idx:
         s = idx.update([root])
         names = {Path(p).name for p in idx.store.id_paths().values()}
-        assert names == {"page0.md", "page1.md", "page2.md", "keep.tmp.md", "inner-link.md"}
+        # the link inside the folder is indexed; page0.md, the same bytes, is recorded as its copy
+        assert names == {"page1.md", "page2.md", "keep.tmp.md", "inner-link.md"}
+        assert s.copies == 1
         skipped = {Path(p).name: reason for p, reason in s.skipped_files}
         assert "over the 0.1 MB limit (setting index.max_file_mb)" in skipped["big.md"]
         assert "outside the indexed folder" in skipped["link.md"]

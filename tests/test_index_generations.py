@@ -239,7 +239,10 @@ def test_a_search_meets_the_writes_made_after_it_began(tmp_path: Path, held: Hel
     assert len(_paths(idx)) == 6
     (root / "a.held").write_text("Held first: the run has begun and written nothing.\n")
     for i in range(8):
-        (root / f"b{i}.md").write_text("# Topic feature options\n\nTopic feature options, topic feature options.\n")
+        # each file its own bytes (identical files would be indexed once, the others as its copies)
+        (root / f"b{i}.md").write_text(
+            f"# Topic feature options\n\nTopic feature options, topic feature options {i}.\n"
+        )
     inside, go = _hold_searches(idx)
     run, run_failure = _in_thread(lambda: idx.update([root], batch_chunks=1))
     _wait_held(held, run, run_failure)

@@ -139,7 +139,8 @@ def test_a_cancelled_update_keeps_what_it_wrote_and_the_next_run_finishes(tmp_pa
     for i in range(11):
         body = "\n\n".join(f"## Part {j}\n\nFile {i} part {j} text." for j in range(50))
         (root / f"a{i:02}.md").write_text(f"# File {i}\n\n{body}\n")
-    (root / "zz.held").write_text("The held file.\n")
+    # the largest file, so that a first build (smallest first) comes to it last
+    (root / "zz.held").write_text("The held file.\n" + " " * 4000 + "\n")
     embedder = HashEmbedder()
     idx = Index(_config(**{"chunk.size": 60, "chunk.overlap": 0}), embedder=embedder)
     cancel = threading.Event()

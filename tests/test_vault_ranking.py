@@ -97,9 +97,9 @@ def indexed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Index]:
         idx.close()
 
 
-def _notes(idx: Index, query: str, boost: float) -> list[str]:
+def _notes(idx: Index, query: str, boost: float, k: int = 5) -> list[str]:
     idx.config = idx.config.with_overrides({"search.link_boost": boost})  # a live setting, as a server applies it
-    return list(dict.fromkeys(h.rel_path for h in idx.search(query, mode="bm25")))
+    return list(dict.fromkeys(h.rel_path for h in idx.search(query, mode="bm25", k=k)))
 
 
 def test_a_note_linked_from_the_best_hit_is_found(indexed: Index) -> None:
@@ -109,8 +109,10 @@ def test_a_note_linked_from_the_best_hit_is_found(indexed: Index) -> None:
     twice, and BM25 alone ranks it past the first five notes."""
     query = "how can a script or another plugin open the create task modal?"
     assert _notes(indexed, query, 0.0)[0] == "Editing/Create or edit Task.md"
-    assert "Advanced/Tasks Api.md" not in _notes(indexed, query, 0.0)[:5]
-    assert "Advanced/Tasks Api.md" in _notes(indexed, query, 0.2)[:5]
+    # not among the first ten results without the links; among them with the default weight (6th since tables'
+    # headers travel with their rows, which moved the vault's chunks; 5th at weight 0.3)
+    assert "Advanced/Tasks Api.md" not in _notes(indexed, query, 0.0, k=10)
+    assert "Advanced/Tasks Api.md" in _notes(indexed, query, 0.2, k=10)
     assert indexed.config["search.link_boost"] == 0.2 == load_config()["search.link_boost"]  # the default
 
 
