@@ -16,7 +16,8 @@ trap 'rm -rf "$WORK"' EXIT
 apt-get update >/dev/null
 (cd "$WORK" && apt-get download git-doc >/dev/null)
 dpkg-deb -x "$WORK"/git-doc_*.deb "$WORK/root"
-SRC="$WORK/root/usr/share/doc/git-doc"
+PAGES=usr/share/doc/git-doc  # where the package keeps its pages, inside the unpacked .deb (not this machine)
+SRC="$WORK/root/$PAGES"
 mkdir -p "$DEST"
 # Only the rendered pages: the asciidoc sources (*.txt) beside them would index the manual twice.
 (cd "$SRC" && find . -name '*.html' -print) | while read -r page; do
