@@ -22,19 +22,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, get_args, get_origin
 
+from mdrag import settings
 from mdrag.errors import ConfigError
 from mdrag.redact import redact_url
 from mdrag.settings import (
     DEFAULT_EMBEDDING_MODELS,
-    DEFAULTS,
-    ENV_VARS,
-    FIELDS,
     INHERITS,
-    SECRETS,
     After,
     Before,
     bounds,
     choices,
+    declared_extra,
     model,
 )
 
@@ -50,7 +48,7 @@ CONFIG_FILES = ("config.yaml", "config.yml", "config.toml")  # in $MDRAG_HOME; t
 
 
 def _safe(key: str, value: Any) -> Any:
-    if key in SECRETS and value:
+    if key in settings.SECRETS and value:
         return "***"
     return redact_url(value) if isinstance(value, str) and "://" in value else value  # user:password@host
 
@@ -77,7 +75,8 @@ class Config:
     def effective(self, key: str) -> Any:
         """The value in effect for ``key``: the one set, or, when unset or empty, what it falls back to: another
         setting's value (:data:`INHERITS`), the model of ``embedding.provider``
-        (:data:`DEFAULT_EMBEDDING_MODELS`), or the Milvus Lite file under the cache folder. The program
+        (:data:`DEFAULT_EMBEDDING_MODELS`), or the file under the cache folder it declares (``cache_file``: a
+        store backend's file, as Milvus Lite's). The program
         reads inherited settings here, and `mdrag config` shows them from here."""
         value = self.values[key]
         if value is not None and value != "":  # an empty text is unset, as it always was
@@ -86,19 +85,13 @@ class Config:
             return self.values[INHERITS[key]]
         if key == "embedding.model":
             return DEFAULT_EMBEDDING_MODELS.get(self.values["embedding.provider"])  # another provider: its own
-        if key == "milvus_uri":
-            return str(self.cache_dir / "milvus.db")
+        if file := declared_extra(key, "cache_file"):
+            return str(self.cache_dir / file)
         return None
 
     @property
     def cache_dir(self) -> Path:
         return self.home / "cache"
-
-    @property
-    def milvus_uri(self) -> str:
-        """The Milvus Lite file or server URI in effect (``milvus_uri``, or the file under the cache folder)."""
-        uri: str = self.effective("milvus_uri")
-        return uri
 
     def manifest_path(self, index: str | None = None) -> Path:
         return self.cache_dir / "manifests" / f"{index or self.values['index']}.json"
@@ -122,7 +115,7 @@ class Config:
         """Where the value set for ``key`` came from, as :meth:`explain` shows it."""
         source = self.sources.get(key, "default")
         if source == "env":
-            return {"source": "environment", "variable": next(var for var, k in ENV_VARS.items() if k == key)}
+            return {"source": "environment", "variable": next(var for var, k in settings.ENV_VARS.items() if k == key)}
         if source == "file":
             return {"source": "file", "file": str(self.file)}
         return {"source": source}
@@ -144,7 +137,7 @@ def _flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
             for sub, value in _flatten(v, "index.").items():
                 out["index" if sub == "index.name" else sub] = value
             continue
-        if isinstance(v, Mapping) and key not in DEFAULTS:
+        if isinstance(v, Mapping) and key not in settings.DEFAULTS:
             out.update(_flatten(v, key + "."))
         else:
             out[key] = v
@@ -159,7 +152,7 @@ def _check(values: Mapping[str, Any], origin: str, strict: bool = False) -> dict
     """
     known: dict[str, Any] = {}
     for key, value in values.items():
-        if key not in FIELDS:
+        if key not in settings.FIELDS:
             hint = _closest(key)
             if origin == "flag":
                 raise ConfigError(f"unknown setting {key!r}" + (f"; did you mean {hint!r}?" if hint else ""))
@@ -195,7 +188,7 @@ def _plain(key: str, value: Any) -> Any:
     ``_UNSURE``: the model (built for it, which costs a tenth of a second of imports) checks it, converts it
     (``"800"``, ``"off"`` from a variable) or says what is wrong with it."""
     try:
-        value = _plain_of(FIELDS[key].declared, value)
+        value = _plain_of(settings.FIELDS[key].declared, value)
     except Exception:  # noqa: BLE001  # _Unsure, or a marker's check that failed: the model says it
         return _UNSURE
     checks = bounds(key)
@@ -253,7 +246,7 @@ def _explain(err: ErrorDetails, values: Mapping[str, Any], origin: str) -> str:
 
 
 def _kind(key: str) -> str:
-    ann = FIELDS[key].annotation
+    ann = settings.FIELDS[key].annotation
     values = choices(key)
     if values is not None:
         return "one of " + ", ".join(values)
@@ -275,7 +268,7 @@ def _bounds(key: str) -> str:
 
 def _closest(key: str) -> str | None:
     """The known setting ``key`` was most likely meant to be (a typo), if any is close."""
-    match = difflib.get_close_matches(key, FIELDS, n=1, cutoff=0.6)
+    match = difflib.get_close_matches(key, settings.FIELDS, n=1, cutoff=0.6)
     return match[0] if match else None
 
 
@@ -324,11 +317,11 @@ def config_file(home: Path) -> Path | None:
 def load_config(overrides: Mapping[str, Any] | None = None, home: Path | None = None) -> Config:
     """Resolve every setting; ``overrides`` are dotted keys from flags or code."""
     home = home or home_dir()
-    values = {k: copy.deepcopy(default) for k, (_, default) in DEFAULTS.items()}
+    values = {k: copy.deepcopy(default) for k, (_, default) in settings.DEFAULTS.items()}
     sources = dict.fromkeys(values, "default")
     layers = [
         ("env", f"environment variable {var}", {key: os.environ[var]})
-        for var, key in ENV_VARS.items()
+        for var, key in settings.ENV_VARS.items()
         if os.environ.get(var)
     ]
     file = config_file(home)

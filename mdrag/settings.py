@@ -7,12 +7,15 @@ printed by ``mdrag config --markdown``; its ``see "..."`` link to :data:`DOC_SEC
 the command line's flags (:mod:`mdrag.frontends.cli`), the checks and error messages of
 :mod:`mdrag.config`, which resolves the values in effect, and the settings a running server applies
 at once (:data:`LIVE`). A setting that picks a backend takes the names registered by entry point
-(:mod:`mdrag.plugins`), in its checks and its help.
+(:mod:`mdrag.plugins`), in its checks and its help. A store backend declares the settings it reads itself
+(``StoreBackend.settings``, made with :func:`setting`): they are collected from the registry when the
+settings are first read (:data:`FIELDS` and the tables made from it), placed before ``store.backend``.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -25,6 +28,8 @@ from mdrag.version import install_target
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
+
+log = logging.getLogger(__name__)
 
 #: It names files in the home: never a '/' nor a leading dot (Milvus escapes '-' and '.': its collection_name).
 INDEX_NAME = re.compile(r"(?!.*\.\.)[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
@@ -148,7 +153,7 @@ class Field:
 
     default: Any  # None: unset
     description: str  # the one line of help
-    json_schema_extra: dict[str, Any]  # env, shown, secret, live: those given (see setting())
+    json_schema_extra: dict[str, Any]  # env, shown, secret, live, flag, metavar, cache_file, docsets_file (setting())
     checks: dict[str, Any]  # the range checks: ge, gt, le
     annotation: Any = None  # the value's type, without Annotated's markers: int, int | float, list[str], Literal[...]
     metadata: tuple[Any, ...] = ()  # Annotated's markers: Registered, Before, After
@@ -163,15 +168,35 @@ def setting(
     shown: str | None = None,
     secret: bool = False,
     live: bool = False,
+    kind: Any = None,
+    flag: str | None = None,
+    metavar: str | None = None,
+    cache_file: str | None = None,
+    docsets_file: str | None = None,
     **checks: Any,
 ) -> Any:
     """One setting's field: its default, one line of help, and optionally its environment variable, how the
     docs show a ``None`` default (``shown``), whether it is a secret, whether a running server applies a change
     to it at once (``live``: it reads the value at each search, answer, connection or rescan; :data:`LIVE`),
     and range checks (``ge``, ``gt``, ``le``).
+
+    A backend's setting (``StoreBackend.settings``) also gives its type (``kind``: ``str | None``, ``Int``, a
+    ``Literal``; mdrag's own take it from their annotation in :class:`_Declared`), and may give the command-line
+    flag that sets it on every command that opens an index (``flag``, ``metavar``), the file under the cache
+    folder it means when unset (``cache_file``), and the one it means, when unset, for docsets' indexes
+    (``docsets_file``).
     """
-    extra = {"env": env, "shown": shown, "secret": secret or None, "live": live or None}
-    return Field(default, help, {k: v for k, v in extra.items() if v is not None}, checks)
+    extra = {
+        "env": env,
+        "shown": shown,
+        "secret": secret or None,
+        "live": live or None,
+        "flag": flag,
+        "metavar": metavar,
+        "cache_file": cache_file,
+        "docsets_file": docsets_file,
+    }
+    return Field(default, help, {k: v for k, v in extra.items() if v is not None}, checks, declared=kind)
 
 
 class _Declared:
@@ -224,18 +249,6 @@ class _Declared:
         "the file is skipped with the reason (`0`: no cap)",
         ge=0,
         live=True,
-    )
-    milvus_uri: str | None = setting(
-        None,
-        "a Milvus Lite file, or `http://host:19530` for a Milvus server (which `store.backend` `auto` then uses)",
-        env="MARKDOWN_QA_MILVUS_URI",
-        shown="`$MDRAG_HOME/cache/milvus.db`",
-    )
-    milvus_token: str | None = setting(
-        None,
-        "credentials for a Milvus server (`user:password` or a token)",
-        secret=True,
-        shown="unset",
     )
     store__backend: StoreName = setting(
         "auto",
@@ -532,18 +545,90 @@ class _Declared:
     )
 
 
+#: The backends' settings go before this one (the store backend that reads them is picked by it).
+_BACKENDS_BEFORE = "store.backend"
+
+
+def _typed(field: Field, declared: Any) -> Field:
+    """``field`` with its type ``declared`` taken apart: the type, and Annotated's markers."""
+    annotation, *marks = get_args(declared) if get_origin(declared) is Annotated else (declared,)
+    return replace(field, annotation=annotation, metadata=tuple(marks), declared=declared)
+
+
+def _backend_fields(taken: set[str]) -> dict[str, Field]:
+    """The settings that the registered store backends declare (``StoreBackend.settings``), in the backends'
+    name order. A backend that cannot be imported is logged and left out, as ``store_backends`` leaves it
+    out; a setting whose key is taken already is logged and left out."""
+    found: dict[str, Field] = {}
+    for name in plugins.names(plugins.STORES):
+        try:
+            declared = plugins.load(plugins.STORES, name, object)
+        except (ImportError, TypeError) as e:
+            log.warning("store backend %r left out: %s: %s", name, type(e).__name__, e)
+            continue
+        for key, field in dict(getattr(declared, "settings", None) or {}).items():
+            if key in taken or key in found or not isinstance(field, Field) or field.declared is None:
+                log.warning("store backend %r: setting %r left out (taken, or not made by setting(kind=))", name, key)
+                continue
+            found[key] = _typed(field, field.declared)
+    return found
+
+
 def _fields() -> dict[str, Field]:
-    """The fields of :class:`_Declared` by dotted key, each with its type taken apart."""
+    """Every setting by dotted key, each with its type taken apart: the fields of :class:`_Declared` (a field
+    ``section__name`` is ``section.name``), and the store backends' before ``store.backend``."""
+    core = {
+        name.replace("__", "."): _typed(vars(_Declared)[name], declared)
+        for name, declared in get_type_hints(_Declared, include_extras=True).items()
+    }
     out: dict[str, Field] = {}
-    for name, declared in get_type_hints(_Declared, include_extras=True).items():
-        annotation, *marks = get_args(declared) if get_origin(declared) is Annotated else (declared,)
-        field = replace(vars(_Declared)[name], annotation=annotation, metadata=tuple(marks), declared=declared)
-        out[name.replace("__", ".")] = field
+    for key, field in core.items():
+        if key == _BACKENDS_BEFORE:
+            out.update(_backend_fields(set(core)))
+        out[key] = field
     return out
 
 
-#: Every setting's field, by dotted key.
-FIELDS: dict[str, Field] = _fields()
+_collecting = False  # the backends' settings are being collected (a backend's module is being imported)
+
+
+@cache
+def _collected() -> dict[str, Any]:
+    """:data:`FIELDS` and the tables made from it, by name: collected on first use, not on import, so that a
+    store backend's module may import this one (for :func:`setting`) while the registry is read."""
+    global _collecting
+    if _collecting:
+        raise ImportError(
+            "mdrag's settings were read while a store backend's module was imported to collect them: the backend "
+            "must not read them (FIELDS, DEFAULTS, ...) when its module is imported"
+        )
+    _collecting = True
+    try:
+        fields = _fields()
+    finally:
+        _collecting = False
+    extra = {key: f.json_schema_extra for key, f in fields.items()}
+    return {
+        "FIELDS": fields,
+        "DEFAULTS": {k: (f.annotation, f.default) for k, f in fields.items()},
+        "ENV_VARS": {e["env"]: k for k, e in extra.items() if e.get("env")},
+        "SECRETS": frozenset(k for k, e in extra.items() if e.get("secret")),
+        "LIVE": frozenset(k for k, e in extra.items() if e.get("live")),
+    }
+
+
+if TYPE_CHECKING:  # made on first use (_collected), read as module attributes
+    #: Every setting's field, by dotted key.
+    FIELDS: dict[str, Field]
+    #: Every setting, by dotted key: (type, default). ``None`` defaults are "unset".
+    DEFAULTS: dict[str, tuple[Any, Any]]
+    #: md-qa environment variables and the settings they provide.
+    ENV_VARS: dict[str, str]
+    #: The settings whose values are secrets: never shown.
+    SECRETS: frozenset[str]
+    #: Settings a running server applies as soon as the config file changes (declared ``live``): it reads them
+    #: at each search, answer, connection or rescan. Any other setting needs a restart.
+    LIVE: frozenset[str]
 
 
 def _pydantic_type(declared: Any) -> Any:
@@ -572,7 +657,7 @@ def model() -> type[BaseModel]:
             _pydantic_type(f.declared),
             FieldInfo(f.default, description=f.description, json_schema_extra=f.json_schema_extra, **f.checks),
         )
-        for name, f in FIELDS.items()
+        for name, f in _collected()["FIELDS"].items()
     }
     config = ConfigDict(alias_generator=lambda name: name.replace("__", "."), frozen=True)
     return create_model("Settings", __config__=config, __doc__=_Declared.__doc__, **fields)  # type: ignore[call-overload, no-any-return]
@@ -581,19 +666,16 @@ def model() -> type[BaseModel]:
 def __getattr__(name: str) -> Any:
     if name == "Settings":  # the pydantic model, built on first use
         return model()
+    if name in ("FIELDS", "DEFAULTS", "ENV_VARS", "SECRETS", "LIVE"):
+        return _collected()[name]
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def _extra(key: str, name: str) -> Any:
-    extra = FIELDS[key].json_schema_extra
-    return extra.get(name) if isinstance(extra, dict) else None
+def declared_extra(key: str, name: str) -> Any:
+    """What setting ``key`` declares as ``name`` (:func:`setting`'s ``env``, ``flag``, ``cache_file``, ...), or
+    None."""
+    return _collected()["FIELDS"][key].json_schema_extra.get(name)
 
-
-#: Every setting, by dotted key: (type, default). ``None`` defaults are "unset".
-DEFAULTS: dict[str, tuple[Any, Any]] = {k: (f.annotation, f.default) for k, f in FIELDS.items()}
-
-#: md-qa environment variables and the settings they provide.
-ENV_VARS: dict[str, str] = {_extra(k, "env"): k for k in FIELDS if _extra(k, "env")}
 
 #: Settings that, left unset, take the value of another: the shared API settings.
 INHERITS: dict[str, str] = {
@@ -609,21 +691,15 @@ DEFAULT_EMBEDDING_MODELS: dict[str, str] = {
     "openai": "text-embedding-3-small",
 }
 
-SECRETS = frozenset(k for k in FIELDS if _extra(k, "secret"))
-
-#: Settings a running server applies as soon as the config file changes (declared ``live``): it reads them
-#: at each search, answer, connection or rescan. Any other setting needs a restart.
-LIVE = frozenset(k for k in FIELDS if _extra(k, "live"))
-
 
 def bounds(key: str) -> dict[str, Any]:
     """The range checks of setting ``key`` by name (``ge``, ``gt``, ``le``), e.g. ``{"ge": 0, "le": 1}``."""
-    return dict(FIELDS[key].checks)
+    return dict(_collected()["FIELDS"][key].checks)
 
 
 def choices(key: str) -> list[str] | None:
     """The values setting ``key`` may take, when they are a fixed few (or the backends registered), else None."""
-    field = FIELDS[key]
+    field = _collected()["FIELDS"][key]
     if get_origin(field.annotation) is Literal:
         return [str(v) for v in get_args(field.annotation)]
     registered = next((m for m in field.metadata if isinstance(m, Registered)), None)
@@ -668,16 +744,16 @@ def doc_references(text: str, markdown: bool) -> str:
 
 def shown_default(key: str) -> str:
     """How the docs and ``--help`` show setting ``key``'s default: its ``shown`` text, or the value in backticks."""
-    default = FIELDS[key].default
-    return _extra(key, "shown") or f"`{default if isinstance(default, str) else json.dumps(default)}`"
+    default = _collected()["FIELDS"][key].default
+    return declared_extra(key, "shown") or f"`{default if isinstance(default, str) else json.dumps(default)}`"
 
 
 def settings_table() -> str:
     """docs/configuration.md's settings table in Markdown: each setting, its default and its help, from
     :data:`FIELDS`."""
     rows = ["| setting | default | meaning |", "|---|---|---|"]
-    for key, f in FIELDS.items():
-        env = _extra(key, "env")
+    for key, f in _collected()["FIELDS"].items():
+        env = declared_extra(key, "env")
         help_text = doc_references(f.description or "", markdown=True)
         meaning = f"{help_text} (`{env}`)" if env else help_text
         rows.append(f"| `{key}` | {shown_default(key)} | {meaning} |")

@@ -16,7 +16,7 @@ def test_defaults(mdrag_home: Path) -> None:
     c = load_config()
     assert c["index"] == "default" and c["chunk.size"] == 1000 and c["chunk.overlap"] == 200
     assert c["llm.model"] == "qwen-flash" and c["server.port"] == 8765 and c["server.reload_interval"] == 300
-    assert c.milvus_uri == str(mdrag_home / "cache" / "milvus.db")
+    assert c.effective("milvus_uri") == str(mdrag_home / "cache" / "milvus.db")
     assert c.manifest_path().parent == mdrag_home / "cache" / "manifests"
 
 

@@ -293,7 +293,7 @@ def test_indexers_of_different_folders_can_share_one_index(tmp_path: Path) -> No
         config = first.config
         sa = first.update([a])
     home_b = tmp_path / "home_b"  # the second indexer keeps its own manifest
-    config_b = config.with_overrides({"milvus_uri": config.milvus_uri})
+    config_b = config.with_overrides({"milvus_uri": config.effective("milvus_uri")})
     config_b.home = home_b
     with Index(config_b, embedder=emb) as second:
         sb = second.update([b])

@@ -20,7 +20,7 @@ import pytest
 
 import mdrag.embedding
 import mdrag.store
-from mdrag import plugins
+from mdrag import plugins, settings
 from mdrag.config import load_config
 from mdrag.embedding import EmbedderBackend, embedders
 from mdrag.errors import ConfigError
@@ -133,12 +133,13 @@ def test_a_third_party_store_and_embedder_are_used_like_built_in_ones(tmp_path: 
 TOY = """
 from pathlib import Path
 
+from mdrag.settings import setting
 from mdrag.store import StoreBackend
 from mdrag.store.faiss import FaissStore
 
 
 def _location(config, name):
-    return f"toy://{config.cache_dir / 'toy'}/{name}"
+    return f"toy://{config.effective('toy.box')}/{name}"
 
 
 class ToyStore(FaissStore):
@@ -158,6 +159,18 @@ BACKEND = StoreBackend(
     location=_location,
     owns=_owns,
     schemes=("toy",),
+    settings={
+        "toy.box": setting(
+            None,
+            "the folder of the toy's stores",
+            kind=str | None,
+            env="MDRAG_TOY_BOX",
+            shown="`$MDRAG_HOME/cache/toy`",
+            flag="--toy-box",
+            metavar="DIR",
+            cache_file="toy",
+        ),
+    },
 )
 """
 
@@ -173,9 +186,12 @@ def _install_toy(site: Path) -> None:
 
 
 def _fresh_registry() -> None:
-    """Forget the entry points read so far: the next read sees the distributions on sys.path now."""
+    """Forget the entry points read so far, and the settings collected from them: the next read sees the
+    distributions on sys.path now."""
     plugins._all_entry_points.cache_clear()
     plugins.entry_points.cache_clear()
+    settings._collected.cache_clear()
+    settings.model.cache_clear()
 
 
 @pytest.fixture
@@ -224,9 +240,10 @@ def test_a_backends_uris_are_its_own_and_an_unclaimed_scheme_is_an_error(toy: Pa
         resolve_backend(load_config({"milvus_uri": "s3://bucket/x"}))
 
 
-def _mdrag_run(site: Path | None, home: Path, *argv: str) -> subprocess.CompletedProcess[str]:
+def _mdrag_run(site: Path | None, home: Path, *argv: str, **more_env: str) -> subprocess.CompletedProcess[str]:
     path = [str(site), str(ROOT)] if site else [str(ROOT)]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(path), "MDRAG_HOME": str(home), "HF_HUB_OFFLINE": "1"}
+    env.update(more_env)
     env["MARKDOWN_QA_EMBEDDING_PROVIDER"] = "hashed"  # the shelf plugin's embedder: no model to load
     return subprocess.run(
         [sys.executable, "-m", "mdrag", *argv], capture_output=True, text=True, env=env, cwd=home, timeout=300
@@ -254,6 +271,44 @@ def test_an_index_in_a_backend_no_longer_installed_is_an_error_not_a_path(tmp_pa
     assert sorted(p.name for p in (home / "cache").iterdir()) == ["manifests", "toy"]  # nothing made of the URI
 
 
+def test_a_backend_brings_its_own_setting_read_like_mdrags(tmp_path: Path) -> None:
+    """The toy's setting, declared in its module alone, is a setting as mdrag's own are: shown by `mdrag config`
+    with its default and where a value came from, read from the config file, its environment variable and its
+    flag (on every command that opens an index), listed in the settings table, checked, and read by the toy."""
+    site, home, docs = tmp_path / "site", tmp_path / "home", tmp_path / "docs"
+    for folder in (home, docs):
+        folder.mkdir()
+    _install_toy(site)
+    _install_plugin(site)  # the shelf's embedder, hashed: no model to load
+    (docs / "toy.md").write_text("# Toys\n\nA toy box holds the toys.\n")
+
+    def mdrag(*argv: str, **env: str) -> Any:
+        p = _mdrag_run(site, home, *argv, **env)
+        assert p.returncode == 0, p.stderr
+        return json.loads(p.stdout) if "--json" in argv else p.stdout
+
+    rows = mdrag("config", "--json")["settings"]
+    assert rows["toy.box"] == {"value": str(home / "cache" / "toy"), "source": "default"}
+    keys = list(rows)
+    assert keys.index("milvus_token") < keys.index("toy.box") == keys.index("store.backend") - 1
+    from_env = mdrag("config", "--json", MDRAG_TOY_BOX=str(tmp_path / "from-env"))["settings"]["toy.box"]
+    assert from_env == {"value": str(tmp_path / "from-env"), "source": "environment", "variable": "MDRAG_TOY_BOX"}
+    (home / "config.yaml").write_text(f"toy:\n  box: {tmp_path / 'from-file'}\n")
+    from_file = mdrag("config", "--json")["settings"]["toy.box"]
+    assert from_file == {"value": str(tmp_path / "from-file"), "source": "file", "file": str(home / "config.yaml")}
+    table = mdrag("config", "--markdown")
+    assert "| `toy.box` | `$MDRAG_HOME/cache/toy` | the folder of the toy's stores (`MDRAG_TOY_BOX`) |" in table
+    assert "--toy-box DIR" in mdrag("search", "--help")
+    flag_box = tmp_path / "from-flag"
+    summary = mdrag("index", str(docs), "--store", "toy", "--toy-box", str(flag_box), "--json", "-q")
+    assert summary["added"] == 1 and (flag_box / "default.sqlite").is_file()
+    recorded = json.loads((home / "cache" / "manifests" / "default.json").read_text())["store_uri"]
+    assert recorded == f"toy://{flag_box}/default"
+    (home / "config.yaml").write_text("toy:\n  box: 3\n")
+    bad = _mdrag_run(site, home, "config")
+    assert bad.returncode != 0 and "toy.box must be a string, got 3" in bad.stderr, bad.stderr
+
+
 def test_entry_points_are_importlib_metadatas_read_without_it(tmp_path: Path) -> None:
     """The registry reads the metadata folders on sys.path itself (importlib.metadata, with the modules it
     imports, is a tenth of a one-shot search's imports beyond the model's); it finds what importlib.metadata
@@ -269,7 +324,7 @@ def test_entry_points_are_importlib_metadatas_read_without_it(tmp_path: Path) ->
     )
     code = """
 import json, sys
-from mdrag import plugins
+from mdrag import plugins, settings
 mine = {g: sorted([e.name, e.value] for e in eps) for g, eps in plugins._all_entry_points().items()}
 lazy = "importlib.metadata" not in sys.modules
 import importlib.metadata

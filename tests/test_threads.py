@@ -204,7 +204,7 @@ def test_first_searches_from_several_threads_open_the_store_once(tmp_path: Path)
     assert results == [4] * 6
     idx.close()
     # One connection was made, and closed: the Milvus Lite file is free for another process.
-    assert not lite_locked(config.milvus_uri), "a second connection was left open"
+    assert not lite_locked(config.effective("milvus_uri")), "a second connection was left open"
 
 
 def test_a_commit_during_a_first_search_is_not_undone_by_the_search(
@@ -262,7 +262,7 @@ def test_close_waits_for_a_search_in_flight(tmp_path: Path) -> None:
     searcher.join(WAIT)
     closer.join(WAIT)
     assert outcome == [4]
-    assert not lite_locked(config.milvus_uri)
+    assert not lite_locked(config.effective("milvus_uri"))
 
 
 def test_a_search_that_outlasts_the_grace_time_is_reported_when_its_chunks_go(

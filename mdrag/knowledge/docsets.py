@@ -61,8 +61,14 @@ def _legacy_index_name(docset_id: str) -> str:
 
 def _docsets_config(name: str, base: Config | None = None) -> Config:
     """Settings of the docset index ``name``: ``base`` (default: the user's), in the docsets store."""
+    from mdrag.settings import FIELDS, declared_extra
+
     base = base or load_config()
-    return base.with_overrides({"index": name, "milvus_uri": base["milvus_uri"] or str(base.cache_dir / "docsets.db")})
+    overrides: dict[str, Any] = {"index": name}
+    for key in FIELDS:  # a store backend's own file for docsets' indexes (Milvus: docsets.db), unless one is set
+        if file := declared_extra(key, "docsets_file"):
+            overrides[key] = base[key] or str(base.cache_dir / file)
+    return base.with_overrides(overrides)
 
 
 def docset_config(docset_id: str, project: Path, config: Config | None = None) -> Config:

@@ -20,8 +20,8 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +32,7 @@ from mdrag.redact import redact_url
 
 if TYPE_CHECKING:
     from mdrag.config import Config
+    from mdrag.settings import Field
     from mdrag.store.base import Store
 
 __all__ = [
@@ -77,7 +78,7 @@ class StoreBackend:
     location: Callable[[Config, str], str]
     # Why index `name` is its own, or None: (config, name, the store URI its manifest records or None).
     owns: Callable[[Config, str, str | None], str | None]
-    # Why the configuration alone picks it for every index (a Milvus server in milvus_uri), or None.
+    # Why the configuration alone picks it for every index (Milvus: a server as its URI setting), or None.
     chosen: Callable[[Config], str | None] = _chosen_by_nothing
     new_indexes: bool = False  # `auto` puts an index that no backend owns here
     # Raises MissingExtraError (mdrag.extras) when a library it needs for index `name` is not installed:
@@ -89,6 +90,10 @@ class StoreBackend:
     schemes: tuple[str, ...] = ()
     # The extra (or package) that brings the libraries it needs: what the error of a missing one names.
     extra: Extra | None = None
+    # The settings it reads, by key, each made with mdrag.settings.setting(..., kind=TYPE): mdrag.settings
+    # collects them with its own (config file, environment variable, `mdrag config`, the docs' table, a flag).
+    # Keep the module that declares the backend light: the settings import it (not its store) to read them.
+    settings: Mapping[str, Field] = field(default_factory=dict)
 
     def check_installed(self, config: Config, name: str) -> None:
         """Raise MissingExtraError when a library it needs for index ``name`` is not installed."""
@@ -155,7 +160,7 @@ def resolve_backend(config: Config, name: str | None = None) -> tuple[str, str]:
 
     An explicit ``store.backend`` is used as it is. ``auto`` picks, without opening a store, from
     what each backend declares (:class:`StoreBackend`): the one the configuration picks (Milvus, for a
-    server in ``milvus_uri``); else the one that owns the index, by the store its manifest records or,
+    server as its URI); else the one that owns the index, by the store its manifest records or,
     with no manifest (or one that does not parse), by what is on disk (Milvus Lite's collection
     folder); else the one that takes new indexes (FAISS): a new index, or one whose recorded store is
     no longer configured (which an explicit backend would rebuild as well).

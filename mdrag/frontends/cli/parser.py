@@ -28,10 +28,10 @@ SERVER_HELP = (
 )
 
 #: The flags that set a setting, by that setting, with their metavar: their type, choices, default and help
-#: come from the setting's declaration (mdrag/settings.py), and the value lands in ``args`` under its key.
+#: come from the setting's declaration (mdrag/settings.py), and the value lands in ``args`` under its key. A
+#: store backend's setting that declares a flag (``flag``, ``metavar``) has it too: :func:`setting_flags`.
 SETTING_FLAGS: dict[str, tuple[str, str | None]] = {
     "index": ("--index", "NAME"),
-    "milvus_uri": ("--milvus-uri", "URI"),
     "store.backend": ("--store", None),
     "chunk.size": ("--chunk-size", "N"),
     "chunk.overlap": ("--chunk-overlap", "N"),
@@ -55,11 +55,24 @@ SETTING_FLAGS: dict[str, tuple[str, str | None]] = {
 RERANK_FLAGS = ("rerank.url", "rerank.path", "rerank.model", "rerank.top_n")  # on `search` and `eval`
 
 
+def setting_flags() -> dict[str, tuple[str, str | None]]:
+    """:data:`SETTING_FLAGS`, and the flags that store backends' settings declare, by setting."""
+    from mdrag.settings import FIELDS
+
+    extras = {key: f.json_schema_extra for key, f in FIELDS.items()}
+    return {**{key: (e["flag"], e.get("metavar")) for key, e in extras.items() if "flag" in e}, **SETTING_FLAGS}
+
+
+def backend_flags() -> list[str]:
+    """The settings of store backends that declare a flag, in their order (on every command that opens an index)."""
+    return [key for key in setting_flags() if key not in SETTING_FLAGS]
+
+
 def setting_flag(p: argparse.ArgumentParser, key: str) -> None:
-    """Add the flag of setting ``key`` (:data:`SETTING_FLAGS`), made from the setting's declaration."""
+    """Add the flag of setting ``key`` (:func:`setting_flags`), made from the setting's declaration."""
     from mdrag.settings import FIELDS, choices, doc_references, shown_default
 
-    flag, metavar = SETTING_FLAGS[key]
+    flag, metavar = setting_flags()[key]
     field = FIELDS[key]
     values = choices(key)
     metavar = metavar or (None if values else flag.lstrip("-").upper())  # choices show themselves
@@ -79,7 +92,8 @@ def setting_flag(p: argparse.ArgumentParser, key: str) -> None:
 def common_flags(p: argparse.ArgumentParser) -> None:
     """Add the flags most commands share: which index, which store, and how much to log."""
     setting_flag(p, "index")
-    setting_flag(p, "milvus_uri")
+    for key in backend_flags():  # a store backend's (Milvus: --milvus-uri)
+        setting_flag(p, key)
     setting_flag(p, "store.backend")
     p.add_argument("-v", "--verbose", action="count", default=0, help="more log output (-vv for debug)")
     p.add_argument("-q", "--quiet", action="store_true", help="only errors on stderr")
@@ -136,5 +150,5 @@ def commands_list(parser: argparse.ArgumentParser) -> str:
 
 
 def overrides(args: argparse.Namespace) -> dict[str, Any]:
-    """The settings that the command line's flags set (:data:`SETTING_FLAGS`)."""
-    return {key: v for key in SETTING_FLAGS if (v := getattr(args, key, None)) is not None}
+    """The settings that the command line's flags set (:func:`setting_flags`)."""
+    return {key: v for key in setting_flags() if (v := getattr(args, key, None)) is not None}

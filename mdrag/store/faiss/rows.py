@@ -24,21 +24,17 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import closing, contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from mdrag.errors import ConfigError, StoreDamagedError, StoreError, StoreInUseError, StoreUnavailableError
-from mdrag.store import same_location
 from mdrag.store.base import ROW_FIELDS, Filter, Hit, bm25_text, holds_its_bm25, holds_its_text, same_embedder
 from mdrag.store.bm25 import Bm25
 from mdrag.store.faiss import tagsets
 from mdrag.store.faiss import vectors as faiss_vectors
 from mdrag.store.faiss.index import faiss_digest
 from mdrag.types import Chunk
-
-if TYPE_CHECKING:
-    from mdrag.config import Config
 
 log = logging.getLogger(__name__)
 
@@ -494,19 +490,6 @@ class RowCache:
 
 
 # -- the file -----------------------------------------------------------------------
-def location(config: Config, name: str) -> str:
-    """Where index ``name`` is kept: ``<cache>/faiss/<name>.sqlite``, as :meth:`FaissStore.from_config` puts it."""
-    return str(config.cache_dir / "faiss" / f"{name}.sqlite")
-
-
-def owns(config: Config, name: str, recorded: str | None) -> str | None:
-    """Index ``name`` is in FAISS when its manifest says so (an index without one goes to FAISS anyway)."""
-    where = location(config, name)
-    if recorded is not None and same_location(recorded, where):
-        return f"index {name!r} was built in FAISS ({where})"
-    return None
-
-
 def writable(folder: Path, path: Path) -> bool:
     """Whether this process may write the store's folder (or create it) and its SQLite file."""
     if path.exists():

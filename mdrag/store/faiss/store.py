@@ -42,7 +42,6 @@ import numpy as np
 
 from mdrag.errors import ModelMismatchError, StoreError, StoreInUseError, StoreUnavailableError
 from mdrag.settings import INDEX_NAME_RULE, valid_index_name
-from mdrag.store import StoreBackend
 from mdrag.store.base import Filter, Hit, Ranked
 from mdrag.store.faiss import rows as sql
 from mdrag.store.faiss import vectors as fv
@@ -629,9 +628,3 @@ class FaissStore:
             raise
         except sqlite3.DatabaseError as e:
             raise damaged(self.path, e) from e
-
-
-#: This backend, as the ``mdrag.stores`` entry point ``faiss`` registers it (pyproject.toml).
-BACKEND = StoreBackend(
-    name="faiss", title="FAISS", store=FaissStore.from_config, location=sql.location, owns=sql.owns, new_indexes=True
-)

@@ -33,11 +33,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from mdrag.errors import ModelMismatchError, StoreDamagedError, StoreError
-from mdrag.extras import Extra, require_extra
 from mdrag.knobs import STORE_MAX_ROWS
 from mdrag.redact import redact_url
-from mdrag.settings import INDEX_NAME_RULE, valid_index_name
-from mdrag.store import StoreBackend, same_location
 from mdrag.store.base import Filter, Hit, same_embedder
 from mdrag.store.milvus import check as milvus_check
 from mdrag.store.milvus import filters, tagsets
@@ -46,7 +43,6 @@ from mdrag.store.milvus import search as milvus_search
 from mdrag.store.milvus.check import reason
 from mdrag.store.milvus.lite import (
     ROWS_KEY,
-    SERVER_SCHEMES,
     LiteFiles,
     is_server,
     lite_read_only,
@@ -56,6 +52,7 @@ from mdrag.store.milvus.lite import (
     padding,
     refresh_bm25,
 )
+from mdrag.store.milvus.names import collection_name
 from mdrag.store.milvus.rows import CONSISTENCY, FIELDS, IDENTITY_KEY
 from mdrag.types import Chunk
 
@@ -77,17 +74,6 @@ _WRITES = {
     "alter_collection_properties",
 }  # refused on a view
 _READS = {"query", "search"}  # read with CONSISTENCY
-
-
-def collection_name(index: str) -> str:
-    """The collection of index ``index`` (checked, never pasted): ``mdrag_<name>``, or, for a name with '-' or
-    '.', which collection names refuse, ``mdragx_<name>`` with '_', '-', '.' written ``_u``, ``_h``, ``_d``: one
-    collection per name (``my-docs`` and ``my_docs`` are two), and the names of before keep theirs."""
-    if not valid_index_name(index):
-        raise StoreError(f"invalid index name {index!r}: use {INDEX_NAME_RULE}")
-    if "-" not in index and "." not in index:
-        return f"mdrag_{index}"
-    return "mdragx_" + index.replace("_", "_u").replace("-", "_h").replace(".", "_d")
 
 
 class MilvusStore:
@@ -129,7 +115,7 @@ class MilvusStore:
         prepare_text: Callable[[str], str] | None = None,
     ) -> MilvusStore:
         """The store of index ``name`` at the configured ``milvus_uri`` (a Milvus Lite file by default)."""
-        return cls(config.milvus_uri, name, identity, config["milvus_token"], prepare_text)
+        return cls(config.effective("milvus_uri"), name, identity, config["milvus_token"], prepare_text)
 
     # -- connection -------------------------------------------------------
     def open(self, create: bool = True, replace_mismatch: bool = False, _retry: bool = True) -> bool:
@@ -571,55 +557,3 @@ class MilvusStore:
             return getattr(self.client, method)(*args, **kwargs)
         except Exception as e:
             raise StoreError(f"Milvus {method} on {self.collection} at {self.uri} failed: {reason(e)}") from e
-
-
-def _chosen(config: Config) -> str | None:
-    """A Milvus server or cluster in ``milvus_uri`` is where every index goes: it is only reached that way."""
-    uri = config["milvus_uri"]
-    if uri and is_server(uri):
-        return f"milvus_uri is a Milvus server ({redact_url(uri)})"
-    return None
-
-
-def _requires(config: Config, name: str) -> None:
-    """A Milvus server needs pymilvus, a Milvus Lite file milvus-lite too: the ``milvus`` extra."""
-    uri = config.milvus_uri
-    if is_server(uri):
-        require_extra(EXTRA, f"index {name!r} in the Milvus server {redact_url(uri)}", ("pymilvus",))
-    else:
-        require_extra(EXTRA, f"index {name!r} in the Milvus Lite file {uri}")
-
-
-def _location(config: Config, name: str) -> str:
-    """Every index is in the one Milvus Lite file (or server) of ``milvus_uri``, as a collection of its own."""
-    return config.milvus_uri
-
-
-def _owns(config: Config, name: str, recorded: str | None) -> str | None:
-    """Index ``name`` is in the Milvus Lite file when its manifest names that file, or, with no manifest to
-    say, when the file holds its collection's folder (``<file>/collections/mdrag_<name>``)."""
-    lite = config.milvus_uri
-    if recorded is not None:
-        return f"index {name!r} was built in the Milvus Lite file {lite}" if same_location(recorded, lite) else None
-    if (Path(lite).expanduser() / "collections" / collection_name(name)).is_dir():
-        return f"the Milvus Lite file {lite} holds index {name!r}"
-    return None
-
-
-#: The ``milvus`` extra: a server needs pymilvus alone, a Milvus Lite file milvus-lite too (:func:`_requires`).
-EXTRA = Extra(
-    "milvus", ("pymilvus", "milvus_lite"), "the Milvus store: a Milvus Lite file, a server or a cluster by URI"
-)
-
-#: This backend, as the ``mdrag.stores`` entry point ``milvus`` registers it (pyproject.toml).
-BACKEND = StoreBackend(
-    name="milvus",
-    title="Milvus",
-    store=MilvusStore.from_config,
-    location=_location,
-    owns=_owns,
-    chosen=_chosen,
-    requires=_requires,
-    schemes=SERVER_SCHEMES,
-    extra=EXTRA,
-)
