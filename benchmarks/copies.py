@@ -39,7 +39,7 @@ def measure(folder: Path) -> dict[str, Any]:
     from mdrag.config import load_config
     from mdrag.index import make_embedder
     from mdrag.ingest.copies import plan_copies
-    from mdrag.ingest.reading import read_file, read_hash
+    from mdrag.ingest.reading import FileReader, read_hash
     from mdrag.ingest.scan import scan
 
     config = load_config()
@@ -59,7 +59,7 @@ def measure(folder: Path) -> dict[str, Any]:
     chunks: dict[str, int] = {}
     for path, _ in todo:
         root, rel, mtime_ns, size = found.files[path]
-        chunks[path] = len(read_file(path, root, rel, mtime_ns, size, embedder, settings).chunks)
+        chunks[path] = len(FileReader(embedder, settings).read(path, (root, rel, mtime_ns, size)).chunks)
     saved = sum(chunks[orig] * len(copies) for orig, copies in groups.items())
     examples = [[found.files[o][1], *(found.files[c][1] for c in cs)] for o, cs in list(groups.items())[:5]]
     return {

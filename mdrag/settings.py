@@ -8,7 +8,7 @@ the command line's flags (:mod:`mdrag.frontends.cli`), the checks and error mess
 :mod:`mdrag.config`, which resolves the values in effect, and the settings a running server applies
 at once (:data:`LIVE`). A setting that picks a backend takes the names registered by entry point
 (:mod:`mdrag.plugins`), in its checks and its help. A store backend declares the settings it reads itself
-(``StoreBackend.settings``, made with :func:`setting`): they are collected from the registry when the
+(``StoreBackend.settings``, made with :func:`backend_setting`): they are collected from the registry when the
 settings are first read (:data:`FIELDS` and the tables made from it), placed before ``store.backend``.
 """
 
@@ -153,7 +153,7 @@ class Field:
 
     default: Any  # None: unset
     description: str  # the one line of help
-    json_schema_extra: dict[str, Any]  # env, shown, secret, live, flag, metavar, cache_file, docsets_file (setting())
+    json_schema_extra: dict[str, Any]  # what setting() and backend_setting() were given: env, shown, flag ...
     checks: dict[str, Any]  # the range checks: ge, gt, le
     annotation: Any = None  # the value's type, without Annotated's markers: int, int | float, list[str], Literal[...]
     metadata: tuple[Any, ...] = ()  # Annotated's markers: Registered, Before, After
@@ -168,35 +168,38 @@ def setting(
     shown: str | None = None,
     secret: bool = False,
     live: bool = False,
-    kind: Any = None,
-    flag: str | None = None,
-    metavar: str | None = None,
-    cache_file: str | None = None,
-    docsets_file: str | None = None,
     **checks: Any,
 ) -> Any:
     """One setting's field: its default, one line of help, and optionally its environment variable, how the
     docs show a ``None`` default (``shown``), whether it is a secret, whether a running server applies a change
     to it at once (``live``: it reads the value at each search, answer, connection or rescan; :data:`LIVE`),
     and range checks (``ge``, ``gt``, ``le``).
-
-    A backend's setting (``StoreBackend.settings``) also gives its type (``kind``: ``str | None``, ``Int``, a
-    ``Literal``; mdrag's own take it from their annotation in :class:`_Declared`), and may give the command-line
-    flag that sets it on every command that opens an index (``flag``, ``metavar``), the file under the cache
-    folder it means when unset (``cache_file``), and the one it means, when unset, for docsets' indexes
-    (``docsets_file``).
     """
-    extra = {
-        "env": env,
-        "shown": shown,
-        "secret": secret or None,
-        "live": live or None,
-        "flag": flag,
-        "metavar": metavar,
-        "cache_file": cache_file,
-        "docsets_file": docsets_file,
-    }
-    return Field(default, help, {k: v for k, v in extra.items() if v is not None}, checks, declared=kind)
+    extra = {"env": env, "shown": shown, "secret": secret or None, "live": live or None}
+    return Field(default, help, {k: v for k, v in extra.items() if v is not None}, checks)
+
+
+def backend_setting(
+    kind: Any,
+    default: Any,
+    help: str,
+    *,
+    flag: str | None = None,
+    metavar: str | None = None,
+    cache_file: str | None = None,
+    docsets_file: str | None = None,
+    **more: Any,
+) -> Field:
+    """A setting that a store backend declares (``StoreBackend.settings``): :func:`setting`'s (``more``: its
+    ``env``, ``shown``, ``secret``, ``live`` and range checks), with its type (``kind``: ``str | None``,
+    ``Int``, a ``Literal``; mdrag's own take it from their annotation in :class:`_Declared`), and optionally
+    the command-line flag that sets it on every command that opens an index (``flag``, ``metavar``), the file
+    under the cache folder it means when unset (``cache_file``), and the one it means, when unset, for
+    docsets' indexes (``docsets_file``)."""
+    field: Field = setting(default, help, **more)
+    extra = {"flag": flag, "metavar": metavar, "cache_file": cache_file, "docsets_file": docsets_file}
+    field.json_schema_extra.update({k: v for k, v in extra.items() if v is not None})
+    return replace(field, declared=kind)
 
 
 class _Declared:
@@ -568,7 +571,9 @@ def _backend_fields(taken: set[str]) -> dict[str, Field]:
             continue
         for key, field in dict(getattr(declared, "settings", None) or {}).items():
             if key in taken or key in found or not isinstance(field, Field) or field.declared is None:
-                log.warning("store backend %r: setting %r left out (taken, or not made by setting(kind=))", name, key)
+                log.warning(
+                    "store backend %r: setting %r left out (taken, or not made by backend_setting())", name, key
+                )
                 continue
             found[key] = _typed(field, field.declared)
     return found

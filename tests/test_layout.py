@@ -18,19 +18,22 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "mdrag"
 MAX_LINES = 1000  # a backstop only: modules are split by job, not by length; functions have the cap below
 MAX_FUNCTION_LINES = 80  # a function longer than this is more than one step: split it, or name it below
+MAX_PARAMETERS = 8  # more, and the state travels as arguments: an object (a run, a reader) holds it instead
+#: The functions allowed over MAX_PARAMETERS, each with what it waits for: a new one must take fewer.
+MANY_PARAMETERS = {
+    "mdrag.retrieval.search.search": "to split with its long body: a search object holding the query's state",
+    "mdrag.retrieval.search._kept": "to become a step of that search object (its rows, its counts of left out)",
+}
 #: The functions allowed over MAX_FUNCTION_LINES, each with why it is one piece (or, "to split", what it
 #: waits for): a new long function must be split or named here.
 LONG_FUNCTIONS = {
     "mdrag.knowledge.web.WebsiteCrawler.crawl": "to split: the crawl loop, one page's fetch, checks and storage",
-    "mdrag.ingest.pipeline.Indexer._prepare": "to split into a run object's steps (the house issue)",
-    "mdrag.ingest.pipeline.Indexer._apply": "to split into a run object's steps (the house issue)",
     "mdrag.retrieval.search.search": "the search pipeline in order: candidates, fusion, boosts, rerank, cut",
     "mdrag.embedding.onnx_build.build_model": "the BERT graph written node by node, in the model's own order",
     "mdrag.frontends.cli.serving.run_ask": "to split: one question and the prompt loop",
     "mdrag.knowledge.files.sync": "to split: a docset folder's copy, checks and removals",
     "mdrag.embedding.onnx_files.export_onnx": "torch's export and its check against torch, one guarded block",
     "mdrag.knowledge.config.load_knowledge_config": "to split: reading, then each docset's checks",
-    "mdrag.ingest.writing.write_batch": "to split into a run object's steps: embed, stop, upsert, commit",
     "mdrag.index.index.Index.update": "to split: the run's setup, its progress record and its steps",
 }
 FRONT_ENDS = "mdrag.frontends"  # the CLI, the WebSocket server and client, the web page, the MCP server
@@ -177,14 +180,14 @@ def test_no_module_is_longer_than_the_house_allows() -> None:
     assert {n: k for n, k in lengths.items() if k > MAX_LINES} == {}
 
 
-def _functions() -> dict[str, int]:
-    """Every function and method of the package by its dotted name, with its length in lines."""
-    found: dict[str, int] = {}
+def _function_nodes() -> dict[str, ast.FunctionDef | ast.AsyncFunctionDef]:
+    """Every function and method of the package by its dotted name."""
+    found: dict[str, ast.FunctionDef | ast.AsyncFunctionDef] = {}
 
     def walk(node: ast.AST, prefix: str) -> None:
         for child in ast.iter_child_nodes(node):
             if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
-                found[f"{prefix}.{child.name}"] = (child.end_lineno or child.lineno) - child.lineno + 1
+                found[f"{prefix}.{child.name}"] = child
                 walk(child, f"{prefix}.{child.name}")
             elif isinstance(child, ast.ClassDef):
                 walk(child, f"{prefix}.{child.name}")
@@ -192,6 +195,30 @@ def _functions() -> dict[str, int]:
     for name, path in MODULES.items():
         walk(ast.parse(path.read_text(encoding="utf-8")), name)
     return found
+
+
+def _functions() -> dict[str, int]:
+    """Every function and method of the package by its dotted name, with its length in lines."""
+    return {name: (f.end_lineno or f.lineno) - f.lineno + 1 for name, f in _function_nodes().items()}
+
+
+def _parameters(f: ast.FunctionDef | ast.AsyncFunctionDef) -> list[str]:
+    """The parameters a caller may pass to ``f``: every one (``*args`` and ``**kwargs`` too), but a method's
+    ``self`` or ``cls``."""
+    a = f.args
+    names = [p.arg for p in [*a.posonlyargs, *a.args, *a.kwonlyargs, *filter(None, (a.vararg, a.kwarg))]]
+    return names[1:] if names[:1] in (["self"], ["cls"]) else names
+
+
+def test_no_function_takes_more_parameters_than_the_house_allows() -> None:
+    many = {name for name, f in _function_nodes().items() if len(_parameters(f)) > MAX_PARAMETERS}
+    assert many - set(MANY_PARAMETERS) == set(), "their state travels as arguments: let an object hold it"
+    assert set(MANY_PARAMETERS) - many == set(), "no longer too many: take them out of MANY_PARAMETERS"
+
+
+def test_the_parameter_count_sees_every_kind() -> None:
+    f = ast.parse("class C:\n    def m(self, a, /, b, *c, d, **e): ...").body[0].body[0]  # type: ignore[attr-defined]
+    assert _parameters(f) == ["a", "b", "d", "c", "e"]
 
 
 def test_no_function_is_longer_than_the_house_allows_unless_named_with_its_reason() -> None:

@@ -133,7 +133,7 @@ def test_a_third_party_store_and_embedder_are_used_like_built_in_ones(tmp_path: 
 TOY = """
 from pathlib import Path
 
-from mdrag.settings import setting
+from mdrag.settings import backend_setting
 from mdrag.store import StoreBackend
 from mdrag.store.faiss import FaissStore
 
@@ -160,10 +160,10 @@ BACKEND = StoreBackend(
     owns=_owns,
     schemes=("toy",),
     settings={
-        "toy.box": setting(
+        "toy.box": backend_setting(
+            str | None,
             None,
             "the folder of the toy's stores",
-            kind=str | None,
             env="MDRAG_TOY_BOX",
             shown="`$MDRAG_HOME/cache/toy`",
             flag="--toy-box",

@@ -121,7 +121,6 @@ class IndexKeeper:
         index: Index,
         folders: Sequence[str | Path] = (),
         step_s: float = STEP_S,
-        batch_chunks: int = BATCH_CHUNKS,
         on_change: Callable[[KeeperState], object] | None = None,
         update: Updater | None = None,
         gate: threading.Lock | None = None,
@@ -129,8 +128,8 @@ class IndexKeeper:
         rescan_interval: float | None = None,
     ) -> None:
         self.index = index
-        self.step_s = step_s
-        self.batch_chunks = batch_chunks
+        self.step_s = step_s  # how long one step of a full update runs before it commits
+        self.batch_chunks = BATCH_CHUNKS  # chunks per embed round of an update: fewer, a pause is heeded sooner
         self.on_change = on_change  # told each new state, from the worker thread
         self._updater = update
         self._gate = gate

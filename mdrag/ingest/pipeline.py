@@ -35,7 +35,7 @@ from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 
-from mdrag.chunking import ChunkSettings, Truncated
+from mdrag.chunking import ChunkSettings
 from mdrag.embedding.base import Embedder
 from mdrag.errors import ConfigError, IndexingCancelledError
 from mdrag.ingest import boilerplate
@@ -56,7 +56,7 @@ from mdrag.ingest.plan import (
     to_hash,
 )
 from mdrag.ingest.progress import IndexProgress, ProgressCounter
-from mdrag.ingest.reading import Parsed, read_file, read_hash
+from mdrag.ingest.reading import FileReader, Parsed, read_hash
 from mdrag.ingest.scan import ScanOptions, ScanResult, scan
 from mdrag.ingest.summary import NEW_INDEX, IndexSummary, report_scan, warn
 from mdrag.ingest.writing import delete_replaced, publish, write_batch
@@ -64,9 +64,9 @@ from mdrag.parsers import parse_file
 from mdrag.parsers.worker import ParseWorker
 from mdrag.store import in_home, moved_uri, same_location
 from mdrag.store.base import Store
-from mdrag.types import Chunk
+from mdrag.types import Chunk, Document
 
-__all__ = ["IndexOptions", "Indexer", "RunEvents"]
+__all__ = ["IndexOptions", "IndexRun", "Indexer", "RunEvents"]
 
 log = logging.getLogger(__name__)
 
@@ -125,20 +125,6 @@ class RunEvents:
 _EVERYTHING: list[str] = []
 
 
-@dataclass
-class _Job:
-    """What a run found to do (:meth:`Indexer._prepare`), for :meth:`Indexer._apply`."""
-
-    m: Manifest  # the new state: the files as they will be, saved as the run goes
-    plan: UpdatePlan  # what to do with each file of the folders listed
-    found: ScanResult  # what the scan found
-    writes: bool  # False: the store holds the new state already, and the manifest is not saved
-    sweep: list[str] | None  # folders (``_EVERYTHING``: all) whose chunks the new state does not use are deleted
-    run_hashes: set[int] | None  # see :func:`mdrag.ingest.writing.write_batch`
-    copies: CopyPlan  # files to do that are copies of others (mdrag.ingest.copies): recorded, not parsed
-    left_out: int = 0  # files to do that the run leaves to the next (not among ``only``)
-
-
 class Indexer:
     """Keeps one index's store and manifest in line with its folders (see the module's docstring).
 
@@ -182,316 +168,14 @@ class Indexer:
         t0 = time.perf_counter()
         events = events or RunEvents()
         summary = IndexSummary()
-        job = self._prepare(folders, events, summary, rebuild, only, thorough)
-        if job is not None:
-            self._apply(job, events, summary)
-            summary.folders = list(job.m.roots)
-            summary.chunks_total = job.m.chunk_count
+        run = IndexRun(self, events, summary)
+        if run.prepare(folders, rebuild, only, thorough):
+            run.apply()
+            summary.folders = list(run.m.roots)
+            summary.chunks_total = run.m.chunk_count
         summary.seconds = round(time.perf_counter() - t0, 3)
         summary.embed_seconds = round(summary.embed_seconds, 3)
         return summary
-
-    def _prepare(
-        self,
-        folders: Sequence[str | Path],
-        events: RunEvents,
-        summary: IndexSummary,
-        rebuild: bool,
-        only: Collection[str] | None,
-        thorough: bool,
-    ) -> _Job | None:
-        """Decide what the run does, repairing what a run that did not finish left; None: nothing to do
-        (``summary`` then says what was found)."""
-        store, manifest_path, selection = self.store, self.manifest_path, self.options.selection
-        open_store = events.open_store
-        roots = _resolve(folders)
-        # What decides the stored chunks: a change re-chunks (vectors are reused by content hash).
-        chunking = chunking_of(store, self.embedder, self.options.settings)
-        old = before = Manifest.load(manifest_path)
-        if old is not None and not rebuild and _moved(old, store, manifest_path, open_store):
-            open_store = None
-        if rebuild:
-            summary.rebuild = "requested (--rebuild)"
-        elif old is None:
-            summary.rebuild = NEW_INDEX if not manifest_path.exists() else "manifest unreadable"
-        else:
-            summary.rebuild = rebuild_reason(old, store, self.embedder, chunking)
-        if summary.rebuild and old is not None:  # every folder of the index is indexed again, not only those given
-            roots = _resolve([*old.roots, *roots])
-        if (old is None or not old.roots) and in_home(store.uri, manifest_path):
-            if open_store is not None:
-                open_store()
-                open_store = None
-            retired = old.retired_roots if old is not None else []  # a removal of them did not finish
-            recovered = _roots_from_store(store, manifest_path, retired, summary)
-            if recovered and summary.rebuild == NEW_INDEX:  # not new: its manifest was lost
-                summary.rebuild = "no manifest"
-            roots = _resolve([*recovered, *roots])
-        found = scan(roots, selection)
-        if summary.rebuild and old is not None:
-            refuse_rebuild_with_folders_missing(old, found, summary.rebuild)
-        if rebuild:
-            old = None
-        key = skip_key(self.options.parse_limits)
-        skips = old.skipped if old is not None and summary.rebuild is None else {}
-        recall_skips(found, skips, key)
-        # The store as the last clean run left it: no need to count its rows.
-        as_left = (
-            old is not None and old.verified and not old.dirty and not thorough and store.unchanged_since_last_run()
-        )
-        if open_store is not None and old is not None and as_left and summary.rebuild is None and not old.partial:
-            if nothing_to_do(old, roots, found) and not boilerplate.stale(old.files, old.pages):
-                summary.unchanged, summary.chunks_total = len(found.files), old.chunk_count
-                summary.kept = len(kept_files(old.files, roots, found))
-                summary.skipped_files = [(p, reason) for p, (_, reason) in found.skipped.items()]
-                summary.skipped = len(summary.skipped_files)
-                report_scan(summary, found, old)
-                summary.folders = list(old.roots)
-                return None
-        if open_store is not None:
-            open_store()
-        if summary.rebuild:  # said at WARNING unless asked for (--rebuild) or the index is new
-            (log.warning if not rebuild and (before is not None or manifest_path.exists()) else log.info)(
-                "index %r: every file is indexed again (%s); searches keep the last committed state until it is done",
-                self.name,
-                summary.rebuild,
-            )
-        suspect = _repair_store(store, summary, thorough)
-
-        m = Manifest(index=self.name, store_uri=store.uri, model=self.embedder.identity, chunking=chunking)
-        m.last_indexed = before.last_indexed if before is not None else None  # until this run finishes
-        if old is not None and summary.rebuild is None:
-            m.files, m.pages = old.files, old.pages
-            m.dirty = old.dirty or not old.verified or thorough
-            m.retired_roots = old.retired_roots
-            m.committed_ids, m.committed_roots = old.committed_ids, old.committed_roots
-            m.committed_files = old.committed_files
-            m.partial, m.grown_since = old.partial, old.grown_since  # a first build in part goes on
-            # kept while the file is there as it was, or its folder was not listed in this run
-            m.skipped = {p: f for p, f in skips.items() if p in found.skipped or f.root not in roots}
-        # The folders this manifest accounts for: other indexers may write other
-        # folders into the same collection, and their chunks are not ours to repair.
-        m.roots = _resolve([*(old.roots if old is not None else []), *(r for r in roots if r not in found.missing)])
-        scope = sorted(set(m.roots) | set(roots) | set(m.retired_roots))
-        if not m.dirty and m.files and not as_left and store.count(scope) != m.chunk_count:
-            log.warning("index %r: the store and the manifest disagree", self.name)
-            m.dirty = True
-        repair = summary.rebuild is not None or m.dirty
-        if m.dirty:
-            summary.repaired = True
-            log.warning("the previous run of index %r did not finish, or its files changed: repairing", self.name)
-            stored = store.id_paths(roots=scope)
-            for path in mismatched(m.files, stored):
-                log.info("re-indexing %s: its chunks in the store do not match the manifest", path)
-                del m.files[path]
-            for path in sorted({stored[cid] for cid in suspect if cid in stored} & m.files.keys()):
-                log.info("re-indexing %s: the store finds its chunks' rows damaged", path)
-                del m.files[path]
-            # A repaired file may lie in any folder of the index: list them all.
-            if set(m.roots) - set(roots):
-                roots = m.roots
-                found = scan(roots, selection)
-                recall_skips(found, m.skipped, key)
-        report_scan(summary, found, old)
-
-        # A store that starts a full re-index empty (a new index, or one made anew for another model) holds
-        # nothing readers could keep seeing, and no vectors to reuse but the ones this run writes (texts that
-        # repeat); --rebuild trusts none of the stored vectors either: only this run's hashes are looked up.
-        empty = summary.rebuild is not None and store.count() == 0
-        m.keep_committed(None if empty else before)  # what readers keep seeing until this run commits
-        run_hashes: set[int] | None = set() if rebuild or empty else None
-
-        hashes = {p: read_hash(p) for p in to_hash(m.files, roots, found)}
-        plan = plan_update(m.files, roots, found, hashes)
-        left_out = len(plan.todo)  # files to do that this run leaves (``only``)
-        if only is not None:
-            plan.todo = [t for t in plan.todo if t[0] in only]
-        left_out -= len(plan.todo)
-        # Files of the same bytes as another are recorded as its copies, not parsed (mdrag.ingest.copies).
-        plan.todo, copies = plan_copies(m.files, plan.todo, plan.delete, found, lambda p: hashes.get(p) or read_hash(p))
-        restale = _forget_pages(m, roots, found, plan)
-        moved = old is not None and old.roots != m.roots  # with a first build in part: its end says it is whole
-        writes = bool(
-            plan.todo or copies.count or plan.delete or repair or m.retired_roots or moved or m.partial is not None
-        )
-        writes = writes or bool(restale)
-        # A rebuild writes the whole index beside what readers see, then deletes every chunk it did not write.
-        sweep = _EVERYTHING if rebuild else scope if repair or m.retired_roots else None
-        return _Job(m, plan, found, writes, sweep, run_hashes, copies, left_out)
-
-    def _apply(self, job: _Job, events: RunEvents, summary: IndexSummary) -> None:
-        """Carry out the job's plan on the store and the manifest, and save the manifest clean.
-
-        Touched files are recorded; the files to do are parsed, chunked, embedded
-        and written; ``on_commit`` is told the new state; then the chunks it no
-        longer uses are deleted (with ``sweep``, every chunk under those folders
-        that it does not use: a repair) and the store is told the run is done.
-        With ``writes`` False the store holds the new state already: the manifest
-        is not saved.
-        """
-        store, embedder, settings, manifest_path = self.store, self.embedder, self.options.settings, self.manifest_path
-        m, plan, found, parse_limits = job.m, job.plan, job.found, self.options.parse_limits
-        batch_chunks = self.options.batch_chunks or _BATCH_CHUNKS
-        todo, removed = plan.todo, plan.delete
-        key = skip_key(parse_limits)
-        summary.unchanged = len(plan.unchanged) + len(plan.touched)
-        summary.kept = len(plan.kept)
-        summary.touched = len(plan.touched)
-        for p, (mtime_ns, size) in plan.touched.items():
-            m.files[p].mtime_ns, m.files[p].size = mtime_ns, size
-            if p in m.pages:
-                m.pages[p].mtime_ns, m.pages[p].size = mtime_ns, size
-            log.info("%s: touched, content unchanged: already embedded", p)
-        # A first build (nothing committed yet, or part of its files) run in steps commits every few seconds.
-        growing = job.writes and (m.committed_ids == [] or m.partial is not None)
-        if growing and events.pause is not None:  # run in steps
-            batch_chunks = min(batch_chunks, _GROW_BATCH[0] if not m.partial else _GROW_BATCH[1])
-            m.grown_since = m.grown_since or time.time()
-        if job.writes:
-            m.dirty = True
-            m.progress = [0, len(todo)]  # readers of a first build learn its size at once
-            m.save(manifest_path)
-        step_began = time.monotonic() if growing and events.pause is not None else None
-
-        last_save = time.monotonic()
-        written: set[str] = set()  # ids of the chunks this run upserted
-        retired: list[str] = []  # ids the new state no longer uses: deleted after the commit
-        job.copies.record_now(m, found, retired, summary)
-        left = 0  # files read, but left unwritten by a stop
-        batch: list[tuple[str, FileState, list[Chunk]]] = []
-        todo = todo + [(p, None) for p in boilerplate.stale(m.files, m.pages, [p for p, _ in todo])]
-
-        # With parse_limits, files are parsed in a child process that can be stopped.
-        worker = ParseWorker(parse_limits[1]) if parse_limits and any(err is None for _, err in todo) else None
-        timeout, max_mb = parse_limits if parse_limits else (0.0, None)
-        truncated = Truncated()  # chunks longer than the model reads (chunk.strategy langchain): one warning
-        try:  # the blocks each folder's HTML pages repeat, known before any of its pages is chunked
-            early = boilerplate.read_pages(
-                [p for p, err in todo if err is None],
-                found.files,
-                m.pages,
-                lambda p: worker.parse(p, timeout) if worker is not None else parse_file(p),
-                events.cancel,
-            )
-        except BaseException as e:
-            if worker is not None:
-                worker.close()
-            if isinstance(e, IndexingCancelledError) and job.writes:
-                m.save(manifest_path)  # what was written so far, still dirty: the next run repairs and goes on
-            raise
-        todo += [(p, None) for p in boilerplate.stale(m.files, m.pages, [p for p, _ in todo])]
-        drops = boilerplate.repeated(m.pages)
-        sizes = [(path, found.files[path][3]) for path, _ in todo if path in found.files]  # not those skipped
-        bar = ProgressCounter(len(todo), events.progress, sizes, summary.unchanged if growing else None)
-
-        def parse(item: tuple[str, str | None]) -> Parsed:
-            path, err = item
-            if err:
-                parsed = Parsed(None, [], err)
-            else:
-                root, rel, mtime_ns, size = found.files[path]
-                parsed = read_file(
-                    path,
-                    root,
-                    rel,
-                    mtime_ns,
-                    size,
-                    embedder,
-                    settings,
-                    worker,
-                    timeout,
-                    truncated,
-                    max_mb,
-                    early=early.pop(path, None),
-                    drop=drops.get(path, ()),
-                )
-            bar.parsed(path, len(parsed.chunks))  # ahead of the embedder: the estimate of the chunks to write
-            return parsed
-
-        # The model loads while the first files are parsed (a parse worker takes a while to start, too).
-        warming = WarmUp(embedder) if todo else None
-
-        def write(batch: list[tuple[str, FileState, list[Chunk]]]) -> set[str]:
-            nonlocal warming, left
-            if warming is not None and not (events.stop is not None and events.stop.is_set()):
-                if not warming.ready:
-                    bar.now("loading the model")
-                summary.embed_seconds += warming.finish()
-                warming = None
-            bar.now("embedding")
-            how = (events.on_upsert, retired, job.run_hashes, bar, batch_chunks, events.stop)
-            ids, unwritten = write_batch(store, embedder, m, batch, summary, *how)
-            left += unwritten
-            bar.done(len(batch) - unwritten)
-            return ids
-
-        def step_over() -> bool:
-            """Whether the run stops reading files here: paused, stopped, or a first build's step is over."""
-            if events.stop is not None and events.stop.is_set():
-                return True
-            took = time.monotonic() - step_began if step_began is not None else None
-            if took is not None and (took >= _GROW_S or len(written) >= _GROW_CHUNKS):
-                if took >= _GROW_SHARE * (time.time() - (m.grown_since or 0.0)):
-                    return True
-            return events.pause is not None and events.pause.is_set() and not _would_drop(m, retired, batch)
-
-        # Files are parsed and chunked in a thread while the last batch is embedded.
-        read = 0  # files taken from todo
-        try:
-            with closing(ahead(todo, parse, cancel=events.cancel)) as parsed:
-                for (path, preset), result in parsed:
-                    read += 1
-                    _take(m, found, summary, bar, key, retired, batch, path, preset, result)
-                    if sum(len(chunks) for _, _, chunks in batch) >= batch_chunks:
-                        written |= write(batch)
-                        batch.clear()
-                        if time.monotonic() - last_save > _SAVE_EVERY_S:
-                            m.progress = [bar.files_done, bar.files_total]
-                            m.save(manifest_path)
-                            last_save = time.monotonic()
-                    if step_over():
-                        break
-        except IndexingCancelledError:
-            if job.writes:
-                m.save(manifest_path)  # what was written so far, still dirty: the next run repairs and goes on
-            raise
-        finally:
-            if worker is not None:
-                worker.close()
-        if batch:  # after a stop, written only where nothing is left to embed
-            written |= write(batch)
-        bar.now("saving")
-        summary.remaining = len(todo) - read + left + job.copies.record_after(m, found, retired, summary, key)
-        if msg := truncated.message():
-            warn(summary, msg)
-
-        # Files gone from disk: their chunks go, after the new files could reuse their vectors.
-        for p in removed:
-            retired.extend(m.files.pop(p).chunks)
-        summary.deleted = len(removed)
-
-        live = m.chunk_ids()
-        if job.writes:
-            publish(store, m, live)
-            m.save(manifest_path)  # still dirty: a crash from here on is repaired
-        if events.on_commit is not None:
-            events.on_commit(live)
-        if job.sweep is not None:
-            retired.extend(store.all_ids(roots=None if job.sweep is _EVERYTHING else job.sweep) - live)
-        retired = sorted(set(retired) - live)
-        if retired:
-            delete_replaced(store, retired)
-            summary.chunks_deleted += len(retired)
-        if job.writes:
-            store.end_run(written, live, whole=summary.rebuild is not None)
-            m.retired_roots = []
-            m.mark_finished()
-            if growing:  # readers are told that the index holds part of its files
-                total = summary.unchanged + len(todo) + job.copies.count + job.left_out
-                undone = summary.remaining + job.left_out
-                m.partial = [total - undone, total] if undone else None
-                m.grown_since = m.grown_since if undone else None
-            m.save(manifest_path)
 
     def remove(self, folders: Sequence[str | Path], events: RunEvents | None = None) -> IndexSummary:
         """Take ``folders`` out of the index: their files' chunks are deleted; the folders need not exist.
@@ -548,6 +232,440 @@ class Indexer:
         summary.chunks_total = m.chunk_count
         summary.seconds = round(time.perf_counter() - t0, 3)
         return summary
+
+
+class IndexRun:
+    """One run of an :class:`Indexer`: its state, from what it finds to do to its commit, and a method per step.
+
+    It holds the new state's manifest (``m``), the ``summary``, the progress (``bar``), the ``batch`` of files
+    read and not written yet, and what was ``retired`` (the ids the new state no longer uses: deleted after the
+    commit). :meth:`prepare` decides what to do, repairing what a run that did not finish left; :meth:`apply`
+    does it (see :meth:`Indexer.run`).
+    """
+
+    def __init__(self, indexer: Indexer, events: RunEvents, summary: IndexSummary) -> None:
+        self.store = indexer.store
+        self.embedder = indexer.embedder
+        self.manifest_path = indexer.manifest_path
+        self.name = indexer.name
+        self.options = indexer.options
+        self.events = events
+        self.summary = summary
+        self.key = skip_key(indexer.options.parse_limits)  # the parse limits a skip was recorded under
+        self.batch_chunks = indexer.options.batch_chunks or _BATCH_CHUNKS
+        self._open_store = events.open_store  # None once the store is open
+        self.before: Manifest | None = None  # the manifest as the last run left it
+        # What prepare() finds to do, for apply().
+        self.m: Manifest  # the new state: the files as they will be, saved as the run goes
+        self.plan: UpdatePlan  # what to do with each file of the folders listed
+        self.found: ScanResult  # what the scan found
+        self.roots: list[str] = []  # the folders scanned
+        self.writes = False  # False: the store holds the new state already, and the manifest is not saved
+        self.sweep: list[str] | None = None  # folders (``_EVERYTHING``: all) whose chunks the new state drops
+        self.run_hashes: set[int] | None = None  # see :func:`mdrag.ingest.writing.write_batch`
+        self.copies: CopyPlan  # files to do that are copies of others (mdrag.ingest.copies): recorded, not parsed
+        self.left_out = 0  # files to do that the run leaves to the next (not among ``only``)
+        # What apply() does.
+        self.bar: ProgressCounter  # the progress, told to RunEvents.progress
+        self.batch: list[tuple[str, FileState, list[Chunk]]] = []
+        self.retired: list[str] = []  # ids the new state no longer uses: deleted after the commit
+        self.written: set[str] = set()  # ids of the chunks this run upserted
+        self.left = 0  # files read, but left unwritten by a stop
+        self.growing = False  # a first build (nothing committed yet, or part of its files)
+        self.step_began: float | None = None  # when a first build run in steps began this one
+        self._reader: FileReader
+        self._early: dict[str, Document | Exception] = {}  # what parsing the HTML pages gave already
+        self._drops: dict[str, list[str]] = {}  # the blocks each page's site repeats
+        self._warming: WarmUp | None = None  # the model, loading while the first files are parsed
+        self._last_save = 0.0  # when the manifest last recorded the run's progress (time.monotonic)
+
+    @property
+    def on_upsert(self) -> Callable[[list[str]], None] | None:
+        return self.events.on_upsert
+
+    @property
+    def stop(self) -> threading.Event | None:
+        return self.events.stop
+
+    # -- prepare: what the run does --------------------------------------------------------------------------
+    def prepare(
+        self, folders: Sequence[str | Path], rebuild: bool, only: Collection[str] | None, thorough: bool
+    ) -> bool:
+        """Decide what the run does, repairing what a run that did not finish left; False: nothing to do
+        (``summary`` then says what was found)."""
+        store, summary = self.store, self.summary
+        # What decides the stored chunks: a change re-chunks (vectors are reused by content hash).
+        chunking = chunking_of(store, self.embedder, self.options.settings)
+        old, roots = self._earlier(_resolve(folders), rebuild, chunking)
+        found = scan(roots, self.options.selection)
+        if summary.rebuild and old is not None:
+            refuse_rebuild_with_folders_missing(old, found, summary.rebuild)
+        if rebuild:
+            old = None
+        skips = old.skipped if old is not None and summary.rebuild is None else {}
+        recall_skips(found, skips, self.key)
+        # The store as the last clean run left it: no need to count its rows.
+        as_left = (
+            old is not None and old.verified and not old.dirty and not thorough and store.unchanged_since_last_run()
+        )
+        if self._unchanged(old, roots, found, as_left):
+            return False
+        self._open()
+        if summary.rebuild:  # said at WARNING unless asked for (--rebuild) or the index is new
+            (log.warning if not rebuild and (self.before is not None or self.manifest_path.exists()) else log.info)(
+                "index %r: every file is indexed again (%s); searches keep the last committed state until it is done",
+                self.name,
+                summary.rebuild,
+            )
+        suspect = _repair_store(store, summary, thorough)
+        self.m = self._new_manifest(old, chunking, roots, found, skips, thorough)
+        scope = sorted(set(self.m.roots) | set(roots) | set(self.m.retired_roots))
+        if not self.m.dirty and self.m.files and not as_left and store.count(scope) != self.m.chunk_count:
+            log.warning("index %r: the store and the manifest disagree", self.name)
+            self.m.dirty = True
+        repair = summary.rebuild is not None or self.m.dirty
+        if self.m.dirty:
+            roots, found = self._repair(roots, found, scope, suspect)
+        report_scan(summary, found, old)
+        self.roots, self.found = roots, found
+        self._plan(old, rebuild, only, scope, repair)
+        return True
+
+    def _open(self) -> None:
+        """Open the store (RunEvents.open_store), unless it is open."""
+        if self._open_store is not None:
+            self._open_store()
+            self._open_store = None
+
+    def _earlier(
+        self, roots: list[str], rebuild: bool, chunking: dict[str, object]
+    ) -> tuple[Manifest | None, list[str]]:
+        """The manifest the last run left (None: none, or unreadable) and the folders to scan: ``roots``, with
+        every folder of the index when it is indexed again whole (``summary.rebuild`` says why), or those its
+        store holds when its manifest lost them."""
+        store, manifest_path, summary = self.store, self.manifest_path, self.summary
+        old = self.before = Manifest.load(manifest_path)
+        if old is not None and not rebuild and _moved(old, store, manifest_path, self._open_store):
+            self._open_store = None
+        if rebuild:
+            summary.rebuild = "requested (--rebuild)"
+        elif old is None:
+            summary.rebuild = NEW_INDEX if not manifest_path.exists() else "manifest unreadable"
+        else:
+            summary.rebuild = rebuild_reason(old, store, self.embedder, chunking)
+        if summary.rebuild and old is not None:  # every folder of the index is indexed again, not only those given
+            roots = _resolve([*old.roots, *roots])
+        if (old is None or not old.roots) and in_home(store.uri, manifest_path):
+            self._open()
+            retired = old.retired_roots if old is not None else []  # a removal of them did not finish
+            recovered = _roots_from_store(store, manifest_path, retired, summary)
+            if recovered and summary.rebuild == NEW_INDEX:  # not new: its manifest was lost
+                summary.rebuild = "no manifest"
+            roots = _resolve([*recovered, *roots])
+        return old, roots
+
+    def _unchanged(self, old: Manifest | None, roots: list[str], found: ScanResult, as_left: bool) -> bool:
+        """Whether nothing changed since the last clean run (``as_left``), the store unopened: the summary
+        then says what was found."""
+        summary = self.summary
+        if self._open_store is None or old is None or not as_left or summary.rebuild is not None or old.partial:
+            return False
+        if not nothing_to_do(old, roots, found) or boilerplate.stale(old.files, old.pages):
+            return False
+        summary.unchanged, summary.chunks_total = len(found.files), old.chunk_count
+        summary.kept = len(kept_files(old.files, roots, found))
+        summary.skipped_files = [(p, reason) for p, (_, reason) in found.skipped.items()]
+        summary.skipped = len(summary.skipped_files)
+        report_scan(summary, found, old)
+        summary.folders = list(old.roots)
+        return True
+
+    def _new_manifest(
+        self,
+        old: Manifest | None,
+        chunking: dict[str, object],
+        roots: list[str],
+        found: ScanResult,
+        skips: dict[str, SkippedFile],
+        thorough: bool,
+    ) -> Manifest:
+        """The new state's manifest: the last run's files, unless every file is indexed again."""
+        before = self.before
+        m = Manifest(index=self.name, store_uri=self.store.uri, model=self.embedder.identity, chunking=chunking)
+        m.last_indexed = before.last_indexed if before is not None else None  # until this run finishes
+        if old is not None and self.summary.rebuild is None:
+            m.files, m.pages = old.files, old.pages
+            m.dirty = old.dirty or not old.verified or thorough
+            m.retired_roots = old.retired_roots
+            m.committed_ids, m.committed_roots = old.committed_ids, old.committed_roots
+            m.committed_files = old.committed_files
+            m.partial, m.grown_since = old.partial, old.grown_since  # a first build in part goes on
+            # kept while the file is there as it was, or its folder was not listed in this run
+            m.skipped = {p: f for p, f in skips.items() if p in found.skipped or f.root not in roots}
+        # The folders this manifest accounts for: other indexers may write other
+        # folders into the same collection, and their chunks are not ours to repair.
+        m.roots = _resolve([*(old.roots if old is not None else []), *(r for r in roots if r not in found.missing)])
+        return m
+
+    def _repair(
+        self, roots: list[str], found: ScanResult, scope: list[str], suspect: set[str]
+    ) -> tuple[list[str], ScanResult]:
+        """Forget the files whose chunks in the store do not match the manifest, or whose rows the store finds
+        suspect: they are indexed again. The folders to scan and what the scan found, then."""
+        m = self.m
+        self.summary.repaired = True
+        log.warning("the previous run of index %r did not finish, or its files changed: repairing", self.name)
+        stored = self.store.id_paths(roots=scope)
+        for path in mismatched(m.files, stored):
+            log.info("re-indexing %s: its chunks in the store do not match the manifest", path)
+            del m.files[path]
+        for path in sorted({stored[cid] for cid in suspect if cid in stored} & m.files.keys()):
+            log.info("re-indexing %s: the store finds its chunks' rows damaged", path)
+            del m.files[path]
+        # A repaired file may lie in any folder of the index: list them all.
+        if set(m.roots) - set(roots):
+            roots = m.roots
+            found = scan(roots, self.options.selection)
+            recall_skips(found, m.skipped, self.key)
+        return roots, found
+
+    def _plan(
+        self, old: Manifest | None, rebuild: bool, only: Collection[str] | None, scope: list[str], repair: bool
+    ) -> None:
+        """What to do with each file (``plan``, ``copies``), whether the run writes, and what it sweeps."""
+        m, roots, found = self.m, self.roots, self.found
+        # A store that starts a full re-index empty (a new index, or one made anew for another model) holds
+        # nothing readers could keep seeing, and no vectors to reuse but the ones this run writes (texts that
+        # repeat); --rebuild trusts none of the stored vectors either: only this run's hashes are looked up.
+        empty = self.summary.rebuild is not None and self.store.count() == 0
+        m.keep_committed(None if empty else self.before)  # what readers keep seeing until this run commits
+        self.run_hashes = set() if rebuild or empty else None
+
+        hashes = {p: read_hash(p) for p in to_hash(m.files, roots, found)}
+        plan = plan_update(m.files, roots, found, hashes)
+        left_out = len(plan.todo)  # files to do that this run leaves (``only``)
+        if only is not None:
+            plan.todo = [t for t in plan.todo if t[0] in only]
+        self.left_out = left_out - len(plan.todo)
+        # Files of the same bytes as another are recorded as its copies, not parsed (mdrag.ingest.copies).
+        plan.todo, copies = plan_copies(m.files, plan.todo, plan.delete, found, lambda p: hashes.get(p) or read_hash(p))
+        restale = _forget_pages(m, roots, found, plan)
+        moved = old is not None and old.roots != m.roots  # with a first build in part: its end says it is whole
+        writes = bool(
+            plan.todo or copies.count or plan.delete or repair or m.retired_roots or moved or m.partial is not None
+        )
+        self.writes = writes or bool(restale)
+        # A rebuild writes the whole index beside what readers see, then deletes every chunk it did not write.
+        self.sweep = _EVERYTHING if rebuild else scope if repair or m.retired_roots else None
+        self.plan, self.copies = plan, copies
+
+    # -- apply: carrying out the plan ------------------------------------------------------------------------
+    def apply(self) -> None:
+        """Carry out the plan on the store and the manifest, and save the manifest clean.
+
+        Touched files are recorded; the files to do are parsed, chunked, embedded
+        and written; ``on_commit`` is told the new state; then the chunks it no
+        longer uses are deleted (with ``sweep``, every chunk under those folders
+        that it does not use: a repair) and the store is told the run is done.
+        With ``writes`` False the store holds the new state already: the manifest
+        is not saved.
+        """
+        todo = self._begin()
+        todo = self._start_reading(todo)
+        read = self._read_and_write(todo)
+        self._commit(todo, read)
+
+    def _begin(self) -> list[tuple[str, str | None]]:
+        """Record the touched files and the copies, and save the manifest dirty (when the run writes); the
+        files to read."""
+        m, plan, summary = self.m, self.plan, self.summary
+        summary.unchanged = len(plan.unchanged) + len(plan.touched)
+        summary.kept = len(plan.kept)
+        summary.touched = len(plan.touched)
+        for p, (mtime_ns, size) in plan.touched.items():
+            m.files[p].mtime_ns, m.files[p].size = mtime_ns, size
+            if p in m.pages:
+                m.pages[p].mtime_ns, m.pages[p].size = mtime_ns, size
+            log.info("%s: touched, content unchanged: already embedded", p)
+        # A first build (nothing committed yet, or part of its files) run in steps commits every few seconds.
+        self.growing = self.writes and (m.committed_ids == [] or m.partial is not None)
+        if self.growing and self.events.pause is not None:  # run in steps
+            self.batch_chunks = min(self.batch_chunks, _GROW_BATCH[0] if not m.partial else _GROW_BATCH[1])
+            m.grown_since = m.grown_since or time.time()
+        if self.writes:
+            m.dirty = True
+            m.progress = [0, len(plan.todo)]  # readers of a first build learn its size at once
+            m.save(self.manifest_path)
+        self.step_began = time.monotonic() if self.growing and self.events.pause is not None else None
+        self._last_save = time.monotonic()
+        self.copies.record_now(m, self.found, self.retired, summary)
+        return plan.todo + [(p, None) for p in boilerplate.stale(m.files, m.pages, [p for p, _ in plan.todo])]
+
+    def _start_reading(self, todo: list[tuple[str, str | None]]) -> list[tuple[str, str | None]]:
+        """Start the parse worker (with parse limits) and read the HTML pages ahead, to know the blocks each
+        folder's pages repeat before any of them is chunked; the files to read, with the pages that must be
+        chunked again for it."""
+        m, parse_limits, events = self.m, self.options.parse_limits, self.events
+        # With parse_limits, files are parsed in a child process that can be stopped.
+        worker = ParseWorker(parse_limits[1]) if parse_limits and any(err is None for _, err in todo) else None
+        timeout, max_mb = parse_limits if parse_limits else (0.0, None)
+        self._reader = FileReader(self.embedder, self.options.settings, worker, timeout, max_mb)
+        try:  # the blocks each folder's HTML pages repeat, known before any of its pages is chunked
+            self._early = boilerplate.read_pages(
+                [p for p, err in todo if err is None],
+                self.found.files,
+                m.pages,
+                lambda p: worker.parse(p, timeout) if worker is not None else parse_file(p),
+                events.cancel,
+            )
+        except BaseException as e:
+            if worker is not None:
+                worker.close()
+            if isinstance(e, IndexingCancelledError) and self.writes:
+                m.save(self.manifest_path)  # what was written so far, still dirty: the next run repairs and goes on
+            raise
+        todo += [(p, None) for p in boilerplate.stale(m.files, m.pages, [p for p, _ in todo])]
+        self._drops = boilerplate.repeated(m.pages)
+        sizes = [(path, self.found.files[path][3]) for path, _ in todo if path in self.found.files]  # not skipped
+        self.bar = ProgressCounter(len(todo), events.progress, sizes, self.summary.unchanged if self.growing else None)
+        return todo
+
+    def _read_and_write(self, todo: list[tuple[str, str | None]]) -> int:
+        """Parse and chunk the files to do (in a thread, while the last batch is embedded), and write them in
+        batches, until they are done or the run stops reading (:meth:`_step_over`); how many were read."""
+        # The model loads while the first files are parsed (a parse worker takes a while to start, too).
+        self._warming = WarmUp(self.embedder) if todo else None
+        read = 0  # files taken from todo
+        try:
+            with closing(ahead(todo, self._parse, cancel=self.events.cancel)) as parsed:
+                for (path, preset), result in parsed:
+                    read += 1
+                    self._take(path, preset, result)
+                    if sum(len(chunks) for _, _, chunks in self.batch) >= self.batch_chunks:
+                        self._write()
+                        if time.monotonic() - self._last_save > _SAVE_EVERY_S:
+                            self.m.progress = [self.bar.files_done, self.bar.files_total]
+                            self.m.save(self.manifest_path)
+                            self._last_save = time.monotonic()
+                    if self._step_over():
+                        break
+        except IndexingCancelledError:
+            if self.writes:
+                self.m.save(self.manifest_path)  # what was written so far, still dirty: the next run repairs
+            raise
+        finally:
+            if self._reader.worker is not None:
+                self._reader.worker.close()
+        if self.batch:  # after a stop, written only where nothing is left to embed
+            self._write()
+        return read
+
+    def _parse(self, item: tuple[str, str | None]) -> Parsed:
+        """Read, parse and chunk one file to do (``item``: its path, and why it is skipped already, if it is)."""
+        path, err = item
+        if err:
+            parsed = Parsed(None, [], err)
+        else:
+            early, drop = self._early.pop(path, None), self._drops.get(path, ())
+            parsed = self._reader.read(path, self.found.files[path], early=early, drop=drop)
+        self.bar.parsed(path, len(parsed.chunks))  # ahead of the embedder: the estimate of the chunks to write
+        return parsed
+
+    def _take(self, path: str, preset: str | None, parsed: Parsed) -> None:
+        """Account for one parsed file: a skip is recorded (an indexed file's stale chunks join ``retired``);
+        a file's chunks join ``batch``."""
+        m, summary = self.m, self.summary
+        state, chunks, err, encoding, crashed, doc_warnings = parsed
+        is_new = path not in m.files
+        for w in doc_warnings:
+            warn(summary, w)
+        self.bar.read(len(chunks))
+        if state is None:
+            summary.skipped += 1
+            summary.parser_errors += crashed
+            summary.skipped_files.append((path, err or "unknown error"))
+            (log.info if path in m.skipped else log.warning)("skipped %s: %s", path, err)
+            if preset is None:  # its parse failed (not the scan, not a read): remembered until it changes
+                root, _, mtime_ns, size = self.found.files[path]
+                m.skipped[path] = SkippedFile(root, mtime_ns, size, err or "unknown error", self.key)
+            self.bar.done(1)
+            if not is_new:  # its old content is stale: remove it, retry next run
+                self.retired.extend(m.files.pop(path).chunks)
+            return
+        m.skipped.pop(path, None)
+        if encoding and encoding.replace("-", "_").lower() not in ("utf_8", "utf_8_sig", "ascii"):
+            summary.decoded[path] = encoding
+            log.info("%s: decoded as %s", path, encoding)
+        if is_new:
+            summary.added += 1
+        else:
+            summary.modified += 1
+        self.batch.append((path, state, chunks))
+
+    def _write(self) -> None:
+        """Embed and write the batch (:func:`mdrag.ingest.writing.write_batch`), the model loaded first."""
+        events, bar = self.events, self.bar
+        if self._warming is not None and not (events.stop is not None and events.stop.is_set()):
+            if not self._warming.ready:
+                bar.now("loading the model")
+            self.summary.embed_seconds += self._warming.finish()
+            self._warming = None
+        bar.now("embedding")
+        ids, unwritten = write_batch(self, self.batch)
+        self.left += unwritten
+        bar.done(len(self.batch) - unwritten)
+        self.written |= ids
+        self.batch.clear()
+
+    def _step_over(self) -> bool:
+        """Whether the run stops reading files here: paused, stopped, or a first build's step is over."""
+        events, m = self.events, self.m
+        if events.stop is not None and events.stop.is_set():
+            return True
+        took = time.monotonic() - self.step_began if self.step_began is not None else None
+        if took is not None and (took >= _GROW_S or len(self.written) >= _GROW_CHUNKS):
+            if took >= _GROW_SHARE * (time.time() - (m.grown_since or 0.0)):
+                return True
+        return events.pause is not None and events.pause.is_set() and not _would_drop(m, self.retired, self.batch)
+
+    def _commit(self, todo: list[tuple[str, str | None]], read: int) -> None:
+        """Delete the files gone from disk, commit the new state, delete the chunks it no longer uses, and save
+        the manifest clean. ``read``: how many of ``todo`` were read (the others are left to the next run)."""
+        m, store, summary, retired = self.m, self.store, self.summary, self.retired
+        self.bar.now("saving")
+        summary.remaining = (
+            len(todo) - read + self.left + self.copies.record_after(m, self.found, retired, summary, self.key)
+        )
+        if msg := self._reader.truncated.message():
+            warn(summary, msg)
+
+        # Files gone from disk: their chunks go, after the new files could reuse their vectors.
+        for p in self.plan.delete:
+            retired.extend(m.files.pop(p).chunks)
+        summary.deleted = len(self.plan.delete)
+
+        live = m.chunk_ids()
+        if self.writes:
+            publish(store, m, live)
+            m.save(self.manifest_path)  # still dirty: a crash from here on is repaired
+        if self.events.on_commit is not None:
+            self.events.on_commit(live)
+        if self.sweep is not None:
+            retired.extend(store.all_ids(roots=None if self.sweep is _EVERYTHING else self.sweep) - live)
+        retired = sorted(set(retired) - live)
+        if retired:
+            delete_replaced(store, retired)
+            summary.chunks_deleted += len(retired)
+        if self.writes:
+            store.end_run(self.written, live, whole=summary.rebuild is not None)
+            m.retired_roots = []
+            m.mark_finished()
+            if self.growing:  # readers are told that the index holds part of its files
+                total = summary.unchanged + len(todo) + self.copies.count + self.left_out
+                undone = summary.remaining + self.left_out
+                m.partial = [total - undone, total] if undone else None
+                m.grown_since = m.grown_since if undone else None
+            m.save(self.manifest_path)
 
 
 def _would_drop(m: Manifest, retired: list[str], batch: list[tuple[str, FileState, list[Chunk]]]) -> bool:
@@ -616,48 +734,6 @@ def _roots_from_store(store: Store, manifest_path: Path, retired: list[str], sum
             f"the manifest {manifest_path} was lost: took the folders back from the store: {', '.join(roots)}",
         )
     return roots
-
-
-def _take(
-    m: Manifest,
-    found: ScanResult,
-    summary: IndexSummary,
-    bar: ProgressCounter,
-    key: str,
-    retired: list[str],
-    batch: list[tuple[str, FileState, list[Chunk]]],
-    path: str,
-    preset: str | None,
-    parsed: Parsed,
-) -> None:
-    """Account for one parsed file: a skip is recorded (an indexed file's stale chunks join ``retired``);
-    a file's chunks join ``batch``."""
-    state, chunks, err, encoding, crashed, doc_warnings = parsed
-    is_new = path not in m.files
-    for w in doc_warnings:
-        warn(summary, w)
-    bar.read(len(chunks))
-    if state is None:
-        summary.skipped += 1
-        summary.parser_errors += crashed
-        summary.skipped_files.append((path, err or "unknown error"))
-        (log.info if path in m.skipped else log.warning)("skipped %s: %s", path, err)
-        if preset is None:  # its parse failed (not the scan, not a read): remembered until it changes
-            root, _, mtime_ns, size = found.files[path]
-            m.skipped[path] = SkippedFile(root, mtime_ns, size, err or "unknown error", key)
-        bar.done(1)
-        if not is_new:  # its old content is stale: remove it, retry next run
-            retired.extend(m.files.pop(path).chunks)
-        return
-    m.skipped.pop(path, None)
-    if encoding and encoding.replace("-", "_").lower() not in ("utf_8", "utf_8_sig", "ascii"):
-        summary.decoded[path] = encoding
-        log.info("%s: decoded as %s", path, encoding)
-    if is_new:
-        summary.added += 1
-    else:
-        summary.modified += 1
-    batch.append((path, state, chunks))
 
 
 def _forget_pages(m: Manifest, roots: Sequence[str], found: ScanResult, plan: UpdatePlan) -> list[str]:

@@ -12,6 +12,7 @@ skipped with the reason and the run goes on.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import NamedTuple
@@ -33,7 +34,7 @@ from mdrag.parsers import parse_file, vault
 from mdrag.parsers.worker import ParseWorker
 from mdrag.types import Chunk, Document
 
-__all__ = ["Parsed", "read_file", "read_hash"]
+__all__ = ["FileReader", "Parsed", "read_hash"]
 
 
 def read_hash(path: str) -> str | OSError:
@@ -55,53 +56,58 @@ class Parsed(NamedTuple):
     warnings: Sequence[str] = ()  # the parser's non-fatal problems (Document.warnings)
 
 
-def read_file(
-    path: str,
-    root: str,
-    rel: str,
-    mtime_ns: int,
-    size: int,
-    embedder: Embedder,
-    settings: ChunkSettings,
-    worker: ParseWorker | None = None,
-    timeout: float = 0.0,
-    truncated: Truncated | None = None,
-    max_mb: float | None = None,
-    *,
-    early: Document | Exception | None = None,
-    drop: Sequence[str] = (),
-) -> Parsed:
-    """Parse and chunk the file at ``path`` (under ``root`` as ``rel``, with the scan's mtime and size):
-    its state and chunks, or why it is skipped. With ``worker``, it is parsed there within ``timeout``;
-    with ``timeout``, the reading of a vault note and chunking must also end within it; with ``max_mb``, a
-    document whose chunking is expected to need more memory (MB) is skipped. ``early``: what parsing it gave
-    already (:func:`mdrag.ingest.boilerplate.read_pages`). ``drop``: the fingerprints of the blocks its site
-    repeats, left out of its chunks (:mod:`mdrag.ingest.boilerplate`) and recorded in its state."""
-    try:
-        data = Path(path).read_bytes()
-        if isinstance(early, Exception):
-            raise early
-        if early is not None:
-            doc = early
-        else:
-            doc = worker.parse(path, timeout) if worker is not None else parse_file(path, data)
-    except (ParseError, UnsupportedFormatError) as e:
-        return Parsed(None, [], str(e).removeprefix(f"{path}: "), crashed=isinstance(e, ParserCrashError))
-    except OSError as e:
-        return Parsed(None, [], f"cannot read: {e}")
-    deadline = Deadline(timeout) if timeout > 0 else None
-    doc = boilerplate.strip(doc, drop)
-    try:
-        if settings.vault and doc.path.lower().endswith((".md", ".markdown")) and vault.applies(doc):
-            doc = vault.read_note(doc, None if deadline is None else partial(deadline.check, "reading the note"))
-        chunks = chunk_document(
-            doc, root, rel, settings, embedder.count_tokens, embedder.max_tokens, truncated, deadline, max_mb
-        )
-    except (ChunkingTimeoutError, ChunkingMemoryError) as e:
-        return Parsed(None, [], str(e), doc.encoding, warnings=doc.warnings)
-    state = FileState(root=root, rel_path=rel, mtime_ns=mtime_ns, size=size, hash=bytes_sha256(data))
-    state.chunks = [c.id for c in chunks]
-    state.dropped = list(drop) or None
-    if doc.links is not None:
-        state.note = {"aliases": doc.aliases, "links": sorted({n for _, n in doc.links})}
-    return Parsed(state, chunks, None, doc.encoding, warnings=doc.warnings)
+@dataclass
+class FileReader:
+    """How a run reads its files: parsed here or in a parse ``worker``, chunked for its ``embedder`` by
+    ``settings``. With ``timeout`` (seconds), the worker stops a parse that passes it, and the reading of a
+    vault note and its chunking must also end within it; with ``max_mb``, a document whose chunking is
+    expected to need more memory (MB) is skipped. ``truncated`` collects the chunks longer than the model reads
+    (one warning for the run)."""
+
+    embedder: Embedder
+    settings: ChunkSettings
+    worker: ParseWorker | None = None
+    timeout: float = 0.0
+    max_mb: float | None = None
+    truncated: Truncated = field(default_factory=Truncated)
+
+    def read(
+        self,
+        path: str,
+        scanned: tuple[str, str, int, int],
+        *,
+        early: Document | Exception | None = None,
+        drop: Sequence[str] = (),
+    ) -> Parsed:
+        """Parse and chunk the file at ``path`` (``scanned``: its folder, its path there, its mtime and size, as
+        the scan found them): its state and chunks, or why it is skipped. ``early``: what parsing it gave
+        already (:func:`mdrag.ingest.boilerplate.read_pages`). ``drop``: the fingerprints of the blocks its site
+        repeats, left out of its chunks (:mod:`mdrag.ingest.boilerplate`) and recorded in its state."""
+        root, rel, mtime_ns, size = scanned
+        worker, timeout, settings, embedder = self.worker, self.timeout, self.settings, self.embedder
+        try:
+            data = Path(path).read_bytes()
+            if isinstance(early, Exception):
+                raise early
+            if early is not None:
+                doc = early
+            else:
+                doc = worker.parse(path, timeout) if worker is not None else parse_file(path, data)
+        except (ParseError, UnsupportedFormatError) as e:
+            return Parsed(None, [], str(e).removeprefix(f"{path}: "), crashed=isinstance(e, ParserCrashError))
+        except OSError as e:
+            return Parsed(None, [], f"cannot read: {e}")
+        deadline = Deadline(timeout) if timeout > 0 else None
+        doc = boilerplate.strip(doc, drop)
+        try:
+            if settings.vault and doc.path.lower().endswith((".md", ".markdown")) and vault.applies(doc):
+                doc = vault.read_note(doc, None if deadline is None else partial(deadline.check, "reading the note"))
+            chunks = chunk_document(doc, root, rel, settings, embedder, self.truncated, deadline, self.max_mb)
+        except (ChunkingTimeoutError, ChunkingMemoryError) as e:
+            return Parsed(None, [], str(e), doc.encoding, warnings=doc.warnings)
+        state = FileState(root=root, rel_path=rel, mtime_ns=mtime_ns, size=size, hash=bytes_sha256(data))
+        state.chunks = [c.id for c in chunks]
+        state.dropped = list(drop) or None
+        if doc.links is not None:
+            state.note = {"aliases": doc.aliases, "links": sorted({n for _, n in doc.links})}
+        return Parsed(state, chunks, None, doc.encoding, warnings=doc.warnings)

@@ -90,7 +90,7 @@ class StoreBackend:
     schemes: tuple[str, ...] = ()
     # The extra (or package) that brings the libraries it needs: what the error of a missing one names.
     extra: Extra | None = None
-    # The settings it reads, by key, each made with mdrag.settings.setting(..., kind=TYPE): mdrag.settings
+    # The settings it reads, by key, each made with mdrag.settings.backend_setting(TYPE, ...): mdrag.settings
     # collects them with its own (config file, environment variable, `mdrag config`, the docs' table, a flag).
     # Keep the module that declares the backend light: the settings import it (not its store) to read them.
     settings: Mapping[str, Field] = field(default_factory=dict)

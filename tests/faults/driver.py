@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     import mdrag.ingest.pipeline
     from mdrag.config import load_config
     from mdrag.frontends.cli import main as mdrag_main
-    from mdrag.store import resolve_backend, store_backends
+    from mdrag.store import resolve_backend
     from tests.conftest import HashEmbedder
 
     calls: Counter[str] = Counter()
@@ -118,7 +118,10 @@ def main(argv: list[str] | None = None) -> int:
 
     ParseWorker.parse = faulty("parse", ParseWorker.parse)  # type: ignore[method-assign]
     backend, _ = resolve_backend(load_config(), args.index)
-    Store = store_backends()[backend].store.__self__  # type: ignore[attr-defined]  # from_config's class
+    from mdrag.store.faiss import FaissStore
+    from mdrag.store.milvus import MilvusStore
+
+    Store = {"faiss": FaissStore, "milvus": MilvusStore}[backend]
     for phase, method in {"upsert": "upsert", "delete": "delete_ids", "end_run": "end_run"}.items():
         setattr(Store, method, faulty(phase, getattr(Store, method)))
     for phase, method in BACKEND_PHASES[backend].items():

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from mdrag.extras import Extra, require_extra
 from mdrag.redact import redact_url
-from mdrag.settings import setting
+from mdrag.settings import backend_setting
 from mdrag.store import StoreBackend, same_location
 from mdrag.store.milvus.lite import SERVER_SCHEMES, is_server
 from mdrag.store.milvus.names import collection_name
@@ -69,10 +69,10 @@ EXTRA = Extra(
 
 #: The settings this backend reads.
 SETTINGS = {
-    "milvus_uri": setting(
+    "milvus_uri": backend_setting(
+        str | None,
         None,
         "a Milvus Lite file, or `http://host:19530` for a Milvus server (which `store.backend` `auto` then uses)",
-        kind=str | None,
         env="MARKDOWN_QA_MILVUS_URI",
         shown="`$MDRAG_HOME/cache/milvus.db`",
         flag="--milvus-uri",
@@ -80,10 +80,10 @@ SETTINGS = {
         cache_file="milvus.db",
         docsets_file="docsets.db",
     ),
-    "milvus_token": setting(
+    "milvus_token": backend_setting(
+        str | None,
         None,
         "credentials for a Milvus server (`user:password` or a token)",
-        kind=str | None,
         secret=True,
         shown="unset",
     ),
