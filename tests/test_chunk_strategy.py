@@ -130,7 +130,9 @@ def test_an_index_chunked_by_the_release_before_is_chunked_again(
     assert s.rebuild == "this release of mdrag parses and chunks files differently"
     emb = HashEmbedder(max_tokens=256)
     now = [
-        c for p in sorted(root.iterdir()) for c in chunk_document(parse_file(p), str(root), p.name, idx.settings, emb)
+        c
+        for p in sorted(root.iterdir())
+        for c in chunk_document(parse_file(p), str(root), p.name, idx.settings, emb.count_tokens, 256)
     ]
     assert idx.store.all_ids() == {c.id for c in now}
     assert sorted(_headings(idx)) == sorted(c.heading_path for c in now), "every row is of the new chunking"
@@ -198,7 +200,9 @@ def test_tokens_unit_sizes_langchain_chunks_in_model_tokens(tmp_path: Path) -> N
     emb = HashEmbedder(max_tokens=64)
     idx = _index(emb, **{"chunk.strategy": "langchain", "chunk.unit": "tokens", "chunk.size": 60, "chunk.overlap": 10})
     page = root / "long.md"
-    chunks = chunk_document(parse_file(str(page), page.read_bytes()), str(root), "long.md", idx.settings, emb)
+    chunks = chunk_document(
+        parse_file(str(page), page.read_bytes()), str(root), "long.md", idx.settings, emb.count_tokens
+    )
     words = [len(c.text.split()) for c in chunks]  # the HashEmbedder counts words (+2 for [CLS] and [SEP])
     assert len(chunks) >= 4 and max(words) == 60, words  # in characters, 60 would hold 8 words
     assert idx.update([root]).chunks_total == len(chunks) + 1

@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from mdrag.chunking.deadline import ChunkingTimeoutError, Deadline
     from mdrag.chunking.langchain import Truncated
     from mdrag.chunking.memory import ChunkingMemoryError
-    from mdrag.chunking.split import TokenCounter, TokenModel, split_text
+    from mdrag.chunking.split import TokenCounter, split_text
     from mdrag.types import Chunk, Document
 
 #: The package's names from its modules, each module imported on first use: a command that only searches an
@@ -53,7 +53,6 @@ _LAZY = {
     "Truncated": "langchain",
     "ChunkingMemoryError": "memory",
     "TokenCounter": "split",
-    "TokenModel": "split",
     "split_text": "split",
 }
 
@@ -82,14 +81,15 @@ def chunk_document(
     root: str,
     rel_path: str,
     settings: ChunkSettings | None = None,
-    model: TokenModel | None = None,
+    count_tokens: TokenCounter | None = None,
+    max_tokens: int | None = None,
     truncated: Truncated | None = None,
     deadline: Deadline | None = None,
     max_mb: float | None = None,
 ) -> list[Chunk]:
     """Cut a parsed document into chunks.
 
-    ``model`` is the embedder (its ``count_tokens`` and ``max_tokens``): with it, no chunk's
+    ``count_tokens``/``max_tokens`` come from the embedder: with them, no chunk's
     embedded text is longer than the model's window (strategy headings; with
     langchain, ``truncated`` counts those that are), a block that fits the
     window is never cut, and ``settings.unit == "tokens"`` counts sizes in the
@@ -104,8 +104,6 @@ def chunk_document(
     from mdrag.chunking.memory import check_memory
 
     settings = settings or ChunkSettings()
-    count_tokens: TokenCounter | None = model.count_tokens if model is not None else None
-    max_tokens = model.max_tokens if model is not None else None
     if max_mb is not None:
         check_memory(doc, max_mb)
     if settings.unit == "tokens" and count_tokens is None:

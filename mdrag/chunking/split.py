@@ -11,7 +11,6 @@ from __future__ import annotations
 import re
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import Protocol
 
 __all__ = [
     "SEPARATORS",
@@ -27,17 +26,6 @@ __all__ = [
 ]
 
 TokenCounter = Callable[[Sequence[str]], list[int]]
-
-
-class TokenModel(Protocol):
-    """The model chunks are cut for (an embedder): its word pieces, and the longest text it reads."""
-
-    def count_tokens(self, texts: Sequence[str]) -> list[int]: ...
-
-    @property
-    def max_tokens(self) -> int | None: ...
-
-
 Sizes = Callable[[Sequence[str]], list[int]]  # the size of each text, in one call: lengths or token counts
 
 # Separators tried in order when text must be cut: paragraph, line, sentence, word, character.

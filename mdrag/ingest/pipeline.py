@@ -3,9 +3,11 @@
 An :class:`Indexer` is built once from its parts (the store, the embedder, the
 manifest's path and :class:`IndexOptions`); :meth:`Indexer.run` brings folders
 into the index, telling :class:`RunEvents` as it goes, and :meth:`Indexer.remove`
-takes folders out. What to do with each file is worked out by :mod:`mdrag.ingest.plan`
-from the manifest, the scan and the changed files' hashes, with no store; this
-module reads the files (:mod:`mdrag.ingest.reading`) and the store, and applies the plan.
+takes folders out. Each run is an :class:`IndexRun`, which holds the run's state (the new
+manifest, the summary, the progress, the batch, what was retired) and has a method per step.
+What to do with each file is worked out by :mod:`mdrag.ingest.plan` from the manifest, the scan
+and the changed files' hashes, with no store; the run reads the files (:mod:`mdrag.ingest.reading`)
+and the store, and applies the plan, writing its batches with :mod:`mdrag.ingest.writing`.
 
 Crash safety comes from the order of writes. Before the store is touched the
 manifest is saved with ``dirty = True``; chunks are upserted under ids

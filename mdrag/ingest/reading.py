@@ -102,7 +102,17 @@ class FileReader:
         try:
             if settings.vault and doc.path.lower().endswith((".md", ".markdown")) and vault.applies(doc):
                 doc = vault.read_note(doc, None if deadline is None else partial(deadline.check, "reading the note"))
-            chunks = chunk_document(doc, root, rel, settings, embedder, self.truncated, deadline, self.max_mb)
+            chunks = chunk_document(
+                doc,
+                root,
+                rel,
+                settings,
+                embedder.count_tokens,
+                embedder.max_tokens,
+                self.truncated,
+                deadline,
+                self.max_mb,
+            )
         except (ChunkingTimeoutError, ChunkingMemoryError) as e:
             return Parsed(None, [], str(e), doc.encoding, warnings=doc.warnings)
         state = FileState(root=root, rel_path=rel, mtime_ns=mtime_ns, size=size, hash=bytes_sha256(data))
