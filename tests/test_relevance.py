@@ -179,3 +179,29 @@ def test_a_result_holding_every_word_of_the_question_is_not_refused_for_its_cosi
     assert refuse("removePathAccents webp setting", found, stats, min_score=0.44, max_unknown=0.2)
     weak = [_result(0.3, "imaging options", "imaging.md")] * NAMED_TOP + found
     assert refuse("removePathAccents setting", weak, stats, min_score=0.44, max_unknown=0.2)
+
+
+@pytest.mark.slow
+def test_the_rule_on_a_real_glossary_refuses_off_subject_and_unknown_terms_answers_everyday_words(
+    minilm: Embedder, shared_data: Path
+) -> None:
+    # The CNCF glossary (about 320 chunks: enough for the word check) with the real model and the default settings.
+    config = load_config({"index": "cncf" + os.urandom(4).hex()})
+    with Index(config, embedder=minilm) as idx:
+        idx.update([shared_data / "markdown_cncf_glossary"])
+        stats = idx.term_stats()
+        assert stats.n >= MIN_CHUNKS
+
+        def refused(question: str, **kw: float) -> bool:
+            results = idx.search(question)
+            return refuse(question, results, stats, config["answer.min_score"], config["answer.max_unknown"], **kw)
+
+        assert refused("How do I bake sourdough bread at home?")  # off the subject: nothing scores
+        assert not refused("what is a service mesh")
+        # a term the glossary never uses, next to its subject: the passages found cannot answer it
+        assert refused("what is a service mesh used with redis")
+        # everyday words the glossary does not use ("explained", "plainly") weigh less than a term: answered,
+        # where weighing them as terms refused it
+        everyday = "what does a service mesh do for my microservices, explained plainly"
+        assert not refused(everyday)
+        assert refused(everyday, ordinary=1.0)

@@ -61,7 +61,7 @@ from collections.abc import Callable, Iterable, Sequence
 from functools import lru_cache
 
 from mdrag.errors import MdragError
-from mdrag.knobs import MIN_CHUNKS, NAMED_SURE, NAMED_TOP
+from mdrag.knobs import MIN_CHUNKS, NAMED_SURE, NAMED_TOP, ORDINARY_UNKNOWN
 from mdrag.types import SearchResult
 
 __all__ = [
@@ -107,13 +107,26 @@ class TermStats:
         return math.log(1 + (self.n - df + 0.5) / (df + 0.5))
 
 
-def unknown_share(question: str, stats: TermStats) -> float:
-    """The share (0..1) of ``question``'s idf weight carried by words that no chunk of the index holds."""
+def unknown_share(question: str, stats: TermStats, ordinary: float = ORDINARY_UNKNOWN) -> float:
+    """The share (0..1) of ``question``'s idf weight carried by words that no chunk of the index holds.
+
+    An unknown word that is an ordinary English word (:func:`ordinary_words`) or a number counts
+    ``ordinary`` of its weight: a user's everyday word ("disappear", "stars", "bare") is one a passage that
+    answers may put otherwise, a term ("redis", "gettext", "trim_blocks") is one it cannot.
+    """
     weights = {w: stats.idf(w) for w in stats.words(question)}
     total = sum(weights.values())
     if not total:
         return 1.0  # no word at all (only punctuation): nothing to answer
-    return sum(v for w, v in weights.items() if not stats.df.get(w)) / total
+    unknown = {w for w in weights if not stats.df.get(w)}
+    if not unknown or ordinary >= 1:
+        return sum(weights[w] for w in unknown) / total
+    terms = {w for t in _WORD.findall(question.lower()) if not _ordinary_or_number(t) for w in stats.words(t)}
+    return sum(weights[w] * (1.0 if w in terms else ordinary) for w in unknown) / total
+
+
+def _ordinary_or_number(token: str) -> bool:
+    return token.isdigit() or _ordinary(token)
 
 
 @lru_cache(maxsize=1)
@@ -201,12 +214,20 @@ def holds_every_word(question: str, results: Sequence[SearchResult], stats: Term
 
 
 def refuse(
-    question: str, results: Sequence[SearchResult], stats: TermStats, min_score: float, max_unknown: float
+    question: str,
+    results: Sequence[SearchResult],
+    stats: TermStats,
+    min_score: float,
+    max_unknown: float,
+    ordinary: float = ORDINARY_UNKNOWN,
 ) -> bool:
-    """Whether to answer "no relevant information" rather than from ``results``; see the module docstring."""
+    """Whether to answer "no relevant information" rather than from ``results``; see the module docstring.
+
+    ``ordinary``: what an unknown ordinary word weighs in :func:`unknown_share`.
+    """
     best = max((r.score for r in results), default=0.0)
     if not results or (best < min_score and not holds_every_word(question, results, stats)):
         return True
-    if stats.n >= MIN_CHUNKS and unknown_share(question, stats) > max_unknown:
+    if stats.n >= MIN_CHUNKS and unknown_share(question, stats, ordinary) > max_unknown:
         return True
     return best < NAMED_SURE and bool(missing_names(question, results, stats))
