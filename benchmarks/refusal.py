@@ -48,6 +48,11 @@ per index). The index is built on first use under --home and reused after.
 The keyword sets (otel, hugo, html: `--qa benchmarks/data/<corpus>_keyword_qa.jsonl`) are held out for
 every rule; the "coverage" rule (COVER_*) was tried on them and not adopted.
 
+The ranking pool (starlette, zsh, flask; `--qa benchmarks/data/pool_<corpus>_{tune,test}.jsonl`, `--index` to
+read an index built under another name): `mdrag.knobs.ORDINARY_UNKNOWN` (what an unknown everyday word weighs)
+was chosen on the tuning halves and the older sets, and the test halves report it; "before" is the rule
+with every unknown word weighing all its idf.
+
 The CommonMark spec is a .txt file, which mdrag does not read: it is copied
 as commonmark-spec.md into <home>/docs and indexed from there.
 """

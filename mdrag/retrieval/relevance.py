@@ -11,7 +11,13 @@ nowhere in Hugo's. A question they answer is put in their own words.
 So the rule weighs each word of the question (stemmed as the BM25 text is) by
 its inverse document frequency in the index, as BM25 does, and takes the
 *unknown share*: the part of the question's weight carried by words that no
-chunk of the index holds. Above ``answer.max_unknown`` the answer is "no
+chunk of the index holds. An unknown word that is an ordinary English word
+(:func:`ordinary_words`) or a number counts ``ORDINARY_UNKNOWN`` (half) of its
+weight: on a small documentation set a user's everyday words ("disappear",
+"stars", "bare") are often in no chunk though a passage answers in other words,
+where a term ("redis", "gettext", "trim_blocks") cannot be put otherwise (on the
+ranking pool's tuning halves, Starlette's answerable questions refused fell from
+9 of 36 to 6). Above ``answer.max_unknown`` the answer is "no
 relevant information" and no LLM is asked; so it is when the best result's
 cosine is below ``answer.min_score``, unless one of the first ``NAMED_TOP``
 results holds every word of the question: a short keyword question
