@@ -37,6 +37,21 @@ def test_words_no_chunk_holds_carry_the_unknown_share() -> None:
     assert unknown_share("?!", stats) == 1.0
 
 
+def test_an_unknown_everyday_word_weighs_half_a_term_or_a_capitalised_word_all() -> None:
+    stats = TermStats(CHUNKS, stemmer())
+    # "plainly" is an ordinary English word in no chunk: a passage that answers may put it otherwise
+    everyday = unknown_share("export traces to jaeger plainly", stats)
+    assert 0 < everyday < unknown_share("export traces to jaeger plainly", stats, ordinary=1.0)
+    # a term ("zabbix") or a word capitalised as a name ("Quartz", after the first word) weighs all its idf
+    assert unknown_share("export traces to zabbix", stats) == unknown_share("export traces to zabbix", stats, 1.0)
+    quartz = "export traces to jaeger with Quartz"
+    assert unknown_share(quartz, stats) == unknown_share(quartz, stats, ordinary=1.0)
+    assert unknown_share("export traces to jaeger with quartz", stats) < unknown_share(quartz, stats)
+    # a question in Title Case names nothing this way
+    title = "Export Traces To Jaeger With Quartz"
+    assert unknown_share(title, stats) < unknown_share(title, stats, ordinary=1.0)
+
+
 def test_refuse_on_a_weak_best_score_or_on_unknown_words() -> None:
     stats = TermStats(CHUNKS * (MIN_CHUNKS // len(CHUNKS) + 1), stemmer())  # the same shares, enough chunks
     strong = [_result(0.3), _result(0.7)]  # the best score counts, not the first result's

@@ -12,12 +12,13 @@ So the rule weighs each word of the question (stemmed as the BM25 text is) by
 its inverse document frequency in the index, as BM25 does, and takes the
 *unknown share*: the part of the question's weight carried by words that no
 chunk of the index holds. An unknown word that is an ordinary English word
-(:func:`ordinary_words`) or a number counts ``ORDINARY_UNKNOWN`` (half) of its
-weight: on a small documentation set a user's everyday words ("disappear",
-"stars", "bare") are often in no chunk though a passage answers in other words,
+(:func:`ordinary_words`) or a number, and not capitalised as a name is after the
+first word, counts ``ORDINARY_UNKNOWN`` (half) of its weight: on a small
+documentation set a user's everyday words ("disappear", "stars", "bare") are
+often in no chunk though a passage answers in other words,
 where a term ("redis", "gettext", "trim_blocks") cannot be put otherwise (on the
 ranking pool's tuning halves, Starlette's answerable questions refused fell from
-9 of 36 to 6). Above ``answer.max_unknown`` the answer is "no
+9 of 36 to 7). Above ``answer.max_unknown`` the answer is "no
 relevant information" and no LLM is asked; so it is when the best result's
 cosine is below ``answer.min_score``, unless one of the first ``NAMED_TOP``
 results holds every word of the question: a short keyword question
@@ -118,7 +119,8 @@ def unknown_share(question: str, stats: TermStats, ordinary: float = ORDINARY_UN
 
     An unknown word that is an ordinary English word (:func:`ordinary_words`) or a number counts
     ``ordinary`` of its weight: a user's everyday word ("disappear", "stars", "bare") is one a passage that
-    answers may put otherwise, a term ("redis", "gettext", "trim_blocks") is one it cannot.
+    answers may put otherwise, a term ("redis", "gettext", "trim_blocks") or a word capitalised as a name is
+    ("Quartz", "Microsoft", after the first word) one it cannot.
     """
     weights = {w: stats.idf(w) for w in stats.words(question)}
     total = sum(weights.values())
@@ -127,12 +129,25 @@ def unknown_share(question: str, stats: TermStats, ordinary: float = ORDINARY_UN
     unknown = {w for w in weights if not stats.df.get(w)}
     if not unknown or ordinary >= 1:
         return sum(weights[w] for w in unknown) / total
-    terms = {w for t in _WORD.findall(question.lower()) if not _ordinary_or_number(t) for w in stats.words(t)}
+    tokens, capital = _capitalised(question)
+    named = {w.lower() for m, c in zip(tokens, capital) if c for w in _WORD.findall(m.group())}
+    terms = {w for t in _WORD.findall(question.lower()) if t in named or not _everyday(t) for w in stats.words(t)}
     return sum(weights[w] * (1.0 if w in terms else ordinary) for w in unknown) / total
 
 
-def _ordinary_or_number(token: str) -> bool:
+def _everyday(token: str) -> bool:
+    """An ordinary English word or a number, which a passage may put otherwise."""
     return token.isdigit() or _ordinary(token)
+
+
+def _capitalised(question: str) -> tuple[list[re.Match[str]], list[bool]]:
+    """``question``'s words as written, and which of them are capitalised as a name is: not the first word,
+    nor "I"; none in a question whose words are mostly capitalised (Title Case or capitals say nothing)."""
+    tokens = list(_TOKEN.finditer(question))
+    capital = [i > 0 and m.group() != "I" and m.group() != m.group().lower() for i, m in enumerate(tokens)]
+    if 2 * sum(capital) > len(tokens):
+        capital = [False] * len(tokens)
+    return tokens, capital
 
 
 @lru_cache(maxsize=1)
@@ -171,10 +186,7 @@ def names(question: str) -> list[str]:
     The first word (capitalised as the start of a sentence) and "I" are not
     names; nor is anything in a question whose words are mostly capitalised.
     """
-    tokens = list(_TOKEN.finditer(question))
-    capital = [i > 0 and m.group() != "I" and m.group() != m.group().lower() for i, m in enumerate(tokens)]
-    if 2 * sum(capital) > len(tokens):
-        return []  # Title Case or capitals: they say nothing of names
+    tokens, capital = _capitalised(question)
     runs: list[list[str]] = []
     for i, m in enumerate(tokens):
         if not capital[i]:
