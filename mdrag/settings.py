@@ -471,7 +471,8 @@ class _Declared:
     answer__max_unknown: Number = setting(
         0.2,
         "... and when more than this share of the question's weight (idf) is on words that no chunk of "
-        'the index holds; `1` turns it off; see "Relevance threshold"',
+        "the index holds (an everyday English word counts half its weight); `1` turns it off; "
+        'see "Relevance threshold"',
         ge=0,
         le=1,
         live=True,
