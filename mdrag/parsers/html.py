@@ -380,6 +380,43 @@ def _widened(soup: BeautifulSoup, tags: list[Tag], kept: set[int]) -> set[int]:
     return added
 
 
+def _like_sections(tags: list[Tag], kept: set[int]) -> set[int]:
+    """Sections before readability-lxml's pick that have the shape of the pick's own: a heading, and the tag
+    right after it whose name and (non-empty) class a tag right after a heading in the pick has, its text
+    mostly outside links. Asciidoc writes a manual page's NAME section ("git-add - Add file contents to the
+    index", the page's one-line summary) into the page header ``div#header`` beside the title, which the
+    extractor leaves out with the header; its ``div.sectionbody`` is shaped as every section's body after it.
+    A site header's tagline or menu is not: it has no heading followed by a section body. Only before the
+    pick: after it come comments and related stories, each a heading over a block of one shape."""
+
+    def body(heading: Tag) -> Tag | None:
+        after = heading.find_next_sibling()
+        return after if isinstance(after, Tag) and after.get("class") else None
+
+    order = {id(t): i for i, t in enumerate(tags)}
+    start = next((i for i, t in enumerate(tags) if id(t) in kept), len(tags))
+    headings = [t for t in tags if t.name in _HEADINGS and t.parent is not None]
+    shapes = {_signature(b) for h in headings if id(h) in kept and (b := body(h)) is not None and id(b) in kept}
+    added: set[int] = set()
+    for heading in headings:
+        section = body(heading)
+        if (
+            section is None
+            or id(heading) in kept
+            or order[id(heading)] >= start
+            or id(section) in kept
+            or _signature(section) not in shapes
+            or any(map(_is_removed, heading.parents))
+        ):
+            continue
+        inner = [section, *section.find_all(True)]
+        if _link_share(inner) < 1 - _WIDEN_PROSE_SHARE:
+            for whole in (heading, section):
+                added.add(id(whole))
+                added.update(id(t) for t in whole.find_all(True))
+    return added
+
+
 def _link_share(tags: list[Tag]) -> float:
     """The share of the page's text (less what mdrag leaves out) that is link text."""
     left_out: set[int] = set()
@@ -454,6 +491,7 @@ def _main_content(soup: BeautifulSoup, path: str) -> _Article | None:
         return None
     kept = {id(tags[n]) for n in map(int, _ID_NUMBER.findall(summary)) if n < len(tags)}
     kept |= _widened(soup, tags, kept)
+    kept |= _like_sections(tags, kept)
     for tag in tags:
         if id(tag) not in kept and _is_protected(tag) and id(tag.parent) in kept:
             kept.add(id(tag))
