@@ -146,3 +146,25 @@ def test_html_site_header_and_comments_shaped_otherwise_stay_out() -> None:
     assert all(prose in text for prose in _PROSE)
     assert "Everything about the Acme tools" not in text and "Acme Docs" not in text
     assert "Thanks, this answered" not in text
+
+
+def test_html_name_line_heads_only_itself() -> None:
+    # the extractor keeps the first sections' bodies without their headings: their text must not go under NAME
+    def sect(heading: str, body: str) -> str:
+        return f'<div class="sect1"><h2>{heading}</h2><div class="sectionbody">{body}</div></div>'
+
+    para = '<div class="paragraph"><p>{}</p></div>'.format
+    code = '<div class="listingblock"><div class="content"><pre><code>git eol status</code></pre></div></div>'
+    page = (
+        '<html><head><title>git-eol(1)</title></head><body class="manpage"><div id="header"><h1>git-eol(1) Manual '
+        'Page</h1><h2>NAME</h2><div class="sectionbody"><p>git-eol - Reuse recorded line endings</p></div></div>'
+        '<div id="content">'
+        + sect("SYNOPSIS", '<div class="verseblock"><pre class="content">git eol [clear | status]</pre></div>')
+        + sect("DESCRIPTION", para(_PROSE[0]) + para(_PROSE[1]))
+        + sect("DISCUSSION", "".join(para(text) + code for text in _PROSE * 3))
+        + "</div></body></html>"
+    ).encode()
+    doc = get_parser("p.html")(page, "/git-eol.html")
+    name = [s for s in doc.sections if s.heading_path[:1] == ["NAME"]]
+    assert [s.text for s in name] == ["git-eol - Reuse recorded line endings"]
+    assert "git eol [clear | status]" in _text(doc) and _PROSE[1] in _text(doc)

@@ -32,7 +32,7 @@ import codecs
 import logging
 import re
 from collections.abc import Callable, Collection, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from bs4 import BeautifulSoup, Tag
@@ -278,6 +278,8 @@ class _Builder:
                 if read:
                     self.visit(node, todo)
                 elif entered:  # holds article parts; its own text is not one
+                    if self.article is not None and id(node) in self.article.bounded:
+                        todo.append(self.sections.open_headings)  # a section outside the pick heads only itself
                     self.buf.append(_PARA_BREAK)
                     todo.append(_PARA_BREAK)
                     todo.extend(reversed([child for child in node.contents if isinstance(child, Tag)]))
@@ -316,6 +318,7 @@ class _Article:
 
     kept: set[int]  # read, with their text; children that are not kept are left out
     entered: set[int]  # ancestors of kept tags: walked through, their own text left out
+    bounded: set[int] = field(default_factory=set)  # the headings opened inside close at their end
 
 
 def _is_protected(tag: Tag) -> bool:
@@ -380,14 +383,16 @@ def _widened(soup: BeautifulSoup, tags: list[Tag], kept: set[int]) -> set[int]:
     return added
 
 
-def _like_sections(tags: list[Tag], kept: set[int]) -> set[int]:
+def _like_sections(tags: list[Tag], kept: set[int]) -> tuple[set[int], set[int]]:
     """Sections before readability-lxml's pick that have the shape of the pick's own: a heading, and the tag
     right after it whose name and (non-empty) class a tag right after a heading in the pick has, its text
     mostly outside links. Asciidoc writes a manual page's NAME section ("git-add - Add file contents to the
     index", the page's one-line summary) into the page header ``div#header`` beside the title, which the
     extractor leaves out with the header; its ``div.sectionbody`` is shaped as every section's body after it.
     A site header's tagline or menu is not: it has no heading followed by a section body. Only before the
-    pick: after it come comments and related stories, each a heading over a block of one shape."""
+    pick: after it come comments and related stories, each a heading over a block of one shape. Returns the
+    tags to read and the blocks holding them, whose end closes the section (the text after the header, where
+    the extractor kept it without its heading, does not go under NAME)."""
 
     def body(heading: Tag) -> Tag | None:
         after = heading.find_next_sibling()
@@ -398,6 +403,7 @@ def _like_sections(tags: list[Tag], kept: set[int]) -> set[int]:
     headings = [t for t in tags if t.name in _HEADINGS and t.parent is not None]
     shapes = {_signature(b) for h in headings if id(h) in kept and (b := body(h)) is not None and id(b) in kept}
     added: set[int] = set()
+    bounds: set[int] = set()
     for heading in headings:
         section = body(heading)
         if (
@@ -411,10 +417,11 @@ def _like_sections(tags: list[Tag], kept: set[int]) -> set[int]:
             continue
         inner = [section, *section.find_all(True)]
         if _link_share(inner) < 1 - _WIDEN_PROSE_SHARE:
+            bounds.add(id(heading.parent))
             for whole in (heading, section):
                 added.add(id(whole))
                 added.update(id(t) for t in whole.find_all(True))
-    return added
+    return added, bounds
 
 
 def _link_share(tags: list[Tag]) -> float:
@@ -491,7 +498,8 @@ def _main_content(soup: BeautifulSoup, path: str) -> _Article | None:
         return None
     kept = {id(tags[n]) for n in map(int, _ID_NUMBER.findall(summary)) if n < len(tags)}
     kept |= _widened(soup, tags, kept)
-    kept |= _like_sections(tags, kept)
+    like, bounded = _like_sections(tags, kept)
+    kept |= like
     for tag in tags:
         if id(tag) not in kept and _is_protected(tag) and id(tag.parent) in kept:
             kept.add(id(tag))
@@ -508,7 +516,7 @@ def _main_content(soup: BeautifulSoup, path: str) -> _Article | None:
             while parent is not None and id(parent) not in kept and id(parent) not in entered:
                 entered.add(id(parent))
                 parent = parent.parent
-    return _Article(kept, entered)
+    return _Article(kept, entered, bounded - kept)
 
 
 def parse(data: bytes, path: str, *, main_content: bool = True) -> Document:
