@@ -4,15 +4,16 @@ Only the page's main content is read: readability-lxml (a port of Mozilla's
 Readability) picks the article out of the site's chrome (menus, share bars,
 "Next story", comment counters), and the walk below reads the article's HTML
 with its headings, lists, tables and code blocks. A page where it finds no
-text is read whole, and the reason is logged. Two widenings: when its pick
+text is read whole, and the reason is logged. Three widenings: when its pick
 holds under 80% of the page's prose and has like siblings (a manual's
 sections, a list's entries: same tag, same class), they are read too; an
 index page (mostly link text) is read whole less its lines of links, so its
 title and own prose are indexed and its link lists are not (this also holds
-for a page nested deeper than readability-lxml reads). Title, description, keywords
+for a page nested deeper than readability-lxml reads); and a section before the pick shaped as the pick's
+own (asciidoc's NAME line in the page header) is read as a section of its own. Title, description, keywords
 and language come from the whole page's ``head``. The named items of a page
 (definition lists, bold-led list items, FAQ questions...) head sections of
-their own (mdrag.parsers.html_items).
+their own, short ones grouped under their names joined (mdrag.parsers.html_items).
 
 Left out of the text, with everything inside them: script, style, noscript,
 template, svg, canvas, iframe, object, embed, select (never prose), nav and
