@@ -380,7 +380,7 @@ class Indexer:
                 m.save(manifest_path)  # what was written so far, still dirty: the next run repairs and goes on
             raise
         todo += [(p, None) for p in boilerplate.stale(m.files, m.pages, [p for p, _ in todo])]
-        drops = boilerplate.repeated(m.pages)
+        drops, kept = boilerplate.decide(m.pages)
         sizes = [(path, found.files[path][3]) for path, _ in todo if path in found.files]  # not those skipped
         bar = ProgressCounter(len(todo), events.progress, sizes, summary.unchanged if growing else None)
 
@@ -404,6 +404,7 @@ class Indexer:
                     max_mb,
                     early=early.pop(path, None),
                     drop=drops.get(path, ()),
+                    keep=kept.get(path, {}),
                 )
             bar.parsed(path, len(parsed.chunks))  # ahead of the embedder: the estimate of the chunks to write
             return parsed

@@ -146,8 +146,9 @@ def mismatched(files: Mapping[str, FileState], stored: Mapping[str, str]) -> lis
 #: file's chunks, ids and text are those of 4; 6: blocks an HTML folder's pages repeat are left out,
 #: mdrag.ingest.boilerplate; 7: a Markdown table's delimiter row written short, its header repeated before the
 #: rows of each chunk of a cut table, never a chunk's end; HTML and DOCX chunks carry the lines of the text `get`
-#: writes out), so an index built by an older release is chunked again rather than mixing both.
-CHUNK_FORMAT = 7
+#: writes out; 8: a passage several HTML pages of a folder repeat is kept on one of them, mdrag.ingest.passages), so an
+#: index built by an older release is chunked again rather than mixing both.
+CHUNK_FORMAT = 8
 
 
 def chunking_of(store: Store, embedder: Embedder, settings: ChunkSettings) -> dict[str, object]:

@@ -11,7 +11,7 @@ skipped with the reason and the run goes on.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from functools import partial
 from pathlib import Path
 from typing import NamedTuple
@@ -70,13 +70,16 @@ def read_file(
     *,
     early: Document | Exception | None = None,
     drop: Sequence[str] = (),
+    keep: Mapping[str, Sequence[str]] | None = None,
 ) -> Parsed:
     """Parse and chunk the file at ``path`` (under ``root`` as ``rel``, with the scan's mtime and size):
     its state and chunks, or why it is skipped. With ``worker``, it is parsed there within ``timeout``;
     with ``timeout``, the reading of a vault note and chunking must also end within it; with ``max_mb``, a
     document whose chunking is expected to need more memory (MB) is skipped. ``early``: what parsing it gave
     already (:func:`mdrag.ingest.boilerplate.read_pages`). ``drop``: the fingerprints of the blocks its site
-    repeats, left out of its chunks (:mod:`mdrag.ingest.boilerplate`) and recorded in its state."""
+    repeats, left out of its chunks (:mod:`mdrag.ingest.boilerplate`) and recorded in its state. ``keep``: the
+    fingerprints of its passages other pages leave out for it (:mod:`mdrag.ingest.passages`), recorded in its
+    state with their lines."""
     try:
         data = Path(path).read_bytes()
         if isinstance(early, Exception):
@@ -102,6 +105,7 @@ def read_file(
     state = FileState(root=root, rel_path=rel, mtime_ns=mtime_ns, size=size, hash=bytes_sha256(data))
     state.chunks = [c.id for c in chunks]
     state.dropped = list(drop) or None
+    state.kept = boilerplate.lines_of(doc, keep) if keep else None
     if doc.links is not None:
         state.note = {"aliases": doc.aliases, "links": sorted({n for _, n in doc.links})}
     return Parsed(state, chunks, None, doc.encoding, warnings=doc.warnings)
