@@ -4,7 +4,8 @@ For every ``*.html`` page under each corpus folder given (default: ../shared/dat
 every other HTML page under ../shared/data; add ../corpora/git-doc-html after
 ``sh benchmarks/fetch_html_manual.sh``), the page is parsed and chunked as `mdrag index` does (default chunk
 settings, sizes in characters: no embedder is loaded; the blocks the folder's pages repeat left out as the
-index run leaves them, mdrag.ingest.boilerplate, unless ``--keep-repeated``), and three figures are measured:
+index run leaves them, mdrag.ingest.boilerplate, and the passages a few pages repeat kept on one of them,
+mdrag.ingest.passages, unless ``--keep-repeated``), and three figures are measured:
 
 - boilerplate: the share of chunks made only of blocks (paragraphs, lines) that occur on more than 5% of the
   corpus's pages (and on at least 3): taglines, footers, "last modified" lines, crumbs;
@@ -93,8 +94,11 @@ def measure(folder: Path, keep_repeated: bool = False, low: float = LOW) -> dict
         data = page.read_bytes()
         whole[rel] = _lines(parse(data, rel, main_content=False))
         docs[rel] = parse(data, rel)
-    prints = {rel: PagePrints(str(folder), rel, 0, 0, boilerplate.fingerprints(d)) for rel, d in docs.items()}
-    drops = {} if keep_repeated else boilerplate.repeated(prints)
+    prints = {
+        rel: PagePrints(str(folder), rel, 0, 0, boilerplate.fingerprints(d), boilerplate.passage_prints(d))
+        for rel, d in docs.items()
+    }
+    drops, keepers = ({}, {}) if keep_repeated else boilerplate.decide(prints)
     chunks: dict[str, list[str]] = {}
     for rel, doc in docs.items():
         doc = boilerplate.strip(doc, drops.get(rel, ()))
@@ -127,6 +131,8 @@ def measure(folder: Path, keep_repeated: bool = False, low: float = LOW) -> dict
         "chunks": len(all_chunks),
         "pages_with_blocks_left_out": len(drops),
         "blocks_left_out": sum(len(d) for d in drops.values()),
+        "passages_left_out": sum(len(pages) for held in keepers.values() for pages in held.values()),
+        "passage_keepers": len(keepers),
         "boilerplate_chunks": len(boiler),
         "boilerplate_share": round(len(boiler) / max(1, len(all_chunks)), 4),
         "boilerplate_examples": Counter(text[:80] for _, text in boiler).most_common(5),
@@ -153,7 +159,8 @@ def main() -> None:
     for r in results:
         print(
             f"{r['folder']}: {r['pages']} pages, {r['chunks']} chunks ({r['blocks_left_out']} repeated blocks left "
-            f"out of {r['pages_with_blocks_left_out']} pages); boilerplate {r['boilerplate_chunks']} "
+            f"out of {r['pages_with_blocks_left_out']} pages; {r['passages_left_out']} passages left out, kept on "
+            f"{r['passage_keepers']} pages); boilerplate {r['boilerplate_chunks']} "
             f"({r['boilerplate_share']:.2%}); biggest page {r['biggest_page']} {r['biggest_share']:.2%}; "
             f"kept mean {r['kept_mean']}, median {r['kept_median']}, {len(r['kept_low'])} pages under {low:.0%}"
         )

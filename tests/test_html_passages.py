@@ -13,6 +13,7 @@ from mdrag.ingest.passages import is_passage
 from mdrag.types import Block, Document, Section
 
 _WHAT = ["rendered frames", "exported layers", "imported fonts", "thumbnail sheets"]
+_CODENAMES = ["zanzibar", "quillwort", "vermilion", "jacaranda"]  # a word of each page's own
 
 
 def _passage(n: int, edit: str = "") -> str:
@@ -35,22 +36,23 @@ def _item(n: int, edit: str = "") -> str:
     return f"<dt>cache.{_WHAT[n].split()[1]}</dt><dd><p>{_passage(n, edit)}</p></dd>"
 
 
-def _command(root: Path, n: int, edit: str = "") -> None:
-    own = f"<p>Command {n} makes {_WHAT[n]} for a drawing and writes them where the project keeps its output.</p>"
+def command(root: Path, n: int, edit: str = "") -> None:
+    own = f"<p>Command {n} ({_CODENAMES[n]}) makes {_WHAT[n]} for a drawing and writes them where the project keeps "
+    own += "its output.</p>"
     config = f'<div class="dlist"><dl>{_item(n, edit)}</dl></div>'
     body = _section("DESCRIPTION", own) + _section("CONFIGURATION", config)
     (root / f"cmd-{n}.html").write_text(_page(f"cmd-{n}(1)", body), encoding="utf-8")
 
 
-def _manual(root: Path) -> None:
+def manual(root: Path) -> None:
     """Four command pages, each with one setting, and the reference of every setting (and one of its own)."""
     root.mkdir(parents=True, exist_ok=True)
     for n in range(4):
-        _command(root, n)
+        command(root, n)
     own = (
         "<dt>core.owner</dt><dd><p>The name written into every file the tool creates, as its author; when it is "
         "not set the tool asks the operating system for the login name of the user who runs it and writes "
-        "that one instead.</p></dd>"
+        "that one instead (paraphernalia).</p></dd>"
     )
     items = "".join(_item(n) for n in range(4)) + own
     body = _section("VARIABLES", f'<div class="dlist"><dl>{items}</dl></div>')
@@ -74,7 +76,7 @@ def test_a_passage_the_reference_repeats_is_kept_on_its_commands_page_and_names_
     tmp_path: Path, minilm
 ) -> None:
     root = tmp_path / "manual"
-    _manual(root)
+    manual(root)
     ix = _index(root, minilm)
     for n in range(4):
         assert _holders(ix, n) == [f"cmd-{n}.html"]
@@ -91,18 +93,18 @@ def test_a_passage_the_reference_repeats_is_kept_on_its_commands_page_and_names_
 
 def test_deleting_adding_and_changing_a_page_chunks_again_the_page_that_repeats_it(tmp_path: Path, minilm) -> None:
     root = tmp_path / "manual"
-    _manual(root)
+    manual(root)
     ix = _index(root, minilm)
     (root / "cmd-1.html").unlink()  # its setting is the reference's alone again
     summary = ix.update([root])
     assert (summary.deleted, summary.modified, summary.added) == (1, 1, 0)
     assert _holders(ix, 1) == ["reference.html"]
     assert _holders(ix, 0) == ["cmd-0.html"]
-    _command(root, 1)  # back: the reference leaves it out again
+    command(root, 1)  # back: the reference leaves it out again
     summary = ix.update([root])
     assert (summary.added, summary.modified) == (1, 1)
     assert _holders(ix, 1) == ["cmd-1.html"]
-    _command(root, 2, edit=" or sooner when the disk is full")  # the command's text is its own now
+    command(root, 2, edit=" or sooner when the disk is full")  # the command's text is its own now
     summary = ix.update([root])
     assert (summary.added, summary.modified) == (0, 2)
     assert _holders(ix, 2) == ["reference.html"]
