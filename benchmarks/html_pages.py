@@ -12,8 +12,8 @@ mdrag.ingest.passages, unless ``--keep-repeated``), and three figures are measur
 - biggest page: the page holding the most chunks, and its share of them;
 - kept: per page, the share of its visible text (the whole page as the parser reads it with
   ``main_content=False``: menus in ``nav``, ``footer`` and hidden parts already out, and less the repeated
-  blocks above) whose word tokens reach its chunks (tokens as multisets, ``\\w+`` lower-cased); the mean, the
-  median and the pages under 80%.
+  blocks above) whose word tokens reach its chunks (tokens as multisets, ``\\w+`` lower-cased), or a passage
+  another page keeps for it (named with it in results); the mean, the median and the pages under 80%.
 
 With ``--under SHARE``, every page keeping less than SHARE of its visible text is listed with the share kept and
 what was left out: its largest runs of visible lines whose words do not reach its chunks (words, first words).
@@ -39,7 +39,7 @@ from mdrag.chunking import chunk_document  # noqa: E402
 from mdrag.ingest import boilerplate  # noqa: E402
 from mdrag.ingest.manifest import PagePrints  # noqa: E402
 from mdrag.parsers.html import parse  # noqa: E402
-from mdrag.types import Document  # noqa: E402
+from mdrag.types import Block, Document, Section  # noqa: E402
 
 SHARED = ROOT.parent / "shared" / "data"
 TOKEN = re.compile(r"\w+")
@@ -50,6 +50,10 @@ LOW = 0.8
 def _key(line: str) -> str:
     """A block as compared across pages: digits (dates, counts) do not make it another block."""
     return re.sub(r"\d+", "0", " ".join(line.split()).lower())
+
+
+def _one(block: Block) -> Document:
+    return Document("", [Section([], 1, [block])])
 
 
 def _lines(doc: Document) -> list[str]:
@@ -113,6 +117,13 @@ def measure(folder: Path, keep_repeated: bool = False, low: float = LOW) -> dict
         return bool(lines) and all(k in repeated for k in lines)
 
     boiler = [(rel, text) for rel, text in all_chunks if is_boilerplate(text)]
+    # the words of the passages left out of a page for another that keeps them (and names this page with them)
+    left_for = {(rel, fp) for held in keepers.values() for fp, holders in held.items() for rel in holders}
+    elsewhere: dict[str, Counter] = {rel: Counter() for rel in docs}
+    for rel, doc in docs.items():
+        for block in (b for section in doc.sections for b in section.blocks):
+            if any((rel, fp) in left_for for fp in boilerplate.fingerprints(_one(block))):
+                elsewhere[rel].update(TOKEN.findall(block.text.lower()))
     per_page = Counter(rel for rel, _ in all_chunks)
     kept: dict[str, float] = {}
     left_out: dict[str, list[tuple[int, str]]] = {}
@@ -120,7 +131,7 @@ def measure(folder: Path, keep_repeated: bool = False, low: float = LOW) -> dict
         visible = Counter(t for line in lines if _key(line) not in repeated for t in TOKEN.findall(line.lower()))
         if sum(visible.values()) < 20:
             continue  # a page with (almost) no text of its own
-        got = Counter(t for text in chunks[rel] for t in TOKEN.findall(text.lower()))
+        got = Counter(t for text in chunks[rel] for t in TOKEN.findall(text.lower())) + elsewhere[rel]
         kept[rel] = sum((visible & got).values()) / sum(visible.values())
         if kept[rel] < low:
             left_out[rel] = dropped_runs([line for line in lines if _key(line) not in repeated], got)
