@@ -32,6 +32,10 @@ MIN_CHUNKS = 200
 # (benchmarks/refusal.py says what was tuned where).
 NAMED_TOP = 3
 NAMED_SURE = 0.65
+# What an unknown word that is an ordinary English word weighs in the word check (mdrag.retrieval.relevance),
+# as a share of its idf; a term the index lacks weighs all of it. Picked on the ranking pool's tuning halves and the
+# older question sets (benchmarks/RESULTS.md, "Refusal on the ranking pool"; 0.4 and 0.5 differ by one question).
+ORDINARY_UNKNOWN = 0.5
 # Notes vaults (mdrag.retrieval.linked): the best candidates of a search whose links lift the notes they link to.
 # On the vault question set, 1 source lowered the link questions' BM25 MRR@5 (0.705 to 0.621 at weight 0.2) where 3
 # raised it (0.758), and 5 ranked as 3 did (RESULTS.md, "Notes vault questions"): past the first few hits, a hit's

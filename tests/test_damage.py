@@ -1200,6 +1200,27 @@ def test_verify_on_milvus_lite_says_it_read_its_files(cli, docs: Path, mdrag_hom
     assert code == 1 and f"of the index store {db}, not its data files (their checksum record {sums}" in out, out
 
 
+def test_an_empty_milvus_lite_collection_without_its_checksum_record_is_no_repair(
+    cli, docs: Path, tmp_path: Path, mdrag_home: Path
+) -> None:
+    """A collection that holds no row and no checksum record (a first build killed after the store made its
+    collection, before its first write) has nothing to check: the next run records it without a warning and
+    reports no repair, as it would for a new index."""
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    code, out, err = cli("index", str(empty), "--json", "-q")
+    assert code == 0 and json.loads(out)["chunks_total"] == 0, err
+    sums = mdrag_home / "cache" / "milvus.db.mdrag" / "mdrag_default.sums.json"
+    assert _collection(mdrag_home).is_dir()
+    sums.unlink(missing_ok=True)
+    (mdrag_home / "cache" / "manifests" / "default.json").unlink()
+    code, out, err = cli("index", str(docs), "--json", "-q")
+    s = json.loads(out)
+    assert code == 0 and s["chunks_total"] > 0, err
+    assert not s["repaired"] and not any("recorded again" in w for w in s["warnings"]), s
+    assert json.loads(sums.read_text())["data_files"], "recorded by the run that wrote the rows"
+
+
 def _flip_data_file(home: Path) -> Path:
     """Change 64 bytes in the middle of the collection's first data file, its times kept: the file."""
     files = sorted(_collection(home).glob("partitions/*/data/data_*.parquet"))

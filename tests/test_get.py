@@ -93,6 +93,23 @@ def test_get_a_document_its_lines_and_a_section(
     assert code == 1 and "no section 'Installation'" in err and "Problem it addresses" in err
 
 
+def test_get_a_path_from_the_working_folder(
+    corpus: Path, shared_data: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A path as the shell completes it from where the user stands (the index's folder named in it) finds the
+    file; one that names a file the index does not hold is still refused."""
+    source = shared_data / GLOSSARY / "content/en/container.md"
+    monkeypatch.chdir(shared_data)
+    code, out, err = run(monkeypatch, capsys, corpus, "get", f"{GLOSSARY}/content/en/container.md:8-10")
+    assert code == 0, err
+    assert out.split("\n")[:-1] == lines_of(source)[7:10]
+    monkeypatch.chdir(shared_data / GLOSSARY / "content")
+    code, out, err = run(monkeypatch, capsys, corpus, "get", "./en/container.md")
+    assert code == 0 and out == source.read_text(encoding="utf-8") + "\n", err
+    code, _, err = run(monkeypatch, capsys, corpus, "get", "en/_index.md")  # there, but not indexed (a*, c*)
+    assert code == 1 and "is not a file of the index" in err, err
+
+
 def test_get_the_document_of_a_search_result_by_its_chunk_id(
     corpus: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -103,6 +103,36 @@ def test_an_update_of_a_built_index_keeps_searches_on_what_was_committed(
         assert index.partial() is None and index.status().partial is None
 
 
+def test_a_first_build_makes_a_folders_readme_and_a_small_file_searchable_before_a_big_file(
+    tmp_path: Path, mdrag_home: Path, minilm: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Steps of one file each (by the chunks written, never by the clock): each commits the next file in order.
+    monkeypatch.setattr(pipeline, "_GROW_BATCH", (1, 1))
+    monkeypatch.setattr(pipeline, "_GROW_CHUNKS", 1)
+    monkeypatch.setattr(pipeline, "_GROW_S", float("inf"))
+    monkeypatch.setattr(pipeline, "_GROW_SHARE", 0.0)
+    docs = tmp_path / "docs"
+    (docs / "guide").mkdir(parents=True)
+    filler = " ".join(f"zeppelin{i} hangar mooring mast" for i in range(60))
+    (docs / "a-big.md").write_text("".join(f"# Airship part {n}\n\n{filler}\n\n" for n in range(4)))  # first by path
+    (docs / "guide" / "README.md").write_text("# The guide\n\nThis guide tells of the guidebook and its maps.\n")
+    (docs / "z-small.md").write_text("# Fruit\n\nA kumquat is a small citrus fruit.\n")
+    config = load_config({"index": "order"})
+    seen = []  # the files searchable after each step
+    with Index(config, embedder=minilm) as builder, Index(config, embedder=minilm) as reader:
+        while True:
+            step = builder.update([docs], pause=threading.Event())
+            found = reader.search("zeppelin airship guidebook guide kumquat fruit", k=100, threshold=0)
+            seen.append({r.rel_path for r in found})
+            if not step.remaining:
+                break
+    assert seen == [
+        {"guide/README.md"},
+        {"guide/README.md", "z-small.md"},
+        {"guide/README.md", "z-small.md", "a-big.md"},
+    ]
+
+
 class _Gate(HashEmbedder):
     """Embeds ``free`` batches of the keeper's updates, then waits in the next until ``release`` is set
     (queries are embedded at once)."""
@@ -260,7 +290,8 @@ class _Stopping(HashEmbedder):
         return super().embed_batch(texts)
 
 
-@pytest.mark.parametrize(("at", "kept"), [(3, set()), (5, {"big.md", "page00.md", "page01.md"})])
+# A first build embeds the six one-chunk pages (3 calls), then big.md (3 calls): its smallest files first.
+@pytest.mark.parametrize(("at", "kept"), [(1, set()), (5, {f"page{i:02}.md" for i in range(6)})])
 def test_a_stop_mid_embedding_keeps_the_whole_files_only_and_the_next_run_embeds_the_rest(
     tmp_path: Path, mdrag_home: Path, at: int, kept: set[str]
 ) -> None:

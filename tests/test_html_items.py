@@ -61,14 +61,14 @@ def _dl_page() -> bytes:
     return _page("<dl>" + "".join(f"<dt>{n}</dt><dd><p>{t}</p></dd>" for n, t in entries.items()) + "</dl>")
 
 
-def test_definition_list_items_head_their_own_sections_and_short_ones_share_one() -> None:
+def test_definition_list_items_head_their_own_sections_and_short_ones_share_one_named_by_them() -> None:
     doc = _parse(_dl_page())
     for name, text in _LONG.items():
         section = next(s for s in doc.sections if text in s.text)
         assert section.heading_path == ["Settings", "Variables", name]
         assert not any(other in section.text for other in _LONG.values() if other != text)  # one item alone
     shared = [s for s in doc.sections if _SHORT["color.ui"] in s.text]
-    assert len(shared) == 1 and shared[0].heading_path == ["Settings", "Variables"]
+    assert len(shared) == 1 and shared[0].heading_path == ["Settings", "Variables", ", ".join(_SHORT)]
     assert all(f"{n}\n\n{t}" in shared[0].text for n, t in _SHORT.items())  # the names stay in its text
     assert not any(t in shared[0].text for t in _LONG.values())
     chunks = chunk_document(doc, "/", "settings.html")
@@ -152,3 +152,57 @@ def test_a_search_naming_an_item_finds_its_own_chunk_first(tmp_path: Path, mode:
         for name, text in _LONG.items():
             top = index.search(name, mode=mode, threshold=0.0)[0]
             assert top.rel_path == "settings.html" and top.heading_path[-1] == name and text[:60] in top.text
+
+
+# A reference of one-line settings, as a shell manual lists its parameters: all short, so they share sections.
+_ONE_LINERS = {
+    "WORDCHARS": "Punctuation the line editor counts as part of a word.",
+    "HISTSIZE": "How many events the history list keeps in memory.",
+    "SAVEHIST": "How many history events are written to the file on exit.",
+    "TMPPREFIX": "A pathname prefix for every temporary file the shell makes.",
+    "KEYTIMEOUT": "Hundredths of a second to wait for the rest of a key sequence.",
+    "LISTMAX": "Above this many matches, ask before listing completions.",
+    "MAILCHECK": "Seconds between checks of the mailbox for new mail.",
+    "PROMPT_EOL_MARK": "Shown where a command's output ended without a newline.",
+    "REPORTTIME": "Commands running longer than this many seconds print their timing.",
+    "TIMEFMT": "The format of the timing report printed by the time keyword.",
+    "WATCHFMT": "The format of the login and logout reports for watched users.",
+    "ZLE_SPACE_SUFFIX_CHARS": "Characters before which a space inserted by completion is removed.",
+}
+
+
+def test_a_long_run_of_short_items_shares_sections_each_named_by_its_items() -> None:
+    page = "<dl>" + "".join(f"<dt>{n}</dt><dd><p>{t}</p></dd>" for n, t in _ONE_LINERS.items()) + "</dl>"
+    doc = _parse(_page(page))
+    groups = [s for s in doc.sections if s.heading_path[:2] == ["Settings", "Variables"] and len(s.heading_path) == 3]
+    assert len(groups) > 1  # more names than one heading holds
+    for section in groups:
+        names = section.heading_path[-1].split(", ")
+        assert 1 < len(names) and len(section.heading_path[-1]) <= 120
+        assert [n for n in _ONE_LINERS if f"{n}\n\n{_ONE_LINERS[n]}" in section.text] == names  # names stay in text
+    assert [n for s in groups for n in s.heading_path[-1].split(", ")] == list(_ONE_LINERS)
+
+
+@pytest.mark.parametrize("mode", ["hybrid", "bm25", "dense"])
+def test_a_search_naming_a_short_item_finds_its_group_first(tmp_path: Path, mode: str) -> None:
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    page = "".join(f"<dt>{n}</dt><dd><p>{t}</p></dd>" for n, t in {**_LONG, **_ONE_LINERS}.items())
+    (docs / "parameters.html").write_bytes(_page(f"<dl>{page}</dl>", title="Parameters"))
+    # a guide that names every parameter in passing, a paragraph each
+    guide = "<h2>Tuning the shell</h2>" + "".join(
+        f"<p>Most people never change {n}; the defaults suit the line editor and the history well, and a wrong "
+        "value is easy to undo by starting a new shell.</p>"
+        for n in _ONE_LINERS
+    )
+    (docs / "guide.html").write_bytes(
+        f"<html><head><title>Guide</title></head><body><h1>Guide</h1>{guide}</body></html>".encode()
+    )
+    with Index(load_config()) as index:
+        index.update([docs])
+        for name, text in _ONE_LINERS.items():
+            results = index.search(name, mode=mode, threshold=0.0, k=5)
+            found = [r.rel_path == "parameters.html" and text in r.text for r in results].index(True)
+            # the model alone reads a bare identifier loosely: the group among its first three
+            assert found == 0 if mode != "dense" else found < 3
+            assert name in results[found].heading_path[-1].split(", ")

@@ -112,3 +112,59 @@ def test_html_short_manual_page_keeps_every_section() -> None:
     doc = get_parser("p.html")(page, "/git-version.html")
     assert "about how git was built" in _text(doc)
     assert "is printed on the standard output" in _text(doc)
+
+
+def test_html_manual_page_keeps_its_name_line_from_the_page_header() -> None:
+    # asciidoc writes the NAME section (the page's one-line summary) into div#header with the title
+    doc = get_parser("p.html")(_manual_page(), "/gitfaq.html")
+    assert doc.sections[0].heading_path == ["NAME"]
+    assert doc.sections[0].text == "gitfaq - Frequently asked questions about using Git"
+    assert "gitfaq(7) Manual Page" not in _text(doc) and "Last updated" not in _text(doc)
+
+
+def test_html_site_header_and_comments_shaped_otherwise_stay_out() -> None:
+    sections = "".join(
+        f'<div class="sect1"><h2>Section {n}</h2><div class="sectionbody"><p>{text}</p></div></div>'
+        for n, text in enumerate(_PROSE)
+    )
+    header = (  # a site header: a heading over a tagline of another shape, and a menu
+        '<div id="top"><h2 class="brand">Acme Docs</h2><div class="tagline"><p>Everything about the Acme tools, '
+        "written by the people who build them</p></div><ul>"
+        + "".join(f'<li><a href="/p{n}.html">Page {n}</a></li>' for n in range(8))
+        + "</ul></div>"
+    )
+    comments = "".join(  # after the article: comments shaped as its sections
+        f'<div class="comment"><h3>Comment by reader {n}</h3><div class="sectionbody"><p>Thanks, this answered my '
+        f"question number {n} about line endings.</p></div></div>"
+        for n in range(3)
+    )
+    page = (
+        f"<html><head><title>Line endings</title></head><body>{header}"
+        f'<div id="content">{sections}</div><div id="comments">{comments}</div></body></html>'
+    ).encode()
+    text = _text(get_parser("p.html")(page, "/eol.html"))
+    assert all(prose in text for prose in _PROSE)
+    assert "Everything about the Acme tools" not in text and "Acme Docs" not in text
+    assert "Thanks, this answered" not in text
+
+
+def test_html_name_line_heads_only_itself() -> None:
+    # the extractor keeps the first sections' bodies without their headings: their text must not go under NAME
+    def sect(heading: str, body: str) -> str:
+        return f'<div class="sect1"><h2>{heading}</h2><div class="sectionbody">{body}</div></div>'
+
+    para = '<div class="paragraph"><p>{}</p></div>'.format
+    code = '<div class="listingblock"><div class="content"><pre><code>git eol status</code></pre></div></div>'
+    page = (
+        '<html><head><title>git-eol(1)</title></head><body class="manpage"><div id="header"><h1>git-eol(1) Manual '
+        'Page</h1><h2>NAME</h2><div class="sectionbody"><p>git-eol - Reuse recorded line endings</p></div></div>'
+        '<div id="content">'
+        + sect("SYNOPSIS", '<div class="verseblock"><pre class="content">git eol [clear | status]</pre></div>')
+        + sect("DESCRIPTION", para(_PROSE[0]) + para(_PROSE[1]))
+        + sect("DISCUSSION", "".join(para(text) + code for text in _PROSE * 3))
+        + "</div></body></html>"
+    ).encode()
+    doc = get_parser("p.html")(page, "/git-eol.html")
+    name = [s for s in doc.sections if s.heading_path[:1] == ["NAME"]]
+    assert [s.text for s in name] == ["git-eol - Reuse recorded line endings"]
+    assert "git eol [clear | status]" in _text(doc) and _PROSE[1] in _text(doc)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from mdrag.ingest.manifest import FileState, Manifest
-from mdrag.ingest.plan import mismatched, nothing_to_do, plan_update, to_hash
+from mdrag.ingest.plan import first_build_order, mismatched, nothing_to_do, plan_update, to_hash
 from mdrag.ingest.scan import ScanResult
 
 A, B = "/docs", "/more"
@@ -106,3 +106,36 @@ def test_crash_repair_re_indexes_files_whose_stored_chunks_differ_from_the_manif
     }
     assert mismatched(files, stored) == [f"{A}/half.md", f"{A}/none.md", f"{A}/extra.md"]
     assert mismatched(files, {}) == list(files)
+
+
+def test_a_first_build_orders_skipped_files_then_small_folder_pages_then_the_rest_smallest_first() -> None:
+    sizes = {
+        "a-big.md": 50_000,
+        "z-small.md": 100,
+        "b.md": 100,  # as small as z-small.md: by path
+        "README.md": 5_000,  # the folder's own page, shallowest: ahead of the small files
+        "guide/README.md": 300,
+        "site/INDEX.HTML": 200,  # any case, any extension
+        "api/_index.md": 9_000,  # over 8 KiB: a document like the others, by size
+        "notes/readme-old.md": 10,  # not a folder's own page: by size
+    }
+    found = ScanResult(
+        files={f"{A}/{rel}": (A, rel, 1, size) for rel, size in sizes.items()},
+        skipped={f"{A}/huge.pdf": (A, "over index.max_file_mb")},
+    )
+    todo = [(p, None) for p in sorted(found.files)] + [(f"{A}/huge.pdf", "over index.max_file_mb")]
+    order = [p.removeprefix(f"{A}/") for p, _ in first_build_order(todo, found)]
+    assert order == [
+        "huge.pdf",  # nothing to read or embed
+        "README.md",
+        "guide/README.md",
+        "site/INDEX.HTML",
+        "notes/readme-old.md",
+        "b.md",
+        "z-small.md",
+        "api/_index.md",
+        "a-big.md",
+    ]
+    # A later step of the build orders what is left the same way.
+    rest = first_build_order([t for t in todo if t[0] != f"{A}/README.md"][::-1], found)
+    assert [p.removeprefix(f"{A}/") for p, _ in rest] == [p for p in order if p != "README.md"]

@@ -37,6 +37,21 @@ def test_words_no_chunk_holds_carry_the_unknown_share() -> None:
     assert unknown_share("?!", stats) == 1.0
 
 
+def test_an_unknown_everyday_word_weighs_half_a_term_or_a_capitalised_word_all() -> None:
+    stats = TermStats(CHUNKS, stemmer())
+    # "plainly" is an ordinary English word in no chunk: a passage that answers may put it otherwise
+    everyday = unknown_share("export traces to jaeger plainly", stats)
+    assert 0 < everyday < unknown_share("export traces to jaeger plainly", stats, ordinary=1.0)
+    # a term ("zabbix") or a word capitalised as a name ("Quartz", after the first word) weighs all its idf
+    assert unknown_share("export traces to zabbix", stats) == unknown_share("export traces to zabbix", stats, 1.0)
+    quartz = "export traces to jaeger with Quartz"
+    assert unknown_share(quartz, stats) == unknown_share(quartz, stats, ordinary=1.0)
+    assert unknown_share("export traces to jaeger with quartz", stats) < unknown_share(quartz, stats)
+    # a question in Title Case names nothing this way
+    title = "Export Traces To Jaeger With Quartz"
+    assert unknown_share(title, stats) < unknown_share(title, stats, ordinary=1.0)
+
+
 def test_refuse_on_a_weak_best_score_or_on_unknown_words() -> None:
     stats = TermStats(CHUNKS * (MIN_CHUNKS // len(CHUNKS) + 1), stemmer())  # the same shares, enough chunks
     strong = [_result(0.3), _result(0.7)]  # the best score counts, not the first result's
@@ -179,3 +194,29 @@ def test_a_result_holding_every_word_of_the_question_is_not_refused_for_its_cosi
     assert refuse("removePathAccents webp setting", found, stats, min_score=0.44, max_unknown=0.2)
     weak = [_result(0.3, "imaging options", "imaging.md")] * NAMED_TOP + found
     assert refuse("removePathAccents setting", weak, stats, min_score=0.44, max_unknown=0.2)
+
+
+@pytest.mark.slow
+def test_the_rule_on_a_real_glossary_refuses_off_subject_and_unknown_terms_answers_everyday_words(
+    minilm: Embedder, shared_data: Path
+) -> None:
+    # The CNCF glossary (about 320 chunks: enough for the word check) with the real model and the default settings.
+    config = load_config({"index": "cncf" + os.urandom(4).hex()})
+    with Index(config, embedder=minilm) as idx:
+        idx.update([shared_data / "markdown_cncf_glossary"])
+        stats = idx.term_stats()
+        assert stats.n >= MIN_CHUNKS
+
+        def refused(question: str, **kw: float) -> bool:
+            results = idx.search(question)
+            return refuse(question, results, stats, config["answer.min_score"], config["answer.max_unknown"], **kw)
+
+        assert refused("How do I bake sourdough bread at home?")  # off the subject: nothing scores
+        assert not refused("what is a service mesh")
+        # a term the glossary never uses, next to its subject: the passages found cannot answer it
+        assert refused("what is a service mesh used with redis")
+        # everyday words the glossary does not use ("explained", "plainly") weigh less than a term: answered,
+        # where weighing them as terms refused it
+        everyday = "what does a service mesh do for my microservices, explained plainly"
+        assert not refused(everyday)
+        assert refused(everyday, ordinary=1.0)

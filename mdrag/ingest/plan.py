@@ -4,7 +4,8 @@ Pure functions: :func:`to_hash` names the files whose content hash decides
 (their mtime or size changed), :func:`plan_update` turns the manifest's files,
 the scan and those hashes into a :class:`UpdatePlan` (what to parse, what to keep,
 what to delete), and :func:`mismatched` names, after a crash, the files whose
-chunks in the store are not those the manifest lists. :func:`rebuild_reason`
+chunks in the store are not those the manifest lists; :func:`first_build_order` orders a first build's files
+so that those a user most likely asks about first are searchable soonest. :func:`rebuild_reason`
 says when every file must be chunked again, and :func:`recall_skips` which
 files a parse failed on, unchanged since, are not parsed again.
 :mod:`mdrag.ingest.pipeline` reads the files and the store and applies the plan.
@@ -28,6 +29,7 @@ __all__ = [
     "CHUNK_FORMAT",
     "UpdatePlan",
     "chunking_of",
+    "first_build_order",
     "kept_files",
     "mismatched",
     "nothing_to_do",
@@ -114,6 +116,37 @@ def plan_update(
     return plan
 
 
+#: A folder's own page (index.md, _index.md, README.md, index.html, index.rst...: by its name, in any case, with
+#: any extension), which a first build reads ahead of the other files up to this size: a longer one is a document
+#: like the others, and takes its place by size.
+_FRONT_PAGE_MAX = 8 * 1024
+_FRONT_PAGES = frozenset({"index", "_index", "readme"})
+
+
+def first_build_order(todo: Sequence[tuple[str, str | None]], found: ScanResult) -> list[tuple[str, str | None]]:
+    """The files to do of a first build (or a rebuild), ``plan.todo``, in the order that makes those a user most
+    likely asks about first searchable soonest, at no cost to the build (its steps commit the files in this order):
+
+    - the files skipped with a reason (nothing to read or embed);
+    - each folder's own page (index.md, README.md...) of up to 8 KiB, the shallowest first: what the folder is about;
+    - every other file by size, the smallest first: the most files searchable the soonest, a very large file last.
+
+    Ties by path: the same files in the same state give the same order, at every step of the build.
+    """
+
+    def key(item: tuple[str, str | None]) -> tuple[int, int, str]:
+        path, reason = item
+        if reason is not None or path not in found.files:
+            return (0, 0, path)
+        _, rel, _, size = found.files[path]
+        name = rel.rsplit("/", 1)[-1].lower()
+        if size <= _FRONT_PAGE_MAX and name.split(".", 1)[0] in _FRONT_PAGES:
+            return (1, rel.count("/"), path)
+        return (2, size, path)
+
+    return sorted(todo, key=key)
+
+
 def kept_files(files: Mapping[str, FileState], roots: Sequence[str], found: ScanResult) -> list[str]:
     """The indexed ``files`` under ``roots`` not found because their folder is missing, empty or unreadable."""
     return _sort(files, roots, found).kept
@@ -146,9 +179,10 @@ def mismatched(files: Mapping[str, FileState], stored: Mapping[str, str]) -> lis
 #: file's chunks, ids and text are those of 4; 6: blocks an HTML folder's pages repeat are left out,
 #: mdrag.ingest.boilerplate; 7: a Markdown table's delimiter row written short, its header repeated before the
 #: rows of each chunk of a cut table, never a chunk's end; HTML and DOCX chunks carry the lines of the text `get`
-#: writes out; 8: a passage several HTML pages of a folder repeat is kept on one of them, mdrag.ingest.passages), so an
+#: writes out; 8: an HTML page's short named items share sections headed by their names, asciidoc's NAME line
+#: kept; 9: a passage several HTML pages of a folder repeat is kept on one of them, mdrag.ingest.passages), so an
 #: index built by an older release is chunked again rather than mixing both.
-CHUNK_FORMAT = 8
+CHUNK_FORMAT = 9
 
 
 def chunking_of(store: Store, embedder: Embedder, settings: ChunkSettings) -> dict[str, object]:

@@ -4,15 +4,16 @@ Only the page's main content is read: readability-lxml (a port of Mozilla's
 Readability) picks the article out of the site's chrome (menus, share bars,
 "Next story", comment counters), and the walk below reads the article's HTML
 with its headings, lists, tables and code blocks. A page where it finds no
-text is read whole, and the reason is logged. Two widenings: when its pick
+text is read whole, and the reason is logged. Three widenings: when its pick
 holds under 80% of the page's prose and has like siblings (a manual's
 sections, a list's entries: same tag, same class), they are read too; an
 index page (mostly link text) is read whole less its lines of links, so its
 title and own prose are indexed and its link lists are not (this also holds
-for a page nested deeper than readability-lxml reads). Title, description, keywords
+for a page nested deeper than readability-lxml reads); and a section before the pick shaped as the pick's
+own (asciidoc's NAME line in the page header) is read as a section of its own. Title, description, keywords
 and language come from the whole page's ``head``. The named items of a page
 (definition lists, bold-led list items, FAQ questions...) head sections of
-their own (mdrag.parsers.html_items).
+their own, short ones grouped under their names joined (mdrag.parsers.html_items).
 
 Left out of the text, with everything inside them: script, style, noscript,
 template, svg, canvas, iframe, object, embed, select (never prose), nav and
@@ -32,7 +33,7 @@ import codecs
 import logging
 import re
 from collections.abc import Callable, Collection, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from bs4 import BeautifulSoup, Tag
@@ -278,6 +279,8 @@ class _Builder:
                 if read:
                     self.visit(node, todo)
                 elif entered:  # holds article parts; its own text is not one
+                    if self.article is not None and id(node) in self.article.bounded:
+                        todo.append(self.sections.open_headings)  # a section outside the pick heads only itself
                     self.buf.append(_PARA_BREAK)
                     todo.append(_PARA_BREAK)
                     todo.extend(reversed([child for child in node.contents if isinstance(child, Tag)]))
@@ -316,6 +319,7 @@ class _Article:
 
     kept: set[int]  # read, with their text; children that are not kept are left out
     entered: set[int]  # ancestors of kept tags: walked through, their own text left out
+    bounded: set[int] = field(default_factory=set)  # the headings opened inside close at their end
 
 
 def _is_protected(tag: Tag) -> bool:
@@ -378,6 +382,47 @@ def _widened(soup: BeautifulSoup, tags: list[Tag], kept: set[int]) -> set[int]:
                         added.update(id(inner) for inner in whole.find_all(True))
             node = node.parent
     return added
+
+
+def _like_sections(tags: list[Tag], kept: set[int]) -> tuple[set[int], set[int]]:
+    """Sections before readability-lxml's pick that have the shape of the pick's own: a heading, and the tag
+    right after it whose name and (non-empty) class a tag right after a heading in the pick has, its text
+    mostly outside links. Asciidoc writes a manual page's NAME section ("git-add - Add file contents to the
+    index", the page's one-line summary) into the page header ``div#header`` beside the title, which the
+    extractor leaves out with the header; its ``div.sectionbody`` is shaped as every section's body after it.
+    A site header's tagline or menu is not: it has no heading followed by a section body. Only before the
+    pick: after it come comments and related stories, each a heading over a block of one shape. Returns the
+    tags to read and the blocks holding them, whose end closes the section (the text after the header, where
+    the extractor kept it without its heading, does not go under NAME)."""
+
+    def body(heading: Tag) -> Tag | None:
+        after = heading.find_next_sibling()
+        return after if isinstance(after, Tag) and after.get("class") else None
+
+    order = {id(t): i for i, t in enumerate(tags)}
+    start = next((i for i, t in enumerate(tags) if id(t) in kept), len(tags))
+    headings = [t for t in tags if t.name in _HEADINGS and t.parent is not None]
+    shapes = {_signature(b) for h in headings if id(h) in kept and (b := body(h)) is not None and id(b) in kept}
+    added: set[int] = set()
+    bounds: set[int] = set()
+    for heading in headings:
+        section = body(heading)
+        if (
+            section is None
+            or id(heading) in kept
+            or order[id(heading)] >= start
+            or id(section) in kept
+            or _signature(section) not in shapes
+            or any(map(_is_removed, heading.parents))
+        ):
+            continue
+        inner = [section, *section.find_all(True)]
+        if _link_share(inner) < 1 - _WIDEN_PROSE_SHARE:
+            bounds.add(id(heading.parent))
+            for whole in (heading, section):
+                added.add(id(whole))
+                added.update(id(t) for t in whole.find_all(True))
+    return added, bounds
 
 
 def _link_share(tags: list[Tag]) -> float:
@@ -454,6 +499,8 @@ def _main_content(soup: BeautifulSoup, path: str) -> _Article | None:
         return None
     kept = {id(tags[n]) for n in map(int, _ID_NUMBER.findall(summary)) if n < len(tags)}
     kept |= _widened(soup, tags, kept)
+    like, bounded = _like_sections(tags, kept)
+    kept |= like
     for tag in tags:
         if id(tag) not in kept and _is_protected(tag) and id(tag.parent) in kept:
             kept.add(id(tag))
@@ -470,7 +517,7 @@ def _main_content(soup: BeautifulSoup, path: str) -> _Article | None:
             while parent is not None and id(parent) not in kept and id(parent) not in entered:
                 entered.add(id(parent))
                 parent = parent.parent
-    return _Article(kept, entered)
+    return _Article(kept, entered, bounded - kept)
 
 
 def parse(data: bytes, path: str, *, main_content: bool = True) -> Document:

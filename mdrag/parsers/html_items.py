@@ -15,10 +15,13 @@ Decided by shape, never by site: a list counts when it holds at least
 ``_MIN_LIST`` items (``_MIN_RUN`` for runs of siblings, which are guessed
 from less) whose names are short and whose text is more than their names.
 Items under ``_OWN_ITEM`` characters do not each become a section (and a
-chunk): adjacent ones share a section under the list's own headings; a short
-item alone between longer ones keeps its name. A name that stands alone (a
-term, a question, a title element) is the heading and leaves the body; a
-bold name that leads its sentence stays in it too.
+chunk): adjacent ones share one, up to ``_GROUP`` characters and
+``_GROUP_NAMES`` of names, headed by their names joined ("TMPPREFIX,
+TMPSUFFIX, WORDCHARS"), so a query naming a short item finds its group as it
+finds a long item's section; a short item alone between longer ones is a
+group of one. A name that stands alone (a term, a question, a title element)
+is the heading of its item and leaves the body; a bold name that leads its
+sentence, and the names in a group of several, stay in it too.
 
 The parser (:mod:`mdrag.parsers.html`) asks :func:`plan_items` once per page
 and, while it walks, opens each item's heading where the item starts.
@@ -39,6 +42,7 @@ __all__ = ["HeadingSink", "ItemHeadings", "ItemPlan", "ItemsEnd", "plan_items"]
 
 _MIN_LIST, _MIN_RUN = 3, 4  # items a list (dl, ul, ol) or a run of siblings needs to count
 _OWN_ITEM = 400  # characters: an item this long or longer is a section of its own
+_GROUP, _GROUP_NAMES = 800, 120  # characters: the most text, and names, that shorter items share a section with
 _TERM_MAX, _LEAD_MAX, _TITLE_MAX, _QUESTION_MAX = 150, 80, 100, 200  # the longest name of each kind
 _DISTINCT = 0.8  # share of the names that must differ
 _QUESTIONS = 1 / 6  # share of a FAQ's blocks that are questions (its answers are a few paragraphs each)
@@ -63,20 +67,18 @@ class HeadingSink(Protocol):
 
 @dataclass
 class Item:
-    """One named item: where it starts, the tags its name is read from, and how it is headed."""
+    """Where a named item (or a group of short ones) starts, and the tags its heading is read from."""
 
     container: int  # id() of the list (or of the run's parent): its end closes the item headings opened in it
-    names: list[Tag]  # the tags whose text is the item's name, joined with ", "
-    own: bool  # a heading of its own; False: under the list's headings, with its neighbours
-    name_is_body: bool  # the name leads a sentence and stays in the text (a bold lead)
+    names: list[Tag]  # the tags whose text is the heading (joined with ", "): the item's name, or its group's
 
 
 @dataclass
 class ItemPlan:
     """The named items of one page, by ``id()`` of the tags the walk meets."""
 
-    starts: dict[int, Item] = field(default_factory=dict)  # the tag an item starts at
-    names: set[int] = field(default_factory=set)  # tags that are an own item's heading and leave the body
+    starts: dict[int, Item] = field(default_factory=dict)  # the tag an item (or a group) starts at
+    names: set[int] = field(default_factory=set)  # tags that are an item's heading and leave the body
     containers: set[int] = field(default_factory=set)  # lists and parents that hold items
     closers: dict[int, int] = field(default_factory=dict)  # a tag where a list's items end (a heading) -> the list
 
@@ -227,20 +229,41 @@ def _plan_runs(parent: Tag, plan: ItemPlan) -> None:
             return
 
 
+def _groups(items: list[tuple[Tag, list[Tag], int]]) -> list[list[int]]:
+    """The sections of ``items`` (start tag, name tags, size), as their indexes: a long item alone; adjacent
+    short ones together, a new group where the text would pass ``_GROUP`` or the names ``_GROUP_NAMES``."""
+    groups: list[list[int]] = []
+    size = names = 0
+    for i, (_, tags, item_size) in enumerate(items):
+        name = sum(len(_name(t)) + 2 for t in tags)
+        if (
+            not groups
+            or item_size >= _OWN_ITEM
+            or items[groups[-1][-1]][2] >= _OWN_ITEM
+            or size + item_size > _GROUP
+            or names + name > _GROUP_NAMES
+        ):
+            groups.append([i])
+            size, names = item_size, name
+        else:
+            groups[-1].append(i)
+            size, names = size + item_size, names + name
+    return groups
+
+
 def _add(plan: ItemPlan, container: Tag, items: list[tuple[Tag, list[Tag], int]], *, name_is_body: bool) -> bool:
     """Record ``items`` (start tag, name tags, size), if there are enough and their names differ ("Note", "Note"
-    are not named items): long ones, and a short one alone between long ones, get a heading of their own."""
+    are not named items): each long one heads a section, and the short ones between share sections by
+    :func:`_groups`, headed by their names."""
     names = [" ".join(_name(n) for n in tags).lower() for _, tags, _ in items]
     least = _MIN_LIST if container.name in ("dl", *_LISTS) else _MIN_RUN
     if len(items) < least or len(set(names)) < _DISTINCT * len(names):
         return False
-    long = [size >= _OWN_ITEM for _, _, size in items]
     plan.containers.add(id(container))
-    for i, (start, tags, _) in enumerate(items):
-        alone = not (i > 0 and not long[i - 1]) and not (i + 1 < len(items) and not long[i + 1])
-        own = long[i] or alone
-        plan.starts[id(start)] = Item(id(container), tags, own, name_is_body)
-        if own and not name_is_body:
+    for group in _groups(items):
+        tags = [t for i in group for t in items[i][1]]
+        plan.starts[id(items[group[0]][0])] = Item(id(container), tags)
+        if len(group) == 1 and not name_is_body:
             plan.names.update(id(n) for n in tags)
     return True
 
@@ -289,7 +312,7 @@ class ItemHeadings:
 
     def enter(self, tag: Tag, todo: list[Any]) -> bool:
         """Before the walk reads ``tag``: open or close item headings; True when ``tag`` is a heading now
-        (an own item's term or question), to be left out of the text."""
+        (the term or question of an item alone), to be left out of the text."""
         key = id(tag)
         if key in self.plan.containers:
             todo.append(ItemsEnd(key))
@@ -298,13 +321,10 @@ class ItemHeadings:
             self.lists.pop(self.plan.closers[key], None)
         item = self.plan.starts.get(key)
         if item is not None:
-            headings, level = self._list(item.container)
-            if item.own:
-                title = ", ".join(t for t in (_NAME_TRIM.sub("", self.text(n)).strip() for n in item.names) if t)
-                self.sink.heading(level, title)
-                self.opened.add((level, title))
-            else:
-                self.end(ItemsEnd(item.container))
+            _, level = self._list(item.container)
+            title = ", ".join(t for t in (_NAME_TRIM.sub("", self.text(n)).strip() for n in item.names) if t)
+            self.sink.heading(level, title)
+            self.opened.add((level, title))
         return key in self.plan.names
 
     def end(self, marker: ItemsEnd) -> None:

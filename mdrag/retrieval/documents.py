@@ -324,6 +324,9 @@ class _Held:
             paths = self.by_rel.get(norm, [])
         if len(paths) > 1:
             raise MdragError(f"{target!r} is in several of the index's folders: give its absolute path, one of {paths}")
+        if not paths and not absolute:  # a path from the working folder, as a shell completes it: docs/install.md
+            here = as_held(os.path.abspath(os.path.expanduser(target)), roots)
+            paths = [here] if here in self.manifest.files else []
         if not paths and not absolute:  # a note's name or alias (notes vaults): "Filters", "Backlink"
             paths = notes_of(self.manifest).named(target)
             if len(paths) > 1:

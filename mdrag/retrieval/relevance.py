@@ -11,7 +11,14 @@ nowhere in Hugo's. A question they answer is put in their own words.
 So the rule weighs each word of the question (stemmed as the BM25 text is) by
 its inverse document frequency in the index, as BM25 does, and takes the
 *unknown share*: the part of the question's weight carried by words that no
-chunk of the index holds. Above ``answer.max_unknown`` the answer is "no
+chunk of the index holds. An unknown word that is an ordinary English word
+(:func:`ordinary_words`) or a number, and not capitalised as a name is after the
+first word, counts ``ORDINARY_UNKNOWN`` (half) of its weight: on a small
+documentation set a user's everyday words ("disappear", "stars", "bare") are
+often in no chunk though a passage answers in other words,
+where a term ("redis", "gettext", "trim_blocks") cannot be put otherwise (on the
+ranking pool's tuning halves, Starlette's answerable questions refused fell from
+9 of 36 to 7). Above ``answer.max_unknown`` the answer is "no
 relevant information" and no LLM is asked; so it is when the best result's
 cosine is below ``answer.min_score``, unless one of the first ``NAMED_TOP``
 results holds every word of the question: a short keyword question
@@ -61,7 +68,7 @@ from collections.abc import Callable, Iterable, Sequence
 from functools import lru_cache
 
 from mdrag.errors import MdragError
-from mdrag.knobs import MIN_CHUNKS, NAMED_SURE, NAMED_TOP
+from mdrag.knobs import MIN_CHUNKS, NAMED_SURE, NAMED_TOP, ORDINARY_UNKNOWN
 from mdrag.types import SearchResult
 
 __all__ = [
@@ -107,13 +114,40 @@ class TermStats:
         return math.log(1 + (self.n - df + 0.5) / (df + 0.5))
 
 
-def unknown_share(question: str, stats: TermStats) -> float:
-    """The share (0..1) of ``question``'s idf weight carried by words that no chunk of the index holds."""
+def unknown_share(question: str, stats: TermStats, ordinary: float = ORDINARY_UNKNOWN) -> float:
+    """The share (0..1) of ``question``'s idf weight carried by words that no chunk of the index holds.
+
+    An unknown word that is an ordinary English word (:func:`ordinary_words`) or a number counts
+    ``ordinary`` of its weight: a user's everyday word ("disappear", "stars", "bare") is one a passage that
+    answers may put otherwise, a term ("redis", "gettext", "trim_blocks") or a word capitalised as a name is
+    ("Quartz", "Microsoft", after the first word) one it cannot.
+    """
     weights = {w: stats.idf(w) for w in stats.words(question)}
     total = sum(weights.values())
     if not total:
         return 1.0  # no word at all (only punctuation): nothing to answer
-    return sum(v for w, v in weights.items() if not stats.df.get(w)) / total
+    unknown = {w for w in weights if not stats.df.get(w)}
+    if not unknown or ordinary >= 1:
+        return sum(weights[w] for w in unknown) / total
+    tokens, capital = _capitalised(question)
+    named = {w.lower() for m, c in zip(tokens, capital) if c for w in _WORD.findall(m.group())}
+    terms = {w for t in _WORD.findall(question.lower()) if t in named or not _everyday(t) for w in stats.words(t)}
+    return sum(weights[w] * (1.0 if w in terms else ordinary) for w in unknown) / total
+
+
+def _everyday(token: str) -> bool:
+    """An ordinary English word or a number, which a passage may put otherwise."""
+    return token.isdigit() or _ordinary(token)
+
+
+def _capitalised(question: str) -> tuple[list[re.Match[str]], list[bool]]:
+    """``question``'s words as written, and which of them are capitalised as a name is: not the first word,
+    nor "I"; none in a question whose words are mostly capitalised (Title Case or capitals say nothing)."""
+    tokens = list(_TOKEN.finditer(question))
+    capital = [i > 0 and m.group() != "I" and m.group() != m.group().lower() for i, m in enumerate(tokens)]
+    if 2 * sum(capital) > len(tokens):
+        capital = [False] * len(tokens)
+    return tokens, capital
 
 
 @lru_cache(maxsize=1)
@@ -152,10 +186,7 @@ def names(question: str) -> list[str]:
     The first word (capitalised as the start of a sentence) and "I" are not
     names; nor is anything in a question whose words are mostly capitalised.
     """
-    tokens = list(_TOKEN.finditer(question))
-    capital = [i > 0 and m.group() != "I" and m.group() != m.group().lower() for i, m in enumerate(tokens)]
-    if 2 * sum(capital) > len(tokens):
-        return []  # Title Case or capitals: they say nothing of names
+    tokens, capital = _capitalised(question)
     runs: list[list[str]] = []
     for i, m in enumerate(tokens):
         if not capital[i]:
@@ -201,12 +232,20 @@ def holds_every_word(question: str, results: Sequence[SearchResult], stats: Term
 
 
 def refuse(
-    question: str, results: Sequence[SearchResult], stats: TermStats, min_score: float, max_unknown: float
+    question: str,
+    results: Sequence[SearchResult],
+    stats: TermStats,
+    min_score: float,
+    max_unknown: float,
+    ordinary: float = ORDINARY_UNKNOWN,
 ) -> bool:
-    """Whether to answer "no relevant information" rather than from ``results``; see the module docstring."""
+    """Whether to answer "no relevant information" rather than from ``results``; see the module docstring.
+
+    ``ordinary``: what an unknown ordinary word weighs in :func:`unknown_share`.
+    """
     best = max((r.score for r in results), default=0.0)
     if not results or (best < min_score and not holds_every_word(question, results, stats)):
         return True
-    if stats.n >= MIN_CHUNKS and unknown_share(question, stats) > max_unknown:
+    if stats.n >= MIN_CHUNKS and unknown_share(question, stats, ordinary) > max_unknown:
         return True
     return best < NAMED_SURE and bool(missing_names(question, results, stats))

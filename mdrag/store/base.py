@@ -87,15 +87,15 @@ def bm25_text(text: str, context: str, prepare: Callable[[str], str] | None) -> 
 def holds_its_bm25(bm25: str, text: str, context: str, prepare: Callable[[str], str] | None) -> bool:
     """Whether a stored chunk's BM25 text is its :func:`bm25_text`, as the store prepares texts, or as the
     other setting of ``search.stemming`` did (a change of that setting re-indexes at the next `mdrag index`:
-    until then the store holds the other form)."""
+    until then the store holds the other form), or as a release that kept CJK runs whole stemmed it (those
+    rows keep that form until their file changes, or `mdrag index --rebuild`)."""
     if bm25 == bm25_text(text, context, prepare):
         return True
-    if prepare is not None:
-        return bm25 == bm25_text(text, context, None)
-    try:
-        return bm25 == bm25_text(text, context, stemmer())
+    try:  # the other setting's form, or the stemmed form of a release that kept CJK runs whole
+        forms = [None, stemmer(), stemmer(split=False)]
     except ConfigError:  # no PyStemmer: the store cannot have stemmed it either
-        return False
+        forms = [None]
+    return any(bm25 == bm25_text(text, context, form) for form in forms if form is not prepare)
 
 
 @dataclass(frozen=True)

@@ -134,8 +134,11 @@ def milvus_schema(home: Path) -> set[str]:
 
 
 def milvus_data_file(home: Path) -> set[str]:
-    """64 bytes flipped in the middle of a data file: Milvus Lite reads it without an error."""
-    (path,) = _collection(home).glob("partitions/*/data/data_*.parquet")
+    """64 bytes flipped in the middle of a data file (the largest: a first build that commits in steps leaves
+    one per step): Milvus Lite reads it without an error."""
+    files = sorted(_collection(home).glob("partitions/*/data/data_*.parquet"), key=lambda p: (p.stat().st_size, p))
+    assert files, "the collection has data files"
+    path = files[-1]
     _flip(path, path.stat().st_size // 2, 64)
     return set()
 

@@ -213,7 +213,10 @@ def repair(store: Collection, files: LiteFiles | None, thorough: bool) -> tuple[
         rebuild_vector_index(store)
         said.append(f"{lost}: built again from the stored vectors")
     if record_lost and files is not None:
-        said.append(files.record_again(store.count_where("")))
+        rows = store.count_where("")
+        recorded = files.record_again(rows)
+        if rows:  # an empty collection (a first run killed before its first write) had nothing to lose
+            said.append(recorded)
     return said, edited
 
 
