@@ -4,15 +4,16 @@ For every ``*.html`` page under each corpus folder given (default: ../shared/dat
 every other HTML page under ../shared/data; add ../corpora/git-doc-html after
 ``sh benchmarks/fetch_html_manual.sh``), the page is parsed and chunked as `mdrag index` does (default chunk
 settings, sizes in characters: no embedder is loaded; the blocks the folder's pages repeat left out as the
-index run leaves them, mdrag.ingest.boilerplate, unless ``--keep-repeated``), and three figures are measured:
+index run leaves them, mdrag.ingest.boilerplate, and the passages a few pages repeat kept on one of them,
+mdrag.ingest.passages, unless ``--keep-repeated``), and three figures are measured:
 
 - boilerplate: the share of chunks made only of blocks (paragraphs, lines) that occur on more than 5% of the
   corpus's pages (and on at least 3): taglines, footers, "last modified" lines, crumbs;
 - biggest page: the page holding the most chunks, and its share of them;
 - kept: per page, the share of its visible text (the whole page as the parser reads it with
   ``main_content=False``: menus in ``nav``, ``footer`` and hidden parts already out, and less the repeated
-  blocks above) whose word tokens reach its chunks (tokens as multisets, ``\\w+`` lower-cased); the mean, the
-  median and the pages under 80%.
+  blocks above) whose word tokens reach its chunks (tokens as multisets, ``\\w+`` lower-cased), or a passage
+  another page keeps for it (named with it in results); the mean, the median and the pages under 80%.
 
 With ``--under SHARE``, every page keeping less than SHARE of its visible text is listed with the share kept and
 what was left out: its largest runs of visible lines whose words do not reach its chunks (words, first words).
@@ -38,7 +39,7 @@ from mdrag.chunking import chunk_document  # noqa: E402
 from mdrag.ingest import boilerplate  # noqa: E402
 from mdrag.ingest.manifest import PagePrints  # noqa: E402
 from mdrag.parsers.html import parse  # noqa: E402
-from mdrag.types import Document  # noqa: E402
+from mdrag.types import Block, Document, Section  # noqa: E402
 
 SHARED = ROOT.parent / "shared" / "data"
 TOKEN = re.compile(r"\w+")
@@ -49,6 +50,10 @@ LOW = 0.8
 def _key(line: str) -> str:
     """A block as compared across pages: digits (dates, counts) do not make it another block."""
     return re.sub(r"\d+", "0", " ".join(line.split()).lower())
+
+
+def _one(block: Block) -> Document:
+    return Document("", [Section([], 1, [block])])
 
 
 def _lines(doc: Document) -> list[str]:
@@ -93,8 +98,11 @@ def measure(folder: Path, keep_repeated: bool = False, low: float = LOW) -> dict
         data = page.read_bytes()
         whole[rel] = _lines(parse(data, rel, main_content=False))
         docs[rel] = parse(data, rel)
-    prints = {rel: PagePrints(str(folder), rel, 0, 0, boilerplate.fingerprints(d)) for rel, d in docs.items()}
-    drops = {} if keep_repeated else boilerplate.repeated(prints)
+    prints = {
+        rel: PagePrints(str(folder), rel, 0, 0, boilerplate.fingerprints(d), boilerplate.passage_prints(d))
+        for rel, d in docs.items()
+    }
+    drops, keepers = ({}, {}) if keep_repeated else boilerplate.decide(prints)
     chunks: dict[str, list[str]] = {}
     for rel, doc in docs.items():
         doc = boilerplate.strip(doc, drops.get(rel, ()))
@@ -109,6 +117,13 @@ def measure(folder: Path, keep_repeated: bool = False, low: float = LOW) -> dict
         return bool(lines) and all(k in repeated for k in lines)
 
     boiler = [(rel, text) for rel, text in all_chunks if is_boilerplate(text)]
+    # the words of the passages left out of a page for another that keeps them (and names this page with them)
+    left_for = {(rel, fp) for held in keepers.values() for fp, holders in held.items() for rel in holders}
+    elsewhere: dict[str, Counter] = {rel: Counter() for rel in docs}
+    for rel, doc in docs.items():
+        for block in (b for section in doc.sections for b in section.blocks):
+            if any((rel, fp) in left_for for fp in boilerplate.fingerprints(_one(block))):
+                elsewhere[rel].update(TOKEN.findall(block.text.lower()))
     per_page = Counter(rel for rel, _ in all_chunks)
     kept: dict[str, float] = {}
     left_out: dict[str, list[tuple[int, str]]] = {}
@@ -116,7 +131,7 @@ def measure(folder: Path, keep_repeated: bool = False, low: float = LOW) -> dict
         visible = Counter(t for line in lines if _key(line) not in repeated for t in TOKEN.findall(line.lower()))
         if sum(visible.values()) < 20:
             continue  # a page with (almost) no text of its own
-        got = Counter(t for text in chunks[rel] for t in TOKEN.findall(text.lower()))
+        got = Counter(t for text in chunks[rel] for t in TOKEN.findall(text.lower())) + elsewhere[rel]
         kept[rel] = sum((visible & got).values()) / sum(visible.values())
         if kept[rel] < low:
             left_out[rel] = dropped_runs([line for line in lines if _key(line) not in repeated], got)
@@ -127,6 +142,8 @@ def measure(folder: Path, keep_repeated: bool = False, low: float = LOW) -> dict
         "chunks": len(all_chunks),
         "pages_with_blocks_left_out": len(drops),
         "blocks_left_out": sum(len(d) for d in drops.values()),
+        "passages_left_out": sum(len(pages) for held in keepers.values() for pages in held.values()),
+        "passage_keepers": len(keepers),
         "boilerplate_chunks": len(boiler),
         "boilerplate_share": round(len(boiler) / max(1, len(all_chunks)), 4),
         "boilerplate_examples": Counter(text[:80] for _, text in boiler).most_common(5),
@@ -153,7 +170,8 @@ def main() -> None:
     for r in results:
         print(
             f"{r['folder']}: {r['pages']} pages, {r['chunks']} chunks ({r['blocks_left_out']} repeated blocks left "
-            f"out of {r['pages_with_blocks_left_out']} pages); boilerplate {r['boilerplate_chunks']} "
+            f"out of {r['pages_with_blocks_left_out']} pages; {r['passages_left_out']} passages left out, kept on "
+            f"{r['passage_keepers']} pages); boilerplate {r['boilerplate_chunks']} "
             f"({r['boilerplate_share']:.2%}); biggest page {r['biggest_page']} {r['biggest_share']:.2%}; "
             f"kept mean {r['kept_mean']}, median {r['kept_median']}, {len(r['kept_low'])} pages under {low:.0%}"
         )

@@ -109,6 +109,9 @@ class SearchResult:
     # The other files of the index with the same bytes, (path, path relative to its folder): indexed once, they
     # share its chunks (mdrag.ingest.copies).
     copies: list[tuple[str, str]] = field(default_factory=list)
+    # The other HTML pages of its folder that hold a passage of this chunk, left out of their own chunks (kept
+    # on this page only: mdrag.ingest.passages), (path, path relative to its folder).
+    also: list[tuple[str, str]] = field(default_factory=list)
 
     @property
     def heading(self) -> str:

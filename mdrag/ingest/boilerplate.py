@@ -16,6 +16,9 @@ Each indexed page records the fingerprints that were left out of its chunks (``F
 when pages come, change or go and a block crosses the share either way, :func:`stale` names the pages
 whose record no longer matches: exactly those holding that block, which are chunked again.
 
+The same prints decide which passages (long blocks) that a few pages of a folder repeat are kept on one
+of them and left out of the others (:mod:`mdrag.ingest.passages`; :func:`decide` gives both).
+
 Only HTML pages (:func:`applies`): they are rendered by a site's template, which adds the same blocks
 to every page. Markdown, reStructuredText and the like are what authors wrote: a paragraph they repeat
 (a shared note, an included snippet) is their content, and no template adds a footer to them.
@@ -33,6 +36,7 @@ from dataclasses import replace
 from pathlib import PurePosixPath
 
 from mdrag.errors import IndexingCancelledError, ParseError, UnsupportedFormatError
+from mdrag.ingest import passages
 from mdrag.ingest.manifest import FileState, PagePrints
 from mdrag.types import Document
 
@@ -41,7 +45,10 @@ __all__ = [
     "MIN_REPEATS",
     "SHARE",
     "applies",
+    "decide",
     "fingerprints",
+    "lines_of",
+    "passage_prints",
     "prune",
     "read_pages",
     "repeated",
@@ -80,15 +87,20 @@ def fingerprints(doc: Document) -> list[str]:
     return sorted({_key(b.text) for s in doc.sections for b in s.blocks if b.text.strip()})
 
 
+def passage_prints(doc: Document) -> list[str]:
+    """The sorted distinct fingerprints of the page's blocks long enough to be kept on one page only
+    (:mod:`mdrag.ingest.passages`)."""
+    return sorted({_key(b.text) for s in doc.sections for b in s.blocks if passages.is_passage(b.text)})
+
+
 def _folders(rel_path: str) -> list[str]:
     """The folders holding a page, from the indexed folder ("") down to its own."""
     parents = [p.as_posix() for p in PurePosixPath(rel_path).parents]
     return ["" if p == "." else p for p in reversed(parents)]
 
 
-def repeated(pages: Mapping[str, PagePrints]) -> dict[str, list[str]]:
-    """For each page (by its key in ``pages``), the sorted fingerprints of its blocks that are left out of
-    its chunks (see the module's docstring); pages with none are not listed."""
+def _site(pages: Mapping[str, PagePrints]) -> dict[str, list[str]]:
+    """For each page, the sorted fingerprints of the blocks its site repeats (see the module's docstring)."""
     counts: dict[tuple[str, str], Counter[str]] = defaultdict(Counter)
     sizes: Counter[tuple[str, str]] = Counter()
     for p in pages.values():
@@ -111,19 +123,48 @@ def repeated(pages: Mapping[str, PagePrints]) -> dict[str, list[str]]:
     return out
 
 
+def decide(pages: Mapping[str, PagePrints]) -> tuple[dict[str, list[str]], dict[str, dict[str, list[str]]]]:
+    """What is left out of each page's chunks, and kept for others, from the pages' prints alone: (for each
+    page, the sorted fingerprints of its blocks left out, as its site's or as passages another page keeps,
+    :mod:`mdrag.ingest.passages`; for each page that keeps passages other pages leave out, each one's
+    fingerprint with those pages, sorted). Pages with none are not listed."""
+    site = _site(pages)
+    groups = passages.keepers(pages, site)
+    drops = {path: set(fps) for path, fps in site.items()}
+    for held in groups.values():
+        for fp, others in held.items():
+            for path in others:
+                drops.setdefault(path, set()).add(fp)
+    for path, drop in drops.items():
+        if len(drop) >= len(pages[path].blocks):  # a page none of whose blocks would be left keeps its passages
+            drops[path] = set(site.get(path, ()))
+    kept: dict[str, dict[str, list[str]]] = {}
+    for keeper, held in groups.items():
+        for fp, others in held.items():
+            if leaving := sorted(p for p in others if fp in drops[p]):
+                kept.setdefault(keeper, {})[fp] = leaving
+    return {path: sorted(drop) for path, drop in drops.items() if drop}, kept
+
+
+def repeated(pages: Mapping[str, PagePrints]) -> dict[str, list[str]]:
+    """For each page (by its key in ``pages``), the sorted fingerprints of its blocks that are left out of
+    its chunks (:func:`decide`); pages with none are not listed."""
+    return decide(pages)[0]
+
+
 def stale(files: Mapping[str, FileState], pages: Mapping[str, PagePrints], skip: Iterable[str] = ()) -> list[str]:
-    """The indexed HTML ``files`` whose chunks left out other blocks than :func:`repeated` now gives for
-    them (a block crossed the share as pages came, changed or went): they are chunked again. ``skip``:
-    files being indexed anyway. A file with no prints, or a copy of another (its chunks are the other's),
-    is left as it is."""
-    drops, skipped = repeated(pages), set(skip)
+    """The indexed HTML ``files`` whose chunks left out other blocks than :func:`decide` now gives for them,
+    or that keep other passages for other pages (a block crossed the share, or a passage's keeper changed, as
+    pages came, changed or went): they are chunked again. ``skip``: files being indexed anyway. A file with
+    no prints, or a copy of another (its chunks are the other's), is left as it is."""
+    (drops, kept), skipped = decide(pages), set(skip)
     return sorted(
         path
         for path, state in files.items()
         if path in pages
         and path not in skipped
         and state.copy_of is None
-        and (state.dropped or []) != drops.get(path, [])
+        and ((state.dropped or []) != drops.get(path, []) or sorted(state.kept or ()) != sorted(kept.get(path, ())))
     )
 
 
@@ -134,6 +175,18 @@ def strip(doc: Document, drop: Iterable[str]) -> Document:
         return doc
     sections = [replace(s, blocks=[b for b in s.blocks if _key(b.text) not in gone]) for s in doc.sections]
     return replace(doc, sections=sections)
+
+
+def lines_of(doc: Document, prints: Iterable[str]) -> dict[str, list[int]]:
+    """For each of ``prints``, the [first, last] line of the page's first block with that fingerprint ([0, 0]:
+    none has it, or its lines are not known)."""
+    wanted, out = set(prints), {}
+    for s in doc.sections:
+        for b in s.blocks:
+            key = _key(b.text)
+            if key in wanted and key not in out and b.line_start is not None:
+                out[key] = [b.line_start, b.line_end or b.line_start]
+    return {fp: out.get(fp, [0, 0]) for fp in sorted(wanted)}
 
 
 def read_pages(
@@ -163,7 +216,7 @@ def read_pages(
             out[path] = e
             continue
         root, rel, mtime_ns, size = found[path]
-        pages[path] = PagePrints(root, rel, mtime_ns, size, fingerprints(doc))
+        pages[path] = PagePrints(root, rel, mtime_ns, size, fingerprints(doc), passage_prints(doc))
         chars = sum(len(b.text) for s in doc.sections for b in s.blocks)
         if kept + chars <= _KEEP_CHARS:
             out[path], kept = doc, kept + chars

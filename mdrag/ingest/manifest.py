@@ -54,11 +54,14 @@ class FileState:
     # An HTML page: the fingerprints of the blocks its site repeats, left out of its chunks
     # (mdrag.ingest.boilerplate); None otherwise (and then not saved).
     dropped: list[str] | None = None
+    # An HTML page: its passages that other pages of its folder leave out for it (mdrag.ingest.passages), by
+    # fingerprint: [first line, last line] of the passage here (0, 0: not known); None: none (not saved).
+    kept: dict[str, list[int]] | None = None
 
 
 def _state(s: FileState) -> dict[str, Any]:
-    """A file state for JSON: ``note``, ``copy_of`` and ``dropped`` only where there is one."""
-    return {k: v for k, v in vars(s).items() if v is not None or k not in ("note", "copy_of", "dropped")}
+    """A file state for JSON: ``note``, ``copy_of``, ``dropped`` and ``kept`` only where there is one."""
+    return {k: v for k, v in vars(s).items() if v is not None or k not in ("note", "copy_of", "dropped", "kept")}
 
 
 @dataclass
@@ -71,6 +74,8 @@ class PagePrints:
     mtime_ns: int
     size: int
     blocks: list[str] = field(default_factory=list)  # sorted distinct fingerprints of its blocks (saved: one string)
+    # Of those, the blocks long enough to be kept on one page only (mdrag.ingest.passages; saved: one string)
+    passages: list[str] = field(default_factory=list)
 
     def current(self, found: tuple[str, str, int, int]) -> bool:
         """Whether these prints are of the page the scan found, ``(root, rel_path, mtime_ns, size)``."""
@@ -170,7 +175,10 @@ class Manifest:
         d = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "verified"}
         d["files"] = {p: _state(s) for p, s in sorted(self.files.items())}
         d["skipped"] = {p: vars(s) for p, s in sorted(self.skipped.items())}
-        d["pages"] = {p: {**vars(s), "blocks": " ".join(s.blocks)} for p, s in sorted(self.pages.items())}
+        d["pages"] = {
+            p: {**vars(s), "blocks": " ".join(s.blocks), "passages": " ".join(s.passages)}
+            for p, s in sorted(self.pages.items())
+        }
         return d
 
     @classmethod
@@ -209,7 +217,10 @@ class Manifest:
             retired_roots=[str(r) for r in d.get("retired_roots") or []],
             files=files,
             skipped={p: SkippedFile(**s) for p, s in raw_skipped.items()},
-            pages={p: PagePrints(**{**s, "blocks": _blocks(s.get("blocks"))}) for p, s in raw_pages.items()},
+            pages={
+                p: PagePrints(**{**s, "blocks": _blocks(s.get("blocks")), "passages": _blocks(s.get("passages"))})
+                for p, s in raw_pages.items()
+            },
             dirty=bool(d.get("dirty", False)),
             last_indexed=d.get("last_indexed"),
             committed_ids=_strings(d.get("committed_ids"), "committed_ids"),

@@ -278,7 +278,8 @@ class IndexRun:
         self.step_began: float | None = None  # when a first build run in steps began this one
         self._reader: FileReader
         self._early: dict[str, Document | Exception] = {}  # what parsing the HTML pages gave already
-        self._drops: dict[str, list[str]] = {}  # the blocks each page's site repeats
+        self._drops: dict[str, list[str]] = {}  # the blocks left out of each page's chunks
+        self._kept: dict[str, dict[str, list[str]]] = {}  # the passages each page keeps that others leave out
         self._warming: WarmUp | None = None  # the model, loading while the first files are parsed
         self._last_save = 0.0  # when the manifest last recorded the run's progress (time.monotonic)
 
@@ -531,7 +532,7 @@ class IndexRun:
                 m.save(self.manifest_path)  # what was written so far, still dirty: the next run repairs and goes on
             raise
         todo += [(p, None) for p in boilerplate.stale(m.files, m.pages, [p for p, _ in todo])]
-        self._drops = boilerplate.repeated(m.pages)
+        self._drops, self._kept = boilerplate.decide(m.pages)
         sizes = [(path, self.found.files[path][3]) for path, _ in todo if path in self.found.files]  # not skipped
         self.bar = ProgressCounter(len(todo), events.progress, sizes, self.summary.unchanged if self.growing else None)
         return todo
@@ -572,8 +573,8 @@ class IndexRun:
         if err:
             parsed = Parsed(None, [], err)
         else:
-            early, drop = self._early.pop(path, None), self._drops.get(path, ())
-            parsed = self._reader.read(path, self.found.files[path], early=early, drop=drop)
+            early, drop, keep = self._early.pop(path, None), self._drops.get(path, ()), self._kept.get(path, {})
+            parsed = self._reader.read(path, self.found.files[path], early=early, drop=drop, keep=keep)
         self.bar.parsed(path, len(parsed.chunks))  # ahead of the embedder: the estimate of the chunks to write
         return parsed
 

@@ -11,7 +11,7 @@ skipped with the reason and the run goes on.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -78,11 +78,14 @@ class FileReader:
         *,
         early: Document | Exception | None = None,
         drop: Sequence[str] = (),
+        keep: Mapping[str, Sequence[str]] | None = None,
     ) -> Parsed:
         """Parse and chunk the file at ``path`` (``scanned``: its folder, its path there, its mtime and size, as
         the scan found them): its state and chunks, or why it is skipped. ``early``: what parsing it gave
         already (:func:`mdrag.ingest.boilerplate.read_pages`). ``drop``: the fingerprints of the blocks its site
-        repeats, left out of its chunks (:mod:`mdrag.ingest.boilerplate`) and recorded in its state."""
+        repeats, left out of its chunks (:mod:`mdrag.ingest.boilerplate`) and recorded in its state. ``keep``: the
+        fingerprints of its passages other pages leave out for it (:mod:`mdrag.ingest.passages`), recorded in its
+        state with their lines."""
         root, rel, mtime_ns, size = scanned
         worker, timeout, settings, embedder = self.worker, self.timeout, self.settings, self.embedder
         try:
@@ -118,6 +121,7 @@ class FileReader:
         state = FileState(root=root, rel_path=rel, mtime_ns=mtime_ns, size=size, hash=bytes_sha256(data))
         state.chunks = [c.id for c in chunks]
         state.dropped = list(drop) or None
+        state.kept = boilerplate.lines_of(doc, keep) if keep else None
         if doc.links is not None:
             state.note = {"aliases": doc.aliases, "links": sorted({n for _, n in doc.links})}
         return Parsed(state, chunks, None, doc.encoding, warnings=doc.warnings)

@@ -8,6 +8,9 @@ first copy that the filter matches, the file indexed listed among its copies (:m
 A result lists a copy only when its chunk is one of the chunks the manifest lists for the file indexed: a
 search that reads a committed state older than the manifest (a run is writing) never lists a copy whose
 bytes are not that chunk's file's.
+
+A passage that several HTML pages of a folder repeat is kept on one of them (mdrag.ingest.passages): a result
+whose lines hold such a passage lists, in ``also``, the pages that left it out (:meth:`Copies.shown`).
 """
 
 from __future__ import annotations
@@ -31,6 +34,11 @@ class Copies:
             original = self.files.get(state.copy_of) if state.copy_of else None
             if original is not None and original.copy_of is None and original.hash == state.hash:
                 self.of.setdefault(str(state.copy_of), []).append(path)
+        kept = {fp for state in self.files.values() for fp in state.kept or ()}
+        self.left: dict[str, list[str]] = {}  # a passage kept on one page -> the pages that leave it out, sorted
+        for path, state in sorted(self.files.items()):
+            for fp in kept.intersection(state.dropped or ()):
+                self.left.setdefault(fp, []).append(path)
 
     def _row(self, path: str) -> dict[str, str]:
         state = self.files[path]
@@ -64,5 +72,20 @@ class Copies:
                 copies = [r.path, *(c for c in copies if c != into)]
                 r.path, r.rel_path = into, self.files[into].rel_path
             r.copies = [(c, self.files[c].rel_path) for c in copies]
+            r.also = [(p, self.files[p].rel_path) for p in self._also(r)]
             out.append(r)
         return out
+
+    def _also(self, r: SearchResult) -> list[str]:
+        """The pages that leave out a passage of ``r``'s chunk, kept on its page (by the passage's lines)."""
+        state = self.files.get(r.path)
+        if state is None or not state.kept or r.line_start is None or r.chunk_id not in state.chunks:
+            return []
+        end = r.line_end or r.line_start
+        found = {
+            p
+            for fp, (first, last) in state.kept.items()
+            if first and first <= end and last >= r.line_start
+            for p in self.left.get(fp, ())
+        }
+        return sorted(found - {r.path})

@@ -27,8 +27,9 @@ def result_fields(result: SearchResult, shared: Collection[str] = ()) -> dict[st
     files of two indexed folders share it (``shared``: :attr:`mdrag.index.Index.shared_names`). ``url``: the
     address a page of a website docset was crawled from. ``links`` and ``backlinks``: a vault note's (its
     ``metadata`` holds them too). ``copies``: the other files of the index with the same bytes, indexed once
-    with this one (each with its ``ref``, ``path``, ``rel_path`` and ``url``); empty when there are none. A
-    field that does not apply is None.
+    with this one (each with its ``ref``, ``path``, ``rel_path`` and ``url``); empty when there are none.
+    ``also``: the other pages of its folder holding a passage of it, which leave it out of their chunks (each
+    as in ``copies``); empty when there are none. A field that does not apply is None.
     """
     r = result
     return {
@@ -53,6 +54,10 @@ def result_fields(result: SearchResult, shared: Collection[str] = ()) -> dict[st
         "copies": [
             {"ref": path if rel in shared else rel, "path": path, "rel_path": rel, "url": page_url(path, rel)}
             for path, rel in r.copies
+        ],
+        "also": [
+            {"ref": path if rel in shared else rel, "path": path, "rel_path": rel, "url": page_url(path, rel)}
+            for path, rel in r.also
         ],
         "metadata": dict(r.metadata),
         "text": r.text,

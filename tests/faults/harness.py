@@ -155,7 +155,7 @@ def verify(
 
     Whole: the manifest is clean; the store has no duplicate (its count is the
     number of distinct ids) and no orphan (its ids are the manifest's); the
-    manifest lists every file in ``root``; with ``expected`` (what this returned
+    manifest lists every Markdown and HTML file in ``root``; with ``expected`` (what this returned
     for a fresh index of the same files), every file has exactly those chunks;
     with ``words`` (path -> a word only that file has), a search for each word
     finds its file. ``embedder`` (default: a HashEmbedder) must have the identity of the one that wrote it;
@@ -173,7 +173,7 @@ def verify(
             f"no orphan and nothing missing: {len(ids - m.chunk_ids())} in the store only, "
             f"{len(m.chunk_ids() - ids)} in the manifest only"
         )
-        on_disk = {str(p) for p in root.resolve().rglob("*.md")}
+        on_disk = {str(p) for p in root.resolve().rglob("*") if p.suffix in (".md", ".html")}
         assert set(m.files) == on_disk, f"files: {sorted(set(m.files) ^ on_disk)[:5]}"
         # a copy of another file (mdrag.ingest.copies) has no chunks: it is compared by the file it names
         chunks = {p: s.chunks if s.copy_of is None else [f"copy of {s.copy_of}"] for p, s in m.files.items()}

@@ -32,6 +32,7 @@ import pytest
 from mdrag.ingest.manifest import Manifest
 from tests.faults.driver import phases
 from tests.faults.harness import TRIALS, corpus, distinctive_words, run_driver, verify
+from tests.test_html_passages import command, manual
 
 pytestmark = pytest.mark.slow
 
@@ -86,6 +87,7 @@ class Lab:
 
 
 _COPIES = "zz-copies"  # files with the bytes of others (indexed once: mdrag.ingest.copies), sorted after them
+_PAGES = "zz-pages"  # HTML pages whose passages a reference page repeats (kept once: mdrag.ingest.passages)
 
 
 def _add_copies(root: Path) -> None:
@@ -99,7 +101,8 @@ def _add_copies(root: Path) -> None:
 
 def _edit(root: Path) -> None:
     """Corpus B: appended sections, a file whose chunks all shift, two new files, two deleted; of the copies,
-    the original of one edited, of two deleted, one copy edited, a new copy of an indexed file and of a new one."""
+    the original of one edited, of two deleted, one copy edited, a new copy of an indexed file and of a new one;
+    of the HTML pages, one whose passage the reference repeats deleted, one such passage edited."""
     files = sorted(p for p in root.rglob("*.md") if _COPIES not in p.parts)
     for p in files[1::4]:
         p.write_text(p.read_text() + "\n\n## Later\n\nA section appended between the two states.\n")
@@ -112,6 +115,8 @@ def _edit(root: Path) -> None:
     (copies / "edited.md").write_text("# Rewritten\n\nA copy no more: reupholstered ottomans.\n")
     (copies / "of-unchanged.md").write_bytes(files[0].read_bytes())
     (copies / "new-one.md").write_bytes((root / "new-one.md").read_bytes())
+    (root / _PAGES / "cmd-1.html").unlink()  # its passage is the reference page's alone again
+    command(root / _PAGES, 2, edit=" unless the disk is full")  # its passage is its own: the reference's too
 
 
 @pytest.fixture(scope="module")
@@ -133,6 +138,7 @@ def _make_lab(backend: str, base: Path, shared_data: Path) -> Lab:
     lab = Lab(backend=backend, docs=base / "docs", home=base / "home", saved=base / "saved")
     corpus(lab.saved / "docs-fresh", shared_data, n=48, step=20)
     _add_copies(lab.saved / "docs-fresh")
+    manual(lab.saved / "docs-fresh" / _PAGES)
     shutil.copytree(lab.saved / "docs-fresh", lab.saved / "docs-incremental")
     _edit(lab.saved / "docs-incremental")
 

@@ -236,6 +236,8 @@ def _search_in(args: argparse.Namespace, config: Config, index: Index | None) ->
         print(f"    {snippet[:200]}{'…' if len(snippet) > 200 else ''}")
         if r.get("copies"):  # files with the same bytes, indexed once
             print("    the same as: " + ", ".join(safe_name(c["ref"]) for c in r["copies"]))
+        if r.get("also"):  # pages that repeat a passage of it, kept here once
+            print("    also on: " + ", ".join(safe_name(c["ref"]) for c in r["also"]))
     return 0
 
 

@@ -531,13 +531,14 @@ def _result_dict(t: Target, r: SearchResult, shared: frozenset[str]) -> dict[str
     """A result as every front end shows it (:func:`~mdrag.retrieval.shown.result_fields`), its docset or index
     first, without the fields an assistant has no use for or that do not apply."""
     shown = result_fields(r, shared)
-    shown["copies"] = [{k: v for k, v in c.items() if k in ("ref", "url") and v} for c in shown["copies"]] or None
+    for key in ("copies", "also"):
+        shown[key] = [{k: v for k, v in c.items() if k in ("ref", "url") and v} for c in shown[key]] or None
     return {t.kind: t.id, **{key: shown[key] for key in _FIELDS if shown[key] is not None}}
 
 
 _FIELDS = (  # of result_fields: the ranks and the metadata (links and backlinks besides) are left out
     "text", "path", "rel_path", "ref", "url", "heading", "heading_path", "page", "line_start", "line_end",
-    "score", "cosine", "rerank_score", "chunk_id", "links", "backlinks", "copies",
+    "score", "cosine", "rerank_score", "chunk_id", "links", "backlinks", "copies", "also",
 )  # fmt: skip
 
 
