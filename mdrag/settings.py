@@ -387,6 +387,13 @@ class _Declared:
         "`auto`: `passage` for a query of up to 7 words (one detail), `section` for a longer one",
         live=True,
     )
+    search__per_page: Int = setting(
+        0,
+        "places one page (file) may take in the results: its best sections first; its other matching sections ride "
+        "with its best result (`sections` in `--json`) and leave room for other pages; `0`: no limit",
+        ge=0,
+        live=True,
+    )
     rerank__url: str | None = setting(
         None,
         "a reranker's full `/rerank` endpoint, e.g. `http://127.0.0.1:8080/v1/rerank` (llama.cpp, vLLM, Jina, "

@@ -109,6 +109,9 @@ class SearchResult:
     # The other files of the index with the same bytes, (path, path relative to its folder): indexed once, they
     # share its chunks (mdrag.ingest.copies).
     copies: list[tuple[str, str]] = field(default_factory=list)
+    # search.per_page: the other sections of its file that the search kept, best first, where the file had taken
+    # its places in the list (they are not counted in k)
+    sections: list[SearchResult] = field(default_factory=list)
 
     @property
     def heading(self) -> str:

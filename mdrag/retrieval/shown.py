@@ -27,8 +27,10 @@ def result_fields(result: SearchResult, shared: Collection[str] = ()) -> dict[st
     files of two indexed folders share it (``shared``: :attr:`mdrag.index.Index.shared_names`). ``url``: the
     address a page of a website docset was crawled from. ``links`` and ``backlinks``: a vault note's (its
     ``metadata`` holds them too). ``copies``: the other files of the index with the same bytes, indexed once
-    with this one (each with its ``ref``, ``path``, ``rel_path`` and ``url``); empty when there are none. A
-    field that does not apply is None.
+    with this one (each with its ``ref``, ``path``, ``rel_path`` and ``url``); empty when there are none.
+    ``sections``: the file's other sections the search kept past its places (``search.per_page``), best first,
+    each with its heading, lines, scores, chunk id and text; empty when there are none. A field that does not
+    apply is None.
     """
     r = result
     return {
@@ -56,6 +58,23 @@ def result_fields(result: SearchResult, shared: Collection[str] = ()) -> dict[st
         ],
         "metadata": dict(r.metadata),
         "text": r.text,
+        "sections": [_section(s) for s in r.sections],
+    }
+
+
+def _section(section: SearchResult) -> dict[str, Any]:
+    """A section attached to a result (``search.per_page``): where it is in the file, its scores and text."""
+    s = section
+    return {
+        "heading": s.heading,
+        "heading_path": list(s.heading_path),
+        "page": s.page,
+        "line_start": s.line_start,
+        "line_end": s.line_end,
+        "score": s.order_score,
+        "cosine": s.score,
+        "chunk_id": s.chunk_id,
+        "text": s.text,
     }
 
 
