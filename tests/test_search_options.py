@@ -170,7 +170,8 @@ def test_a_page_takes_at_most_its_places_and_carries_its_other_sections(
 
     root = tmp_path / "docs"
     root.mkdir()
-    sections = "\n\n".join(f"## Gear ratio {i}\n\nThe gear ratio of stage {i} sets the bicycle's speed." for i in range(5))
+    each = "## Gear ratio {0}\n\nThe gear ratio of stage {0} sets the bicycle's speed."
+    sections = "\n\n".join(each.format(i) for i in range(5))
     (root / "gears.md").write_text(f"# Gears\n\n{sections}\n")
     (root / "chain.md").write_text("# Chain\n\nA worn chain slips on the gear teeth of a bicycle.\n")
     (root / "brakes.md").write_text("# Brakes\n\nBicycle brakes slow the wheel; the gear ratio does not matter.\n")
