@@ -362,7 +362,8 @@ class _Declared:
     search__fusion: Literal["rrf", "weighted"] = setting(
         "weighted",
         "how hybrid fuses the two rankings: `weighted` (each list's scores min-max normalised, then mixed"
-        " by `search.dense_weight`; a clear first place in one list stays near the top) or `rrf` "
+        " by `search.dense_weight`; a clear first place in one list stays near the top; a query of up to 3 words"
+        " is fused by rank, constant 10) or `rrf` "
         "(reciprocal rank, k=60)",
         live=True,
     )

@@ -19,7 +19,7 @@ from mdrag.knobs import STORE_MAX_ROWS
 from mdrag.retrieval import rerank as reranking
 from mdrag.retrieval.candidates import Candidates
 from mdrag.retrieval.copies import Copies
-from mdrag.retrieval.fusion import POOL, fused
+from mdrag.retrieval.fusion import POOL, fused, fusion_for
 from mdrag.retrieval.linked import Resolver, lift
 from mdrag.settings import DEFAULTS
 from mdrag.store.base import Filter, Hit, Ranked, Store, cut_short, holds_its_text
@@ -239,9 +239,7 @@ def search(
             len(misplaced),
             store.uri,
         )
-    results = [
-        replace(_result(r, scored), sections=[_result(x, scored) for x in attached.get(r.id, ())]) for r in rows
-    ]
+    results = [replace(_result(r, scored), sections=[_result(x, scored) for x in attached.get(r.id, ())]) for r in rows]
     return copies.shown(results, where) if copies is not None else results
 
 
@@ -422,7 +420,8 @@ def _ranked(
     depth = min(max(n, POOL), STORE_MAX_ROWS)
     dense = _listed(store, vector, depth, where, "dense", query, hidden)
     bm25 = _listed(store, vector, depth, where, "bm25", query, hidden)
-    return fused(dense, bm25, options.fusion, options.dense_weight, k, POOL), deeper(dense, depth)
+    method, rrf_k = fusion_for(query, options.fusion)
+    return fused(dense, bm25, method, options.dense_weight, k, POOL, rrf_k), deeper(dense, depth)
 
 
 def _listed(
