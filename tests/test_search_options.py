@@ -175,7 +175,8 @@ def test_a_page_takes_at_most_its_places_and_carries_its_other_sections(
     (root / "gears.md").write_text(f"# Gears\n\n{sections}\n")
     (root / "chain.md").write_text("# Chain\n\nA worn chain slips on the gear teeth of a bicycle.\n")
     (root / "brakes.md").write_text("# Brakes\n\nBicycle brakes slow the wheel; the gear ratio does not matter.\n")
-    config = load_config({"index": "t" + os.urandom(4).hex(), "search.threshold": 0, "search.collapse": "section"})
+    overrides = {"index": "t" + os.urandom(4).hex(), "search.threshold": 0, "search.collapse": "section"}
+    config = load_config({**overrides, "search.per_page": 0})
     with Index(config, embedder=minilm) as idx:  # type: ignore[arg-type]
         idx.update([root])
         query = "bicycle gear ratio"
