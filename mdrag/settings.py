@@ -380,7 +380,8 @@ class _Declared:
     search__fusion: Literal["rrf", "weighted"] = setting(
         "weighted",
         "how hybrid fuses the two rankings: `weighted` (each list's scores min-max normalised, then mixed"
-        " by `search.dense_weight`; a clear first place in one list stays near the top) or `rrf` "
+        " by `search.dense_weight`; a clear first place in one list stays near the top; a query of up to 3 words"
+        " is fused by rank, constant 10) or `rrf` "
         "(reciprocal rank, k=60)",
         live=True,
     )
@@ -404,6 +405,13 @@ class _Declared:
         "leave out a chunk that overlaps or runs on from a better one of its section (`passage`: the "
         "neighbours that share text), keep only the best chunk of each `section` or each `file`, or `none`; "
         "`auto`: `passage` for a query of up to 7 words (one detail), `section` for a longer one",
+        live=True,
+    )
+    search__per_page: Int = setting(
+        0,
+        "places one page (file) may take in the results: its best sections first; its other matching sections ride "
+        "with its best result (`sections` in `--json`) and leave room for other pages; `0`: no limit",
+        ge=0,
         live=True,
     )
     rerank__url: str | None = setting(

@@ -112,6 +112,9 @@ class SearchResult:
     # The other HTML pages of its folder that hold a passage of this chunk, left out of their own chunks (kept
     # on this page only: mdrag.ingest.passages), (path, path relative to its folder).
     also: list[tuple[str, str]] = field(default_factory=list)
+    # search.per_page: the other sections of its file that the search kept, best first, where the file had taken
+    # its places in the list (they are not counted in k)
+    sections: list[SearchResult] = field(default_factory=list)
 
     @property
     def heading(self) -> str:

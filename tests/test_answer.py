@@ -96,6 +96,24 @@ def test_build_messages_numbers_sources_and_asks_the_question() -> None:
     assert user.rstrip().endswith(QUESTION)
 
 
+def test_a_page_s_attached_sections_reach_the_answer_after_every_page_s_best() -> None:
+    """search.per_page gives a page one place and attaches its other sections: the answer still gets them, under
+    the page's number, after the best passage of every page (with an LLM, as the prompt's room allows)."""
+    from dataclasses import replace
+
+    page = replace(result(1), sections=[result(5, path="/docs/guide/file1.md")])
+    cited = numbered_sources([page, result(2)], LLM_SET)
+    assert [(s.number, [r.chunk_id for r in s.passages]) for s in cited] == [
+        (1, ["chunk-1", "chunk-5"]),
+        (2, ["chunk-2"]),
+    ]
+    # no room for more than the two results: the attached section is the one left out
+    short = numbered_sources(
+        [page, result(2)], LLM_SET, max_chars=len("Passage number 1 says: run `keys rotate --id 1`.") * 2 + 80
+    )
+    assert [r.chunk_id for s in short for r in s.passages] == ["chunk-1", "chunk-2"]
+
+
 def test_sources_are_numbered_by_file_and_hold_each_file_s_passages() -> None:
     """Several passages of one file go under one number, each with its heading; files in rank order."""
     ranked = [result(2), result(1), result(3, path="/docs/guide/file2.md"), result(1), result(4)]

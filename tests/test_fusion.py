@@ -10,8 +10,8 @@ import pytest
 from mdrag.config import load_config
 from mdrag.embedding.base import Embedder
 from mdrag.index import Index
-from mdrag.retrieval.fusion import POOL, RRF_K, fuse
-from mdrag.store.base import Hit
+from mdrag.retrieval.fusion import POOL, RRF_K, SHORT_RRF_K, fuse, fused, fusion_for
+from mdrag.store.base import Hit, Ranked
 
 
 def _list(prefix: str, scores: list[float]) -> list[Hit]:
@@ -31,6 +31,21 @@ def test_each_row_keeps_its_rank_in_each_list() -> None:
     assert fused["d2"].rank_score == pytest.approx(1 / (RRF_K + 3) + 1 / (RRF_K + 1))
     with pytest.raises(ValueError, match="unknown fusion"):
         fuse(dense, bm25, "sum")
+
+
+def test_a_short_query_is_fused_by_rank_with_a_small_constant() -> None:
+    """A query of up to three words names a term: weighted fusion stretched its close cosines as far as BM25's
+    clear scores, and the page BM25 put first fell behind broader pages the dense list preferred by hundredths."""
+    assert fusion_for("KEYTIMEOUT", "weighted") == ("rrf", SHORT_RRF_K)
+    assert fusion_for("extended glob  qualifiers", "weighted") == ("rrf", SHORT_RRF_K)
+    assert fusion_for("why does my glob pattern fail", "weighted") == ("weighted", RRF_K)
+    assert fusion_for("KEYTIMEOUT", "rrf") == ("rrf", RRF_K)  # a fusion the user chose stays as it is
+    # dense: the term's page 6th; BM25: first. With the constant 10 it leads rows that are high in one list only
+    dense = _list("d", [0.41, 0.409, 0.408, 0.407, 0.406, 0.39, 0.2])
+    bm25 = [replace(dense[5], rank_score=14.0), *_list("b", [3.0, 2.9, 2.8])]
+    ranked = fused(Ranked.of(dense), Ranked.of(bm25), "rrf", 0.5, 20, POOL, SHORT_RRF_K)
+    assert [r.id for r in ranked][:2] == ["d5", "d0"]
+    assert ranked.rank_scores[0] == pytest.approx(1 / (SHORT_RRF_K + 6) + 1 / (SHORT_RRF_K + 1))
 
 
 def test_a_clear_first_place_in_one_list_stays_in_the_top_three() -> None:

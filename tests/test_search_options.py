@@ -158,3 +158,44 @@ def test_the_first_results_do_not_depend_on_k_on_the_hugo_docs(backend: str, sha
                 narrow = [r.chunk_id for r in idx.search(q["question"], k=5, mode=mode)]
                 assert narrow == wide[:5], (backend, mode, q["id"])
         assert full >= 6, full
+
+
+@pytest.mark.parametrize("mode", ["dense", "bm25", "hybrid"])
+def test_a_page_takes_at_most_its_places_and_carries_its_other_sections(
+    tmp_path: Path, minilm: object, mode: str
+) -> None:
+    """search.per_page: one long page whose every section matches took most of the list; with 1 place each,
+    its best section stands for it, its other matching sections ride with it, and other pages get the room."""
+    from mdrag.retrieval.shown import result_fields
+
+    root = tmp_path / "docs"
+    root.mkdir()
+    each = "## Gear ratio {0}\n\nThe gear ratio of stage {0} sets the bicycle's speed."
+    sections = "\n\n".join(each.format(i) for i in range(5))
+    (root / "gears.md").write_text(f"# Gears\n\n{sections}\n")
+    (root / "chain.md").write_text("# Chain\n\nA worn chain slips on the gear teeth of a bicycle.\n")
+    (root / "brakes.md").write_text("# Brakes\n\nBicycle brakes slow the wheel; the gear ratio does not matter.\n")
+    overrides = {"index": "t" + os.urandom(4).hex(), "search.threshold": 0, "search.collapse": "section"}
+    config = load_config({**overrides, "search.per_page": 0})
+    with Index(config, embedder=minilm) as idx:  # type: ignore[arg-type]
+        idx.update([root])
+        query = "bicycle gear ratio"
+        plain = idx.search(query, k=4, mode=mode)
+        assert [r.rel_path for r in plain].count("gears.md") >= 3  # the long page fills the list
+        assert all(not r.sections for r in plain)
+        every = [r.chunk_id for r in idx.search(query, k=10, mode=mode) if r.rel_path == "gears.md"]
+        assert len(every) == 5
+        for places in (1, 2):
+            idx.config = config.with_overrides({"search.per_page": places})
+            got = idx.search(query, k=10, mode=mode)
+            paths = [r.rel_path for r in got]
+            assert paths.count("gears.md") == places and {"chain.md", "brakes.md"} <= set(paths), paths
+            # the page's best sections take its places, in the order they had; the rest ride with its best one
+            assert [r.chunk_id for r in got if r.rel_path == "gears.md"] == every[:places]
+            best = next(r for r in got if r.rel_path == "gears.md")
+            assert [s.chunk_id for s in best.sections] == every[places:]
+            fields = result_fields(best)["sections"]
+            assert [f["chunk_id"] for f in fields] == every[places:]
+            assert fields[0]["heading_path"] and fields[0]["text"]
+            narrow = idx.search(query, k=2, mode=mode)  # the first results do not depend on k
+            assert [r.chunk_id for r in narrow] == [r.chunk_id for r in got[:2]]

@@ -191,11 +191,14 @@ def numbered_sources(
     The passages are the results the answer will hold: with no LLM configured
     the best :data:`MAX_EXTRACTIVE` (the extractive answer quotes them); with an
     LLM, those that fit ``max_chars`` characters of prompt in rank order (the
-    lowest-ranked ones are dropped whole; the best one is always kept). They are
-    grouped by file; files are numbered in the rank order of their first passage.
+    lowest-ranked ones are dropped whole; the best one is always kept). A result's attached ``sections``
+    (``search.per_page``) follow all the results. They are grouped by file; files are numbered in the rank
+    order of their first passage.
     """
     if not results:
         return []
+    # a page's other sections (search.per_page) come after every page's best one: more pages before more of one
+    results = [*results, *(s for r in results for s in r.sections)]
     chosen: list[SearchResult] = []
     if llm is None or not llm.configured:
         chosen = list(results[:MAX_EXTRACTIVE])

@@ -12,7 +12,8 @@ search walks the fused list (:class:`~mdrag.retrieval.candidates.Candidates`).
 the proportion ``dense_weight``; a row missing from a list counts that list's
 lowest score. It keeps a clear first place in one list near the top when the
 other list ranks it low, where reciprocal-rank fusion ("rrf", constant 60),
-which sees ranks only, puts rows that are middling in both above it.
+which sees ranks only, puts rows that are middling in both above it. A search
+of a short query fuses by rank (:func:`fusion_for`).
 
 Only each list's first ``pool`` rows are fused (their ranks, and the span that
 normalises their scores); rows past them count as missing from that list, and
@@ -31,13 +32,27 @@ from mdrag.retrieval.candidates import Candidates
 from mdrag.settings import DEFAULTS
 from mdrag.store.base import Hit, Ranked
 
-__all__ = ["FUSIONS", "POOL", "RRF_K", "fuse", "fused"]
+__all__ = ["FUSIONS", "POOL", "RRF_K", "SHORT_RRF_K", "SHORT_WORDS", "fuse", "fused", "fusion_for"]
 
 FUSIONS = ("weighted", "rrf")
 RRF_K = 60  # the usual constant of reciprocal-rank fusion
 # Rows of each list that fusion ranks: what k 10 with collapse took before the pool was fixed (RESULTS.md,
 # "Hybrid ranking that does not depend on k").
 POOL = 120
+# A query of at most SHORT_WORDS words names a term or an option: its cosines lie close together, and min-max
+# normalisation stretches their small differences over the whole span, as far as BM25's clear ones. Weighted
+# fusion ranks such a query by reciprocal rank, with this constant (RESULTS.md, "Hybrid that does not lose to
+# its parts").
+SHORT_WORDS = 3
+SHORT_RRF_K = 10
+
+
+def fusion_for(query: str, method: str) -> tuple[str, int]:
+    """The fusion ``query`` gets, and its reciprocal-rank constant: ``method``, but "rrf" with
+    :data:`SHORT_RRF_K` for a "weighted" search of at most :data:`SHORT_WORDS` words."""
+    if method == "weighted" and len(query.split()) <= SHORT_WORDS:
+        return "rrf", SHORT_RRF_K
+    return method, RRF_K
 
 
 def fuse(
@@ -60,10 +75,11 @@ def fused(
     dense_weight: float = DEFAULTS["search.dense_weight"][1],
     batch: int = 10,
     pool: int = POOL,
+    rrf_k: int = RRF_K,
 ) -> Candidates:
-    """The rows of both lists, best first by ``method`` ("weighted" or "rrf") over each list's first ``pool``
-    rows, read ``batch`` at first; ties, and the rows past both pools, by their best rank in either list
-    (a dense row first)."""
+    """The rows of both lists, best first by ``method`` ("weighted" or "rrf", its constant ``rrf_k``) over each
+    list's first ``pool`` rows, read ``batch`` at first; ties, and the rows past both pools, by their best rank
+    in either list (a dense row first)."""
     if method not in FUSIONS:
         raise ValueError(f"unknown fusion {method!r}: use one of {', '.join(FUSIONS)}")
     nd, nb = len(dense), len(bm25)
@@ -81,7 +97,7 @@ def fused(
         score = np.zeros(n)
         for listed in (dense_rank, bm25_rank):
             pooled = (listed > 0) & (listed <= pool)
-            score = score + np.where(pooled, 1 / (RRF_K + np.maximum(listed, 1)), 0.0)
+            score = score + np.where(pooled, 1 / (rrf_k + np.maximum(listed, 1)), 0.0)
     else:
         d, b = np.zeros(n), np.zeros(n)
         d[: min(nd, pool)] = _normalised(dense.rank_scores[:pool])

@@ -7,7 +7,7 @@ import os
 import re
 import unicodedata
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import islice
 from typing import TYPE_CHECKING, Any
 
@@ -19,7 +19,7 @@ from mdrag.knobs import STORE_MAX_ROWS
 from mdrag.retrieval import rerank as reranking
 from mdrag.retrieval.candidates import Candidates
 from mdrag.retrieval.copies import Copies
-from mdrag.retrieval.fusion import POOL, fused
+from mdrag.retrieval.fusion import POOL, fused, fusion_for
 from mdrag.retrieval.linked import Resolver, lift
 from mdrag.settings import DEFAULTS
 from mdrag.store.base import Filter, Hit, Ranked, Store, cut_short, holds_its_text
@@ -72,6 +72,9 @@ class SearchOptions:
     rerank: reranking.Reranker | None = None
     # Notes vaults: the notes the best candidates link to move up by this share (mdrag.retrieval.linked); 0: off.
     link_boost: float = _setting("search.link_boost")
+    # Places a page (file) may take in the list; its other kept sections are attached to its best one
+    # (``SearchResult.sections``). 0: no limit.
+    per_page: int = _setting("search.per_page")
 
     @classmethod
     def from_config(cls, config: Config) -> SearchOptions:
@@ -85,6 +88,7 @@ class SearchOptions:
             collapse=config["search.collapse"],
             rerank=reranking.from_config(config),
             link_boost=config["search.link_boost"],
+            per_page=config["search.per_page"],
         )
 
 
@@ -191,6 +195,7 @@ def search(
     scored: dict[str, float] | None = None  # the reranker's scores by chunk id: asked once per search
     edited: set[str] = set()  # the ids of rows left out: their text is not the one indexed
     misplaced: set[str] = set()  # ... and those whose path is not inside the index's folders
+    attached: dict[str, list[Hit]] = {}  # per_page: a kept row's id -> its page's other kept rows, best first
     while True:
         ranked, more = _ranked(store, vector, query, n, where, options, visible.hidden, k)
         candidates = lift(ranked, options.link_boost, links, lambda r: _shown(r, visible))
@@ -212,6 +217,7 @@ def search(
             bm25_listed,
             edited,
             (misplaced, folders),
+            (options.per_page, attached),
         )
         # Fewer than k, and rows that would be kept may lie past those fetched: ask for more.
         if len(rows) >= k or not more or n >= STORE_MAX_ROWS:
@@ -233,28 +239,28 @@ def search(
             len(misplaced),
             store.uri,
         )
-    results = []
-    for r in rows:
-        score = _score(r)
-        results.append(
-            SearchResult(
-                text=r.text,
-                path=r.path,
-                rel_path=r.rel_path,
-                score=round(score, 6),
-                heading_path=list(r.headings or []),
-                chunk_id=r.id,
-                page=r.page or None,
-                line_start=r.line_start or None,
-                line_end=r.line_end or None,
-                metadata=dict(r.metadata or {}),
-                rank_score=round(r.rank_score, 6),
-                dense_rank=r.dense_rank,
-                bm25_rank=r.bm25_rank,
-                rerank_score=round(scored[r.id], 6) if scored and r.id in scored else None,
-            )
-        )
+    results = [replace(_result(r, scored), sections=[_result(x, scored) for x in attached.get(r.id, ())]) for r in rows]
     return copies.shown(results, where) if copies is not None else results
+
+
+def _result(r: Hit, scored: Mapping[str, float] | None) -> SearchResult:
+    """A kept row as a result (``scored``: the reranker's scores by chunk id, where it reranked)."""
+    return SearchResult(
+        text=r.text,
+        path=r.path,
+        rel_path=r.rel_path,
+        score=round(_score(r), 6),
+        heading_path=list(r.headings or []),
+        chunk_id=r.id,
+        page=r.page or None,
+        line_start=r.line_start or None,
+        line_end=r.line_end or None,
+        metadata=dict(r.metadata or {}),
+        rank_score=round(r.rank_score, 6),
+        dense_rank=r.dense_rank,
+        bm25_rank=r.bm25_rank,
+        rerank_score=round(scored[r.id], 6) if scored and r.id in scored else None,
+    )
 
 
 def _kept(
@@ -268,14 +274,19 @@ def _kept(
     bm25_listed: bool,
     edited: set[str],
     placed: tuple[set[str], frozenset[str]],
+    pages: tuple[int, dict[str, list[Hit]]] = (0, {}),
 ) -> list[Hit]:
     """The first ``k`` of ``rows`` that ``visible`` lets through, that pass ``threshold`` (or hold every
     word ``asked``), whose text is the one indexed and whose path is in its place, and that collapse keeps:
     the threshold goes before the cut, so a search returns the k best that pass whatever k is.
     ``bm25_listed``: the rows come from a BM25 list (bm25 or hybrid mode). The ids of rows whose text is not
     the one indexed are added to ``edited``; ``placed``: the set the ids of rows whose path is not in its
-    place (:func:`_in_place`) are added to, and the index's folders."""
+    place (:func:`_in_place`) are added to, and the index's folders. ``pages``: the places one file may take
+    (0: any), and the dict that gets, by the id of a file's best kept row, the file's rows kept past its places
+    (not counted in ``k``)."""
     misplaced, folders = placed
+    per_page, attached = pages
+    of_page: dict[str, list[Hit]] = {}  # a file's kept rows
     seen: set[tuple[object, ...]] = set()
     spans: dict[tuple[object, ...], list[tuple[int, int]]] = {}  # passage: each section's kept lines
     kept = []
@@ -301,6 +312,11 @@ def _kept(
             if key in seen:
                 continue
             seen.add(key)
+        held = of_page.setdefault(r.path, [])
+        if per_page and len(held) >= per_page:
+            attached.setdefault(held[0].id, []).append(r)
+            continue
+        held.append(r)
         kept.append(r)
         if len(kept) == k:
             break
@@ -404,7 +420,8 @@ def _ranked(
     depth = min(max(n, POOL), STORE_MAX_ROWS)
     dense = _listed(store, vector, depth, where, "dense", query, hidden)
     bm25 = _listed(store, vector, depth, where, "bm25", query, hidden)
-    return fused(dense, bm25, options.fusion, options.dense_weight, k, POOL), deeper(dense, depth)
+    method, rrf_k = fusion_for(query, options.fusion)
+    return fused(dense, bm25, method, options.dense_weight, k, POOL, rrf_k), deeper(dense, depth)
 
 
 def _listed(

@@ -29,7 +29,9 @@ def result_fields(result: SearchResult, shared: Collection[str] = ()) -> dict[st
     ``metadata`` holds them too). ``copies``: the other files of the index with the same bytes, indexed once
     with this one (each with its ``ref``, ``path``, ``rel_path`` and ``url``); empty when there are none.
     ``also``: the other pages of its folder holding a passage of it, which leave it out of their chunks (each
-    as in ``copies``); empty when there are none. A field that does not apply is None.
+    as in ``copies``); empty when there are none. ``sections``: the file's other sections the search kept past
+    its places (``search.per_page``), best first, each with its heading, lines, scores, chunk id and text; empty
+    when there are none. A field that does not apply is None.
     """
     r = result
     return {
@@ -61,6 +63,23 @@ def result_fields(result: SearchResult, shared: Collection[str] = ()) -> dict[st
         ],
         "metadata": dict(r.metadata),
         "text": r.text,
+        "sections": [_section(s) for s in r.sections],
+    }
+
+
+def _section(section: SearchResult) -> dict[str, Any]:
+    """A section attached to a result (``search.per_page``): where it is in the file, its scores and text."""
+    s = section
+    return {
+        "heading": s.heading,
+        "heading_path": list(s.heading_path),
+        "page": s.page,
+        "line_start": s.line_start,
+        "line_end": s.line_end,
+        "score": s.order_score,
+        "cosine": s.score,
+        "chunk_id": s.chunk_id,
+        "text": s.text,
     }
 
 
