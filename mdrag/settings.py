@@ -408,9 +408,10 @@ class _Declared:
         live=True,
     )
     search__per_page: Int = setting(
-        0,
+        1,
         "places one page (file) may take in the results: its best sections first; its other matching sections ride "
-        "with its best result (`sections` in `--json`) and leave room for other pages; `0`: no limit",
+        "with its best result (`sections` in `--json`) and leave room for other pages; `0`: no limit (a page's "
+        "sections each take a place)",
         ge=0,
         live=True,
     )

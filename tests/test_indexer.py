@@ -392,7 +392,7 @@ def test_collapse_keeps_the_best_chunk_per_section_or_file(tmp_path: Path) -> No
     long = "\n\n".join(f"Paragraph {i} about widgets and gadgets, part {i}." * 8 for i in range(12))
     (root / "big.md").write_text(f"# Big\n\n## Widgets\n\n{long}\n\n## Gadgets\n\nGadgets and widgets together.\n")
     (root / "small.md").write_text("# Small\n\nA short note on widgets and gadgets.\n")
-    idx = _index(HashEmbedder())
+    idx = _index(HashEmbedder(), **{"search.per_page": 0})  # the sections of one file, each a place
     idx.update([root])
     q = "widgets and gadgets"
     plain = idx.search(q, k=10, threshold=0, collapse="none")
@@ -428,7 +428,7 @@ def test_passage_collapse_of_an_html_page_goes_by_the_lines_of_its_text(tmp_path
         f"<p>Paragraph {i} about widgets and gadgets, part {i}. {'More words here. ' * 12}</p>" for i in range(14)
     )
     (root / "page.html").write_text(f"<html><body><main><h1>Page</h1><h2>Widgets</h2>{paras}</main></body></html>")
-    idx = _index(HashEmbedder())
+    idx = _index(HashEmbedder(), **{"search.per_page": 0})  # the sections of one file, each a place
     idx.update([root])
     q = "widgets and gadgets"
     plain = idx.search(q, k=20, threshold=0, collapse="none")
@@ -448,7 +448,7 @@ def test_a_pdf_gives_a_result_per_outline_section_and_page(shared_data: Path, ha
     from pypdf import PdfReader
 
     root = shared_data / "pdf_py-pdf_sample-files/009-pdflatex-geotopo"
-    idx = _index(hash_embedder)
+    idx = _index(hash_embedder, **{"search.per_page": 0})  # one PDF: its sections, each a place
     idx.update([root])
     hits = idx.search("Fundamentalgruppe", k=10, threshold=0, collapse="section")
     keys = [tuple(h.heading_path) or h.page for h in hits]

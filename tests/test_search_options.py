@@ -199,3 +199,27 @@ def test_a_page_takes_at_most_its_places_and_carries_its_other_sections(
             assert fields[0]["heading_path"] and fields[0]["text"]
             narrow = idx.search(query, k=2, mode=mode)  # the first results do not depend on k
             assert [r.chunk_id for r in narrow] == [r.chunk_id for r in got[:2]]
+
+
+def test_by_default_a_page_takes_one_place_and_the_command_line_names_its_other_sections(
+    tmp_path: Path, mdrag_home: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The default is one place per page: `mdrag search` lists each page once, and under a page's best section
+    the other sections it matched ("more of this page: line N [heading]")."""
+    from mdrag.frontends.cli import main
+
+    monkeypatch.setattr("mdrag.index.Index.__init__.__defaults__", (None, HashEmbedder()))
+    root = tmp_path / "docs"
+    root.mkdir()
+    each = "## Gear ratio {0}\n\nThe gear ratio of stage {0} sets the bicycle's speed."
+    (root / "gears.md").write_text("# Gears\n\n" + "\n\n".join(each.format(i) for i in range(5)) + "\n")
+    (root / "chain.md").write_text("# Chain\n\nA worn chain slips on the gear teeth of a bicycle.\n")
+    assert load_config()["search.per_page"] == 1
+    assert main(["index", str(root), "-q"]) == 0
+    capsys.readouterr()
+    assert main(["search", "gear ratio bicycle", "--threshold", "0", "--collapse", "section"]) == 0
+    out = capsys.readouterr().out
+    listed = [line for line in out.splitlines() if line[:3].strip().rstrip(".").isdigit()]
+    assert sum("gears.md" in line for line in listed) == 1 and any("chain.md" in line for line in listed), out
+    more = next(line for line in out.splitlines() if line.startswith("    more of this page: "))
+    assert more.count("[Gears > Gear ratio") >= 2 and "line " in more, out

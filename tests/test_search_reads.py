@@ -93,7 +93,7 @@ def test_a_hybrid_search_reads_the_rows_it_keeps_not_every_candidate(monkeypatch
 
     monkeypatch.setattr(sqlite_rows.RowCache, "read", counting)
     query = vectors(2, 1)[0]
-    options = SearchOptions(k=3, threshold=None, mode="hybrid", collapse="none")
+    options = SearchOptions(k=3, threshold=None, mode="hybrid", collapse="none", per_page=0)
     found = search(store, _Vector(), "chunk common word3", options, vector=query)  # type: ignore[arg-type]
     assert len(found) == 3
     # the two lists hold 60 candidates or more (30 each at least): only the first batch is read

@@ -98,7 +98,8 @@ def indexed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Index]:
 
 
 def _notes(idx: Index, query: str, boost: float, k: int = 5) -> list[str]:
-    idx.config = idx.config.with_overrides({"search.link_boost": boost})  # a live setting, as a server applies it
+    # live settings, as a server applies them; the notes of the first k chunks (a note may hold several)
+    idx.config = idx.config.with_overrides({"search.link_boost": boost, "search.per_page": 0})
     return list(dict.fromkeys(h.rel_path for h in idx.search(query, mode="bm25", k=k)))
 
 

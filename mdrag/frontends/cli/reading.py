@@ -236,9 +236,21 @@ def _search_in(args: argparse.Namespace, config: Config, index: Index | None) ->
         print(f"    {snippet[:200]}{'…' if len(snippet) > 200 else ''}")
         if r.get("copies"):  # files with the same bytes, indexed once
             print("    the same as: " + ", ".join(safe_name(c["ref"]) for c in r["copies"]))
+        if r.get("sections"):  # search.per_page: the page's other matching sections, best first
+            print("    more of this page: " + "; ".join(_place(s) for s in r["sections"]))
         if r.get("also"):  # pages that repeat a passage of it, kept here once
             print("    also on: " + ", ".join(safe_name(c["ref"]) for c in r["also"]))
     return 0
+
+
+def _place(section: dict[str, Any]) -> str:
+    """Where an attached section is in its page: ``line 8 [Heading]``, ``p.3``..."""
+    where = [
+        f"p.{section['page']}" if section["page"] else "",
+        f"line {section['line_start']}" * bool(section["line_start"]),
+    ]
+    where.append(f"[{safe_name(section['heading'])}]" if section["heading"] else "")
+    return " ".join(w for w in where if w) or "another section"
 
 
 def _get_from(args: argparse.Namespace, index: Index) -> int:
