@@ -40,6 +40,9 @@ def otel(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
         dst.parent.mkdir(parents=True, exist_ok=True)
         shutil.copytree(src, dst) if src.is_dir() else shutil.copy(src, dst)
     home.mkdir()
+    # A page's several sections each take a place (search.per_page 0, not the default 1): the answers cite several
+    # passages of one file, whose numbering these tests read; and the server's rankings differ by collapse.
+    (home / "config.yaml").write_text("search:\n  per_page: 0\n")
     with Index(load_config(home=home)) as index:
         index.update([docs])
     return home, docs

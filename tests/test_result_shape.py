@@ -141,7 +141,9 @@ async def test_one_query_through_every_front_end_gives_the_same_result_in_the_or
         project, {"query": QUERY, "docset": "docs", "k": 5}, {"query": NOTHING, "docset": "docs"}
     )
 
-    assert len(cli) == 5 and ws["type"] == "search_results"
+    assert 3 <= len(cli) <= 5 and ws["type"] == "search_results"
+    # one place per page by default (search.per_page 1), in every front end
+    assert len({r["path"] for r in cli}) == len(cli) and len({r["path"] for r in ws["results"]}) == len(cli)
     cosines = [r["cosine"] for r in cli]
     assert not _decreasing(cosines), f"the fused order and the cosine order agree: {cosines}; pick another query"
     # The score each front end shows is the one that ordered its list (it was the cosine: out of order).
