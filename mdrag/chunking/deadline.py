@@ -37,7 +37,7 @@ class Deadline:
         if seconds <= 0:
             raise ValueError(f"a chunking time limit must be a positive number of seconds, not {seconds!r}")
         self.seconds = seconds  # the limit, named in the error
-        self.end = _clock() + seconds  # when it is passed
+        self.end = _clock() + seconds
 
     def check(self, step: str = "chunking") -> None:
         """Raise ChunkingTimeoutError once the limit is passed; ``step`` names what was under way."""

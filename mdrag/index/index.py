@@ -108,7 +108,7 @@ class Index:
         # The store's connection; these two (and the rows _health counted) are guarded by _open_lock.
         self._open_lock = threading.Lock()  # one thread opens (or closes) the store, the others wait
         self._opened = False  # the store is connected and its collection loaded
-        self._exists = False  # the collection exists
+        self._exists = False
         self._update_lock = threading.Lock()  # one update() or remove() at a time
         self._writers = Writers(self.manifest_path, self.name)  # the same, across processes
         self._cond = threading.Condition()  # guards the two fields below

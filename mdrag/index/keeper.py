@@ -143,7 +143,7 @@ class IndexKeeper:
         self._pause = threading.Event()  # the running step commits what it wrote and returns
         self._cancel = threading.Event()  # the running update stops at its next file (close)
         self._stepping = False  # a full update is running
-        self._first = True  # the next full update is the first
+        self._first = True
         self._long = False  # a full update is under way (between its steps too)
         self._closed = False
         self._thread: threading.Thread | None = None

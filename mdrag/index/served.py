@@ -64,7 +64,7 @@ class UpdateProgress:
 class ServedIndexState:
     """A served index's size and what its last update in this process did (all zero before one finished)."""
 
-    index: str  # the index's name
+    index: str
     refreshed: bool  # its last update finished while the caller waited
     chunks_embedded: int = 0
     chunks_reused: int = 0
@@ -72,7 +72,7 @@ class ServedIndexState:
     chunks_total: int | None = None
     seconds: float = 0.0  # how long the last update took
     age_s: float | None = None  # seconds since the last update ended (None: none has)
-    updating: UpdateProgress | None = None  # the running update
+    updating: UpdateProgress | None = None
     error: str | None = None  # why the last update failed
 
     def to_dict(self) -> dict[str, Any]:

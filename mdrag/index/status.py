@@ -15,10 +15,10 @@ class IndexStatus:
     ``to_dict()`` is the JSON `mdrag status --json` prints, its keys in this order.
     """
 
-    index: str  # the index's name
+    index: str
     backend: str  # its store backend (faiss, milvus)
     backend_reason: str  # why that backend: the setting, or what `auto` found
-    store_uri: str  # where the store is
+    store_uri: str
     exists: bool  # the store holds the index
     model: dict[str, Any]  # the embedder that built it ({"model": ..., "dimension": ...})
     model_mismatch: str | None  # built with another embedder than the configured one: what to do; else None
@@ -30,7 +30,7 @@ class IndexStatus:
     building: bool  # a first build runs and has committed nothing yet
     damaged: str | None  # what the store lost or holds unlike its last run ("; " between); None: nothing
     chunking: dict[str, Any]  # how the files were cut (the manifest's, else the settings')
-    manifest: str  # the manifest's path
+    manifest: str
     manifest_lost: bool  # the store holds chunks that no manifest lists
     verified: dict[str, Any] | None  # with --verify: what was read ("checked") and in how many "seconds"
     # The run of the process that holds the writers' lock now (this one or another):

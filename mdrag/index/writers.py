@@ -34,7 +34,7 @@ _RECORD_EVERY_S = 0.5  # how often a run writes its progress record (and at its 
 class Running:
     """The run that holds an index's writers' lock now, as its progress record says (see :meth:`Writers.running`)."""
 
-    pid: int  # its process
+    pid: int
     files_done: int  # files done: of the whole build, for a first build in steps
     files_total: int | None  # files to do (None: it scans its folders)
     first_build: bool  # the index's first build (readers see only what its steps committed)

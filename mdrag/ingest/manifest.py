@@ -89,7 +89,7 @@ class SkippedFile:
     root: str  # the indexed folder it was found under
     mtime_ns: int
     size: int
-    reason: str  # why it was skipped
+    reason: str
     key: str  # what else would change the outcome (mdrag's version, the parse limits)
 
 
@@ -315,7 +315,7 @@ def _checksum_ok(raw: str) -> bool:
 
 @dataclass
 class Diff:
-    added: list[str] = field(default_factory=list)  # new paths
+    added: list[str] = field(default_factory=list)
     stat_changed: list[str] = field(default_factory=list)  # mtime or size differ: hash decides
     removed: list[str] = field(default_factory=list)  # in the manifest, gone from disk
     unchanged: list[str] = field(default_factory=list)  # same mtime and size

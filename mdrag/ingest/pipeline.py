@@ -140,7 +140,7 @@ class Indexer:
         self.embedder = embedder  # embeds the new chunks; its identity is recorded in the manifest
         self.manifest_path = manifest_path  # the index's per-file state, saved as the run goes
         self.name = name  # the index's name, recorded in the manifest and named in the log
-        self.options = options  # how files are read and written
+        self.options = options
 
     def run(
         self,
@@ -261,8 +261,8 @@ class IndexRun:
         # What prepare() finds to do, for apply().
         self.m: Manifest  # the new state: the files as they will be, saved as the run goes
         self.plan: UpdatePlan  # what to do with each file of the folders listed
-        self.found: ScanResult  # what the scan found
-        self.roots: list[str] = []  # the folders scanned
+        self.found: ScanResult
+        self.roots: list[str] = []
         self.writes = False  # False: the store holds the new state already, and the manifest is not saved
         self.sweep: list[str] | None = None  # folders (``_EVERYTHING``: all) whose chunks the new state drops
         self.run_hashes: set[int] | None = None  # see :func:`mdrag.ingest.writing.write_batch`

@@ -50,7 +50,7 @@ class Parsed(NamedTuple):
 
     state: FileState | None  # None: skipped
     chunks: list[Chunk]
-    reason: str | None = None  # why it was skipped
+    reason: str | None = None
     encoding: str | None = None  # the text's encoding, when it was decoded
     crashed: bool = False  # skipped for an unexpected exception in the parser (ParserCrashError)
     warnings: Sequence[str] = ()  # the parser's non-fatal problems (Document.warnings)

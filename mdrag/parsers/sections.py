@@ -28,7 +28,7 @@ class SectionBuilder:
 
     def __init__(self) -> None:
         self.sections: list[Section] = []  # the sections closed so far, each with blocks
-        self.current = Section(heading_path=[], level=0)  # the section being filled
+        self.current = Section(heading_path=[], level=0)
         self.first_h1: str | None = None  # the first level-1 title that is not empty: a fallback document title
         self._stack: list[Heading] = []  # the open headings, outermost first
 

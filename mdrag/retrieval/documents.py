@@ -91,7 +91,7 @@ class Part:
     root: str  # the indexed folder
     text: str  # the document's text, or the part asked for
     line_start: int  # 1-based first line of ``text`` in the document's text
-    line_end: int  # its last line
+    line_end: int
     lines: int  # lines in the whole document's text
     source_lines: bool  # the lines are the file's own (as search results count them); False: of the parsed text
     section: list[str] | None = None  # heading path of the section asked for
@@ -240,7 +240,7 @@ class _Held:
     """The files the manifest holds, looked up by relative path, absolute path and chunk id."""
 
     def __init__(self, manifest: Manifest) -> None:
-        self.manifest = manifest  # the index's files and folders
+        self.manifest = manifest
         self.by_rel: dict[str, list[str]] = {}  # relative path -> absolute paths (one per folder holding it)
         for path, fs in sorted(manifest.files.items()):
             self.by_rel.setdefault(fs.rel_path, []).append(path)

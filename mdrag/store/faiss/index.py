@@ -70,7 +70,7 @@ class VectorIndex:
 
     def __init__(self, dim: int, hnsw: bool = False, index: Any = None) -> None:
         """A new, empty index (flat, or an HNSW graph), or ``index`` read from a ``.faiss`` file."""
-        self.dim = dim  # the vectors' dimension
+        self.dim = dim
         self.index: Any = index if index is not None else _new_index(dim, hnsw)  # IndexIDMap2, ids = chunks.n
         self.hnsw = isinstance(faiss.downcast_index(self.index.index), faiss.IndexHNSW)  # else flat
         self.dead: set[int] = set()  # deleted rows an HNSW graph still holds (skipped by searches)

@@ -31,7 +31,7 @@ class Collection(Protocol):
     """What a check asks of the store: reads of its collection."""
 
     uri: str  # the Milvus Lite file, or the server's URI
-    collection: str  # the collection checked
+    collection: str
     has_bm25: bool  # the collection has the BM25 text field
     prepare_text: Callable[[str], str] | None  # applied to BM25 texts (stemming), if set
 

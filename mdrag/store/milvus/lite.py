@@ -91,7 +91,7 @@ def padding(written: set[str], live: set[str]) -> list[str]:
 class Rewrites(Protocol):
     """What keeping BM25 statistics whole asks of the Milvus store."""
 
-    collection: str  # the collection kept
+    collection: str
 
     @property
     def per_segment_bm25(self) -> bool: ...  # Milvus Lite's BM25 statistics are per segment
@@ -128,7 +128,7 @@ class LiteFiles:
 
     def __init__(self, uri: str, collection: str) -> None:
         self.db = Path(uri).expanduser()  # the Milvus Lite database folder
-        self.collection = collection  # the collection's name
+        self.collection = collection
         self.folder = self.db / "collections" / collection  # the collection's files
         # What mdrag knows of the collection: beside the database folder, so that writing it changes no
         # file of the collection.

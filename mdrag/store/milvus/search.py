@@ -29,8 +29,8 @@ _EF_PER_RESULT = 16
 class Collection(Protocol):
     """What a search asks of the store: reads of its collection."""
 
-    uri: str  # where the store lives
-    collection: str  # the collection searched
+    uri: str
+    collection: str
     has_bm25: bool  # it has the BM25 sparse field
     prepare_text: Callable[[str], str] | None  # applied to BM25 queries (stemming), if set
 

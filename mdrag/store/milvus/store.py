@@ -90,7 +90,7 @@ class MilvusStore:
         prepare_text: Callable[[str], str] | None = None,
     ) -> None:
         self.uri = uri  # Milvus Lite file path, or http(s):// server URI
-        self.collection = collection_name(index)  # collection holding this index
+        self.collection = collection_name(index)
         self.identity = identity  # {"model": ..., "dimension": ...} of the embedder
         self._token = token  # server credentials; never logged
         self._client: Any = None  # pymilvus.MilvusClient, connected in open()

@@ -33,7 +33,7 @@ _ready: weakref.WeakKeyDictionary[Any, set[str]] = weakref.WeakKeyDictionary()
 class Collection(Protocol):
     """What these functions ask of the store."""
 
-    uri: str  # where the store lives
+    uri: str
     collection: str  # the chunks' collection
 
     @property
