@@ -1,6 +1,6 @@
 """Trailing comments per 100 lines of code in a package (a comment after code on the same line).
 
-Lines of code are lines holding a token other than a comment, a newline or an indent (docstrings count).
+Lines of code are the lines of statements, docstrings (a statement that is a string alone) left out.
 Printed: the figure for the package, then the modules with the most trailing comments.
 
     python benchmarks/comment_density.py [mdrag] [--top 15]
@@ -19,13 +19,19 @@ _LAYOUT = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tok
 def count(source: str) -> tuple[int, int]:
     """Return (lines of code, trailing comments) for one module's source."""
     code_lines: set[int] = set()
-    trailing = 0
+    statement: list[tokenize.TokenInfo] = []
+    comments: list[int] = []
     for tok in tokenize.generate_tokens(io.StringIO(source).readline):
         if tok.type == tokenize.COMMENT:
-            trailing += tok.start[0] in code_lines
+            comments.append(tok.start[0])
+        elif tok.type == tokenize.NEWLINE:
+            if not (len(statement) == 1 and statement[0].type == tokenize.STRING):  # a docstring is not code
+                for t in statement:
+                    code_lines.update(range(t.start[0], t.end[0] + 1))
+            statement = []
         elif tok.type not in _LAYOUT:
-            code_lines.update(range(tok.start[0], tok.end[0] + 1))
-    return len(code_lines), trailing
+            statement.append(tok)
+    return len(code_lines), sum(line in code_lines for line in comments)
 
 
 def main() -> None:

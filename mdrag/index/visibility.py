@@ -33,7 +33,7 @@ class ManifestState(NamedTuple):
 
     stamp: tuple[int, int, int] | None  # its file's (inode, mtime, size); None: there is none
     building: bool  # it records a first build that has committed nothing yet
-    committed: State  # the committed state it records
+    committed: State
     partial: tuple[int, int] | None = None  # (files committed, files in all) of a first build done in part
 
 

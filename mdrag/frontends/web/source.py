@@ -75,7 +75,7 @@ class Refused(Exception):
 
     def __init__(self, status: HTTPStatus, message: str) -> None:
         super().__init__(message)
-        self.status = status  # the HTTP status of the answer
+        self.status = status
         self.message = message  # said to the client
 
 

@@ -41,7 +41,7 @@ class Collection(Protocol):
 
     def count_where(self, expr: str) -> int: ...  # rows passing ``expr`` ("" for all)
 
-    def lite(self) -> bool: ...  # whether Milvus Lite serves it
+    def lite(self) -> bool: ...
 
 
 def search(store: Collection, vector: np.ndarray, k: int, where: Filter | None, mode: str, text: str) -> list[Hit]:
