@@ -141,6 +141,7 @@ def test_an_index_chunked_by_the_release_before_is_chunked_again(
 
 def _headings(idx: Index) -> list[list[str]]:
     """The heading path of every row of the index."""
+    idx.config = idx.config.with_overrides({"search.per_page": 0})  # every row: a file's rows each take a place
     hits = idx.search("front matter", k=1000, threshold=0, mode="dense", collapse="none")
     assert len(hits) == idx.store.count()
     return [h.heading_path for h in hits]

@@ -95,7 +95,8 @@ def test_the_otel_java_agent_answer_dense_ranks_first_stays_in_the_top_three(
     gold = ("agent/performance.md", "Guidelines to reduce agent overhead")
 
     def places(fusion: str | None) -> tuple[int | None, list[tuple[str, str]]]:
-        overrides = {"index": name} if fusion is None else {"index": name, "search.fusion": fusion}
+        # the sections' ranking itself: each takes a place (search.per_page 0)
+        overrides = {"index": name, "search.per_page": 0} | ({} if fusion is None else {"search.fusion": fusion})
         with Index(load_config(overrides), embedder=minilm) as idx:
             results = idx.search(question)
         top = [(r.rel_path, (r.heading_path or [""])[-1]) for r in results]
