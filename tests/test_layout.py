@@ -23,7 +23,6 @@ MAX_PARAMETERS = 8  # more, and the state travels as arguments: an object (a run
 MANY_PARAMETERS = {
     "mdrag.retrieval.search.search": "to split with its long body: a search object holding the query's state",
     "mdrag.retrieval.search._kept": "to become a step of that search object (its rows, its counts of left out)",
-    "mdrag.chunking.chunk_document": "the model's tokenizer and window, and the run's limits, as tests pass them",
 }
 #: The functions allowed over MAX_FUNCTION_LINES, each with why it is one piece (or, "to split", what it
 #: waits for): a new long function must be split or named here.
