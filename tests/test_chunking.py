@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from mdrag.chunking import ChunkSettings, chunk_document, split_text
+from mdrag.chunking import ChunkLimits, ChunkSettings, chunk_document, split_text
 from mdrag.errors import ConfigError
 from mdrag.types import Block, Chunk, Document, Section
 
@@ -523,14 +523,16 @@ def test_chunking_past_its_deadline_stops_with_the_reason(monkeypatch: pytest.Mo
     ticks = iter(range(10**9))
     monkeypatch.setattr(deadline, "_clock", lambda: float(next(ticks)))
     small = _doc(Section(["Intro"], 1, [Block(_para(30))]))
-    assert chunk_document(small, "/docs", "guide.md", deadline=Deadline(20))
+    assert chunk_document(small, "/docs", "guide.md", limits=ChunkLimits(deadline=Deadline(20)))
     big = _doc(Section(["Intro"], 1, [Block(f"{_para(40)}\n\n" * 2000)]))
     with pytest.raises(ChunkingTimeoutError) as info:
-        chunk_document(big, "/docs", "guide.md", deadline=Deadline(20))
+        chunk_document(big, "/docs", "guide.md", limits=ChunkLimits(deadline=Deadline(20)))
     assert str(info.value) == "chunking took longer than 20 s (setting index.parse_timeout): skipped"
     counter = lambda ts: [len(t.split()) for t in ts]  # noqa: E731
     with pytest.raises(ChunkingTimeoutError):  # the tokenizer's calls are checked too
-        chunk_document(big, "/docs", "guide.md", count_tokens=counter, max_tokens=128, deadline=Deadline(20))
+        chunk_document(
+            big, "/docs", "guide.md", count_tokens=counter, max_tokens=128, limits=ChunkLimits(deadline=Deadline(20))
+        )
 
 
 #: Files whose chunking peaks high for their size: (what repeats, file name). Each line is a unit of
@@ -568,11 +570,13 @@ def test_the_memory_estimate_is_above_what_chunking_takes(tmp_path: Path, unit: 
     need = chunking_mb(doc)
     assert chunks and peak <= need <= 5 * peak, (peak, need)
     with pytest.raises(ChunkingMemoryError) as info:
-        chunk_document(doc, str(tmp_path), name, None, embedder.count_tokens, 256, max_mb=need / 2)
+        chunk_document(doc, str(tmp_path), name, None, embedder.count_tokens, 256, ChunkLimits(max_mb=need / 2))
     assert str(info.value).endswith(
         f"more than the {need / 2:g} MB one file may use (setting index.max_parse_mb): skipped"
     )
-    assert chunk_document(doc, str(tmp_path), name, None, embedder.count_tokens, 256, max_mb=need) == chunks
+    assert (
+        chunk_document(doc, str(tmp_path), name, None, embedder.count_tokens, 256, ChunkLimits(max_mb=need)) == chunks
+    )
 
 
 # -- tables: a header row travels with its rows -------------------------------------------------------------

@@ -20,11 +20,7 @@ MAX_LINES = 1000  # a backstop only: modules are split by job, not by length; fu
 MAX_FUNCTION_LINES = 80  # a function longer than this is more than one step: split it, or name it below
 MAX_PARAMETERS = 8  # more, and the state travels as arguments: an object (a run, a reader) holds it instead
 #: The functions allowed over MAX_PARAMETERS, each with what it waits for: a new one must take fewer.
-MANY_PARAMETERS = {
-    "mdrag.retrieval.search.search": "to split with its long body: a search object holding the query's state",
-    "mdrag.retrieval.search._kept": "to become a step of that search object (its rows, its counts of left out)",
-    "mdrag.chunking.chunk_document": "the model's tokenizer and window, and the run's limits, as tests pass them",
-}
+MANY_PARAMETERS: dict[str, str] = {}
 #: The functions allowed over MAX_FUNCTION_LINES, each with why it is one piece (or, "to split", what it
 #: waits for): a new long function must be split or named here.
 LONG_FUNCTIONS = {

@@ -17,7 +17,7 @@ its embedded text, so an unchanged file keeps its ids. Two strategies cut
 
 Both give :data:`~mdrag.chunking.build.Cut` pieces, which
 :class:`~mdrag.chunking.build.ChunkBuilder` makes chunks. The modules:
-``settings`` (:class:`ChunkSettings`), ``build`` (ids, headers, the chunks),
+``settings`` (:class:`ChunkSettings`, :class:`ChunkLimits`), ``build`` (ids, headers, the chunks),
 ``split`` (cutting text under a size limit, token counts), ``units`` (a
 section's blocks as one text), ``window``, ``headings``, ``langchain``,
 ``deadline`` (the time limit on one file's chunking), ``memory`` (its memory
@@ -32,7 +32,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from mdrag.chunking.settings import ChunkSettings
+from mdrag.chunking.settings import ChunkLimits, ChunkSettings
 from mdrag.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -64,6 +64,7 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "ChunkLimits",
     "ChunkSettings",
     "ChunkingMemoryError",
     "ChunkingTimeoutError",
@@ -83,18 +84,16 @@ def chunk_document(
     settings: ChunkSettings | None = None,
     count_tokens: TokenCounter | None = None,
     max_tokens: int | None = None,
-    truncated: Truncated | None = None,
-    deadline: Deadline | None = None,
-    max_mb: float | None = None,
+    limits: ChunkLimits | None = None,
 ) -> list[Chunk]:
     """Cut a parsed document into chunks.
 
     ``count_tokens``/``max_tokens`` come from the embedder: with them, no chunk's
     embedded text is longer than the model's window (strategy headings; with
-    langchain, ``truncated`` counts those that are), a block that fits the
+    langchain, ``limits.truncated`` counts those that are), a block that fits the
     window is never cut, and ``settings.unit == "tokens"`` counts sizes in the
-    model's tokens. With ``deadline``, a document whose chunking passes it
-    raises :class:`ChunkingTimeoutError` (a ParseError): the indexer skips the file. With ``max_mb``, a
+    model's tokens. With ``limits.deadline``, a document whose chunking passes it
+    raises :class:`ChunkingTimeoutError` (a ParseError): the indexer skips the file. With ``limits.max_mb``, a
     document whose chunking is expected to need more memory (MB) raises :class:`ChunkingMemoryError`
     (a ParseError) before it starts.
     """
@@ -104,6 +103,8 @@ def chunk_document(
     from mdrag.chunking.memory import check_memory
 
     settings = settings or ChunkSettings()
+    limits = limits or ChunkLimits()
+    deadline, max_mb, truncated = limits.deadline, limits.max_mb, limits.truncated
     if max_mb is not None:
         check_memory(doc, max_mb)
     if settings.unit == "tokens" and count_tokens is None:

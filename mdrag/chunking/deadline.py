@@ -3,7 +3,7 @@
 The parse worker (:mod:`mdrag.parsers.worker`) stops a parse that runs past
 ``index.parse_timeout``; chunking runs in the indexing process (it needs the
 embedder's tokenizer), where nothing can be killed. So :func:`chunk_document`
-takes a :class:`Deadline` and checks it before every batch of sizes it asks
+takes a :class:`Deadline` (in its ``limits``) and checks it before every batch of sizes it asks
 for (token counts or lengths) and between sections: a file whose chunking
 passes the limit raises :class:`ChunkingTimeoutError`, a ParseError, and the
 indexer skips it with the reason like a file whose parse timed out. The same
@@ -11,7 +11,7 @@ deadline covers the reading of a vault note before it is chunked
 (:func:`mdrag.parsers.vault.read_note`, checked before each block).
 
     deadline = Deadline(120.0)
-    chunks = chunk_document(doc, root, rel, deadline=deadline)
+    chunks = chunk_document(doc, root, rel, limits=ChunkLimits(deadline=deadline))
 """
 
 from __future__ import annotations

@@ -11,9 +11,11 @@ from mdrag.errors import ConfigError
 from mdrag.settings import DEFAULTS, ChunkContext, ChunkStrategy, ChunkUnit, bounds, choices
 
 if TYPE_CHECKING:
+    from mdrag.chunking.deadline import Deadline
+    from mdrag.chunking.langchain import Truncated
     from mdrag.config import Config
 
-__all__ = ["ChunkSettings"]
+__all__ = ["ChunkLimits", "ChunkSettings"]
 
 
 def _setting(name: str) -> Any:
@@ -90,3 +92,15 @@ class ChunkSettings:
         if self.vault:
             del d["vault"]
         return d
+
+
+@dataclass(frozen=True)
+class ChunkLimits:
+    """What an indexing run holds one file's chunking to, and counts of it: none of it changes the chunks made."""
+
+    # Chunking that passes it raises ChunkingTimeoutError (the indexer skips the file); None: no time limit.
+    deadline: Deadline | None = None
+    # A file whose chunking is expected to need more memory (MB) raises ChunkingMemoryError before it starts.
+    max_mb: float | None = None
+    # The langchain strategy's chunks longer than the model's window are counted in it (with the window given).
+    truncated: Truncated | None = None

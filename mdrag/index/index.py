@@ -36,7 +36,7 @@ from mdrag.retrieval.documents import Fetched, fetch
 from mdrag.retrieval.linked import Resolver
 from mdrag.retrieval.links import notes_at, notes_of, with_links
 from mdrag.retrieval.relevance import TermStats
-from mdrag.retrieval.search import SearchOptions, search
+from mdrag.retrieval.search import Scope, SearchOptions, search
 from mdrag.retrieval.shown import held_filters
 from mdrag.store import check_backend, in_home, make_store, resolve_backend
 from mdrag.types import SearchResult
@@ -465,7 +465,7 @@ class Index:
             folders = frozenset(self._view.seen_roots) if in_home(self.store.uri, self.manifest_path) else frozenset()
             copies = self._view.seen_copies
             results = search(
-                self.store, self.embedder, query, options, filters, visible, vector, links, folders, copies
+                self.store, self.embedder, query, options, filters, vector, Scope(visible, links, folders, copies)
             )
         if not results and self._view.progress is None and manifest.building:
             raise self._view.building_error()  # a transactional store being built by another process shows nothing yet

@@ -20,6 +20,7 @@ from typing import NamedTuple
 from mdrag.chunking import (
     ChunkingMemoryError,
     ChunkingTimeoutError,
+    ChunkLimits,
     ChunkSettings,
     Deadline,
     Truncated,
@@ -112,9 +113,7 @@ class FileReader:
                 settings,
                 embedder.count_tokens,
                 embedder.max_tokens,
-                self.truncated,
-                deadline,
-                self.max_mb,
+                ChunkLimits(deadline, self.max_mb, self.truncated),
             )
         except (ChunkingTimeoutError, ChunkingMemoryError) as e:
             return Parsed(None, [], str(e), doc.encoding, warnings=doc.warnings)

@@ -7,7 +7,7 @@ import os
 import re
 import unicodedata
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from itertools import islice
 from typing import TYPE_CHECKING, Any
 
@@ -28,7 +28,7 @@ from mdrag.types import SearchResult
 if TYPE_CHECKING:
     from mdrag.config import Config
 
-__all__ = ["FILTER_KEYS", "SearchOptions", "Visible", "build_filter", "search"]
+__all__ = ["FILTER_KEYS", "Scope", "SearchOptions", "Visible", "build_filter", "search"]
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +103,23 @@ class Visible:
     hidden: frozenset[str] = frozenset()
 
 
+def _no_links() -> Resolver | None:
+    return None
+
+
+@dataclass(frozen=True)
+class Scope:
+    """What a search may see and show of its index: the index's state when the search began, which one search
+    reads and none changes. The default: every chunk, no folders checked, no copies, no links."""
+
+    visible: Visible = Visible()  # the chunks it may return
+    # The index's link resolver (a notes vault's), asked for only when one of the best candidates has links.
+    links: Callable[[], Resolver | None] = _no_links
+    # The index's folders: a row whose folder is not one of them is left out; none given: not checked.
+    folders: frozenset[str] = frozenset()
+    copies: Copies | None = None  # the index's files recorded as copies of others (mdrag.retrieval.copies)
+
+
 def build_filter(filters: Mapping[str, Any] | None) -> Filter | None:
     """The :class:`~mdrag.store.base.Filter` for ``filters`` (None: no filter); each store translates it.
 
@@ -146,11 +163,8 @@ def search(
     query: str,
     options: SearchOptions = SearchOptions(),
     filters: Mapping[str, Any] | None = None,
-    visible: Visible = Visible(),
     vector: np.ndarray | None = None,
-    links: Callable[[], Resolver | None] = lambda: None,
-    folders: frozenset[str] = frozenset(),
-    copies: Copies | None = None,
+    scope: Scope = Scope(),
 ) -> list[SearchResult]:
     """The ``options.k`` chunks most similar to ``query`` whose score is at least ``options.threshold``,
     or that hold every word of the query.
@@ -159,21 +173,22 @@ def search(
     chunk that holds every word of the query (as BM25 reads them: its heading trail and
     text) is kept whatever its score: a model embeds a setting's name, a version or a
     table row poorly, and a short keyword query that names one finds it with a low cosine.
-    Only the chunks ``visible`` lets through are returned; ``filters`` are
+    Only the chunks ``scope.visible`` lets through are returned; ``filters`` are
     :data:`FILTER_KEYS`. ``vector`` is the query's embedding when the caller has it already.
-    ``links`` gives the index's link resolver: a notes vault's candidates lift the notes the best of them
+    ``scope.links`` gives the index's link resolver: a notes vault's candidates lift the notes the best of them
     link to by ``options.link_boost`` (:mod:`mdrag.retrieval.linked`) before the reranker and the cut;
     it is asked for only when one of them has links.
     With ``options.rerank``, its best ``top_n`` rows are reordered by the reranker first
     (:mod:`mdrag.retrieval.rerank`; their ``rerank_score`` says its score); the threshold still
     reads the cosine, so reranking only changes the order. A chunk whose stored text is not the text
     that was indexed (it no longer has its content hash: edited in the store) is never returned, nor is one
-    whose file is not inside its folder, or whose folder is not one of the index's ``folders`` (when given): a
+    whose file is not inside its folder, or whose folder is not one of the index's ``scope.folders`` (when given): a
     path changed in the store (``../../etc/passwd``) is never shown nor opened; a warning says how many
-    were left out, and what repairs them. ``copies``: the index's files recorded as copies of others; each
+    were left out, and what repairs them. ``scope.copies``: the index's files recorded as copies of others; each
     result lists its file's copies, and a filter by path finds a copy's text (:mod:`mdrag.retrieval.copies`).
     """
     k, threshold, collapse = options.k, options.threshold, options.collapse
+    visible, links, copies = scope.visible, scope.links, scope.copies
     if collapse == "auto":
         collapse = "passage" if len(query.split()) <= _DETAIL_WORDS else "section"
     if not any(not ch.isspace() and unicodedata.category(ch) != "Cf" for ch in query):
@@ -190,12 +205,17 @@ def search(
     if options.rerank is not None:
         fetch = max(fetch, options.rerank.top_n)  # the reranker reorders that many
     n = min(fetch + (0 if store.hides else len(visible.hidden)), STORE_MAX_ROWS)
-    asked = _words(query, store.prepare_text) if threshold is not None else set()  # _holds reads them
-    bm25_listed = _mode(options.mode, store) != "dense"  # the rows carry their rank in a BM25 list
+    keeping = _Keeping(
+        visible,
+        threshold,
+        _words(query, store.prepare_text) if threshold is not None else set(),  # _holds reads them
+        collapse,
+        store.prepare_text,
+        _mode(options.mode, store) != "dense",  # the rows carry their rank in a BM25 list
+        scope.folders,
+        options.per_page,
+    )
     scored: dict[str, float] | None = None  # the reranker's scores by chunk id: asked once per search
-    edited: set[str] = set()  # the ids of rows left out: their text is not the one indexed
-    misplaced: set[str] = set()  # ... and those whose path is not inside the index's folders
-    attached: dict[str, list[Hit]] = {}  # per_page: a kept row's id -> its page's other kept rows, best first
     while True:
         ranked, more = _ranked(store, vector, query, n, where, options, visible.hidden, k)
         candidates = lift(ranked, options.link_boost, links, lambda r: _shown(r, visible))
@@ -204,42 +224,32 @@ def search(
                 shown = (r for r in candidates if _shown(r, visible))
                 scored = options.rerank.score(query, list(islice(shown, options.rerank.top_n)))
             candidates = reranking.reorder(list(candidates), scored)
-        elif candidates is ranked and threshold is not None and bm25_listed:
+        elif candidates is ranked and threshold is not None and keeping.bm25_listed:
             candidates = ranked.only(_may_pass(ranked, threshold))  # the rest are not read
-        rows = _kept(
-            candidates,
-            k,
-            visible,
-            threshold,
-            asked,
-            collapse,
-            store.prepare_text,
-            bm25_listed,
-            edited,
-            (misplaced, folders),
-            (options.per_page, attached),
-        )
+        rows = keeping.kept(candidates, k)
         # Fewer than k, and rows that would be kept may lie past those fetched: ask for more.
         if len(rows) >= k or not more or n >= STORE_MAX_ROWS:
             break
         n = min(max(2 * n, n + fetch), STORE_MAX_ROWS)
-    if edited:
+    if keeping.edited:
         log.warning(
             "%d result(s) left out: their text in the index store %s is not the text that was indexed (edited "
             "in the store?). `mdrag status --verify` finds every such chunk, and the `mdrag index` after it reads "
             "their files again",
-            len(edited),
+            len(keeping.edited),
             store.uri,
         )
-    if misplaced:
+    if keeping.misplaced:
         log.warning(
             "%d result(s) left out: their path in the index store %s is not inside the index's folders (changed "
             "in the store?). `mdrag status --verify` finds every such chunk, and the `mdrag index` after it reads "
             "their files again",
-            len(misplaced),
+            len(keeping.misplaced),
             store.uri,
         )
-    results = [replace(_result(r, scored), sections=[_result(x, scored) for x in attached.get(r.id, ())]) for r in rows]
+    results = [
+        replace(_result(r, scored), sections=[_result(x, scored) for x in keeping.attached.get(r.id, ())]) for r in rows
+    ]
     return copies.shown(results, where) if copies is not None else results
 
 
@@ -263,64 +273,69 @@ def _result(r: Hit, scored: Mapping[str, float] | None) -> SearchResult:
     )
 
 
-def _kept(
-    rows: Iterable[Hit],
-    k: int,
-    visible: Visible,
-    threshold: float | None,
-    asked: set[str],
-    collapse: str,
-    prepare: Callable[[str], str] | None,
-    bm25_listed: bool,
-    edited: set[str],
-    placed: tuple[set[str], frozenset[str]],
-    pages: tuple[int, dict[str, list[Hit]]] = (0, {}),
-) -> list[Hit]:
-    """The first ``k`` of ``rows`` that ``visible`` lets through, that pass ``threshold`` (or hold every
-    word ``asked``), whose text is the one indexed and whose path is in its place, and that collapse keeps:
-    the threshold goes before the cut, so a search returns the k best that pass whatever k is.
-    ``bm25_listed``: the rows come from a BM25 list (bm25 or hybrid mode). The ids of rows whose text is not
-    the one indexed are added to ``edited``; ``placed``: the set the ids of rows whose path is not in its
-    place (:func:`_in_place`) are added to, and the index's folders. ``pages``: the places one file may take
-    (0: any), and the dict that gets, by the id of a file's best kept row, the file's rows kept past its places
-    (not counted in ``k``)."""
-    misplaced, folders = placed
-    per_page, attached = pages
-    of_page: dict[str, list[Hit]] = {}  # a file's kept rows
-    seen: set[tuple[object, ...]] = set()
-    spans: dict[tuple[object, ...], list[tuple[int, int]]] = {}  # passage: each section's kept lines
-    kept = []
-    for r in rows:
-        if not _shown(r, visible):
-            continue
-        if threshold is not None and _score(r) < threshold and not _holds(r, asked, prepare, bm25_listed):
-            continue  # below the threshold, and not an exact match among BM25's first _EXACT_DEPTH
-        if not _intact(r):
-            edited.add(r.id)
-            continue
-        if not _in_place(r, folders):
-            misplaced.add(r.id)
-            continue
-        if collapse == "passage":  # leave out a chunk whose lines overlap or touch a kept one's of its section
-            unit, start, end = _span(r)
-            near = spans.setdefault((*_section_key(r), unit), [])
-            if any(start <= e + 1 and end >= s - 1 for s, e in near):
+@dataclass
+class _Keeping:
+    """Which of a search's rows it keeps, and what it left out: one per search, read by every fetch of it.
+
+    A row is kept when ``visible`` lets it through, it passes ``threshold`` (or holds every word ``asked``), its
+    text is the one indexed, its path is in its place and collapse keeps it. ``bm25_listed``: the rows come from a
+    BM25 list (bm25 or hybrid mode). ``per_page``: the places one file may take (0: any)."""
+
+    visible: Visible
+    threshold: float | None
+    asked: set[str]
+    collapse: str
+    prepare: Callable[[str], str] | None
+    bm25_listed: bool
+    folders: frozenset[str]  # the index's folders (:func:`_in_place`)
+    per_page: int = 0
+    edited: set[str] = field(default_factory=set)  # the ids of rows left out: their text is not the one indexed
+    misplaced: set[str] = field(default_factory=set)  # ... and those whose path is not in its place
+    # per_page: a kept row's id -> its page's other kept rows, best first (not counted in k)
+    attached: dict[str, list[Hit]] = field(default_factory=dict)
+
+    def kept(self, rows: Iterable[Hit], k: int) -> list[Hit]:
+        """The first ``k`` of ``rows`` that are kept: the threshold goes before the cut, so a search returns the
+        k best that pass whatever k is. The rows left out as edited or misplaced, and those attached to their
+        file's best kept row, are added to the search's."""
+        visible, threshold, asked, collapse = self.visible, self.threshold, self.asked, self.collapse
+        prepare, bm25_listed, folders, per_page = self.prepare, self.bm25_listed, self.folders, self.per_page
+        edited, misplaced, attached = self.edited, self.misplaced, self.attached
+        of_page: dict[str, list[Hit]] = {}  # a file's kept rows
+        seen: set[tuple[object, ...]] = set()
+        spans: dict[tuple[object, ...], list[tuple[int, int]]] = {}  # passage: each section's kept lines
+        kept = []
+        for r in rows:
+            if not _shown(r, visible):
                 continue
-            near.append((start, end))
-        elif collapse != "none":
-            key = (r.path,) if collapse == "file" else _section_key(r)
-            if key in seen:
+            if threshold is not None and _score(r) < threshold and not _holds(r, asked, prepare, bm25_listed):
+                continue  # below the threshold, and not an exact match among BM25's first _EXACT_DEPTH
+            if not _intact(r):
+                edited.add(r.id)
                 continue
-            seen.add(key)
-        held = of_page.setdefault(r.path, [])
-        if per_page and len(held) >= per_page:
-            attached.setdefault(held[0].id, []).append(r)
-            continue
-        held.append(r)
-        kept.append(r)
-        if len(kept) == k:
-            break
-    return kept
+            if not _in_place(r, folders):
+                misplaced.add(r.id)
+                continue
+            if collapse == "passage":  # leave out a chunk whose lines overlap or touch a kept one's of its section
+                unit, start, end = _span(r)
+                near = spans.setdefault((*_section_key(r), unit), [])
+                if any(start <= e + 1 and end >= s - 1 for s, e in near):
+                    continue
+                near.append((start, end))
+            elif collapse != "none":
+                key = (r.path,) if collapse == "file" else _section_key(r)
+                if key in seen:
+                    continue
+                seen.add(key)
+            held = of_page.setdefault(r.path, [])
+            if per_page and len(held) >= per_page:
+                attached.setdefault(held[0].id, []).append(r)
+                continue
+            held.append(r)
+            kept.append(r)
+            if len(kept) == k:
+                break
+        return kept
 
 
 def _may_pass(candidates: Candidates, threshold: float) -> np.ndarray:
