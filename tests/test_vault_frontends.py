@@ -42,6 +42,7 @@ def test_the_server_returns_links_and_answers_without_raw_links(tmp_path: Path, 
     async def scenario() -> None:
         config = load_config(
             {"index": "v" + os.urandom(4).hex(), "server.port": 0, "llm.base_url": llm.base_url, "llm.api_key": "k"}
+            | {"search.per_page": 0}  # every chunk of the four notes, the ones whose links are read among them
         )
         async with serving(config, [root], HashEmbedder()) as server:
             ws = await opened(server)

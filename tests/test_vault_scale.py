@@ -15,6 +15,9 @@ from mdrag.parsers import vault
 from mdrag.types import Block, Document, Section
 from tests.conftest import HashEmbedder
 
+#: The tag filter is checked on every chunk of the notes it finds: a note's chunks each take a place.
+_EVERY_CHUNK = {"search.per_page": 0}
+
 
 def _links_paragraph(links: int) -> str:
     return "\n".join(f"see [[Note {i}]] for the details of part {i}" for i in range(links))
@@ -205,7 +208,9 @@ def test_a_notes_tags_are_stored_once_and_the_tag_filter_stays_exact(tmp_path: P
     import sqlite3
 
     docs = _tagged_folder(tmp_path)
-    with Index(load_config({"index": "tagged", "store.backend": "faiss"}), embedder=HashEmbedder()) as idx:
+    with Index(
+        load_config({"index": "tagged", "store.backend": "faiss", **_EVERY_CHUNK}), embedder=HashEmbedder()
+    ) as idx:
         idx.update([docs])
         with sqlite3.connect(idx.config.cache_dir / "faiss" / "tagged.sqlite") as db:
             assert db.execute("SELECT count(*) FROM tags").fetchone()[0] == 2000 + 2 + 1  # big, plain, other
@@ -231,7 +236,9 @@ def test_milvus_lite_stores_a_notes_tags_once_and_the_tag_filter_stays_exact(tmp
     from mdrag.store.milvus import tagsets
 
     docs = _tagged_folder(tmp_path)
-    config = load_config({"index": "tagged", "store.backend": "milvus", "milvus_uri": str(tmp_path / "m.db")})
+    config = load_config(
+        {"index": "tagged", "store.backend": "milvus", "milvus_uri": str(tmp_path / "m.db"), **_EVERY_CHUNK}
+    )
     with Index(config, embedder=HashEmbedder()) as idx:
         idx.update([docs])
         store: Any = idx.store
@@ -290,7 +297,7 @@ def test_an_index_of_an_older_release_is_searched_as_it_is_then_upgraded_and_say
     import sqlite3
 
     docs = _tagged_folder(tmp_path)
-    config = load_config({"index": "tagged", "store.backend": "faiss"})
+    config = load_config({"index": "tagged", "store.backend": "faiss", **_EVERY_CHUNK})
     path = config.cache_dir / "faiss" / "tagged.sqlite"
     with Index(config, embedder=HashEmbedder()) as idx:
         idx.update([docs])
