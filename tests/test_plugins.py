@@ -250,13 +250,19 @@ def _mdrag_run(site: Path | None, home: Path, *argv: str, **more_env: str) -> su
     )
 
 
-def test_an_index_in_a_backend_no_longer_installed_is_an_error_not_a_path(tmp_path: Path) -> None:
+def _toy_site(tmp_path: Path) -> tuple[Path, Path, Path]:
+    """(site, home, docs): the toy backend and the shelf's hashed embedder installed, a home, a folder of one note."""
     site, home, docs = tmp_path / "site", tmp_path / "home", tmp_path / "docs"
     for folder in (home, docs):
         folder.mkdir()
     _install_toy(site)
     _install_plugin(site)  # the shelf's embedder, hashed: no model to load
     (docs / "toy.md").write_text("# Toys\n\nA toy box holds the toys.\n")
+    return site, home, docs
+
+
+def test_an_index_in_a_backend_no_longer_installed_is_an_error_not_a_path(tmp_path: Path) -> None:
+    site, home, docs = _toy_site(tmp_path)
     p = _mdrag_run(site, home, "index", str(docs), "--store", "toy", "--json", "-q")
     assert p.returncode == 0, p.stderr
     recorded = json.loads((home / "cache" / "manifests" / "default.json").read_text())["store_uri"]
@@ -275,12 +281,7 @@ def test_a_backend_brings_its_own_setting_read_like_mdrags(tmp_path: Path) -> No
     """The toy's setting, declared in its module alone, is a setting as mdrag's own are: shown by `mdrag config`
     with its default and where a value came from, read from the config file, its environment variable and its
     flag (on every command that opens an index), listed in the settings table, checked, and read by the toy."""
-    site, home, docs = tmp_path / "site", tmp_path / "home", tmp_path / "docs"
-    for folder in (home, docs):
-        folder.mkdir()
-    _install_toy(site)
-    _install_plugin(site)  # the shelf's embedder, hashed: no model to load
-    (docs / "toy.md").write_text("# Toys\n\nA toy box holds the toys.\n")
+    site, home, docs = _toy_site(tmp_path)
 
     def mdrag(*argv: str, **env: str) -> Any:
         p = _mdrag_run(site, home, *argv, **env)
