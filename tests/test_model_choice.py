@@ -98,3 +98,43 @@ def test_an_index_refuses_the_queries_of_another_model(cls_model: Path, tmp_path
     message = str(refused.value)
     assert DEFAULT_MODEL in message and str(cls_model.resolve()) in message
     assert "embedding.model" in message and "mdrag index --rebuild" in message
+
+
+def _prompted_copy(folder: Path, prompts: object) -> Path:
+    """The default model's folder (weights linked) with ``prompts`` in its config_sentence_transformers.json."""
+    src = resolve_model_dir(DEFAULT_MODEL)
+    shutil.copytree(src, folder, ignore=shutil.ignore_patterns("model.safetensors", "*.onnx", "onnx", "*.bin"))
+    (folder / "model.safetensors").symlink_to(src / "model.safetensors")
+    (folder / "config_sentence_transformers.json").write_text(json.dumps({"prompts": prompts}))
+    return folder
+
+
+def test_a_model_puts_its_own_prompts_before_queries_and_passages(tmp_path: Path, minilm: Embedder) -> None:
+    """A model whose configuration names prompts (E5: "query: ", "passage: ") gets them as sentence-transformers
+    puts them, in both backends; counted in the passages' tokens; MiniLM, which names none, gets none."""
+    folder = _prompted_copy(tmp_path / "minilm-e5-style", {"query": "query: ", "passage": "passage: "})
+    onnx = OnnxEmbedder(str(folder), cache_dir=tmp_path / "cache")
+    torch = LocalEmbedder(str(folder))
+    assert onnx.prompts == torch.prompts == ("query: ", "passage: ")
+    reference = torch.model  # sentence-transformers, reading the same folder and its prompts
+    for e in (onnx, torch):
+        for text in TEXTS:
+            query = reference.encode([text], prompt_name="query", normalize_embeddings=True)[0]
+            assert float(e.embed_query(text) @ query) > 0.9999
+            assert float(e.embed_query(text) @ minilm.embed_query("query: " + text)) > 0.9999
+            assert float(e.embed_query(text) @ minilm.embed_query(text)) < 0.999  # the prompt changes the vector
+        passages = reference.encode(TEXTS, prompt_name="passage", normalize_embeddings=True)
+        assert (np.sum(e.embed(TEXTS) * passages, axis=1) > 0.9999).all()
+        assert (np.sum(e.embed_batch(TEXTS) * passages, axis=1) > 0.9999).all()
+        assert e.count_tokens(TEXTS) == minilm.count_tokens(["passage: " + t for t in TEXTS])
+    assert OnnxEmbedder(cache_dir=tmp_path / "cache").prompts == ("", "")
+    plain = OnnxEmbedder(cache_dir=tmp_path / "cache")
+    assert float(plain.embed_query(TEXTS[0]) @ minilm.embed([TEXTS[0]])[0]) > 0.9999
+
+
+def test_prompts_that_cannot_be_read_are_named(tmp_path: Path) -> None:
+    folder = _prompted_copy(tmp_path / "bad", ["query: "])
+    with pytest.raises(EmbeddingError, match=r"prompts in .*config_sentence_transformers.json.*Mend or remove"):
+        OnnxEmbedder(str(folder), cache_dir=tmp_path / "cache").embed_query("x")
+    document_only = _prompted_copy(tmp_path / "doc", {"document": "search_document: "})
+    assert OnnxEmbedder(str(document_only), cache_dir=tmp_path / "cache").prompts == ("", "search_document: ")

@@ -151,6 +151,24 @@ def model_id_of(model: str) -> str:
     return model
 
 
+def model_prompts(model_dir: Path) -> tuple[str, str]:
+    """The texts a sentence-transformers model asks to have put before a query and before a passage: its
+    ``config_sentence_transformers.json``'s ``prompts`` (``query``; ``document``, ``passage`` or ``corpus``), as
+    sentence-transformers' ``encode_query`` and ``encode_document`` put them ("query: " and "passage: " for E5
+    models); ``("", "")`` for a model that names none (all-MiniLM-L6-v2)."""
+    path = model_dir / "config_sentence_transformers.json"
+    if not path.is_file():
+        return "", ""
+    try:
+        prompts = json.loads(path.read_text(encoding="utf-8")).get("prompts") or {}
+        if not isinstance(prompts, dict):
+            raise ValueError(f"its prompts are a {type(prompts).__name__}, not names and texts")
+    except (OSError, ValueError, AttributeError) as e:
+        raise EmbeddingError(f"cannot read the model's prompts in {path}: {e}. Mend or remove the file.") from e
+    document = next((prompts[k] for k in ("document", "passage", "corpus") if prompts.get(k)), "")
+    return str(prompts.get("query") or ""), str(document)
+
+
 def _package_dir(name: str) -> Path | None:
     """The folder of the installed package ``name`` (``my-model`` is imported as ``my_model``), not imported;
     None when ``name`` cannot be a package's or none of that name is installed."""
@@ -273,10 +291,19 @@ class LocalEmbedder(Embedder):
         tok.no_padding()
         return tok
 
+    @cached_property
+    def prompts(self) -> tuple[str, str]:
+        """What is put before a query and before a passage: the model's own prompts (:func:`model_prompts`)."""
+        return ("", "") if self._model in _ALIASES else model_prompts(self.model_dir)
+
     def count_tokens(self, texts: Sequence[str]) -> list[int]:
         if not texts:
             return []
-        return [len(e.ids) for e in self._tokenizer.encode_batch(list(texts))]
+        return [len(e.ids) for e in self._tokenizer.encode_batch(self._passages(texts))]
+
+    def _passages(self, texts: Sequence[str]) -> list[str]:
+        document = self.prompts[1]
+        return [document + t for t in texts] if document else list(texts)
 
     def warm_up(self) -> None:
         self.model  # noqa: B018  # loads it
@@ -298,8 +325,18 @@ class LocalEmbedder(Embedder):
             return _models[key]
 
     def embed_batch(self, texts: Sequence[str]) -> np.ndarray:
+        return self._encode(self._passages(texts))
+
+    def embed_query(self, text: str) -> np.ndarray:
+        query, document = self.prompts
+        if query == document:  # embed() puts the same text before it (none, for most models)
+            return super().embed_query(text)
+        vector: np.ndarray = self._encode([query + text])[0]
+        return vector
+
+    def _encode(self, texts: list[str]) -> np.ndarray:
         vectors = self.model.encode(
-            list(texts),
+            texts,
             batch_size=self.batch_size,
             normalize_embeddings=True,
             convert_to_numpy=True,

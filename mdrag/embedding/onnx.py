@@ -47,6 +47,7 @@ from mdrag.embedding.local import (
     DEFAULT_MODEL,
     HUB_ONNX_FILE,
     model_id_of,
+    model_prompts,
     resolve_model_dir,
 )
 from mdrag.embedding.onnx_files import (
@@ -251,10 +252,19 @@ class OnnxEmbedder(Embedder):
         tok.enable_truncation(max_length=int(self.max_tokens or 512))
         return tok
 
+    @cached_property
+    def prompts(self) -> tuple[str, str]:
+        """What is put before a query and before a passage: the model's own prompts (:func:`model_prompts`)."""
+        return ("", "") if self._model in _ALIASES else model_prompts(self.model_dir)
+
+    def _passages(self, texts: Sequence[str]) -> list[str]:
+        document = self.prompts[1]
+        return [document + t for t in texts] if document else list(texts)
+
     def count_tokens(self, texts: Sequence[str]) -> list[int]:
         if not texts:
             return []
-        return [len(e.ids) for e in self._counter.encode_batch(list(texts))]
+        return [len(e.ids) for e in self._counter.encode_batch(self._passages(texts))]
 
     @cached_property
     def _ready_onnx(self) -> Path | None:
@@ -400,7 +410,8 @@ class OnnxEmbedder(Embedder):
         that the query depends on no core but its own; the vector is the same."""
         if self.threads > 1 and yielding_busy():
             return self._single.embed_query(text)
-        return super().embed_query(text)
+        vector: np.ndarray = self._embed_texts([self.prompts[0] + text])[0]
+        return vector
 
     @cached_property
     def _single(self) -> OnnxEmbedder:
@@ -440,15 +451,19 @@ class OnnxEmbedder(Embedder):
 
     def embed(self, texts: Sequence[str], progress: Callable[[int], None] | None = None) -> np.ndarray:
         """As :meth:`Embedder.embed`, tokenizing each text once: the batches are cut by its token count."""
+        return self._embed_texts(self._passages(texts), progress)
+
+    def _embed_texts(self, texts: list[str], progress: Callable[[int], None] | None = None) -> np.ndarray:
+        """The vectors of ``texts`` as given (their prompt put before them already)."""
         if not texts:
             return np.zeros((0, self.dimension), dtype=np.float32)
-        enc = self._encoder.encode_batch(list(texts))
+        enc = self._encoder.encode_batch(texts)
         return self._embed_by_length(enc, [len(e.ids) for e in enc], self._embed_encodings, progress)
 
     def embed_batch(self, texts: Sequence[str]) -> np.ndarray:
         if not texts:
             return np.zeros((0, self.dimension), dtype=np.float32)
-        return self._embed_encodings(self._encoder.encode_batch(list(texts)))
+        return self._embed_encodings(self._encoder.encode_batch(self._passages(texts)))
 
     def _embed_encodings(self, enc: list[Any]) -> np.ndarray:
         """Pooled (not yet normalized) vectors for tokenized texts, padded to the longest of them.
