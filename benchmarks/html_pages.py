@@ -99,7 +99,15 @@ def measure(folder: Path, keep_repeated: bool = False, low: float = LOW) -> dict
         whole[rel] = _lines(parse(data, rel, main_content=False))
         docs[rel] = parse(data, rel)
     prints = {
-        rel: PagePrints(str(folder), rel, 0, 0, boilerplate.fingerprints(d), boilerplate.passage_prints(d))
+        rel: PagePrints(
+            str(folder),
+            rel,
+            0,
+            0,
+            boilerplate.fingerprints(d),
+            boilerplate.passage_prints(d),
+            boilerplate.own_prints(d),
+        )
         for rel, d in docs.items()
     }
     drops, keepers = ({}, {}) if keep_repeated else boilerplate.decide(prints)

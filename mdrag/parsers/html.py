@@ -405,8 +405,8 @@ def _own_section(tags: list[Tag], kept: set[int]) -> set[int]:
         for body in top.parents:
             if body.name in ("body", "html") or any(map(_is_removed, (body, *body.parents))):
                 break
-            heading = body.find_previous_sibling()
-            if heading is None or heading.name not in _HEADINGS or not body.get("class"):
+            title = body.find_previous_sibling()
+            if not isinstance(title, Tag) or title.name not in _HEADINGS or not body.get("class"):
                 continue
             inner = [body, *body.find_all(True)]
             if (
@@ -414,7 +414,7 @@ def _own_section(tags: list[Tag], kept: set[int]) -> set[int]:
                 and 2 * len(_text(top)) >= len(_text(body))
                 and _link_share(inner) < 1 - _WIDEN_PROSE_SHARE
             ):
-                for whole in (heading, body):
+                for whole in (title, body):
                     added.add(id(whole))
                     added.update(id(t) for t in whole.find_all(True))
             break
