@@ -403,16 +403,16 @@ def _own_section(tags: list[Tag], kept: set[int]) -> set[int]:
     added: set[int] = set()
     for top in (t for t in tags if id(t) in kept and id(t.parent) not in kept):
         for body in top.parents:
-            if body.name in ("body", "html") or any(map(_is_removed, (body, *body.parents))):
+            if body.name in ("body", "html"):
                 break
             title = body.find_previous_sibling()
             if not isinstance(title, Tag) or title.name not in _HEADINGS or not body.get("class"):
                 continue
-            inner = [body, *body.find_all(True)]
             if (
                 shapes.count(_signature(body)) > 1
+                and not any(map(_is_removed, (title, body, *body.parents)))
                 and 2 * len(_text(top)) >= len(_text(body))
-                and _link_share(inner) < 1 - _WIDEN_PROSE_SHARE
+                and _link_share([body, *body.find_all(True)]) < 1 - _WIDEN_PROSE_SHARE
             ):
                 for whole in (title, body):
                     added.add(id(whole))
