@@ -211,6 +211,14 @@ def test_a_passages_heading_changing_moves_it_and_chunks_again_exactly_the_pages
     summary = ix.update([root])
     assert (summary.added, summary.modified) == (1, 1)
     assert _first_fonts_hit(ix)[::2] == ("settings.html", ["guide.html"])
+    (root / "guide.html").unlink()  # the keeper names no other page now: chunked again for its record alone
+    summary = ix.update([root])
+    assert (summary.deleted, summary.modified) == (1, 1)
+    assert _first_fonts_hit(ix)[::2] == ("settings.html", [])
+    _guide(root)
+    summary = ix.update([root])
+    assert (summary.added, summary.modified) == (1, 1)
+    assert _first_fonts_hit(ix)[::2] == ("settings.html", ["guide.html"])
     again = ix.update([root])
     assert (again.added, again.modified, again.unchanged) == (0, 0, 2)
 
