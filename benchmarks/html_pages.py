@@ -5,7 +5,7 @@ every other HTML page under ../shared/data; add ../corpora/git-doc-html after
 ``sh benchmarks/fetch_html_manual.sh``), the page is parsed and chunked as `mdrag index` does (default chunk
 settings, sizes in characters: no embedder is loaded; the blocks the folder's pages repeat left out as the
 index run leaves them, mdrag.ingest.boilerplate, and the passages a few pages repeat kept on one of them,
-mdrag.ingest.passages, unless ``--keep-repeated``), and three figures are measured:
+mdrag.ingest.passages, unless ``--keep-repeated``), and four figures are measured:
 
 - boilerplate: the share of chunks made only of blocks (paragraphs, lines) that occur on more than 5% of the
   corpus's pages (and on at least 3): taglines, footers, "last modified" lines, crumbs;
@@ -13,7 +13,9 @@ mdrag.ingest.passages, unless ``--keep-repeated``), and three figures are measur
 - kept: per page, the share of its visible text (the whole page as the parser reads it with
   ``main_content=False``: menus in ``nav``, ``footer`` and hidden parts already out, and less the repeated
   blocks above) whose word tokens reach its chunks (tokens as multisets, ``\\w+`` lower-cased), or a passage
-  another page keeps for it (named with it in results); the mean, the median and the pages under 80%.
+  another page keeps for it (named with it in results); the mean, the median and the pages under 80%;
+- NAME lines: of the pages with a section headed NAME (an asciidoc manual page's one-line summary, "git-var -
+  Show a Git logical variable"), those whose NAME line is in their chunks.
 
 With ``--under SHARE``, every page keeping less than SHARE of its visible text is listed with the share kept and
 what was left out: its largest runs of visible lines whose words do not reach its chunks (words, first words).
@@ -93,13 +95,25 @@ def measure(folder: Path, keep_repeated: bool = False, low: float = LOW) -> dict
         pages = [p for p in pages if "html_readability_pages" not in p.parts]
     whole: dict[str, list[str]] = {}
     docs: dict[str, Document] = {}
+    names: dict[str, str] = {}  # a manual page's NAME line ("git-var - Show a Git logical variable")
     for page in pages:
         rel = page.relative_to(folder).as_posix()
         data = page.read_bytes()
-        whole[rel] = _lines(parse(data, rel, main_content=False))
+        everything = parse(data, rel, main_content=False)
+        whole[rel] = _lines(everything)
+        if name := next((s.text for s in everything.sections if s.heading_path[-1:] == ["NAME"]), ""):
+            names[rel] = " ".join(name.split())
         docs[rel] = parse(data, rel)
     prints = {
-        rel: PagePrints(str(folder), rel, 0, 0, boilerplate.fingerprints(d), boilerplate.passage_prints(d))
+        rel: PagePrints(
+            str(folder),
+            rel,
+            0,
+            0,
+            boilerplate.fingerprints(d),
+            boilerplate.passage_prints(d),
+            boilerplate.own_prints(d),
+        )
         for rel, d in docs.items()
     }
     drops, keepers = ({}, {}) if keep_repeated else boilerplate.decide(prints)
@@ -136,6 +150,7 @@ def measure(folder: Path, keep_repeated: bool = False, low: float = LOW) -> dict
         if kept[rel] < low:
             left_out[rel] = dropped_runs([line for line in lines if _key(line) not in repeated], got)
     biggest = per_page.most_common(1)[0] if per_page else ("", 0)
+    name_lost = sorted(rel for rel, name in names.items() if name not in " ".join(" ".join(chunks[rel]).split()))
     return {
         "folder": str(folder),
         "pages": len(pages),
@@ -154,6 +169,8 @@ def measure(folder: Path, keep_repeated: bool = False, low: float = LOW) -> dict
         "kept_low": sorted(((rel, round(v, 3)) for rel, v in kept.items() if v < low), key=lambda x: x[1]),
         "kept": {rel: round(v, 4) for rel, v in sorted(kept.items())},
         "left_out": left_out,
+        "name_pages": len(names),
+        "name_lost": name_lost,
     }
 
 
@@ -182,6 +199,11 @@ def main() -> None:
                     print(f"        left out, {words} words: {start!r}")
         for text, n in r["boilerplate_examples"]:
             print(f"    boilerplate x{n}: {text!r}")
+        if r["name_pages"]:
+            kept_names = r["name_pages"] - len(r["name_lost"])
+            print(f"    NAME line in the chunks of {kept_names} of {r['name_pages']} pages with a NAME section")
+            for rel in r["name_lost"]:
+                print(f"        lost: {rel}")
     if args.json:
         args.json.write_text(json.dumps(results, indent=2), encoding="utf-8")
 

@@ -5,11 +5,13 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
+
 from mdrag.config import load_config
 from mdrag.index import Index
 from mdrag.ingest import boilerplate
 from mdrag.ingest.manifest import Manifest, PagePrints
-from mdrag.ingest.passages import is_passage
+from mdrag.ingest.passages import is_own, is_passage
 from mdrag.types import Block, Document, Section
 
 _WHAT = ["rendered frames", "exported layers", "imported fonts", "thumbnail sheets"]
@@ -135,3 +137,103 @@ def test_a_short_block_is_no_passage() -> None:
     assert boilerplate.passage_prints(short) == [
         boilerplate.fingerprints(Document("/q.html", [Section([], 1, [Block(_passage(0))])]))[0]
     ]
+
+
+_FONTS = _passage(2)  # the named item's text, repeated byte for byte in the guide
+_GUIDE_OWN = [
+    "Drawings grow old quickly: a project that renders every night fills its output folder within weeks, and "
+    "nobody looks at the frames of last spring again once the film is cut and the colour grading is done.",
+    "Before you change anything, look at what takes the room: the output folder of each project lists its "
+    "caches by kind, and the largest of them is nearly always the one that holds what the renderer wrote.",
+]
+
+
+def _settings(root: Path, *, named: bool = True) -> None:
+    """A reference of settings, each a named item (a definition list, or h3 headings); only cache.fonts is
+    long enough to be a passage. ``named=False``: the same text as one section's paragraphs, no names."""
+    short = [("cache.frames", "How many rendered frames are kept."), ("cache.sheets", "Where thumbnails go.")]
+    items = [short[0], ("cache.fonts", _FONTS), short[1]]
+    if not named:
+        more = "Each cache is a folder of the project's output, named after what it holds, and each can be emptied "
+        more += "by hand at any time: the renderer writes again what it needs on its next run, only slower."
+        body = _section("CACHES", "".join(f"<p>{text}</p>" for _, text in items) + f"<p>{more}</p>")
+    elif named == "headings":
+        body = _section("SETTINGS", "".join(f"<h3>{name}</h3><p>{text}</p>" for name, text in items))
+    else:
+        body = _section("SETTINGS", "<dl>" + "".join(f"<dt>{n}</dt><dd><p>{t}</p></dd>" for n, t in items) + "</dl>")
+    (root / "settings.html").write_text(_page("settings(5)", body), encoding="utf-8")
+
+
+def _guide(root: Path) -> None:
+    """A guide that repeats the cache.fonts setting's text as one paragraph of three under its own heading."""
+    paragraphs = [_GUIDE_OWN[0], _FONTS, _GUIDE_OWN[1]]
+    body = _section("Keeping the disk tidy", "".join(f"<p>{p}</p>" for p in paragraphs))
+    (root / "guide.html").write_text(_page("A tidy disk", body), encoding="utf-8")
+
+
+def _first_fonts_hit(ix: Index) -> tuple[str, list[str], list[str]]:
+    hit = next(r for r in ix.search("cache.fonts setting", k=5, mode="bm25") if _FONTS in " ".join(r.text.split()))
+    return hit.rel_path, hit.heading_path, [rel for _, rel in hit.also]
+
+
+@pytest.mark.parametrize("named", [True, "headings"])
+def test_a_named_items_text_a_guide_repeats_is_kept_under_the_items_name(tmp_path: Path, minilm, named) -> None:
+    root = tmp_path / "docs"
+    root.mkdir()
+    _settings(root, named=named)
+    _guide(root)
+    ix = _index(root, minilm)
+    rel, headings, also = _first_fonts_hit(ix)
+    assert (rel, also) == ("settings.html", ["guide.html"])
+    assert "cache.fonts" in headings[-1].split(", ")  # its own heading, or its group's (short items share one)
+    best = ix.search("cache.fonts setting", k=5)
+    assert best[0].rel_path == "settings.html" and "cache.fonts" in best[0].heading_path[-1]
+    assert best[0].also and best[0].also[0][1] == "guide.html"
+
+
+def test_a_passages_heading_changing_moves_it_and_chunks_again_exactly_the_pages_concerned(
+    tmp_path: Path, minilm
+) -> None:
+    root = tmp_path / "docs"
+    root.mkdir()
+    _settings(root)
+    _guide(root)
+    ix = _index(root, minilm)
+    _settings(root, named=False)  # the setting's name is gone: neither page names it, the guide keeps it
+    summary = ix.update([root])
+    assert (summary.added, summary.modified, summary.deleted) == (0, 2, 0)
+    assert _first_fonts_hit(ix)[::2] == ("guide.html", ["settings.html"])
+    (root / "settings.html").unlink()
+    summary = ix.update([root])
+    assert (summary.deleted, summary.modified) == (1, 1)
+    assert _first_fonts_hit(ix) == ("guide.html", ["Keeping the disk tidy"], [])
+    _settings(root)  # back, named: it keeps the text again, and the guide leaves it out
+    summary = ix.update([root])
+    assert (summary.added, summary.modified) == (1, 1)
+    assert _first_fonts_hit(ix)[::2] == ("settings.html", ["guide.html"])
+    (root / "guide.html").unlink()  # the keeper names no other page now: chunked again for its record alone
+    summary = ix.update([root])
+    assert (summary.deleted, summary.modified) == (1, 1)
+    assert _first_fonts_hit(ix)[::2] == ("settings.html", [])
+    _guide(root)
+    summary = ix.update([root])
+    assert (summary.added, summary.modified) == (1, 1)
+    assert _first_fonts_hit(ix)[::2] == ("settings.html", ["guide.html"])
+    again = ix.update([root])
+    assert (again.added, again.modified, again.unchanged) == (0, 0, 2)
+
+
+def test_a_passage_under_a_heading_of_its_own_is_kept_there_before_the_page_sharing_with_fewer() -> None:
+    named = Section(["reference(5)", "cache.frames, cache.fonts"], 3, [Block("cache.frames"), Block("Short."),
+                    Block("cache.fonts"), Block(_FONTS)])  # fmt: skip
+    guide = Section(["Keeping the disk tidy"], 2, [Block(p) for p in (_GUIDE_OWN[0], _FONTS, _GUIDE_OWN[1])])
+    led = Section(["cache.fonts"], 3, [Block("cache.fonts: " + _FONTS), Block(_GUIDE_OWN[0])])
+    assert is_own(named, 3) and not is_own(guide, 1) and is_own(led, 0) and is_own(guide, 0) is False
+    assert is_own(Section(["Caches"], 2, [Block(_FONTS), Block("Defaults to seven days.")]), 0)  # most of it
+    pages = {"/r/ref.html": _prints("ref.html", [], ["fonts", "frames", "item0", "item1"])}
+    pages["/r/ref.html"].own = ["fonts", "frames"]
+    pages["/r/guide.html"] = _prints("guide.html", ["g"], ["fonts"])  # shares with one page; ref with three
+    pages.update({f"/r/cmd-{n}.html": _prints(f"cmd-{n}.html", ["c"], [f"item{n}", f"own{n}"]) for n in range(2)})
+    drops, kept = boilerplate.decide(pages)
+    assert drops == {"/r/guide.html": ["fonts"], "/r/ref.html": ["item0", "item1"]}
+    assert kept["/r/ref.html"] == {"fonts": ["/r/guide.html"]}

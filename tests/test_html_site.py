@@ -168,3 +168,68 @@ def test_html_name_line_heads_only_itself() -> None:
     name = [s for s in doc.sections if s.heading_path[:1] == ["NAME"]]
     assert [s.text for s in name] == ["git-eol - Reuse recorded line endings"]
     assert "git eol [clear | status]" in _text(doc) and _PROSE[1] in _text(doc)
+
+
+_OPTIONS = [
+    "Show blank object names for boundary commits, so that the lines a boundary commit brought are told apart at "
+    "a glance from the lines of the commits after it in the range that was asked for on the command line.",
+    "Do not treat root commits as boundaries, and show their object names as any other commit's; the setting "
+    "blame.showRoot gives the same for every run without the option on the command line.",
+    "Include additional statistics at the end of the output: how many commits were walked, how many blobs were "
+    "read and how long the diff machinery took for the whole of the file given.",
+    "Walk history forward instead of backward: instead of showing the revision in which a line appeared, this "
+    "shows the last revision in which a line has existed, for the lines that are gone.",
+]
+_NAMES = ["--root", "--show-stats", "--reverse", "--porcelain", "--incremental", "--encoding", "--contents",
+          "--date", "--progress", "--minimal", "--ignore-rev", "--color-lines", "--color-by-age", "--abbrev",
+          "--show-name", "--show-number", "--show-email", "--first-parent", "--line-porcelain", "--since"]  # fmt: skip
+
+
+def _one_list_page() -> bytes:
+    """A manual page as asciidoc renders git-annotate(1): a short description, then one definition list of twenty
+    options that holds most of the page's prose, the extractor's pick."""
+
+    def sect(heading: str, body: str) -> str:
+        return f'<div class="sect1"><h2>{heading}</h2><div class="sectionbody">{body}</div></div>'
+
+    texts = (_OPTIONS * 5)[: len(_NAMES)]
+    items = "".join(f'<dt class="hdlist1">{n}</dt><dd><p>{t}</p></dd>' for n, t in zip(_NAMES, texts, strict=True))
+    return (
+        '<html><head><title>git-annotate(1)</title></head><body class="manpage"><div id="header"><h1>git-annotate(1)'
+        ' Manual Page</h1><h2>NAME</h2><div class="sectionbody"><p>git-annotate - Annotate file lines with commit '
+        'information</p></div></div><div id="content">'
+        + sect("SYNOPSIS", '<div class="verseblock"><pre class="content">git annotate [&lt;options&gt;]</pre></div>')
+        + sect("DESCRIPTION", '<div class="paragraph"><p>Annotates each line in the given file.</p></div>')
+        + sect("OPTIONS", f'<div class="dlist"><dl>{items}</dl></div>')
+        + sect("SEE ALSO", '<div class="paragraph"><p><a href="git-blame.html">git-blame(1)</a></p></div>')
+        + "</div></body></html>"
+    ).encode()
+
+
+def test_html_manual_page_whose_pick_is_one_list_keeps_its_name_line_and_headings() -> None:
+    # the extractor keeps the options' definition list alone, without its heading: no section shape to match
+    doc = get_parser("p.html")(_one_list_page(), "/git-annotate.html")
+    assert doc.sections[0].heading_path == ["NAME"]
+    assert doc.sections[0].text == "git-annotate - Annotate file lines with commit information"
+    assert "Annotates each line in the given file." in _text(doc)
+    options = [s for s in doc.sections if _OPTIONS[2] in s.text]
+    assert options and options[0].heading_path[0] == "OPTIONS" and "--reverse" in options[0].heading_path[1]
+    assert all(s.heading_path[0] == "OPTIONS" for s in doc.sections if _OPTIONS[0] in s.text)
+    assert "git-annotate(1) Manual Page" not in _text(doc)
+
+
+def test_html_article_picked_without_its_title_keeps_its_stories_beside_it_out() -> None:
+    # a story right after its title, related stories in the same tag: the pick is the story alone
+    story = "".join(f"<p>{text}</p>" for text in _PROSE)
+    related = "".join(
+        f'<div class="related"><h3>Another story {n}</h3><p>Read how reader {n} set up the line endings of a '
+        f"shared repository for a team of twelve.</p></div>"
+        for n in range(3)
+    )
+    page = (
+        '<html><head><title>Line endings</title></head><body><h1 class="title">Line endings on Windows</h1>'
+        f'<div class="wrap"><div class="story">{story}</div>{related}</div></body></html>'
+    ).encode()
+    doc = get_parser("p.html")(page, "/story.html")
+    assert all(prose in _text(doc) for prose in _PROSE) and "Read how reader" not in _text(doc)
+    assert not any("Another story 1" in s.heading_path for s in doc.sections)

@@ -48,6 +48,7 @@ __all__ = [
     "decide",
     "fingerprints",
     "lines_of",
+    "own_prints",
     "passage_prints",
     "prune",
     "read_pages",
@@ -91,6 +92,19 @@ def passage_prints(doc: Document) -> list[str]:
     """The sorted distinct fingerprints of the page's blocks long enough to be kept on one page only
     (:mod:`mdrag.ingest.passages`)."""
     return sorted({_key(b.text) for s in doc.sections for b in s.blocks if passages.is_passage(b.text)})
+
+
+def own_prints(doc: Document) -> list[str]:
+    """The sorted distinct fingerprints of the page's passages that sit under a heading of their own
+    (:func:`mdrag.ingest.passages.is_own`): a page holding one so keeps it before a page that does not."""
+    return sorted(
+        {
+            _key(b.text)
+            for s in doc.sections
+            for i, b in enumerate(s.blocks)
+            if passages.is_passage(b.text) and passages.is_own(s, i)
+        }
+    )
 
 
 def _folders(rel_path: str) -> list[str]:
@@ -216,7 +230,7 @@ def read_pages(
             out[path] = e
             continue
         root, rel, mtime_ns, size = found[path]
-        pages[path] = PagePrints(root, rel, mtime_ns, size, fingerprints(doc), passage_prints(doc))
+        pages[path] = PagePrints(root, rel, mtime_ns, size, fingerprints(doc), passage_prints(doc), own_prints(doc))
         chars = sum(len(b.text) for s in doc.sections for b in s.blocks)
         if kept + chars <= _KEEP_CHARS:
             out[path], kept = doc, kept + chars

@@ -33,6 +33,7 @@ log = logging.getLogger(__name__)
 VERSION = 2
 _LOADS = (1, VERSION)
 _CHECKSUM = ',"checksum":"'  # the last key of a saved manifest: sha256 of the text before it
+_PRINTS = ("blocks", "passages", "own")  # PagePrints' lists of fingerprints, each saved as one string
 
 
 @dataclass
@@ -76,6 +77,8 @@ class PagePrints:
     blocks: list[str] = field(default_factory=list)  # sorted distinct fingerprints of its blocks (saved: one string)
     # Of those, the blocks long enough to be kept on one page only (mdrag.ingest.passages; saved: one string)
     passages: list[str] = field(default_factory=list)
+    # Of those, the passages under a heading of their own (mdrag.ingest.passages.is_own; saved: one string)
+    own: list[str] = field(default_factory=list)
 
     def current(self, found: tuple[str, str, int, int]) -> bool:
         """Whether these prints are of the page the scan found, ``(root, rel_path, mtime_ns, size)``."""
@@ -176,8 +179,7 @@ class Manifest:
         d["files"] = {p: _state(s) for p, s in sorted(self.files.items())}
         d["skipped"] = {p: vars(s) for p, s in sorted(self.skipped.items())}
         d["pages"] = {
-            p: {**vars(s), "blocks": " ".join(s.blocks), "passages": " ".join(s.passages)}
-            for p, s in sorted(self.pages.items())
+            p: {**vars(s), **{k: " ".join(getattr(s, k)) for k in _PRINTS}} for p, s in sorted(self.pages.items())
         }
         return d
 
@@ -217,10 +219,7 @@ class Manifest:
             retired_roots=[str(r) for r in d.get("retired_roots") or []],
             files=files,
             skipped={p: SkippedFile(**s) for p, s in raw_skipped.items()},
-            pages={
-                p: PagePrints(**{**s, "blocks": _blocks(s.get("blocks")), "passages": _blocks(s.get("passages"))})
-                for p, s in raw_pages.items()
-            },
+            pages={p: PagePrints(**{**s, **{k: _blocks(s.get(k)) for k in _PRINTS}}) for p, s in raw_pages.items()},
             dirty=bool(d.get("dirty", False)),
             last_indexed=d.get("last_indexed"),
             committed_ids=_strings(d.get("committed_ids"), "committed_ids"),

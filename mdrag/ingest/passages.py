@@ -12,17 +12,22 @@ on many pages is its template (mdrag.ingest.boilerplate); a passage on a few is 
   block ("Be quiet.", "Defaults to true.", an option's one line) says little outside its page and is kept
   wherever it is;
 - which page keeps it: of the pages of one indexed folder holding it (and not leaving it out as the site's),
-  the page that shares passages with the fewest other pages, then the one with the smaller share of its
-  passages found elsewhere, then the first path. The page that gathers passages from many pages (an
-  all-in-one reference) loses its repeats to the pages each came from; of pages that include the same
-  source (a command and its synonym), the narrower one keeps it;
+  a page where it sits under a heading of its own (:func:`is_own`: it is most of its section's text, or the
+  section's heading names its item), then the page that shares passages with the fewest other pages, then
+  the one with the smaller share of its passages found elsewhere, then the first path. A named item's page
+  keeps the item's text before a guide that repeats it as one paragraph among others under a heading that
+  does not name it: a search naming the item finds it under its name, and the guide is named with it. Of
+  pages that hold it alike (each under its own heading, or neither), the page that gathers passages from
+  many pages (an all-in-one reference) loses its repeats to the pages each came from, and of pages that
+  include the same source (a command and its synonym), the narrower one keeps it;
 - a page none of whose blocks would be left keeps them all, as with the site's blocks.
 
-The choice is made from the pages' prints alone (:class:`~mdrag.ingest.manifest.PagePrints`: ``passages``),
-as the site's blocks are, so that :func:`mdrag.ingest.boilerplate.stale` finds the pages to chunk again when
-a page that holds such a passage comes, changes or goes: the keeper may change, and each page records what
-was left out of it (``FileState.dropped``). A page records too which of its passages others leave out for it
-(``FileState.kept``), so that a result from it names those pages (:mod:`mdrag.retrieval.copies`).
+The choice is made from the pages' prints alone (:class:`~mdrag.ingest.manifest.PagePrints`: ``passages``
+and ``own``, read with the page), as the site's blocks are, so that :func:`mdrag.ingest.boilerplate.stale`
+finds the pages to chunk again when a page that holds such a passage comes, changes or goes (or moves it
+under another heading): the keeper may change, and each page records what was left out of it
+(``FileState.dropped``). A page records too which of its passages others leave out for it (``FileState.kept``),
+so that a result from it names those pages (:mod:`mdrag.retrieval.copies`).
 """
 
 from __future__ import annotations
@@ -31,16 +36,51 @@ from collections import defaultdict
 from collections.abc import Mapping
 
 from mdrag.ingest.manifest import PagePrints
+from mdrag.types import Section
 
-__all__ = ["PASSAGE_CHARS", "is_passage", "keepers"]
+__all__ = ["OWN_SHARE", "PASSAGE_CHARS", "is_own", "is_passage", "keepers"]
 
 #: A block this long (about two sentences) is a passage that reads alone; a shorter one reads through its page.
 PASSAGE_CHARS = 200
+#: A passage this share of its section's text or more is the section's body: an item's text under its name, the
+#: term or a short note beside it ("Defaults to true."), not one paragraph of a guide's several.
+OWN_SHARE = 0.5
+
+
+def _norm(text: str) -> str:
+    return " ".join(text.split())
 
 
 def is_passage(text: str) -> bool:
     """Whether a block's text is long enough to be kept on one page only (see the module's docstring)."""
-    return len(" ".join(text.split())) >= PASSAGE_CHARS
+    return len(_norm(text)) >= PASSAGE_CHARS
+
+
+def _names(heading: str, name: str) -> bool:
+    """Whether ``name`` is one of the names ``heading`` joins with ", " (a group of named items) or all of it."""
+    return bool(name) and (
+        heading == name or heading.startswith(name + ", ") or heading.endswith(", " + name) or f", {name}, " in heading
+    )
+
+
+def is_own(section: Section, index: int) -> bool:
+    """Whether the passage ``section.blocks[index]`` sits under a heading of its own (see the module's
+    docstring): it is at least ``OWN_SHARE`` of its section's text, or the section's heading names its item
+    (a group of short named items, mdrag.parsers.html_items, headed by their names joined with ", ": a term
+    before it in the section, each of its lines, or the bold name it starts with, is one of them)."""
+    if not section.heading_path:
+        return False
+    text = _norm(section.blocks[index].text)
+    if len(text) >= OWN_SHARE * sum(len(_norm(b.text)) for b in section.blocks):
+        return True
+    heading = _norm(section.heading_path[-1]).lower()
+    for term in section.blocks[:index]:
+        lines = [_norm(line).lower() for line in term.text.splitlines() if line.strip()]
+        if lines and len(term.text) < PASSAGE_CHARS and all(_names(heading, line) for line in lines):
+            return True
+    lead = text.lower()  # a bold name leading its item's text: "gc.auto: when there are ..."
+    names = heading.split(", ")
+    return any(len(n) > 1 and lead.startswith(n) and not lead[len(n) : len(n) + 1].isalnum() for n in names)
 
 
 def keepers(pages: Mapping[str, PagePrints], site: Mapping[str, list[str]]) -> dict[str, dict[str, set[str]]]:
@@ -61,11 +101,12 @@ def keepers(pages: Mapping[str, PagePrints], site: Mapping[str, list[str]]) -> d
             others[path] |= paths
             repeated[path] += 1
 
-    def rank(path: str) -> tuple[int, float, str]:
-        return len(others[path]) - 1, repeated[path] / max(1, len(pages[path].passages)), path
+    def rank(path: str, fp: str) -> tuple[bool, int, float, str]:
+        share = repeated[path] / max(1, len(pages[path].passages))
+        return fp not in pages[path].own, len(others[path]) - 1, share, path
 
     out: dict[str, dict[str, set[str]]] = defaultdict(dict)
     for (_, fp), paths in shared.items():
-        keeper = min(paths, key=rank)
+        keeper = min(paths, key=lambda path: rank(path, fp))
         out[keeper][fp] = paths - {keeper}
     return dict(out)

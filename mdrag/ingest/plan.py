@@ -180,9 +180,10 @@ def mismatched(files: Mapping[str, FileState], stored: Mapping[str, str]) -> lis
 #: mdrag.ingest.boilerplate; 7: a Markdown table's delimiter row written short, its header repeated before the
 #: rows of each chunk of a cut table, never a chunk's end; HTML and DOCX chunks carry the lines of the text `get`
 #: writes out; 8: an HTML page's short named items share sections headed by their names, asciidoc's NAME line
-#: kept; 9: a passage several HTML pages of a folder repeat is kept on one of them, mdrag.ingest.passages), so an
-#: index built by an older release is chunked again rather than mixing both.
-CHUNK_FORMAT = 9
+#: kept; 9: a passage several HTML pages of a folder repeat is kept on one of them, mdrag.ingest.passages; 10: on
+#: the page where it sits under a heading of its own first, and a manual page whose main content is one list keeps
+#: its sections), so an index built by an older release is chunked again rather than mixing both.
+CHUNK_FORMAT = 10
 
 
 def chunking_of(store: Store, embedder: Embedder, settings: ChunkSettings) -> dict[str, object]:

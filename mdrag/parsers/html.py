@@ -384,6 +384,43 @@ def _widened(soup: BeautifulSoup, tags: list[Tag], kept: set[int]) -> set[int]:
     return added
 
 
+def _own_section(tags: list[Tag], kept: set[int]) -> set[int]:
+    """The section around readability-lxml's pick when the pick holds no heading but is most of one section
+    of a page of like sections: that section's body and heading, to add to ``kept``. A manual page whose
+    longest part is one definition list (git-annotate's OPTIONS, gitglossary's terms) gets the list alone,
+    its heading left out, and no section shape for :func:`_like_sections` to find the page's other sections
+    by (its NAME line). The body: the nearest tag around the pick that has a class and comes right after a
+    heading, at least half of its text the pick's, its text mostly outside links, and its shape (name and
+    class) that of the tag right after another heading of the page (asciidoc's ``div.sectionbody``). An article
+    picked without its title, its related stories beside it in the tag after the title, has no such shape."""
+    if any(t.name in _HEADINGS for t in tags if id(t) in kept):
+        return set()
+    shapes: list[tuple[str, tuple[str, ...]]] = []
+    for heading in (t for t in tags if t.name in _HEADINGS):
+        after = heading.find_next_sibling()
+        if isinstance(after, Tag) and after.get("class"):
+            shapes.append(_signature(after))
+    added: set[int] = set()
+    for top in (t for t in tags if id(t) in kept and id(t.parent) not in kept):
+        for body in top.parents:
+            if body.name in ("body", "html"):
+                break
+            title = body.find_previous_sibling()
+            if not isinstance(title, Tag) or title.name not in _HEADINGS or not body.get("class"):
+                continue
+            if (
+                shapes.count(_signature(body)) > 1
+                and not any(map(_is_removed, (title, body, *body.parents)))
+                and 2 * len(_text(top)) >= len(_text(body))
+                and _link_share([body, *body.find_all(True)]) < 1 - _WIDEN_PROSE_SHARE
+            ):
+                for whole in (title, body):
+                    added.add(id(whole))
+                    added.update(id(t) for t in whole.find_all(True))
+            break
+    return added
+
+
 def _like_sections(tags: list[Tag], kept: set[int]) -> tuple[set[int], set[int]]:
     """Sections before readability-lxml's pick that have the shape of the pick's own: a heading, and the tag
     right after it whose name and (non-empty) class a tag right after a heading in the pick has, its text
@@ -499,6 +536,7 @@ def _main_content(soup: BeautifulSoup, path: str) -> _Article | None:
         return None
     kept = {id(tags[n]) for n in map(int, _ID_NUMBER.findall(summary)) if n < len(tags)}
     kept |= _widened(soup, tags, kept)
+    kept |= _own_section(tags, kept)
     like, bounded = _like_sections(tags, kept)
     kept |= like
     for tag in tags:
