@@ -315,3 +315,32 @@ def test_a_stop_mid_embedding_keeps_the_whole_files_only_and_the_next_run_embeds
         assert done.remaining == 0 and done.added == 7 - len(kept)
         total = Manifest.load(index.manifest_path).chunk_count  # type: ignore[union-attr]
         assert len(embedder.embedded) - before == total - m.chunk_count, "kept chunks were embedded again"
+
+
+def test_a_first_build_in_steps_on_milvus_lite_ranks_as_a_build_in_one_run(
+    tmp_path: Path, mdrag_home: Path, small_steps: None
+) -> None:
+    """Milvus Lite keeps BM25 statistics per segment and every step leaves segments of its own: the last step
+    writes the steps' chunks again together, so BM25 ranks and scores as after a build in one run."""
+    pytest.importorskip("milvus_lite", reason="Milvus Lite is not installed (pip install 'mdrag-docs[milvus]')")
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    words = ["gear", "spring", "valve", "pump", "lever", "belt"]
+    for i in range(18):  # one chunk each; term frequencies differ from page to page
+        used = " ".join(words[j % len(words)] for j in range(i % 5, i % 5 + 2 + i % 4))
+        (docs / f"page{i:02}.md").write_text(f"# Page {i}\n\nPage {i} holds {used} and its {words[i % 6]} parts.\n")
+
+    def built(name: str, steps: bool) -> list[dict[str, float]]:
+        config = load_config({"index": name, "store.backend": "milvus"})
+        with Index(config, embedder=HashEmbedder()) as idx:
+            pause = threading.Event() if steps else None
+            runs = 1
+            while idx.update([docs], pause=pause).remaining:
+                runs += 1
+            assert (runs > 3) == steps, runs
+            return [  # each page's BM25 score (pages of equal score are listed in the order they are stored)
+                {r.rel_path: round(r.rank_score, 4) for r in idx.search(q, k=18, threshold=0, mode="bm25")}
+                for q in ("gear valve", "pump parts", "lever belt spring")
+            ]
+
+    assert built("steps", steps=True) == built("once", steps=False)

@@ -664,12 +664,13 @@ class IndexRun:
             delete_replaced(store, retired)
             summary.chunks_deleted += len(retired)
         if self.writes:
-            store.end_run(self.written, live, whole=summary.rebuild is not None)
+            undone = summary.remaining + self.left_out
+            # A rebuild wrote the index whole; so has the last step of a first build run in steps, over its steps.
+            store.end_run(self.written, live, whole=summary.rebuild is not None or (self.growing and not undone))
             m.retired_roots = []
             m.mark_finished()
             if self.growing:  # readers are told that the index holds part of its files
                 total = summary.unchanged + len(todo) + self.copies.count + self.left_out
-                undone = summary.remaining + self.left_out
                 m.partial = [total - undone, total] if undone else None
                 m.grown_since = m.grown_since if undone else None
             m.save(self.manifest_path)

@@ -274,8 +274,12 @@ class Store(Protocol):
         """An indexing run is done writing: make it durable and do the backend's upkeep.
 
         ``written``: the ids this run upserted; ``live``: every id the index
-        should now hold; ``whole``: the run rebuilt everything. Called once per
-        run that wrote or deleted anything, after its deletes.
+        should now hold; ``whole``: the index is now built whole, by this run
+        (a rebuild) or by the steps this run ends (the last step of a first
+        build run in steps, whose earlier steps wrote ``live - written``: a
+        backend whose ranking depends on how rows were written together may
+        write those again). Called once per run that wrote or deleted
+        anything, after its deletes.
         """
         ...
 

@@ -432,9 +432,16 @@ class MilvusStore:
     def end_run(self, written: set[str], live: set[str], whole: bool) -> None:
         """An indexing run is done writing: pad a small update's segment (Milvus Lite), flush once
         (every flush seals a segment), and write the index again whole when small updates add up to
-        ``BM25_REWRITE_SHARE`` of it (Milvus Lite; see :attr:`per_segment_bm25`)."""
+        ``BM25_REWRITE_SHARE`` of it, or when the run ends a first build run in steps (Milvus Lite; see
+        :attr:`per_segment_bm25`)."""
         if written and not whole and self.per_segment_bm25 and (sample := padding(written, live)):
             self.rewrite(sample)  # a small update's segment gets BM25 statistics like the whole index's
+        elif whole and self.per_segment_bm25 and not live <= written:
+            # The last step of a first build run in steps: every step left segments of its own, with their own
+            # BM25 statistics, cut where the clock ended each step. Written again together, the index ranks as
+            # a build in one run leaves it, however its steps fell.
+            log.info("writing the %d chunks of a first build's steps again together (BM25 statistics)", len(live))
+            self.rewrite(live)
         self.flush()
         refresh_bm25(self, live, len(written), whole)
         self._record_sums()
