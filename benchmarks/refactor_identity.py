@@ -46,6 +46,7 @@ IDX = ROOT.parent / "idx"
 SETS = ROOT / "benchmarks" / "data"
 MODELS = IDX / "home" / "cache" / "models"
 MODES = ("dense", "bm25", "hybrid")
+MODEL_LINK = shutil.ignore_patterns("models")  # a home's link to the model files, made by home_for
 
 #: Each group of sets: (index name, corpus folder) and the sets asked of it, in the order a short run covers them.
 GROUPS: dict[str, tuple[tuple[str, Path, tuple[str, ...]], ...]] = {
@@ -297,7 +298,7 @@ def build_and_eval(
             rows = out / f"{name}.rows.jsonl"
             if not rows.exists():
                 if on is not None:
-                    shutil.copytree(on, home, symlinks=True, dirs_exist_ok=True)
+                    shutil.copytree(on, home, symlinks=True, dirs_exist_ok=True, ignore=MODEL_LINK)
                 else:
                     argv = ["index", str(folder), "--index", name, "--store", store, "-q"]
                     (out / f"{name}.index.txt").write_text(run_mdrag(tree, home, work, argv, log), encoding="utf-8")
