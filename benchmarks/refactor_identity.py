@@ -360,28 +360,37 @@ def summary_table(paths: list[Path]) -> str:
     """A Markdown table of saved comparisons (``--json``): a row per set or corpus, a column per commit pair and store.
 
     A cell is "same" when every part compared (a corpus's stored chunks; a set's eval JSON and its searches in
-    each mode) is byte-identical, else the parts that differ.
+    each mode) is byte-identical, else the parts that differ; then what the pair's ``--on-base`` comparison found
+    and, for a second build (``--again``), what it found.
     """
-    cells: dict[tuple[str, str], list[str]] = {}
+    cells: dict[tuple[str, str, str], list[str]] = {}
     columns: list[str] = []
     order: list[str] = []
     for path in paths:
         saved = json.loads(path.read_text(encoding="utf-8"))
         how = saved.get("how", "built")
-        tip = saved["base"][:7] + " again" if how == "again" else saved["tip"][:7]
-        column = f"{saved['base'][:7]}..{tip} {saved['store']}" + (" (on base's index)" if how == "on-base" else "")
+        column = f"{saved['base'][:7]}..{saved['tip'][:7]} {saved['store']}"
+        if how == "again":
+            column = f"{saved['base'][:7]} built twice, {saved['store']}"
         if column not in columns:
             columns.append(column)
         for row in saved["table"]:
             name = row["set"] if row["part"] != "rows" else f"{row['set']} (chunks)"
             if name not in order:
                 order.append(name)
-            differs = cells.setdefault((name, column), [])
+            differs = cells.setdefault((name, column, how), [])
             if not row["result"].startswith("identical"):
                 differs.append(row["part"] if not row["result"].startswith("skipped") else "skipped")
     lines = ["| set | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|"]
     for name in order:
-        row = ["not run" if (name, c) not in cells else ", ".join(cells[name, c]) or "same" for c in columns]
+        row = []
+        for c in columns:
+            built = cells.get((name, c, "built"), cells.get((name, c, "again")))
+            cell = "not run" if built is None else ", ".join(built) or "same"
+            on_base = cells.get((name, c, "on-base"))
+            if built and on_base is not None:
+                cell += "; on the base's index: " + (", ".join(on_base) or "same")
+            row.append(cell)
         lines.append(f"| {name} | " + " | ".join(row) + " |")
     return "\n".join(lines)
 
