@@ -15,9 +15,9 @@ WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 apt-get update >/dev/null
 (cd "$WORK" && apt-get download git-doc >/dev/null)
-dpkg-deb -x "$WORK"/git-doc_*.deb "$WORK/root"
+dpkg-deb -x "$WORK"/git-doc_*.deb "$WORK/unpacked"
 PAGES=usr/share/doc/git-doc  # where the package keeps its pages, inside the unpacked .deb (not this machine)
-SRC="$WORK/root/$PAGES"
+SRC="$WORK/unpacked/$PAGES"
 mkdir -p "$DEST"
 # Only the rendered pages: the asciidoc sources (*.txt) beside them would index the manual twice.
 (cd "$SRC" && find . -name '*.html' -print) | while read -r page; do

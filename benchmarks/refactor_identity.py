@@ -42,9 +42,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data"
 CORPORA = ROOT.parent / "corpora"
-IDX = ROOT.parent / "idx"
 SETS = ROOT / "benchmarks" / "data"
-MODELS = IDX / "home" / "cache" / "models"
+MADE = Path("made")  # a corpus made from ../shared/data under --work (the CommonMark spec, the web pages' sources)
 MODES = ("dense", "bm25", "hybrid")
 MODEL_LINK = shutil.ignore_patterns("models")  # a home's link to the model files, made by home_for
 
@@ -57,8 +56,8 @@ GROUPS: dict[str, tuple[tuple[str, Path, tuple[str, ...]], ...]] = {
     ),
     "cncf": (("cncf", DATA / "markdown_cncf_glossary", ("cncf_qa",)),),
     "gitdoc": (("gitdoc", CORPORA / "git-doc-html", ("gitdoc_qa",)),),
-    "html": (("html", IDX / "corpora" / "html", ("html_qa", "html_keyword_qa")),),
-    "commonmark": (("commonmark", IDX / "corpora" / "commonmark", ("commonmark_qa",)),),
+    "html": (("html", MADE, ("html_qa", "html_keyword_qa")),),
+    "commonmark": (("commonmark", MADE, ("commonmark_qa",)),),
     "vault": (("vault", DATA / "notes_vault_obsidian-tasks", ("vault_qa", "vault_heldout_qa")),),
     "hugo": (("hugo", DATA / "markdown_hugo_docs", ("hugo_qa", "hugo_keyword_qa", "hugo_detail_qa")),),
     "otel": (
@@ -201,10 +200,10 @@ def worktree(work: Path, sha: str) -> Path:
 
 
 def home_for(work: Path, tag: str) -> Path:
-    """A fresh MDRAG_HOME for one commit and store, its model folder linked to one copy of the model's files."""
+    """A fresh MDRAG_HOME for one commit and store, its model folder linked to one folder of the model's files
+    (written by the first run that needs them)."""
     models = work / "models"
-    if not models.exists():
-        shutil.copytree(MODELS, models)
+    models.mkdir(parents=True, exist_ok=True)
     home = work / "homes" / tag
     (home / "cache").mkdir(parents=True, exist_ok=True)
     if not (home / "cache" / "models").exists():
@@ -276,6 +275,18 @@ def chunk_lines(rows: list[dict[str, Any]]) -> list[str]:
     return out
 
 
+def corpus_folder(work: Path, name: str, folder: Path) -> Path:
+    """The folder indexed for a corpus: its own, or for ``MADE`` the one benchmarks/precision.py makes from
+    ../shared/data under ``work`` (the same files every benchmark indexes for it)."""
+    if folder != MADE:
+        return folder
+    from precision import CORPORA as MADE_FROM
+    from precision import DATA as SHARED
+    from precision import documents
+
+    return documents(name, work) if (SHARED / MADE_FROM[name][0]).exists() else SHARED / MADE_FROM[name][0]
+
+
 def build_and_eval(
     work: Path, sha: str, store: str, groups: list[str], again: str = "", on: Path | None = None
 ) -> Path:
@@ -291,11 +302,15 @@ def build_and_eval(
     out.mkdir(parents=True, exist_ok=True)
     log = out / "stderr.log"
     for group in groups:
-        for name, folder, sets in GROUPS[group]:
+        for name, given, sets in GROUPS[group]:
+            folder = corpus_folder(work, name, given)
             if not folder.is_dir():
                 print(f"{tag}: {name}: no corpus at {folder}, its sets skipped: {', '.join(sets)}", flush=True)
                 continue
             rows = out / f"{name}.rows.jsonl"
+            to_eval = [qa for qa in sets if not (out / f"{qa}.json").exists()]
+            if to_eval and not (home / "cache" / "manifests" / f"{name}.json").exists():
+                rows.unlink(missing_ok=True)  # an earlier run's outputs, its index gone: built again
             if not rows.exists():
                 if on is not None:
                     shutil.copytree(on, home, symlinks=True, dirs_exist_ok=True, ignore=MODEL_LINK)
@@ -305,9 +320,7 @@ def build_and_eval(
                 # in a process of its own: Milvus Lite's server ends with it, and lets the next command open the file
                 cmd = [sys.executable, str(Path(__file__).resolve()), "--rows", store, str(home), name, str(rows)]
                 subprocess.run(cmd, check=True)
-            for qa in sets:
-                if (out / f"{qa}.json").exists():
-                    continue
+            for qa in to_eval:
                 argv = ["eval", str(SETS / f"{qa}.jsonl"), "--index", name, "--store", store, "--mode", "all", "--json"]
                 result = run_mdrag(tree, home, work, argv, log, record=out / f"{qa}.searches.jsonl")
                 (out / f"{qa}.json").write_text(result, encoding="utf-8")
@@ -332,12 +345,12 @@ def _lines(path: Path, mode: str | None = None) -> list[str]:
     return [line for line in lines if mode is None or json.loads(line).get("mode") == mode]
 
 
-def compare(before: Path, after: Path, groups: list[str]) -> list[dict[str, str]]:
+def compare(work: Path, before: Path, after: Path, groups: list[str]) -> list[dict[str, str]]:
     """Per corpus and set: the stored chunks, the eval JSON and each mode's searches, identical or not."""
     table = []
     for group in groups:
-        for name, folder, sets in GROUPS[group]:
-            if not folder.is_dir():
+        for name, given, sets in GROUPS[group]:
+            if not corpus_folder(work, name, given).is_dir():
                 table.append({"set": name, "part": "all", "result": "skipped: no corpus"})
                 continue
             rows = first_difference(_lines(before / f"{name}.rows.jsonl"), _lines(after / f"{name}.rows.jsonl"))
@@ -436,7 +449,7 @@ def main() -> None:
         after = build_and_eval(args.work, tip, args.store, args.sets)
     dirs = [before, after]
     how = "again" if args.again else "on-base" if args.on_base else "built"
-    table = compare(dirs[0], dirs[1], args.sets)
+    table = compare(args.work, dirs[0], dirs[1], args.sets)
     for row in table:
         print(f"{base[:7]}..{tip[:7]} {args.store:6} {row['set']:22} {row['part']:6} {row['result']}")
     if args.json:
