@@ -45,6 +45,17 @@ class Embedder(ABC):
         """
         return [len(t) // 4 + 2 for t in texts]
 
+    @property
+    def prompts(self) -> tuple[str, str]:
+        """What the model asks to have put before a query's text and before a passage's (its own configuration's
+        prompts, E5's "query: " and "passage: "); none unless a backend reads them."""
+        return "", ""
+
+    def _passages(self, texts: Sequence[str]) -> list[str]:
+        """``texts`` as the model reads passages: its passage prompt before each."""
+        document = self.prompts[1]
+        return [document + t for t in texts] if document else list(texts)
+
     @abstractmethod
     def embed_batch(self, texts: Sequence[str]) -> np.ndarray:
         """Embed at most ``batch_size`` texts; returns an (n, dimension) float32 array."""

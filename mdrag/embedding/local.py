@@ -301,10 +301,6 @@ class LocalEmbedder(Embedder):
             return []
         return [len(e.ids) for e in self._tokenizer.encode_batch(self._passages(texts))]
 
-    def _passages(self, texts: Sequence[str]) -> list[str]:
-        document = self.prompts[1]
-        return [document + t for t in texts] if document else list(texts)
-
     def warm_up(self) -> None:
         self.model  # noqa: B018  # loads it
 

@@ -257,10 +257,6 @@ class OnnxEmbedder(Embedder):
         """What is put before a query and before a passage: the model's own prompts (:func:`model_prompts`)."""
         return ("", "") if self._model in _ALIASES else model_prompts(self.model_dir)
 
-    def _passages(self, texts: Sequence[str]) -> list[str]:
-        document = self.prompts[1]
-        return [document + t for t in texts] if document else list(texts)
-
     def count_tokens(self, texts: Sequence[str]) -> list[int]:
         if not texts:
             return []
