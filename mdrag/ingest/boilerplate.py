@@ -97,14 +97,13 @@ def passage_prints(doc: Document) -> list[str]:
 def own_prints(doc: Document) -> list[str]:
     """The sorted distinct fingerprints of the page's passages that sit under a heading of their own
     (:func:`mdrag.ingest.passages.is_own`): a page holding one so keeps it before a page that does not."""
-    return sorted(
-        {
-            _key(b.text)
-            for s in doc.sections
-            for i, b in enumerate(s.blocks)
-            if passages.is_passage(b.text) and passages.is_own(s, i)
-        }
-    )
+    own: set[str] = set()
+    for s in doc.sections:
+        chars = passages.section_chars(s)  # once per section, not per passage
+        own.update(
+            _key(b.text) for i, b in enumerate(s.blocks) if passages.is_passage(b.text) and passages.is_own(s, i, chars)
+        )
+    return sorted(own)
 
 
 def _folders(rel_path: str) -> list[str]:

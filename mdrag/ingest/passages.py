@@ -38,7 +38,7 @@ from collections.abc import Mapping
 from mdrag.ingest.manifest import PagePrints
 from mdrag.types import Section
 
-__all__ = ["OWN_SHARE", "PASSAGE_CHARS", "is_own", "is_passage", "keepers"]
+__all__ = ["OWN_SHARE", "PASSAGE_CHARS", "is_own", "is_passage", "keepers", "section_chars"]
 
 #: A block this long (about two sentences) is a passage that reads alone; a shorter one reads through its page.
 PASSAGE_CHARS = 200
@@ -63,20 +63,28 @@ def _names(heading: str, name: str) -> bool:
     )
 
 
-def is_own(section: Section, index: int) -> bool:
+def section_chars(section: Section) -> int:
+    """The length of a section's text, spaces collapsed, as :func:`is_own` weighs a passage against it."""
+    return sum(len(_norm(b.text)) for b in section.blocks)
+
+
+def is_own(section: Section, index: int, chars: int | None = None) -> bool:
     """Whether the passage ``section.blocks[index]`` sits under a heading of its own (see the module's
     docstring): it is at least ``OWN_SHARE`` of its section's text, or the section's heading names its item
     (a group of short named items, mdrag.parsers.html_items, headed by their names joined with ", ": a term
-    before it in the section, each of its lines, or the bold name it starts with, is one of them)."""
+    before it in the section, each of its lines, or the bold name it starts with, is one of them).
+    ``chars``: :func:`section_chars` of the section, when the caller asks of several of its blocks."""
     if not section.heading_path:
         return False
     text = _norm(section.blocks[index].text)
-    if len(text) >= OWN_SHARE * sum(len(_norm(b.text)) for b in section.blocks):
+    if len(text) >= OWN_SHARE * (section_chars(section) if chars is None else chars):
         return True
     heading = _norm(section.heading_path[-1]).lower()
     for term in section.blocks[:index]:
+        if len(term.text) >= PASSAGE_CHARS:
+            continue
         lines = [_norm(line).lower() for line in term.text.splitlines() if line.strip()]
-        if lines and len(term.text) < PASSAGE_CHARS and all(_names(heading, line) for line in lines):
+        if lines and all(_names(heading, line) for line in lines):
             return True
     lead = text.lower()  # a bold name leading its item's text: "gc.auto: when there are ..."
     names = heading.split(", ")
